@@ -1,0 +1,105 @@
+//! GCRA, exactly as redis-cell computes it (so keys and replies carry over), in checked
+//! integer nanoseconds. The state is the theoretical arrival time (TAT): the instant at
+//! which the limiter will be full again. A missing state, or a TAT in the past, is full.
+
+use crate::error::{Error, Result};
+use crate::time::{Instant, Nanos};
+use crate::{Decision, Effect, Reply};
+
+/// Validated parameters: `limit = max_burst + 1` units at once, one more every
+/// `emission_interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Time one unit occupies: `floor(period / count)`, at least 1 ns.
+    emission_interval: Nanos,
+    /// `max_burst + 1`.
+    limit: i64,
+    /// The delay variation tolerance: `emission_interval × limit`, how far ahead of now
+    /// the TAT may run.
+    tolerance: Nanos,
+}
+
+impl Params {
+    pub fn new(max_burst: i64, count: i64, period: Nanos) -> Result<Params> {
+        if max_burst < 0 {
+            return Err(Error::OutOfRange { name: "max_burst", range: "an integer from 0 to 9223372036854775806" });
+        }
+        if count < 1 {
+            return Err(Error::OutOfRange { name: "count", range: "an integer from 1 to 9223372036854775807" });
+        }
+        let emission_interval = Nanos::new(period.as_nanos() / count)
+            .filter(|ei| ei.as_nanos() > 0)
+            .ok_or(Error::RateTooFast { period: "period", count: "count" })?;
+        let limit = max_burst.checked_add(1).ok_or(Error::TooLarge)?;
+        let tolerance = emission_interval.checked_mul_nanos(limit as u64)?;
+        Ok(Params { emission_interval, limit, tolerance })
+    }
+
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+    pub fn emission_interval(&self) -> Nanos {
+        self.emission_interval
+    }
+    pub fn tolerance(&self) -> Nanos {
+        self.tolerance
+    }
+
+    /// Units a limiter whose TAT is `ttl` ahead of now could still admit.
+    fn remaining(&self, ttl: Nanos) -> i64 {
+        let free = self.tolerance.as_nanos() - ttl.as_nanos();
+        (free.div_euclid(self.emission_interval.as_nanos())).clamp(0, self.limit)
+    }
+
+    fn reply(&self, limited: bool, ttl: Nanos, retry_after: Option<Nanos>) -> Reply {
+        Reply { limited, limit: self.limit, remaining: self.remaining(ttl), retry_after, reset_after: ttl }
+    }
+}
+
+/// Decides a call consuming `quantity` units at `now` against the stored `tat`.
+/// `quantity` 0 peeks; a negative quantity refunds, never beyond full.
+pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
+    let tat = tat.map_or(now, |tat| tat.max(now));
+    let ttl = tat.saturating_since(now);
+
+    if quantity < 0 {
+        // A refund moves the TAT back by the units returned, stopping at now (full).
+        let back = params.emission_interval.as_nanos().saturating_mul(quantity.unsigned_abs().min(i64::MAX as u64) as i64);
+        let new_tat = Instant::from_nanos(tat.as_nanos().saturating_sub(back)).max(now);
+        let ttl = new_tat.saturating_since(now);
+        let effect = if new_tat <= now {
+            Effect::Delete
+        } else {
+            Effect::Store { state: new_tat, expires_at: new_tat }
+        };
+        return Ok(Decision { reply: params.reply(false, ttl, None), effect });
+    }
+
+    if quantity > params.limit {
+        // More than a full limiter holds: never admitted, so no retry time.
+        return Ok(Decision { reply: params.reply(true, ttl, None), effect: Effect::Nothing });
+    }
+
+    let increment = params.emission_interval.checked_mul_nanos(quantity as u64)?;
+    let new_tat = tat.checked_add(increment)?;
+    let allow_at = new_tat.checked_sub(params.tolerance)?;
+    if now < allow_at {
+        let retry_after = allow_at.saturating_since(now);
+        return Ok(Decision { reply: params.reply(true, ttl, Some(retry_after)), effect: Effect::Nothing });
+    }
+    let reply = params.reply(false, new_tat.saturating_since(now), None);
+    let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
+    Ok(Decision { reply, effect })
+}
+
+/// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch.
+pub fn decode(stored: &[u8]) -> Result<Instant> {
+    crate::args::integer(stored)
+        .ok()
+        .filter(|&ns| ns >= 0)
+        .map(Instant::from_nanos)
+        .ok_or(Error::InvalidState("CL.THROTTLE"))
+}
+
+#[cfg(test)]
+mod tests;

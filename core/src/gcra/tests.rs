@@ -1,0 +1,199 @@
+use super::*;
+use crate::time::{NANOS_PER_SEC, Unit};
+use proptest::prelude::*;
+
+const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
+
+fn secs(s: i64) -> Nanos {
+    Nanos::new(s * NANOS_PER_SEC).unwrap()
+}
+
+/// Runs calls at `now`, carrying the state as the module would.
+fn run(state: &mut Option<Instant>, now: Instant, p: &Params, q: i64) -> [i64; 5] {
+    let d = decide(*state, now, p, q).unwrap();
+    match d.effect {
+        Effect::Store { state: s, expires_at } => {
+            assert_eq!(s, expires_at, "a GCRA key expires at its TAT");
+            *state = Some(s)
+        }
+        Effect::Delete => *state = None,
+        Effect::Nothing => {}
+    }
+    d.reply.to_array(Unit::Seconds)
+}
+
+#[test]
+fn redis_cell_documented_example() {
+    let p = Params::new(15, 30, secs(60)).unwrap();
+    let now = Instant::from_nanos(T0);
+    let mut s = None;
+    assert_eq!(run(&mut s, now, &p, 1), [0, 16, 15, -1, 2]);
+    assert_eq!(run(&mut s, now, &p, 1), [0, 16, 14, -1, 4]);
+}
+
+#[test]
+fn burst_then_denial() {
+    let p = Params::new(4, 1, secs(10)).unwrap();
+    let now = Instant::from_nanos(T0);
+    let mut s = None;
+    for (remaining, reset) in [(4, 10), (3, 20), (2, 30), (1, 40), (0, 50)] {
+        assert_eq!(run(&mut s, now, &p, 1), [0, 5, remaining, -1, reset]);
+    }
+    assert_eq!(run(&mut s, now, &p, 1), [1, 5, 0, 10, 50]);
+    let mut fresh = None;
+    assert_eq!(run(&mut fresh, now, &p, 6), [1, 5, 5, -1, 0]);
+    assert_eq!(fresh, None);
+}
+
+#[test]
+fn peek_and_refund() {
+    let p = Params::new(4, 1, secs(10)).unwrap();
+    let now = Instant::from_nanos(T0);
+    let mut s = None;
+    assert_eq!(run(&mut s, now, &p, 0), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "a peek creates nothing");
+    run(&mut s, now, &p, 3);
+    let before = s;
+    assert_eq!(run(&mut s, now, &p, 0), [0, 5, 2, -1, 30]);
+    assert_eq!(s, before, "a peek re-times nothing");
+    assert_eq!(run(&mut s, now, &p, -1), [0, 5, 3, -1, 20]);
+    assert_eq!(run(&mut s, now, &p, -100), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "a refund to full deletes the key");
+}
+
+#[test]
+fn parameters_are_validated() {
+    assert!(matches!(Params::new(-1, 1, secs(1)), Err(Error::OutOfRange { name: "max_burst", .. })));
+    assert!(matches!(Params::new(0, 0, secs(1)), Err(Error::OutOfRange { name: "count", .. })));
+    assert!(matches!(Params::new(0, 2, Nanos::new(1).unwrap()), Err(Error::RateTooFast { .. })));
+    assert_eq!(Params::new(i64::MAX, 1, secs(1)), Err(Error::TooLarge));
+    assert_eq!(Params::new(1 << 40, 1, secs(1 << 20)), Err(Error::TooLarge));
+}
+
+#[test]
+fn stored_state_is_decimal_nanoseconds() {
+    assert_eq!(decode(b"1700000000000000000"), Ok(Instant::from_nanos(T0)));
+    for bad in [&b""[..], b"abc", b"-5", b"1.5", b"\x00\x01"] {
+        assert_eq!(decode(bad), Err(Error::InvalidState("CL.THROTTLE")));
+    }
+}
+
+/// The contract's formulas, computed in i128 so they cannot overflow; `None` where the
+/// module must report the parameters as too large.
+fn reference(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> Option<([i128; 5], Option<Option<i128>>)> {
+    let (now, ei) = (now as i128, (period / count) as i128);
+    let limit = max_burst as i128 + 1;
+    let dvt = ei * limit;
+    let fits = |v: i128| v >= i64::MIN as i128 && v <= i64::MAX as i128;
+    if !fits(dvt) {
+        return None;
+    }
+    let tat = tat.map_or(now, |t| (t as i128).max(now));
+    let remaining = |ttl: i128| ((dvt - ttl).div_euclid(ei)).clamp(0, limit);
+    // Each result: reply (ns) and the new stored state (None: unchanged, Some(None): deleted).
+    if q < 0 {
+        let new_tat = (tat + ei * q as i128).max(now);
+        let ttl = new_tat - now;
+        let write = if new_tat == now { Some(None) } else { Some(Some(new_tat)) };
+        return Some(([0, limit, remaining(ttl), -1, ttl], write));
+    }
+    if q as i128 > limit {
+        return Some(([1, limit, remaining(tat - now), -1, tat - now], None));
+    }
+    let new_tat = tat + ei * q as i128;
+    if !fits(new_tat) || !fits(new_tat - dvt) {
+        return None;
+    }
+    if now < new_tat - dvt {
+        let ttl = tat - now;
+        return Some(([1, limit, remaining(ttl), new_tat - dvt - now, ttl], None));
+    }
+    let ttl = new_tat - now;
+    Some(([0, limit, remaining(ttl), -1, ttl], if q == 0 { None } else { Some(Some(new_tat)) }))
+}
+
+fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> std::result::Result<(), TestCaseError> {
+    let Ok(p) = Params::new(max_burst, count, Nanos::new(period).unwrap()) else {
+        let ei = period / count;
+        prop_assert!(ei == 0 || (ei as i128) * (max_burst as i128 + 1) > i64::MAX as i128);
+        return Ok(());
+    };
+    let got = decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q);
+    let want = reference(tat, now, max_burst, count, period, q);
+    match (got, want) {
+        (Err(Error::TooLarge), None) => {}
+        (Ok(d), Some((reply, write))) => {
+            let r = d.reply;
+            let got_reply = [
+                i128::from(r.limited),
+                r.limit as i128,
+                r.remaining as i128,
+                r.retry_after.map_or(-1, |n| n.as_nanos() as i128),
+                r.reset_after.as_nanos() as i128,
+            ];
+            prop_assert_eq!(got_reply, reply);
+            prop_assert!(r.remaining >= 0 && r.remaining <= r.limit);
+            let got_write = match d.effect {
+                Effect::Nothing => None,
+                Effect::Delete => Some(None),
+                Effect::Store { state, expires_at } => {
+                    prop_assert_eq!(state, expires_at);
+                    Some(Some(state.as_nanos() as i128))
+                }
+            };
+            prop_assert_eq!(got_write, write);
+        }
+        (got, want) => prop_assert!(false, "module {:?} vs reference {:?}", got, want),
+    }
+    Ok(())
+}
+
+fn around_limits() -> impl Strategy<Value = i64> {
+    prop_oneof![1i64..=100, 1i64..=i64::MAX, (i64::MAX - 1000)..=i64::MAX, (1i64 << 30)..(1i64 << 34)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    #[test]
+    fn matches_the_reference_everyday(
+        tat_offset in proptest::option::of(-100_000i64..200_000),
+        max_burst in 0i64..20, count in 1i64..20, period in 1i64..20_000, q in -30i64..30,
+    ) {
+        let now = T0;
+        check(tat_offset.map(|o| now + o), now, max_burst, count, period, q)?;
+    }
+
+    #[test]
+    fn matches_the_reference_near_the_limits(
+        tat in proptest::option::of(0i64..=i64::MAX), now in 0i64..=i64::MAX,
+        max_burst in prop_oneof![0i64..10, 0i64..=i64::MAX - 1], count in around_limits(),
+        period in around_limits(), q in prop_oneof![-5i64..5, i64::MIN..=i64::MAX],
+    ) {
+        check(tat, now, max_burst, count, period, q)?;
+    }
+
+    /// Over any sequence of calls, the units admitted never exceed what the limiter allows:
+    /// `limit` at once plus one per emission interval elapsed.
+    #[test]
+    fn never_admits_more_than_the_rate(
+        max_burst in 0i64..10, ei in 1i64..1000,
+        calls in proptest::collection::vec((0i64..3000, -2i64..6), 1..60),
+    ) {
+        let p = Params::new(max_burst, 1, Nanos::new(ei).unwrap()).unwrap();
+        let (mut state, mut now, mut admitted) = (None, T0, 0i64);
+        for (step, q) in calls {
+            now += step;
+            let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+            if !d.reply.limited && q > 0 { admitted += q }
+            if q < 0 { admitted = (admitted + q).max(0) } // a refund returns units
+            match d.effect {
+                Effect::Store { state: s, .. } => state = Some(s),
+                Effect::Delete => state = None,
+                Effect::Nothing => {}
+            }
+            let elapsed = now - T0;
+            prop_assert!(admitted <= p.limit() + elapsed / ei, "admitted {} by {}", admitted, elapsed);
+        }
+    }
+}
