@@ -1,0 +1,305 @@
+//! The one small harness every integration test uses: real redis-servers (or Valkey) on
+//! free loopback ports, each with the freshly built module loaded, in throwaway folders.
+//!
+//! The server under test is chosen by the environment, so the same tests run against every
+//! server in the compatibility matrix:
+//! - `THROTTLE_SERVER`: the command (words separated by spaces) that runs a redis-server;
+//!   default `redis-server`.
+//! - `THROTTLE_CLI`: the redis-cli to use for cluster creation; default `redis-cli`.
+//! - `THROTTLE_MODULE`: the module to load; default: built here with `cargo build --release`.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, RedisResult, Value};
+
+pub type Reply = [i64; 5];
+
+/// Path of the module, built once per test binary (cargo test does not build cdylibs).
+pub fn module_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Ok(path) = std::env::var("THROTTLE_MODULE") {
+            return PathBuf::from(path);
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--lib", "--quiet"])
+            .current_dir(root)
+            .status()
+            .expect("run cargo build for the module");
+        assert!(status.success(), "building the module failed");
+        let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from);
+        target.join("release/libredis_throttle.so")
+    })
+    .clone()
+}
+
+fn server_command() -> Vec<String> {
+    let cmd = std::env::var("THROTTLE_SERVER").unwrap_or_else(|_| "redis-server".into());
+    cmd.split_whitespace().map(String::from).collect()
+}
+
+pub fn cli_command() -> String {
+    std::env::var("THROTTLE_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// A port with nothing listening on it (and, for cluster nodes, on its bus port too).
+pub fn free_port(cluster: bool) -> u16 {
+    for _ in 0..1000 {
+        let port = if cluster {
+            20_000 + (rand::random::<u16>() % 35_000)
+        } else {
+            match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+                Ok(addr) => addr.port(),
+                Err(_) => continue,
+            }
+        };
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && (!cluster || (port <= 55_535 && free(port + 10_000))) {
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct Options {
+    pub module: bool,
+    pub debug_commands: bool,
+    pub cluster: bool,
+    pub args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { module: true, debug_commands: false, cluster: false, args: Vec::new() }
+    }
+}
+
+impl Options {
+    pub fn arg(mut self, words: &str) -> Self {
+        self.args.extend(words.split_whitespace().map(String::from));
+        self
+    }
+    pub fn without_module(mut self) -> Self {
+        self.module = false;
+        self
+    }
+    pub fn debug_commands(mut self) -> Self {
+        self.debug_commands = true;
+        self
+    }
+}
+
+/// A running server; killed (and its folder removed) on drop.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    options: Options,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::with(Options::default())
+    }
+
+    pub fn with(options: Options) -> Server {
+        let port = free_port(options.cluster);
+        let dir = std::env::temp_dir().join(format!("throttle-test-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create server folder");
+        let mut server = Server { port, dir, options, child: None };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let mut words = server_command();
+        let program = words.remove(0);
+        let mut cmd = Command::new(&program);
+        cmd.args(words)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
+            .arg(&self.dir)
+            .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
+        if self.options.module {
+            cmd.arg("--loadmodule").arg(module_path());
+            if self.options.debug_commands {
+                cmd.args(["DEBUG-COMMANDS", "yes"]);
+            }
+        }
+        if self.options.cluster {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+        }
+        cmd.args(&self.options.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot start `{program}` ({e}); install redis-server (`make test` does) or set THROTTLE_SERVER")
+        });
+        self.child = Some(child);
+        let dir = self.dir.clone();
+        let log = dir.join("server.log");
+        wait_until(&format!("the server on port {} (log: {})", self.port, log.display()), Duration::from_secs(20), || {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("server exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+        });
+        // Make sure the server on this port is the one just started.
+        let mut c = self.client();
+        let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c).unwrap();
+        let ours = std::fs::canonicalize(&self.dir).unwrap();
+        assert_eq!(Path::new(&got[1]), ours, "another server answers on port {}", self.port);
+    }
+
+    /// Stops the server (SHUTDOWN, so it persists what it is configured to) and starts it again
+    /// with the same folder and options (plus `extra` arguments).
+    pub fn restart(&mut self, extra: &str) {
+        let mut c = self.client();
+        let _: RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut c);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        self.options = self.options.clone().arg(extra);
+        self.launch();
+    }
+
+    /// Kills the server with SIGKILL (no persistence on the way out).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_client(&self) -> RedisResult<Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    pub fn client(&self) -> Connection {
+        self.try_client().expect("connect to the server")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub fn is_alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+            && self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+    }
+
+    /// `redis_version` from INFO, as (major, minor, patch).
+    pub fn version(&self) -> (u32, u32, u32) {
+        let info: String = redis::cmd("INFO").arg("server").query(&mut self.client()).unwrap();
+        let v = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .expect("redis_version in INFO");
+        let mut parts = v.trim().split('.').map(|p| p.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+
+    /// Starts a replica of this server (with or without the module) and waits for its link.
+    pub fn replica(&self, options: Options) -> Server {
+        let replica = Server::with(options.arg(&format!("--replicaof 127.0.0.1 {}", self.port)));
+        wait_until("the replica's link to its master", Duration::from_secs(30), || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut replica.client()).unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        replica
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Sends one command and returns the raw reply.
+pub fn call(c: &mut Connection, args: &[&[u8]]) -> RedisResult<Value> {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c)
+}
+
+/// Runs a rate-limiting command given as one string of words, expecting the five integers.
+pub fn throttle(c: &mut Connection, words: &str) -> Reply {
+    try_throttle(c, words).unwrap_or_else(|e| panic!("{words}: {e}"))
+}
+
+pub fn try_throttle(c: &mut Connection, words: &str) -> RedisResult<Reply> {
+    let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+    let v: Vec<i64> = redis::FromRedisValue::from_redis_value(call(c, &args)?)?;
+    Ok(v.try_into().unwrap_or_else(|v: Vec<i64>| panic!("{words}: expected five integers, got {v:?}")))
+}
+
+/// The error text a command replies with (panics if it succeeds).
+pub fn error_of(c: &mut Connection, args: &[&[u8]]) -> String {
+    match call(c, args) {
+        Err(e) => {
+            let code = e.code().unwrap_or("");
+            let detail = e.detail().unwrap_or("");
+            format!("{code} {detail}").trim().to_string()
+        }
+        Ok(v) => panic!("expected an error from {:?}, got {v:?}", args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()),
+    }
+}
+
+/// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+).
+pub fn snapshot(c: &mut Connection) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .filter_map(|k| {
+            let v: Option<Vec<u8>> = redis::cmd("GET").arg(&k).query(c).unwrap();
+            let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
+            v.map(|v| (k, v, at))
+        })
+        .collect()
+}
+
+/// Runs commands inside MULTI/EXEC, where Redis 7.2+ freezes the command clock: every call
+/// sees the same instant (earlier servers use the real-time clock; see `frozen_clock`).
+pub fn in_multi(c: &mut Connection, calls: &[&str]) -> Vec<Reply> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for words in calls {
+        let mut args = words.split_whitespace();
+        let mut cmd = redis::cmd(args.next().unwrap());
+        for a in args {
+            cmd.arg(a);
+        }
+        pipe.add_command(cmd);
+    }
+    pipe.query(c).unwrap()
+}
+
+/// Whether the server gives modules its cached command time (Redis 7.2+, Valkey 7.2.6+).
+pub fn frozen_clock(server: &Server) -> bool {
+    server.version() >= (7, 2, 0)
+}
