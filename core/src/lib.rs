@@ -54,6 +54,16 @@ pub enum Effect<S> {
     Delete,
 }
 
+impl<S> Effect<S> {
+    pub fn map<T>(self, f: impl FnOnce(S) -> T) -> Effect<T> {
+        match self {
+            Effect::Nothing => Effect::Nothing,
+            Effect::Store { state, expires_at } => Effect::Store { state: f(state), expires_at },
+            Effect::Delete => Effect::Delete,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision<S> {
     pub reply: Reply,
