@@ -1,0 +1,27 @@
+# redis-throttle: `make run` builds the module and serves it; `make test` runs every test.
+PORT ?= 6379
+MODULE := target/release/libredis_throttle.so
+
+.PHONY: all build run test bench deps clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cargo build --release --lib
+
+# A local redis-server with the module loaded, in the foreground.
+run: build
+	redis-server --port $(PORT) --save "" --appendonly no --loadmodule $(abspath $(MODULE))
+
+# Unit and property tests of the algorithms, then integration tests against real servers.
+test: build
+	cargo test --workspace --release
+
+bench: build
+	bench/run.sh
+
+clean:
+	cargo clean

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing need, when missing: a C toolchain and libclang (bindgen
+# runs when the redis-module crate builds), redis-server and redis-tools. Uses apt-get as
+# root; otherwise says exactly what to install.
+set -euo pipefail
+
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (https://rustup.rs) first" >&2; exit 1; }
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing: ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Debian's package starts a system redis on 6379; `make run` wants that port.
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+  service redis-server stop >/dev/null 2>&1 || true
+else
+  echo "missing: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
