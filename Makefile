@@ -18,7 +18,7 @@ run: build
 
 # Unit and property tests of the algorithms, then integration tests against real servers.
 test: build
-	cargo test --workspace --release
+	cargo test --workspace
 
 bench: build
 	bench/run.sh
