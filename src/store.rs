@@ -2,24 +2,26 @@
 //! key API and replicated as plain commands with absolute times, so that replicas, AOF
 //! replays and servers without the module reproduce it byte for byte.
 
-use std::os::raw::{c_int, c_longlong};
+use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 use throttle_core::{Effect, Error, Result};
 
 use crate::dispatch::Call;
 
-/// What can be stored as a limiter's value.
+/// What can be stored as a limiter's value. Implementations write the value, its expiry
+/// and the replicated commands that reproduce both.
 pub trait Value {
-    /// Writes `self` into the open key (which exists as a string of `old` bytes, or not at all)
-    /// and replicates the write, with the key expiring at `expires_ms`.
-    fn write(&self, key: &LimiterKey, old: Option<usize>, expires_ms: i64) -> Result<()>;
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()>;
 }
 
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut RedisModuleString,
+    /// Null once closed.
     key: *mut RedisModuleKey,
+    /// Whether the key held a string when opened.
+    exists: bool,
 }
 
 macro_rules! api {
@@ -28,7 +30,7 @@ macro_rules! api {
             // SAFETY: a copy of the function pointer Redis filled in at load time.
             #[allow(unused_unsafe)]
             let f = unsafe { raw::$f };
-            f.ok_or(Error::Internal(concat!(stringify!($f), " is not available").into()))?
+            f.ok_or_else(|| Error::Internal(concat!(stringify!($f), " is not available").into()))?
         }
     };
 }
@@ -44,16 +46,20 @@ impl LimiterKey {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let opened = LimiterKey { ctx: call.ctx, name, key };
+        let mut opened = LimiterKey { ctx: call.ctx, name, key, exists: false };
         match unsafe { key_type(key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(opened),
+            raw::REDISMODULE_KEYTYPE_EMPTY => Ok(opened),
+            raw::REDISMODULE_KEYTYPE_STRING => {
+                opened.exists = true;
+                Ok(opened)
+            }
             _ => Err(Error::WrongType),
         }
     }
 
     /// The stored bytes, `None` when the key does not exist.
     pub fn value(&self) -> Result<Option<&[u8]>> {
-        if self.is_empty()? {
+        if !self.exists {
             return Ok(None);
         }
         let dma = api!(RedisModule_StringDMA);
@@ -78,34 +84,49 @@ impl LimiterKey {
         Ok((at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at))
     }
 
-    fn is_empty(&self) -> Result<bool> {
-        Ok(unsafe { api!(RedisModule_KeyType)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY)
-    }
-
-    /// Applies a decision's effect: store (in place where the length allows), or delete.
-    pub fn apply<V: Value>(&self, effect: Effect<V>) -> Result<()> {
+    /// Applies a decision's effect. Consumes the key: after a write it must not be read.
+    pub fn apply<V: Value>(self, effect: Effect<V>) -> Result<()> {
         match effect {
-            Effect::Nothing => return Ok(()),
-            Effect::Store { state, expires_at } => {
-                let old = self.value()?.map(<[u8]>::len);
-                let expires_ms = expires_at.ceil_millis();
-                state.write(self, old, expires_ms)?;
-                self.set_expiry(expires_ms)?;
-                self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
-            }
+            Effect::Nothing => Ok(()),
+            Effect::Store { state, expires_at } => state.store(self, expires_at.ceil_millis()),
+            Effect::Delete if !self.exists => Ok(()),
             Effect::Delete => {
-                if self.is_empty()? {
-                    return Ok(());
-                }
                 unsafe { api!(RedisModule_DeleteKey)(self.key) };
                 unsafe { api!(RedisModule_Replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name) };
-                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+                self.wrote(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+                Ok(())
             }
         }
-        if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
-            unsafe { signal(self.ctx, self.name) };
+    }
+
+    /// Creates or replaces the value through Redis's own `SET key value PXAT ms`: the value
+    /// gets SET's compact encoding (an integer costs no more than `SET key <int>`), and SET
+    /// itself notifies, marks the dataset dirty and propagates, with an absolute time.
+    fn set(mut self, value: &[u8], expires_ms: i64) -> Result<()> {
+        self.close(); // SET replaces the value under any open handle
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        let call = api!(RedisModule_Call);
+        let reply = unsafe {
+            call(self.ctx, c"SET".as_ptr(), c"!sbcb".as_ptr(), self.name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
+        };
+        if reply.is_null() {
+            return Err(Error::Internal(format!("SET failed: {}", std::io::Error::last_os_error())));
         }
+        unsafe { api!(RedisModule_FreeCallReply)(reply) };
         Ok(())
+    }
+
+    /// Overwrites the existing value's bytes in place (no reallocation) and moves its expiry.
+    /// The caller replicates.
+    fn overwrite(&self, value: &[u8], expires_ms: i64) -> Result<()> {
+        let mut len = 0usize;
+        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut len, raw::REDISMODULE_WRITE as c_int) };
+        if ptr.is_null() || len != value.len() {
+            return Err(Error::Internal("cannot write the value in place".into()));
+        }
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
+        self.set_expiry(expires_ms)
     }
 
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
@@ -118,56 +139,49 @@ impl LimiterKey {
         Ok(())
     }
 
-    fn notify(&self, class: c_int, event: &std::ffi::CStr) {
+    /// After a write through the key API: keyspace notification, and WATCH / client tracking.
+    fn wrote(&self, class: c_int, event: &std::ffi::CStr) {
         if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
             unsafe { notify(self.ctx, class, event.as_ptr(), self.name) };
         }
+        if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+            unsafe { signal(self.ctx, self.name) };
+        }
     }
 
-    /// Writable bytes of the existing string value, resized to `len` first.
-    fn bytes_mut(&self, len: usize) -> Result<&mut [u8]> {
-        let current = self.value()?.map_or(0, <[u8]>::len);
-        if current != len && unsafe { api!(RedisModule_StringTruncate)(self.key, len) } != raw::Status::Ok as c_int {
-            return Err(Error::Internal("cannot resize the value".into()));
+    fn close(&mut self) {
+        if !self.key.is_null() {
+            if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
+                unsafe { close(self.key) };
+            }
+            self.key = std::ptr::null_mut();
         }
-        let mut got = 0usize;
-        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
-        if ptr.is_null() || got != len {
-            return Err(Error::Internal("cannot write the value".into()));
-        }
-        Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 }
 
 impl Drop for LimiterKey {
     fn drop(&mut self) {
-        if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
-            unsafe { close(self.key) };
-        }
+        self.close();
     }
 }
 
 /// An integer value (a TAT, a count, a deficit), stored as its decimal text like `SET key <int>`.
 impl Value for i64 {
-    fn write(&self, key: &LimiterKey, old: Option<usize>, expires_ms: i64) -> Result<()> {
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
         let digits = Decimal::new(*self);
         let text = digits.as_bytes();
-        if old == Some(text.len()) {
-            // Same length (a TAT always is): overwrite in place, no reallocation.
-            key.bytes_mut(text.len())?.copy_from_slice(text);
-        } else {
-            // A new key: an integer-encoded value, as compact as `SET key <int>`.
-            let create = api!(RedisModule_CreateStringFromLongLong);
-            let value = unsafe { create(key.ctx, *self) };
-            let status = unsafe { api!(RedisModule_StringSet)(key.key, value) };
-            unsafe { api!(RedisModule_FreeString)(key.ctx, value) };
-            if status != raw::Status::Ok as c_int {
-                return Err(Error::Internal("cannot set the value".into()));
-            }
+        if key.value()?.map(<[u8]>::len) != Some(text.len()) {
+            return key.set(text, expires_ms);
         }
-        // `SET key <value> PXAT <ms>`: absolute, so every copy expires at the same instant.
-        let replicate = api!(RedisModule_Replicate);
-        unsafe { replicate(key.ctx, c"SET".as_ptr(), c"slcl".as_ptr(), key.name, *self as c_longlong, c"PXAT".as_ptr(), expires_ms as c_longlong) };
+        // Same length (a TAT always is): rewrite the digits in place, then replicate the
+        // equivalent `SET key <value> PXAT <ms>` (numbers as text buffers, cheapest for Redis).
+        key.overwrite(text, expires_ms)?;
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        unsafe {
+            api!(RedisModule_Replicate)(key.ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), key.name, text.as_ptr(), text.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
+        };
+        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"set");
         Ok(())
     }
 }
