@@ -14,6 +14,7 @@ pub mod gcra;
 mod limits;
 pub mod request;
 pub mod time;
+pub mod window;
 
 pub use error::{Error, Result};
 pub use time::{Instant, Nanos, Unit};
