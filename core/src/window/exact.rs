@@ -99,7 +99,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
         _ => None,
     };
 
-    match super::Verdict::of(quantity, used, params) {
+    match Verdict::of(quantity, used, params) {
         Verdict::Refund(units) => {
             let keep = log.len - usize::try_from(units).unwrap_or(usize::MAX).min(in_window);
             if keep == first {
