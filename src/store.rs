@@ -5,7 +5,7 @@
 use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
-use throttle_core::{Effect, Error, Result};
+use throttle_core::{Effect, Error, Patch, Result};
 
 use crate::dispatch::Call;
 
@@ -120,13 +120,23 @@ impl LimiterKey {
     /// Overwrites the existing value's bytes in place (no reallocation) and moves its expiry.
     /// The caller replicates.
     fn overwrite(&self, value: &[u8], expires_ms: i64) -> Result<()> {
-        let mut len = 0usize;
-        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut len, raw::REDISMODULE_WRITE as c_int) };
-        if ptr.is_null() || len != value.len() {
+        self.resize_for_writing(value.len())?.copy_from_slice(value);
+        self.set_expiry(expires_ms)
+    }
+
+    /// The existing value resized to `len` (growth zero-filled), writable in place.
+    fn resize_for_writing(&self, len: usize) -> Result<&mut [u8]> {
+        if self.value()?.map(<[u8]>::len) != Some(len)
+            && unsafe { api!(RedisModule_StringTruncate)(self.key, len) } != raw::Status::Ok as c_int
+        {
+            return Err(Error::Internal("cannot resize the value".into()));
+        }
+        let mut got = 0usize;
+        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+        if ptr.is_null() || got != len {
             return Err(Error::Internal("cannot write the value in place".into()));
         }
-        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
-        self.set_expiry(expires_ms)
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
@@ -182,6 +192,45 @@ impl Value for i64 {
             api!(RedisModule_Replicate)(key.ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), key.name, text.as_ptr(), text.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
         };
         key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        Ok(())
+    }
+}
+
+/// A binary value edited in place (CL.WINDOW's log): the patch's chunks are written into the
+/// existing string and replicated as `SETRANGE`s plus `PEXPIREAT`, so a call costs what it
+/// changes. A new key, a whole rewrite or a shrink goes as one `SET … PXAT`.
+impl Value for Patch {
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
+        let old = key.value()?;
+        match old {
+            Some(old) if !self.is_whole() && self.len >= old.len() => {}
+            _ => {
+                let mut whole = old.map(<[u8]>::to_vec).unwrap_or_default();
+                self.apply(&mut whole);
+                return key.set(&whole, expires_ms);
+            }
+        }
+        let buf = key.resize_for_writing(self.len)?;
+        for (offset, bytes) in &self.chunks {
+            let target = offset
+                .checked_add(bytes.len())
+                .and_then(|end| buf.get_mut(*offset..end))
+                .ok_or_else(|| Error::Internal("a patch chunk lies outside the value".into()))?;
+            target.copy_from_slice(bytes);
+        }
+        key.set_expiry(expires_ms)?;
+        let replicate = api!(RedisModule_Replicate);
+        for (offset, bytes) in &self.chunks {
+            let offset = Decimal::new(i64::try_from(*offset).unwrap_or(i64::MAX));
+            let offset = offset.as_bytes();
+            unsafe {
+                replicate(key.ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), key.name, offset.as_ptr(), offset.len(), bytes.as_ptr(), bytes.len())
+            };
+        }
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        unsafe { replicate(key.ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), key.name, at.as_ptr(), at.len()) };
+        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"setrange");
         Ok(())
     }
 }

@@ -12,14 +12,19 @@ use std::time::Duration;
 fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
     let mut rng = rand::rng();
     for _ in 0..n {
-        let key = format!("rl:{}", rng.random_range(0..40));
+        let command = commands[rng.random_range(0..commands.len())];
+        let key = format!("rl:{}:{}", command.to_lowercase(), rng.random_range(0..40));
         let quantity = rng.random_range(-3i64..6);
         let unit = if rng.random_bool(0.3) { " MS" } else { "" };
-        let command = commands[rng.random_range(0..commands.len())];
-        // Long periods: nothing expires while the test compares copies.
+        // Long periods: nothing expires while the test compares copies. With MS every time
+        // argument is in milliseconds, so it is scaled to the same durations.
+        let t = |secs: i64| if unit.is_empty() { secs } else { secs * 1000 };
         let words = match command {
-            "CL.THROTTLE" if unit.is_empty() => format!("CL.THROTTLE {key} 5 3 600 {quantity}"),
-            "CL.THROTTLE" => format!("CL.THROTTLE {key} 5 3 600000 {quantity} MS"),
+            "CL.THROTTLE" => format!("CL.THROTTLE {key} 5 3 {} {quantity}{unit}", t(600)),
+            "CL.WINDOW" => format!("CL.WINDOW {key} 12 {} {quantity}{unit}", t(600)),
+            "CL.WINDOW-P" => format!("CL.WINDOW {key} 12 {} {quantity} PRECISION {}{unit}", t(600), t(60)),
+            "CL.BUCKET" => format!("CL.BUCKET {key} 8 2 {} {quantity}{unit}", t(300)),
+            "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
             other => panic!("unknown command {other}"),
         };
         let _ = harness::try_throttle(c, &words).unwrap_or_else(|e| panic!("{words}: {e}"));
@@ -48,7 +53,7 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
 
-    random_calls(&mut c, 3000, &["CL.THROTTLE"]);
+    random_calls(&mut c, 4000, &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER"]);
     wait_for_replica(&master, &replica);
 
     let on_master = snapshot(&mut c);

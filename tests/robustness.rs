@@ -8,7 +8,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use redis::Value;
 
-const COMMANDS: &[&str] = &["CL.THROTTLE"];
+const COMMANDS: &[&str] = &["CL.THROTTLE", "CL.WINDOW", "CL.BUCKET", "CL.COUNTER"];
 
 fn random_arg(rng: &mut impl Rng) -> Vec<u8> {
     let numbers: &[&str] = &[

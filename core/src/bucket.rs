@@ -6,8 +6,9 @@
 //!
 //! # Stored state
 //!
-//! As small as a counter: the key holds `D`, the bucket's deficit (tokens missing from full,
-//! `1..=capacity`) as a decimal integer, measured when the key was last written; the key
+//! As small as a counter: the key holds `−D`, minus the bucket's deficit (tokens missing from
+//! full, `1..=capacity`) as a decimal integer, measured when the key was last written (negative,
+//! so that no bucket value reads as another limiter's: see `kind`); the key
 //! expires at `full_at` (`PEXPIRETIME key`, whole milliseconds), the refill at which the
 //! bucket is full again. No key means a full bucket.
 //!
@@ -29,12 +30,20 @@ pub struct State {
     pub full_at: Instant,
 }
 
-/// Reads a stored deficit and its key's absolute expiry in milliseconds. A deficit below
+/// Reads a stored `−deficit` and its key's absolute expiry in milliseconds. A deficit below
 /// one, or one without an expiry, is not a bucket's state (a deficit above the capacity is
 /// accepted: the parameters changed, and it is clamped when deciding).
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
-    let (deficit, full_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 1, "CL.BUCKET")?;
-    Ok(State { deficit, full_at })
+    let (negated, full_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, i64::MIN, "CL.BUCKET")?;
+    match negated.checked_neg() {
+        Some(deficit) if deficit >= 1 => Ok(State { deficit, full_at }),
+        _ => Err(Error::InvalidState("CL.BUCKET")),
+    }
+}
+
+/// The stored form of a deficit: its negation.
+fn encode(deficit: i64) -> i64 {
+    -deficit
 }
 
 /// Validated parameters: `capacity` tokens when full, `tokens` more every `interval`.
@@ -133,7 +142,7 @@ impl Now {
         let effect = match (deficit, had_state) {
             (0, true) => Effect::Delete,
             (0, false) => Effect::Nothing,
-            _ => Effect::Store { state: deficit, expires_at: full_at },
+            _ => Effect::Store { state: encode(deficit), expires_at: full_at },
         };
         Ok(Decision { reply: p.reply(false, deficit, full_at.saturating_since(now), None), effect })
     }

@@ -23,8 +23,14 @@ pub struct State {
 /// expiry, a negative count or an expiry out of range is not a counter's state.
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (count, closes_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.COUNTER")?;
+    if count > MAX_LIMIT {
+        return Err(Error::InvalidState("CL.COUNTER"));
+    }
     Ok(State { count, closes_at })
 }
+
+/// Counts stay below 10^18, so that no count reads as a CL.THROTTLE TAT (see `kind`).
+pub const MAX_LIMIT: i64 = crate::kind::MIN_TAT - 1;
 
 /// Validated parameters: at most `limit` units per window of `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +43,8 @@ impl Params {
     /// `window` must be a positive whole number of milliseconds (as every time argument
     /// is), so that a window opening on a whole millisecond closes on one.
     pub fn new(limit: i64, window: Nanos) -> Result<Params> {
-        if limit < 1 {
-            return Err(Error::OutOfRange { name: "limit", range: "an integer from 1 to 9223372036854775807" });
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(Error::OutOfRange { name: "limit", range: "an integer from 1 to 999999999999999999" });
         }
         crate::time::whole_millis(window, "window")?;
         Ok(Params { limit, window })

@@ -11,6 +11,7 @@ pub mod bucket;
 pub mod counter;
 pub mod error;
 pub mod gcra;
+pub mod kind;
 mod limits;
 pub mod request;
 pub mod time;

@@ -1,7 +1,7 @@
 //! Typed requests: a command's arguments (after the command name) parsed and validated.
 //! Pure, so the parsing of every command can be tested and fuzzed without a server.
 
-use crate::args::{Tail, non_negative, positive};
+use crate::args::{Tail, integer, non_negative, positive};
 use crate::error::{Error, Result};
 use crate::{bucket, counter, gcra, window};
 use crate::time::Unit;
@@ -37,7 +37,8 @@ pub type Window<'a> = Request<'a, window::Params>;
 impl<'a> Window<'a> {
     pub fn parse(args: &[&'a [u8]]) -> Result<Self> {
         let (key, [limit, window], tail) = positional(args, 4, "cl.window")?;
-        let limit = positive(limit, "limit")?;
+        // The limit's range depends on PRECISION: window::Params checks it.
+        let limit = integer(limit)?;
         let window = positive(window, "window")?;
         let tail = Tail::parse(tail, true)?;
         let precision = tail.precision.map(|p| tail.duration(p)).transpose()?;
@@ -67,7 +68,8 @@ pub type Counter<'a> = Request<'a, counter::Params>;
 impl<'a> Counter<'a> {
     pub fn parse(args: &[&'a [u8]]) -> Result<Self> {
         let (key, [limit, window], tail) = positional(args, 2, "cl.counter")?;
-        let limit = positive(limit, "limit")?;
+        let limit = integer(limit)?; // counter::Params checks its range
+
         let window = positive(window, "window")?;
         let tail = Tail::parse(tail, false)?;
         let params = counter::Params::new(limit, tail.duration(window)?)?;

@@ -1,8 +1,11 @@
 //! One file per command. Each is thin: parse a typed request, read the key, let the pure
 //! algorithm decide, apply its effect, reply.
 
+mod bucket;
+mod counter;
 mod debug;
 mod throttle;
+mod window;
 
 use std::ffi::CStr;
 
@@ -40,5 +43,5 @@ pub enum ArgKind {
 /// Flags of every rate-limiting command: it writes, may grow memory, and runs in O(1)-ish time.
 pub const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 
-pub static ALL: [&Spec; 1] = [&throttle::SPEC];
+pub static ALL: [&Spec; 4] = [&throttle::SPEC, &window::SPEC, &bucket::SPEC, &counter::SPEC];
 pub static DEBUG: &Spec = &debug::SPEC;

@@ -1,6 +1,7 @@
 //! `CL.THROTTLE key max_burst count period [quantity] [MS]`: GCRA, redis-cell compatible.
 
 use throttle_core::gcra;
+use throttle_core::kind::{self, Kind};
 use throttle_core::request::Throttle;
 
 use super::{Arg, ArgKind, LIMITER_FLAGS, Spec};
@@ -31,7 +32,7 @@ fn handler(call: &Call) -> throttle_core::Result<[i64; 5]> {
     let request = Throttle::parse(&args)?;
     let now = clock::now();
     let key = LimiterKey::open(call)?;
-    let tat = key.value()?.map(gcra::decode).transpose()?;
+    let tat = key.value()?.map(|stored| kind::read(Kind::Throttle, stored, gcra::decode)).transpose()?;
     let decision = gcra::decide(tat, now, &request.params, request.quantity)?;
     key.apply(decision.effect.map(|tat| tat.as_nanos()))?;
     Ok(decision.reply.to_array(request.unit))

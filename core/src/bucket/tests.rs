@@ -32,7 +32,7 @@ fn drains_then_refills_on_the_grid() {
     let mut s = None;
     assert_eq!(arr(run(&mut s, at(0), &p, 1)), [0, 5, 4, -1, 10]);
     assert_eq!(arr(run(&mut s, at(1), &p, 4)), [0, 5, 0, -1, 29]);
-    assert_eq!(s, Some((5, at(30) / MS)));
+    assert_eq!(s, Some((-5, at(30) / MS)), "stored as minus the deficit");
     assert_eq!(arr(run(&mut s, at(2), &p, 1)), [1, 5, 0, 8, 28]);
     assert_eq!(arr(run(&mut s, at(2), &p, 3)), [1, 5, 0, 18, 28], "needs two refills");
     assert_eq!(arr(run(&mut s, at(2), &p, 6)), [1, 5, 0, -1, 28], "never admittable");
@@ -51,7 +51,7 @@ fn refills_do_not_drift_with_the_calls() {
     for (t, remaining, reset) in [(7, 6, 33), (17, 6, 33), (27, 6, 33), (29, 5, 41)] {
         assert_eq!(arr(run(&mut s, at(t), &p, 1)), [0, 10, remaining, -1, reset], "at {t}");
     }
-    assert_eq!(s, Some((5, at(70) / MS)));
+    assert_eq!(s, Some((-5, at(70) / MS)));
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn the_clock_starts_on_the_next_whole_millisecond() {
     let mut s = None;
     let now = T0 + 250_000; // 0.25 ms past a whole millisecond
     let r = run(&mut s, now, &p, 2);
-    assert_eq!(s, Some((2, T0 / MS + 201)));
+    assert_eq!(s, Some((-2, T0 / MS + 201)));
     assert_eq!(r.to_array(Unit::Millis), [0, 2, 0, -1, 201]);
     // Just before the clock's start nothing has been refilled.
     assert_eq!(run(&mut s, T0 + MS, &p, 0).remaining, 0);
@@ -80,7 +80,7 @@ fn peek_and_refund() {
     assert_eq!(arr(run(&mut s, at(5), &p, 0)), [0, 5, 1, -1, 35]);
     assert_eq!(s, before, "a peek re-times nothing");
     assert_eq!(arr(run(&mut s, at(5), &p, -2)), [0, 5, 3, -1, 15]);
-    assert_eq!(s, Some((2, at(20) / MS)), "a refund keeps the grid");
+    assert_eq!(s, Some((-2, at(20) / MS)), "a refund keeps the grid");
     assert_eq!(arr(run(&mut s, at(5), &p, i64::MIN)), [0, 5, 5, -1, 0]);
     assert_eq!(s, None, "a refund to full deletes the key");
 }
@@ -110,8 +110,8 @@ fn parameters_are_validated() {
 
 #[test]
 fn stored_state_is_a_deficit_with_an_expiry() {
-    assert_eq!(decode(b"3", Some(7)), Ok(State { deficit: 3, full_at: Instant::from_nanos(7 * MS) }));
-    for (bad, ms) in [(&b"3"[..], None), (b"0", Some(7)), (b"-3", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", Some(i64::MIN))] {
+    assert_eq!(decode(b"-3", Some(7)), Ok(State { deficit: 3, full_at: Instant::from_nanos(7 * MS) }));
+    for (bad, ms) in [(&b"-3"[..], None), (b"0", Some(7)), (b"3", Some(7)), (b"-9223372036854775808", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", Some(i64::MIN))] {
         assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.BUCKET")), "{bad:?} {ms:?}");
     }
 }
@@ -192,7 +192,7 @@ proptest! {
             let want = model.call(now as i128, q as i128);
             prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
             prop_assert!(got[2] >= 0 && got[2] <= capacity as i128, "never more than capacity");
-            if let Some((deficit, _)) = stored { prop_assert!(deficit >= 1 && deficit <= capacity) }
+            if let Some((negated, _)) = stored { prop_assert!(-negated >= 1 && -negated <= capacity) }
         }
     }
 
@@ -207,7 +207,7 @@ proptest! {
         q in prop_oneof![-3i64..10, any::<i64>()],
     ) {
         let Ok(p) = Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap()) else { return Ok(()) };
-        let Ok(state) = decode(deficit.to_string().as_bytes(), ms) else { return Ok(()) };
+        let Ok(state) = decode((-deficit).to_string().as_bytes(), ms) else { return Ok(()) };
         let now = Instant::from_nanos(now);
         let (Ok(peek), Ok(d)) = (decide(Some(state), now, &p, 0), decide(Some(state), now, &p, q)) else { return Ok(()) };
         prop_assert!(peek.reply.remaining >= 0 && peek.reply.remaining <= capacity);
@@ -216,7 +216,7 @@ proptest! {
             prop_assert_eq!(d.reply.remaining, peek.reply.remaining - q);
         }
         if let Effect::Store { state: s, expires_at } = d.effect {
-            prop_assert!(s >= 1 && s <= capacity);
+            prop_assert!(-s >= 1 && -s <= capacity);
             prop_assert!(expires_at > now);
         }
     }
