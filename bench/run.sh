@@ -72,15 +72,16 @@ cmd, n, passes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = sys.stdout.buffer
 for _ in range(passes):
     for i in range(n):
-        words = [w.replace("__KEY__", f"lim:{i:08d}").encode() for w in cmd.split()]
-        out.write(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words))
+        for part in cmd.split(";"):  # several commands per key: "MULTI;INCR k;PEXPIRE k 1;EXEC"
+            words = [w.replace("__KEY__", f"lim:{i:08d}").encode() for w in part.split()]
+            out.write(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words))
 PY
   after=$(cli INFO memory | tr -d '\r' | sed -n 's/^used_memory:\([0-9]*\)/\1/p')
   python3 -c "print(f'{($after-$before)/$KEYS:.1f}')"
 }
 
 printf '\nMemory per idle-but-unexpired limiter (bytes per key over %s keys)\n' "$KEYS"
-printf '%-26s %10s %7s %10s %7s\n' command fresh ratio reused ratio
+printf '%-34s %10s %7s %10s %7s\n' command fresh ratio reused ratio
 base_fresh=""
 MEM_SCENARIOS=(
   "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000"
@@ -92,7 +93,7 @@ for s in "${MEM_SCENARIOS[@]}"; do
   IFS='|' read -r name cmd <<<"$s"
   fresh=$(mem_per_key "$cmd" 1); reused=$(mem_per_key "$cmd" 2)
   [ -z "$base_fresh" ] && base_fresh=$fresh && base_reused=$reused
-  printf '%-26s %10s %7s %10s %7s\n' "$name" "$fresh" "$(ratio "$fresh" "$base_fresh")" "$reused" "$(ratio "$reused" "$base_reused")"
+  printf '%-34s %10s %7s %10s %7s\n' "$name" "$fresh" "$(ratio "$fresh" "$base_fresh")" "$reused" "$(ratio "$reused" "$base_reused")"
 done
 echo
 echo "server: $(cli INFO server | tr -d '\r' | grep -E '^redis_version:')"

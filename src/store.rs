@@ -9,6 +9,10 @@ use throttle_core::{Effect, Error, Patch, Result};
 
 use crate::dispatch::Call;
 
+/// Values up to this length are reallocated to their exact size when they grow; longer
+/// ones grow as Redis grows strings (amortised O(1), up to twice the length).
+const EXACT_GROWTH_UP_TO: usize = 4096;
+
 /// What can be stored as a limiter's value. Implementations write the value, its expiry
 /// and the replicated commands that reproduce both.
 pub trait Value {
@@ -126,10 +130,20 @@ impl LimiterKey {
 
     /// The existing value resized to `len` (growth zero-filled), writable in place.
     fn resize_for_writing(&self, len: usize) -> Result<&mut [u8]> {
-        if self.value()?.map(<[u8]>::len) != Some(len)
-            && unsafe { api!(RedisModule_StringTruncate)(self.key, len) } != raw::Status::Ok as c_int
-        {
-            return Err(Error::Internal("cannot resize the value".into()));
+        let truncate = api!(RedisModule_StringTruncate);
+        let resize = |to: usize| match unsafe { truncate(self.key, to) } {
+            status if status == raw::Status::Ok as c_int => Ok(()),
+            _ => Err(Error::Internal("cannot resize the value".into())),
+        };
+        let old = self.value()?.map_or(0, <[u8]>::len);
+        if len > old && len <= EXACT_GROWTH_UP_TO {
+            // Redis grows strings greedily (up to twice the length). For a small value, grow
+            // one byte more and shrink back: Redis then reallocates it to its exact size,
+            // which keeps a window's log within 16 bytes per action.
+            resize(len + 1)?;
+            resize(len)?;
+        } else if len != old {
+            resize(len)?;
         }
         let mut got = 0usize;
         let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
