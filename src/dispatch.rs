@@ -63,7 +63,7 @@ pub type Entry = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModule
 
 /// Makes the C entry point of a command from its handler.
 macro_rules! entry {
-    ($handler:path) => {{
+    ($handler:expr) => {{
         unsafe extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,

@@ -5,6 +5,7 @@
 use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
+use throttle_core::limiter::Stored;
 use throttle_core::{Effect, Error, Patch, Result};
 
 use crate::dispatch::Call;
@@ -62,7 +63,7 @@ impl LimiterKey {
     }
 
     /// The stored bytes, `None` when the key does not exist.
-    pub fn value(&self) -> Result<Option<&[u8]>> {
+    fn value(&self) -> Result<Option<&[u8]>> {
         if !self.exists {
             return Ok(None);
         }
@@ -76,8 +77,15 @@ impl LimiterKey {
         Ok(Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }))
     }
 
+    /// What the key holds, for a limiter to decide on; its expiry only when asked for.
+    pub fn stored(&self, with_expiry: bool) -> Result<Option<Stored<'_>>> {
+        let Some(value) = self.value()? else { return Ok(None) };
+        let expires_at_ms = if with_expiry { self.expires_at_ms()? } else { None };
+        Ok(Some(Stored { value, expires_at_ms }))
+    }
+
     /// The key's absolute expiry in Unix milliseconds, `None` when it has none.
-    pub fn expires_at_ms(&self) -> Result<Option<i64>> {
+    fn expires_at_ms(&self) -> Result<Option<i64>> {
         let at = if let Some(abs) = unsafe { raw::RedisModule_GetAbsExpire } {
             unsafe { abs(self.key) }
         } else {

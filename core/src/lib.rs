@@ -12,6 +12,7 @@ pub mod counter;
 pub mod error;
 pub mod gcra;
 pub mod kind;
+pub mod limiter;
 mod limits;
 pub mod request;
 pub mod time;

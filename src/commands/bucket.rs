@@ -1,13 +1,8 @@
 //! `CL.BUCKET key capacity tokens interval [quantity] [MS]`: token bucket, whole-interval refills.
 
-use throttle_core::bucket;
-use throttle_core::kind::{self, Kind};
-use throttle_core::request::Bucket;
+use throttle_core::limiter::TokenBucket;
 
-use super::{Arg, ArgKind, LIMITER_FLAGS, Spec};
-use crate::clock;
-use crate::dispatch::Call;
-use crate::store::LimiterKey;
+use super::{Arg, LIMITER_FLAGS, Spec};
 
 pub const SPEC: Spec = Spec {
     name: "cl.bucket",
@@ -16,26 +11,6 @@ pub const SPEC: Spec = Spec {
     has_key: true,
     summary: c"Rate-limits with a token bucket: capacity tokens, refilled by tokens every whole interval.",
     complexity: c"O(1)",
-    args: &[
-        Arg { name: c"key", kind: ArgKind::Key, optional: false },
-        Arg { name: c"capacity", kind: ArgKind::Integer, optional: false },
-        Arg { name: c"tokens", kind: ArgKind::Integer, optional: false },
-        Arg { name: c"interval", kind: ArgKind::Integer, optional: false },
-        Arg { name: c"quantity", kind: ArgKind::Integer, optional: true },
-        Arg { name: c"ms", kind: ArgKind::Token(c"MS"), optional: true },
-    ],
-    entry: crate::dispatch::entry!(handler),
+    args: &[Arg::KEY, Arg::integer(c"capacity"), Arg::integer(c"tokens"), Arg::integer(c"interval"), Arg::QUANTITY, Arg::MS],
+    entry: crate::dispatch::entry!(super::run::<TokenBucket>),
 };
-
-fn handler(call: &Call) -> throttle_core::Result<[i64; 5]> {
-    let request = Bucket::parse(&call.args())?;
-    let now = clock::now();
-    let key = LimiterKey::open(call)?;
-    let state = match key.value()? {
-        Some(stored) => Some(kind::read(Kind::Bucket, stored, |s| bucket::decode(s, key.expires_at_ms()?))?),
-        None => None,
-    };
-    let decision = bucket::decide(state, now, &request.params, request.quantity)?;
-    key.apply(decision.effect)?;
-    Ok(decision.reply.to_array(request.unit))
-}

@@ -9,6 +9,27 @@ mod window;
 
 use std::ffi::CStr;
 
+use throttle_core::Result;
+use throttle_core::limiter::Limiter;
+
+use crate::clock;
+use crate::dispatch::Call;
+use crate::store::{LimiterKey, Value};
+
+/// Every rate-limiting command: parse a typed request, read the key, let the algorithm
+/// decide, apply its effect, reply.
+pub fn run<L: Limiter>(call: &Call) -> Result<[i64; 5]>
+where
+    L::Write: Value,
+{
+    let request = L::parse(&call.args())?;
+    let now = clock::now();
+    let key = LimiterKey::open(call)?;
+    let decision = L::decide(key.stored(L::READS_EXPIRY)?, now, &request.params, request.quantity)?;
+    key.apply(decision.effect)?;
+    Ok(decision.reply.to_array(request.unit))
+}
+
 /// A command as registered: its handler and what `COMMAND INFO` / `COMMAND DOCS` say of it.
 pub struct Spec {
     pub name: &'static str,
@@ -29,6 +50,16 @@ pub struct Arg {
     pub name: &'static CStr,
     pub kind: ArgKind,
     pub optional: bool,
+}
+
+impl Arg {
+    pub const KEY: Arg = Arg { name: c"key", kind: ArgKind::Key, optional: false };
+    pub const QUANTITY: Arg = Arg { name: c"quantity", kind: ArgKind::Integer, optional: true };
+    pub const MS: Arg = Arg { name: c"ms", kind: ArgKind::Token(c"MS"), optional: true };
+
+    pub const fn integer(name: &'static CStr) -> Arg {
+        Arg { name, kind: ArgKind::Integer, optional: false }
+    }
 }
 
 pub enum ArgKind {
