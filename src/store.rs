@@ -125,8 +125,17 @@ impl LimiterKey {
         if reply.is_null() {
             return Err(Error::Internal(format!("SET failed: {}", std::io::Error::last_os_error())));
         }
+        let failed = unsafe { api!(RedisModule_CallReplyType)(reply) } as isize == raw::REDISMODULE_REPLY_ERROR;
+        let outcome = if failed {
+            let mut len = 0usize;
+            let text = unsafe { api!(RedisModule_CallReplyStringPtr)(reply, &mut len) };
+            let text = if text.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) } };
+            Err(Error::Internal(format!("SET failed: {}", String::from_utf8_lossy(text))))
+        } else {
+            Ok(())
+        };
         unsafe { api!(RedisModule_FreeCallReply)(reply) };
-        Ok(())
+        outcome
     }
 
     /// Overwrites the existing value's bytes in place (no reallocation) and moves its expiry.
