@@ -107,6 +107,23 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
     raw::Status::Ok as c_int
 }
 
+/// Replaces the process's panic hook: a panic (always caught by `run`) is written to the
+/// server's log as its message and location. The default hook would print a backtrace
+/// with `RUST_BACKTRACE` set, and capturing one mixes allocators in ways some servers
+/// (Valkey 8.1) abort on.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let text: String = format!("throttle: a command panicked (bug, answered with an error): {info}")
+            .chars()
+            .map(|c| if c == '\0' { ' ' } else { c })
+            .collect();
+        if let (Some(log), Ok(text)) = (unsafe { raw::RedisModule_Log }, CString::new(text)) {
+            // The message goes as an argument, never as the format.
+            unsafe { log(std::ptr::null_mut(), c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+        }
+    }));
+}
+
 fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
     // An error reply is one line: drop what would break the protocol.
     let text: String = e.to_string().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();

@@ -16,6 +16,7 @@ use redis_module::{Context, RedisString, Status, redis_module};
 /// command on purpose so that tests can prove the server survives a bug (like Redis's own
 /// `enable-debug-command`, it is off unless the operator loads the module with it).
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    dispatch::install_panic_hook();
     // Writes signal modified keys (WATCH, client tracking) explicitly, and only when
     // something changed: a denied call or a peek must not abort a watcher's transaction.
     if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
