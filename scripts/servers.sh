@@ -95,7 +95,7 @@ trixie_rootfs() {
       || { tail -n 20 "$dir/debootstrap.log" >&2; die "debootstrap failed (log: $dir/debootstrap.log)"; }
     # Smaller docker base: no apt lists or package cache.
     rm -rf "$dir/rootfs/var/cache/apt/archives/"*.deb "$dir/rootfs/var/lib/apt/lists/"*
-    touch "$dir/.complete"
+    echo "trixie $(date -u +%Y%m%dT%H%M%SZ) $(mirror)" > "$dir/.complete"
   fi
   ROOTFS="$dir/rootfs"
 }
