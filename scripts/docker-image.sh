@@ -18,11 +18,13 @@ LOCAL_BASE="${LOCAL_BASE:-redis-throttle-base:trixie}"
 build() {
   local base=$1 tag=$2 module=$3
   [ -f "$module" ] || die "no module at $module: run cargo build --release --lib (make docker does)"
-  local ctx; ctx=$(mktemp -d); trap 'rm -rf "$ctx"' RETURN
+  ctx=$(mktemp -d); trap 'rm -rf "$ctx" "$ctx.log"' EXIT
   cp "$module" "$ctx/libredis_throttle.so"
   say "building $tag FROM $base"
-  DOCKER_BUILDKIT=0 timeout 600 docker build -q -f docker/Dockerfile --build-arg "BASE=$base" -t "$tag" "$ctx" >/dev/null \
-    || die "docker build of $tag FROM $base failed (without a registry, FROM must be a local image: make docker-local)"
+  if ! DOCKER_BUILDKIT=0 timeout 600 docker build -f docker/Dockerfile --build-arg "BASE=$base" -t "$tag" "$ctx" >"$ctx.log" 2>&1; then
+    cat "$ctx.log" >&2
+    die "docker build of $tag FROM $base failed (without a registry, FROM must be a local image: make docker-local)"
+  fi
 }
 
 local_base() {
@@ -40,9 +42,9 @@ local_base() {
 }
 
 smoke() {
-  local tag=$1 id port reply
+  local tag=$1 port reply
   id=$(docker run -d --rm -p 127.0.0.1::6379 "$tag") || die "docker run $tag failed"
-  trap 'docker rm -f "$id" >/dev/null 2>&1 || true' RETURN
+  trap 'docker rm -f "$id" >/dev/null 2>&1 || true' EXIT
   port=$(docker port "$id" 6379/tcp | head -n1 | sed 's/.*://')
   [ -n "$port" ] || die "no published port for $tag"
   for _ in $(seq 1 100); do
