@@ -100,10 +100,18 @@ trixie_rootfs() {
   ROOTFS="$dir/rootfs"
 }
 
-# A trixie binary run with the rootfs's own loader and libraries, so host paths keep working.
+# A trixie binary run with the rootfs's own loader and libraries, so host paths keep working:
+# prints a one-word wrapper (target/servers/trixie/bin/NAME) that execs
+#   ROOTFS/lib64/ld-linux-x86-64.so.2 --library-path ROOTFS/lib/…:ROOTFS/usr/lib/… ROOTFS/usr/bin/NAME "$@"
+# (one word, so that it also works where a single program is expected, e.g. THROTTLE_CLI).
 trixie_run() { # BINARY
-  local r=$ROOTFS
-  echo "$r/lib64/ld-linux-x86-64.so.2 --library-path $r/lib/x86_64-linux-gnu:$r/usr/lib/x86_64-linux-gnu $r/usr/bin/$1"
+  local r=$ROOTFS bin; bin="$(dirname "$ROOTFS")/bin"
+  [ -x "$r/usr/bin/$1" ] || die "$r/usr/bin/$1 is missing; remove $(dirname "$ROOTFS") and retry"
+  mkdir -p "$bin"
+  printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' \
+    "$r/lib64/ld-linux-x86-64.so.2" "$r/lib/x86_64-linux-gnu:$r/usr/lib/x86_64-linux-gnu" "$r/usr/bin/$1" > "$bin/$1.tmp"
+  chmod +x "$bin/$1.tmp" && mv "$bin/$1.tmp" "$bin/$1"
+  echo "$bin/$1"
 }
 
 redis_80() {
