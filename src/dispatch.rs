@@ -15,14 +15,36 @@ pub struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    /// The arguments after the command name, as byte strings (binary safe).
-    pub fn args(&self) -> Vec<&'a [u8]> {
-        self.argv.iter().skip(1).map(|&s| bytes(s)).collect()
+    /// The arguments after the command name, as byte strings (binary safe), on the stack:
+    /// no command takes more than `MAX_ARGS`, and one more is kept so that parsing still
+    /// sees "too many".
+    pub fn args(&self) -> Args<'a> {
+        let mut args = Args { items: [&[]; MAX_ARGS + 1], len: 0 };
+        for (slot, &s) in args.items.iter_mut().zip(self.argv.iter().skip(1)) {
+            *slot = bytes(s);
+            args.len += 1;
+        }
+        args
     }
 
     /// The key name as Redis holds it (argument 1; arity guarantees it exists).
     pub fn key_name(&self) -> Result<*mut RedisModuleString> {
         self.argv.get(1).copied().ok_or(Error::Internal("missing key argument".into()))
+    }
+}
+
+/// The most arguments (after the command name) any command accepts.
+pub const MAX_ARGS: usize = 8;
+
+pub struct Args<'a> {
+    items: [&'a [u8]; MAX_ARGS + 1],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for Args<'a> {
+    type Target = [&'a [u8]];
+    fn deref(&self) -> &Self::Target {
+        &self.items[..self.len]
     }
 }
 
@@ -41,7 +63,7 @@ pub type Entry = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModule
 
 /// Makes the C entry point of a command from its handler.
 macro_rules! entry {
-    ($handler:path) => {{
+    ($handler:expr) => {{
         unsafe extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,

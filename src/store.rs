@@ -2,24 +2,31 @@
 //! key API and replicated as plain commands with absolute times, so that replicas, AOF
 //! replays and servers without the module reproduce it byte for byte.
 
-use std::os::raw::{c_int, c_longlong};
+use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
-use throttle_core::{Effect, Error, Result};
+use throttle_core::limiter::Stored;
+use throttle_core::{Effect, Error, Patch, Result};
 
 use crate::dispatch::Call;
 
-/// What can be stored as a limiter's value.
+/// Values up to this length are reallocated to their exact size when they grow; longer
+/// ones grow as Redis grows strings (amortised O(1), up to twice the length).
+const EXACT_GROWTH_UP_TO: usize = 4096;
+
+/// What can be stored as a limiter's value. Implementations write the value, its expiry
+/// and the replicated commands that reproduce both.
 pub trait Value {
-    /// Writes `self` into the open key (which exists as a string of `old` bytes, or not at all)
-    /// and replicates the write, with the key expiring at `expires_ms`.
-    fn write(&self, key: &LimiterKey, old: Option<usize>, expires_ms: i64) -> Result<()>;
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()>;
 }
 
 pub struct LimiterKey {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut RedisModuleString,
+    /// Null once closed.
     key: *mut RedisModuleKey,
+    /// Whether the key held a string when opened.
+    exists: bool,
 }
 
 macro_rules! api {
@@ -28,7 +35,7 @@ macro_rules! api {
             // SAFETY: a copy of the function pointer Redis filled in at load time.
             #[allow(unused_unsafe)]
             let f = unsafe { raw::$f };
-            f.ok_or(Error::Internal(concat!(stringify!($f), " is not available").into()))?
+            f.ok_or_else(|| Error::Internal(concat!(stringify!($f), " is not available").into()))?
         }
     };
 }
@@ -44,16 +51,20 @@ impl LimiterKey {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let opened = LimiterKey { ctx: call.ctx, name, key };
+        let mut opened = LimiterKey { ctx: call.ctx, name, key, exists: false };
         match unsafe { key_type(key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(opened),
+            raw::REDISMODULE_KEYTYPE_EMPTY => Ok(opened),
+            raw::REDISMODULE_KEYTYPE_STRING => {
+                opened.exists = true;
+                Ok(opened)
+            }
             _ => Err(Error::WrongType),
         }
     }
 
     /// The stored bytes, `None` when the key does not exist.
-    pub fn value(&self) -> Result<Option<&[u8]>> {
-        if self.is_empty()? {
+    fn value(&self) -> Result<Option<&[u8]>> {
+        if !self.exists {
             return Ok(None);
         }
         let dma = api!(RedisModule_StringDMA);
@@ -66,8 +77,15 @@ impl LimiterKey {
         Ok(Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }))
     }
 
+    /// What the key holds, for a limiter to decide on; its expiry only when asked for.
+    pub fn stored(&self, with_expiry: bool) -> Result<Option<Stored<'_>>> {
+        let Some(value) = self.value()? else { return Ok(None) };
+        let expires_at_ms = if with_expiry { self.expires_at_ms()? } else { None };
+        Ok(Some(Stored { value, expires_at_ms }))
+    }
+
     /// The key's absolute expiry in Unix milliseconds, `None` when it has none.
-    pub fn expires_at_ms(&self) -> Result<Option<i64>> {
+    fn expires_at_ms(&self) -> Result<Option<i64>> {
         let at = if let Some(abs) = unsafe { raw::RedisModule_GetAbsExpire } {
             unsafe { abs(self.key) }
         } else {
@@ -78,34 +96,69 @@ impl LimiterKey {
         Ok((at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at))
     }
 
-    fn is_empty(&self) -> Result<bool> {
-        Ok(unsafe { api!(RedisModule_KeyType)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY)
-    }
-
-    /// Applies a decision's effect: store (in place where the length allows), or delete.
-    pub fn apply<V: Value>(&self, effect: Effect<V>) -> Result<()> {
+    /// Applies a decision's effect. Consumes the key: after a write it must not be read.
+    pub fn apply<V: Value>(self, effect: Effect<V>) -> Result<()> {
         match effect {
-            Effect::Nothing => return Ok(()),
-            Effect::Store { state, expires_at } => {
-                let old = self.value()?.map(<[u8]>::len);
-                let expires_ms = expires_at.ceil_millis();
-                state.write(self, old, expires_ms)?;
-                self.set_expiry(expires_ms)?;
-                self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set");
-            }
+            Effect::Nothing => Ok(()),
+            Effect::Store { state, expires_at } => state.store(self, expires_at.ceil_millis()),
+            Effect::Delete if !self.exists => Ok(()),
             Effect::Delete => {
-                if self.is_empty()? {
-                    return Ok(());
-                }
                 unsafe { api!(RedisModule_DeleteKey)(self.key) };
                 unsafe { api!(RedisModule_Replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name) };
-                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+                self.wrote(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+                Ok(())
             }
         }
-        if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
-            unsafe { signal(self.ctx, self.name) };
+    }
+
+    /// Creates or replaces the value through Redis's own `SET key value PXAT ms`: the value
+    /// gets SET's compact encoding (an integer costs no more than `SET key <int>`), and SET
+    /// itself notifies, marks the dataset dirty and propagates, with an absolute time.
+    fn set(mut self, value: &[u8], expires_ms: i64) -> Result<()> {
+        self.close(); // SET replaces the value under any open handle
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        let call = api!(RedisModule_Call);
+        let reply = unsafe {
+            call(self.ctx, c"SET".as_ptr(), c"!sbcb".as_ptr(), self.name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
+        };
+        if reply.is_null() {
+            return Err(Error::Internal(format!("SET failed: {}", std::io::Error::last_os_error())));
         }
+        unsafe { api!(RedisModule_FreeCallReply)(reply) };
         Ok(())
+    }
+
+    /// Overwrites the existing value's bytes in place (no reallocation) and moves its expiry.
+    /// The caller replicates.
+    fn overwrite(&self, value: &[u8], expires_ms: i64) -> Result<()> {
+        self.resize_for_writing(value.len())?.copy_from_slice(value);
+        self.set_expiry(expires_ms)
+    }
+
+    /// The existing value resized to `len` (growth zero-filled), writable in place.
+    fn resize_for_writing(&self, len: usize) -> Result<&mut [u8]> {
+        let truncate = api!(RedisModule_StringTruncate);
+        let resize = |to: usize| match unsafe { truncate(self.key, to) } {
+            status if status == raw::Status::Ok as c_int => Ok(()),
+            _ => Err(Error::Internal("cannot resize the value".into())),
+        };
+        let old = self.value()?.map_or(0, <[u8]>::len);
+        if len > old && len <= EXACT_GROWTH_UP_TO {
+            // Redis grows strings greedily (up to twice the length). For a small value, grow
+            // one byte more and shrink back: Redis then reallocates it to its exact size,
+            // which keeps a window's log within 16 bytes per action.
+            resize(len + 1)?;
+            resize(len)?;
+        } else if len != old {
+            resize(len)?;
+        }
+        let mut got = 0usize;
+        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+        if ptr.is_null() || got != len {
+            return Err(Error::Internal("cannot write the value in place".into()));
+        }
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
@@ -118,56 +171,88 @@ impl LimiterKey {
         Ok(())
     }
 
-    fn notify(&self, class: c_int, event: &std::ffi::CStr) {
+    /// After a write through the key API: keyspace notification, and WATCH / client tracking.
+    fn wrote(&self, class: c_int, event: &std::ffi::CStr) {
         if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
             unsafe { notify(self.ctx, class, event.as_ptr(), self.name) };
         }
+        if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+            unsafe { signal(self.ctx, self.name) };
+        }
     }
 
-    /// Writable bytes of the existing string value, resized to `len` first.
-    fn bytes_mut(&self, len: usize) -> Result<&mut [u8]> {
-        let current = self.value()?.map_or(0, <[u8]>::len);
-        if current != len && unsafe { api!(RedisModule_StringTruncate)(self.key, len) } != raw::Status::Ok as c_int {
-            return Err(Error::Internal("cannot resize the value".into()));
+    fn close(&mut self) {
+        if !self.key.is_null() {
+            if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
+                unsafe { close(self.key) };
+            }
+            self.key = std::ptr::null_mut();
         }
-        let mut got = 0usize;
-        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
-        if ptr.is_null() || got != len {
-            return Err(Error::Internal("cannot write the value".into()));
-        }
-        Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 }
 
 impl Drop for LimiterKey {
     fn drop(&mut self) {
-        if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
-            unsafe { close(self.key) };
-        }
+        self.close();
     }
 }
 
 /// An integer value (a TAT, a count, a deficit), stored as its decimal text like `SET key <int>`.
 impl Value for i64 {
-    fn write(&self, key: &LimiterKey, old: Option<usize>, expires_ms: i64) -> Result<()> {
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
         let digits = Decimal::new(*self);
         let text = digits.as_bytes();
-        if old == Some(text.len()) {
-            // Same length (a TAT always is): overwrite in place, no reallocation.
-            key.bytes_mut(text.len())?.copy_from_slice(text);
-        } else {
-            // A new key: an integer-encoded value, as compact as `SET key <int>`.
-            let create = api!(RedisModule_CreateStringFromLongLong);
-            let value = unsafe { create(key.ctx, *self) };
-            let status = unsafe { api!(RedisModule_StringSet)(key.key, value) };
-            unsafe { api!(RedisModule_FreeString)(key.ctx, value) };
-            if status != raw::Status::Ok as c_int {
-                return Err(Error::Internal("cannot set the value".into()));
+        if key.value()?.map(<[u8]>::len) != Some(text.len()) {
+            return key.set(text, expires_ms);
+        }
+        // Same length (a TAT always is): rewrite the digits in place, then replicate the
+        // equivalent `SET key <value> PXAT <ms>` (numbers as text buffers, cheapest for Redis).
+        key.overwrite(text, expires_ms)?;
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        unsafe {
+            api!(RedisModule_Replicate)(key.ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), key.name, text.as_ptr(), text.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
+        };
+        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"set");
+        Ok(())
+    }
+}
+
+/// A binary value edited in place (CL.WINDOW's log): the patch's chunks are written into the
+/// existing string and replicated as `SETRANGE`s plus `PEXPIREAT`, so a call costs what it
+/// changes. A new key, a whole rewrite or a shrink goes as one `SET … PXAT`.
+impl Value for Patch {
+    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
+        let old = key.value()?;
+        match old {
+            Some(old) if !self.is_whole() && self.len >= old.len() => {}
+            _ => {
+                let mut whole = old.map(<[u8]>::to_vec).unwrap_or_default();
+                self.apply(&mut whole);
+                return key.set(&whole, expires_ms);
             }
         }
-        // `SET key <value> PXAT <ms>`: absolute, so every copy expires at the same instant.
+        let buf = key.resize_for_writing(self.len)?;
+        for (offset, bytes) in &self.chunks {
+            let target = offset
+                .checked_add(bytes.len())
+                .and_then(|end| buf.get_mut(*offset..end))
+                .ok_or_else(|| Error::Internal("a patch chunk lies outside the value".into()))?;
+            target.copy_from_slice(bytes);
+        }
+        key.set_expiry(expires_ms)?;
         let replicate = api!(RedisModule_Replicate);
-        unsafe { replicate(key.ctx, c"SET".as_ptr(), c"slcl".as_ptr(), key.name, *self as c_longlong, c"PXAT".as_ptr(), expires_ms as c_longlong) };
+        for (offset, bytes) in &self.chunks {
+            let offset = Decimal::new(i64::try_from(*offset).unwrap_or(i64::MAX));
+            let offset = offset.as_bytes();
+            unsafe {
+                replicate(key.ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), key.name, offset.as_ptr(), offset.len(), bytes.as_ptr(), bytes.len())
+            };
+        }
+        let at = Decimal::new(expires_ms);
+        let at = at.as_bytes();
+        unsafe { replicate(key.ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), key.name, at.as_ptr(), at.len()) };
+        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"setrange");
         Ok(())
     }
 }

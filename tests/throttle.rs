@@ -142,7 +142,7 @@ fn other_types_and_corrupt_state_are_refused_untouched() {
             "WRONGTYPE Operation against a key holding the wrong kind of value"
         );
     }
-    for corrupt in [&b"hello"[..], b"-5", b"1.5e18", b"", b"\x00\x01\x02"] {
+    for corrupt in [&b"hello"[..], b"1.5e18", b"", b"\x03\x01\x02"] {
         let _: () = redis::cmd("SET").arg("bad").arg(corrupt).query(&mut c).unwrap();
         assert_eq!(error_of(&mut c, &[b"CL.THROTTLE", b"bad", b"1", b"1", b"1"]), "ERR key does not hold valid CL.THROTTLE state");
         let still: Vec<u8> = redis::cmd("GET").arg("bad").query(&mut c).unwrap();

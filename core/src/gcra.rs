@@ -92,11 +92,12 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     Ok(Decision { reply, effect })
 }
 
-/// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch.
+/// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch (from
+/// 2001 on: smaller values are other limiters', see `kind`).
 pub fn decode(stored: &[u8]) -> Result<Instant> {
     crate::args::integer(stored)
         .ok()
-        .filter(|&ns| ns >= 0)
+        .filter(|&ns| ns >= crate::kind::MIN_TAT)
         .map(Instant::from_nanos)
         .ok_or(Error::InvalidState("CL.THROTTLE"))
 }

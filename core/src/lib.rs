@@ -7,10 +7,16 @@
 //! call applies every effect only when every limiter admits).
 
 pub mod args;
+pub mod bucket;
+pub mod counter;
 pub mod error;
 pub mod gcra;
+pub mod kind;
+pub mod limiter;
+mod limits;
 pub mod request;
 pub mod time;
+pub mod window;
 
 pub use error::{Error, Result};
 pub use time::{Instant, Nanos, Unit};
@@ -68,4 +74,34 @@ impl<S> Effect<S> {
 pub struct Decision<S> {
     pub reply: Reply,
     pub effect: Effect<S>,
+}
+
+/// An edit of a stored binary string: set its length to `len` (growth zero-filled), then
+/// copy each chunk at its offset. Every chunk lies within `len`. A limiter whose state is a
+/// long log (CL.WINDOW) returns a patch instead of a whole new value, so a call costs what
+/// it changes, not the size of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub len: usize,
+    pub chunks: Vec<(usize, Vec<u8>)>,
+}
+
+impl Patch {
+    /// Applies the edit to `buf` (an empty buffer for a key that does not exist yet).
+    pub fn apply(&self, buf: &mut Vec<u8>) {
+        buf.resize(self.len, 0);
+        for (offset, bytes) in &self.chunks {
+            let end = offset.saturating_add(bytes.len());
+            debug_assert!(end <= self.len, "a chunk lies within the patched length");
+            if let Some(target) = buf.get_mut(*offset..end) {
+                target.copy_from_slice(bytes);
+            }
+        }
+    }
+
+    /// True when the patch writes the whole value (one chunk from offset 0 to `len`), so
+    /// it can be applied, or replicated, as a plain `SET`.
+    pub fn is_whole(&self) -> bool {
+        matches!(self.chunks.as_slice(), [(0, bytes)] if bytes.len() == self.len)
+    }
 }

@@ -37,6 +37,11 @@ impl Instant {
     pub fn ceil_millis(self) -> i64 {
         self.0.div_euclid(NANOS_PER_MILLI) + i64::from(self.0.rem_euclid(NANOS_PER_MILLI) != 0)
     }
+    /// [`Self::ceil_millis`] as an instant: where a limiter that starts a clock at this
+    /// instant starts it, so that its key's millisecond expiry is exact.
+    pub fn next_whole_milli(self) -> Result<Instant> {
+        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or(Error::TooLarge)
+    }
 }
 
 impl Nanos {
@@ -64,6 +69,17 @@ impl Nanos {
     }
     pub fn saturating_sub(self, other: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(other.0).max(0))
+    }
+}
+
+/// Checks that a duration parameter is a positive whole number of milliseconds, as every
+/// time argument is: a limiter whose key expires on its own schedule needs its instants on
+/// whole milliseconds, since a key's expiry has no finer resolution.
+pub fn whole_millis(d: Nanos, name: &'static str) -> Result<()> {
+    if d.0 > 0 && d.0 % NANOS_PER_MILLI == 0 {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange { name, range: "a positive whole number of milliseconds" })
     }
 }
 

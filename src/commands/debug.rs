@@ -19,7 +19,7 @@ pub const SPEC: Spec = Spec {
 };
 
 fn handler(call: &Call) -> Result<[i64; 5]> {
-    match call.args().as_slice() {
+    match *call.args() {
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => panic!("CL.DEBUG PANIC was called"),
         _ => Err(Error::Syntax),
     }

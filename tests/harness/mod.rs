@@ -330,3 +330,47 @@ pub fn in_multi(c: &mut Connection, calls: &[&str]) -> Vec<Reply> {
 pub fn frozen_clock(server: &Server) -> bool {
     server.version() >= (7, 2, 0)
 }
+
+/// A Redis Cluster on loopback: `masters` primaries with `replicas` replicas each, every node
+/// with the module loaded.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start(masters: usize, replicas: usize) -> Cluster {
+        let nodes: Vec<Server> = (0..masters * (1 + replicas))
+            .map(|_| Server::with(Options { cluster: true, ..Options::default() }))
+            .collect();
+        let mut create = Command::new(cli_command());
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = Cluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    pub fn wait_ok(&self) {
+        for n in &self.nodes {
+            wait_until("cluster_state:ok on every node", Duration::from_secs(60), || {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut n.client()).unwrap_or_default();
+                info.contains("cluster_state:ok")
+            });
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+
+    pub fn client(&self) -> redis::cluster::ClusterConnection {
+        redis::cluster::ClusterClient::new(self.urls()).unwrap().get_connection().unwrap()
+    }
+}

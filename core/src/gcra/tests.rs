@@ -73,7 +73,7 @@ fn parameters_are_validated() {
 #[test]
 fn stored_state_is_decimal_nanoseconds() {
     assert_eq!(decode(b"1700000000000000000"), Ok(Instant::from_nanos(T0)));
-    for bad in [&b""[..], b"abc", b"-5", b"1.5", b"\x00\x01"] {
+    for bad in [&b""[..], b"abc", b"-5", b"5", b"999999999999999999", b"1.5", b"\x00\x01"] {
         assert_eq!(decode(bad), Err(Error::InvalidState("CL.THROTTLE")));
     }
 }

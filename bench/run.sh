@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# make bench: each command side by side with `SET key <int> PX ms` on one server in one run.
+# redis-benchmark, 50 clients, pipeline 16, a single hot key and random keys; server CPU per
+# call from INFO commandstats; memory per idle limiter from used_memory over many keys.
+# Figures are ratios to the baseline measured in the same run (machines here are noisy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODULE=$(pwd)/target/release/libredis_throttle.so
+REQUESTS=${REQUESTS:-400000}
+KEYS=${KEYS:-100000}
+PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+DIR=$(mktemp -d)
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+  --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log"
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+cli() { redis-cli -p "$PORT" "$@"; }
+
+# A GCRA in Lua, the usual fallback without a module (for reference only).
+LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
+local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
+local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
+tat = math.max(tat, now); local new = tat + ei
+if now < new - dvt then return {1, 0} end
+redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
+
+# name | command with __KEY__ (every call admitted and written: the expensive path) | stat name
+SCENARIOS=(
+  "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000|set"
+  "CL.THROTTLE|CL.THROTTLE __KEY__ 1000000000 1000000000 1|cl.throttle"
+  "Lua GCRA (EVALSHA)|EVALSHA $LUA_SHA 1 __KEY__ 1000000 1 1000000000|evalsha"
+)
+EXTRA=${BENCH_EXTRA:-bench/scenarios.txt}
+if [ -f "$EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$EXTRA"; fi
+
+usec_per_call() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
+
+run() { # $1 stat, $2 command, $3 key pattern
+  local cmd=${2//__KEY__/$3} out
+  cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null
+  # shellcheck disable=SC2086
+  out=$(redis-benchmark -p "$PORT" -n "$REQUESTS" -c 50 -P 16 -r "$KEYS" -q $cmd 2>&1 | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+  echo "$(usec_per_call "$1") ${out:-0}"
+}
+
+ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
+
+printf '\nCPU per call (server usec, INFO commandstats) and throughput, %s requests, 50 clients, pipeline 16\n' "$REQUESTS"
+printf '%-26s %10s %7s %11s %10s %7s %11s\n' command "hot usec" ratio "hot req/s" "rand usec" ratio "rand req/s"
+base_hot=""; base_rand=""
+for s in "${SCENARIOS[@]}"; do
+  IFS='|' read -r name cmd stat <<<"$s"
+  read -r hot_us hot_rps < <(run "$stat" "$cmd" "bench:hot")
+  read -r rand_us rand_rps < <(run "$stat" "$cmd" "bench:__rand_int__")
+  [ -z "$base_hot" ] && base_hot=$hot_us && base_rand=$rand_us
+  printf '%-26s %10s %7s %11s %10s %7s %11s\n' "$name" "$hot_us" "$(ratio "$hot_us" "$base_hot")" "$hot_rps" \
+    "$rand_us" "$(ratio "$rand_us" "$base_rand")" "$rand_rps"
+done
+
+# Memory: used_memory growth per key over $KEYS distinct keys, each written once ("fresh") and
+# then written a second time ("reused": how a limiter that saw traffic sits idle).
+mem_per_key() { # $1 command with __KEY__, $2 passes
+  cli FLUSHALL >/dev/null; sleep 0.2
+  local before after
+  before=$(cli INFO memory | tr -d '\r' | sed -n 's/^used_memory:\([0-9]*\)/\1/p')
+  python3 - "$1" "$KEYS" "$2" <<'PY' | redis-cli -p "$PORT" --pipe >/dev/null
+import sys
+cmd, n, passes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = sys.stdout.buffer
+for _ in range(passes):
+    for i in range(n):
+        for part in cmd.split(";"):  # several commands per key: "MULTI;INCR k;PEXPIRE k 1;EXEC"
+            words = [w.replace("__KEY__", f"lim:{i:08d}").encode() for w in part.split()]
+            out.write(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words))
+PY
+  after=$(cli INFO memory | tr -d '\r' | sed -n 's/^used_memory:\([0-9]*\)/\1/p')
+  python3 -c "print(f'{($after-$before)/$KEYS:.1f}')"
+}
+
+printf '\nMemory per idle-but-unexpired limiter (bytes per key over %s keys)\n' "$KEYS"
+printf '%-34s %10s %7s %10s %7s\n' command fresh ratio reused ratio
+base_fresh=""
+MEM_SCENARIOS=(
+  "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000"
+  "CL.THROTTLE|CL.THROTTLE __KEY__ 10 1 600"
+)
+MEM_EXTRA=${BENCH_MEM_EXTRA:-bench/memory.txt}
+if [ -f "$MEM_EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && MEM_SCENARIOS+=("$line"); done < "$MEM_EXTRA"; fi
+for s in "${MEM_SCENARIOS[@]}"; do
+  IFS='|' read -r name cmd <<<"$s"
+  fresh=$(mem_per_key "$cmd" 1); reused=$(mem_per_key "$cmd" 2)
+  [ -z "$base_fresh" ] && base_fresh=$fresh && base_reused=$reused
+  printf '%-34s %10s %7s %10s %7s\n' "$name" "$fresh" "$(ratio "$fresh" "$base_fresh")" "$reused" "$(ratio "$reused" "$base_reused")"
+done
+echo
+echo "server: $(cli INFO server | tr -d '\r' | grep -E '^redis_version:')"

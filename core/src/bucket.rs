@@ -1,0 +1,179 @@
+//! CL.BUCKET: a token bucket refilled by whole intervals. A bucket starts full with
+//! `capacity` tokens; every whole `interval` after its refill clock started, `tokens` tokens
+//! are added, never beyond `capacity`. The clock starts when a full bucket is first drawn
+//! from (on the next whole millisecond) and then only ever advances by whole intervals, so
+//! refills never drift, however the calls fall between them.
+//!
+//! # Stored state
+//!
+//! As small as a counter: the key holds `−D`, minus the bucket's deficit (tokens missing from
+//! full, `1..=capacity`) as a decimal integer, measured when the key was last written (negative,
+//! so that no bucket value reads as another limiter's: see `kind`); the key
+//! expires at `full_at` (`PEXPIRETIME key`, whole milliseconds), the refill at which the
+//! bucket is full again. No key means a full bucket.
+//!
+//! The refill grid is implied: refills happen at `full_at − j·interval` (`j ≥ 0`), and the
+//! last `n = ⌈D / tokens⌉` of them refill the stored deficit. At `now`, with
+//! `r = ⌈(full_at − now) / interval⌉` grid refills still ahead (a refill at exactly `now`
+//! has happened), the bucket holds `capacity − (D − (n − min(r, n))·tokens)` tokens. The
+//! `min` covers the instants between a draw and its clock's first refill, and a key stamped
+//! in the future (the clock stepped back): such a bucket refills nothing until it catches up.
+
+use crate::error::{Error, Result};
+use crate::time::{Instant, Nanos};
+use crate::{Decision, Effect, Reply};
+
+/// A bucket that is not full: `deficit` tokens missing when it was stored, full at `full_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    pub deficit: i64,
+    pub full_at: Instant,
+}
+
+/// Reads a stored `−deficit` and its key's absolute expiry in milliseconds. A deficit below
+/// one, or one without an expiry, is not a bucket's state (a deficit above the capacity is
+/// accepted: the parameters changed, and it is clamped when deciding).
+pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
+    let (negated, full_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, i64::MIN, "CL.BUCKET")?;
+    match negated.checked_neg() {
+        Some(deficit) if deficit >= 1 => Ok(State { deficit, full_at }),
+        _ => Err(Error::InvalidState("CL.BUCKET")),
+    }
+}
+
+/// The stored form of a deficit: its negation.
+fn encode(deficit: i64) -> i64 {
+    -deficit
+}
+
+/// Validated parameters: `capacity` tokens when full, `tokens` more every `interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    capacity: i64,
+    tokens: i64,
+    interval: Nanos,
+}
+
+impl Params {
+    /// `interval` must be a positive whole number of milliseconds (as every time argument
+    /// is), so that refills fall on whole milliseconds and the key's expiry is exact.
+    /// The time to refill an empty bucket must fit in 64-bit nanoseconds.
+    pub fn new(capacity: i64, tokens: i64, interval: Nanos) -> Result<Params> {
+        if capacity < 1 {
+            return Err(Error::OutOfRange { name: "capacity", range: "an integer from 1 to 9223372036854775807" });
+        }
+        if tokens < 1 {
+            return Err(Error::OutOfRange { name: "tokens", range: "an integer from 1 to 9223372036854775807" });
+        }
+        crate::time::whole_millis(interval, "interval")?;
+        let params = Params { capacity, tokens, interval };
+        interval.checked_mul(params.refills_to_cover(capacity))?;
+        Ok(params)
+    }
+
+    pub fn capacity(&self) -> i64 {
+        self.capacity
+    }
+    pub fn tokens(&self) -> i64 {
+        self.tokens
+    }
+    pub fn interval(&self) -> Nanos {
+        self.interval
+    }
+
+    /// Refills needed to make up a deficit `d ≥ 0`: `⌈d / tokens⌉`.
+    fn refills_to_cover(&self, d: i64) -> i64 {
+        d / self.tokens + i64::from(d % self.tokens != 0)
+    }
+
+    fn reply(&self, limited: bool, deficit: i64, reset_after: Nanos, retry_after: Option<Nanos>) -> Reply {
+        Reply {
+            limited,
+            limit: self.capacity,
+            remaining: crate::limits::remaining(self.capacity, deficit),
+            retry_after,
+            reset_after,
+        }
+    }
+}
+
+/// A bucket at `now`: its deficit and the refill grid ahead of it.
+#[derive(Clone, Copy)]
+struct Now {
+    deficit: i64,
+    /// The next refill strictly after `now` (meaningful when `deficit > 0`).
+    next_refill: Instant,
+}
+
+impl Now {
+    fn of(state: Option<State>, now: Instant, p: &Params) -> Result<Now> {
+        let Some(state) = state.filter(|s| s.full_at > now) else {
+            // Full: a draw starts the clock on the next whole millisecond.
+            return Ok(Now { deficit: 0, next_refill: now.next_whole_milli()?.checked_add(p.interval)? });
+        };
+        // The stored deficit is made up by the last `n` grid refills up to `full_at`; one
+        // above a lowered capacity reads as the capacity (made up by the last refills, so
+        // the bucket is still full when its key expires).
+        let deficit = state.deficit.min(p.capacity);
+        let n = p.refills_to_cover(deficit);
+        let until_full = state.full_at.saturating_since(now).as_nanos();
+        let ahead = (until_full / p.interval.as_nanos() + i64::from(until_full % p.interval.as_nanos() != 0)).min(n);
+        // (n − ahead)·tokens < deficit since ahead ≥ 1, and (ahead − 1)·interval <
+        // full_at − now: neither overflows.
+        let deficit = deficit - (n - ahead) * p.tokens;
+        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or(Error::TooLarge)?)?;
+        Ok(Now { deficit, next_refill })
+    }
+
+    /// The refill at which the deficit is at most `target`, and `now` when it already is.
+    fn refill_covering(&self, target: i64, now: Instant, p: &Params) -> Result<Instant> {
+        let missing = self.deficit.saturating_sub(target);
+        if missing <= 0 {
+            return Ok(now);
+        }
+        let later = p.interval.checked_mul(p.refills_to_cover(missing) - 1)?;
+        self.next_refill.checked_add(Nanos::new(later).ok_or(Error::TooLarge)?)
+    }
+
+    /// The effect and reply of leaving the bucket with `deficit` after an accepted call: the
+    /// grid stays, and the key expires at the grid refill that covers the new deficit.
+    fn settle(&self, deficit: i64, now: Instant, p: &Params, had_state: bool) -> Result<Decision<i64>> {
+        let full_at = Now { deficit, ..*self }.refill_covering(0, now, p)?;
+        let effect = match (deficit, had_state) {
+            (0, true) => Effect::Delete,
+            (0, false) => Effect::Nothing,
+            _ => Effect::Store { state: encode(deficit), expires_at: full_at },
+        };
+        Ok(Decision { reply: p.reply(false, deficit, full_at.saturating_since(now), None), effect })
+    }
+}
+
+/// Decides a call drawing `quantity` tokens at `now` from the stored bucket, if any.
+/// `quantity` 0 peeks; a negative quantity puts tokens back, never beyond `capacity`.
+pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+    let had_state = state.is_some_and(|s| s.full_at > now);
+    let bucket = Now::of(state, now, params)?;
+    let reset_after = bucket.refill_covering(0, now, params)?.saturating_since(now);
+
+    if quantity < 0 {
+        let deficit = bucket.deficit.saturating_sub(crate::limits::refunded(quantity)).max(0);
+        return bucket.settle(deficit, now, params, had_state);
+    }
+    if quantity > params.capacity {
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, None), effect: Effect::Nothing });
+    }
+    // Both are at most `capacity`, so the sum cannot overflow.
+    let deficit = bucket.deficit + quantity;
+    if deficit > params.capacity {
+        let retry_at = bucket.refill_covering(params.capacity - quantity, now, params)?;
+        let retry_after = Some(retry_at.saturating_since(now));
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect: Effect::Nothing });
+    }
+    if quantity == 0 {
+        return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });
+    }
+    bucket.settle(deficit, now, params, had_state)
+}
+
+#[cfg(test)]
+mod tests;

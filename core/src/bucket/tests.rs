@@ -1,0 +1,228 @@
+use super::*;
+use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
+use crate::limits::testing::{IntegerKey, T0, carry, ceil_ms, reply_i128};
+use proptest::prelude::*;
+
+const MS: i64 = NANOS_PER_MILLI;
+
+fn secs(s: i64) -> Nanos {
+    Nanos::new(s * NANOS_PER_SEC).unwrap()
+}
+
+/// Runs a call at `now`, carrying the state through its stored form.
+fn run(stored: &mut IntegerKey, now: i64, p: &Params, q: i64) -> Reply {
+    let state = stored.map(|(d, ms)| decode(d.to_string().as_bytes(), Some(ms)).unwrap());
+    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    carry(stored, d.effect);
+    d.reply
+}
+
+fn at(s: i64) -> i64 {
+    T0 + s * NANOS_PER_SEC
+}
+
+fn arr(r: Reply) -> [i64; 5] {
+    r.to_array(Unit::Seconds)
+}
+
+#[test]
+fn drains_then_refills_on_the_grid() {
+    // 5 tokens, 2 more every 10 s.
+    let p = Params::new(5, 2, secs(10)).unwrap();
+    let mut s = None;
+    assert_eq!(arr(run(&mut s, at(0), &p, 1)), [0, 5, 4, -1, 10]);
+    assert_eq!(arr(run(&mut s, at(1), &p, 4)), [0, 5, 0, -1, 29]);
+    assert_eq!(s, Some((-5, at(30) / MS)), "stored as minus the deficit");
+    assert_eq!(arr(run(&mut s, at(2), &p, 1)), [1, 5, 0, 8, 28]);
+    assert_eq!(arr(run(&mut s, at(2), &p, 3)), [1, 5, 0, 18, 28], "needs two refills");
+    assert_eq!(arr(run(&mut s, at(2), &p, 6)), [1, 5, 0, -1, 28], "never admittable");
+    // The refill at exactly 10 s has happened.
+    assert_eq!(arr(run(&mut s, at(10), &p, 0)), [0, 5, 2, -1, 20]);
+    assert_eq!(arr(run(&mut s, at(25), &p, 0)), [0, 5, 4, -1, 5]);
+    assert_eq!(arr(run(&mut s, at(30), &p, 0)), [0, 5, 5, -1, 0]);
+}
+
+#[test]
+fn refills_do_not_drift_with_the_calls() {
+    let p = Params::new(10, 1, secs(10)).unwrap();
+    let mut s = None;
+    run(&mut s, at(0), &p, 3);
+    // Draws between refills keep the grid at 10, 20, 30, …
+    for (t, remaining, reset) in [(7, 6, 33), (17, 6, 33), (27, 6, 33), (29, 5, 41)] {
+        assert_eq!(arr(run(&mut s, at(t), &p, 1)), [0, 10, remaining, -1, reset], "at {t}");
+    }
+    assert_eq!(s, Some((-5, at(70) / MS)));
+}
+
+#[test]
+fn the_clock_starts_on_the_next_whole_millisecond() {
+    let p = Params::new(2, 1, Nanos::new(100 * MS).unwrap()).unwrap();
+    let mut s = None;
+    let now = T0 + 250_000; // 0.25 ms past a whole millisecond
+    let r = run(&mut s, now, &p, 2);
+    assert_eq!(s, Some((-2, T0 / MS + 201)));
+    assert_eq!(r.to_array(Unit::Millis), [0, 2, 0, -1, 201]);
+    // Just before the clock's start nothing has been refilled.
+    assert_eq!(run(&mut s, T0 + MS, &p, 0).remaining, 0);
+    assert_eq!(run(&mut s, T0 + 101 * MS - 1, &p, 0).remaining, 0);
+    assert_eq!(run(&mut s, T0 + 101 * MS, &p, 0).remaining, 1);
+}
+
+#[test]
+fn peek_and_refund() {
+    let p = Params::new(5, 1, secs(10)).unwrap();
+    let mut s = None;
+    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [0, 5, 5, -1, 0]);
+    assert_eq!(arr(run(&mut s, at(0), &p, -2)), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "neither a peek nor a refund creates a key");
+    run(&mut s, at(0), &p, 4);
+    let before = s;
+    assert_eq!(arr(run(&mut s, at(5), &p, 0)), [0, 5, 1, -1, 35]);
+    assert_eq!(s, before, "a peek re-times nothing");
+    assert_eq!(arr(run(&mut s, at(5), &p, -2)), [0, 5, 3, -1, 15]);
+    assert_eq!(s, Some((-2, at(20) / MS)), "a refund keeps the grid");
+    assert_eq!(arr(run(&mut s, at(5), &p, i64::MIN)), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "a refund to full deletes the key");
+}
+
+#[test]
+fn a_deficit_above_a_lowered_capacity_is_clamped() {
+    let mut s = None;
+    run(&mut s, at(0), &Params::new(10, 1, secs(1)).unwrap(), 9);
+    // Empty, and made up by the last three refills before the key expires.
+    let p = Params::new(3, 1, secs(1)).unwrap();
+    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [0, 3, 0, -1, 9]);
+    assert_eq!(arr(run(&mut s, at(1), &p, 1)), [1, 3, 0, 6, 8]);
+    assert_eq!(arr(run(&mut s, at(7), &p, 1)), [0, 3, 0, -1, 3]);
+}
+
+#[test]
+fn parameters_are_validated() {
+    assert!(matches!(Params::new(0, 1, secs(1)), Err(Error::OutOfRange { name: "capacity", .. })));
+    assert!(matches!(Params::new(1, 0, secs(1)), Err(Error::OutOfRange { name: "tokens", .. })));
+    assert!(matches!(Params::new(1, 1, Nanos::ZERO), Err(Error::OutOfRange { name: "interval", .. })));
+    assert!(matches!(Params::new(1, 1, Nanos::new(MS + 1).unwrap()), Err(Error::OutOfRange { name: "interval", .. })));
+    assert_eq!(Params::new(i64::MAX, 1, secs(2)), Err(Error::TooLarge));
+    assert!(Params::new(i64::MAX, i64::MAX, secs(1)).is_ok());
+    assert!(Params::new(i64::MAX, 1 << 40, secs(1)).is_ok());
+    assert_eq!(Params::new(i64::MAX, 1 << 40, secs(1 << 20)), Err(Error::TooLarge));
+}
+
+#[test]
+fn stored_state_is_a_deficit_with_an_expiry() {
+    assert_eq!(decode(b"-3", Some(7)), Ok(State { deficit: 3, full_at: Instant::from_nanos(7 * MS) }));
+    for (bad, ms) in [(&b"-3"[..], None), (b"0", Some(7)), (b"3", Some(7)), (b"-9223372036854775808", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", Some(i64::MIN))] {
+        assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.BUCKET")), "{bad:?} {ms:?}");
+    }
+}
+
+/// The contract simulated refill by refill: `next_refill` is `None` while the bucket is full
+/// (its clock stopped).
+#[derive(Debug, Clone, Copy)]
+struct Model {
+    capacity: i128,
+    tokens_per_refill: i128,
+    interval: i128,
+    tokens: i128,
+    next_refill: Option<i128>,
+}
+
+impl Model {
+    fn new(capacity: i64, tokens: i64, interval: i64) -> Model {
+        Model { capacity: capacity.into(), tokens_per_refill: tokens.into(), interval: interval.into(), tokens: capacity.into(), next_refill: None }
+    }
+
+    /// Applies every refill due by `now` (one at a time), stopping the clock when full.
+    fn advance(&mut self, now: i128) {
+        while let Some(at) = self.next_refill.filter(|&at| at <= now) {
+            self.tokens = (self.tokens + self.tokens_per_refill).min(self.capacity);
+            self.next_refill = (self.tokens < self.capacity).then_some(at + self.interval);
+        }
+    }
+
+    /// When the bucket will first hold at least `tokens`.
+    fn when_holding(&self, tokens: i128, now: i128) -> i128 {
+        let mut future = *self;
+        let mut t = now;
+        while future.tokens < tokens {
+            t = future.next_refill.unwrap();
+            future.advance(t);
+        }
+        t
+    }
+
+    fn call(&mut self, now: i128, q: i128) -> [i128; 5] {
+        self.advance(now);
+        let cap = self.capacity;
+        let reply = |m: &Model, limited: bool, retry: i128| [limited as i128, cap, m.tokens, retry, m.when_holding(cap, now) - now];
+        if q < 0 {
+            self.tokens = (self.tokens - q).min(cap);
+            if self.tokens == cap {
+                self.next_refill = None;
+            }
+            return reply(self, false, -1);
+        }
+        if q > cap {
+            return reply(self, true, -1);
+        }
+        if self.tokens < q {
+            return reply(self, true, self.when_holding(q, now) - now);
+        }
+        if q > 0 && self.next_refill.is_none() {
+            self.next_refill = Some(ceil_ms(now) + self.interval);
+        }
+        self.tokens -= q;
+        reply(self, false, -1)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    #[test]
+    fn matches_the_tick_by_tick_model(
+        capacity in 1i64..12, tokens in 1i64..6, interval_ms in 1i64..20,
+        calls in proptest::collection::vec((prop_oneof![0i64..3 * MS, 0i64..60 * MS], -6i64..14), 1..40),
+    ) {
+        let p = Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap()).unwrap();
+        let (mut stored, mut model, mut now) = (None, Model::new(capacity, tokens, interval_ms * MS), T0 + 777);
+        for (step, q) in calls {
+            now += step;
+            let got = reply_i128(run(&mut stored, now, &p, q));
+            let want = model.call(now as i128, q as i128);
+            prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
+            prop_assert!(got[2] >= 0 && got[2] <= capacity as i128, "never more than capacity");
+            if let Some((negated, _)) = stored { prop_assert!(-negated >= 1 && -negated <= capacity) }
+        }
+    }
+
+    /// Any stored state, even one stamped far in the future or with parameters near the
+    /// 64-bit limits, decides without panicking, never holds more than `capacity` and admits
+    /// only what it holds.
+    #[test]
+    fn hostile_state_neither_panics_nor_over_admits(
+        deficit in prop_oneof![1i64..10, 1i64..=i64::MAX], ms in prop_oneof![Just(None), proptest::option::of(any::<i64>())],
+        now in prop_oneof![Just(T0), any::<i64>()], capacity in prop_oneof![1i64..10, 1i64..=i64::MAX],
+        tokens in prop_oneof![1i64..10, 1i64..=i64::MAX], interval_ms in prop_oneof![1i64..100, 1i64..=i64::MAX / MS],
+        q in prop_oneof![-3i64..10, any::<i64>()],
+    ) {
+        let Ok(p) = Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap()) else { return Ok(()) };
+        let Ok(state) = decode((-deficit).to_string().as_bytes(), ms) else { return Ok(()) };
+        let now = Instant::from_nanos(now);
+        let (Ok(peek), Ok(d)) = (decide(Some(state), now, &p, 0), decide(Some(state), now, &p, q)) else { return Ok(()) };
+        prop_assert!(peek.reply.remaining >= 0 && peek.reply.remaining <= capacity);
+        prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= capacity);
+        if q > 0 && !d.reply.limited {
+            prop_assert_eq!(d.reply.remaining, peek.reply.remaining - q);
+        }
+        if let Effect::Store { state: s, expires_at } = d.effect {
+            prop_assert!(-s >= 1 && -s <= capacity);
+            prop_assert!(expires_at > now);
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..24), ms in proptest::option::of(any::<i64>())) {
+        let _ = decode(&bytes, ms);
+    }
+}

@@ -1,0 +1,102 @@
+//! CL.COUNTER: a fixed window counter, the cheapest limiter. A window opens at the first
+//! counted action and lasts `window`; at most `limit` units are admitted in it.
+//!
+//! # Stored state
+//!
+//! A plain integer string, the units counted in the open window (`GET key`), on a key that
+//! expires when the window closes (`PEXPIRETIME key`). No key means no open window. The
+//! window opens on a whole millisecond (the first at or after the first counted action),
+//! so the key's millisecond expiry is exactly the instant the window closes.
+
+use crate::error::{Error, Result};
+use crate::time::{Instant, Nanos};
+use crate::{Decision, Effect, Reply};
+
+/// An open window: `count` units counted, closing at `closes_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    pub count: i64,
+    pub closes_at: Instant,
+}
+
+/// Reads a stored count and its key's absolute expiry in milliseconds. A count without an
+/// expiry, a negative count or an expiry out of range is not a counter's state.
+pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
+    let (count, closes_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.COUNTER")?;
+    if count > MAX_LIMIT {
+        return Err(Error::InvalidState("CL.COUNTER"));
+    }
+    Ok(State { count, closes_at })
+}
+
+/// Counts stay below 10^18, so that no count reads as a CL.THROTTLE TAT (see `kind`).
+pub const MAX_LIMIT: i64 = crate::kind::MIN_TAT - 1;
+
+/// Validated parameters: at most `limit` units per window of `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    limit: i64,
+    window: Nanos,
+}
+
+impl Params {
+    /// `window` must be a positive whole number of milliseconds (as every time argument
+    /// is), so that a window opening on a whole millisecond closes on one.
+    pub fn new(limit: i64, window: Nanos) -> Result<Params> {
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(Error::OutOfRange { name: "limit", range: "an integer from 1 to 999999999999999999" });
+        }
+        crate::time::whole_millis(window, "window")?;
+        Ok(Params { limit, window })
+    }
+
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+
+    fn reply(&self, limited: bool, count: i64, until_close: Nanos, retry_after: Option<Nanos>) -> Reply {
+        // A window with nothing counted is as good as closed: the limiter is full.
+        let reset_after = if count > 0 { until_close } else { Nanos::ZERO };
+        Reply { limited, limit: self.limit, remaining: crate::limits::remaining(self.limit, count), retry_after, reset_after }
+    }
+}
+
+/// Decides a call consuming `quantity` units at `now` against the open window, if any.
+/// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
+pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+    let open = state.filter(|s| s.closes_at > now);
+    let count = open.map_or(0, |s| s.count);
+    let until_close = open.map_or(Nanos::ZERO, |s| s.closes_at.saturating_since(now));
+
+    if quantity < 0 {
+        let Some(open) = open else {
+            return Ok(Decision { reply: params.reply(false, 0, Nanos::ZERO, None), effect: Effect::Nothing });
+        };
+        let count = count.saturating_sub(crate::limits::refunded(quantity)).max(0);
+        let effect = if count == 0 { Effect::Delete } else { Effect::Store { state: count, expires_at: open.closes_at } };
+        return Ok(Decision { reply: params.reply(false, count, until_close, None), effect });
+    }
+    if quantity > params.limit {
+        return Ok(Decision { reply: params.reply(true, count, until_close, None), effect: Effect::Nothing });
+    }
+    // `quantity <= limit`, so a denial only happens in an open window: retry when it closes.
+    if count.saturating_add(quantity) > params.limit {
+        return Ok(Decision { reply: params.reply(true, count, until_close, Some(until_close)), effect: Effect::Nothing });
+    }
+    if quantity == 0 {
+        return Ok(Decision { reply: params.reply(false, count, until_close, None), effect: Effect::Nothing });
+    }
+    let closes_at = match open {
+        Some(open) => open.closes_at,
+        None => now.next_whole_milli()?.checked_add(params.window)?,
+    };
+    let count = count + quantity;
+    let reply = params.reply(false, count, closes_at.saturating_since(now), None);
+    Ok(Decision { reply, effect: Effect::Store { state: count, expires_at: closes_at } })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+use super::*;
+use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
+use crate::limits::testing::{IntegerKey, T0, carry, ceil_ms, reply_i128};
+use proptest::prelude::*;
+
+fn secs(s: i64) -> Nanos {
+    Nanos::new(s * NANOS_PER_SEC).unwrap()
+}
+
+/// Runs a call at `now`, carrying the state as the module would (through the key's
+/// millisecond expiry, so a lossy expiry would show).
+fn run(stored: &mut IntegerKey, now: i64, p: &Params, q: i64) -> Reply {
+    let state = stored.map(|(count, ms)| decode(count.to_string().as_bytes(), Some(ms)).unwrap());
+    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    carry(stored, d.effect);
+    d.reply
+}
+
+fn arr(r: Reply) -> [i64; 5] {
+    r.to_array(Unit::Seconds)
+}
+
+#[test]
+fn counts_then_denies_until_the_window_closes() {
+    let p = Params::new(3, secs(10)).unwrap();
+    let mut s = None;
+    assert_eq!(arr(run(&mut s, T0, &p, 1)), [0, 3, 2, -1, 10]);
+    assert_eq!(s, Some((1, T0 / NANOS_PER_MILLI + 10_000)));
+    assert_eq!(arr(run(&mut s, T0 + secs(4).as_nanos(), &p, 2)), [0, 3, 0, -1, 6]);
+    assert_eq!(arr(run(&mut s, T0 + secs(5).as_nanos(), &p, 1)), [1, 3, 0, 5, 5]);
+    assert_eq!(arr(run(&mut s, T0 + secs(5).as_nanos(), &p, 4)), [1, 3, 0, -1, 5], "never admittable");
+    // At the close the window is gone, whether or not the key has been reclaimed yet.
+    assert_eq!(arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)), [0, 3, 2, -1, 10]);
+    assert_eq!(s, Some((1, T0 / NANOS_PER_MILLI + 20_000)));
+}
+
+#[test]
+fn a_window_opens_on_the_next_whole_millisecond() {
+    let p = Params::new(5, Nanos::new(7 * NANOS_PER_MILLI).unwrap()).unwrap();
+    let mut s = None;
+    let now = T0 + 1;
+    let r = run(&mut s, now, &p, 1);
+    assert_eq!(s, Some((1, T0 / NANOS_PER_MILLI + 8)));
+    assert_eq!(r.reset_after.as_nanos(), 8 * NANOS_PER_MILLI - 1);
+    assert_eq!(r.to_array(Unit::Millis), [0, 5, 4, -1, 8]);
+}
+
+#[test]
+fn peek_and_refund() {
+    let p = Params::new(5, secs(10)).unwrap();
+    let mut s = None;
+    assert_eq!(arr(run(&mut s, T0, &p, 0)), [0, 5, 5, -1, 0]);
+    assert_eq!(arr(run(&mut s, T0, &p, -3)), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "neither a peek nor a refund creates a key");
+    run(&mut s, T0, &p, 4);
+    let before = s;
+    assert_eq!(arr(run(&mut s, T0 + secs(1).as_nanos(), &p, 0)), [0, 5, 1, -1, 9]);
+    assert_eq!(s, before, "a peek re-times nothing");
+    assert_eq!(arr(run(&mut s, T0 + secs(1).as_nanos(), &p, -1)), [0, 5, 2, -1, 9]);
+    assert_eq!(s, Some((3, T0 / NANOS_PER_MILLI + 10_000)), "a refund keeps the window's close");
+    assert_eq!(arr(run(&mut s, T0 + secs(1).as_nanos(), &p, i64::MIN)), [0, 5, 5, -1, 0]);
+    assert_eq!(s, None, "a refund to full deletes the key");
+}
+
+#[test]
+fn replies_in_milliseconds() {
+    let p = Params::new(1, Nanos::new(1500 * NANOS_PER_MILLI).unwrap()).unwrap();
+    let mut s = None;
+    run(&mut s, T0, &p, 1);
+    let r = run(&mut s, T0 + 200 * NANOS_PER_MILLI + 1, &p, 1);
+    assert_eq!(r.to_array(Unit::Millis), [1, 1, 0, 1300, 1300]);
+    assert_eq!(r.to_array(Unit::Seconds), [1, 1, 0, 2, 2]);
+}
+
+#[test]
+fn a_lowered_limit_leaves_remaining_at_zero() {
+    let mut s = None;
+    run(&mut s, T0, &Params::new(10, secs(10)).unwrap(), 8);
+    // Over the limit even a peek is refused, as CL.THROTTLE refuses one.
+    assert_eq!(arr(run(&mut s, T0, &Params::new(3, secs(10)).unwrap(), 0)), [1, 3, 0, 10, 10]);
+    assert_eq!(arr(run(&mut s, T0, &Params::new(3, secs(10)).unwrap(), 1)), [1, 3, 0, 10, 10]);
+}
+
+#[test]
+fn parameters_are_validated() {
+    assert!(matches!(Params::new(0, secs(1)), Err(Error::OutOfRange { name: "limit", .. })));
+    assert!(matches!(Params::new(1, Nanos::ZERO), Err(Error::OutOfRange { name: "window", .. })));
+    assert!(matches!(Params::new(1, Nanos::new(1).unwrap()), Err(Error::OutOfRange { name: "window", .. })));
+    let huge = Params::new(1, Nanos::new(i64::MAX / NANOS_PER_MILLI * NANOS_PER_MILLI).unwrap()).unwrap();
+    assert_eq!(decide(None, Instant::from_nanos(T0), &huge, 1), Err(Error::TooLarge));
+    assert!(decide(None, Instant::from_nanos(T0), &huge, 0).is_ok(), "a peek computes no close");
+}
+
+#[test]
+fn stored_state_is_an_integer_with_an_expiry() {
+    assert_eq!(decode(b"12", Some(5)), Ok(State { count: 12, closes_at: Instant::from_nanos(5 * NANOS_PER_MILLI) }));
+    assert_eq!(decode(b"0", Some(5)).map(|s| s.count), Ok(0));
+    for (bad, ms) in [(&b"12"[..], None), (b"-1", Some(5)), (b"1000000000000000000", Some(5)), (b"", Some(5)), (b"1.0", Some(5)), (b"x", Some(5)), (b"1", Some(i64::MAX))] {
+        assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.COUNTER")), "{bad:?} {ms:?}");
+    }
+}
+
+/// The contract as a plain struct: a count and the instant its window closes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Model {
+    count: i128,
+    closes_at: i128,
+}
+
+impl Model {
+    /// Returns the reply (ns, -1 for no retry) and whether anything was admitted.
+    fn call(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
+        if self.closes_at <= now {
+            *self = Model::default();
+        }
+        let ttl = |m: &Model| if m.count > 0 { m.closes_at - now } else { 0 };
+        let rem = |m: &Model| (limit - m.count).clamp(0, limit);
+        if q < 0 {
+            self.count = (self.count + q).max(0);
+            return [0, limit, rem(self), -1, ttl(self)];
+        }
+        if q > limit {
+            return [1, limit, rem(self), -1, ttl(self)];
+        }
+        if self.count + q > limit {
+            return [1, limit, rem(self), self.closes_at - now, ttl(self)];
+        }
+        if q > 0 {
+            if self.count == 0 {
+                self.closes_at = ceil_ms(now) + window;
+            }
+            self.count += q;
+        }
+        [0, limit, rem(self), -1, ttl(self)]
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    #[test]
+    fn matches_the_model(
+        limit in 1i64..8, window_ms in 1i64..50,
+        calls in proptest::collection::vec((0i64..20_000_000, -4i64..10), 1..40),
+    ) {
+        let p = Params::new(limit, Nanos::new(window_ms * NANOS_PER_MILLI).unwrap()).unwrap();
+        let (mut stored, mut model, mut now) = (None, Model::default(), T0 + 123);
+        for (step, q) in calls {
+            now += step;
+            let got = reply_i128(run(&mut stored, now, &p, q));
+            let want = model.call(now as i128, limit as i128, window_ms as i128 * 1_000_000, q as i128);
+            prop_assert_eq!(got, want);
+            prop_assert!(got[2] >= 0 && got[2] <= limit as i128);
+            if let Some((count, _)) = stored { prop_assert!(count > 0 && count <= limit) }
+        }
+    }
+
+    /// Any stored state, even one stamped far in the future or holding a huge count,
+    /// decides without panicking and never admits beyond the limit.
+    #[test]
+    fn hostile_state_neither_panics_nor_over_admits(
+        count in prop_oneof![0i64..10, 0i64..=i64::MAX], ms in prop_oneof![Just(None), proptest::option::of(any::<i64>())],
+        now in prop_oneof![Just(T0), any::<i64>()], limit in prop_oneof![1i64..10, 1i64..=MAX_LIMIT],
+        window_ms in prop_oneof![1i64..100, 1i64..=i64::MAX / NANOS_PER_MILLI], q in any::<i64>(),
+    ) {
+        let p = Params::new(limit, Nanos::new(window_ms * NANOS_PER_MILLI).unwrap()).unwrap();
+        let Ok(state) = decode(count.to_string().as_bytes(), ms) else { return Ok(()) };
+        match decide(Some(state), Instant::from_nanos(now), &p, q) {
+            Err(e) => prop_assert_eq!(e, Error::TooLarge),
+            Ok(d) => {
+                prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= limit);
+                if let Effect::Store { state: c, expires_at } = d.effect {
+                    prop_assert!(c >= 1 && (c <= limit || q < 0));
+                    prop_assert!(expires_at > Instant::from_nanos(now));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..24), ms in proptest::option::of(any::<i64>())) {
+        let _ = decode(&bytes, ms);
+    }
+}

@@ -1,0 +1,76 @@
+//! Small rules every limiter shares.
+
+use crate::error::{Error, Result};
+use crate::time::{Instant, NANOS_PER_MILLI};
+
+/// Units still admissible when `used` of `limit` are taken: always within `[0, limit]`,
+/// even for a stored state that holds more than the limit (the parameters were lowered).
+pub(crate) fn remaining(limit: i64, used: i64) -> i64 {
+    limit.saturating_sub(used).clamp(0, limit)
+}
+
+/// The units a refund of `quantity < 0` gives back, as a count that cannot overflow.
+pub(crate) fn refunded(quantity: i64) -> i64 {
+    quantity.saturating_neg()
+}
+
+/// Reads a state stored as a decimal integer of at least `min` on a key expiring at
+/// `expires_at_ms` (whole milliseconds, as `PEXPIRETIME` reports it): the value and the
+/// expiry as an instant. Anything else is not `command`'s state.
+pub(crate) fn integer_with_expiry(
+    stored: &[u8],
+    expires_at_ms: Option<i64>,
+    min: i64,
+    command: &'static str,
+) -> Result<(i64, Instant)> {
+    let invalid = Error::InvalidState(command);
+    let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or(invalid.clone())?;
+    let expires_at = expires_at_ms
+        .and_then(|ms| ms.checked_mul(NANOS_PER_MILLI))
+        .map(Instant::from_nanos)
+        .ok_or(invalid)?;
+    Ok((value, expires_at))
+}
+
+/// Helpers the algorithms' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
+    use crate::{Effect, Reply};
+
+    /// A realistic now: November 2023.
+    pub const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
+
+    /// A reply as i128 nanoseconds, `-1` for no retry time, to compare with a reference model.
+    pub fn reply_i128(r: Reply) -> [i128; 5] {
+        [
+            i128::from(r.limited),
+            r.limit.into(),
+            r.remaining.into(),
+            r.retry_after.map_or(-1, |d| d.as_nanos().into()),
+            r.reset_after.as_nanos().into(),
+        ]
+    }
+
+    /// The first whole millisecond at or after `ns`, in nanoseconds.
+    pub fn ceil_ms(ns: i128) -> i128 {
+        ns.div_euclid(1_000_000) * 1_000_000 + if ns.rem_euclid(1_000_000) != 0 { 1_000_000 } else { 0 }
+    }
+
+    /// An integer state as the glue carries it between calls: the stored value and the
+    /// key's expiry in whole milliseconds (`None`: no key).
+    pub type IntegerKey = Option<(i64, i64)>;
+
+    /// Applies `effect` to `key` as the glue does, checking that the expiry is a whole
+    /// millisecond (so that storing it loses nothing).
+    pub fn carry(key: &mut IntegerKey, effect: Effect<i64>) {
+        match effect {
+            Effect::Store { state, expires_at } => {
+                assert_eq!(expires_at.as_nanos() % NANOS_PER_MILLI, 0, "{expires_at:?} is not a whole ms");
+                *key = Some((state, expires_at.ceil_millis()));
+            }
+            Effect::Delete => *key = None,
+            Effect::Nothing => {}
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! CL.WINDOW: a sliding window, at most `limit` units in any span of `window`.
+//!
+//! By default the window is exact: every action is logged with its instant, an action
+//! logged at `t` counts while `t > now − window`, a call is admitted iff
+//! `in_window + quantity ≤ limit`, and then `quantity` actions are logged at `now`. With
+//! `PRECISION p`, actions are counted per bucket `k = ⌊t / p⌋` instead, and a bucket
+//! counts while its end `(k + 1)·p > now − window`: every action counts at least as long
+//! as the exact rule says, so no span of `window` ever holds more than `limit`.
+//!
+//! # Stored state
+//!
+//! A binary string whose first byte is its layout's version. All integers are
+//! little-endian; instants are nanoseconds since the Unix epoch. Both layouts are edited in
+//! place ([`Patch`]): a call rewrites what it changes, not the whole string. The key expires
+//! when its newest action leaves the window.
+//!
+//! ## Version 1: the exact log
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 1 | version: `0x01` |
+//! | 1 | 3 | reserved, zero |
+//! | 4 | 4 | `head`: u32, the number of entries at the front that have left the window |
+//! | 8 | 8 each | entries: one i64 instant per action, ascending |
+//!
+//! The live actions are the entries from `head` on (those still counting at `now` are the
+//! ones after `now − window`, found by binary search). A call appends its actions at the
+//! end and advances `head` past the actions that have left; once the dead entries outnumber
+//! the live ones, the call rewrites the log without them. So the string holds at most 16
+//! bytes per live action (plus the header), and a call costs O(log limit + quantity),
+//! amortised. Actions are logged at `max(now, newest entry)`, so a log stamped in the
+//! future (the clock stepped back) stays sorted and nothing leaves early. A refund removes
+//! the newest actions. To read it: `GETRANGE key 4 7` is `head`, `GETRANGE key 8 -1` the
+//! entries.
+//!
+//! ## Version 2: buckets (`PRECISION p`)
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 1 | version: `0x02` |
+//! | 1 | 7 | reserved, zero |
+//! | 8 | 8 | `p`: i64, the precision in nanoseconds |
+//! | 16 | 8 | `newest`: i64, the newest bucket written, `⌊t / p⌋` |
+//! | 24 | 8 each | `m = ⌈window / p⌉ + 1` counts (u64), a ring: slot `k mod m` holds bucket `k` for `newest − m < k ≤ newest` |
+//!
+//! `m` is the most buckets that can count at once, so the string costs `24 + 8·m` bytes
+//! whatever the limit, and a call O(m). A call with another precision or window than the
+//! stored one regroups the stored counts into its own buckets, each at the latest instant
+//! its old bucket covered (so nothing leaves early). Switching a live key between exact and
+//! `PRECISION` is refused (its state is invalid for the other mode) until the key expires.
+
+mod buckets;
+mod exact;
+
+use crate::error::{Error, Result};
+use crate::time::{Instant, Nanos};
+use crate::{Decision, Effect, Patch, Reply};
+
+pub(crate) const INVALID: Error = Error::InvalidState("CL.WINDOW");
+
+/// The largest limit of an exact log: its string may hold two entries (16 bytes) per unit
+/// of the limit, and a larger limit is what `PRECISION` is for.
+pub const MAX_EXACT_LIMIT: i64 = 1_000_000;
+
+/// The most buckets a window may be divided into (`⌈window / precision⌉`).
+pub const MAX_BUCKETS: i64 = 100_000;
+
+/// Validated parameters: at most `limit` units in any span of `window`, counted exactly or
+/// per bucket of `precision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    limit: i64,
+    window: Nanos,
+    precision: Option<Nanos>,
+}
+
+impl Params {
+    pub fn new(limit: i64, window: Nanos, precision: Option<Nanos>) -> Result<Params> {
+        let max_limit = if precision.is_some() { i64::MAX } else { MAX_EXACT_LIMIT };
+        if !(1..=max_limit).contains(&limit) {
+            let range = match precision {
+                Some(_) => "an integer from 1 to 9223372036854775807",
+                None => "an integer from 1 to 1000000 (use PRECISION for larger limits)",
+            };
+            return Err(Error::OutOfRange { name: "limit", range });
+        }
+        if window.as_nanos() < 1 {
+            return Err(Error::OutOfRange { name: "window", range: "a positive duration" });
+        }
+        if let Some(p) = precision {
+            if p.as_nanos() < 1 || p > window {
+                return Err(Error::OutOfRange { name: "precision", range: "a positive duration no longer than the window" });
+            }
+            if buckets::spanned(window, p) > MAX_BUCKETS {
+                return Err(Error::OutOfRange { name: "precision", range: "at least the window divided by 100000" });
+            }
+        }
+        Ok(Params { limit, window, precision })
+    }
+
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+    pub fn precision(&self) -> Option<Nanos> {
+        self.precision
+    }
+
+    /// The reply when `used` units count at `now`, the newest of them leaving at
+    /// `full_at` (`None`: nothing counts), and a denied call could retry at `retry_at`.
+    fn reply(&self, now: Instant, limited: bool, used: i64, full_at: Option<Instant>, retry_at: Option<Instant>) -> Reply {
+        Reply {
+            limited,
+            limit: self.limit,
+            remaining: crate::limits::remaining(self.limit, used),
+            retry_after: retry_at.map(|at| at.saturating_since(now)),
+            reset_after: full_at.map_or(Nanos::ZERO, |at| at.saturating_since(now)),
+        }
+    }
+}
+
+/// Decides a call consuming `quantity` units at `now` against the stored string, if any.
+/// `quantity` 0 peeks; a negative quantity refunds the newest units, never beyond full.
+/// The effect stores a [`Patch`] of the stored string, expiring when the newest action
+/// leaves the window.
+pub fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {
+    match params.precision {
+        None => exact::decide(stored, now, params, quantity),
+        Some(precision) => buckets::decide(stored, now, params, precision, quantity),
+    }
+}
+
+/// How a call relates to the limit, once the units in the window are known: the part of
+/// deciding both layouts share.
+enum Verdict {
+    /// Give back up to this many units (a refund).
+    Refund(i64),
+    /// A peek, or a call that is denied (and whether it could ever be admitted): the reply
+    /// only.
+    Reply { limited: bool, admittable: bool },
+    /// Admit: log `quantity ≥ 1` actions.
+    Admit(i64),
+}
+
+impl Verdict {
+    fn of(quantity: i64, used: i64, params: &Params) -> Verdict {
+        if quantity < 0 {
+            Verdict::Refund(crate::limits::refunded(quantity))
+        } else if quantity > params.limit {
+            Verdict::Reply { limited: true, admittable: false }
+        } else if used.saturating_add(quantity) > params.limit {
+            Verdict::Reply { limited: true, admittable: true }
+        } else if quantity == 0 {
+            Verdict::Reply { limited: false, admittable: true }
+        } else {
+            Verdict::Admit(quantity)
+        }
+    }
+}
+
+/// The decision of a refund that empties the window: the key goes, if there was one.
+fn emptied(now: Instant, params: &Params, had_units: bool) -> Decision<Patch> {
+    let effect = if had_units { Effect::Delete } else { Effect::Nothing };
+    Decision { reply: params.reply(now, false, 0, None, None), effect }
+}
+
+/// When an action at `at` leaves a window of `window`.
+fn leaves(at: Instant, window: Nanos) -> Result<Instant> {
+    at.checked_add(window)
+}
+
+/// Little-endian i64 at `offset` of `bytes`, if it is there.
+fn read_i64(bytes: &[u8], offset: usize) -> Option<i64> {
+    let end = offset.checked_add(8)?;
+    bytes.get(offset..end)?.try_into().ok().map(i64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Bucketed counting (layout version 2, `PRECISION p`): a ring of `m = ⌈window / p⌉ + 1`
+//! counts after a 24-byte header holding `p` and the newest bucket written.
+
+use std::borrow::Cow;
+
+use super::{INVALID, MAX_BUCKETS, Params, Verdict, emptied, leaves, read_i64};
+use crate::error::{Error, Result};
+use crate::time::{Instant, Nanos};
+use crate::{Decision, Effect, Patch};
+
+const VERSION: u8 = 2;
+const HEADER: usize = 24;
+const PRECISION_AT: usize = 8;
+const NEWEST_AT: usize = 16;
+const SLOT: usize = 8;
+
+/// `⌈window / p⌉`: the buckets a window spans (one more can count at once, partly).
+pub(super) fn spanned(window: Nanos, p: Nanos) -> i64 {
+    let (w, p) = (window.as_nanos(), p.as_nanos());
+    w / p + i64::from(w % p != 0)
+}
+
+/// The ring's length for these parameters: the most buckets that can count at once.
+fn slots_for(params: &Params, p: Nanos) -> usize {
+    // At most MAX_BUCKETS + 1 (checked by `Params::new`).
+    (spanned(params.window, p) + 1) as usize
+}
+
+/// The ring: the whole string, borrowed from the store or, when the call had to build it
+/// (no key, or a key of other parameters), owned.
+struct Ring<'a> {
+    image: Cow<'a, [u8]>,
+    p: i64,
+    newest: i64,
+    slots: usize,
+}
+
+impl<'a> Ring<'a> {
+    fn empty(p: i64, newest: i64, slots: usize) -> Ring<'static> {
+        let mut image = vec![0; HEADER + slots * SLOT];
+        image[0] = VERSION;
+        image[PRECISION_AT..NEWEST_AT].copy_from_slice(&p.to_le_bytes());
+        image[NEWEST_AT..HEADER].copy_from_slice(&newest.to_le_bytes());
+        Ring { image: Cow::Owned(image), p, newest, slots }
+    }
+
+    fn parse(bytes: &'a [u8]) -> Result<Ring<'a>> {
+        let &[VERSION, 0, 0, 0, 0, 0, 0, 0, ..] = bytes else { return Err(INVALID) };
+        let p = read_i64(bytes, PRECISION_AT).filter(|&p| p >= 1).ok_or(INVALID)?;
+        let newest = read_i64(bytes, NEWEST_AT).ok_or(INVALID)?;
+        let body = bytes.len() - HEADER;
+        let slots = body / SLOT;
+        if !body.is_multiple_of(SLOT) || slots == 0 || slots as i64 > MAX_BUCKETS + 1 {
+            return Err(INVALID);
+        }
+        Ok(Ring { image: Cow::Borrowed(bytes), p, newest, slots })
+    }
+
+    fn is_stored(&self) -> bool {
+        matches!(self.image, Cow::Borrowed(_))
+    }
+
+    fn offset(&self, k: i64) -> usize {
+        HEADER + k.rem_euclid(self.slots as i64) as usize * SLOT
+    }
+
+    /// The count of bucket `k`, one the ring holds (`newest − slots < k ≤ newest`).
+    fn count(&self, k: i64) -> Result<i64> {
+        read_i64(&self.image, self.offset(k)).filter(|&c| c >= 0).ok_or(INVALID)
+    }
+
+    /// The buckets from `oldest` to the newest, oldest first, with their counts.
+    fn from(&self, oldest: i64) -> impl DoubleEndedIterator<Item = Result<(i64, i64)>> + '_ {
+        let held = (i128::from(self.newest) - i128::from(oldest) + 1).clamp(0, self.slots as i128) as i64;
+        (0..held).map(move |i| self.newest - (held - 1) + i).map(|k| Ok((k, self.count(k)?)))
+    }
+
+    /// The ring of a call with precision `p` and `slots` buckets, from a stored one of other
+    /// parameters: each stored count moves to the bucket holding the last instant its own
+    /// bucket covered, so that nothing leaves earlier than it would have. Counts that no
+    /// longer count at `now` are dropped; the ring's newest bucket is `now`'s, or a later
+    /// one for a state stamped in the future.
+    fn regroup(&self, p: i64, slots: usize, oldest: i64, current: i64) -> Result<Ring<'static>> {
+        let moved = |(k, count): (i64, i64)| -> Result<Option<(i64, i64)>> {
+            let last = (i128::from(k) + 1) * i128::from(self.p) - 1;
+            let k = i64::try_from(last.div_euclid(i128::from(p))).map_err(|_| INVALID)?;
+            Ok((count > 0 && k >= oldest).then_some((k, count)))
+        };
+        let old_oldest = self.newest.saturating_sub(self.slots as i64 - 1);
+        let mut newest = current;
+        for entry in self.from(old_oldest) {
+            if let Some((k, _)) = moved(entry?)? {
+                newest = newest.max(k);
+            }
+        }
+        let mut ring = Ring::empty(p, newest, slots);
+        let first_held = newest.saturating_sub(slots as i64 - 1);
+        let image = ring.image.to_mut();
+        for entry in self.from(old_oldest) {
+            if let Some((k, count)) = moved(entry?)? {
+                // Later, never earlier: a bucket that would fall off the ring's back moves
+                // to its oldest slot.
+                let offset = HEADER + k.max(first_held).rem_euclid(slots as i64) as usize * SLOT;
+                let sum = read_i64(image, offset).ok_or(INVALID)?.saturating_add(count);
+                image[offset..offset + SLOT].copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+        Ok(ring)
+    }
+
+    /// The edit setting the buckets in `edits` (ascending) and the newest bucket.
+    fn patch(self, newest: i64, edits: &[(i64, i64)]) -> Patch {
+        let offsets: Vec<(usize, i64)> = edits.iter().map(|&(k, count)| (self.offset(k), count)).collect();
+        let len = self.image.len();
+        if !self.is_stored() {
+            let mut image = self.image.into_owned();
+            image[NEWEST_AT..HEADER].copy_from_slice(&newest.to_le_bytes());
+            for (offset, count) in offsets {
+                image[offset..offset + SLOT].copy_from_slice(&count.to_le_bytes());
+            }
+            return Patch { len, chunks: vec![(0, image)] };
+        }
+        let mut chunks: Vec<(usize, Vec<u8>)> = Vec::new();
+        if newest != self.newest {
+            chunks.push((NEWEST_AT, newest.to_le_bytes().to_vec()));
+        }
+        for (offset, count) in offsets {
+            // Adjacent slots (the ring's order, but for its wrap) share one chunk.
+            match chunks.last_mut() {
+                Some((at, bytes)) if *at + bytes.len() == offset => bytes.extend_from_slice(&count.to_le_bytes()),
+                _ => chunks.push((offset, count.to_le_bytes().to_vec())),
+            }
+        }
+        Patch { len, chunks }
+    }
+}
+
+pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Nanos, quantity: i64) -> Result<Decision<Patch>> {
+    let slots = slots_for(params, p);
+    let precision = p.as_nanos();
+    let current = now.as_nanos().div_euclid(precision);
+    // The oldest bucket that still counts: its end `(k + 1)·p` is after `now − window`.
+    let oldest = now.checked_sub(params.window)?.as_nanos().div_euclid(precision);
+
+    let ring = match stored.map(Ring::parse).transpose()? {
+        None => Ring::empty(precision, current, slots),
+        Some(ring) if ring.p == precision && ring.slots == slots => ring,
+        Some(ring) => ring.regroup(precision, slots, oldest, current)?,
+    };
+    let bucket_leaves = |k: i64| -> Result<Instant> {
+        let end = k.checked_add(1).and_then(|k| k.checked_mul(precision)).ok_or(Error::TooLarge)?;
+        leaves(Instant::from_nanos(end), params.window)
+    };
+
+    let mut used = 0i64;
+    let mut newest_used = None;
+    for entry in ring.from(oldest) {
+        let (k, count) = entry?;
+        used = used.saturating_add(count);
+        if count > 0 {
+            newest_used = Some(k);
+        }
+    }
+    let full_at = newest_used.map(bucket_leaves).transpose()?;
+
+    match Verdict::of(quantity, used, params) {
+        Verdict::Refund(units) => {
+            // Give back the newest units first.
+            let (mut left, mut edits, mut newest_left) = (units, Vec::new(), None);
+            for entry in ring.from(oldest).rev() {
+                let (k, count) = entry?;
+                let taken = count.min(left);
+                left -= taken;
+                if taken > 0 {
+                    edits.push((k, count - taken));
+                }
+                if count > taken && newest_left.is_none() {
+                    newest_left = Some(k);
+                }
+                if left == 0 && newest_left.is_some() {
+                    break;
+                }
+            }
+            let Some(newest_left) = newest_left else {
+                return Ok(emptied(now, params, used > 0));
+            };
+            edits.reverse();
+            let full_at = bucket_leaves(newest_left)?;
+            let used = used - (units - left);
+            let reply = params.reply(now, false, used, Some(full_at), None);
+            let newest = ring.newest;
+            Ok(Decision { reply, effect: Effect::Store { state: ring.patch(newest, &edits), expires_at: full_at } })
+        }
+        Verdict::Reply { limited, admittable } => {
+            let retry_at = match admittable && limited {
+                true => {
+                    // The bucket whose leaving frees enough units.
+                    let need = used.saturating_add(quantity) - params.limit;
+                    let mut freed = 0i64;
+                    let mut freeing = None;
+                    for entry in ring.from(oldest) {
+                        let (k, count) = entry?;
+                        freed = freed.saturating_add(count);
+                        if freed >= need {
+                            freeing = Some(k);
+                            break;
+                        }
+                    }
+                    Some(bucket_leaves(freeing.ok_or(INVALID)?)?)
+                }
+                false => None,
+            };
+            Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect: Effect::Nothing })
+        }
+        Verdict::Admit(quantity) => {
+            // Actions go to `now`'s bucket, or to the newest for a ring stamped in the future.
+            let top = current.max(ring.newest);
+            let ring = if top - ring.newest >= slots as i64 { Ring::empty(precision, top, slots) } else { ring };
+            let mut edits = Vec::new();
+            // Buckets between the newest and `top` reuse slots of buckets long gone.
+            let mut k = ring.newest;
+            while k < top {
+                k += 1;
+                edits.push((k, 0));
+            }
+            let count = if top == ring.newest { ring.count(top)? } else { 0 };
+            match edits.last_mut() {
+                Some(last) => last.1 = quantity,
+                None => edits.push((top, count + quantity)),
+            }
+            let full_at = bucket_leaves(top)?;
+            let reply = params.reply(now, false, used + quantity, Some(full_at), None);
+            Ok(Decision { reply, effect: Effect::Store { state: ring.patch(top, &edits), expires_at: full_at } })
+        }
+    }
+}

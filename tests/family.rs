@@ -1,0 +1,193 @@
+//! CL.WINDOW, CL.BUCKET and CL.COUNTER against a real server: vectors for every reply field,
+//! peek, refund, MS, the stored state, errors, and keys of one limiter used by another.
+
+mod harness;
+
+use harness::{Server, error_of, in_multi, snapshot, throttle};
+
+fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+fn pexpiretime(c: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
+}
+
+fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query(c).unwrap()
+}
+
+#[test]
+fn window_exact_vectors_peek_refund() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = in_multi(&mut c, &["CL.WINDOW w 3 10"; 4]);
+    assert_eq!(r[..3], [[0, 3, 2, -1, 10], [0, 3, 1, -1, 10], [0, 3, 0, -1, 10]]);
+    assert_eq!(r[3], [1, 3, 0, 10, 10], "denied until the oldest action leaves");
+    assert_eq!(throttle(&mut c, "CL.WINDOW w 3 10 0"), [0, 3, 0, -1, 10], "peek");
+    assert_eq!(throttle(&mut c, "CL.WINDOW w 3 10 -1"), [0, 3, 1, -1, 10], "refund of the newest action");
+    assert_eq!(throttle(&mut c, "CL.WINDOW w 3 10 4"), [1, 3, 1, -1, 10], "more than the limit: never");
+    assert_eq!(throttle(&mut c, "CL.WINDOW w 3 10 -5"), [0, 3, 3, -1, 0]);
+    assert!(!exists(&mut c, "w"), "a refund to full removes the key");
+    assert_eq!(throttle(&mut c, "CL.WINDOW fresh 3 10 0"), [0, 3, 3, -1, 0]);
+    assert!(!exists(&mut c, "fresh"), "a peek creates nothing");
+}
+
+#[test]
+fn window_in_milliseconds_and_its_documented_layout() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = in_multi(&mut c, &["CL.WINDOW m 2 500 MS", "CL.WINDOW m 2 500 MS", "CL.WINDOW m 2 500 MS"]);
+    assert_eq!(r[..2], [[0, 2, 1, -1, 500], [0, 2, 0, -1, 500]]);
+    assert_eq!(r[2][..3], [1, 2, 0]);
+    assert!((490..=500).contains(&r[2][3]), "{:?}", r[2]);
+    // Exact log: an 8-byte header (version 1) and one little-endian i64 per action.
+    let log = get_bytes(&mut c, "m");
+    assert_eq!(log.len(), 8 + 2 * 8);
+    assert_eq!(log[0], 1);
+    let newest = i64::from_le_bytes(log[16..24].try_into().unwrap());
+    assert_eq!(pexpiretime(&mut c, "m"), (newest + 500_000_000 + 999_999) / 1_000_000, "expires when the newest leaves");
+}
+
+#[test]
+fn window_costs_at_most_16_bytes_per_action() {
+    let server = Server::start();
+    let mut c = server.client();
+    for _ in 0..100 {
+        assert_eq!(throttle(&mut c, "CL.WINDOW big 100 60")[0], 0);
+    }
+    assert_eq!(throttle(&mut c, "CL.WINDOW big 100 60")[0], 1);
+    let len: i64 = redis::cmd("STRLEN").arg("big").query(&mut c).unwrap();
+    assert!(len <= 16 * 100 + 8, "{len} bytes for 100 actions");
+}
+
+#[test]
+fn window_with_precision_counts_per_bucket() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = in_multi(&mut c, &["CL.WINDOW p 3 10 PRECISION 1"; 4]);
+    for (i, reply) in r[..3].iter().enumerate() {
+        assert_eq!(reply[..4], [0, 3, 2 - i as i64, -1]);
+        assert!((10..=11).contains(&reply[4]), "a bucket leaves at most one precision late: {reply:?}");
+    }
+    assert_eq!(r[3][..3], [1, 3, 0]);
+    assert_eq!(get_bytes(&mut c, "p")[0], 2, "bucketed layout is version 2");
+    // A million per hour in one-minute buckets stays small.
+    throttle(&mut c, "CL.WINDOW hour 1000000 3600 PRECISION 60");
+    let len: i64 = redis::cmd("STRLEN").arg("hour").query(&mut c).unwrap();
+    assert!(len < 1024, "{len} bytes");
+}
+
+#[test]
+fn bucket_vectors_peek_refund_and_state() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = in_multi(&mut c, &["CL.BUCKET b 5 2 10"; 6]);
+    assert_eq!(
+        r,
+        vec![[0, 5, 4, -1, 10], [0, 5, 3, -1, 10], [0, 5, 2, -1, 20], [0, 5, 1, -1, 20], [0, 5, 0, -1, 30], [1, 5, 0, 10, 30]]
+    );
+    let stored: i64 = redis::cmd("GET").arg("b").query(&mut c).unwrap();
+    assert_eq!(stored, -5, "the key holds minus the tokens missing");
+    assert_eq!(throttle(&mut c, "CL.BUCKET b 5 2 10 0")[..3], [0, 5, 0]);
+    assert_eq!(throttle(&mut c, "CL.BUCKET b 5 2 10 6")[..4], [1, 5, 0, -1]);
+    assert_eq!(throttle(&mut c, "CL.BUCKET b 5 2 10 -2")[..3], [0, 5, 2]);
+    assert_eq!(throttle(&mut c, "CL.BUCKET b 5 2 10 -9"), [0, 5, 5, -1, 0]);
+    assert!(!exists(&mut c, "b"));
+    // Refill clocks start on a whole millisecond, so in MS the reset may read one more.
+    let r = throttle(&mut c, "CL.BUCKET ms 3 1 250 3 MS");
+    assert_eq!(r[..4], [0, 3, 0, -1]);
+    assert!((750..=751).contains(&r[4]), "{r:?}");
+}
+
+#[test]
+fn counter_vectors_peek_refund_and_state() {
+    let server = Server::start();
+    let mut c = server.client();
+    let r = in_multi(&mut c, &["CL.COUNTER c 3 60"; 4]);
+    assert_eq!(r, vec![[0, 3, 2, -1, 60], [0, 3, 1, -1, 60], [0, 3, 0, -1, 60], [1, 3, 0, 60, 60]]);
+    let count: i64 = redis::cmd("GET").arg("c").query(&mut c).unwrap();
+    assert_eq!(count, 3, "a plain integer string");
+    let ttl: i64 = redis::cmd("PTTL").arg("c").query(&mut c).unwrap();
+    assert!((59_000..=60_001).contains(&ttl), "expires when the window closes: {ttl}");
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 3 60 0")[..3], [0, 3, 0]);
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 3 60 -2")[..3], [0, 3, 2]);
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 3 60 -5"), [0, 3, 3, -1, 0]);
+    assert!(!exists(&mut c, "c"));
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 3 60 4"), [1, 3, 3, -1, 0]);
+    // Windows open on a whole millisecond, so in MS the reset may read one more.
+    let r = throttle(&mut c, "CL.COUNTER m 10 1500 4 MS");
+    assert_eq!(r[..4], [0, 10, 6, -1]);
+    assert!((1500..=1501).contains(&r[4]), "{r:?}");
+}
+
+#[test]
+fn errors_are_clear_and_change_nothing() {
+    let server = Server::start();
+    let mut c = server.client();
+    throttle(&mut c, "CL.WINDOW w 3 10");
+    throttle(&mut c, "CL.BUCKET b 3 1 10");
+    throttle(&mut c, "CL.COUNTER c 3 10");
+    let before = snapshot(&mut c);
+    let cases: &[(&str, &str)] = &[
+        ("CL.WINDOW w 3", "ERR wrong number of arguments for 'cl.window' command"),
+        ("CL.BUCKET b 3 1", "ERR wrong number of arguments for 'cl.bucket' command"),
+        ("CL.COUNTER c 3", "ERR wrong number of arguments for 'cl.counter' command"),
+        ("CL.WINDOW w 0 10", "ERR limit must be an integer from 1 to 1000000 (use PRECISION for larger limits)"),
+        ("CL.WINDOW w 3 -1", "ERR window must be an integer from 1 to 9223372036854775807"),
+        ("CL.WINDOW w 3 10 PRECISION 11", "ERR precision must be a positive duration no longer than the window"),
+        ("CL.WINDOW w 3 10 PRECISION", "ERR syntax error"),
+        ("CL.BUCKET b 0 1 10", "ERR capacity must be an integer from 1 to 9223372036854775807"),
+        ("CL.BUCKET b 3 0 10", "ERR tokens must be an integer from 1 to 9223372036854775807"),
+        ("CL.BUCKET b 3 1 10 PRECISION 1", "ERR syntax error"),
+        ("CL.COUNTER c 0 10", "ERR limit must be an integer from 1 to 999999999999999999"),
+        ("CL.COUNTER c 3 1.5", "ERR value is not an integer or out of range"),
+        ("CL.COUNTER c 3 10 BOGUS", "ERR syntax error"),
+        ("CL.BUCKET b 3 1 9223372036854775807", "ERR parameters are too large: their nanosecond arithmetic overflows 64 bits"),
+    ];
+    for (words, want) in cases {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert_eq!(error_of(&mut c, &args), *want, "{words}");
+    }
+    assert_eq!(snapshot(&mut c), before, "no error changed any key");
+}
+
+#[test]
+fn one_limiters_key_used_by_another_is_wrongtype_and_untouched() {
+    let server = Server::start();
+    let mut c = server.client();
+    let calls = [
+        ("t", "CL.THROTTLE t 5 1 60"),
+        ("w", "CL.WINDOW w 5 60"),
+        ("p", "CL.WINDOW p 5 60 PRECISION 10"),
+        ("b", "CL.BUCKET b 5 1 60"),
+        ("c", "CL.COUNTER c 5 60"),
+    ];
+    for (_, words) in calls {
+        throttle(&mut c, words);
+    }
+    let before = snapshot(&mut c);
+    for (key, owner) in calls {
+        for (_, other) in calls {
+            let other_command = other.split_whitespace().next().unwrap();
+            if owner.starts_with(other_command) {
+                continue;
+            }
+            let words = format!("{other_command} {key} 5 1 60");
+            let words = if other_command == "CL.WINDOW" || other_command == "CL.COUNTER" { format!("{other_command} {key} 5 60") } else { words };
+            let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+            assert_eq!(
+                error_of(&mut c, &args),
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                "{words} on a key of `{owner}`"
+            );
+        }
+    }
+    assert_eq!(snapshot(&mut c), before, "nothing was overwritten");
+    // Values that are no limiter's state at all are reported as such.
+    let _: () = redis::cmd("SET").arg("junk").arg("hello").query(&mut c).unwrap();
+    for command in ["CL.WINDOW junk 5 60", "CL.BUCKET junk 5 1 60", "CL.COUNTER junk 5 60"] {
+        let args: Vec<&[u8]> = command.split_whitespace().map(str::as_bytes).collect();
+        assert!(error_of(&mut c, &args).starts_with("ERR key does not hold valid CL."), "{command}");
+    }
+}

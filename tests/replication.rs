@@ -1,0 +1,85 @@
+//! Effects replication: a replica without the module and an AOF replay end byte-identical
+//! to the master (values and absolute expiry times), because the module propagates plain
+//! commands with absolute times and nothing for calls that change nothing.
+
+mod harness;
+
+use harness::{Options, Server, snapshot, wait_until};
+use rand::Rng;
+use std::time::Duration;
+
+/// Random calls over a small set of keys: allowed, denied, peeks, refunds, both units.
+fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
+    let mut rng = rand::rng();
+    for _ in 0..n {
+        let command = commands[rng.random_range(0..commands.len())];
+        let key = format!("rl:{}:{}", command.to_lowercase(), rng.random_range(0..40));
+        let quantity = rng.random_range(-3i64..6);
+        let unit = if rng.random_bool(0.3) { " MS" } else { "" };
+        // Long periods: nothing expires while the test compares copies. With MS every time
+        // argument is in milliseconds, so it is scaled to the same durations.
+        let t = |secs: i64| if unit.is_empty() { secs } else { secs * 1000 };
+        let words = match command {
+            "CL.THROTTLE" => format!("CL.THROTTLE {key} 5 3 {} {quantity}{unit}", t(600)),
+            "CL.WINDOW" => format!("CL.WINDOW {key} 12 {} {quantity}{unit}", t(600)),
+            "CL.WINDOW-P" => format!("CL.WINDOW {key} 12 {} {quantity} PRECISION {}{unit}", t(600), t(60)),
+            "CL.BUCKET" => format!("CL.BUCKET {key} 8 2 {} {quantity}{unit}", t(300)),
+            "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
+            other => panic!("unknown command {other}"),
+        };
+        let _ = harness::try_throttle(c, &words).unwrap_or_else(|e| panic!("{words}: {e}"));
+    }
+}
+
+fn wait_for_replica(master: &Server, replica: &Server) {
+    let mut m = master.client();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
+    wait_until("the replica's offset to reach the master's", Duration::from_secs(10), || {
+        let offset = |s: &Server| {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut s.client()).unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("master_repl_offset:"))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        offset(master) == offset(replica)
+    });
+}
+
+#[test]
+fn module_less_replica_and_aof_replay_are_byte_identical() {
+    let master = Server::with(Options::default().arg("--appendonly yes --appendfsync always --enable-debug-command local"));
+    let replica = master.replica(Options::default().without_module());
+    let mut c = master.client();
+
+    random_calls(&mut c, 4000, &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER"]);
+    wait_for_replica(&master, &replica);
+
+    let on_master = snapshot(&mut c);
+    assert!(on_master.len() > 10, "the test exercised many limiters");
+    assert!(on_master.iter().all(|(_, _, at)| *at > 0), "every limiter key has an expiry");
+    assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
+    assert_eq!(snapshot(&mut c), on_master, "AOF replay == master before");
+}
+
+#[test]
+fn calls_that_change_nothing_propagate_nothing() {
+    // No periodic PINGs to the replica during the test: they would move the offset too.
+    let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));
+    let replica = master.replica(Options::default().without_module());
+    let mut c = master.client();
+    harness::throttle(&mut c, "CL.THROTTLE k 0 1 600");
+    wait_for_replica(&master, &replica);
+    let offset = || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut master.client()).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).unwrap().trim().to_string()
+    };
+    let before = offset();
+    assert_eq!(harness::throttle(&mut c, "CL.THROTTLE k 0 1 600")[0], 1, "denied");
+    harness::throttle(&mut c, "CL.THROTTLE k 0 1 600 0");
+    harness::throttle(&mut c, "CL.THROTTLE other 0 1 600 0");
+    assert_eq!(offset(), before, "denials and peeks add nothing to the replication stream");
+}
