@@ -1,8 +1,18 @@
 # redis-throttle: `make run` builds the module and serves it; `make test` runs every test.
 PORT ?= 6379
-MODULE := target/release/libredis_throttle.so
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+MODULE := $(TARGET_DIR)/release/libredis_throttle.so
 
-.PHONY: all build run test bench deps clean
+# Images: `make docker` builds DOCKER_IMAGE FROM DOCKER_BASE (needs a registry that serves it);
+# `make docker-local` builds LOCAL_IMAGE FROM a base made of Debian packages (no registry).
+DOCKER_BASE ?= redis:7.4
+DOCKER_IMAGE ?= redis-throttle:latest
+LOCAL_IMAGE ?= redis-throttle:local
+# Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster
+export NATIVE_ONLY_TESTS
+
+.PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench deps clean
 
 all: build
 
@@ -16,9 +26,32 @@ build: deps
 run: build
 	redis-server --port $(PORT) --save "" --appendonly no --loadmodule $(abspath $(MODULE))
 
-# Unit and property tests of the algorithms, then integration tests against real servers.
+# Unit and property tests of the algorithms, integration tests against real servers, then the
+# behavioural tests against containers (skipped with a notice when no Docker engine answers,
+# a failure under CI=true).
 test: build
 	cargo test --workspace
+	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The behavioural tests with every server in a container (THROTTLE_BACKEND=container).
+test-containers: build
+	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh $(MODULE)
+
+# The integration suite against Redis 7.0, Valkey 8.0, Redis 8.0 and Valkey 8.1, and a table.
+# MATRIX="redis-8.0 valkey-8.1" runs some of them.
+test-matrix: build
+	@scripts/matrix.sh $(MODULE) $(MATRIX)
+
+docker: build
+	scripts/docker-image.sh build $(DOCKER_BASE) $(DOCKER_IMAGE) $(MODULE)
+
+docker-local: build
+	scripts/docker-image.sh build "$$(scripts/docker-image.sh local-base)" $(LOCAL_IMAGE) $(MODULE)
+	scripts/docker-image.sh smoke $(LOCAL_IMAGE)
+
+# Starts a Docker engine (as root, installing docker.io) when none answers.
+docker-engine:
+	@scripts/docker-engine.sh
 
 bench: build
 	bench/run.sh

@@ -68,9 +68,16 @@ fn acl_key_patterns_and_categories_apply() {
     let denied = error_of(&mut reader, &[b"CL.THROTTLE", b"rl:user", b"1", b"1", b"60"]);
     assert!(denied.starts_with("NOPERM"), "a user with {rule} cannot run a limiter: {denied}");
     if categories {
-        let fast: Vec<String> = redis::cmd("ACL").arg("CAT").arg("fast").query(&mut c).unwrap();
-        for (name, _) in COMMANDS {
-            assert!(fast.iter().any(|n| n == name), "{name} is in @fast");
+        // Proved by effect: Valkey 8.0 applies module commands' categories but leaves them out
+        // of `ACL CAT fast`'s listing.
+        let _: () = redis::cmd("ACL").arg(&["SETUSER", "slowonly", "on", ">pw", "~*", "+@all", "-@fast"]).query(&mut c).unwrap();
+        let mut slow = server.client();
+        let _: () = redis::cmd("AUTH").arg("slowonly").arg("pw").query(&mut slow).unwrap();
+        for (name, example) in COMMANDS {
+            let words = example.replace("{key}", "rl:fast");
+            let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+            let denied = error_of(&mut slow, &args);
+            assert!(denied.starts_with("NOPERM"), "{name} is in @fast: a user with -@fast is refused it: {denied}");
         }
     }
     let exists: i64 = redis::cmd("EXISTS").arg("other:user").query(&mut c).unwrap();

@@ -3,7 +3,7 @@
 
 mod harness;
 
-use harness::{Server, call, error_of, in_multi, throttle};
+use harness::{Options, Server, call, error_of, frozen_clock, in_multi, throttle};
 
 #[test]
 fn documented_example_and_burst_vectors() {
@@ -178,4 +178,27 @@ fn denials_and_peeks_do_not_disturb_watchers() {
     assert_eq!(throttle(&mut other, "CL.THROTTLE w 0 1 60 -1")[0], 0);
     let aborted: Option<(String,)> = redis::pipe().atomic().cmd("SET").arg("x").arg("2").query(&mut c).unwrap();
     assert!(aborted.is_none(), "a write must abort a watcher's transaction");
+}
+
+#[test]
+fn clock_is_the_command_time_where_the_server_has_it_else_real_time() {
+    // Redis 7.2+ and Valkey give modules the command time, frozen for a whole MULTI/EXEC; Redis
+    // 7.0 lacks the API and the module degrades to the real-time clock, as the contract says.
+    let server = Server::with(Options::default().arg("--enable-debug-command yes"));
+    let mut c = server.client();
+    let (first, _, second): (Vec<i64>, String, Vec<i64>) = redis::pipe()
+        .atomic()
+        .cmd("CL.THROTTLE").arg("t").arg(9).arg(1).arg(1000).arg("MS")
+        .cmd("DEBUG").arg("SLEEP").arg("0.2")
+        .cmd("CL.THROTTLE").arg("t").arg(9).arg(1).arg(1000).arg("MS")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(first, [0, 10, 9, -1, 1000]);
+    if frozen_clock(&server) {
+        assert_eq!(second, [0, 10, 8, -1, 2000], "one instant for the whole transaction");
+    } else {
+        // 200 ms of real time passed between the calls: the TAT is 2000 ms after the first.
+        assert_eq!(second[..4], [0, 10, 8, -1]);
+        assert!((1700..=1800).contains(&second[4]), "real-time clock: reset_after {} ms", second[4]);
+    }
 }

@@ -7,7 +7,12 @@
 //!   default `redis-server`.
 //! - `THROTTLE_CLI`: the redis-cli to use for cluster creation; default `redis-cli`.
 //! - `THROTTLE_MODULE`: the module to load; default: built here with `cargo build --release`.
+//! - `THROTTLE_BACKEND=container` with `THROTTLE_IMAGE=name:tag`: every server is a container of
+//!   that image instead (see `container.rs`); `make test-containers` runs the behavioural test
+//!   files this way. Replicas, restarts and cluster nodes exist only natively.
 #![allow(dead_code)]
+
+mod container;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -111,6 +116,7 @@ pub struct Server {
     pub dir: PathBuf,
     options: Options,
     child: Option<Child>,
+    container: Option<container::Handle>,
 }
 
 impl Server {
@@ -119,11 +125,21 @@ impl Server {
     }
 
     pub fn with(options: Options) -> Server {
+        if container::enabled() {
+            let (handle, port) = container::Handle::start(&options, &module_path());
+            // Never created: a container keeps its data inside.
+            let dir = std::env::temp_dir().join(format!("throttle-container-{}-{port}", std::process::id()));
+            let server = Server { port, dir, options, child: None, container: Some(handle) };
+            wait_until(&format!("the container on port {port}"), Duration::from_secs(20), || {
+                server.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+            });
+            return server;
+        }
         let port = free_port(options.cluster);
         let dir = std::env::temp_dir().join(format!("throttle-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create server folder");
-        let mut server = Server { port, dir, options, child: None };
+        let mut server = Server { port, dir, options, child: None, container: None };
         server.launch();
         server
     }
@@ -168,6 +184,7 @@ impl Server {
     /// Stops the server (SHUTDOWN, so it persists what it is configured to) and starts it again
     /// with the same folder and options (plus `extra` arguments).
     pub fn restart(&mut self, extra: &str) {
+        assert!(self.container.is_none(), "{}", container::unsupported("restart"));
         let mut c = self.client();
         let _: RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut c);
         if let Some(mut child) = self.child.take() {
@@ -179,6 +196,7 @@ impl Server {
 
     /// Kills the server with SIGKILL (no persistence on the way out).
     pub fn kill(&mut self) {
+        self.container = None; // dropping the container removes it
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -199,11 +217,18 @@ impl Server {
     }
 
     pub fn log(&self) -> String {
+        if let Some(container) = &self.container {
+            return container.log();
+        }
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
     pub fn is_alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        let running = match &self.container {
+            Some(container) => container.is_running(),
+            None => self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None))),
+        };
+        running
             && self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
     }
 
@@ -220,6 +245,7 @@ impl Server {
 
     /// Starts a replica of this server (with or without the module) and waits for its link.
     pub fn replica(&self, options: Options) -> Server {
+        assert!(self.container.is_none(), "{}", container::unsupported("a replica"));
         let replica = Server::with(options.arg(&format!("--replicaof 127.0.0.1 {}", self.port)));
         wait_until("the replica's link to its master", Duration::from_secs(30), || {
             let info: String = redis::cmd("INFO").arg("replication").query(&mut replica.client()).unwrap_or_default();
@@ -231,8 +257,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let native = self.container.is_none();
         self.kill();
-        if !std::thread::panicking() {
+        if native && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The behavioural tests with every server in a container (testcontainers, THROTTLE_BACKEND=container).
+#
+#   scripts/container-tests.sh [--if-reachable] MODULE
+#
+# Builds the test image (docker/Dockerfile FROM CONTAINER_BASE, default a base imported from
+# Debian's Redis 8.0.2 rootfs, so no registry is needed), checks `docker run -p` end to end, then
+# runs every tests/*.rs except NATIVE_ONLY_TESTS against containers of it. No Docker engine: an
+# error; with --if-reachable a clear notice instead, except under CI=true, where it is an error.
+# Env: CONTAINER_BASE, TEST_IMAGE (default redis-throttle:local), NATIVE_ONLY_TESTS, CARGO.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+die() { echo "container-tests: $*" >&2; exit 1; }
+if_reachable=false
+[ "${1:-}" = --if-reachable ] && { if_reachable=true; shift; }
+[ $# -eq 1 ] || die "usage: scripts/container-tests.sh [--if-reachable] MODULE"
+module=$(realpath "$1")
+TEST_IMAGE="${TEST_IMAGE:-redis-throttle:local}"
+NATIVE_ONLY_TESTS="${NATIVE_ONLY_TESTS:-}"
+
+if ! scripts/docker-engine.sh --check; then
+  msg="no Docker engine answers \`docker info\`, so the container tests cannot run"
+  if [ "${CI:-}" = true ] || [ "$if_reachable" = false ]; then
+    die "$msg (as root, scripts/docker-engine.sh installs and starts one; .ci/run does)"
+  fi
+  echo "======================================================================" >&2
+  echo "container tests NOT RUN: $msg." >&2
+  echo "Enable them: start a Docker engine (as root: scripts/docker-engine.sh), then make test." >&2
+  echo "======================================================================" >&2
+  exit 0
+fi
+
+t0=$SECONDS
+base="${CONTAINER_BASE:-$(scripts/docker-image.sh local-base)}"
+t1=$SECONDS
+scripts/docker-image.sh build "$base" "$TEST_IMAGE" "$module"
+scripts/docker-image.sh smoke "$TEST_IMAGE"
+t2=$SECONDS
+
+targets=()
+for f in tests/*.rs; do
+  name=$(basename "$f" .rs)
+  case " $NATIVE_ONLY_TESTS " in *" $name "*) continue ;; esac
+  targets+=(--test "$name")
+done
+[ ${#targets[@]} -gt 0 ] || die "no test files to run in containers"
+mkdir -p target
+log=target/container-tests.log
+echo "container-tests: ${targets[*]} against $TEST_IMAGE (FROM $base)" >&2
+set +e
+THROTTLE_BACKEND=container THROTTLE_IMAGE="$TEST_IMAGE" THROTTLE_MODULE="$module" \
+  timeout 1200 "${CARGO:-cargo}" test --no-fail-fast "${targets[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+t3=$SECONDS
+passed=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+echo "container-tests: base image $((t1 - t0)) s, test image + smoke $((t2 - t1)) s, tests $((t3 - t2)) s; $passed passed" >&2
+[ "$rc" = 0 ] || die "container tests failed (exit $rc; log: $log)"
+[ "$passed" -gt 0 ] || die "no container test ran (log: $log)"

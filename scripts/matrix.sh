@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The compatibility matrix: the whole integration suite (every tests/*.rs, native backend)
+# against each server of scripts/servers.sh, then a table server × result.
+#
+#   scripts/matrix.sh MODULE [NAME...]     (default: every server; logs in target/matrix/NAME.log)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+die() { echo "matrix: $*" >&2; exit 1; }
+[ $# -ge 1 ] || die "usage: scripts/matrix.sh MODULE [NAME...]"
+module=$(realpath "$1"); shift
+[ -f "$module" ] || die "no module at $module"
+names=("$@")
+[ ${#names[@]} -gt 0 ] || read -r -a names <<< "$(scripts/servers.sh --list)"
+CARGO="${CARGO:-cargo}"
+mkdir -p target/matrix
+
+# Compile the test binaries once, so no server's time includes the build.
+"$CARGO" test --test '*' --no-run -q 2>&1 | tail -n 20 >&2 || die "building the integration tests failed"
+
+rows=(); failed=0
+for name in "${names[@]}"; do
+  log="target/matrix/$name.log"; t0=$SECONDS
+  if ! server=$(scripts/servers.sh "$name" 2>"$log") || ! cli=$(scripts/servers.sh --cli "$name" 2>>"$log"); then
+    rows+=("$name|?|UNAVAILABLE|0|0|$((SECONDS - t0))"); failed=1; continue
+  fi
+  # shellcheck disable=SC2086
+  version=$($server --version 2>/dev/null | sed -nE 's/.* v=([^ ]+).*/\1/p')
+  echo "matrix: $name ($version): cargo test --test '*' (log: $log)" >&2
+  set +e
+  THROTTLE_SERVER="$server" THROTTLE_CLI="$cli" THROTTLE_MODULE="$module" THROTTLE_BACKEND=native \
+    timeout 1200 "$CARGO" test --no-fail-fast --test '*' >>"$log" 2>&1
+  rc=$?
+  set -e
+  sum() { grep -E '^test result:' "$log" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+  passed=$(sum passed); nfailed=$(sum failed)
+  result=PASS
+  if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
+  rows+=("$name|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
+  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$log" | head -n 20 >&2 || true; fi
+done
+
+printf '\n%-12s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
+for row in "${rows[@]}"; do
+  IFS='|' read -r n v r p f s <<< "$row"
+  printf '%-12s %-9s %-12s %7s %7s %5ss\n' "$n" "$v" "$r" "$p" "$f" "$s"
+done
+exit "$failed"
