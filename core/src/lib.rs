@@ -14,6 +14,10 @@ pub mod gcra;
 pub mod kind;
 mod limits;
 pub mod request;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod reference;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod time;
 pub mod window;
 
