@@ -41,7 +41,7 @@ pub(crate) mod testing {
     /// A realistic now: November 2023.
     pub const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
 
-    pub use crate::reference::{ceil_ms, reply_i128};
+    pub use crate::reference::reply_i128;
 
     /// An integer state as the glue carries it between calls: the stored value and the
     /// key's expiry in whole milliseconds (`None`: no key).

@@ -15,13 +15,9 @@ impl Model {
         Model { capacity: capacity.into(), tokens_per_refill: tokens.into(), interval: interval.into(), tokens: capacity.into(), next_refill: None }
     }
 
-    /// Applies every refill due by `now` (one at a time), stopping the clock when full. A
-    /// next refill more than one interval ahead (a clock stepped back) restarts the clock.
+    /// Applies every refill due by `now` (one at a time), stopping the clock when full.
+    /// (Time only moves forward here: a clock stepping back is checked by invariants.)
     fn advance(&mut self, now: i128) {
-        let restart = super::ceil_ms(now) + self.interval;
-        if self.next_refill.is_some_and(|at| at > restart) {
-            self.next_refill = Some(restart);
-        }
         while let Some(at) = self.next_refill.filter(|&at| at <= now) {
             self.tokens = (self.tokens + self.tokens_per_refill).min(self.capacity);
             self.next_refill = (self.tokens < self.capacity).then_some(at + self.interval);

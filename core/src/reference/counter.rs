@@ -7,7 +7,21 @@ pub struct Model {
 }
 
 impl Model {
+    /// A call; a peek (`q == 0`) changes nothing.
     pub fn call(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
+        // The key goes once its window has closed, whatever the call (Redis reclaims it).
+        if self.closes_at <= now {
+            *self = Model::default();
+        }
+        let mut m = *self;
+        let reply = m.decide(now, limit, window, q);
+        if q != 0 {
+            *self = m;
+        }
+        reply
+    }
+
+    fn decide(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
         if self.closes_at <= now {
             *self = Model::default();
         }

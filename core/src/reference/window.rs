@@ -13,16 +13,7 @@ impl Model {
             None => t + window,
             Some(p) => (t.div_euclid(p) + 1) * p + window,
         };
-        // An action stamped in the future (a clock stepped back) counts as logged now; with
-        // buckets, as logged at most one window of buckets ahead (where regrouping to a finer
-        // precision may legitimately put it).
-        let latest = match precision {
-            None => now,
-            Some(p) => (now.div_euclid(p) + (window + p - 1) / p + 1) * p - 1,
-        };
-        for t in &mut self.log {
-            *t = (*t).min(latest);
-        }
+        // (Time only moves forward here: a clock stepping back is checked by invariants.)
         let counted: Vec<i128> = self.log.iter().copied().filter(|&t| leaves(t) > now).collect();
         let used = counted.len() as i128;
         let reply = |log: &[i128], limited: bool, used: i128, retry: i128| {
