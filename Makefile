@@ -2,7 +2,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_throttle.so
 
-.PHONY: all build run test bench deps clean
+.PHONY: all build run test bench deps clean fuzz
 
 all: build
 
@@ -19,6 +19,12 @@ run: build
 # Unit and property tests of the algorithms, then integration tests against real servers.
 test: build
 	cargo test --workspace
+
+# Fuzzing (cargo-fuzz, libFuzzer): each target for FUZZ_SECONDS seconds.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= parse gcra counter bucket window
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: build
 	bench/run.sh
