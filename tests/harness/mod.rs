@@ -405,3 +405,14 @@ impl Cluster {
             .collect()
     }
 }
+
+impl Server {
+    /// Waits until `replica` has applied everything this master sent (`WAIT` counts only the
+    /// calling connection's writes, so a fresh connection's `WAIT` proves nothing).
+    pub fn wait_replicated(&self, replica: &Server) {
+        wait_until("the replica to catch up with its master", Duration::from_secs(20), || {
+            let master = self.info_field("replication", "master_repl_offset");
+            !master.is_empty() && replica.info_field("replication", "slave_repl_offset") == master
+        });
+    }
+}
