@@ -416,3 +416,10 @@ impl Server {
         });
     }
 }
+
+impl Server {
+    /// Whether the server answers PING (without needing `&mut`).
+    pub fn is_alive_ref(&self) -> bool {
+        self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+    }
+}
