@@ -9,10 +9,10 @@ DOCKER_BASE ?= redis:7.4
 DOCKER_IMAGE ?= redis-throttle:latest
 LOCAL_IMAGE ?= redis-throttle:local
 # Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster failover persistence security
 export NATIVE_ONLY_TESTS
 
-.PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench deps clean
+.PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench fuzz deps clean
 
 all: build
 
@@ -52,6 +52,12 @@ docker-local: build
 # Starts a Docker engine (as root, installing docker.io) when none answers.
 docker-engine:
 	@scripts/docker-engine.sh
+
+# Fuzzing (cargo-fuzz, libFuzzer): each target for FUZZ_SECONDS seconds.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= parse gcra counter bucket window
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: build
 	bench/run.sh

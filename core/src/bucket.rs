@@ -16,8 +16,10 @@
 //! last `n = ⌈D / tokens⌉` of them refill the stored deficit. At `now`, with
 //! `r = ⌈(full_at − now) / interval⌉` grid refills still ahead (a refill at exactly `now`
 //! has happened), the bucket holds `capacity − (D − (n − min(r, n))·tokens)` tokens. The
-//! `min` covers the instants between a draw and its clock's first refill, and a key stamped
-//! in the future (the clock stepped back): such a bucket refills nothing until it catches up.
+//! `min` covers the instants between a draw and its clock's first refill. A key stamped
+//! further ahead than its deficit's refills allow (`full_at > ⌈now⌉ₘₛ + ⌈D / tokens⌉·interval`:
+//! the clock stepped back) is read as if its grid restarted now, so it refills within the
+//! time its deficit needs instead of waiting for the clock to catch up.
 
 use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
@@ -101,15 +103,31 @@ impl Params {
 #[derive(Clone, Copy)]
 struct Now {
     deficit: i64,
+    /// Whether the stored `full_at` was pulled back (the clock stepped back).
+    stepped: bool,
     /// The next refill strictly after `now` (meaningful when `deficit > 0`).
     next_refill: Instant,
 }
 
 impl Now {
     fn of(state: Option<State>, now: Instant, p: &Params) -> Result<Now> {
+        // A bucket is full at most `⌈deficit / tokens⌉` refills after the next whole
+        // millisecond (a draw starts or keeps a grid whose next refill is at most one
+        // interval ahead). A later `full_at` (the clock stepped back) restarts the grid now,
+        // so no user waits longer than the refills their deficit needs.
+        let mut stepped = false;
+        let state = state.map(|s| {
+            let ceiling = now.next_whole_milli().ok().and_then(|start| {
+                let d = p.interval.checked_mul(p.refills_to_cover(s.deficit)).ok().and_then(Nanos::new)?;
+                start.checked_add(d).ok()
+            });
+            let full_at = ceiling.map_or(s.full_at, |c| s.full_at.min(c));
+            stepped = full_at < s.full_at;
+            State { full_at, ..s }
+        });
         let Some(state) = state.filter(|s| s.full_at > now) else {
             // Full: a draw starts the clock on the next whole millisecond.
-            return Ok(Now { deficit: 0, next_refill: now.next_whole_milli()?.checked_add(p.interval)? });
+            return Ok(Now { deficit: 0, stepped: false, next_refill: now.next_whole_milli()?.checked_add(p.interval)? });
         };
         // The stored deficit is made up by the last `n` grid refills up to `full_at`; one
         // above a lowered capacity reads as the capacity (made up by the last refills, so
@@ -122,7 +140,7 @@ impl Now {
         // full_at − now: neither overflows.
         let deficit = deficit - (n - ahead) * p.tokens;
         let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or(Error::TooLarge)?)?;
-        Ok(Now { deficit, next_refill })
+        Ok(Now { deficit, stepped, next_refill })
     }
 
     /// The refill at which the deficit is at most `target`, and `now` when it already is.
@@ -137,6 +155,15 @@ impl Now {
 
     /// The effect and reply of leaving the bucket with `deficit` after an accepted call: the
     /// grid stays, and the key expires at the grid refill that covers the new deficit.
+    /// The effect of a denial: nothing, but for a pulled-back bucket, which is stored so
+    /// that it refills from now (see `gcra::decide`).
+    fn denied_effect(&self, now: Instant, p: &Params) -> Result<Effect<i64>> {
+        match self.stepped && self.deficit > 0 {
+            true => Ok(Effect::Store { state: encode(self.deficit), expires_at: self.refill_covering(0, now, p)? }),
+            false => Ok(Effect::Nothing),
+        }
+    }
+
     fn settle(&self, deficit: i64, now: Instant, p: &Params, had_state: bool) -> Result<Decision<i64>> {
         let full_at = Now { deficit, ..*self }.refill_covering(0, now, p)?;
         let effect = match (deficit, had_state) {
@@ -160,14 +187,14 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
         return bucket.settle(deficit, now, params, had_state);
     }
     if quantity > params.capacity {
-        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, None), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, None), effect: bucket.denied_effect(now, params)? });
     }
     // Both are at most `capacity`, so the sum cannot overflow.
     let deficit = bucket.deficit + quantity;
     if deficit > params.capacity {
         let retry_at = bucket.refill_covering(params.capacity - quantity, now, params)?;
         let retry_after = Some(retry_at.saturating_since(now));
-        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect: bucket.denied_effect(now, params)? });
     }
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });

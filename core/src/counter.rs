@@ -7,6 +7,9 @@
 //! expires when the window closes (`PEXPIRETIME key`). No key means no open window. The
 //! window opens on a whole millisecond (the first at or after the first counted action),
 //! so the key's millisecond expiry is exactly the instant the window closes.
+//!
+//! A window can close at most one window after now (it opened at or before now); a stored
+//! close beyond that (the clock stepped back) is read as closing one window from now.
 
 use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
@@ -67,7 +70,18 @@ impl Params {
 /// Decides a call consuming `quantity` units at `now` against the open window, if any.
 /// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
-    let open = state.filter(|s| s.closes_at > now);
+    // A window closing more than one window from now (stamped before the clock stepped back,
+    // or under a longer window) closes one window from now: no user is locked out longer.
+    let ceiling = now.next_whole_milli().and_then(|t| t.checked_add(params.window)).ok();
+    let stepped = matches!((state, ceiling), (Some(s), Some(c)) if s.closes_at > c);
+    let open = state
+        .map(|s| State { closes_at: ceiling.map_or(s.closes_at, |c| s.closes_at.min(c)), ..s })
+        .filter(|s| s.closes_at > now);
+    // A denial stores the pulled-back close (a peek stays pure): see `gcra::decide`.
+    let denied_effect = match open {
+        Some(open) if stepped && quantity != 0 => Effect::Store { state: open.count, expires_at: open.closes_at },
+        _ => Effect::Nothing,
+    };
     let count = open.map_or(0, |s| s.count);
     let until_close = open.map_or(Nanos::ZERO, |s| s.closes_at.saturating_since(now));
 
@@ -80,11 +94,11 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect });
     }
     if quantity > params.limit {
-        return Ok(Decision { reply: params.reply(true, count, until_close, None), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, count, until_close, None), effect: denied_effect });
     }
     // `quantity <= limit`, so a denial only happens in an open window: retry when it closes.
     if count.saturating_add(quantity) > params.limit {
-        return Ok(Decision { reply: params.reply(true, count, until_close, Some(until_close)), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, count, until_close, Some(until_close)), effect: denied_effect });
     }
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect: Effect::Nothing });

@@ -1,6 +1,13 @@
 //! GCRA, exactly as redis-cell computes it (so keys and replies carry over), in checked
 //! integer nanoseconds. The state is the theoretical arrival time (TAT): the instant at
 //! which the limiter will be full again. A missing state, or a TAT in the past, is full.
+//!
+//! One deliberate difference from redis-cell: a stored TAT beyond `now + tolerance` is read
+//! as `now + tolerance` (exactly empty). No admitted call can leave one (an admission keeps
+//! `new_TAT ≤ now + tolerance`), so it means the clock stepped back (or the parameters were
+//! lowered): redis-cell would lock the user out for the size of the step; here the limiter
+//! admits again within one emission interval and is full within one tolerance. A call
+//! (but not a peek) that finds such a TAT stores the clamped one, even when denied.
 
 use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
@@ -59,8 +66,18 @@ impl Params {
 /// Decides a call consuming `quantity` units at `now` against the stored `tat`.
 /// `quantity` 0 peeks; a negative quantity refunds, never beyond full.
 pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
-    let tat = tat.map_or(now, |tat| tat.max(now));
+    // A TAT beyond `now + tolerance` (a clock stepped back) reads as exactly empty. When
+    // `now + tolerance` overflows, every TAT is below it.
+    let ceiling = now.checked_add(params.tolerance).unwrap_or(Instant::from_nanos(i64::MAX));
+    let stepped = tat.is_some_and(|tat| tat > ceiling);
+    let tat = tat.map_or(now, |tat| tat.max(now)).min(ceiling);
     let ttl = tat.saturating_since(now);
+    // A denial stores the clamped TAT (a peek stays pure), so the limiter refills from now
+    // instead of being clamped afresh, and still empty, at every later call.
+    let denied_effect = match stepped && quantity != 0 {
+        true => Effect::Store { state: tat, expires_at: tat },
+        false => Effect::Nothing,
+    };
 
     if quantity < 0 {
         // A refund moves the TAT back by the units returned, stopping at now (full).
@@ -77,7 +94,7 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
 
     if quantity > params.limit {
         // More than a full limiter holds: never admitted, so no retry time.
-        return Ok(Decision { reply: params.reply(true, ttl, None), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, ttl, None), effect: denied_effect });
     }
 
     let increment = params.emission_interval.checked_mul_nanos(quantity as u64)?;
@@ -85,7 +102,7 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     let allow_at = new_tat.checked_sub(params.tolerance)?;
     if now < allow_at {
         let retry_after = allow_at.saturating_since(now);
-        return Ok(Decision { reply: params.reply(true, ttl, Some(retry_after)), effect: Effect::Nothing });
+        return Ok(Decision { reply: params.reply(true, ttl, Some(retry_after)), effect: denied_effect });
     }
     let reply = params.reply(false, new_tat.saturating_since(now), None);
     let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };

@@ -15,6 +15,10 @@ pub mod kind;
 pub mod limiter;
 mod limits;
 pub mod request;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod reference;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod time;
 pub mod window;
 

@@ -36,26 +36,12 @@ pub(crate) fn integer_with_expiry(
 #[cfg(test)]
 pub(crate) mod testing {
     use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
-    use crate::{Effect, Reply};
+    use crate::Effect;
 
     /// A realistic now: November 2023.
     pub const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
 
-    /// A reply as i128 nanoseconds, `-1` for no retry time, to compare with a reference model.
-    pub fn reply_i128(r: Reply) -> [i128; 5] {
-        [
-            i128::from(r.limited),
-            r.limit.into(),
-            r.remaining.into(),
-            r.retry_after.map_or(-1, |d| d.as_nanos().into()),
-            r.reset_after.as_nanos().into(),
-        ]
-    }
-
-    /// The first whole millisecond at or after `ns`, in nanoseconds.
-    pub fn ceil_ms(ns: i128) -> i128 {
-        ns.div_euclid(1_000_000) * 1_000_000 + if ns.rem_euclid(1_000_000) != 0 { 1_000_000 } else { 0 }
-    }
+    pub use crate::reference::reply_i128;
 
     /// An integer state as the glue carries it between calls: the stored value and the
     /// key's expiry in whole milliseconds (`None`: no key).

@@ -28,8 +28,9 @@
 //! end and advances `head` past the actions that have left; once the dead entries outnumber
 //! the live ones, the call rewrites the log without them. So the string holds at most 16
 //! bytes per live action (plus the header), and a call costs O(log limit + quantity),
-//! amortised. Actions are logged at `max(now, newest entry)`, so a log stamped in the
-//! future (the clock stepped back) stays sorted and nothing leaves early. A refund removes
+//! amortised. An entry after `now` can only come from a clock that stepped back: it
+//! counts as logged at `now` (the next write rewrites it so), so the log stays sorted, the
+//! entry still counts for a whole window, and no user is locked out for the size of the step. A refund removes
 //! the newest actions. To read it: `GETRANGE key 4 7` is `head`, `GETRANGE key 8 -1` the
 //! entries.
 //!

@@ -374,3 +374,79 @@ impl Cluster {
         redis::cluster::ClusterClient::new(self.urls()).unwrap().get_connection().unwrap()
     }
 }
+
+// ---- Faults and load (tests/concurrency.rs, failover.rs, persistence.rs, memory.rs, security.rs)
+
+impl Server {
+    /// One `field:value` line of `INFO section`, as text ("" when absent).
+    pub fn info_field(&self, section: &str, field: &str) -> String {
+        let info: String = redis::cmd("INFO").arg(section).query(&mut self.client()).unwrap_or_default();
+        let prefix = format!("{field}:");
+        info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or("").trim().to_string()
+    }
+
+    /// Whether this server is a master now (`ROLE`).
+    pub fn is_master(&self) -> bool {
+        let role: Vec<Value> = match self.try_client().and_then(|mut c| redis::cmd("ROLE").query(&mut c)) {
+            Ok(role) => role,
+            Err(_) => return false,
+        };
+        matches!(role.first(), Some(Value::BulkString(b)) if b.as_slice() == b"master")
+    }
+}
+
+/// Retries `f` until it succeeds or `timeout` passes (for clients that must rediscover a
+/// topology after a failover).
+pub fn retry<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> RedisResult<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("timed out after {timeout:?} retrying {what}: {e}"),
+        }
+    }
+}
+
+impl Cluster {
+    /// A cluster client over the nodes that are still running.
+    pub fn live_client(&mut self) -> RedisResult<redis::cluster::ClusterConnection> {
+        let urls: Vec<String> = self.nodes.iter_mut().filter_map(|n| n.is_alive().then(|| n.url())).collect();
+        redis::cluster::ClusterClient::new(urls)?.get_connection()
+    }
+
+    /// The index of the node whose port is `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes.iter().position(|n| n.port == port).expect("a node of this cluster")
+    }
+
+    /// The ports of the replicas a master reports (`INFO replication`).
+    pub fn replicas_of(&self, master: usize) -> Vec<u16> {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut self.nodes[master].client()).unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("slave"))
+            .filter_map(|l| l.split(',').find_map(|kv| kv.strip_prefix("port=")).and_then(|p| p.parse().ok()))
+            .collect()
+    }
+}
+
+impl Server {
+    /// Waits until `replica` has applied everything this master sent (`WAIT` counts only the
+    /// calling connection's writes, so a fresh connection's `WAIT` proves nothing).
+    pub fn wait_replicated(&self, replica: &Server) {
+        wait_until("the replica to catch up with its master", Duration::from_secs(20), || {
+            let master = self.info_field("replication", "master_repl_offset");
+            !master.is_empty() && replica.info_field("replication", "slave_repl_offset") == master
+        });
+    }
+}
+
+impl Server {
+    /// Whether the server answers PING (without needing `&mut`).
+    pub fn is_alive_ref(&self) -> bool {
+        self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+    }
+}

@@ -1,6 +1,7 @@
 use super::*;
 use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
-use crate::limits::testing::{IntegerKey, T0, carry, ceil_ms, reply_i128};
+use crate::limits::testing::{IntegerKey, T0, carry, reply_i128};
+use crate::reference::bucket::Model;
 use proptest::prelude::*;
 
 const MS: i64 = NANOS_PER_MILLI;
@@ -116,66 +117,6 @@ fn stored_state_is_a_deficit_with_an_expiry() {
     }
 }
 
-/// The contract simulated refill by refill: `next_refill` is `None` while the bucket is full
-/// (its clock stopped).
-#[derive(Debug, Clone, Copy)]
-struct Model {
-    capacity: i128,
-    tokens_per_refill: i128,
-    interval: i128,
-    tokens: i128,
-    next_refill: Option<i128>,
-}
-
-impl Model {
-    fn new(capacity: i64, tokens: i64, interval: i64) -> Model {
-        Model { capacity: capacity.into(), tokens_per_refill: tokens.into(), interval: interval.into(), tokens: capacity.into(), next_refill: None }
-    }
-
-    /// Applies every refill due by `now` (one at a time), stopping the clock when full.
-    fn advance(&mut self, now: i128) {
-        while let Some(at) = self.next_refill.filter(|&at| at <= now) {
-            self.tokens = (self.tokens + self.tokens_per_refill).min(self.capacity);
-            self.next_refill = (self.tokens < self.capacity).then_some(at + self.interval);
-        }
-    }
-
-    /// When the bucket will first hold at least `tokens`.
-    fn when_holding(&self, tokens: i128, now: i128) -> i128 {
-        let mut future = *self;
-        let mut t = now;
-        while future.tokens < tokens {
-            t = future.next_refill.unwrap();
-            future.advance(t);
-        }
-        t
-    }
-
-    fn call(&mut self, now: i128, q: i128) -> [i128; 5] {
-        self.advance(now);
-        let cap = self.capacity;
-        let reply = |m: &Model, limited: bool, retry: i128| [limited as i128, cap, m.tokens, retry, m.when_holding(cap, now) - now];
-        if q < 0 {
-            self.tokens = (self.tokens - q).min(cap);
-            if self.tokens == cap {
-                self.next_refill = None;
-            }
-            return reply(self, false, -1);
-        }
-        if q > cap {
-            return reply(self, true, -1);
-        }
-        if self.tokens < q {
-            return reply(self, true, self.when_holding(q, now) - now);
-        }
-        if q > 0 && self.next_refill.is_none() {
-            self.next_refill = Some(ceil_ms(now) + self.interval);
-        }
-        self.tokens -= q;
-        reply(self, false, -1)
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(5_000))]
 
@@ -224,5 +165,38 @@ proptest! {
     #[test]
     fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..24), ms in proptest::option::of(any::<i64>())) {
         let _ = decode(&bytes, ms);
+    }
+}
+
+#[test]
+fn a_bucket_full_far_ahead_refills_within_its_deficit_time() {
+    let p = Params::new(5, 1, secs(10)).unwrap();
+    // Empty and "full" an hour from now (the clock stepped back an hour): read as empty with
+    // its grid restarting now, so it holds a token again in 10 s and is full in 50 s.
+    let mut s = Some((-5, (T0 + 3600 * NANOS_PER_SEC) / MS));
+    assert_eq!(arr(run(&mut s, at(0), &p, 1)), [1, 5, 0, 10, 50]);
+    assert_eq!(arr(run(&mut s, at(10), &p, 1)), [0, 5, 0, -1, 50]);
+    assert_eq!(s, Some((-5, at(60) / MS)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    /// Whatever its stored expiry, after one call (denied or not) a bucket is full again
+    /// within the refills its deficit needs.
+    #[test]
+    fn any_stamped_bucket_recovers_within_its_refills(
+        deficit in 1i64..20, offset_ms in prop_oneof![-(1i64 << 40)..(1i64 << 40), -100_000i64..100_000],
+        capacity in 1i64..20, tokens in 1i64..5, interval_ms in 1i64..10_000, q in 1i64..25,
+    ) {
+        let p = Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap()).unwrap();
+        let deficit = deficit.min(capacity); // unchanged parameters: only the clock stepped
+        let mut stored = Some((-deficit, T0 / MS + offset_ms));
+        let refills = (deficit + tokens - 1) / tokens;
+        let peek = run(&mut stored, T0, &p, 0);
+        prop_assert!(peek.reset_after.as_nanos() <= ((deficit + tokens - 1) / tokens) * interval_ms * MS);
+        let d = run(&mut stored, T0, &p, q);
+        let refills = if d.limited { refills } else { (capacity - d.remaining + tokens - 1) / tokens };
+        prop_assert_eq!(run(&mut stored, T0 + refills * interval_ms * MS, &p, 0).remaining, capacity, "full after its refills");
     }
 }

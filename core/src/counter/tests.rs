@@ -1,6 +1,7 @@
 use super::*;
 use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
-use crate::limits::testing::{IntegerKey, T0, carry, ceil_ms, reply_i128};
+use crate::limits::testing::{IntegerKey, T0, carry, reply_i128};
+use crate::reference::counter::Model;
 use proptest::prelude::*;
 
 fn secs(s: i64) -> Nanos {
@@ -100,41 +101,6 @@ fn stored_state_is_an_integer_with_an_expiry() {
     }
 }
 
-/// The contract as a plain struct: a count and the instant its window closes.
-#[derive(Debug, Clone, Copy, Default)]
-struct Model {
-    count: i128,
-    closes_at: i128,
-}
-
-impl Model {
-    /// Returns the reply (ns, -1 for no retry) and whether anything was admitted.
-    fn call(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
-        if self.closes_at <= now {
-            *self = Model::default();
-        }
-        let ttl = |m: &Model| if m.count > 0 { m.closes_at - now } else { 0 };
-        let rem = |m: &Model| (limit - m.count).clamp(0, limit);
-        if q < 0 {
-            self.count = (self.count + q).max(0);
-            return [0, limit, rem(self), -1, ttl(self)];
-        }
-        if q > limit {
-            return [1, limit, rem(self), -1, ttl(self)];
-        }
-        if self.count + q > limit {
-            return [1, limit, rem(self), self.closes_at - now, ttl(self)];
-        }
-        if q > 0 {
-            if self.count == 0 {
-                self.closes_at = ceil_ms(now) + window;
-            }
-            self.count += q;
-        }
-        [0, limit, rem(self), -1, ttl(self)]
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(5_000))]
 
@@ -180,5 +146,33 @@ proptest! {
     #[test]
     fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..24), ms in proptest::option::of(any::<i64>())) {
         let _ = decode(&bytes, ms);
+    }
+}
+
+#[test]
+fn a_window_closing_far_ahead_closes_one_window_from_now() {
+    let p = Params::new(3, secs(10)).unwrap();
+    // Stored an hour ahead (the clock stepped back an hour), full.
+    let mut s = Some((3, (T0 + 3600 * NANOS_PER_SEC) / NANOS_PER_MILLI));
+    assert_eq!(arr(run(&mut s, T0, &p, 1)), [1, 3, 0, 10, 10]);
+    assert_eq!(arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)), [0, 3, 2, -1, 10], "recovered in one window");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    /// Whatever its stored close, after one call (denied or not) a counter admits again
+    /// within one window.
+    #[test]
+    fn any_stamped_close_recovers_within_one_window(
+        count in 0i64..20, offset_ms in prop_oneof![-(1i64 << 40)..(1i64 << 40), -100_000i64..100_000],
+        limit in 1i64..20, window_ms in 1i64..100_000, q in 1i64..25,
+    ) {
+        let p = Params::new(limit, Nanos::new(window_ms * NANOS_PER_MILLI).unwrap()).unwrap();
+        let mut stored = Some((count, T0 / NANOS_PER_MILLI + offset_ms));
+        let peek = run(&mut stored, T0, &p, 0);
+        prop_assert!(peek.reset_after.as_nanos() <= window_ms * NANOS_PER_MILLI);
+        run(&mut stored, T0, &p, q);
+        prop_assert!(!run(&mut stored, T0 + window_ms * NANOS_PER_MILLI, &p, 1).limited, "admits again one window later");
     }
 }

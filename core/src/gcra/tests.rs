@@ -78,40 +78,6 @@ fn stored_state_is_decimal_nanoseconds() {
     }
 }
 
-/// The contract's formulas, computed in i128 so they cannot overflow; `None` where the
-/// module must report the parameters as too large.
-fn reference(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> Option<([i128; 5], Option<Option<i128>>)> {
-    let (now, ei) = (now as i128, (period / count) as i128);
-    let limit = max_burst as i128 + 1;
-    let dvt = ei * limit;
-    let fits = |v: i128| v >= i64::MIN as i128 && v <= i64::MAX as i128;
-    if !fits(dvt) {
-        return None;
-    }
-    let tat = tat.map_or(now, |t| (t as i128).max(now));
-    let remaining = |ttl: i128| ((dvt - ttl).div_euclid(ei)).clamp(0, limit);
-    // Each result: reply (ns) and the new stored state (None: unchanged, Some(None): deleted).
-    if q < 0 {
-        let new_tat = (tat + ei * q as i128).max(now);
-        let ttl = new_tat - now;
-        let write = if new_tat == now { Some(None) } else { Some(Some(new_tat)) };
-        return Some(([0, limit, remaining(ttl), -1, ttl], write));
-    }
-    if q as i128 > limit {
-        return Some(([1, limit, remaining(tat - now), -1, tat - now], None));
-    }
-    let new_tat = tat + ei * q as i128;
-    if !fits(new_tat) || !fits(new_tat - dvt) {
-        return None;
-    }
-    if now < new_tat - dvt {
-        let ttl = tat - now;
-        return Some(([1, limit, remaining(ttl), new_tat - dvt - now, ttl], None));
-    }
-    let ttl = new_tat - now;
-    Some(([0, limit, remaining(ttl), -1, ttl], if q == 0 { None } else { Some(Some(new_tat)) }))
-}
-
 fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> std::result::Result<(), TestCaseError> {
     let Ok(p) = Params::new(max_burst, count, Nanos::new(period).unwrap()) else {
         let ei = period / count;
@@ -119,7 +85,7 @@ fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q:
         return Ok(());
     };
     let got = decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q);
-    let want = reference(tat, now, max_burst, count, period, q);
+    let want = crate::reference::gcra::call(tat, now, max_burst, count, period, q);
     match (got, want) {
         (Err(Error::TooLarge), None) => {}
         (Ok(d), Some((reply, write))) => {
@@ -195,5 +161,48 @@ proptest! {
             let elapsed = now - T0;
             prop_assert!(admitted <= p.limit() + elapsed / ei, "admitted {} by {}", admitted, elapsed);
         }
+    }
+}
+
+#[test]
+fn a_tat_beyond_the_tolerance_reads_as_exactly_empty() {
+    // Burst 4 at 1 per 10 s: the TAT is never more than 50 s ahead. A TAT an hour ahead (the
+    // clock stepped back an hour) reads as 50 s ahead: empty, and admitting again in 10 s.
+    let p = Params::new(4, 1, secs(10)).unwrap();
+    let now = Instant::from_nanos(T0);
+    let mut s = Some(Instant::from_nanos(T0 + 3600 * NANOS_PER_SEC));
+    assert_eq!(run(&mut s, now, &p, 1), [1, 5, 0, 10, 50]);
+    assert_eq!(run(&mut s, now, &p, 0), [0, 5, 0, -1, 50]);
+    let later = Instant::from_nanos(T0 + 10 * NANOS_PER_SEC);
+    assert_eq!(run(&mut s, later, &p, 1), [0, 5, 0, -1, 50]);
+    assert_eq!(s, Some(Instant::from_nanos(T0 + 60 * NANOS_PER_SEC)), "the stored TAT is back within the tolerance");
+    // redis-cell would have kept the user out for the hour.
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    /// State stamped anywhere (far in the future after a clock step back, far in the past)
+    /// never panics and never admits beyond what a peek says remains; after one call (denied
+    /// or not) the limiter admits again within one emission interval and is full within one
+    /// tolerance.
+    #[test]
+    fn any_stamped_state_recovers_within_one_period(
+        offset in prop_oneof![-(1i64 << 62)..(1i64 << 62), -1_000_000_000i64..1_000_000_000],
+        max_burst in 0i64..20, ei in 1i64..1_000_000, q in 1i64..25,
+    ) {
+        let p = Params::new(max_burst, 1, Nanos::new(ei).unwrap()).unwrap();
+        let now = Instant::from_nanos(T0);
+        let mut state = Some(Instant::from_nanos(T0.saturating_add(offset)));
+        let peek = decide(state, now, &p, 0).unwrap();
+        prop_assert_eq!(peek.effect, Effect::Nothing, "a peek stays pure");
+        let d = decide(state, now, &p, q).unwrap();
+        prop_assert!(d.reply.reset_after <= p.tolerance());
+        if !d.reply.limited { prop_assert!(q <= peek.reply.remaining) }
+        if let Effect::Store { state: s, .. } = d.effect { state = Some(s) }
+        let next = Instant::from_nanos(T0 + ei);
+        prop_assert!(!decide(state, next, &p, 1).unwrap().reply.limited, "admits again one interval later");
+        let full = Instant::from_nanos(T0 + p.tolerance().as_nanos());
+        prop_assert_eq!(decide(state, full, &p, 0).unwrap().reply.remaining, p.limit(), "full one tolerance later");
     }
 }

@@ -80,10 +80,11 @@ impl<'a> Ring<'a> {
     /// bucket covered, so that nothing leaves earlier than it would have. Counts that no
     /// longer count at `now` are dropped; the ring's newest bucket is `now`'s, or a later
     /// one for a state stamped in the future.
-    fn regroup(&self, p: i64, slots: usize, oldest: i64, current: i64) -> Result<Ring<'static>> {
+    /// No bucket moves beyond `cap`: see [`decide`].
+    fn regroup(&self, p: i64, slots: usize, oldest: i64, current: i64, cap: i64) -> Result<Ring<'static>> {
         let moved = |(k, count): (i64, i64)| -> Result<Option<(i64, i64)>> {
             let last = (i128::from(k) + 1) * i128::from(self.p) - 1;
-            let k = i64::try_from(last.div_euclid(i128::from(p))).map_err(|_| INVALID)?;
+            let k = i64::try_from(last.div_euclid(i128::from(p))).map_err(|_| INVALID)?.min(cap);
             Ok((count > 0 && k >= oldest).then_some((k, count)))
         };
         let old_oldest = self.newest.saturating_sub(self.slots as i64 - 1);
@@ -142,10 +143,16 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
     // The oldest bucket that still counts: its end `(k + 1)·p` is after `now − window`.
     let oldest = now.checked_sub(params.window)?.as_nanos().div_euclid(precision);
 
-    let ring = match stored.map(Ring::parse).transpose()? {
+    // The newest bucket a ring may hold: regrouping to a finer precision may put counts up
+    // to one window of buckets ahead of now. A ring stamped further ahead (the clock stepped
+    // back) is pulled back there, so no user is locked out for the size of the step.
+    let cap = current.checked_add(spanned(params.window, p)).ok_or(Error::TooLarge)?;
+    let stored = stored.map(Ring::parse).transpose()?;
+    let stepped = stored.as_ref().is_some_and(|ring| ring.newest > cap);
+    let ring = match stored {
         None => Ring::empty(precision, current, slots),
-        Some(ring) if ring.p == precision && ring.slots == slots => ring,
-        Some(ring) => ring.regroup(precision, slots, oldest, current)?,
+        Some(ring) if ring.p == precision && ring.slots == slots && !stepped => ring,
+        Some(ring) => ring.regroup(precision, slots, oldest, current, cap)?,
     };
     let bucket_leaves = |k: i64| -> Result<Instant> {
         let end = k.checked_add(1).and_then(|k| k.checked_mul(precision)).ok_or(Error::TooLarge)?;
@@ -210,7 +217,15 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
                 }
                 false => None,
             };
-            Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect: Effect::Nothing })
+            // A denial stores a pulled-back ring (a peek stays pure): see `exact::decide`.
+            let effect = match (stepped && quantity != 0, full_at) {
+                (true, Some(full_at)) => {
+                    let newest = ring.newest;
+                    Effect::Store { state: ring.patch(newest, &[]), expires_at: full_at }
+                }
+                _ => Effect::Nothing,
+            };
+            Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })
         }
         Verdict::Admit(quantity) => {
             // Actions go to `now`'s bucket, or to the newest for a ring stamped in the future.

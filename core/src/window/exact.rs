@@ -55,16 +55,27 @@ impl<'a> Log<'a> {
     /// The edit leaving entries `first..keep` of this log, followed by `appended`. Rewrites
     /// the whole string when the dead entries (`..first`) would outnumber the live ones, so
     /// that the string never holds more than two entries per live action.
-    fn patch(&self, first: usize, keep: usize, appended: &[u8]) -> Result<Patch> {
+    ///
+    /// Entries after `now` (the clock stepped back) are rewritten as logged at `now`, so the
+    /// log stays sorted and they leave one window from now.
+    fn patch(&self, first: usize, keep: usize, appended: &[u8], now: Instant) -> Result<Patch> {
         let live = keep - first + appended.len() / ENTRY;
-        if self.bytes.is_empty() || first > live {
+        let future = keep > first && self.at(keep - 1)? > now;
+        if self.bytes.is_empty() || first > live || future {
             let kept = match first == keep {
                 true => &[][..],
                 false => self.bytes.get(HEADER + first * ENTRY..HEADER + keep * ENTRY).ok_or(INVALID)?,
             };
             let mut whole = Vec::with_capacity(HEADER + kept.len() + appended.len());
             whole.extend_from_slice(&header(0));
-            whole.extend_from_slice(kept);
+            if future {
+                for entry in kept.chunks_exact(ENTRY) {
+                    let t = read_i64(entry, 0).ok_or(INVALID)?.min(now.as_nanos());
+                    whole.extend_from_slice(&t.to_le_bytes());
+                }
+            } else {
+                whole.extend_from_slice(kept);
+            }
             whole.extend_from_slice(appended);
             return Ok(Patch { len: whole.len(), chunks: vec![(0, whole)] });
         }
@@ -93,7 +104,9 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
     let in_window = log.len - first;
     // Any count of entries fits an i64; `used` may exceed a lowered limit.
     let used = i64::try_from(in_window).map_err(|_| INVALID)?;
-    let newest = log.newest()?;
+    // An entry after `now` (stamped before the clock stepped back) counts as logged now.
+    let stepped = log.newest()?.is_some_and(|t| t > now);
+    let newest = log.newest()?.map(|t| t.min(now));
     let full_at = match (in_window, newest) {
         (1.., Some(newest)) => Some(leaves(newest, params.window)?),
         _ => None,
@@ -105,8 +118,8 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             if keep == first {
                 return Ok(emptied(now, params, in_window > 0));
             }
-            let newest = leaves(log.at(keep - 1)?, params.window)?;
-            let effect = Effect::Store { state: log.patch(first, keep, &[])?, expires_at: newest };
+            let newest = leaves(log.at(keep - 1)?.min(now), params.window)?;
+            let effect = Effect::Store { state: log.patch(first, keep, &[], now)?, expires_at: newest };
             let used = used - (log.len - keep) as i64;
             Ok(Decision { reply: params.reply(now, false, used, Some(newest), None), effect })
         }
@@ -115,18 +128,24 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             let retry_at = match admittable && limited {
                 true => {
                     let oldest_needed = first + (used + quantity - params.limit - 1) as usize;
-                    Some(leaves(log.at(oldest_needed)?, params.window)?)
+                    Some(leaves(log.at(oldest_needed)?.min(now), params.window)?)
                 }
                 false => None,
             };
-            Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect: Effect::Nothing })
+            // A denial rewrites entries stamped in the future (a peek stays pure), so that
+            // they leave one window from now rather than from every later call's now.
+            let effect = match (stepped && quantity != 0, full_at) {
+                (true, Some(full_at)) => Effect::Store { state: log.patch(first, log.len, &[], now)?, expires_at: full_at },
+                _ => Effect::Nothing,
+            };
+            Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })
         }
         Verdict::Admit(quantity) => {
             let stamp = newest.map_or(now, |newest| newest.max(now));
             // `quantity ≤ limit ≤ MAX_EXACT_LIMIT`: a bounded allocation.
             let appended = stamp.as_nanos().to_le_bytes().repeat(quantity as usize);
             let full_at = leaves(stamp, params.window)?;
-            let effect = Effect::Store { state: log.patch(first, log.len, &appended)?, expires_at: full_at };
+            let effect = Effect::Store { state: log.patch(first, log.len, &appended, now)?, expires_at: full_at };
             Ok(Decision { reply: params.reply(now, false, used + quantity, Some(full_at), None), effect })
         }
     }

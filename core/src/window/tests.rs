@@ -1,5 +1,6 @@
 use super::*;
 use crate::limits::testing::{T0, reply_i128};
+use crate::reference::window::Model;
 use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
 use proptest::prelude::*;
 
@@ -140,14 +141,30 @@ fn exact_replies_in_milliseconds() {
 }
 
 #[test]
-fn exact_log_stamped_in_the_future_stays_sorted() {
+fn exact_log_stamped_in_the_future_counts_as_logged_now() {
     let p = exact(3, secs(10));
     let mut k = Key::default();
     k.run(at(100), &p, 1);
-    // The clock steps back 50 s: the future action still counts, new ones log after it.
-    assert_eq!(k.run(at(50), &p, 1), [0, 3, 1, -1, 60]);
-    assert_eq!(k.log(), (0, vec![at(100), at(100)]));
-    assert_eq!(k.run(at(50), &p, 2), [1, 3, 1, 60, 60]);
+    // The clock steps back 50 s: the future action counts as logged now, for one window, and
+    // the write rewrites it so the log stays sorted.
+    assert_eq!(k.run(at(50), &p, 0), [0, 3, 2, -1, 10], "a peek sees it as logged now");
+    assert_eq!(k.log(), (0, vec![at(100)]), "a peek writes nothing");
+    assert_eq!(k.run(at(50), &p, 1), [0, 3, 1, -1, 10]);
+    assert_eq!(k.log(), (0, vec![at(50), at(50)]));
+    assert_eq!(k.run(at(50), &p, 2), [1, 3, 1, 10, 10]);
+    assert_eq!(k.run(at(60), &p, 3), [0, 3, 0, -1, 10], "recovered one window later");
+}
+
+#[test]
+fn buckets_stamped_far_in_the_future_are_pulled_back() {
+    let p = precise(3, secs(10), secs(5));
+    let mut k = Key::default();
+    k.run(at(1000), &p, 3);
+    // A step back of ~1000 s: the counts still hold now, but leave within two windows.
+    assert_eq!(k.run(at(1), &p, 1)[..3], [1, 3, 0]);
+    let r = k.run(at(1), &p, 0);
+    assert!(r[4] <= 10 + 10 + 5, "{r:?}");
+    assert_eq!(k.run(at(1 + 25), &p, 3)[0], 0, "recovered");
 }
 
 fn precise(limit: i64, window: Nanos, precision: Nanos) -> Params {
@@ -258,44 +275,6 @@ fn hostile_strings_are_invalid_state() {
     let mut k = Key { value: Some(negative), expires_at: None };
     k.value.as_mut().unwrap()[16..24].copy_from_slice(&(T0 / NANOS_PER_SEC).to_le_bytes());
     assert_eq!(k.call(T0, &pb, 1), Err(INVALID));
-}
-
-/// The contract with an explicit list of logged instants. `precision` switches the
-/// counting rule to buckets.
-#[derive(Debug, Default, Clone)]
-struct Model {
-    log: Vec<i128>,
-}
-
-impl Model {
-    fn call(&mut self, now: i128, limit: i128, window: i128, precision: Option<i128>, q: i128) -> [i128; 5] {
-        // When an action logged at `t` stops counting.
-        let leaves = |t: i128| match precision {
-            None => t + window,
-            Some(p) => (t.div_euclid(p) + 1) * p + window,
-        };
-        let counted: Vec<i128> = self.log.iter().copied().filter(|&t| leaves(t) > now).collect();
-        let used = counted.len() as i128;
-        let reply = |log: &[i128], limited: bool, used: i128, retry: i128| {
-            let reset = log.last().map_or(0, |&t| (leaves(t) - now).max(0));
-            [limited as i128, limit, (limit - used).clamp(0, limit), retry, if used > 0 { reset } else { 0 }]
-        };
-        if q < 0 {
-            let drop = (-q).min(used) as usize;
-            self.log.truncate(self.log.len() - drop);
-            return reply(&self.log, false, used - drop as i128, -1);
-        }
-        if q > limit {
-            return reply(&self.log, true, used, -1);
-        }
-        if used + q > limit {
-            let retry = leaves(counted[(used + q - limit - 1) as usize]) - now;
-            return reply(&self.log, true, used, retry);
-        }
-        let stamp = self.log.last().map_or(now, |&t| t.max(now));
-        self.log.extend(std::iter::repeat_n(stamp, q as usize));
-        reply(&self.log, false, used + q, -1)
-    }
 }
 
 /// No span of `window` holds more than `limit` of the admitted `(instant, units)`.

@@ -1,0 +1,42 @@
+//! CL.THROTTLE: the contract's formulas over the stored TAT.
+
+/// The stored state after a call: `None` unchanged, `Some(None)` deleted, `Some(Some(tat))`.
+pub type Write = Option<Option<i128>>;
+
+/// The reply and write of a call at `now` against `tat`; `None` where the module must
+/// report the parameters as too large. A TAT beyond `now + DVT` (a clock stepped back) reads
+/// as `now + DVT`: exactly empty (a deliberate difference from redis-cell, which would keep
+/// the user out for the size of the clock step).
+pub fn call(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> Option<([i128; 5], Write)> {
+    let (now, ei) = (now as i128, (period / count) as i128);
+    let limit = max_burst as i128 + 1;
+    let dvt = ei * limit;
+    let fits = |v: i128| v >= i64::MIN as i128 && v <= i64::MAX as i128;
+    if ei == 0 || !fits(dvt) {
+        return None;
+    }
+    let stepped = tat.is_some_and(|t| t as i128 > now + dvt);
+    let tat = tat.map_or(now, |t| (t as i128).max(now)).min(now + dvt);
+    // A call (not a peek) that had to clamp stores the clamped TAT, even when denied.
+    let denied = if stepped && q != 0 { Some(Some(tat)) } else { None };
+    let remaining = |ttl: i128| ((dvt - ttl).div_euclid(ei)).clamp(0, limit);
+    if q < 0 {
+        let new_tat = (tat + ei * q as i128).max(now);
+        let ttl = new_tat - now;
+        let write = if new_tat == now { Some(None) } else { Some(Some(new_tat)) };
+        return Some(([0, limit, remaining(ttl), -1, ttl], write));
+    }
+    if q as i128 > limit {
+        return Some(([1, limit, remaining(tat - now), -1, tat - now], denied));
+    }
+    let new_tat = tat + ei * q as i128;
+    if !fits(new_tat) || !fits(new_tat - dvt) {
+        return None;
+    }
+    if now < new_tat - dvt {
+        let ttl = tat - now;
+        return Some(([1, limit, remaining(ttl), new_tat - dvt - now, ttl], denied));
+    }
+    let ttl = new_tat - now;
+    Some(([0, limit, remaining(ttl), -1, ttl], if q == 0 { None } else { Some(Some(new_tat)) }))
+}
