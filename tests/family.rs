@@ -133,7 +133,7 @@ fn errors_are_clear_and_change_nothing() {
         ("CL.WINDOW w 3", "ERR wrong number of arguments for 'cl.window' command"),
         ("CL.BUCKET b 3 1", "ERR wrong number of arguments for 'cl.bucket' command"),
         ("CL.COUNTER c 3", "ERR wrong number of arguments for 'cl.counter' command"),
-        ("CL.WINDOW w 0 10", "ERR limit must be an integer from 1 to 1000000 (use PRECISION for larger limits)"),
+        ("CL.WINDOW w 0 10", "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)"),
         ("CL.WINDOW w 3 -1", "ERR window must be an integer from 1 to 9223372036854775807"),
         ("CL.WINDOW w 3 10 PRECISION 11", "ERR precision must be a positive duration no longer than the window"),
         ("CL.WINDOW w 3 10 PRECISION", "ERR syntax error"),

@@ -109,8 +109,8 @@ fn huge_arguments_are_refused_or_denied_fast() {
     let refused: &[&str] = &[
         "CL.THROTTLE k1 9223372036854775806 1 1",   // DVT overflows
         "CL.THROTTLE k1 1 1 9223372036854775807",   // period overflows in ns
-        "CL.WINDOW k2 1000001 60",                  // an exact log over 1,000,000 entries
-        "CL.WINDOW k2 5 100001 PRECISION 1",        // more than 100,000 buckets
+        "CL.WINDOW k2 100001 60",                   // an exact log over 100,000 entries
+        "CL.WINDOW k2 5 10001 PRECISION 1",         // more than 10,000 buckets
         "CL.WINDOW k2 5 9223372036854775807 MS PRECISION 1 MS",
         "CL.BUCKET k3 9223372036854775807 1 1",     // the refill time of a full bucket overflows
         "CL.COUNTER k4 1000000000000000000 60",     // a count that could read as a TAT
@@ -123,7 +123,7 @@ fn huge_arguments_are_refused_or_denied_fast() {
         assert!(t.elapsed() < Duration::from_millis(200), "{words} took {:?}", t.elapsed());
     }
     // Quantities beyond the limit are denied without work, whatever their size.
-    for template in ["CL.THROTTLE q1 4 1 60", "CL.WINDOW q2 1000000 60", "CL.WINDOW q3 5 100000 PRECISION 1", "CL.BUCKET q4 5 1 60", "CL.COUNTER q5 5 60"] {
+    for template in ["CL.THROTTLE q1 4 1 60", "CL.WINDOW q2 100000 60", "CL.WINDOW q3 5 10000 PRECISION 1", "CL.BUCKET q4 5 1 60", "CL.COUNTER q5 5 60"] {
         let t = Instant::now();
         let r = throttle(&mut c, &format!("{template} {max}"));
         assert_eq!((r[0], r[3]), (1, -1), "{template} {max}: never admittable");
@@ -131,15 +131,15 @@ fn huge_arguments_are_refused_or_denied_fast() {
     }
     // The largest allowed calls: the most a single call can cost.
     let mut worst = Duration::ZERO;
-    for words in ["CL.WINDOW big 1000000 60 1000000", "CL.WINDOW big 1000000 60 1", "CL.WINDOW ring 1000 100000 PRECISION 1 1"] {
+    for words in ["CL.WINDOW big 100000 60 100000", "CL.WINDOW big 100000 60 1", "CL.WINDOW ring 1000 10000 PRECISION 1 1"] {
         let t = Instant::now();
         throttle(&mut c, words);
         worst = worst.max(t.elapsed());
     }
     let big: i64 = redis::cmd("STRLEN").arg("big").query(&mut c).unwrap();
     let ring: i64 = redis::cmd("STRLEN").arg("ring").query(&mut c).unwrap();
-    eprintln!("largest calls: {worst:?} at worst; exact log at its limit {big} B, 100,000-bucket ring {ring} B");
-    assert!(big <= 8 + 16 * 1_000_000 && ring <= 24 + 8 * 100_001, "{big} {ring}");
-    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    eprintln!("largest calls: {worst:?} at worst; exact log at its limit {big} B, 10,000-bucket ring {ring} B");
+    assert!(big <= 8 + 16 * 100_000 && ring <= 24 + 8 * 10_001, "{big} {ring}");
+    assert!(worst < Duration::from_millis(100), "{worst:?}");
     assert!(server.is_alive_ref());
 }

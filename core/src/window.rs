@@ -61,10 +61,10 @@ pub(crate) const INVALID: Error = Error::InvalidState("CL.WINDOW");
 
 /// The largest limit of an exact log: its string may hold two entries (16 bytes) per unit
 /// of the limit, and a larger limit is what `PRECISION` is for.
-pub const MAX_EXACT_LIMIT: i64 = 1_000_000;
+pub const MAX_EXACT_LIMIT: i64 = 100_000;
 
 /// The most buckets a window may be divided into (`⌈window / precision⌉`).
-pub const MAX_BUCKETS: i64 = 100_000;
+pub const MAX_BUCKETS: i64 = 10_000;
 
 /// Validated parameters: at most `limit` units in any span of `window`, counted exactly or
 /// per bucket of `precision`.
@@ -81,7 +81,7 @@ impl Params {
         if !(1..=max_limit).contains(&limit) {
             let range = match precision {
                 Some(_) => "an integer from 1 to 9223372036854775807",
-                None => "an integer from 1 to 1000000 (use PRECISION for larger limits)",
+                None => "an integer from 1 to 100000 (use PRECISION for larger limits)",
             };
             return Err(Error::OutOfRange { name: "limit", range });
         }
@@ -93,7 +93,7 @@ impl Params {
                 return Err(Error::OutOfRange { name: "precision", range: "a positive duration no longer than the window" });
             }
             if buckets::spanned(window, p) > MAX_BUCKETS {
-                return Err(Error::OutOfRange { name: "precision", range: "at least the window divided by 100000" });
+                return Err(Error::OutOfRange { name: "precision", range: "at least the window divided by 10000" });
             }
         }
         Ok(Params { limit, window, precision })
