@@ -3,6 +3,7 @@
 # redis-benchmark, 50 clients, pipeline 16, a single hot key and random keys; server CPU per
 # call from INFO commandstats; memory per idle limiter from used_memory over many keys.
 # Figures are ratios to the baseline measured in the same run (machines here are noisy).
+# THROTTLE_SERVER (as for the tests, see scripts/servers.sh) benchmarks another server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.
 DIR=$(mktemp -d)
 trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
   --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
