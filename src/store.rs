@@ -25,8 +25,9 @@ pub struct LimiterKey {
     name: *mut RedisModuleString,
     /// Null once closed.
     key: *mut RedisModuleKey,
-    /// Whether the key held a string when opened.
-    exists: bool,
+    /// The value read when the key was opened (`None`: no key), as Redis's own bytes: read
+    /// once per call, valid until the value is written (`apply` consumes the key).
+    value: Option<(*const u8, usize)>,
 }
 
 macro_rules! api {
@@ -51,35 +52,31 @@ impl LimiterKey {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let mut opened = LimiterKey { ctx: call.ctx, name, key, exists: false };
+        let mut opened = LimiterKey { ctx: call.ctx, name, key, value: None };
         match unsafe { key_type(key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY => Ok(opened),
+            raw::REDISMODULE_KEYTYPE_EMPTY => {}
             raw::REDISMODULE_KEYTYPE_STRING => {
-                opened.exists = true;
-                Ok(opened)
+                let mut len = 0usize;
+                let ptr = unsafe { api!(RedisModule_StringDMA)(key, &mut len, raw::REDISMODULE_READ as c_int) };
+                if ptr.is_null() {
+                    return Err(Error::WrongType);
+                }
+                opened.value = Some((ptr.cast::<u8>().cast_const(), len));
             }
-            _ => Err(Error::WrongType),
+            _ => return Err(Error::WrongType),
         }
+        Ok(opened)
     }
 
     /// The stored bytes, `None` when the key does not exist.
-    fn value(&self) -> Result<Option<&[u8]>> {
-        if !self.exists {
-            return Ok(None);
-        }
-        let dma = api!(RedisModule_StringDMA);
-        let mut len = 0usize;
-        let ptr = unsafe { dma(self.key, &mut len, raw::REDISMODULE_READ as c_int) };
-        if ptr.is_null() {
-            return Err(Error::WrongType);
-        }
-        // SAFETY: valid until the key is modified or closed; callers decode before writing.
-        Ok(Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }))
+    fn value(&self) -> Option<&[u8]> {
+        // SAFETY: Redis's bytes of the open key, unchanged until a write consumes the key.
+        self.value.map(|(ptr, len)| unsafe { std::slice::from_raw_parts(ptr, len) })
     }
 
     /// What the key holds, for a limiter to decide on; its expiry only when asked for.
     pub fn stored(&self, with_expiry: bool) -> Result<Option<Stored<'_>>> {
-        let Some(value) = self.value()? else { return Ok(None) };
+        let Some(value) = self.value() else { return Ok(None) };
         let expires_at_ms = if with_expiry { self.expires_at_ms()? } else { None };
         Ok(Some(Stored { value, expires_at_ms }))
     }
@@ -101,7 +98,7 @@ impl LimiterKey {
         match effect {
             Effect::Nothing => Ok(()),
             Effect::Store { state, expires_at } => state.store(self, expires_at.ceil_millis()),
-            Effect::Delete if !self.exists => Ok(()),
+            Effect::Delete if self.value.is_none() => Ok(()),
             Effect::Delete => {
                 unsafe { api!(RedisModule_DeleteKey)(self.key) };
                 unsafe { api!(RedisModule_Replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name) };
@@ -152,7 +149,7 @@ impl LimiterKey {
             status if status == raw::Status::Ok as c_int => Ok(()),
             _ => Err(Error::Internal("cannot resize the value".into())),
         };
-        let old = self.value()?.map_or(0, <[u8]>::len);
+        let old = self.value.map_or(0, |(_, len)| len);
         if len > old && len <= EXACT_GROWTH_UP_TO {
             // Redis grows strings greedily (up to twice the length). For a small value, grow
             // one byte more and shrink back: Redis then reallocates it to its exact size,
@@ -211,7 +208,7 @@ impl Value for i64 {
     fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
         let digits = Decimal::new(*self);
         let text = digits.as_bytes();
-        if key.value()?.map(<[u8]>::len) != Some(text.len()) {
+        if key.value.map(|(_, len)| len) != Some(text.len()) {
             return key.set(text, expires_ms);
         }
         // Same length (a TAT always is): rewrite the digits in place, then replicate the
@@ -232,10 +229,9 @@ impl Value for i64 {
 /// changes. A new key, a whole rewrite or a shrink goes as one `SET … PXAT`.
 impl Value for Patch {
     fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
-        let old = key.value()?;
-        match old {
+        match key.value() {
             Some(old) if !self.is_whole() && self.len >= old.len() => {}
-            _ => {
+            old => {
                 let mut whole = old.map(<[u8]>::to_vec).unwrap_or_default();
                 self.apply(&mut whole);
                 return key.set(&whole, expires_ms);

@@ -230,7 +230,9 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
         Verdict::Admit(quantity) => {
             // Actions go to `now`'s bucket, or to the newest for a ring stamped in the future.
             let top = current.max(ring.newest);
-            let ring = if top - ring.newest >= slots as i64 { Ring::empty(precision, top, slots) } else { ring };
+            // Saturating: a hostile stored `newest` far in the past must start a new ring, not
+            // wrap around into a walk over every bucket in between.
+            let ring = if top.saturating_sub(ring.newest) >= slots as i64 { Ring::empty(precision, top, slots) } else { ring };
             let mut edits = Vec::new();
             // Buckets between the newest and `top` reuse slots of buckets long gone.
             let mut k = ring.newest;

@@ -167,6 +167,20 @@ fn buckets_stamped_far_in_the_future_are_pulled_back() {
     assert_eq!(k.run(at(1 + 25), &p, 3)[0], 0, "recovered");
 }
 
+#[test]
+fn a_ring_stamped_at_the_dawn_of_time_starts_afresh() {
+    // A hostile ring of the call's own parameters whose newest bucket is i64::MIN: the gap to
+    // now must not be walked bucket by bucket (nor overflow).
+    let p = precise(3, secs(10), secs(1));
+    let mut ring = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
+    ring.extend_from_slice(&secs(1).as_nanos().to_le_bytes());
+    ring.extend_from_slice(&i64::MIN.to_le_bytes());
+    ring.extend_from_slice(&[0; 11 * 8]);
+    let mut k = Key { value: Some(ring), expires_at: None };
+    assert_eq!(k.run(at(0), &p, 1)[..3], [0, 3, 2]);
+    assert_eq!(k.run(at(0), &p, 2)[..3], [0, 3, 0]);
+}
+
 fn precise(limit: i64, window: Nanos, precision: Nanos) -> Params {
     Params::new(limit, window, Some(precision)).unwrap()
 }
