@@ -6,19 +6,21 @@
 //! the [`Effect`] on its stored state. The caller applies the effect, or not (a multi-key
 //! call applies every effect only when every limiter admits).
 
+#![forbid(unsafe_code)]
+
+pub mod all;
 pub mod args;
 pub mod bucket;
+pub mod command;
 pub mod counter;
 pub mod error;
-pub mod gcra;
-pub mod kind;
 pub mod limiter;
 mod limits;
-pub mod request;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reference;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod throttle;
 pub mod time;
 pub mod window;
 

@@ -72,6 +72,12 @@ impl Nanos {
     }
 }
 
+/// The longest duration any parameter, or any span they combine into (a GCRA tolerance, the
+/// refill of an empty bucket), may have: 10^18 ns, about 31.7 years. With it, no instant a
+/// limiter computes from now (until the year 2200) can overflow 64 bits, so every error about
+/// size is decided when the arguments are parsed, never later.
+pub const MAX_DURATION: Nanos = Nanos(1_000_000_000_000_000_000);
+
 /// Checks that a duration parameter is a positive whole number of milliseconds, as every
 /// time argument is: a limiter whose key expires on its own schedule needs its instants on
 /// whole milliseconds, since a key's expiry has no finer resolution.
@@ -79,7 +85,7 @@ pub fn whole_millis(d: Nanos, name: &'static str) -> Result<()> {
     if d.0 > 0 && d.0 % NANOS_PER_MILLI == 0 {
         Ok(())
     } else {
-        Err(Error::OutOfRange { name, range: "a positive whole number of milliseconds" })
+        Err(Error::OutOfRange { name, range: crate::error::Range::Text("a positive whole number of milliseconds") })
     }
 }
 
@@ -92,6 +98,19 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The unit's name as error messages give it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Seconds => "seconds",
+            Unit::Millis => "milliseconds",
+        }
+    }
+
+    /// [`MAX_DURATION`] in this unit.
+    pub const fn max_duration(self) -> i64 {
+        MAX_DURATION.0 / self.nanos()
+    }
+
     const fn nanos(self) -> i64 {
         match self {
             Unit::Seconds => NANOS_PER_SEC,

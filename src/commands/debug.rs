@@ -2,23 +2,26 @@
 //! It panics inside a command on purpose, so tests can prove that a bug becomes an error
 //! reply and the server keeps serving.
 
+use throttle_core::command::{Arg, ArgKind, Command, Keys};
 use throttle_core::{Error, Result};
 
-use super::{Arg, ArgKind, Spec};
-use crate::dispatch::Call;
+use crate::dispatch::{Call, Response, entry};
+use crate::register::Registered;
 
-pub const SPEC: Spec = Spec {
+static TABLE: Command = Command {
     name: "cl.debug",
-    flags: c"readonly fast",
-    arity: 2,
-    has_key: false,
-    summary: c"Testing aid: PANIC panics inside the module (the server must survive).",
-    complexity: c"O(1)",
-    args: &[Arg { name: c"panic", kind: ArgKind::Token(c"PANIC"), optional: false }],
-    entry: crate::dispatch::entry!(handler),
+    summary: "Testing aid: PANIC panics inside the module (the server must survive).",
+    complexity: "O(1)",
+    since: "1.0.0",
+    flags: "readonly fast",
+    acl_categories: "",
+    keys: Keys::None,
+    args: &[Arg { name: "panic", kind: ArgKind::Flag("PANIC"), optional: false, multiple: false }],
 };
 
-fn handler(call: &Call) -> Result<[i64; 5]> {
+pub static COMMAND: Registered = Registered { table: &TABLE, entry: entry!(handler) };
+
+fn handler(call: &Call) -> Result<Response> {
     match *call.args() {
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => panic!("CL.DEBUG PANIC was called"),
         _ => Err(Error::Syntax),
