@@ -35,6 +35,8 @@ pub struct Api {
     pub notify_keyspace_event: unsafe extern "C" fn(*mut RedisModuleCtx, c_int, *const c_char, *mut RedisModuleString) -> c_int,
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
+    pub is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    pub key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
     /// Redis 7.2+ / Valkey: the command's cached time, frozen for a whole MULTI, script or function.
     pub cached_microseconds: Option<unsafe extern "C" fn() -> ustime_t>,
 }
@@ -83,6 +85,8 @@ pub fn resolve() -> Result<(), &'static str> {
         notify_keyspace_event: required!(RedisModule_NotifyKeyspaceEvent),
         signal_modified_key: required!(RedisModule_SignalModifiedKey),
         string_ptr_len: required!(RedisModule_StringPtrLen),
+        is_keys_position_request: required!(RedisModule_IsKeysPositionRequest),
+        key_at_pos: required!(RedisModule_KeyAtPos),
         cached_microseconds: optional!(RedisModule_CachedMicroseconds),
     };
     // A second load of the module in one process keeps the first resolution: the pointers

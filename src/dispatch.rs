@@ -6,6 +6,7 @@ use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+use throttle_core::command::Keys;
 use throttle_core::{Error, Result};
 
 use crate::api::api;
@@ -83,29 +84,45 @@ pub type Handler = fn(&Call) -> Result<Response>;
 /// The C entry point Redis calls for a command.
 pub type Entry = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
 
-/// Makes the C entry point of a command from its handler.
+/// Makes the C entry point of a command from its handler and its table.
 macro_rules! entry {
-    ($handler:expr) => {{
+    ($handler:expr, $table:expr) => {{
         unsafe extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::os::raw::c_int,
         ) -> std::os::raw::c_int {
-            $crate::dispatch::run(ctx, argv, argc, $handler)
+            $crate::dispatch::run(ctx, argv, argc, $handler, $table.keys)
         }
         entry
     }};
 }
 pub(crate) use entry;
 
-/// Runs `handler` and sends its reply, or the error's text.
-pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: Handler) -> c_int {
+/// Runs `handler` and sends its reply, or the error's text. For a command whose keys are
+/// counted (`numkeys key…`, registered with `getkeys-api`), a server asking where the keys
+/// are (Cluster routing on Redis 7.0) gets their positions instead.
+pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: Handler, keys: Keys) -> c_int {
     let argv: &[*mut RedisModuleString] = match usize::try_from(argc) {
         // SAFETY: Redis passes `argc` valid argument pointers.
         Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     };
     let call = Call { ctx, argv };
+    // SAFETY: the command's context.
+    if let Keys::Counted { max } = keys
+        && unsafe { (api().is_keys_position_request)(ctx) } != 0
+    {
+        // `numkeys` at 1, the keys after it; nothing for a malformed count (the call errs).
+        let numkeys = call.args().first().and_then(|n| throttle_core::args::integer(n).ok());
+        if let Some(n) = numkeys.and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=max).contains(n) && n + 2 <= argv.len()) {
+            for pos in 2..2 + n {
+                // SAFETY: the command's context, in a keys-position request.
+                unsafe { (api().key_at_pos)(ctx, pos as c_int) };
+            }
+        }
+        return raw::Status::Ok as c_int;
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| handler(&call))).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()

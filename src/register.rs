@@ -45,7 +45,12 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
         Keys::One => (1, 1, 1),
         Keys::Counted { .. } => (0, 0, 0),
     };
-    let flags = strings.c(table.flags)?;
+    // Counted keys: the server asks the command where they are (Redis 7.0 routes Cluster
+    // calls by that, not by key specs).
+    let flags = match table.keys {
+        Keys::Counted { .. } => strings.c(&format!("{} getkeys-api", table.flags))?,
+        _ => strings.c(table.flags)?,
+    };
     // SAFETY: a valid context; the strings live until the call returns.
     let status = unsafe { create(ctx.ctx, name, Some(command.entry), flags, first, last, step) };
     if status != raw::Status::Ok as c_int {

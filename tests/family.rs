@@ -238,3 +238,48 @@ fn error_messages_state_the_real_ranges() {
         }
     }
 }
+
+fn encoding_and_memory(c: &mut redis::Connection, key: &str) -> (String, i64) {
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap();
+    let memory: i64 = redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap();
+    (encoding, memory)
+}
+
+/// Reading never re-encodes a value: the module's own keys are plain strings from the start
+/// (so denials and peeks find them as they are), a peek reads a value Redis keeps compactly
+/// (an integer written by SET) without converting it, and so does a call whose key holds
+/// something of the wrong length for its state (another application's integer or short text).
+#[test]
+fn reads_leave_the_value_as_it_was() {
+    let server = Server::start();
+    let mut c = server.client();
+    for (key, create, deny, peek) in [
+        ("t", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60 0"),
+        ("c", "CL.COUNTER c 1 60", "CL.COUNTER c 1 60", "CL.COUNTER c 1 60 0"),
+        ("b", "CL.BUCKET b 1 1 60", "CL.BUCKET b 1 1 60", "CL.BUCKET b 1 1 60 0"),
+        ("w", "CL.WINDOW w 1 60", "CL.WINDOW w 1 60", "CL.WINDOW w 1 60 0"),
+        ("p", "CL.WINDOW p 1 60 PRECISION 10", "CL.WINDOW p 1 60 PRECISION 10", "CL.WINDOW p 1 60 PRECISION 10 0"),
+    ] {
+        assert_eq!(throttle(&mut c, create)[0], 0, "{create}");
+        let written = encoding_and_memory(&mut c, key);
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        assert_eq!(encoding_and_memory(&mut c, key), written, "{deny}: a denial changes nothing");
+        throttle(&mut c, peek);
+        assert_eq!(encoding_and_memory(&mut c, key), written, "{peek}: a peek changes nothing");
+    }
+    // A TAT written by SET (as redis-cell's users, a replica or a restart leave it) is an integer.
+    let _: () = redis::cmd("SET").arg("set-tat").arg("1795354456188603542").arg("PXAT").arg("9999999999999").query(&mut c).unwrap();
+    let compact = encoding_and_memory(&mut c, "set-tat");
+    assert_eq!(compact.0, "int");
+    throttle(&mut c, "CL.THROTTLE set-tat 0 1 60 0");
+    assert_eq!(encoding_and_memory(&mut c, "set-tat"), compact, "a peek leaves an integer an integer");
+    // Other applications' values of a length no state of that command has.
+    for (key, value) in [("app:int", "12345"), ("app:text", "hello world")] {
+        let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut c).unwrap();
+        let before = encoding_and_memory(&mut c, key);
+        let args: Vec<&[u8]> = vec![b"CL.THROTTLE", key.as_bytes(), b"0", b"1", b"60"];
+        let e = error_of(&mut c, &args);
+        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{key}: {e}");
+        assert_eq!(encoding_and_memory(&mut c, key), before, "{key}: an error leaves the value as it was");
+    }
+}

@@ -75,8 +75,9 @@ impl<'a> Request<'a> {
             }
         }
 
-        // Split the specs: each starts with its algorithm's word and runs to the next spec or
-        // to a call-level option. Their numbers are read once the call's unit is known.
+        // Split the specs: each is its algorithm's word, its numbers, and the options it
+        // accepts with their values; call-level options may come between and after them.
+        // The numbers are read once the call's unit is known.
         let is_call_option = |w: &[u8]| call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())));
         let mut specs: Vec<(Algorithm, &[&'a [u8]])> = Vec::with_capacity(numkeys);
         let mut call_words: Vec<&[u8]> = Vec::new();
@@ -87,10 +88,21 @@ impl<'a> Request<'a> {
                 continue;
             }
             let index = specs.len() + 1;
-            let algorithm = Algorithm::named(word).ok_or_else(|| {
-                Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '{}'", printable(word)))
-            })?;
-            let end = after.iter().position(|w| Algorithm::named(w).is_some() || is_call_option(w)).unwrap_or(after.len());
+            let Some(algorithm) = Algorithm::named(word) else {
+                if index > numkeys {
+                    return Err(Error::Syntax);
+                }
+                return Err(Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '{}'", printable(word))));
+            };
+            let mut end = algorithm.params().count();
+            if after.len() < end {
+                return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
+            }
+            let accepts = |w: &[u8]| algorithm.options().chain([&QUANTITY]).any(|a| matches!(a.kind, ArgKind::Option(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+            while after.get(end).is_some_and(|w| accepts(w)) {
+                end += 2; // the option and its value (a missing value is the spec's syntax error)
+            }
+            let end = end.min(after.len());
             specs.push((algorithm, &after[..end]));
             rest = &after[end..];
         }
@@ -109,11 +121,7 @@ impl<'a> Request<'a> {
 
 /// One spec's numbers and options (after its word): the limiter and its quantity.
 fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit) -> Result<(Limiter, i64)> {
-    let count = algorithm.params().count();
-    if words.len() < count {
-        return Err(Error::Call(format!("{} takes {count} numbers", algorithm.word())));
-    }
-    let (numbers, options) = words.split_at(count);
+    let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
     let mut values = [0i64; 3];
     for (slot, word) in values.iter_mut().zip(numbers) {
         *slot = crate::args::integer(word)?;

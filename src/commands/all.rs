@@ -9,7 +9,7 @@ use crate::dispatch::{Call, Node, Response, entry};
 use crate::register::Registered;
 use crate::store::Key;
 
-pub static COMMAND: Registered = Registered { table: &all::COMMAND, entry: entry!(handler) };
+pub static COMMAND: Registered = Registered { table: &all::COMMAND, entry: entry!(handler, all::COMMAND) };
 
 fn handler(call: &Call) -> Result<Response> {
     let args = call.args();

@@ -19,7 +19,7 @@ static TABLE: Command = Command {
     args: &[Arg { name: "panic", kind: ArgKind::Flag("PANIC"), optional: false, multiple: false }],
 };
 
-pub static COMMAND: Registered = Registered { table: &TABLE, entry: entry!(handler) };
+pub static COMMAND: Registered = Registered { table: &TABLE, entry: entry!(handler, TABLE) };
 
 fn handler(call: &Call) -> Result<Response> {
     match *call.args() {

@@ -45,7 +45,11 @@ fn errors_say_what_and_which_limiter() {
     assert_eq!(error("1 a LEAKY 1 1"), "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'LEAKY'");
     assert_eq!(error("2 a b COUNTER 1 1 WINDOW 0 10"), "ERR limiter 2: limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
     assert_eq!(error("2 a b COUNTER 1 1 BUCKET 1 1"), "ERR limiter 2: BUCKET takes 3 numbers");
-    assert_eq!(error("1 a THROTTLE 1 1 1 PRECISION 5"), "ERR limiter 1: syntax error");
+    assert_eq!(error("2 a b COUNTER 1 1 BOGUS 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'BOGUS'");
+    assert_eq!(error("1 a COUNTER 1 1 BOGUS"), "ERR syntax error");
+    assert_eq!(error("1 a COUNTER 1 1 5"), "ERR syntax error");
+    assert_eq!(error("1 a THROTTLE 1 1 1 PRECISION 5"), "ERR syntax error", "PRECISION is no option of THROTTLE");
+    assert_eq!(error("2 a b THROTTLE 1 1 1 PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY"), "ERR limiter 1: syntax error");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY 1 QUANTITY 2"), "ERR limiter 1: syntax error");
     assert_eq!(error("1 a THROTTLE 1 1.5 1"), "ERR value is not an integer or out of range");
