@@ -36,7 +36,7 @@ impl<'a> Call<'a> {
 
     /// Argument `i` after the command name as Redis holds it (to open a key by its name).
     pub fn word(&self, i: usize) -> Result<*mut RedisModuleString> {
-        self.argv.get(i + 1).copied().ok_or(Error::Internal(format!("no argument {i}")))
+        self.argv.get(i + 1).copied().ok_or_else(|| Error::Internal(format!("no argument {i}")))
     }
 }
 

@@ -57,8 +57,8 @@ pub struct Request<'a> {
 
 impl<'a> Request<'a> {
     pub fn parse(args: &[&'a [u8]]) -> Result<Request<'a>> {
-        let arity = Error::WrongArity(COMMAND.name);
-        let (&numkeys, rest) = args.split_first().ok_or(arity.clone())?;
+        let arity = || Error::WrongArity(COMMAND.name);
+        let (&numkeys, rest) = args.split_first().ok_or_else(arity)?;
         let numkeys = crate::args::integer(numkeys)?;
         let max = MAX_KEYS as i64;
         if !(1..=max).contains(&numkeys) {
@@ -66,7 +66,7 @@ impl<'a> Request<'a> {
         }
         let numkeys = numkeys as usize;
         if rest.len() < numkeys {
-            return Err(arity);
+            return Err(arity());
         }
         let (keys, mut rest) = rest.split_at(numkeys);
         for (i, key) in keys.iter().enumerate() {

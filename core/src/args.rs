@@ -24,9 +24,9 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
         value = value
             .checked_mul(10)
             .and_then(|v| v.checked_sub(i64::from(b - b'0')))
-            .ok_or(Error::NotAnInteger)?;
+            .ok_or_else(|| Error::NotAnInteger)?;
     }
-    if negative { Ok(value) } else { value.checked_neg().ok_or(Error::NotAnInteger) }
+    if negative { Ok(value) } else { value.checked_neg().ok_or_else(|| Error::NotAnInteger) }
 }
 
 /// A duration argument (`value` in `unit`): 1 to [`crate::time::MAX_DURATION`].

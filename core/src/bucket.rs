@@ -142,7 +142,7 @@ impl Now {
         // (n − ahead)·tokens < deficit since ahead ≥ 1, and (ahead − 1)·interval <
         // full_at − now: neither overflows.
         let deficit = deficit - (n - ahead) * p.tokens;
-        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or(Error::TooLarge)?)?;
+        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or_else(|| Error::TooLarge)?)?;
         Ok(Now { deficit, stepped, next_refill })
     }
 
@@ -153,7 +153,7 @@ impl Now {
             return Ok(now);
         }
         let later = p.interval.checked_mul(p.refills_to_cover(missing) - 1)?;
-        self.next_refill.checked_add(Nanos::new(later).ok_or(Error::TooLarge)?)
+        self.next_refill.checked_add(Nanos::new(later).ok_or_else(|| Error::TooLarge)?)
     }
 
     /// The effect and reply of leaving the bucket with `deficit` after an accepted call: the

@@ -160,11 +160,11 @@ enum Value<'a> {
 impl<'a> Parsed<'a> {
     /// Splits `args` (the words after the command name) by `command`'s table.
     pub fn parse(command: &Command, args: &[&'a [u8]]) -> Result<Parsed<'a>> {
-        let arity = Error::WrongArity(command.name);
-        let (&key, rest) = args.split_first().ok_or(arity.clone())?;
+        let arity = || Error::WrongArity(command.name);
+        let (&key, rest) = args.split_first().ok_or_else(arity)?;
         let count = command.positional().count();
         if rest.len() < count || command.max_words().is_some_and(|max| args.len() > max) {
-            return Err(arity);
+            return Err(arity());
         }
         let (fixed, tail) = rest.split_at(count);
         let mut positional = [Value::None; MAX_POSITIONAL];
@@ -226,15 +226,15 @@ impl Tail {
                 Some(ArgKind::Quantity) if tail.quantity.is_none() => tail.quantity = Some(integer(word)?),
                 Some(ArgKind::Flag("MS")) if tail.unit == Unit::Seconds => tail.unit = Unit::Millis,
                 Some(&ArgKind::Flag(token)) if token != "MS" && !tail.has(token) => {
-                    let slot = tail.flags.iter_mut().find(|f| f.is_none()).ok_or(Error::Syntax)?;
+                    let slot = tail.flags.iter_mut().find(|f| f.is_none()).ok_or_else(|| Error::Syntax)?;
                     *slot = Some(token);
                 }
                 Some(ArgKind::Option("QUANTITY")) if tail.quantity.is_none() => {
-                    tail.quantity = Some(integer(rest.next().ok_or(Error::Syntax)?)?);
+                    tail.quantity = Some(integer(rest.next().ok_or_else(|| Error::Syntax)?)?);
                 }
                 Some(&ArgKind::Option(token)) if token != "QUANTITY" && tail.value(token).is_none() => {
-                    let value = integer(rest.next().ok_or(Error::Syntax)?)?;
-                    let slot = tail.values.iter_mut().find(|v| v.is_none()).ok_or(Error::Syntax)?;
+                    let value = integer(rest.next().ok_or_else(|| Error::Syntax)?)?;
+                    let slot = tail.values.iter_mut().find(|v| v.is_none()).ok_or_else(|| Error::Syntax)?;
                     *slot = Some((token, value));
                 }
                 _ => return Err(Error::Syntax),

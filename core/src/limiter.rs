@@ -224,7 +224,7 @@ impl Limiter {
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
         let algorithm = self.algorithm();
         let read = |decode: &dyn Fn(&Stored<'_>) -> Result<Decision<Write>>| -> Result<Decision<Write>> {
-            let stored = stored.as_ref().ok_or(Error::Internal("read without a value".into()))?;
+            let stored = stored.as_ref().ok_or_else(|| Error::Internal("read without a value".into()))?;
             decode(stored).map_err(|e| match (e, Algorithm::owning(stored.value)) {
                 (Error::InvalidState(_), Some(owner)) if owner != algorithm => Error::WrongType,
                 (e, _) => e,

@@ -38,7 +38,7 @@ impl Params {
         }
         let emission_interval = Nanos::new(period.as_nanos() / count)
             .filter(|ei| ei.as_nanos() > 0)
-            .ok_or(Error::RateTooFast { period: "period", count: "count" })?;
+            .ok_or_else(|| Error::RateTooFast { period: "period", count: "count" })?;
         let limit = max_burst + 1;
         let tolerance = emission_interval
             .checked_mul_nanos(limit as u64)
@@ -126,7 +126,7 @@ pub fn decode(stored: &[u8]) -> Result<Instant> {
         .ok()
         .filter(|&ns| ns >= MIN_TAT)
         .map(Instant::from_nanos)
-        .ok_or(Error::InvalidState("CL.THROTTLE"))
+        .ok_or_else(|| Error::InvalidState("CL.THROTTLE"))
 }
 
 #[cfg(test)]

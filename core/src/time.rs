@@ -23,10 +23,10 @@ impl Instant {
         self.0
     }
     pub fn checked_add(self, d: Nanos) -> Result<Instant> {
-        self.0.checked_add(d.0).map(Instant).ok_or(Error::TooLarge)
+        self.0.checked_add(d.0).map(Instant).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_sub(self, d: Nanos) -> Result<Instant> {
-        self.0.checked_sub(d.0).map(Instant).ok_or(Error::TooLarge)
+        self.0.checked_sub(d.0).map(Instant).ok_or_else(|| Error::TooLarge)
     }
     /// `self - earlier`, or zero when `earlier` is not earlier.
     pub fn saturating_since(self, earlier: Instant) -> Nanos {
@@ -40,7 +40,7 @@ impl Instant {
     /// [`Self::ceil_millis`] as an instant: where a limiter that starts a clock at this
     /// instant starts it, so that its key's millisecond expiry is exact.
     pub fn next_whole_milli(self) -> Result<Instant> {
-        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or(Error::TooLarge)
+        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or_else(|| Error::TooLarge)
     }
 }
 
@@ -55,17 +55,17 @@ impl Nanos {
         self.0
     }
     pub fn checked_mul(self, n: i64) -> Result<i64> {
-        self.0.checked_mul(n).ok_or(Error::TooLarge)
+        self.0.checked_mul(n).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_mul_nanos(self, n: u64) -> Result<Nanos> {
         i64::try_from(n)
             .ok()
             .and_then(|n| self.0.checked_mul(n))
             .map(Nanos)
-            .ok_or(Error::TooLarge)
+            .ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_add(self, other: Nanos) -> Result<Nanos> {
-        self.0.checked_add(other.0).map(Nanos).ok_or(Error::TooLarge)
+        self.0.checked_add(other.0).map(Nanos).ok_or_else(|| Error::TooLarge)
     }
     pub fn saturating_sub(self, other: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(other.0).max(0))
@@ -123,7 +123,7 @@ impl Unit {
         value
             .checked_mul(self.nanos())
             .and_then(Nanos::new)
-            .ok_or(Error::TooLarge)
+            .ok_or_else(|| Error::TooLarge)
     }
 
     /// A reply time. Seconds round as redis-cell does (whole seconds, plus one when the
