@@ -37,8 +37,8 @@ test: build
 test-containers: build
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh $(MODULE)
 
-# The integration suite against Redis 7.0, Valkey 8.0, Redis 8.0 and Valkey 8.1, and a table.
-# MATRIX="redis-8.0 valkey-8.1" runs some of them.
+# The integration suite against every server of scripts/servers.sh --list (Redis 7.0, 8.0.2 and
+# 8.0.6; Valkey 8.0, 8.1 and 9.1), and a table. MATRIX="redis-8.0.6 valkey-9.1" runs some of them.
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
 
