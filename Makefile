@@ -9,7 +9,7 @@ DOCKER_BASE ?= redis:7.4
 DOCKER_IMAGE ?= redis-throttle:latest
 LOCAL_IMAGE ?= redis-throttle:local
 # Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart
 export NATIVE_ONLY_TESTS
 
 .PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench fuzz deps clean

@@ -5,7 +5,7 @@
 use std::os::raw::{c_char, c_int, c_long, c_longlong};
 use std::sync::OnceLock;
 
-use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleKey, RedisModuleString, mstime_t, ustime_t};
+use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleKey, RedisModuleString, mstime_t, ustime_t};
 
 type Variadic<R> = unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, *const c_char, ...) -> R;
 
@@ -32,6 +32,7 @@ pub struct Api {
     pub reply_with_array: unsafe extern "C" fn(*mut RedisModuleCtx, c_long) -> c_int,
     pub reply_with_long_long: unsafe extern "C" fn(*mut RedisModuleCtx, c_longlong) -> c_int,
     pub reply_with_error: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char) -> c_int,
+    pub reply_with_string_buffer: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, usize) -> c_int,
     pub notify_keyspace_event: unsafe extern "C" fn(*mut RedisModuleCtx, c_int, *const c_char, *mut RedisModuleString) -> c_int,
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
@@ -39,6 +40,12 @@ pub struct Api {
     pub key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
     /// Redis 7.2+ / Valkey: the command's cached time, frozen for a whole MULTI, script or function.
     pub cached_microseconds: Option<unsafe extern "C" fn() -> ustime_t>,
+    /// The server's `notify-keyspace-events` classes (6.0+): read before announcing a denial.
+    pub get_notify_keyspace_events: Option<unsafe extern "C" fn() -> c_int>,
+    /// `INFO` sections of the module (6.0+).
+    pub info_add_section: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char) -> c_int>,
+    pub info_add_field_long_long: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_longlong) -> c_int>,
+    pub info_add_field_cstring: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int>,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
@@ -82,12 +89,17 @@ pub fn resolve() -> Result<(), &'static str> {
         reply_with_array: required!(RedisModule_ReplyWithArray),
         reply_with_long_long: required!(RedisModule_ReplyWithLongLong),
         reply_with_error: required!(RedisModule_ReplyWithError),
+        reply_with_string_buffer: required!(RedisModule_ReplyWithStringBuffer),
         notify_keyspace_event: required!(RedisModule_NotifyKeyspaceEvent),
         signal_modified_key: required!(RedisModule_SignalModifiedKey),
         string_ptr_len: required!(RedisModule_StringPtrLen),
         is_keys_position_request: required!(RedisModule_IsKeysPositionRequest),
         key_at_pos: required!(RedisModule_KeyAtPos),
         cached_microseconds: optional!(RedisModule_CachedMicroseconds),
+        get_notify_keyspace_events: optional!(RedisModule_GetNotifyKeyspaceEvents),
+        info_add_section: optional!(RedisModule_InfoAddSection),
+        info_add_field_long_long: optional!(RedisModule_InfoAddFieldLongLong),
+        info_add_field_cstring: optional!(RedisModule_InfoAddFieldCString),
     };
     // A second load of the module in one process keeps the first resolution: the pointers
     // are the same server's.

@@ -10,11 +10,14 @@ use throttle_core::command::Keys;
 use throttle_core::{Error, Result};
 
 use crate::api::api;
+use crate::operate::{Class, Counters};
 
-/// One invocation: the context and the raw arguments (`argv[0]` is the command name).
+/// One invocation: the context, the raw arguments (`argv[0]` is the command name) and the
+/// command's INFO counters.
 pub struct Call<'a> {
     pub ctx: *mut RedisModuleCtx,
     argv: &'a [*mut RedisModuleString],
+    counters: Option<&'static Counters>,
 }
 
 /// Arguments kept on the stack: every single-key command fits (CL.ALL may not).
@@ -37,6 +40,14 @@ impl<'a> Call<'a> {
     /// Argument `i` after the command name as Redis holds it (to open a key by its name).
     pub fn word(&self, i: usize) -> Result<*mut RedisModuleString> {
         self.argv.get(i + 1).copied().ok_or_else(|| Error::Internal(format!("no argument {i}")))
+    }
+
+    /// Counts this call's outcome in its command's INFO counters (once per call; errors are
+    /// counted by `run`).
+    pub fn count(&self, class: Class) {
+        if let Some(counters) = self.counters {
+            counters.count(class);
+        }
     }
 }
 
@@ -76,6 +87,8 @@ pub enum Response {
 
 pub enum Node {
     Integer(i64),
+    /// A bulk string (binary safe).
+    Bulk(Vec<u8>),
     Array(Vec<Node>),
 }
 
@@ -84,15 +97,16 @@ pub type Handler = fn(&Call) -> Result<Response>;
 /// The C entry point Redis calls for a command.
 pub type Entry = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
 
-/// Makes the C entry point of a command from its handler and its table.
+/// Makes the C entry point of a command from its handler, its table and its counters
+/// (`Option<&'static Counters>`); see `register::registered!`.
 macro_rules! entry {
-    ($handler:expr, $table:expr) => {{
+    ($handler:expr, $table:expr, $counters:expr) => {{
         unsafe extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::os::raw::c_int,
         ) -> std::os::raw::c_int {
-            $crate::dispatch::run(ctx, argv, argc, $handler, $table.keys)
+            $crate::dispatch::run(ctx, argv, argc, $handler, $table.keys, $counters)
         }
         entry
     }};
@@ -102,13 +116,20 @@ pub(crate) use entry;
 /// Runs `handler` and sends its reply, or the error's text. For a command whose keys are
 /// counted (`numkeys key…`, registered with `getkeys-api`), a server asking where the keys
 /// are (Cluster routing on Redis 7.0) gets their positions instead.
-pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: Handler, keys: Keys) -> c_int {
+pub fn run(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+    keys: Keys,
+    counters: Option<&'static Counters>,
+) -> c_int {
     let argv: &[*mut RedisModuleString] = match usize::try_from(argc) {
         // SAFETY: Redis passes `argc` valid argument pointers.
         Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     };
-    let call = Call { ctx, argv };
+    let call = Call { ctx, argv, counters };
     // SAFETY: the command's context.
     if let Keys::Counted { max } = keys
         && unsafe { (api().is_keys_position_request)(ctx) } != 0
@@ -142,7 +163,10 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             }
         }
         Ok(Response::Tree(node)) => reply_node(ctx, &node),
-        Err(e) => reply_error(ctx, &e),
+        Err(e) => {
+            call.count(Class::Error);
+            reply_error(ctx, &e)
+        }
     }
     raw::Status::Ok as c_int
 }
@@ -153,6 +177,9 @@ fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
     match node {
         Node::Integer(v) => unsafe {
             (api.reply_with_long_long)(ctx, *v);
+        },
+        Node::Bulk(bytes) => unsafe {
+            (api.reply_with_string_buffer)(ctx, bytes.as_ptr().cast(), bytes.len());
         },
         Node::Array(items) => {
             unsafe { (api.reply_with_array)(ctx, items.len() as _) };

@@ -7,37 +7,54 @@
 mod api;
 mod clock;
 mod commands;
+mod config;
 mod dispatch;
+mod operate;
 mod register;
 mod store;
 
 use redis_module::{Context, RedisString, Status, redis_module};
 
-/// Module arguments: `DEBUG-COMMANDS yes` registers `CL.DEBUG PANIC`, which panics inside a
-/// command on purpose so that tests can prove the server survives a bug (like Redis's own
-/// `enable-debug-command`, it is off unless the operator loads the module with it).
+/// Module arguments, `name value` pairs: the defaults of the configs (`mode shadow`,
+/// `max-exact-limit 200000`, `max-buckets 20000`; see `config`), and `DEBUG-COMMANDS yes`,
+/// which registers `CL.DEBUG PANIC`, a command that panics on purpose so that tests can prove
+/// the server survives a bug (like Redis's own `enable-debug-command`, it is off unless the
+/// operator loads the module with it). An unknown argument or a bad value fails the load.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     dispatch::install_panic_hook();
     if let Err(missing) = api::resolve() {
         ctx.log_warning(&format!("throttle: this server lacks {missing}, which the module needs"));
         return Status::Err;
     }
+    let args = match config::Args::parse(args) {
+        Ok(args) => args,
+        Err(e) => {
+            ctx.log_warning(&format!("throttle: {e}"));
+            return Status::Err;
+        }
+    };
     // Writes signal modified keys (WATCH, client tracking) explicitly, and only when
     // something changed: a denied call or a peek must not abort a watcher's transaction.
     // SAFETY: a copy of a function pointer the server filled in; a valid context.
     if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
         unsafe { set_options(ctx.ctx, redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32) };
     }
-    let debug = args.chunks(2).any(|pair| {
-        matches!(pair, [name, value] if name.as_slice().eq_ignore_ascii_case(b"DEBUG-COMMANDS")
-            && value.as_slice().eq_ignore_ascii_case(b"yes"))
-    });
-    for command in commands::ALL.iter().chain(debug.then_some(&commands::DEBUG)) {
+    for command in commands::ALL.iter().chain(args.debug_commands.then_some(&commands::DEBUG)) {
         if let Err(e) = register::register(ctx, command) {
             ctx.log_warning(&format!("throttle: cannot register {}: {e}", command.table.name));
             return Status::Err;
         }
     }
+    if let Err(e) = config::register(ctx.ctx, &args) {
+        ctx.log_warning(&format!("throttle: {e}"));
+        return Status::Err;
+    }
+    // Replaces the do-nothing INFO callback `redis_module!` registered.
+    // SAFETY: a copy of a function pointer the server filled in; a valid context.
+    if let Some(register_info) = unsafe { redis_module::raw::RedisModule_RegisterInfoFunc } {
+        unsafe { register_info(ctx.ctx, Some(operate::info)) };
+    }
+    operate::seed();
     Status::Ok
 }
 

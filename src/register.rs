@@ -13,12 +13,29 @@ use throttle_core::command::{Arg, ArgKind, Command, Keys};
 use throttle_core::limiter::Algorithm;
 
 use crate::dispatch::Entry;
+use crate::operate::Counters;
 
-/// A command as the module registers it: its table and its entry point.
+/// A command as the module registers it: its table, its entry point and, for a command that
+/// decides limiters, its INFO counters.
 pub struct Registered {
     pub table: &'static Command,
     pub entry: Entry,
+    pub counters: Option<&'static Counters>,
 }
+
+/// A command's registration from its handler and its table, with its own INFO counters
+/// (`INFO throttle` lists them under the command's name); `uncounted` for a command that
+/// decides no limiter (CL.TOP).
+macro_rules! registered {
+    ($handler:expr, $table:expr) => {{
+        static COUNTERS: $crate::operate::Counters = $crate::operate::Counters::new();
+        $crate::register::Registered { table: $table, entry: $crate::dispatch::entry!($handler, $table, Some(&COUNTERS)), counters: Some(&COUNTERS) }
+    }};
+    ($handler:expr, $table:expr, uncounted) => {{
+        $crate::register::Registered { table: $table, entry: $crate::dispatch::entry!($handler, $table, None), counters: None }
+    }};
+}
+pub(crate) use registered;
 
 /// C strings made for one registration; the server copies what it keeps.
 #[derive(Default)]

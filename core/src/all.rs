@@ -13,6 +13,7 @@
 //! its single command would hold. Every limiter decides against its state at the same instant;
 //! if all admit, every effect is applied, else none is.
 
+use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Tail};
 use crate::error::{Error, Range, Result};
 use crate::limiter::{Algorithm, LIMITER_FLAGS, Limiter, Stored, Write};
@@ -33,7 +34,7 @@ pub static COMMAND: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: "write fast",
     keys: Keys::Counted { max: MAX_KEYS },
-    args: &[Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true }, Arg::MS, DETAILS],
+    args: &[Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true }, Arg::MS, DETAILS, Arg::SHADOW],
 };
 
 const DETAILS: Arg = Arg::flag("details", "DETAILS");
@@ -52,11 +53,14 @@ pub struct Request<'a> {
     pub unit: Unit,
     /// `DETAILS`: reply every limiter's own five integers too.
     pub details: bool,
+    /// `SHADOW`: a denial is answered as an admission.
+    pub shadow: bool,
     pub tail: Tail,
 }
 
 impl<'a> Request<'a> {
-    pub fn parse(args: &[&'a [u8]]) -> Result<Request<'a>> {
+    /// Parses a call, every limiter's parameters within `caps`.
+    pub fn parse(args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
         let arity = || Error::WrongArity(COMMAND.name);
         let (&numkeys, rest) = args.split_first().ok_or_else(arity)?;
         let numkeys = crate::args::integer(numkeys)?;
@@ -113,21 +117,21 @@ impl<'a> Request<'a> {
         let limiters = specs
             .into_iter()
             .enumerate()
-            .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit).map_err(|e| e.in_limiter(i + 1)))
+            .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit, caps).map_err(|e| e.in_limiter(i + 1)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), tail })
+        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), shadow: tail.has("SHADOW"), tail })
     }
 }
 
 /// One spec's numbers and options (after its word): the limiter and its quantity.
-fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit) -> Result<(Limiter, i64)> {
+fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64)> {
     let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
     let mut values = [0i64; 3];
     for (slot, word) in values.iter_mut().zip(numbers) {
         *slot = crate::args::integer(word)?;
     }
     let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
-    Ok((algorithm.build(&values, &tail, unit)?, tail.quantity.unwrap_or(1)))
+    Ok((algorithm.build(&values, &tail, unit, caps)?, tail.quantity.unwrap_or(1)))
 }
 
 /// A word for an error message: printable ASCII, at most 32 characters.

@@ -82,6 +82,8 @@ impl Arg {
     }
     pub const QUANTITY: Arg = Arg { name: "quantity", kind: ArgKind::Quantity, optional: true, multiple: false };
     pub const MS: Arg = Arg::flag("ms", "MS");
+    /// Answer a denial as an admission (and count it as a shadow denial), for this call only.
+    pub const SHADOW: Arg = Arg::flag("shadow", "SHADOW");
 
     /// Words this argument takes at least (`min`) and at most (`max`, `None`: unbounded).
     fn words(&self) -> (usize, Option<usize>) {
@@ -163,7 +165,10 @@ impl<'a> Parsed<'a> {
         let arity = || Error::WrongArity(command.name);
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
         let count = command.positional().count();
-        if rest.len() < count || command.max_words().is_some_and(|max| args.len() > max) {
+        // Every argument takes at least one word, so a call of at most one word per argument
+        // (the usual one) cannot be too long: only a longer one pays for walking the table.
+        let may_be_long = args.len() > 1 + command.args.len();
+        if rest.len() < count || (may_be_long && command.max_words().is_some_and(|max| args.len() > max)) {
             return Err(arity());
         }
         let (fixed, tail) = rest.split_at(count);

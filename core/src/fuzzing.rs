@@ -174,7 +174,7 @@ pub fn parse(data: &[u8]) {
     }
     let algorithm = Algorithm::ALL[usize::from(*selector) % Algorithm::ALL.len()];
     let name = algorithm.command().name;
-    match Request::parse(algorithm, &args) {
+    match Request::parse(algorithm, &args, &crate::Caps::DEFAULT) {
         Ok(request) => assert_eq!(Some(&request.key), args.first(), "the key is the first argument"),
         Err(e) => {
             let text = e.to_string();

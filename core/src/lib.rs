@@ -11,6 +11,7 @@
 pub mod all;
 pub mod args;
 pub mod bucket;
+pub mod caps;
 pub mod command;
 pub mod counter;
 pub mod error;
@@ -22,8 +23,10 @@ pub mod reference;
 pub mod fuzzing;
 pub mod throttle;
 pub mod time;
+pub mod top;
 pub mod window;
 
+pub use caps::Caps;
 pub use error::{Error, Result};
 pub use time::{Instant, Nanos, Unit};
 
@@ -52,6 +55,12 @@ impl Reply {
             self.retry_after.map_or(-1, |d| unit.reply_value(d)),
             unit.reply_value(self.reset_after),
         ]
+    }
+
+    /// This reply as shadow mode answers it: a denial reads as an admission (`limited` 0, no
+    /// retry time); `limit`, `remaining` and `reset_after` stay what the limiter decided.
+    pub fn shadowed(self) -> Reply {
+        Reply { limited: false, retry_after: None, ..self }
     }
 }
 

@@ -15,6 +15,7 @@
 //! instead of being misread (and overwritten).
 
 use crate::args::duration;
+use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Parsed, Tail};
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Unit};
@@ -67,7 +68,7 @@ static THROTTLE: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::MS],
+    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
 };
 
 static WINDOW: Command = Command {
@@ -78,7 +79,7 @@ static WINDOW: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, PRECISION],
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, PRECISION, Arg::SHADOW],
 };
 
 static BUCKET: Command = Command {
@@ -89,7 +90,7 @@ static BUCKET: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::MS],
+    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
 };
 
 static COUNTER: Command = Command {
@@ -100,7 +101,7 @@ static COUNTER: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS],
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
 };
 
 /// `PRECISION p` (CL.WINDOW only).
@@ -182,8 +183,9 @@ impl Algorithm {
         }
     }
 
-    /// Builds a limiter from its positional integers (durations in `unit`) and options.
-    pub fn build(self, values: &[i64], tail: &Tail, unit: Unit) -> Result<Limiter> {
+    /// Builds a limiter from its positional integers (durations in `unit`) and options, within
+    /// the argument `caps`.
+    pub fn build(self, values: &[i64], tail: &Tail, unit: Unit, caps: &Caps) -> Result<Limiter> {
         let value = |i: usize| values.get(i).copied().unwrap_or(0);
         Ok(match self {
             Algorithm::Throttle => Limiter::Throttle(throttle::Params::new(value(0), value(1), duration(value(2), unit, "period")?)?),
@@ -192,8 +194,8 @@ impl Algorithm {
                 let precision = match tail.value("PRECISION") {
                     None => None,
                     Some(p) => {
-                        // At most `window::MAX_BUCKETS` buckets: stated in the call's unit.
-                        let (w, most) = (value(1), window::MAX_BUCKETS);
+                        // At most `caps.max_buckets` buckets: stated in the call's unit.
+                        let (w, most) = (value(1), caps.max_buckets);
                         let (min, max) = (w / most + i64::from(w % most != 0), w);
                         if !(min..=max).contains(&p) {
                             return Err(Error::OutOfRange { name: "precision", range: Range::Duration { min, max, unit } });
@@ -201,7 +203,7 @@ impl Algorithm {
                         Some(duration(p, unit, "precision")?)
                     }
                 };
-                Limiter::Window(window::Params::new(value(0), window, precision)?)
+                Limiter::Window(window::Params::with_caps(value(0), window, precision, caps)?)
             }
             Algorithm::Bucket => Limiter::Bucket(bucket::Params::new(value(0), value(1), duration(value(2), unit, "interval")?)?),
             Algorithm::Counter => Limiter::Counter(counter::Params::new(value(0), duration(value(1), unit, "window")?)?),
@@ -270,14 +272,21 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    pub fn parse(algorithm: Algorithm, args: &[&'a [u8]]) -> Result<Request<'a>> {
+    /// Parses a call of `algorithm`'s command, its parameters within `caps`.
+    pub fn parse(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
         for (i, slot) in values.iter_mut().enumerate() {
             *slot = parsed.integer(i);
         }
-        let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit)?;
-        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, tail: parsed.tail })
+        let tail = parsed.tail;
+        let limiter = algorithm.build(&values, &tail, tail.unit, caps)?;
+        Ok(Request { key: parsed.key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, tail })
+    }
+
+    /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
+    pub fn shadow(&self) -> bool {
+        self.tail.has("SHADOW")
     }
 }
 
@@ -298,7 +307,7 @@ mod tests {
     }
 
     fn parse(algorithm: Algorithm, s: &str) -> Result<Request<'_>> {
-        Request::parse(algorithm, &args(s))
+        Request::parse(algorithm, &args(s), &Caps::DEFAULT)
     }
 
     fn error(algorithm: Algorithm, s: &str) -> String {
@@ -353,7 +362,7 @@ mod tests {
     #[test]
     fn errors_state_the_real_range() {
         use Algorithm::*;
-        for bad in ["", "k", "k 1", "k 1 1 1 MS PRECISION 1 x"] {
+        for bad in ["", "k", "k 1", "k 1 1 1 MS PRECISION 1 SHADOW x"] {
             assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
         }
         assert_eq!(error(Window, "k 0 1"), "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
@@ -374,6 +383,31 @@ mod tests {
         assert!(error(Bucket, "k 9223372036854775807 1 1").starts_with("ERR parameters are too large: interval * ceil(capacity / tokens)"));
         assert_eq!(error(Counter, "k 0 1"), "ERR limit must be an integer from 1 to 999999999999999999");
         assert_eq!(error(Counter, "k 1 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
+    }
+
+    #[test]
+    fn caps_bound_the_window_and_its_messages_state_them() {
+        let caps = Caps { max_exact_limit: 500, max_buckets: 40 };
+        let parse = |s: &str| Request::parse(Algorithm::Window, &args(s), &caps).map(|_| ()).map_err(|e| e.to_string());
+        assert!(parse("k 500 60").is_ok());
+        assert_eq!(parse("k 501 60").unwrap_err(), "ERR limit must be an integer from 1 to 500 (use PRECISION for larger limits)");
+        assert!(parse("k 501 60 PRECISION 2").is_ok());
+        assert_eq!(parse("k 1 60 PRECISION 1").unwrap_err(), "ERR precision must be an integer from 2 to 60 (seconds)");
+        assert_eq!(parse("k 1 81 PRECISION 2").unwrap_err(), "ERR precision must be an integer from 3 to 81 (seconds)");
+        let most = Caps::CEILING;
+        assert!(Request::parse(Algorithm::Window, &args("k 200000 60"), &most).is_ok());
+        assert!(Request::parse(Algorithm::Window, &args("k 1 100000 PRECISION 1"), &most).is_ok());
+    }
+
+    #[test]
+    fn shadow_is_an_option_of_every_limiter_command() {
+        for (algorithm, words) in [(Algorithm::Throttle, "k 1 1 1"), (Algorithm::Window, "k 1 1"), (Algorithm::Bucket, "k 1 1 1"), (Algorithm::Counter, "k 1 1")] {
+            assert!(!parse(algorithm, words).unwrap().shadow());
+            let with_options = format!("{words} shadow 3 MS");
+            let r = parse(algorithm, &with_options).unwrap();
+            assert_eq!((r.shadow(), r.quantity, r.unit), (true, 3, Unit::Millis), "{algorithm:?}");
+            assert_eq!(parse(algorithm, &format!("{words} SHADOW SHADOW")).map(|_| ()), Err(Error::Syntax));
+        }
     }
 
     #[test]

@@ -53,17 +53,20 @@
 mod buckets;
 mod exact;
 
+use crate::caps::Caps;
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, MAX_DURATION, Nanos};
 use crate::{Decision, Effect, Patch, Reply};
 
 pub(crate) const INVALID: Error = Error::InvalidState("CL.WINDOW");
 
-/// The largest limit of an exact log: its string may hold two entries (16 bytes) per unit
-/// of the limit, and a larger limit is what `PRECISION` is for.
+/// The largest limit of an exact log by default (`throttle.max-exact-limit`): its string may
+/// hold two entries (16 bytes) per unit of the limit, and a larger limit is what `PRECISION`
+/// is for.
 pub const MAX_EXACT_LIMIT: i64 = 100_000;
 
-/// The most buckets a window may be divided into (`⌈window / precision⌉`).
+/// The most buckets a window may be divided into (`⌈window / precision⌉`) by default
+/// (`throttle.max-buckets`).
 pub const MAX_BUCKETS: i64 = 10_000;
 
 /// Validated parameters: at most `limit` units in any span of `window`, counted exactly or
@@ -76,12 +79,18 @@ pub struct Params {
 }
 
 impl Params {
+    /// Parameters within the default caps.
     pub fn new(limit: i64, window: Nanos, precision: Option<Nanos>) -> Result<Params> {
-        let max_limit = if precision.is_some() { i64::MAX } else { MAX_EXACT_LIMIT };
+        Params::with_caps(limit, window, precision, &Caps::DEFAULT)
+    }
+
+    /// Parameters within `caps` (the largest exact limit, the most buckets).
+    pub fn with_caps(limit: i64, window: Nanos, precision: Option<Nanos>, caps: &Caps) -> Result<Params> {
+        let max_limit = if precision.is_some() { i64::MAX } else { caps.max_exact_limit };
         if !(1..=max_limit).contains(&limit) {
             let range = match precision {
                 Some(_) => Range::Integer { min: 1, max: i64::MAX },
-                None => Range::Limit { min: 1, max: MAX_EXACT_LIMIT, hint: "use PRECISION for larger limits" },
+                None => Range::Limit { min: 1, max: caps.max_exact_limit, hint: "use PRECISION for larger limits" },
             };
             return Err(Error::OutOfRange { name: "limit", range });
         }
@@ -89,9 +98,9 @@ impl Params {
             return Err(Error::OutOfRange { name: "window", range: Range::Text("a positive duration of at most 1000000000 seconds") });
         }
         if let Some(p) = precision
-            && (p.as_nanos() < 1 || p > window || buckets::spanned(window, p) > MAX_BUCKETS)
+            && (p.as_nanos() < 1 || p > window || buckets::spanned(window, p) > caps.max_buckets)
         {
-            return Err(Error::OutOfRange { name: "precision", range: Range::Text("a duration from the window divided by 10000 to the window") });
+            return Err(Error::OutOfRange { name: "precision", range: Range::Text("a duration from the window divided by throttle.max-buckets to the window") });
         }
         Ok(Params { limit, window, precision })
     }

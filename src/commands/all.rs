@@ -4,16 +4,17 @@
 use throttle_core::all::{self, Request};
 use throttle_core::{Error, Result};
 
-use crate::clock;
-use crate::dispatch::{Call, Node, Response, entry};
-use crate::register::Registered;
+use crate::dispatch::{Call, Node, Response};
+use crate::operate::{self, Class};
+use crate::register::{Registered, registered};
 use crate::store::Key;
+use crate::{clock, config};
 
-pub static COMMAND: Registered = Registered { table: &all::COMMAND, entry: entry!(handler, all::COMMAND) };
+pub static COMMAND: Registered = registered!(handler, &all::COMMAND);
 
 fn handler(call: &Call) -> Result<Response> {
     let args = call.args();
-    let request = Request::parse(&args)?;
+    let request = Request::parse(&args, &config::caps())?;
     let now = clock::now();
     // Every key is opened (distinct: the parser refused a key given twice) and read before
     // anything is decided, and every effect is checked before the first byte is written.
@@ -36,7 +37,27 @@ fn handler(call: &Call) -> Result<Response> {
         key.apply(prepared)?;
     }
 
-    let five = |reply: throttle_core::Reply| reply.to_array(request.unit).map(Node::Integer);
+    // The call counts once, as a peek when every quantity is 0, a refund when none is
+    // positive, else admitted or denied. A denial counts (sketch, `throttled` event) each
+    // limiter that denied on its own.
+    let quantities = || request.limiters.iter().map(|&(_, q)| q);
+    let quantity = match (quantities().all(|q| q == 0), quantities().all(|q| q <= 0)) {
+        (true, _) => 0,
+        (false, true) => -1,
+        (false, false) => 1,
+    };
+    let denied = quantity > 0 && !outcome.admitted();
+    let shadow = denied && (request.shadow || config::shadow());
+    if denied {
+        for (i, _) in outcome.decisions.iter().enumerate().filter(|(_, d)| d.reply.limited) {
+            operate::denied(call, 1 + i, request.keys[i]);
+        }
+    }
+    call.count(Class::of(quantity, denied, shadow));
+
+    // In shadow, every reply of the call reads as admitted (the binding one and DETAILS).
+    let answer = |reply: throttle_core::Reply| if shadow { reply.shadowed() } else { reply };
+    let five = |reply: throttle_core::Reply| answer(reply).to_array(request.unit).map(Node::Integer);
     let index = i64::try_from(outcome.binding + 1).map_err(|_| Error::Internal("index".into()))?;
     let mut reply: Vec<Node> = five(outcome.reply()).into_iter().collect();
     reply.push(Node::Integer(index));

@@ -2,10 +2,10 @@
 
 use throttle_core::limiter::Algorithm;
 
-use crate::dispatch::{Call, Response, entry};
-use crate::register::Registered;
+use crate::dispatch::{Call, Response};
+use crate::register::{Registered, registered};
 
-pub static COMMAND: Registered = Registered { table: Algorithm::Counter.command(), entry: entry!(handler, Algorithm::Counter.command()) };
+pub static COMMAND: Registered = registered!(handler, Algorithm::Counter.command());
 
 fn handler(call: &Call) -> throttle_core::Result<Response> {
     super::limiter(call, Algorithm::Counter)

@@ -5,8 +5,8 @@
 use throttle_core::command::{Arg, ArgKind, Command, Keys};
 use throttle_core::{Error, Result};
 
-use crate::dispatch::{Call, Response, entry};
-use crate::register::Registered;
+use crate::dispatch::{Call, Response};
+use crate::register::{Registered, registered};
 
 static TABLE: Command = Command {
     name: "cl.debug",
@@ -19,7 +19,7 @@ static TABLE: Command = Command {
     args: &[Arg { name: "panic", kind: ArgKind::Flag("PANIC"), optional: false, multiple: false }],
 };
 
-pub static COMMAND: Registered = Registered { table: &TABLE, entry: entry!(handler, TABLE) };
+pub static COMMAND: Registered = registered!(handler, &TABLE, uncounted);
 
 fn handler(call: &Call) -> Result<Response> {
     match *call.args() {

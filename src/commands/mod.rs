@@ -6,30 +6,44 @@ mod bucket;
 mod counter;
 mod debug;
 mod throttle;
+mod top;
 mod window;
 
 use throttle_core::Result;
 use throttle_core::limiter::{Algorithm, Request};
 
-use crate::clock;
 use crate::dispatch::{Call, Response};
+use crate::operate::{self, Class};
 use crate::register::Registered;
 use crate::store::Key;
+use crate::{clock, config};
 
-/// Every command the module registers, in order.
-pub static ALL: [&Registered; 5] = [&throttle::COMMAND, &window::COMMAND, &bucket::COMMAND, &counter::COMMAND, &all::COMMAND];
+/// Every command the module registers, in order (`INFO throttle` lists the counted ones so).
+pub static ALL: [&Registered; 6] = [&throttle::COMMAND, &window::COMMAND, &bucket::COMMAND, &counter::COMMAND, &all::COMMAND, &top::COMMAND];
 /// Registered only when the module is loaded with `DEBUG-COMMANDS yes`.
 pub static DEBUG: &Registered = &debug::COMMAND;
 
 /// A single-limiter command (`CL.THROTTLE`, `CL.WINDOW`, `CL.BUCKET`, `CL.COUNTER`): parse,
-/// read the key, decide, apply, reply.
+/// read the key, decide, apply, count, reply. Shadow mode changes only the reply of a denial:
+/// what is stored is what enforcing stores.
 fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
-    let request = Request::parse(algorithm, &call.args())?;
+    let request = Request::parse(algorithm, &call.args(), &config::caps())?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
     key.load(algorithm, request.quantity == 0)?;
     let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
     let prepared = key.prepare(&decision.effect)?;
     key.apply(prepared)?;
-    Ok(Response::Five(decision.reply.to_array(request.unit)))
+    let mut reply = decision.reply;
+    // Only a call that consumes units can be denied (a peek or a refund is neither).
+    let denied = reply.limited && request.quantity > 0;
+    let shadow = denied && (config::shadow() || request.shadow());
+    if denied {
+        operate::denied(call, 0, request.key);
+        if shadow {
+            reply = reply.shadowed();
+        }
+    }
+    call.count(Class::of(request.quantity, denied, shadow));
+    Ok(Response::Five(reply.to_array(request.unit)))
 }

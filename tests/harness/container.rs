@@ -60,6 +60,7 @@ impl Handle {
     /// Starts a server container; returns it and its port on the host's loopback.
     pub fn start(options: &Options, module: &Path) -> (Handle, u16) {
         assert!(!options.cluster, "{}", unsupported("a cluster node"));
+        assert!(options.config_file.is_none(), "{}", unsupported("a config file"));
         docker_api_shim();
         let (name, tag) = image();
         let mut args: Vec<String> = ["--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"]
@@ -69,6 +70,7 @@ impl Handle {
             .collect();
         if options.module {
             args.extend(["--loadmodule".into(), MODULE_IN_CONTAINER.into()]);
+            args.extend(options.module_args.iter().cloned());
             if options.debug_commands {
                 args.extend(["DEBUG-COMMANDS".into(), "yes".into()]);
             }

@@ -87,17 +87,30 @@ pub struct Options {
     pub debug_commands: bool,
     pub cluster: bool,
     pub args: Vec<String>,
+    /// Words after the module's path on its `--loadmodule` (its module arguments).
+    pub module_args: Vec<String>,
+    /// Contents of a `redis.conf` in the server's folder, given to the server first (so
+    /// `CONFIG REWRITE` has a file to rewrite).
+    pub config_file: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { module: true, debug_commands: false, cluster: false, args: Vec::new() }
+        Options { module: true, debug_commands: false, cluster: false, args: Vec::new(), module_args: Vec::new(), config_file: None }
     }
 }
 
 impl Options {
     pub fn arg(mut self, words: &str) -> Self {
         self.args.extend(words.split_whitespace().map(String::from));
+        self
+    }
+    pub fn module_args(mut self, words: &str) -> Self {
+        self.module_args.extend(words.split_whitespace().map(String::from));
+        self
+    }
+    pub fn config_file(mut self, contents: &str) -> Self {
+        self.config_file = Some(contents.to_string());
         self
     }
     pub fn without_module(mut self) -> Self {
@@ -117,6 +130,8 @@ pub struct Server {
     options: Options,
     child: Option<Child>,
     container: Option<container::Handle>,
+    /// Start from `redis.conf` alone (after `CONFIG REWRITE` wrote everything into it).
+    config_only: bool,
 }
 
 impl Server {
@@ -125,60 +140,81 @@ impl Server {
     }
 
     pub fn with(options: Options) -> Server {
+        Server::try_with(options).unwrap_or_else(|log| panic!("{log}"))
+    }
+
+    /// Starts a server, or returns why it exited (its log) when it does not come up.
+    pub fn try_with(options: Options) -> Result<Server, String> {
         if container::enabled() {
             let (handle, port) = container::Handle::start(&options, &module_path());
             // Never created: a container keeps its data inside.
             let dir = std::env::temp_dir().join(format!("throttle-container-{}-{port}", std::process::id()));
-            let server = Server { port, dir, options, child: None, container: Some(handle) };
+            let server = Server { port, dir, options, child: None, container: Some(handle), config_only: false };
             wait_until(&format!("the container on port {port}"), Duration::from_secs(20), || {
                 server.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
             });
-            return server;
+            return Ok(server);
         }
         let port = free_port(options.cluster);
         let dir = std::env::temp_dir().join(format!("throttle-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create server folder");
-        let mut server = Server { port, dir, options, child: None, container: None };
-        server.launch();
-        server
+        if let Some(contents) = &options.config_file {
+            std::fs::write(dir.join("redis.conf"), contents).expect("write redis.conf");
+        }
+        let mut server = Server { port, dir, options, child: None, container: None, config_only: false };
+        server.launch()?;
+        Ok(server)
     }
 
-    fn launch(&mut self) {
+    fn launch(&mut self) -> Result<(), String> {
         let mut words = server_command();
         let program = words.remove(0);
         let mut cmd = Command::new(&program);
-        cmd.args(words)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
-            .arg(&self.dir)
-            .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
-        if self.options.module {
-            cmd.arg("--loadmodule").arg(module_path());
-            if self.options.debug_commands {
-                cmd.args(["DEBUG-COMMANDS", "yes"]);
+        cmd.args(words);
+        if self.options.config_file.is_some() {
+            cmd.arg(self.dir.join("redis.conf"));
+        }
+        if !self.config_only {
+            cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
+                .arg(&self.dir)
+                .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
+            if self.options.module {
+                cmd.arg("--loadmodule").arg(module_path()).args(&self.options.module_args);
+                if self.options.debug_commands {
+                    cmd.args(["DEBUG-COMMANDS", "yes"]);
+                }
             }
+            if self.options.cluster {
+                cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+            }
+            cmd.args(&self.options.args);
         }
-        if self.options.cluster {
-            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
-        }
-        cmd.args(&self.options.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.current_dir(&self.dir).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!("cannot start `{program}` ({e}); install redis-server (`make test` does) or set THROTTLE_SERVER")
         });
         self.child = Some(child);
         let dir = self.dir.clone();
         let log = dir.join("server.log");
-        wait_until(&format!("the server on port {} (log: {})", self.port, log.display()), Duration::from_secs(20), || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("server exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+                self.child = None;
+                return Err(format!("server exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
             }
-            self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
-        });
+            if self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for the server on port {} (log: {})", self.port, log.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // Make sure the server on this port is the one just started.
         let mut c = self.client();
         let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c).unwrap();
         let ours = std::fs::canonicalize(&self.dir).unwrap();
         assert_eq!(Path::new(&got[1]), ours, "another server answers on port {}", self.port);
+        Ok(())
     }
 
     /// Stops the server (SHUTDOWN, so it persists what it is configured to) and starts it again
@@ -191,7 +227,15 @@ impl Server {
             let _ = child.wait();
         }
         self.options = self.options.clone().arg(extra);
-        self.launch();
+        self.launch().unwrap_or_else(|log| panic!("{log}"));
+    }
+
+    /// Stops the server and starts it again from its `redis.conf` alone (as `CONFIG REWRITE`
+    /// left it: port, folder, module and configs all come from the file).
+    pub fn restart_from_config(&mut self) {
+        assert!(self.options.config_file.is_some(), "a server started with a config file");
+        self.config_only = true;
+        self.restart("");
     }
 
     /// Kills the server with SIGKILL (no persistence on the way out).
@@ -316,6 +360,11 @@ pub fn snapshot(c: &mut Connection) -> Snapshot {
 /// Runs commands inside MULTI/EXEC, where Redis 7.2+ freezes the command clock: every call
 /// sees the same instant (earlier servers use the real-time clock; see `frozen_clock`).
 pub fn in_multi(c: &mut Connection, calls: &[&str]) -> Vec<Reply> {
+    in_multi_as(c, calls)
+}
+
+/// `in_multi` with the replies as any type (`Vec<Value>` for calls of several kinds).
+pub fn in_multi_as<T: redis::FromRedisValue>(c: &mut Connection, calls: &[&str]) -> Vec<T> {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for words in calls {
@@ -452,4 +501,46 @@ impl Server {
     pub fn is_alive_ref(&self) -> bool {
         self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
     }
+}
+
+// ---- Pub/Sub (tests/keyspace.rs, operate.rs)
+
+/// Subscribes to the channels matching `pattern` (PSUBSCRIBE) on `server`, on a connection of
+/// its own; messages arrive on the returned channel as `(channel, payload)`.
+pub fn psubscribe(server: &Server, pattern: &str) -> std::sync::mpsc::Receiver<(String, Vec<u8>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut c = server.client();
+    let pattern = pattern.to_string();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut pubsub = c.as_pubsub();
+        pubsub.psubscribe(&pattern).unwrap();
+        ready_tx.send(()).unwrap();
+        pubsub.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        loop {
+            match pubsub.get_message() {
+                Ok(msg) => {
+                    let payload: Vec<u8> = msg.get_payload().unwrap();
+                    if tx.send((msg.get_channel_name().to_string(), payload)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.is_timeout() => continue,
+                Err(_) => return,
+            }
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(5)).expect("subscribed");
+    rx
+}
+
+/// What arrived on `rx` until nothing has come for half a second.
+pub fn drain<T: std::fmt::Debug>(rx: &std::sync::mpsc::Receiver<T>) -> Vec<T> {
+    let mut items = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(item) = rx.recv_timeout(Duration::from_millis(500)) {
+        items.push(item);
+        assert!(Instant::now() < deadline, "messages keep coming: {items:?}");
+    }
+    items
 }

@@ -8,7 +8,7 @@ fn args(s: &str) -> Vec<&[u8]> {
 }
 
 fn parse(s: &str) -> Result<Request<'_>> {
-    Request::parse(&args(s))
+    Request::parse(&args(s), &Caps::DEFAULT)
 }
 
 fn error(s: &str) -> String {
@@ -30,6 +30,19 @@ fn parses_the_documented_examples() {
     assert_eq!(r.limiters[0].1, -2);
     let Limiter::Window(w) = r.limiters[1].0 else { panic!("a window") };
     assert_eq!(w.precision().map(|p| p.as_nanos()), Some(100 * NANOS_PER_MILLI));
+}
+
+#[test]
+fn shadow_is_a_call_option() {
+    let r = parse("2 a b COUNTER 5 10 SHADOW THROTTLE 1 1 1 details").unwrap();
+    assert_eq!((r.shadow, r.details), (true, true));
+    assert!(!parse("1 a COUNTER 5 10").unwrap().shadow);
+    assert_eq!(parse("1 a COUNTER 5 10 SHADOW shadow"), Err(Error::Syntax));
+    let caps = Caps { max_exact_limit: 7, max_buckets: 10 };
+    assert_eq!(
+        Request::parse(&args("1 a WINDOW 8 10"), &caps).unwrap_err().to_string(),
+        "ERR limiter 1: limit must be an integer from 1 to 7 (use PRECISION for larger limits)"
+    );
 }
 
 #[test]
@@ -108,7 +121,7 @@ fn limiter() -> impl Strategy<Value = Limiter> {
             Algorithm::Bucket => [a, b, ms],
         };
         let tail = Tail::parse(&[], std::iter::empty()).unwrap();
-        algorithm.build(&values, &tail, Unit::Millis).unwrap()
+        algorithm.build(&values, &tail, Unit::Millis, &Caps::DEFAULT).unwrap()
     })
 }
 
@@ -165,8 +178,8 @@ proptest! {
 #[test]
 fn a_denial_anywhere_writes_nothing_anywhere() {
     let tail = Tail::parse(&[], std::iter::empty()).unwrap();
-    let one_per_minute = Algorithm::Counter.build(&[1, 60, 0], &tail, Unit::Seconds).unwrap();
-    let generous = Algorithm::Throttle.build(&[99, 100, 60], &tail, Unit::Seconds).unwrap();
+    let one_per_minute = Algorithm::Counter.build(&[1, 60, 0], &tail, Unit::Seconds, &Caps::DEFAULT).unwrap();
+    let generous = Algorithm::Throttle.build(&[99, 100, 60], &tail, Unit::Seconds, &Caps::DEFAULT).unwrap();
     let now = Instant::from_nanos(T0);
     let limiters = [(generous, 1), (one_per_minute, 1)];
     let first = decide(&limiters, &[None, None], now).unwrap();

@@ -3,7 +3,8 @@
 
 use std::borrow::Cow;
 
-use super::{INVALID, MAX_BUCKETS, Params, Verdict, emptied, leaves, read_i64};
+use super::{INVALID, Params, Verdict, emptied, leaves, read_i64};
+use crate::caps::Caps;
 use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
 use crate::{Decision, Effect, Patch};
@@ -22,7 +23,7 @@ pub(super) fn spanned(window: Nanos, p: Nanos) -> i64 {
 
 /// The ring's length for these parameters: the most buckets that can count at once.
 fn slots_for(params: &Params, p: Nanos) -> usize {
-    // At most MAX_BUCKETS + 1 (checked by `Params::new`).
+    // At most the bucket cap + 1 (checked by `Params::with_caps`).
     (spanned(params.window, p) + 1) as usize
 }
 
@@ -50,7 +51,9 @@ impl<'a> Ring<'a> {
         let newest = read_i64(bytes, NEWEST_AT).ok_or_else(|| INVALID)?;
         let body = bytes.len() - HEADER;
         let slots = body / SLOT;
-        if !body.is_multiple_of(SLOT) || slots == 0 || slots as i64 > MAX_BUCKETS + 1 {
+        // Any ring the largest cap allows is valid, whatever the cap is now (it may have
+        // been lowered since the ring was written): the call regroups it into its own.
+        if !body.is_multiple_of(SLOT) || slots == 0 || slots as i64 > Caps::CEILING.max_buckets + 1 {
             return Err(INVALID);
         }
         Ok(Ring { image: Cow::Borrowed(bytes), p, newest, slots })

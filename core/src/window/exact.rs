@@ -142,7 +142,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
         }
         Verdict::Admit(quantity) => {
             let stamp = newest.map_or(now, |newest| newest.max(now));
-            // `quantity ≤ limit ≤ MAX_EXACT_LIMIT`: a bounded allocation.
+            // `quantity ≤ limit ≤ max-exact-limit ≤ Caps::CEILING`: a bounded allocation.
             let appended = stamp.as_nanos().to_le_bytes().repeat(quantity as usize);
             let full_at = leaves(stamp, params.window)?;
             let effect = Effect::Store { state: log.patch(first, log.len, &appended, now)?, expires_at: full_at };
