@@ -7,11 +7,13 @@
 # the number of commands executed.
 #
 #   bench/instructions.sh [N]      N calls per scenario (default 20000)
-# Env: THROTTLE_SERVER (a redis-server), BENCH_SCENARIOS (a file of extra `name|command` lines).
+# Env: THROTTLE_SERVER (a redis-server), THROTTLE_MODULE (the module; default: the release build), BENCH_SCENARIOS (a file of extra `name|command[|setup]`
+# lines), BENCH_ONLY (a regular expression: only the scenarios whose name matches, plus the
+# SET and floor baselines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
-MODULE=$(pwd)/target/release/libredis_throttle.so
+MODULE=${THROTTLE_MODULE:-$(pwd)/target/release/libredis_throttle.so}
 FLOOR=$(pwd)/target/bench/floor.so
 command -v valgrind >/dev/null || { echo "instructions: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
 [ -f "$FLOOR" ] || { echo "instructions: $FLOOR is missing: bench/run.sh builds it" >&2; exit 1; }
@@ -27,8 +29,9 @@ tat = math.max(tat, now); local new = tat + ei
 if now < new - dvt then return {1, 0} end
 redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
 
-# Instructions per command of `cmd` on a hot key (every call admitted and written).
-count() { # $1 command words
+# Instructions per command of `cmd` on a hot key (every call admitted and written, unless the
+# scenario says otherwise), after the optional `setup` (redis-cli words, e.g. a CONFIG SET).
+count() { # $1 command words, $2 setup
   local out="$DIR/callgrind.out"
   rm -f "$out"
   # shellcheck disable=SC2086
@@ -42,6 +45,8 @@ count() { # $1 command words
     local sha; sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$LUA_GCRA")
     cmd=${cmd//__SHA__/$sha}
   fi
+  # shellcheck disable=SC2086
+  if [ -n "${2:-}" ]; then redis-cli -p "$PORT" $2 >/dev/null; fi
   redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
   # shellcheck disable=SC2086
   redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
@@ -65,6 +70,10 @@ SCENARIOS=(
   "CL.ALL 3 limiters|CL.ALL 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1"
   "CL.ALL 8 limiters|CL.ALL 8 b:{u}:1 b:{u}:2 b:{u}:3 b:{u}:4 b:{u}:5 b:{u}:6 b:{u}:7 b:{u}:8 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1 THROTTLE 1000000000 1000000000 1"
   "Lua GCRA (EVALSHA)|EVALSHA __SHA__ 1 bench:hot 1000000 1 1000000000"
+  # Denials (one unit per 10^9 s: every call after the first is denied): events off, then on.
+  "CL.THROTTLE denied|CL.THROTTLE bench:hot 0 1 1000000000"
+  "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG SET notify-keyspace-events Ed"
+  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 1000000000 1000000000 1|CONFIG SET notify-keyspace-events Ed"
 )
 if [ -f "${BENCH_SCENARIOS:-}" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$BENCH_SCENARIOS"; fi
 
@@ -73,13 +82,15 @@ printf '%-26s %12s %8s %8s\n' command instructions xSET xfloor
 declare -A IR
 set_ir=""; floor_ir=""
 for s in "${SCENARIOS[@]}"; do
-  IFS='|' read -r name cmd <<<"$s"
-  ir=$(count "$cmd")
+  IFS='|' read -r name cmd setup <<<"$s"
+  if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY || $name == SET* || $name == "module floor"* ]]; then continue; fi
+  ir=$(count "$cmd" "${setup:-}")
   IR[$name]=$ir
   [ -z "$set_ir" ] && set_ir=$ir
   [[ $name == "module floor"* ]] && floor_ir=$ir
   printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$(python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
 done
+[ -n "${BENCH_ONLY:-}" ] && exit 0
 single=${IR[CL.THROTTLE]}
 printf '\nCL.ALL with N limiters against N single CL.THROTTLE calls + one floor (target: <= 1.00x)\n'
 for n in 1 3 8; do
