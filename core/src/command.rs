@@ -165,10 +165,8 @@ impl<'a> Parsed<'a> {
         let arity = || Error::WrongArity(command.name);
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
         let count = command.positional().count();
-        // Every argument takes at least one word, so a call of at most one word per argument
-        // (the usual one) cannot be too long: only a longer one pays for walking the table.
-        let may_be_long = args.len() > 1 + command.args.len();
-        if rest.len() < count || (may_be_long && command.max_words().is_some_and(|max| args.len() > max)) {
+        // (The longest call the table allows matters only when there is a tail.)
+        if rest.len() < count || (rest.len() > count && command.max_words().is_some_and(|max| args.len() > max)) {
             return Err(arity());
         }
         let (fixed, tail) = rest.split_at(count);
