@@ -7,9 +7,9 @@
 # the number of commands executed.
 #
 #   bench/instructions.sh [N]      N calls per scenario (default 20000)
-# Env: THROTTLE_SERVER (a redis-server), THROTTLE_MODULE (the module; default: the release build), BENCH_SCENARIOS (a file of extra `name|command[|setup]`
-# lines), BENCH_ONLY (a regular expression: only the scenarios whose name matches, plus the
-# SET and floor baselines).
+# Env: THROTTLE_SERVER (a redis-server), THROTTLE_MODULE (the module; default: the release
+# build), BENCH_SCENARIOS (a file of extra `name|command[|setup]` lines), BENCH_ONLY (a regular
+# expression: only the scenarios whose name matches, plus the SET and floor baselines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -73,7 +73,7 @@ SCENARIOS=(
   # Denials (one unit per 10^9 s: every call after the first is denied): events off, then on.
   "CL.THROTTLE denied|CL.THROTTLE bench:hot 0 1 1000000000"
   "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG SET notify-keyspace-events Ed"
-  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 1000000000 1000000000 1|CONFIG SET notify-keyspace-events Ed"
+  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 99 100000000 1|CONFIG SET notify-keyspace-events Ed"
 )
 if [ -f "${BENCH_SCENARIOS:-}" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$BENCH_SCENARIOS"; fi
 
@@ -90,7 +90,7 @@ for s in "${SCENARIOS[@]}"; do
   [[ $name == "module floor"* ]] && floor_ir=$ir
   printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$(python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
 done
-[ -n "${BENCH_ONLY:-}" ] && exit 0
+if [ -n "${BENCH_ONLY:-}" ]; then exit 0; fi
 single=${IR[CL.THROTTLE]}
 printf '\nCL.ALL with N limiters against N single CL.THROTTLE calls + one floor (target: <= 1.00x)\n'
 for n in 1 3 8; do

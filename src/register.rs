@@ -24,8 +24,10 @@ pub struct Registered {
 }
 
 /// A command's registration from its handler and its table, with its own INFO counters
-/// (`INFO throttle` lists them under the command's name); `uncounted` for a command that
-/// decides no limiter (CL.TOP).
+/// (`INFO throttle` lists them under the command's name): errors are counted by the dispatch,
+/// and the handler counts each successful call once with `call.count(Class::of(…))` (and
+/// calls `operate::denied` for each denied key). `uncounted` for a command that decides no
+/// limiter (CL.TOP).
 macro_rules! registered {
     ($handler:expr, $table:expr) => {{
         static COUNTERS: $crate::operate::Counters = $crate::operate::Counters::new();

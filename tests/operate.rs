@@ -198,6 +198,26 @@ fn counters_are_exact_under_concurrent_load() {
     assert_eq!(counter(&info, "top_denials"), third(1));
 }
 
+/// `SHADOW` is in every limiter command's table, so the server documents it; CL.TOP is a
+/// keyless, read-only command.
+#[test]
+fn shadow_and_cl_top_are_documented() {
+    let server = Server::start();
+    let mut c = server.client();
+    for name in ["cl.throttle", "cl.window", "cl.bucket", "cl.counter", "cl.all", "cl.top"] {
+        let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
+        let text = format!("{docs:?}");
+        let token = if name == "cl.top" { "RESET" } else { "SHADOW" };
+        assert!(text.contains(token), "COMMAND DOCS {name} lacks {token}: {text}");
+    }
+    let info: Vec<Vec<Value>> = redis::cmd("COMMAND").arg("INFO").arg("cl.top").query(&mut c).unwrap();
+    let text = format!("{:?}", info[0]);
+    assert!(text.contains("readonly") && text.contains("admin") && !text.contains("write"), "{text}");
+    assert_eq!(info[0][1], Value::Int(-1), "CL.TOP [count] [RESET]: any number of words");
+    let keys: redis::RedisResult<Vec<String>> = redis::cmd("COMMAND").arg(&["GETKEYS", "CL.TOP", "5"]).query(&mut c);
+    assert!(keys.is_err(), "no keys: {keys:?}");
+}
+
 #[test]
 fn info_throttle_is_a_module_section() {
     let server = Server::start();

@@ -53,8 +53,6 @@ pub struct Request<'a> {
     pub unit: Unit,
     /// `DETAILS`: reply every limiter's own five integers too.
     pub details: bool,
-    /// `SHADOW`: a denial is answered as an admission.
-    pub shadow: bool,
     pub tail: Tail,
 }
 
@@ -119,7 +117,12 @@ impl<'a> Request<'a> {
             .enumerate()
             .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit, caps).map_err(|e| e.in_limiter(i + 1)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), shadow: tail.has("SHADOW"), tail })
+        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), tail })
+    }
+
+    /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
+    pub fn shadow(&self) -> bool {
+        self.tail.has("SHADOW")
     }
 }
 

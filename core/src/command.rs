@@ -133,9 +133,10 @@ impl Command {
         self.args.iter().try_fold(keys?, |m, a| a.words().1.map(|w| m + w))
     }
 
-    /// The positional (required, single-word) arguments after the key, in order.
+    /// The positional (required, single-word) arguments after the key, in order. Every table
+    /// lists them first (a test checks it), so the walk stops at the first option.
     fn positional(&self) -> impl Iterator<Item = &Arg> {
-        self.args.iter().filter(|a| !a.optional && !a.multiple)
+        self.args.iter().take_while(|a| !a.optional && !a.multiple)
     }
 }
 

@@ -279,9 +279,8 @@ impl<'a> Request<'a> {
         for (i, slot) in values.iter_mut().enumerate() {
             *slot = parsed.integer(i);
         }
-        let tail = parsed.tail;
-        let limiter = algorithm.build(&values, &tail, tail.unit, caps)?;
-        Ok(Request { key: parsed.key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, tail })
+        let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
+        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, tail: parsed.tail })
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -383,6 +382,17 @@ mod tests {
         assert!(error(Bucket, "k 9223372036854775807 1 1").starts_with("ERR parameters are too large: interval * ceil(capacity / tokens)"));
         assert_eq!(error(Counter, "k 0 1"), "ERR limit must be an integer from 1 to 999999999999999999");
         assert_eq!(error(Counter, "k 1 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
+    }
+
+    /// `Parsed::parse` reads a table's positional arguments up to its first option: every
+    /// table lists them first.
+    #[test]
+    fn every_table_lists_its_positional_arguments_first() {
+        let tables = Algorithm::ALL.iter().map(|a| a.command()).chain([&crate::all::COMMAND, &crate::top::COMMAND]);
+        for table in tables {
+            let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
+            assert!(table.args[first_option..].iter().all(|a| a.optional || a.multiple), "{}: a required argument after an option", table.name);
+        }
     }
 
     #[test]

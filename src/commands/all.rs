@@ -25,7 +25,7 @@ fn handler(call: &Call) -> Result<Response> {
         keys.push(key);
     }
     let stored: Vec<_> = keys.iter().map(Key::stored).collect();
-    let outcome = all::decide(&request.limiters, &stored, now)?;
+    let mut outcome = all::decide(&request.limiters, &stored, now)?;
     drop(stored);
     let prepared = keys
         .iter()
@@ -40,24 +40,32 @@ fn handler(call: &Call) -> Result<Response> {
     // The call counts once, as a peek when every quantity is 0, a refund when none is
     // positive, else admitted or denied. A denial counts (sketch, `throttled` event) each
     // limiter that denied on its own.
-    let quantities = || request.limiters.iter().map(|&(_, q)| q);
-    let quantity = match (quantities().all(|q| q == 0), quantities().all(|q| q <= 0)) {
-        (true, _) => 0,
+    let (mut consumes, mut refunds) = (false, false);
+    for &(_, q) in &request.limiters {
+        consumes |= q > 0;
+        refunds |= q < 0;
+    }
+    let quantity = match (consumes, refunds) {
+        (true, _) => 1,
         (false, true) => -1,
-        (false, false) => 1,
+        (false, false) => 0,
     };
     let denied = quantity > 0 && !outcome.admitted();
-    let shadow = denied && (request.shadow || config::shadow());
+    let shadow = denied && (config::shadow() || request.shadow());
     if denied {
         for (i, _) in outcome.decisions.iter().enumerate().filter(|(_, d)| d.reply.limited) {
             operate::denied(call, 1 + i, request.keys[i]);
         }
     }
     call.count(Class::of(quantity, denied, shadow));
+    if shadow {
+        // Every reply of the call reads as admitted: the binding one and DETAILS.
+        for d in &mut outcome.decisions {
+            d.reply = d.reply.shadowed();
+        }
+    }
 
-    // In shadow, every reply of the call reads as admitted (the binding one and DETAILS).
-    let answer = |reply: throttle_core::Reply| if shadow { reply.shadowed() } else { reply };
-    let five = |reply: throttle_core::Reply| answer(reply).to_array(request.unit).map(Node::Integer);
+    let five = |reply: throttle_core::Reply| reply.to_array(request.unit).map(Node::Integer);
     let index = i64::try_from(outcome.binding + 1).map_err(|_| Error::Internal("index".into()))?;
     let mut reply: Vec<Node> = five(outcome.reply()).into_iter().collect();
     reply.push(Node::Integer(index));

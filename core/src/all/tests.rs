@@ -35,8 +35,8 @@ fn parses_the_documented_examples() {
 #[test]
 fn shadow_is_a_call_option() {
     let r = parse("2 a b COUNTER 5 10 SHADOW THROTTLE 1 1 1 details").unwrap();
-    assert_eq!((r.shadow, r.details), (true, true));
-    assert!(!parse("1 a COUNTER 5 10").unwrap().shadow);
+    assert_eq!((r.shadow(), r.details), (true, true));
+    assert!(!parse("1 a COUNTER 5 10").unwrap().shadow());
     assert_eq!(parse("1 a COUNTER 5 10 SHADOW shadow"), Err(Error::Syntax));
     let caps = Caps { max_exact_limit: 7, max_buckets: 10 };
     assert_eq!(
