@@ -42,7 +42,7 @@ LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
 SCENARIOS=(
   "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000|set"
   "module floor (floor.c)|FLOOR.TOUCH __KEY__|floor.touch"
-  "CL.THROTTLE|CL.THROTTLE __KEY__ 1000000000 1000000000 1|cl.throttle"
+  "CL.THROTTLE|CL.THROTTLE __KEY__ 99 100000000 1|cl.throttle"
   "Lua GCRA (EVALSHA)|EVALSHA $LUA_SHA 1 __KEY__ 1000000 1 1000000000|evalsha"
 )
 EXTRA=${BENCH_EXTRA:-bench/scenarios.txt}
@@ -83,7 +83,7 @@ printf '%-12s %10s %14s %12s %7s\n' limiters "CL.ALL" "N x single" "+ floor" rat
 single=${HOT[cl.throttle]}
 for n in 1 3 8; do
   keys=""; specs=""
-  for i in $(seq 1 "$n"); do keys="$keys bench:{u}:$i"; specs="$specs THROTTLE 1000000000 1000000000 1"; done
+  for i in $(seq 1 "$n"); do keys="$keys bench:{u}:$i"; specs="$specs THROTTLE 99 100000000 1"; done
   read -r all_us _ < <(run cl.all "CL.ALL $n$keys$specs" "unused")
   budget=$(python3 -c "print(f'{$n*$single:.2f}')")
   with_floor=$(python3 -c "print(f'{$n*$single+$floor_hot:.2f}')")

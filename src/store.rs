@@ -14,6 +14,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use throttle_core::limiter::{Algorithm, Stored, Write};
+use throttle_core::args::Decimal;
 use throttle_core::{Effect, Error, Patch, Result};
 
 use crate::api::api;
@@ -168,18 +169,20 @@ impl Key {
             return Err(Error::Internal(format!("an expiry before 1970: {expires_ms}")));
         }
         let prepared = match state {
-            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms },
+            // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
+            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None },
+            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms) },
             Write::Patch(patch) => {
                 check(patch)?;
                 let old_len = self.stored().map(|s| s.value.len());
                 match old_len {
-                    _ if patch.is_whole() => Prepared::Whole { value: Cow::Borrowed(&patch.chunks[0].1), expires_ms },
+                    _ if patch.is_whole() => Prepared::Whole { value: Cow::Borrowed(&patch.chunks[0].1), expires_ms: Some(expires_ms) },
                     Some(old) if patch.len >= old => Prepared::Patch { patch, expires_ms },
                     // A new key, or one that shrinks (SETRANGE cannot): the whole value.
                     _ => {
                         let mut whole = self.stored().map(|s| s.value.to_vec()).unwrap_or_default();
                         patch.apply(&mut whole);
-                        Prepared::Whole { value: Cow::Owned(whole), expires_ms }
+                        Prepared::Whole { value: Cow::Owned(whole), expires_ms: Some(expires_ms) }
                     }
                 }
             }
@@ -229,9 +232,15 @@ impl Key {
         }
     }
 
-    /// Writes the whole value and its expiry: `SET key value PXAT ms`.
-    fn write_whole(&mut self, value: &[u8], expires_ms: i64) -> Result<()> {
+    /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
+    /// KEEPTTL` when the expiry stays.
+    fn write_whole(&mut self, value: &[u8], expires_ms: Option<i64>) -> Result<()> {
         self.writable(value.len())?.copy_from_slice(value);
+        let Some(expires_ms) = expires_ms else {
+            self.replicate(Replicated::Set { value, at_ms: None })?;
+            self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set")]);
+            return Ok(());
+        };
         if let Err(e) = self.set_expiry(expires_ms) {
             // The replica keeps its own expiry, as the master did.
             self.replicate(Replicated::Set { value, at_ms: None })?;
@@ -367,10 +376,11 @@ enum Replicated<'a> {
 pub enum Prepared<'e> {
     Nothing,
     Delete,
-    /// An integer state, replicated as `SET key value PXAT ms`.
-    Integer { text: Decimal, expires_ms: i64 },
+    /// An integer state, replicated as `SET key value PXAT ms` (`KEEPTTL` for `None`: the
+    /// expiry stays).
+    Integer { text: Decimal, expires_ms: Option<i64> },
     /// The whole value, replicated as `SET key value PXAT ms`.
-    Whole { value: Cow<'e, [u8]>, expires_ms: i64 },
+    Whole { value: Cow<'e, [u8]>, expires_ms: Option<i64> },
     /// An in-place edit of a value at least as long, replicated as `SETRANGE`s and `PEXPIREAT`.
     Patch { patch: &'e Patch, expires_ms: i64 },
 }
@@ -386,34 +396,4 @@ fn check(patch: &Patch) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The decimal text of an i64, formatted on the stack (this runs on every call).
-pub struct Decimal {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    fn new(v: i64) -> Decimal {
-        let mut d = Decimal { bytes: [0; 20], start: 20 };
-        let mut n = v.unsigned_abs();
-        loop {
-            d.start -= 1;
-            d.bytes[d.start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if v < 0 {
-            d.start -= 1;
-            d.bytes[d.start] = b'-';
-        }
-        d
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[self.start..]
-    }
 }

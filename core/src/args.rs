@@ -38,6 +38,45 @@ pub fn duration(value: i64, unit: Unit, name: &'static str) -> Result<Nanos> {
     unit.to_nanos(value)
 }
 
+/// The decimal text of an i64, formatted on the stack (this runs on every call).
+pub struct Decimal {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    pub fn new(v: i64) -> Decimal {
+        // Two digits per division: a TAT has 19.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+            5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+        let mut d = Decimal { bytes: [0; 20], start: 20 };
+        let mut n = v.unsigned_abs();
+        while n >= 100 {
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            d.start -= 2;
+            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if n >= 10 {
+            let pair = n as usize * 2;
+            d.start -= 2;
+            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
+            d.start -= 1;
+            d.bytes[d.start] = b'0' + n as u8;
+        }
+        if v < 0 {
+            d.start -= 1;
+            d.bytes[d.start] = b'-';
+        }
+        d
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +96,23 @@ mod tests {
     fn integers_agree_with_std_on_canonical_text() {
         for v in [1i64, 42, -42, i64::MAX, i64::MIN, 1_000_000_007] {
             assert_eq!(integer(v.to_string().as_bytes()), Ok(v));
+        }
+    }
+
+    #[test]
+    fn decimals_are_the_text_integer_parses() {
+        for v in [0i64, 7, -7, 10, 99, 100, -100, 1_000_000_007, 1_795_354_456_188_603_542, i64::MAX, i64::MIN] {
+            let d = Decimal::new(v);
+            assert_eq!(d.as_bytes(), v.to_string().as_bytes());
+            assert_eq!(integer(d.as_bytes()), Ok(v));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimals_match_std(v: i64) {
+            let (d, text) = (Decimal::new(v), v.to_string());
+            proptest::prop_assert_eq!(d.as_bytes(), text.as_bytes());
         }
     }
 
