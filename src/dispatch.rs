@@ -72,6 +72,8 @@ pub enum Response {
     Five([i64; 5]),
     /// Anything else: arrays of integers and strings.
     Tree(Node),
+    /// Nothing now: the handler blocked the client, whose reply comes later (CL.PACE BLOCK).
+    Blocked,
 }
 
 pub enum Node {
@@ -142,12 +144,13 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             }
         }
         Ok(Response::Tree(node)) => reply_node(ctx, &node),
+        Ok(Response::Blocked) => {}
         Err(e) => reply_error(ctx, &e),
     }
     raw::Status::Ok as c_int
 }
 
-fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
+pub(crate) fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
     let api = api();
     // SAFETY (both): `ctx` is the command's context.
     match node {
@@ -182,7 +185,7 @@ pub fn install_panic_hook() {
     }));
 }
 
-fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
+pub(crate) fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
     // An error reply is one line: drop what would break the protocol.
     let text: String = e.to_string().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let text = CString::new(text).unwrap_or_else(|_| c"ERR internal error".to_owned());

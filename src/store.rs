@@ -20,6 +20,8 @@ use throttle_core::{Effect, Error, Patch, Result};
 use crate::api::api;
 use crate::dispatch::Call;
 
+mod zset;
+
 /// The longest value a limiter may write: Redis's own limit for a string.
 const MAX_VALUE: usize = 512 * 1024 * 1024;
 

@@ -1,10 +1,13 @@
 //! One file per command. Each is thin: parse a typed request, read the keys, let the pure
 //! algorithms decide, apply the effects, reply.
 
+mod acquire;
 mod all;
 mod bucket;
 mod counter;
 mod debug;
+mod pace;
+mod release;
 mod throttle;
 mod window;
 
@@ -17,7 +20,16 @@ use crate::register::Registered;
 use crate::store::Key;
 
 /// Every command the module registers, in order.
-pub static ALL: [&Registered; 5] = [&throttle::COMMAND, &window::COMMAND, &bucket::COMMAND, &counter::COMMAND, &all::COMMAND];
+pub static ALL: [&Registered; 8] = [
+    &throttle::COMMAND,
+    &window::COMMAND,
+    &bucket::COMMAND,
+    &counter::COMMAND,
+    &all::COMMAND,
+    &pace::COMMAND,
+    &acquire::COMMAND,
+    &release::COMMAND,
+];
 /// Registered only when the module is loaded with `DEBUG-COMMANDS yes`.
 pub static DEBUG: &Registered = &debug::COMMAND;
 

@@ -300,13 +300,23 @@ pub fn error_of(c: &mut Connection, args: &[&[u8]]) -> String {
 /// Every key with its value and absolute expiry in ms.
 pub type Snapshot = Vec<(Vec<u8>, Vec<u8>, i64)>;
 
-/// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+).
+/// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+). A sorted set
+/// (a lease set) reads as its members and scores, `member score ` after one another; another
+/// type as its `DUMP`.
 pub fn snapshot(c: &mut Connection) -> Snapshot {
     let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
     keys.sort();
     keys.into_iter()
         .filter_map(|k| {
-            let v: Option<Vec<u8>> = redis::cmd("GET").arg(&k).query(c).unwrap();
+            let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
+            let v: Option<Vec<u8>> = match kind.as_str() {
+                "zset" => {
+                    let members: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap();
+                    Some(members.into_iter().flat_map(|mut m| { m.push(b' '); m }).collect())
+                }
+                "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
+                _ => redis::cmd("DUMP").arg(&k).query(c).unwrap(),
+            };
             let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
             v.map(|v| (k, v, at))
         })
