@@ -90,3 +90,46 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     }
     assert_eq!(drain(&on_master), vec![], "calls that change nothing are silent");
 }
+
+#[test]
+fn pace_and_leases_announce_what_their_replicated_commands_announce() {
+    let master = Server::start();
+    let replica = master.replica(Options::default().without_module());
+    let on_master = subscribe(&master);
+    let on_replica = subscribe(&replica);
+    let mut c = master.client();
+    let release = |c: &mut redis::Connection, key: &str, id: &str| -> i64 { redis::cmd("CL.RELEASE").arg(key).arg(id).query(c).unwrap() };
+    throttle(&mut c, "CL.PACE pace 10 60"); // SET … PXAT
+    throttle(&mut c, "CL.PACE pace 10 60 QUANTITY 3");
+    throttle(&mut c, "CL.ACQUIRE l 3 60 a"); // a new set: ZADD, PEXPIREAT
+    throttle(&mut c, "CL.ACQUIRE l 3 60 b");
+    throttle(&mut c, "CL.ACQUIRE l 3 60 a"); // a renewal (the same score: no zadd event)
+    throttle(&mut c, "CL.ACQUIRE l 3 100 short MS");
+    std::thread::sleep(Duration::from_millis(120));
+    throttle(&mut c, "CL.ACQUIRE l 3 60 c"); // prunes `short` (ZREM), then ZADD
+    assert_eq!(release(&mut c, "l", "a"), 1); // ZREM, PEXPIREAT
+    assert_eq!(release(&mut c, "l", "b"), 1);
+    assert_eq!(release(&mut c, "l", "c"), 1); // the last lease: DEL
+    throttle(&mut c, "CL.ACQUIRE gone 3 100 x MS");
+    throttle(&mut c, "CL.ACQUIRE gone 3 100 y MS");
+    let _: () = redis::cmd("PERSIST").arg("gone").query(&mut c).unwrap(); // the key outlives its leases
+    std::thread::sleep(Duration::from_millis(120));
+    throttle(&mut c, "CL.ACQUIRE gone 3 60 z"); // every lease ended: DEL, ZADD, PEXPIREAT
+    master.wait_replicated(&replica);
+    let from_module = drain(&on_master);
+    let from_commands = drain(&on_replica);
+    for event in ["set", "zadd", "zrem", "expire", "del"] {
+        assert!(from_module.iter().any(|(e, _)| e == event), "{event}: {from_module:?}");
+    }
+    assert_eq!(from_module, from_commands, "the master's events are the replica's");
+    assert_eq!(harness::snapshot(&mut replica.client()), harness::snapshot(&mut c));
+
+    // Refusals, peeks and releases of nothing are silent.
+    throttle(&mut c, "CL.ACQUIRE full 1 60 holder");
+    drain(&on_master);
+    throttle(&mut c, "CL.ACQUIRE full 1 60 other");
+    throttle(&mut c, "CL.PACE pace 10 60 QUANTITY 0");
+    throttle(&mut c, "CL.PACE pace 10 60 MAXWAIT 0");
+    assert_eq!(release(&mut c, "full", "other"), 0);
+    assert_eq!(drain(&on_master), vec![], "calls that change nothing are silent");
+}

@@ -143,3 +143,32 @@ fn huge_arguments_are_refused_or_denied_fast() {
     assert!(worst < Duration::from_millis(100), "{worst:?}");
     assert!(server.is_alive_ref());
 }
+
+#[test]
+fn pace_and_leases_obey_key_patterns_categories_and_read_only_replicas() {
+    let master = Server::start();
+    let mut a = user(&master, "tenant-a", "~a:* -@all +cl.pace +cl.acquire +cl.release");
+    let mine = ["CL.PACE a:p 10 1", "CL.ACQUIRE a:l 5 60 job", "CL.RELEASE a:l job"];
+    for words in mine {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert!(harness::call(&mut a, &args).is_ok(), "{words} on its own key");
+        let other = words.replace(" a:", " b:");
+        let args: Vec<&[u8]> = other.split_whitespace().map(str::as_bytes).collect();
+        let e = error_of(&mut a, &args);
+        assert!(e.starts_with("NOPERM"), "{other}: {e}");
+    }
+    if master.version() >= (7, 2, 0) {
+        // CL.PACE is in @blocking (BLOCK may hold the connection); the leases are not.
+        let mut nb = user(&master, "no-blocking", "~* +@all -@blocking");
+        let e = error_of(&mut nb, &[b"CL.PACE", b"x", b"10", b"1"]);
+        assert!(e.starts_with("NOPERM"), "{e}");
+        assert_eq!(throttle(&mut nb, "CL.ACQUIRE x:l 5 60 job")[0], 0);
+    }
+    let replica = master.replica(Options::default());
+    let mut r = replica.client();
+    for words in ["CL.PACE a:p 10 1", "CL.PACE a:p 10 1 QUANTITY 0", "CL.ACQUIRE a:l 5 60 job", "CL.RELEASE a:l job"] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        let e = error_of(&mut r, &args);
+        assert!(e.starts_with("READONLY"), "{words} on a replica: {e}");
+    }
+}
