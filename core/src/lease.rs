@@ -5,10 +5,11 @@
 //!
 //! A lease is live while now is before its expiry (a score `s` is live iff `s > floor(now in
 //! ms)`). Expired members are removed as calls find them, with bounded work per call:
-//! - a call visits at most the two latest members, [`PRUNE`] + 1 members from the bottom (it
-//!   removes the expired ones among them), and, only when more than [`PRUNE`] expired members
-//!   remain or more than `limit` leases are live (the limit was lowered), up to `limit` members
-//!   from the top to count the live ones; plus one lookup of the id;
+//! - a call visits at most the two latest members, [`PRUNE`] + 1 expired members from the
+//!   bottom (it removes the first [`PRUNE`]), the earliest live member when a denial needs it,
+//!   and, only when more than [`PRUNE`] expired members remain or more than `limit` leases are
+//!   live (the limit was lowered), up to `limit` members from the top to count the live ones;
+//!   plus one lookup of the id;
 //! - a call that finds no live lease besides the caller's deletes the key as a whole, so a set
 //!   whose leases all expired (holders that crashed) costs one `DEL`, not a walk.
 //!
@@ -111,12 +112,25 @@ pub trait Set {
     fn members(&self) -> usize;
     /// The score of the call's id, if it is a member.
     fn id_score(&mut self) -> Result<Option<f64>>;
-    /// Starts a cursor at the lowest score (`ascending`) or the highest, and reads that member.
-    fn start(&mut self, ascending: bool) -> Result<Option<(Self::Member, f64)>>;
-    /// The next member in the cursor's direction.
+    /// Starts a cursor at `from`, where scores up to `threshold` are expired and those above it
+    /// live, and reads that member. The cursor stays within its part (expired or live), so an
+    /// empty part costs a range check, not a read.
+    fn start(&mut self, from: From, threshold: f64) -> Result<Option<(Self::Member, f64)>>;
+    /// The next member in the cursor's direction and part.
     fn next(&mut self) -> Result<Option<(Self::Member, f64)>>;
     /// Whether a member is the call's id.
     fn is_id(&self, member: &Self::Member) -> bool;
+}
+
+/// Where a cursor starts, and which way it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    /// The earliest expired lease, upwards through the expired ones.
+    Expired,
+    /// The earliest live lease, upwards.
+    Live,
+    /// The latest live lease, downwards through the live ones.
+    Latest,
 }
 
 /// What a call needs to know of the set, read with bounded work.
@@ -128,8 +142,8 @@ pub struct View {
     pub id_member: bool,
     /// Live leases, counted up to the call's limit (exact below it).
     pub live: i64,
-    /// When at least `limit` leases are live: the expiry of the `limit`-th latest, the instant
-    /// the live leases drop below `limit`.
+    /// When at least `limit` leases are live and the id holds none (a denial): the expiry of
+    /// the `limit`-th latest, the instant the live leases drop below `limit`.
     pub frees_at: Option<Instant>,
     /// The latest live expiry.
     pub latest: Option<Instant>,
@@ -176,12 +190,9 @@ pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Mem
         view.holder = (score > t).then_some(e);
     }
     // The latest lease, and the latest that is not the id's: at most two members.
-    let mut top = set.start(false)?;
+    let mut top = set.start(From::Latest, t)?;
     while let Some((member, score)) = top {
         let e = expiry(score)?;
-        if score <= t {
-            break;
-        }
         view.latest.get_or_insert(e);
         if !set.is_id(&member) {
             view.latest_other = Some(e);
@@ -193,36 +204,34 @@ pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Mem
         // Nothing live: the call replaces or deletes the key as a whole.
         return none(view);
     }
-    // Expired members from the bottom, at most PRUNE, and the earliest live lease.
+    // Expired members from the bottom, at most PRUNE, and whether more remain.
     let mut expired = Vec::new();
-    let mut earliest = None;
-    let mut cursor = set.start(true)?;
+    let mut cursor = set.start(From::Expired, t)?;
+    let mut backlog = false;
     while let Some((member, score)) = cursor {
-        let e = expiry(score)?;
-        if score > t {
-            earliest = Some(e);
-            break;
-        }
+        expiry(score)?;
         if expired.len() == PRUNE {
-            break; // more remain: later calls (or the key's expiry) take them
+            backlog = true; // later calls (or the key's expiry) take the rest
+            break;
         }
         expired.push(member);
         cursor = set.next()?;
     }
-    let live = earliest.map(|_| (view.members - expired.len()) as i64);
+    let live = (!backlog).then(|| (view.members - expired.len()) as i64);
     match live {
-        Some(n) if n <= limit => {
+        Some(n) if n < limit || (n == limit && view.holder.is_some()) => view.live = n,
+        // Exactly at the limit and denied: the earliest live lease frees the first slot.
+        Some(n) if n == limit => {
             view.live = n;
-            view.frees_at = if n == limit { earliest } else { None };
+            if let Some((_, score)) = set.start(From::Live, t)? {
+                view.frees_at = Some(expiry(score)?);
+            }
         }
         // Over PRUNE expired members remain, or over `limit` leases are live: count from the top.
         _ => {
-            let mut cursor = set.start(false)?;
+            let mut cursor = set.start(From::Latest, t)?;
             while let Some((_, score)) = cursor {
                 let e = expiry(score)?;
-                if score <= t {
-                    break;
-                }
                 view.live += 1;
                 if view.live == limit {
                     view.frees_at = Some(e);

@@ -10,7 +10,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use throttle_core::args::Decimal;
-use throttle_core::lease::{Change, Scan, Set};
+use throttle_core::lease::{Change, From, Scan, Set};
 use throttle_core::{Error, Result};
 
 use super::{Key, Replicated, Value};
@@ -25,9 +25,10 @@ impl Key {
         let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         // SAFETY: a valid context and argument string; the handle is closed on drop.
         let key = unsafe { (api().open_key)(call.ctx, name, mode) };
-        let key = (!key.is_null())
-            .then_some(Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None })
-            .ok_or_else(|| Error::Internal("cannot open key".into()))?;
+        if key.is_null() {
+            return Err(Error::Internal("cannot open key".into()));
+        }
+        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None };
         // SAFETY: an open key.
         match unsafe { (api().key_type)(key.key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_ZSET => Ok(key),
@@ -58,6 +59,10 @@ impl Key {
         }
         if !write.clear {
             write.remove.extend(scan.expired.iter().map(|m| m.0));
+            // A renewal within the same millisecond leaves the key's expiry as it is.
+            if write.expires_ms.is_some() && write.expires_ms == self.expiry() {
+                write.expires_ms = None;
+            }
         }
         for at in write.add.iter().chain(&write.expires_ms) {
             // Scores are exact doubles below 2^53; an expiry is after 1970.
@@ -186,7 +191,8 @@ impl Leases<'_> {
         let mut score = 0.0;
         // SAFETY: an open sorted set with a cursor; null at its end.
         let member = unsafe { (api().zset_range_current_element)(self.key.key, &mut score) };
-        (!member.is_null()).then_some((Member(member, self.key.ctx), score))
+        // Not `then_some`: a `Member` made of a null pointer would be freed when dropped.
+        if member.is_null() { None } else { Some((Member(member, self.key.ctx), score)) }
     }
 }
 
@@ -210,15 +216,22 @@ impl Set for Leases<'_> {
         Ok(found.then_some(score))
     }
 
-    fn start(&mut self, ascending: bool) -> Result<Option<(Member, f64)>> {
+    fn start(&mut self, from: From, threshold: f64) -> Result<Option<(Member, f64)>> {
         self.stop();
         let api = api();
-        let (inf, seek) = (f64::INFINITY, if ascending { api.zset_first_in_score_range } else { api.zset_last_in_score_range });
-        // SAFETY: an open, non-empty sorted set (a missing key has no members, and is not read).
-        if unsafe { seek(self.key.key, -inf, inf, 0, 0) } != raw::Status::Ok as c_int {
+        let inf = f64::INFINITY;
+        // SAFETY (all three): an open, non-empty sorted set (a missing key is never read).
+        let status = unsafe {
+            match from {
+                From::Expired => (api.zset_first_in_score_range)(self.key.key, -inf, threshold, 0, 0),
+                From::Live => (api.zset_first_in_score_range)(self.key.key, threshold, inf, 1, 0),
+                From::Latest => (api.zset_last_in_score_range)(self.key.key, threshold, inf, 1, 0),
+            }
+        };
+        if status != raw::Status::Ok as c_int {
             return Err(Error::Internal("cannot read the lease set".into()));
         }
-        self.cursor = Some(ascending);
+        self.cursor = Some(from != From::Latest);
         Ok(self.current())
     }
 

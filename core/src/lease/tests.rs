@@ -14,7 +14,8 @@ struct Fake {
     /// The key's expiry in ms (Redis removes the key once its ms clock is past it).
     expires_ms: Option<i64>,
     id: Vec<u8>,
-    cursor: Option<(usize, bool)>,
+    /// The positions of the cursor's part, in its order, and where it is.
+    cursor: Option<(Vec<usize>, usize)>,
     visits: usize,
 }
 
@@ -22,9 +23,14 @@ impl Fake {
     fn sort(&mut self) {
         self.members.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     }
-    fn at(&mut self, i: usize) -> Option<(Vec<u8>, f64)> {
-        self.visits += 1;
-        self.members.get(i).cloned()
+    /// The member under the cursor (a read, counted), `None` past its part.
+    fn next_in_part(&mut self) -> Result<Option<(Vec<u8>, f64)>> {
+        let Some((part, at)) = &self.cursor else { return Ok(None) };
+        let i = part.get(*at).copied();
+        Ok(i.map(|i| {
+            self.visits += 1;
+            self.members[i].clone()
+        }))
     }
     /// Redis's own expiry of the key, before a call at `now`.
     fn expire(&mut self, now: i64) {
@@ -77,16 +83,18 @@ impl Set for Fake {
         self.visits += 1;
         Ok(self.members.iter().find(|(m, _)| *m == self.id).map(|(_, s)| *s))
     }
-    fn start(&mut self, ascending: bool) -> Result<Option<(Vec<u8>, f64)>> {
-        let i = if ascending { 0 } else { self.members.len().wrapping_sub(1) };
-        self.cursor = Some((i, ascending));
-        Ok(self.at(i))
+    fn start(&mut self, from: From, threshold: f64) -> Result<Option<(Vec<u8>, f64)>> {
+        let part: Vec<usize> = (0..self.members.len()).filter(|&i| (self.members[i].1 > threshold) == (from != From::Expired)).collect();
+        let part = if from == From::Latest { part.into_iter().rev().collect() } else { part };
+        self.cursor = Some((part, 0));
+        self.next_in_part()
     }
     fn next(&mut self) -> Result<Option<(Vec<u8>, f64)>> {
-        let Some((i, ascending)) = self.cursor else { return Ok(None) };
-        let i = if ascending { i + 1 } else { i.wrapping_sub(1) };
-        self.cursor = Some((i, ascending));
-        Ok(self.at(i))
+        match &mut self.cursor {
+            Some((_, at)) => *at += 1,
+            None => return Ok(None),
+        }
+        self.next_in_part()
     }
     fn is_id(&self, member: &Vec<u8>) -> bool {
         *member == self.id
@@ -199,16 +207,28 @@ fn a_set_whose_leases_all_ended_is_replaced_or_deleted_at_once() {
 
 #[test]
 fn scores_that_are_no_expiry_are_invalid_state() {
-    for bad in [f64::INFINITY, f64::NEG_INFINITY, 1.5, 1e300] {
-        let mut f = Fake { members: vec![(b"x".to_vec(), bad)], ..Fake::default() };
-        let before = f.members.clone();
-        assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id"), Err(Error::InvalidState("CL.ACQUIRE")), "{bad}");
-        assert_eq!(f.members, before);
+    let live = (T0 / MS + 1000) as f64;
+    let sets = [
+        vec![(b"x".to_vec(), f64::INFINITY)],
+        vec![(b"x".to_vec(), 1e300)],
+        vec![(b"x".to_vec(), live + 0.5)],
+        // Expired members are read (to be removed) when a live one is there.
+        vec![(b"x".to_vec(), f64::NEG_INFINITY), (b"y".to_vec(), live)],
+        vec![(b"x".to_vec(), 1.5), (b"y".to_vec(), live)],
+    ];
+    for members in sets {
+        let mut f = Fake { members: members.clone(), ..Fake::default() };
+        assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id"), Err(Error::InvalidState("CL.ACQUIRE")), "{members:?}");
+        assert_eq!(f.members, members);
     }
     assert_eq!(Error::InvalidState("CL.ACQUIRE").to_string(), "ERR key does not hold valid CL.ACQUIRE state");
-    // Any whole number of milliseconds is a (possibly long expired) lease.
-    let mut f = Fake { members: vec![(b"x".to_vec(), -5.0), (b"y".to_vec(), 0.0)], ..Fake::default() };
+    // A set with nothing live is replaced whole, without reading what it held.
+    let mut f = Fake { members: vec![(b"x".to_vec(), f64::NEG_INFINITY)], ..Fake::default() };
     assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap(), [0, 5, 4, -1, 100]);
+    assert_eq!(f.members, [(b"id".to_vec(), (T0 / MS + 100) as f64)]);
+    // Any whole number of milliseconds is a (possibly long expired) lease.
+    let mut f = Fake { members: vec![(b"x".to_vec(), -5.0), (b"y".to_vec(), 0.0), (b"z".to_vec(), live)], ..Fake::default() };
+    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap(), [0, 5, 3, -1, 1000]);
 }
 
 /// Random calls on a set of `ids` possible holders; checks each reply against the model, the
