@@ -196,7 +196,7 @@ fn many_clients_with_crashes_never_hold_more_than_the_limit() {
                         }
                         admitted += 1;
                         std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 40));
-                        if rand::random::<u32>() % 5 == 0 {
+                        if rand::random::<u32>().is_multiple_of(5) {
                             // A crash: the lease is left to expire, the connection dropped.
                             crashed += 1;
                             c = server.client();
