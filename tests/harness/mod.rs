@@ -10,6 +10,8 @@
 //! - `THROTTLE_BACKEND=container` with `THROTTLE_IMAGE=name:tag`: every server is a container of
 //!   that image instead (see `container.rs`); `make test-containers` runs the behavioural test
 //!   files this way. Replicas, restarts and cluster nodes exist only natively.
+//!   `THROTTLE_IMAGE_MODULE=/path/in/image`: load the module the image carries (an image built
+//!   from source) instead of copying the freshly built one into each container.
 #![allow(dead_code)]
 
 mod container;
@@ -126,7 +128,7 @@ impl Server {
 
     pub fn with(options: Options) -> Server {
         if container::enabled() {
-            let (handle, port) = container::Handle::start(&options, &module_path());
+            let (handle, port) = container::Handle::start(&options, module_path);
             // Never created: a container keeps its data inside.
             let dir = std::env::temp_dir().join(format!("throttle-container-{}-{port}", std::process::id()));
             let server = Server { port, dir, options, child: None, container: Some(handle) };
