@@ -2,10 +2,26 @@
 //! whole MULTI/EXEC, script or function, so every call inside sees the same now), else the
 //! system's real-time clock (Redis < 7.2).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 use throttle_core::Instant;
 
+/// Testing aid (`CL.DEBUG CLOCK`, registered only with `DEBUG-COMMANDS yes`): an instant in
+/// Unix microseconds every call sees instead of the server's clock; `NOT_PINNED` when off.
+/// The differential test of the Functions twin pins the module and the twin to one instant.
+static PINNED_MICROS: AtomicI64 = AtomicI64::new(NOT_PINNED);
+const NOT_PINNED: i64 = i64::MIN;
+
+/// Pins every later call's instant to `micros` (Unix µs), or unpins with `None`.
+pub fn pin(micros: Option<i64>) {
+    PINNED_MICROS.store(micros.unwrap_or(NOT_PINNED), Ordering::Relaxed);
+}
+
 pub fn now() -> Instant {
+    let pinned = PINNED_MICROS.load(Ordering::Relaxed);
+    if pinned != NOT_PINNED {
+        return Instant::from_nanos(pinned.saturating_mul(1_000));
+    }
     if let Some(cached) = unsafe { redis_module::raw::RedisModule_CachedMicroseconds } {
         let micros = unsafe { cached() };
         return Instant::from_nanos(micros.saturating_mul(1_000));

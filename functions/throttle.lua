@@ -1,0 +1,1419 @@
+#!lua name=throttle
+--[[
+redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER and CL.ALL as
+Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
+
+  Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [MS]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [MS] [PRECISION p]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [MS]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [MS]
+         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS]
+
+Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
+keys move between the twin and the module in both directions. The clock is `TIME` (Redis's
+command time, frozen for a whole transaction on 7.2+). The README ("Without the module") says
+when to use which. `scripts/twin.sh eval` prints this code as one EVAL/EVALSHA script.
+
+Exact arithmetic. Lua numbers are doubles, exact for integers below 2^53, while instants are
+nanoseconds near 2^61. Every integer that may pass 2^53 is carried as a pair (m, u) worth
+m * 10^6 + u with 0 <= u < 10^6 ("T" below): milliseconds and the nanoseconds within the
+millisecond for times, the same split for any other 64-bit integer. Plain numbers are used only
+where the value is known to stay below 2^53. The few inputs the twin cannot answer exactly are
+refused with an error (they are listed in the README), never answered with a wrong number.
+]]
+
+-- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
+local floor, fmod, byte, char, sub, fmt, find, rep, concat, insert, tonumber, tostring, type, error, pcall
+local rcall, rpcall, error_reply
+local bound = false
+local function bind()
+  floor, fmod = math.floor, math.fmod
+  byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
+  concat, insert = table.concat, table.insert
+  tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
+  rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
+  bound = true
+end
+
+-- @semantics begin
+-- Algorithm rules decided in the project's SEMANTICS (issue 8). Each switch names the rule;
+-- the test build (scripts/twin.sh) can set them to the module's older behaviour.
+local SEM = {
+  window_refund_oldest = true, -- a CL.WINDOW refund gives back the oldest live units (else the newest)
+  pull_back_unexpiring = true, -- counter/bucket keys without expiry read as stamped too far ahead (else invalid)
+  precision_converts = true,   -- adding/removing PRECISION on a live key converts (else invalid)
+  bucket_cap_first = true,     -- a deficit above a lowered capacity is capped before anything else
+  clock_floor = true,          -- counter/bucket clocks start on the ms at or before now (else after)
+}
+-- @semantics end
+
+-- @errors begin
+-- Every error text, in one place (they follow the module's core/src/error.rs and argument tables).
+local ERR = {
+  arity = "ERR wrong number of arguments for '%s' command",
+  integer = 'ERR value is not an integer or out of range',
+  range = 'ERR %s must be %s',
+  too_fast = 'ERR rate is too fast: %s divided by %s is less than one nanosecond',
+  too_large = 'ERR parameters are too large: their nanosecond arithmetic overflows 64 bits',
+  syntax = 'ERR syntax error',
+  wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value',
+  invalid = 'ERR key does not hold valid %s state',
+  internal = 'ERR internal error in the throttle twin: %s',
+  -- The twin's own: FCALL's key count, and what a double cannot carry exactly.
+  one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
+  twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
+  twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
+  -- CL.ALL (SPEC "CL.ALL"; the module does not have it yet).
+  all_numkeys = 'ERR numkeys must be an integer from 1 to 16',
+  all_specs = 'ERR CL.ALL needs one spec per key: %d keys, %d specs',
+  all_twice = 'ERR CL.ALL: key %d is given twice',
+  all_spec = 'ERR limiter %d: %s',
+  -- The EVAL form (scripts/twin.sh eval): its first argument after the keys names the function.
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all",
+}
+local RANGE = {
+  positive = 'an integer from 1 to 9223372036854775807',
+  non_negative = 'an integer from 0 to 9223372036854775807',
+  max_burst = 'an integer from 0 to 9223372036854775806',
+  window_exact = 'an integer from 1 to 100000 (use PRECISION for larger limits)',
+  window_window = 'a positive duration',
+  precision = 'a positive duration no longer than the window',
+  precision_buckets = 'at least the window divided by 10000',
+  counter_limit = 'an integer from 1 to 999999999999999999',
+  whole_ms = 'a positive whole number of milliseconds',
+}
+-- @errors end
+
+-- Errors travel as Lua errors; the text of the last one raised on purpose is kept here (Redis
+-- turns error values into strings), so that anything else is known to be a bug.
+local failed
+local function fail(text)
+  failed = text
+  error(text, 0)
+end
+local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
+
+---------------------------------------------------------------------------------------------
+-- Integers. T = (m, u): the value m * 10^6 + u, 0 <= u < 10^6, m a plain integer.
+
+local M = 1000000                       -- the T base: nanoseconds per millisecond
+local EXACT = 9007199254740992          -- 2^53: plain numbers stay below it
+local LIMIT_MAX = 9007199254740991      -- the largest limit (or capacity) the twin replies
+local MAX_M, MAX_U = 9223372036854, 775807   -- i64::MAX as T
+local MIN_M, MIN_U = -9223372036855, 224192  -- i64::MIN as T
+local MAX_MS = 9223372036854            -- the largest whole millisecond an i64 of ns holds
+local MIN_TAT_M = 1000000000000         -- 10^18 ns (kind::MIN_TAT) as T: (10^12, 0)
+
+local function t_add(am, au, bm, bu)
+  local m, u = am + bm, au + bu
+  if u >= M then return m + 1, u - M end
+  return m, u
+end
+
+local function t_sub(am, au, bm, bu)
+  local m, u = am - bm, au - bu
+  if u < 0 then return m - 1, u + M end
+  return m, u
+end
+
+local function t_lt(am, au, bm, bu) return am < bm or (am == bm and au < bu) end
+
+-- Whether a T is an i64. A T far outside is never exact, but then it is far outside.
+local function t_fits(m, u)
+  if m > MAX_M or (m == MAX_M and u > MAX_U) then return false end
+  return m > MIN_M or (m == MIN_M and u >= MIN_U)
+end
+
+-- T >= 0 times a plain 0 <= q < 2^53. A product beyond i64 may be inexact, but stays beyond.
+local function t_mul(m, u, q)
+  local qh = floor(q / M)
+  local ql = q - qh * M
+  local lo = u * ql
+  local c = floor(lo / M)
+  return m * q + u * qh + c, lo - c * M
+end
+
+-- T >= 0 times T >= 0.
+local function t_mul_t(am, au, bm, bu)
+  local hm, hu = t_mul(am, au, bm)      -- a * bm, to be shifted by 10^6
+  local lm, lu = t_mul(am, au, bu)
+  return t_add(hm * M + hu, 0, lm, lu)
+end
+
+-- Floor division of T >= 0 by T >= 1: the quotient and the remainder, both T.
+local function t_divmod(nm, nu, dm, du)
+  if dm == 0 then
+    -- A divisor below 10^6: long division in base 10^6, every step below 2^53.
+    local qh = floor(nm / du)
+    local x = (nm - qh * du) * M + nu
+    local ql = floor(x / du)
+    return qh, ql, 0, x - ql * du
+  end
+  -- A divisor of 10^6 or more: the quotient is below 2^53. Estimate it in floating point (off
+  -- by at most one), then correct it with the exact remainder.
+  local q = floor((nm + nu / M) / (dm + du / M))
+  if q < 0 then q = 0 end
+  local pm, pu = t_mul(dm, du, q)
+  local rm, ru = t_sub(nm, nu, pm, pu)
+  while rm < 0 do
+    q = q - 1
+    rm, ru = t_add(rm, ru, dm, du)
+  end
+  while not t_lt(rm, ru, dm, du) do
+    q = q + 1
+    rm, ru = t_sub(rm, ru, dm, du)
+  end
+  local qh = floor(q / M)
+  return qh, q - qh * M, rm, ru
+end
+
+-- A T as a plain number, capped at 2^53 (for comparisons with a limit below it).
+local function t_capped(m, u)
+  if m > 9007199254 or (m == 9007199254 and u > 740992) then return EXACT end
+  if m < -9007200000 then return -EXACT end
+  local v = m * M + u
+  if v < -EXACT then return -EXACT end
+  return v
+end
+
+-- Floor division of plain integers (any sign, |a| < 2^53, b >= 1), exact.
+local function div_floor(a, b)
+  local r = fmod(a, b)
+  if r < 0 then r = r + b end
+  return (a - r) / b
+end
+
+-- Ceiling division of a plain a >= 0 by b >= 1.
+local function div_ceil(a, b)
+  local r = fmod(a, b)
+  return (a - r) / b + (r > 0 and 1 or 0)
+end
+
+-- Parses a base-10 signed 64-bit integer exactly as Redis's string2ll: an optional '-', no
+-- '+', no spaces, no leading zeros. Returns the T, or nothing.
+local function parse_i64(s)
+  local n = #s
+  if n == 0 or n > 20 then return nil end
+  if not find(s, '^%-?[1-9]%d*$') then
+    if s == '0' then return 0, 0 end
+    return nil
+  end
+  local neg = byte(s) == 45
+  local digits = neg and n - 1 or n
+  if digits <= 6 then
+    local v = tonumber(neg and sub(s, 2) or s)
+    if neg then return -1, M - v end
+    return 0, v
+  end
+  if digits > 19 then return nil end
+  local m, u = tonumber(sub(s, neg and 2 or 1, -7)), tonumber(sub(s, -6))
+  if neg then
+    if m > -MIN_M - 1 or (m == -MIN_M - 1 and u > M - MIN_U) then return nil end
+    if u > 0 then return -m - 1, M - u end
+    return -m, 0
+  end
+  if m > MAX_M or (m == MAX_M and u > MAX_U) then return nil end
+  return m, u
+end
+
+-- The decimal text of a T (as Rust prints an i64).
+local function t_text(m, u)
+  if m >= 0 then
+    if m == 0 then return fmt('%d', u) end
+    return fmt('%d%06d', m, u)
+  end
+  if u > 0 then m, u = -m - 1, M - u else m = -m end
+  if m == 0 then return fmt('-%d', u) end
+  return fmt('-%d%06d', m, u)
+end
+
+-- Little-endian i64 (two's complement) of a T within i64.
+local function t_le(m, u)
+  if m < 0 then -- add 2^64 = 18446744073709 * 10^6 + 551616
+    m, u = t_add(m, u, 18446744073709, 551616)
+  end
+  local ml = m % 65536
+  local x = ml * M + u                  -- value = ((m - ml) / 65536 * 10^6) * 65536 + x
+  local b01 = x % 65536
+  local y = (m - ml) / 65536 * M + (x - b01) / 65536   -- value = y * 65536 + b01, y < 2^48
+  local b0 = b01 % 256
+  local y0 = y % 256; y = (y - y0) / 256
+  local y1 = y % 256; y = (y - y1) / 256
+  local y2 = y % 256; y = (y - y2) / 256
+  local y3 = y % 256; y = (y - y3) / 256
+  local y4 = y % 256
+  return char(b0, (b01 - b0) / 256, y0, y1, y2, y3, y4, (y - y4) / 256)
+end
+
+-- The T of the little-endian i64 at byte `i` (1-based) of `s`.
+local function le_t(s, i)
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
+  local h = ((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2   -- < 2^48
+  if b7 >= 128 then h = h - 281474976710656 end
+  -- value = h * 65536 + g0, and 15625 * 65536 = 1024 * 10^6
+  local hr = h % 15625
+  local rem = hr * 65536 + b1 * 256 + b0
+  local r = rem % M
+  return (h - hr) / 15625 * 1024 + (rem - r) / M, r
+end
+
+-- The little-endian u32 at byte `i` (1-based).
+local function le_u32(s, i)
+  local b0, b1, b2, b3 = byte(s, i, i + 3)
+  return ((b3 * 256 + b2) * 256 + b1) * 256 + b0
+end
+
+local function u32_le(v)
+  local b0 = v % 256; v = (v - b0) / 256
+  local b1 = v % 256; v = (v - b1) / 256
+  local b2 = v % 256
+  return char(b0, b1, b2, (v - b2) / 256)
+end
+
+---------------------------------------------------------------------------------------------
+-- The clock: one instant per call, as T (ms, ns within the ms).
+
+-- @clock begin
+local function clock()
+  local t = rcall('TIME')
+  local us = tonumber(t[2])
+  local ms = floor(us / 1000)
+  return tonumber(t[1]) * 1000 + ms, (us - ms * 1000) * 1000
+end
+-- @clock end
+
+-- Reply times: seconds as redis-cell rounds them (whole seconds, plus one when the leftover is
+-- at least 1 ms: the ceiling of whole milliseconds over 1000), milliseconds rounded up.
+local function reply_time(m, u, millis)
+  if millis then return u > 0 and m + 1 or m end
+  return div_ceil(m, 1000)
+end
+
+-- The first whole millisecond at or after an instant (a key's expiry).
+local function ceil_ms(m, u) return u > 0 and m + 1 or m end
+
+---------------------------------------------------------------------------------------------
+-- Kinds of stored values (core/src/kind.rs): disjoint, so that one limiter's key used by
+-- another is WRONGTYPE and left alone.
+
+local function kind_of(stored)
+  local b = byte(stored)
+  if b == 1 or b == 2 then return 'window' end
+  local m = parse_i64(stored)
+  if not m then return nil end
+  if m >= MIN_TAT_M then return 'throttle' end
+  if m >= 0 then return 'counter' end
+  return 'bucket'
+end
+
+local STATE_NAME = { throttle = 'CL.THROTTLE', window = 'CL.WINDOW', bucket = 'CL.BUCKET', counter = 'CL.COUNTER' }
+
+-- The error for a stored value `own`'s decoder refused.
+local function invalid(own, stored)
+  local kind = kind_of(stored)
+  if kind and kind ~= own then fail(ERR.wrongtype) end
+  fail(fmt(ERR.invalid, STATE_NAME[own]))
+end
+
+---------------------------------------------------------------------------------------------
+-- Decisions. Each algorithm decides without writing and returns a decision:
+--   limited (0/1), limit, remaining, retry (rm, ru; rm nil when none), reset (sm, su)
+--   and its effect: eff = nil | 'set' (value, at) | 'del' | 'patch' (len, chunks, whole, at);
+--   `at` is the key's absolute expiry in whole milliseconds.
+
+local function decision(limited, limit, used, rm, ru, sm, su)
+  local remaining = limit - used
+  if remaining < 0 then remaining = 0 elseif remaining > limit then remaining = limit end
+  return { limited = limited, limit = limit, remaining = remaining, rm = rm, ru = ru, sm = sm, su = su }
+end
+
+-- `b - a` for instants, or zero when a is not earlier.
+local function since(bm, bu, am, au)
+  if t_lt(am, au, bm, bu) then return t_sub(bm, bu, am, au) end
+  return 0, 0
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
+
+local function gcra_params(bm, bu, cm, cu, period_ms)
+  local em, eu = t_divmod(period_ms, 0, cm, cu)  -- emission interval = floor(period / count)
+  if em == 0 and eu == 0 then fail(fmt(ERR.too_fast, 'period', 'count')) end
+  local lm, lu = t_add(bm, bu, 0, 1)           -- limit = max_burst + 1
+  if not t_fits(lm, lu) then fail(ERR.too_large) end
+  local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit
+  if not t_fits(tm, tu) then fail(ERR.too_large) end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  return { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+end
+
+local function gcra_reply(p, limited, tlm, tlu, rm, ru)
+  -- remaining = clamp(floor((tolerance - ttl) / interval), 0, limit)
+  local fm, fu = t_sub(p.tm, p.tu, tlm, tlu)
+  local remaining = 0
+  if fm >= 0 then
+    local qm, qu = t_divmod(fm, fu, p.em, p.eu)
+    remaining = t_capped(qm, qu)
+  end
+  local d = decision(limited, p.limit, p.limit - remaining, rm, ru, tlm, tlu)
+  return d
+end
+
+local function gcra_decide(p, stored, nm, nu, qm, qu, q)
+  local am, au -- the TAT
+  if stored then
+    am, au = parse_i64(stored)
+    if not am or am < MIN_TAT_M then invalid('throttle', stored) end
+  end
+  -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
+  local cm, cu = t_add(nm, nu, p.tm, p.tu)
+  if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
+  local stepped = am ~= nil and t_lt(cm, cu, am, au)
+  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
+  if t_lt(cm, cu, am, au) then am, au = cm, cu end
+  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
+  local function denied_effect(d)
+    if stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(am, au), ceil_ms(am, au) end
+    return d
+  end
+
+  if q < 0 then
+    -- A refund moves the TAT back by the units returned, stopping at now (full). Units beyond
+    -- 2^53 give back more than any tolerance, as the capped count does.
+    local bm, bu = t_mul(p.em, p.eu, -q)
+    local xm, xu = nm, nu
+    if t_fits(bm, bu) then
+      xm, xu = t_sub(am, au, bm, bu)
+      if t_lt(xm, xu, nm, nu) then xm, xu = nm, nu end
+    end
+    local sm, su = t_sub(xm, xu, nm, nu)
+    local d = gcra_reply(p, 0, sm, su)
+    if sm == 0 and su == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
+    return d
+  end
+  if q > p.limit then return denied_effect(gcra_reply(p, 1, tlm, tlu)) end
+  local im, iu = t_mul(p.em, p.eu, q)              -- increment
+  local xm, xu = t_add(am, au, im, iu)             -- new TAT
+  if not t_fits(xm, xu) then fail(ERR.too_large) end
+  local wm, wu = t_sub(xm, xu, p.tm, p.tu)         -- allowed at
+  if t_lt(nm, nu, wm, wu) then
+    local rm, ru = t_sub(wm, wu, nm, nu)
+    return denied_effect(gcra_reply(p, 1, tlm, tlu, rm, ru))
+  end
+  local sm, su = t_sub(xm, xu, nm, nu)
+  local d = gcra_reply(p, 0, sm, su)
+  if q ~= 0 then d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
+  return d
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.COUNTER: a fixed window counter (core/src/counter.rs). The count (a decimal) on a key
+-- expiring when the window closes; all its instants are whole milliseconds.
+
+local COUNTER_MAX = 999999999999999999
+
+local function counter_params(lm, lu, window_ms)
+  if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail_range('limit', RANGE.counter_limit) end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  return { limit = limit, window = window_ms }
+end
+
+-- The instant a clock started at now starts: the ms at or before it, or (older rule) after it.
+local function clock_start(nm, nu)
+  if SEM.clock_floor or nu == 0 then return nm end
+  return nm + 1
+end
+
+-- A key's expiry (`PEXPIRETIME`) as the instant the state is stamped with: nil when the key has
+-- none or its nanoseconds overflow i64 (read as far ahead, or invalid under the older rule).
+local function stamped_at(expiry_ms, own, stored)
+  if expiry_ms >= 0 and expiry_ms <= MAX_MS then return expiry_ms end
+  if SEM.pull_back_unexpiring then return nil end
+  invalid(own, stored)
+end
+
+local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+  local cm, cu -- the count, T
+  local closes -- ms; nil: stamped beyond any ceiling (no expiry)
+  local has = false
+  if stored then
+    cm, cu = parse_i64(stored)
+    if not cm or cm < 0 or cm > 999999999999 then invalid('counter', stored) end
+    closes = stamped_at(expiry_ms, 'counter', stored)
+    has = true
+  end
+  -- A window closing more than one window from now (stamped before the clock stepped back)
+  -- closes one window from now.
+  local ceiling = clock_start(nm, nu) + p.window
+  if ceiling > MAX_MS then ceiling = nil end
+  local stepped = false
+  if has and ceiling and (closes == nil or closes > ceiling) then closes, stepped = ceiling, true end
+  local open = has and (closes == nil or closes > nm)
+  if not open then cm, cu = 0, 0 end
+  local count = t_capped(cm, cu)
+  local um, uu = 0, 0 -- until the window closes
+  if open then
+    if closes == nil then um, uu = t_sub(MAX_M, MAX_U, nm, nu) else um, uu = t_sub(closes, 0, nm, nu) end
+  end
+  local function reply(limited, c, rm, ru)
+    if c > 0 then return decision(limited, p.limit, c, rm, ru, um, uu) end
+    return decision(limited, p.limit, c, rm, ru, 0, 0)
+  end
+  local function expiry() if closes == nil then return MAX_MS + 1 end return closes end
+  local function denied(d)
+    if open and stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(cm, cu), expiry() end
+    return d
+  end
+
+  if q < 0 then
+    if not open then return reply(0, 0) end
+    local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
+    if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
+    if km < 0 then km, ku = 0, 0 end
+    local c = t_capped(km, ku)
+    local d = reply(0, c)
+    if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), expiry() end
+    return d
+  end
+  if q > p.limit then return denied(reply(1, count)) end
+  if count + q > p.limit then return denied(reply(1, count, um, uu)) end
+  if q == 0 then return reply(0, count) end
+  if not open then
+    local start = clock_start(nm, nu)
+    closes = start + p.window
+    if closes > MAX_MS then fail(ERR.too_large) end
+    um, uu = t_sub(closes, 0, nm, nu)
+  end
+  local c = count + q
+  local d = reply(0, c)
+  d.eff, d.value, d.at = 'set', fmt('%d', c), expiry()
+  return d
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.BUCKET: a token bucket refilled by whole intervals (core/src/bucket.rs). The key holds
+-- minus the deficit and expires when the bucket is full; every instant is a whole ms.
+
+local function bucket_params(cm, cu, tm, tu, interval_ms)
+  -- interval * ceil(capacity / tokens) must fit in i64 nanoseconds.
+  local qm, qu, rm, ru = t_divmod(cm, cu, tm, tu)
+  if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
+  if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > MAX_MS then fail(ERR.too_large) end
+  local capacity = t_capped(cm, cu)
+  if capacity > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'capacity')) end
+  -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
+  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms }
+end
+
+local function refills(p, d) return div_ceil(d, p.tokens) end
+
+local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
+  local full_at -- ms; nil: stamped beyond any ceiling
+  local deficit = 0
+  local had = false -- the stored bucket was not yet full
+  local stepped = false
+  local start = clock_start(nm, nu)
+  local next_refill
+  if stored then
+    local vm, vu = parse_i64(stored)
+    -- -deficit with deficit >= 1
+    if not vm or vm >= 0 or (vm == MIN_M and vu < MIN_U + 1) then invalid('bucket', stored) end
+    local dm, du = t_sub(0, 0, vm, vu)
+    full_at = stamped_at(expiry_ms, 'bucket', stored)
+    had = full_at == nil or full_at > nm
+    local d = t_capped(dm, du)
+    if SEM.bucket_cap_first and d > p.capacity then d = p.capacity end
+    -- A bucket is full at most ceil(deficit / tokens) refills after the clock's start; a later
+    -- full_at (the clock stepped back) restarts the grid now.
+    local span = refills(p, d) * p.interval
+    local ceiling = start + span
+    if span > MAX_MS or ceiling > MAX_MS then ceiling = nil end
+    if ceiling and (full_at == nil or full_at > ceiling) then full_at, stepped = ceiling, true end
+    if full_at ~= nil and full_at > nm then
+      if d > p.capacity then d = p.capacity end
+      local n = refills(p, d)
+      -- refills still ahead: ceil((full_at - now) / interval), a refill at now has happened
+      local x = full_at - nm
+      local ahead = nu == 0 and div_ceil(x, p.interval) or div_floor(x - 1, p.interval) + 1
+      if ahead > n then ahead = n end
+      deficit = d - (n - ahead) * p.tokens
+      next_refill = full_at - (ahead - 1) * p.interval
+    elseif full_at == nil then
+      -- Stamped beyond every ceiling, and no ceiling fits in i64: nothing refills in time.
+      if d > p.capacity then d = p.capacity end
+      deficit = d
+      next_refill = MAX_MS + 1
+    else
+      stepped = false
+    end
+  end
+  if deficit == 0 then
+    stepped = false
+    next_refill = start + p.interval
+    if next_refill > MAX_MS then fail(ERR.too_large) end
+  end
+  -- The refill at which the deficit is at most `target` (ms), nil meaning now.
+  local function covering(def, target)
+    local missing = def - target
+    if missing <= 0 then return nil end
+    local at = next_refill + (refills(p, missing) - 1) * p.interval
+    if at > MAX_MS then fail(ERR.too_large) end
+    return at
+  end
+  local function until_(at)
+    if at == nil then return 0, 0 end
+    return since(at, 0, nm, nu)
+  end
+  local reset_m, reset_u = until_(covering(deficit, 0))
+  local function denied(d)
+    if stepped and deficit > 0 then d.eff, d.value, d.at = 'set', fmt('%d', -deficit), covering(deficit, 0) end
+    return d
+  end
+  local function settle(def)
+    local at = covering(def, 0)
+    local sm, su = until_(at)
+    local d = decision(0, p.capacity, def, nil, nil, sm, su)
+    if def == 0 then
+      if had then d.eff = 'del' end
+    else
+      d.eff, d.value, d.at = 'set', fmt('%d', -def), at
+    end
+    return d
+  end
+
+  if q < 0 then
+    local def = deficit + q
+    if def < 0 then def = 0 end
+    return settle(def)
+  end
+  if q > p.capacity then return denied(decision(1, p.capacity, deficit, nil, nil, reset_m, reset_u)) end
+  if deficit + q > p.capacity then
+    local rm, ru = until_(covering(deficit, p.capacity - q))
+    return denied(decision(1, p.capacity, deficit, rm, ru, reset_m, reset_u))
+  end
+  if q == 0 then return decision(0, p.capacity, deficit, nil, nil, reset_m, reset_u) end
+  return settle(deficit + q)
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.WINDOW (core/src/window.rs): a sliding window, exact (a log of instants, layout 1) or
+-- counted per bucket of PRECISION p (a ring, layout 2).
+
+local MAX_EXACT_LIMIT, MAX_BUCKETS = 100000, 10000
+
+local function window_params(lm, lu, window_ms, precision_ms)
+  local max_m = precision_ms and MAX_M or 0
+  local max_u = precision_ms and MAX_U or MAX_EXACT_LIMIT
+  if lm < 0 or (lm == 0 and lu < 1) or lm > max_m or (lm == max_m and lu > max_u) then
+    fail_range('limit', precision_ms and RANGE.positive or RANGE.window_exact)
+  end
+  if precision_ms then
+    if precision_ms > window_ms then fail_range('precision', RANGE.precision) end
+    if div_ceil(window_ms, precision_ms) > MAX_BUCKETS then fail_range('precision', RANGE.precision_buckets) end
+  end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  return { limit = limit, window = window_ms, precision = precision_ms }
+end
+
+-- How a call relates to the limit once the units in the window are known.
+local function verdict(q, used, limit)
+  if q < 0 then return 'refund' end
+  if q > limit then return 'never' end
+  if used + q > limit then return 'denied' end
+  if q == 0 then return 'peek' end
+  return 'admit'
+end
+
+local function window_reply(p, limited, used, nm, nu, fm, fu, rm, ru)
+  local sm, su, xm, xu = 0, 0, nil, nil
+  if fm then sm, su = since(fm, fu, nm, nu) end
+  if rm then xm, xu = since(rm, ru, nm, nu) end
+  return decision(limited, p.limit, used, xm, xu, sm, su)
+end
+
+local function emptied(p, had_units)
+  local d = decision(0, p.limit, 0, nil, nil, 0, 0)
+  if had_units then d.eff = 'del' end
+  return d
+end
+
+-- ---- The exact log (layout 1): header [1,0,0,0, head u32], then one i64 instant per action.
+
+local function log_parse(s)
+  local n = #s
+  if n < 8 or byte(s, 1) ~= 1 or byte(s, 2) ~= 0 or byte(s, 3) ~= 0 or byte(s, 4) ~= 0 then return nil end
+  local body = n - 8
+  if body % 8 ~= 0 then return nil end
+  local head = le_u32(s, 5)
+  if head > body / 8 then return nil end
+  return { s = s, head = head, len = body / 8 }
+end
+
+local EMPTY_LOG = { s = '', head = 0, len = 0 }
+
+local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
+
+-- The first live entry after the horizon (binary search; entries ascend).
+local function log_first_after(log, hm, hu)
+  local lo, hi = log.head, log.len
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local m, u = log_at(log, mid)
+    if t_lt(hm, hu, m, u) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- The edit leaving entries first..keep-1 followed by `appended` (count entries): a whole
+-- rewrite when the key is new, the dead entries would outnumber the live ones, or entries lie
+-- after now (the clock stepped back: they are rewritten as logged now); else the head and the
+-- appended entries in place.
+local function log_patch(log, first, keep, appended, count, nm, nu, d)
+  local live = keep - first + count
+  local future = false
+  if keep > first then
+    local m, u = log_at(log, keep - 1)
+    future = t_lt(nm, nu, m, u)
+  end
+  if log.s == '' or first > live or future then
+    local kept = ''
+    if first < keep then
+      if future then
+        local parts = {}
+        for i = first, keep - 1 do
+          local m, u = log_at(log, i)
+          if t_lt(nm, nu, m, u) then parts[#parts + 1] = t_le(nm, nu) else parts[#parts + 1] = sub(log.s, 9 + i * 8, 16 + i * 8) end
+        end
+        kept = concat(parts)
+      else
+        kept = sub(log.s, 9 + first * 8, 8 + keep * 8)
+      end
+    end
+    d.eff, d.whole = 'patch', '\1\0\0\0\0\0\0\0' .. kept .. appended
+    return d
+  end
+  local chunks = {}
+  if first ~= log.head then chunks[#chunks + 1] = { 4, u32_le(first) } end
+  if count > 0 then chunks[#chunks + 1] = { 8 + keep * 8, appended } end
+  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + #appended, chunks
+  return d
+end
+
+local function exact_decide(p, log, nm, nu, q)
+  local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
+  local first = log_first_after(log, hm, hu)
+  local in_window = log.len - first
+  local used = in_window
+  local stepped, newm, newu = false, nil, nil -- the newest entry, no later than now
+  if log.len > 0 then
+    newm, newu = log_at(log, log.len - 1)
+    if t_lt(nm, nu, newm, newu) then stepped, newm, newu = true, nm, nu end
+  end
+  local fm, fu -- when the newest counting action leaves
+  if in_window > 0 then
+    fm, fu = t_add(newm, newu, p.window, 0)
+    if not t_fits(fm, fu) then fail(ERR.too_large) end
+  end
+
+  local v = verdict(q, used, p.limit)
+  if v == 'refund' then
+    local units = -q
+    if units > in_window then units = in_window end
+    if SEM.window_refund_oldest then
+      -- The oldest live units go: the head moves past them, nothing else changes.
+      local first2 = first + units
+      if first2 == log.len then return emptied(p, in_window > 0) end
+      local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
+      d.at = ceil_ms(fm, fu)
+      return log_patch(log, first2, log.len, '', 0, nm, nu, d)
+    end
+    local keep = log.len - units
+    if keep == first then return emptied(p, in_window > 0) end
+    local km, ku = log_at(log, keep - 1)
+    if t_lt(nm, nu, km, ku) then km, ku = nm, nu end
+    km, ku = t_add(km, ku, p.window, 0)
+    if not t_fits(km, ku) then fail(ERR.too_large) end
+    local d = window_reply(p, 0, used - (log.len - keep), nm, nu, km, ku)
+    d.at = ceil_ms(km, ku)
+    return log_patch(log, first, keep, '', 0, nm, nu, d)
+  elseif v == 'admit' then
+    -- Actions are logged at now (the newest entry is no later than now).
+    local fm2, fu2 = t_add(nm, nu, p.window, 0)
+    if not t_fits(fm2, fu2) then fail(ERR.too_large) end
+    local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
+    d.at = ceil_ms(fm2, fu2)
+    return log_patch(log, first, log.len, rep(t_le(nm, nu), q), q, nm, nu, d)
+  end
+  -- Denied (until enough of the oldest actions leave), never admittable, or a peek.
+  local limited = v == 'peek' and 0 or 1
+  local rm, ru
+  if v == 'denied' then
+    rm, ru = log_at(log, first + used + q - p.limit - 1)
+    if t_lt(nm, nu, rm, ru) then rm, ru = nm, nu end
+    rm, ru = t_add(rm, ru, p.window, 0)
+    if not t_fits(rm, ru) then fail(ERR.too_large) end
+  end
+  local d = window_reply(p, limited, used, nm, nu, fm, fu, rm, ru)
+  -- A denial rewrites entries stamped in the future (a peek stays pure).
+  if stepped and q ~= 0 and fm then
+    d.at = ceil_ms(fm, fu)
+    return log_patch(log, first, log.len, '', 0, nm, nu, d)
+  end
+  return d
+end
+
+-- ---- The ring (layout 2): header [2, 0 x7, p i64, newest i64], then m = ceil(W/p) + 1 u64
+-- counts, slot k mod m holding bucket k. Here every bucket index and time is in whole ms.
+
+local RING_HEAD = '\2\0\0\0\0\0\0\0'
+
+-- A count (u64 read as i64) at slot offset `at` (0-based byte offset).
+local function ring_count_at(s, at)
+  local m, u = le_t(s, at + 1)
+  if m < 0 then return nil end
+  if m >= 9007199254 then return false end
+  return m * M + u
+end
+
+local function ring_parse(s)
+  local n = #s
+  if n < 24 or byte(s, 1) ~= 2 then return nil end
+  local b2, b3, b4, b5, b6, b7, b8 = byte(s, 2, 8)
+  if b2 ~= 0 or b3 ~= 0 or b4 ~= 0 or b5 ~= 0 or b6 ~= 0 or b7 ~= 0 or b8 ~= 0 then return nil end
+  local pm, pu = le_t(s, 9)
+  if pm < 0 or (pm == 0 and pu < 1) then return nil end
+  local wm, wu = le_t(s, 17)
+  local body = n - 24
+  local slots = body / 8
+  if body % 8 ~= 0 or slots == 0 or slots > MAX_BUCKETS + 1 then return nil end
+  -- newest as a plain bucket index. One beyond 2^53 either way (never written by a limiter:
+  -- beyond the year 287,000 at 1 ms) is kept as `far`, an approximation, with a sentinel that
+  -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
+  -- is stepped (regrouped).
+  local newest, far = wm * M + wu, nil
+  if wm > 9007199254 or (wm == 9007199254 and wu >= 740992) then
+    newest, far = 4611686018427387904, wm * M + wu
+  elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
+    newest, far = -4611686018427387904, wm * M + wu
+  end
+  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, slots = slots }
+end
+
+local function ring_empty(P, newest, slots)
+  return { stored = false, pm = P, pu = 0, newest = newest, slots = slots, counts = {} }
+end
+
+local function ring_slot(ring, k) return k - floor(k / ring.slots) * ring.slots end
+
+-- The count in a slot of a stored ring.
+local function ring_count_at_slot(ring, slot)
+  local c = ring_count_at(ring.s, 24 + slot * 8)
+  if c == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+  if c == false then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return c
+end
+
+-- The count of bucket k (one the ring holds).
+local function ring_count(ring, k)
+  if not ring.stored then return ring.counts[ring_slot(ring, k)] or 0 end
+  return ring_count_at_slot(ring, ring_slot(ring, k))
+end
+
+-- The buckets held from `oldest` to the newest: the first index and the count of them.
+local function ring_from(ring, oldest)
+  local held = ring.newest - oldest + 1
+  if held < 0 then held = 0 elseif held > ring.slots then held = ring.slots end
+  return ring.newest - held + 1, held
+end
+
+-- Adds without passing 2^53 (a sum the twin could not carry exactly is refused).
+local function add_count(a, b)
+  local s = a + b
+  if s >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return s
+end
+
+-- The ring of a call with precision P and `slots` buckets, from a stored one of other
+-- parameters (or stamped too far ahead): each count moves to the bucket holding the last
+-- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
+local function ring_regroup(ring, P, slots, oldest, current, cap)
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  local Po, oslots = ring.pm, ring.slots
+  local k0 = (ring.far or ring.newest) - oslots + 1
+  local moved_k, moved_c = {}, {}
+  local top = current
+  for i = 0, oslots - 1 do
+    local k, c = k0 + i, nil
+    if ring.far then c = ring_count_at_slot(ring, i) else c = ring_count(ring, k) end
+    -- The last ms bucket k covered, (k+1)p_old - 1, and the new bucket holding it, which must
+    -- be an i64. Exact below 2^52 ms; beyond (only hostile states), the new bucket is far
+    -- outside [oldest, cap] and only its sign and whether it fits an i64 matter.
+    local x = (k + 1) * Po
+    local k2
+    if x < 4503599627370496 and x > -4503599627370496 then
+      k2 = div_floor(x - 1, P)
+    else
+      local r = x / P / 9223372036854775808
+      if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+      if r > 0.999999999 or r < -0.999999999 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+      k2 = x > 0 and cap or oldest - 1
+    end
+    if k2 > cap then k2 = cap end
+    if c > 0 and k2 >= oldest then
+      moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, c
+      if k2 > top then top = k2 end
+    end
+  end
+  local out = ring_empty(P, top, slots)
+  local first_held = top - (slots - 1)
+  for i = 1, #moved_k do
+    local k = moved_k[i]
+    if k < first_held then k = first_held end
+    local slot = ring_slot(out, k)
+    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
+  end
+  return out
+end
+
+-- The i64 bytes of a plain integer (|v| < 2^53).
+local function int_le(v)
+  local m = floor(v / M)
+  return t_le(m, v - m * M)
+end
+
+-- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
+local function ring_patch(ring, newest, edits, d)
+  if not ring.stored then
+    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
+    local counts = ring.counts
+    for i = 1, #edits do counts[ring_slot(ring, edits[i][1])] = edits[i][2] end
+    for slot = 0, ring.slots - 1 do
+      local c = counts[slot]
+      parts[#parts + 1] = (c == nil or c == 0) and '\0\0\0\0\0\0\0\0' or int_le(c)
+    end
+    d.eff, d.whole = 'patch', concat(parts)
+    return d
+  end
+  local chunks = {}
+  if newest ~= ring.newest then chunks[1] = { 16, int_le(newest) } end
+  for i = 1, #edits do
+    local offset = 24 + ring_slot(ring, edits[i][1]) * 8
+    local last = chunks[#chunks]
+    if last and last[1] + #last[2] == offset then
+      last[2] = last[2] .. int_le(edits[i][2])
+    else
+      chunks[#chunks + 1] = { offset, int_le(edits[i][2]) }
+    end
+  end
+  d.eff, d.len, d.chunks = 'patch', #ring.s, chunks
+  return d
+end
+
+local function ring_decide(p, ring, nm, nu, q)
+  local P, W = p.precision, p.window
+  local spanned = div_ceil(W, P)
+  local slots = spanned + 1
+  local current = div_floor(nm, P)
+  local oldest = div_floor(nm - W, P)
+  local cap = current + spanned
+  local stepped = false
+  if ring == nil then
+    ring = ring_empty(P, current, slots)
+  else
+    stepped = ring.newest > cap
+    if not (ring.pm == P and ring.pu == 0 and ring.slots == slots and not stepped) then
+      ring = ring_regroup(ring, P, slots, oldest, current, cap)
+    end
+  end
+  local function leaves(k) -- ms when bucket k stops counting
+    local e = (k + 1) * P
+    if e > MAX_MS or e < -MAX_MS then fail(ERR.too_large) end
+    e = e + W
+    if e > MAX_MS then fail(ERR.too_large) end
+    return e
+  end
+
+  local k0, held = ring_from(ring, oldest)
+  local used, newest_used = 0, nil
+  local counts = {}
+  for i = 0, held - 1 do
+    local c = ring_count(ring, k0 + i)
+    counts[i] = c
+    used = add_count(used, c)
+    if c > 0 then newest_used = k0 + i end
+  end
+  local fm = newest_used and leaves(newest_used)
+
+  local v = verdict(q, used, p.limit)
+  if v == 'refund' then
+    local units = -q
+    local left, edits, newest_left = units, {}, nil
+    if SEM.window_refund_oldest then
+      for i = 0, held - 1 do
+        local c = counts[i]
+        local taken = c < left and c or left
+        left = left - taken
+        if taken > 0 then edits[#edits + 1] = { k0 + i, c - taken } end
+        if c > taken then newest_left = k0 + i end
+      end
+    else
+      for i = held - 1, 0, -1 do
+        local c = counts[i]
+        local taken = c < left and c or left
+        left = left - taken
+        if taken > 0 then insert(edits, 1, { k0 + i, c - taken }) end
+        if c > taken and newest_left == nil then newest_left = k0 + i end
+        if left == 0 and newest_left ~= nil then break end
+      end
+    end
+    if newest_left == nil then return emptied(p, used > 0) end
+    local at = leaves(newest_left)
+    local d = window_reply(p, 0, used - (units - left), nm, nu, at, 0)
+    d.at = at
+    return ring_patch(ring, ring.newest, edits, d)
+  elseif v == 'admit' then
+    -- Actions go to now's bucket, or to the newest for a ring stamped ahead.
+    local top = current > ring.newest and current or ring.newest
+    if top - ring.newest >= slots then ring = ring_empty(P, top, slots) end
+    local edits = {}
+    local k = ring.newest
+    while k < top do
+      k = k + 1
+      edits[#edits + 1] = { k, 0 }
+    end
+    if #edits > 0 then
+      edits[#edits][2] = q
+    else
+      edits[1] = { top, ring_count(ring, top) + q }
+    end
+    local at = leaves(top)
+    local d = window_reply(p, 0, used + q, nm, nu, at, 0)
+    d.at = at
+    return ring_patch(ring, top, edits, d)
+  end
+  local limited = v == 'peek' and 0 or 1
+  local rm
+  if v == 'denied' then
+    local need, freed = used + q - p.limit, 0
+    for i = 0, held - 1 do
+      freed = freed + counts[i]
+      if freed >= need then rm = leaves(k0 + i) break end
+    end
+    if rm == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+  end
+  local d = window_reply(p, limited, used, nm, nu, fm, 0, rm, 0)
+  if stepped and q ~= 0 and fm then
+    d.at = fm
+    return ring_patch(ring, ring.newest, {}, d)
+  end
+  return d
+end
+
+-- ---- Switching layouts on a live key (PRECISION added or removed).
+
+-- An exact log read by a call with PRECISION: each live entry t counts in bucket floor(t/p).
+local function log_to_ring(p, log, nm, nu)
+  local P = p.precision
+  local hm, hu = t_sub(nm, nu, p.window, 0)
+  local first = log_first_after(log, hm, hu)
+  local current = div_floor(nm, P)
+  local ring = ring_empty(P, current, div_ceil(p.window, P) + 1)
+  local top = current
+  local ks, cs = {}, {}
+  for i = first, log.len - 1 do
+    local m = log_at(log, i)
+    local k = div_floor(m, P)
+    if ks[#ks] == k then cs[#cs] = cs[#cs] + 1 else ks[#ks + 1], cs[#cs + 1] = k, 1 end
+    if k > top then top = k end
+  end
+  ring.newest = top
+  local first_held = top - (ring.slots - 1)
+  for i = 1, #ks do
+    local k = ks[i] < first_held and first_held or ks[i]
+    local slot = ring_slot(ring, k)
+    ring.counts[slot] = add_count(ring.counts[slot] or 0, cs[i])
+  end
+  return ring
+end
+
+-- A ring read by an exact call: bucket k with count c becomes c entries at
+-- min((k+1)p - 1 ns, now), ascending, keeping the newest `limit`.
+local function ring_to_log(p, ring, nm, nu)
+  local P = ring.pm
+  if ring.pu ~= 0 or (ring.far and ring.far > 0) then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  local oldest = div_floor(nm - p.window, P)
+  local k0, held = ring_from(ring, oldest)
+  local total = 0
+  local counts = {}
+  for i = 0, held - 1 do
+    counts[i] = ring_count(ring, k0 + i)
+    total = add_count(total, counts[i])
+  end
+  local skip = total > p.limit and total - p.limit or 0
+  local parts = { '\1\0\0\0\0\0\0\0' }
+  for i = 0, held - 1 do
+    local c = counts[i]
+    if skip > 0 then
+      local s = c < skip and c or skip
+      c, skip = c - s, skip - s
+    end
+    if c > 0 then
+      local em, eu = (k0 + i + 1) * P - 1, M - 1 -- (k+1)p - 1 ns
+      if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+      parts[#parts + 1] = rep(t_le(em, eu), c)
+    end
+  end
+  local s = concat(parts)
+  return { s = s, head = 0, len = (#s - 8) / 8, converted = true }
+end
+
+local function window_decide(p, stored, nm, nu, q)
+  if stored == nil then
+    if p.precision then return ring_decide(p, nil, nm, nu, q) end
+    return exact_decide(p, EMPTY_LOG, nm, nu, q)
+  end
+  local version = byte(stored)
+  local log = version == 1 and log_parse(stored) or nil
+  local ring = version == 2 and ring_parse(stored) or nil
+  if p.precision then
+    if ring then return ring_decide(p, ring, nm, nu, q) end
+    if log and SEM.precision_converts then return ring_decide(p, log_to_ring(p, log, nm, nu), nm, nu, q) end
+  else
+    if log then return exact_decide(p, log, nm, nu, q) end
+    if ring and SEM.precision_converts then return exact_decide(p, ring_to_log(p, ring, nm, nu), nm, nu, q) end
+  end
+  invalid('window', stored)
+end
+
+---------------------------------------------------------------------------------------------
+-- Arguments (the module's core/src/args.rs and request.rs): strict integers, then the
+-- optional tail `[quantity] [MS] [PRECISION p]` in any order.
+
+local function integer(s)
+  local m, u = parse_i64(s)
+  if not m then fail(ERR.integer) end
+  return m, u
+end
+
+local function positive(s, name)
+  local m, u = integer(s)
+  if m < 0 or (m == 0 and u == 0) then fail_range(name, RANGE.positive) end
+  return m, u
+end
+
+local function non_negative(s, name)
+  local m, u = integer(s)
+  if m < 0 then fail_range(name, RANGE.non_negative) end
+  return m, u
+end
+
+local function is_word(s, upper)
+  return #s == #upper and s:upper() == upper
+end
+
+-- Parses the tail from args[i] on. Returns the quantity (T), MS, and PRECISION (T or nil).
+local function tail(args, i, accepts_precision)
+  local qm, qu, millis, pm, pu = 0, 1, false, nil, nil
+  local quantity_seen = false
+  local n = #args
+  while i <= n do
+    local a = args[i]
+    if not millis and is_word(a, 'MS') then
+      millis = true
+    elseif accepts_precision and pm == nil and is_word(a, 'PRECISION') then
+      i = i + 1
+      if i > n then fail(ERR.syntax) end
+      pm, pu = positive(args[i], 'precision')
+    else
+      local b = byte(a)
+      local alpha = b ~= nil and ((b >= 65 and b <= 90) or (b >= 97 and b <= 122))
+      if quantity_seen or alpha then fail(ERR.syntax) end
+      qm, qu = integer(a)
+      quantity_seen = true
+    end
+    i = i + 1
+  end
+  return qm, qu, millis, pm, pu
+end
+
+-- A positive time argument in whole ms (every time argument is whole seconds or ms).
+local function duration_ms(m, u, millis)
+  if millis then
+    if m > MAX_MS / M or (m == floor(MAX_MS / M) and u > MAX_MS % M) then fail(ERR.too_large) end
+    return m * M + u
+  end
+  -- seconds: at most 9223372036 s in i64 nanoseconds
+  if m > 9223 or (m == 9223 and u > 372036) then fail(ERR.too_large) end
+  return (m * M + u) * 1000
+end
+
+-- Each command's arguments after the key (the module's request.rs): its positional arguments,
+-- each checked as it is read, then the optional tail, then the parameters built from them.
+-- `optional` is the most words the tail may have.
+local COMMANDS = {
+  throttle = {
+    name = 'cl.throttle', optional = 2,
+    args = { { 'max_burst', non_negative }, { 'count', positive }, { 'period', positive } },
+    params = function(a, millis) return gcra_params(a[1], a[2], a[3], a[4], duration_ms(a[5], a[6], millis)) end,
+  },
+  window = {
+    name = 'cl.window', optional = 4, precision = true,
+    args = { { 'limit', integer }, { 'window', positive } },
+    params = function(a, millis, pm, pu)
+      local precision = pm and duration_ms(pm, pu, millis)
+      return window_params(a[1], a[2], duration_ms(a[3], a[4], millis), precision)
+    end,
+  },
+  bucket = {
+    name = 'cl.bucket', optional = 2,
+    args = { { 'capacity', positive }, { 'tokens', positive }, { 'interval', positive } },
+    params = function(a, millis) return bucket_params(a[1], a[2], a[3], a[4], duration_ms(a[5], a[6], millis)) end,
+  },
+  counter = {
+    name = 'cl.counter', optional = 2,
+    args = { { 'limit', integer }, { 'window', positive } },
+    params = function(a, millis) return counter_params(a[1], a[2], duration_ms(a[3], a[4], millis)) end,
+  },
+}
+
+-- Parses a limiter's arguments from args[first] on: its parameters, quantity (T) and unit.
+local function parse(kind, args, first)
+  local command, a = COMMANDS[kind], {}
+  local positional = command.args
+  for i = 1, #positional do
+    a[2 * i - 1], a[2 * i] = positional[i][2](args[first + i - 1], positional[i][1])
+  end
+  local qm, qu, millis, pm, pu = tail(args, first + #positional, command.precision)
+  return command.params(a, millis, pm, pu), qm, qu, millis
+end
+
+---------------------------------------------------------------------------------------------
+-- Keys: read once, decide, then write the effect (as the module's store.rs: integers as
+-- `SET key value PXAT ms`; a window edit in place as SETRANGEs + PEXPIREAT, else one SET).
+
+local function read(key, with_expiry)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' then
+    if v.err then fail(ERR.wrongtype) end
+    fail(fmt(ERR.internal, 'GET returned a ' .. type(v)))
+  end
+  if v == false then return nil end
+  if with_expiry then return v, rcall('PEXPIRETIME', key) end
+  return v
+end
+
+local READS_EXPIRY = { counter = true, bucket = true }
+
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
+  local q = t_capped(qm, qu)
+  if kind == 'throttle' then return gcra_decide(p, stored, nm, nu, qm, qu, q) end
+  if kind == 'window' then return window_decide(p, stored, nm, nu, q) end
+  if kind == 'bucket' then return bucket_decide(p, stored, expiry, nm, nu, q) end
+  return counter_decide(p, stored, expiry, nm, nu, qm, qu, q)
+end
+
+local function apply(key, d, stored)
+  local eff = d.eff
+  if eff == nil then return end
+  if eff == 'set' then
+    rcall('SET', key, d.value, 'PXAT', fmt('%d', d.at))
+  elseif eff == 'del' then
+    if stored ~= nil then rcall('DEL', key) end
+  elseif d.whole or stored == nil or d.len < #stored then
+    local whole = d.whole
+    if not whole then -- an edit of no key, or a shrink: apply it and write the whole value
+      whole = sub(stored or '', 1, d.len)
+      if #whole < d.len then whole = whole .. rep('\0', d.len - #whole) end
+      for i = 1, #d.chunks do
+        local c = d.chunks[i]
+        whole = sub(whole, 1, c[1]) .. c[2] .. sub(whole, c[1] + #c[2] + 1)
+      end
+    end
+    rcall('SET', key, whole, 'PXAT', fmt('%d', d.at))
+  else
+    for i = 1, #d.chunks do rcall('SETRANGE', key, fmt('%d', d.chunks[i][1]), d.chunks[i][2]) end
+    rcall('PEXPIREAT', key, fmt('%d', d.at))
+  end
+end
+
+local function five(d, millis)
+  local retry = -1
+  if d.rm then retry = reply_time(d.rm, d.ru, millis) end
+  return { d.limited, d.limit, d.remaining, retry, reply_time(d.sm, d.su, millis) }
+end
+
+-- One limiter command: FCALL cl_<kind> 1 key args...
+local function single(kind, keys, args)
+  local command = COMMANDS[kind]
+  local positional = #command.args
+  if #keys ~= 1 then fail(fmt(ERR.one_key, 'cl_' .. kind, 'cl_' .. kind)) end
+  local n = #args
+  if n < positional or n > positional + command.optional then fail(fmt(ERR.arity, command.name)) end
+  local p, qm, qu, millis = parse(kind, args, 1)
+  local key = keys[1]
+  local nm, nu = clock()
+  local stored, expiry = read(key, READS_EXPIRY[kind])
+  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu)
+  apply(key, d, stored)
+  return five(d, millis)
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
+-- nothing (SPEC "CL.ALL").
+--   spec := THROTTLE max_burst count period [QUANTITY q]
+--         | WINDOW limit window [PRECISION p] [QUANTITY q]
+--         | BUCKET capacity tokens interval [QUANTITY q]
+--         | COUNTER limit window [QUANTITY q]
+
+local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter' }
+local ALL_MAX_KEYS = 16
+
+local function all(keys, args)
+  local nkeys = #keys
+  if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.all_numkeys) end
+  for i = 1, nkeys do
+    for j = 1, i - 1 do
+      if keys[i] == keys[j] then fail(fmt(ERR.all_twice, i)) end
+    end
+  end
+  -- Split the arguments into specs (each starting with its algorithm's name) and the options
+  -- at the end.
+  local specs, millis, details = {}, false, false
+  local n, i = #args, 1
+  while i <= n do
+    local word = args[i]:upper()
+    local kind = ALL_KINDS[word]
+    if kind then
+      local spec = { kind = kind, words = {} }
+      specs[#specs + 1] = spec
+      i = i + 1
+      while i <= n do
+        local w = args[i]:upper()
+        if ALL_KINDS[w] or ((w == 'MS' or w == 'DETAILS') and #spec.words >= #COMMANDS[kind].args) then break end
+        spec.words[#spec.words + 1] = args[i]
+        i = i + 1
+      end
+    elseif word == 'MS' and #specs > 0 and not millis then
+      millis = true
+      i = i + 1
+    elseif word == 'DETAILS' and #specs > 0 and not details then
+      details = true
+      i = i + 1
+    else
+      fail(ERR.syntax)
+    end
+  end
+  if #specs ~= nkeys then fail(fmt(ERR.all_specs, nkeys, #specs)) end
+  -- Each spec as its single command's arguments: positional words, then QUANTITY/PRECISION.
+  local parsed = {}
+  for s = 1, #specs do
+    local spec = specs[s]
+    local words, positional = spec.words, #COMMANDS[spec.kind].args
+    local ok, err = pcall(function()
+      if #words < positional then fail(fmt(ERR.arity, 'cl.all')) end
+      local single_args = {}
+      for w = 1, positional do single_args[w] = words[w] end
+      local quantity_seen, precision_seen = false, false
+      local w = positional + 1
+      while w <= #words do
+        local opt = words[w]:upper()
+        if opt == 'QUANTITY' and not quantity_seen and words[w + 1] then
+          integer(words[w + 1])
+          single_args[#single_args + 1] = words[w + 1]
+          quantity_seen = true
+        elseif opt == 'PRECISION' and spec.kind == 'window' and not precision_seen and words[w + 1] then
+          single_args[#single_args + 1] = 'PRECISION'
+          single_args[#single_args + 1] = words[w + 1]
+          precision_seen = true
+        else
+          fail(ERR.syntax)
+        end
+        w = w + 2
+      end
+      if millis then single_args[#single_args + 1] = 'MS' end
+      local p, qm, qu = parse(spec.kind, single_args, 1)
+      parsed[s] = { kind = spec.kind, p = p, qm = qm, qu = qu }
+    end)
+    if not ok then
+      if failed == err then fail(fmt(ERR.all_spec, s, sub(err, 5))) end
+      error(err, 0)
+    end
+  end
+  -- Decide every limiter at one instant; write only when all admit.
+  local nm, nu = clock()
+  local stored, decisions = {}, {}
+  for s = 1, nkeys do
+    local it = parsed[s]
+    local value, expiry = read(keys[s], READS_EXPIRY[it.kind])
+    stored[s] = value
+    decisions[s] = decide(it.kind, it.p, value, expiry, nm, nu, it.qm, it.qu)
+  end
+  local binding, denied = 1, false
+  for s = 1, nkeys do
+    local d = decisions[s]
+    if d.limited == 1 then
+      local b = decisions[binding]
+      if not denied then
+        binding, denied = s, true
+      elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
+        binding = s -- the longest retry_after binds; -1 (never) is the longest
+      end
+    elseif not denied and d.remaining < decisions[binding].remaining then
+      binding = s
+    end
+  end
+  if not denied then
+    for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
+  end
+  local reply = five(decisions[binding], millis)
+  reply[6] = binding
+  if details then
+    local each = {}
+    for s = 1, nkeys do each[s] = five(decisions[s], millis) end
+    reply[7] = each
+  end
+  return reply
+end
+
+---------------------------------------------------------------------------------------------
+-- Entry points. An error raised by `fail` is the reply; anything else is a bug, answered as an
+-- error like the module's caught panics.
+
+local function run(f, a, b, c)
+  if not bound then bind() end
+  failed = nil
+  local ok, res = pcall(f, a, b, c)
+  if ok then return res end
+  if res == failed then return error_reply(res) end
+  return error_reply(fmt(ERR.internal, tostring(res)))
+end
+
+-- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
+local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter' }
+local function eval_dispatch(keys, argv)
+  local name, args = argv[1], {}
+  for i = 2, #argv do args[i - 1] = argv[i] end
+  if name == 'cl_all' then return all(keys, args) end
+  local kind = EVAL_KINDS[name]
+  if kind == nil then fail(fmt(ERR.eval_name, tostring(name))) end
+  return single(kind, keys, args)
+end
+
+-- @library begin
+local function register(name, callback)
+  redis.register_function { function_name = name, callback = callback }
+end
+register('cl_throttle', function(keys, args) return run(single, 'throttle', keys, args) end)
+register('cl_window', function(keys, args) return run(single, 'window', keys, args) end)
+register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
+register('cl_counter', function(keys, args) return run(single, 'counter', keys, args) end)
+register('cl_all', function(keys, args) return run(all, keys, args) end)
+-- @library end
+-- @eval begin
+-- return run(eval_dispatch, KEYS, ARGV)
+-- @eval end

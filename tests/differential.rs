@@ -1,0 +1,629 @@
+//! The Functions twin against the module: the same random calls (every command; planted
+//! states of every kind, hostile ones included; peeks, refunds, MS, PRECISION, argument errors)
+//! on three keys of one server: the module's, the twin's through FCALL and the twin's through
+//! EVALSHA. Replies, stored bytes and absolute expiries must be equal after every call.
+//!
+//! One instant, no tolerance: the module and the twin's test build share one server, and both
+//! clocks are pinned to the same microsecond before each call (`CL.DEBUG CLOCK` for the module,
+//! loaded with `DEBUG-COMMANDS yes`; the key the test build's clock reads for the twin, see
+//! `scripts/twin.sh`). The test build differs from the shipped library only in that clock (and
+//! in the SEMANTICS switches set to the rules the module under test follows, detected below).
+//! The shipped clock (`TIME`) is proven equal to the module's in tests/twin.rs.
+//!
+//! `THROTTLE_DIFF_CALLS` (default 12,000) and `THROTTLE_DIFF_SEED` reproduce or extend a run.
+
+mod harness;
+
+use harness::twin::{self, CLOCK_KEY, Form};
+use harness::{Options, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Connection, Value};
+use std::collections::BTreeMap;
+
+/// The largest limit the twin replies exactly (2^53 − 1): above it the twin refuses the call
+/// with its own error (README, "Without the module").
+const TWIN_LIMIT_MAX: i64 = 9_007_199_254_740_991;
+const MS: i64 = 1_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
+enum Kind {
+    Throttle,
+    Window,
+    Bucket,
+    Counter,
+}
+
+impl Kind {
+    fn command(self) -> &'static str {
+        match self {
+            Kind::Throttle => "CL.THROTTLE",
+            Kind::Window => "CL.WINDOW",
+            Kind::Bucket => "CL.BUCKET",
+            Kind::Counter => "CL.COUNTER",
+        }
+    }
+    fn function(self) -> &'static str {
+        match self {
+            Kind::Throttle => "cl_throttle",
+            Kind::Window => "cl_window",
+            Kind::Bucket => "cl_bucket",
+            Kind::Counter => "cl_counter",
+        }
+    }
+}
+
+const KINDS: [Kind; 4] = [Kind::Throttle, Kind::Window, Kind::Bucket, Kind::Counter];
+
+/// A limiter's parameters as a slot keeps them between calls, so that states build up.
+#[derive(Clone, Debug)]
+struct Limiter {
+    kind: Kind,
+    /// Positional arguments after the key.
+    positional: Vec<String>,
+    millis: bool,
+    /// PRECISION's value (CL.WINDOW).
+    precision: Option<String>,
+}
+
+impl Limiter {
+    /// The window and precision in ms, when this is a CL.WINDOW with numeric parameters.
+    fn window_ms(&self) -> Option<(i64, Option<i64>)> {
+        if self.kind != Kind::Window {
+            return None;
+        }
+        let scale = if self.millis { 1 } else { 1000 };
+        let w = self.positional.get(1)?.parse::<i64>().ok()?.checked_mul(scale)?;
+        let p = match &self.precision {
+            Some(p) => Some(p.parse::<i64>().ok()?.checked_mul(scale)?),
+            None => None,
+        };
+        Some((w, p))
+    }
+
+    /// The most units it admits at once (the first positional argument; max_burst + 1).
+    fn limit(&self) -> Option<i64> {
+        let v = self.positional.first()?.parse::<i64>().ok()?;
+        Some(if self.kind == Kind::Throttle { v.checked_add(1)? } else { v })
+    }
+}
+
+struct Gen {
+    rng: StdRng,
+}
+
+impl Gen {
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.rng.random_range(0..items.len())]
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        self.rng.random_bool(p)
+    }
+
+    /// A time parameter in the call's unit: mostly small, so limiters interact with the steps.
+    fn duration(&mut self, millis: bool) -> i64 {
+        let secs = match self.rng.random_range(0..10) {
+            0..=5 => self.rng.random_range(1..=20),
+            6..=8 => self.rng.random_range(1..=600),
+            _ => self.rng.random_range(1..=100_000),
+        };
+        if millis {
+            match self.rng.random_range(0..3) {
+                0 => self.rng.random_range(1..=2000),
+                _ => secs * 1000 + self.rng.random_range(0..1000),
+            }
+        } else {
+            secs
+        }
+    }
+
+    fn limiter(&mut self, kind: Kind) -> Limiter {
+        let millis = self.chance(0.35);
+        let small = |g: &mut Gen, hi: i64| g.rng.random_range(1..=hi).to_string();
+        let (positional, precision) = match kind {
+            Kind::Throttle => {
+                let burst = self.rng.random_range(0..=15).to_string();
+                let count = small(self, 20);
+                let period = self.duration(millis).to_string();
+                (vec![burst, count, period], None)
+            }
+            Kind::Window => {
+                let limit = small(self, 20);
+                let window = self.duration(millis);
+                let precision = if self.chance(0.45) {
+                    // dividing the window or not, from one bucket to many
+                    let p = match self.rng.random_range(0..4) {
+                        0 => window,
+                        1 => (window / self.rng.random_range(1..=10)).max(1),
+                        2 => (window / self.rng.random_range(1..=200)).max(1),
+                        _ => self.rng.random_range(1..=window),
+                    };
+                    Some(p.to_string())
+                } else {
+                    None
+                };
+                (vec![limit, window.to_string()], precision)
+            }
+            Kind::Bucket => {
+                let capacity = small(self, 20);
+                let tokens = small(self, 6);
+                let interval = self.duration(millis).to_string();
+                (vec![capacity, tokens, interval], None)
+            }
+            Kind::Counter => (vec![small(self, 20), self.duration(millis).to_string()], None),
+        };
+        Limiter { kind, positional, millis, precision }
+    }
+
+    /// Parameters at or beyond the edges: overflows, ranges, rates faster than 1 ns, limits the
+    /// twin cannot reply exactly.
+    fn extreme_limiter(&mut self, kind: Kind) -> Limiter {
+        let mut l = self.limiter(kind);
+        let edges: &[&str] = &[
+            "9223372036854775807", "9223372036854775806", "9223372036854775808", "-9223372036854775808", "0", "-1",
+            "9007199254740991", "9007199254740992", "9007199254740993", "999999999999999999", "1000000000000000000",
+            "4611686018427387904", "100000", "100001", "10000", "10001", "9223372036", "9223372037", "9223372036854",
+            "9223372036855", "1000000000", "123456789012345",
+        ];
+        let i = self.rng.random_range(0..l.positional.len() + usize::from(l.precision.is_some()));
+        let v = self.pick(edges).to_string();
+        if i < l.positional.len() {
+            l.positional[i] = v;
+        } else {
+            l.precision = Some(v);
+        }
+        l
+    }
+
+    fn quantity(&mut self, limit: Option<i64>) -> Option<String> {
+        let limit = limit.unwrap_or(10).clamp(1, 1000);
+        Some(match self.rng.random_range(0..100) {
+            0..=29 => return None,
+            30..=44 => "1".into(),
+            45..=54 => "0".into(),
+            55..=72 => self.rng.random_range(2..=limit + 2).to_string(),
+            73..=88 => (-self.rng.random_range(1..=limit + 2)).to_string(),
+            89..=94 => self
+                .pick(&["9223372036854775807", "-9223372036854775808", "9007199254740993", "-9007199254740993", "1000000000000000000", "-99999999999"])
+                .to_string(),
+            _ => self.pick(&["1.5", "x", "+1", "", "01", "-0", " 1", "PRECISION", "ms"]).to_string(),
+        })
+    }
+
+    /// The arguments after the key: positional, then the tail in a random order.
+    fn args(&mut self, l: &Limiter) -> Vec<String> {
+        let mut args = l.positional.clone();
+        let mut tail: Vec<Vec<String>> = Vec::new();
+        if let Some(q) = self.quantity(l.limit()) {
+            tail.push(vec![q]);
+        }
+        if l.millis {
+            tail.push(vec![self.pick(&["MS", "ms", "Ms"]).to_string()]);
+        }
+        if let Some(p) = &l.precision {
+            tail.push(vec![self.pick(&["PRECISION", "precision"]).to_string(), p.clone()]);
+        }
+        // MS, PRECISION and the quantity may come in any order.
+        for i in (1..tail.len()).rev() {
+            let j = self.rng.random_range(0..=i);
+            tail.swap(i, j);
+        }
+        args.extend(tail.into_iter().flatten());
+        if self.chance(0.01) {
+            // an unknown word, a repeated option, a missing PRECISION value, too many words
+            match self.rng.random_range(0..4) {
+                0 => args.push("BOGUS".into()),
+                1 => args.push("MS".into()),
+                2 => args.push("PRECISION".into()),
+                _ => args.extend(["1".to_string(), "1".to_string(), "1".to_string()]),
+            }
+        }
+        if self.chance(0.005) {
+            args.truncate(self.rng.random_range(0..args.len().max(1)));
+        }
+        if self.chance(0.01) && !args.is_empty() {
+            let i = self.rng.random_range(0..args.len());
+            args[i] = self.pick(&["1.5", "0x10", " 5", "", "+5", "05", "\u{ff}", "-0", "99999999999999999999"]).to_string();
+        }
+        args
+    }
+}
+
+/// What a key holds before a call, written alike into the three keys.
+#[derive(Clone, Debug)]
+enum Plant {
+    Value(Vec<u8>, Option<i64>),
+    List,
+}
+
+impl Gen {
+    fn expiry(&mut self, natural: i64, now_ms: i64) -> Option<i64> {
+        match self.rng.random_range(0..10) {
+            0 => None,
+            1 => Some(now_ms + self.rng.random_range(3_600_000..36_000_000)), // far ahead: a clock stepped back
+            2 => Some(now_ms + self.rng.random_range(-5_000..5_000)),
+            3 => Some(9_223_372_036_855), // its nanoseconds overflow i64
+            _ => Some(natural.max(now_ms - 60_000)),
+        }
+    }
+
+    fn plant(&mut self, l: &Limiter, now_ns: i64) -> Plant {
+        let now_ms = now_ns.div_euclid(MS);
+        let text = |v: i64| v.to_string().into_bytes();
+        match self.rng.random_range(0..100) {
+            0..=2 => return Plant::List,
+            3..=6 => {
+                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5"];
+                return Plant::Value(self.pick(junk).to_vec(), Some(now_ms + 100_000));
+            }
+            _ => {}
+        }
+        // Mostly this limiter's own kind; sometimes another's (WRONGTYPE).
+        let other = *self.pick(&KINDS);
+        let kind = if self.chance(0.85) { l.kind } else { other };
+        match kind {
+            Kind::Throttle => {
+                let tat = match self.rng.random_range(0..8) {
+                    0 => 1_000_000_000_000_000_000,
+                    1 => now_ns - self.rng.random_range(0..3_600_000_000_000),
+                    2 => now_ns + self.rng.random_range(3_600_000_000_000..36_000_000_000_000),
+                    _ => now_ns + self.rng.random_range(0..300_000_000_000),
+                };
+                let natural = tat.div_euclid(MS) + 1;
+                Plant::Value(text(tat), self.expiry(natural, now_ms))
+            }
+            Kind::Counter => {
+                let count = match self.rng.random_range(0..12) {
+                    0 => 0,
+                    1 => 100_000_000_000_000_000,
+                    2 => 999_999_999_999_999_999,
+                    3 => 9_007_199_254_740_993,
+                    _ => self.rng.random_range(1..=25),
+                };
+                let natural = now_ms + self.rng.random_range(1..=120_000);
+                Plant::Value(text(count), self.expiry(natural, now_ms))
+            }
+            Kind::Bucket => {
+                let deficit: i64 = match self.rng.random_range(0..12) {
+                    0 => 1_000_000_000_000,
+                    1 => i64::MAX,
+                    _ => self.rng.random_range(1..=25),
+                };
+                let natural = now_ms + self.rng.random_range(1..=200) * 1000 + self.rng.random_range(0..3) * 7;
+                Plant::Value(text(-deficit), self.expiry(natural, now_ms))
+            }
+            Kind::Window => {
+                let (window, precision) = l.window_ms().unwrap_or((10_000, None));
+                let ring = match precision {
+                    Some(_) => self.chance(0.85),
+                    None => self.chance(0.15),
+                };
+                if ring { self.ring(window, precision.unwrap_or(1000).max(1), now_ns) } else { self.log(window, now_ns) }
+            }
+        }
+    }
+
+    /// An exact log (layout 1): entries ascending around the window, some after now.
+    fn log(&mut self, window_ms: i64, now_ns: i64) -> Plant {
+        let n = match self.rng.random_range(0..10) {
+            0 => 0,
+            1 => self.rng.random_range(20..60),
+            _ => self.rng.random_range(1..12),
+        };
+        let span = window_ms.saturating_mul(MS).saturating_mul(2).min(1 << 50);
+        let mut entries: Vec<i64> = (0..n).map(|_| now_ns - self.rng.random_range(0..=span)).collect();
+        if self.chance(0.15) {
+            for _ in 0..self.rng.random_range(1..4) {
+                entries.push(now_ns + self.rng.random_range(1..3_600_000_000_000));
+            }
+        }
+        entries.sort_unstable();
+        if self.chance(0.03) {
+            entries.reverse(); // hostile: not ascending
+        }
+        let head = if entries.is_empty() || self.chance(0.7) { 0 } else { self.rng.random_range(0..=entries.len() as u32) };
+        let mut bytes = vec![1u8, 0, 0, 0];
+        bytes.extend_from_slice(&head.to_le_bytes());
+        for e in &entries {
+            bytes.extend_from_slice(&e.to_le_bytes());
+        }
+        if self.chance(0.03) {
+            bytes.push(7); // a torn entry
+        }
+        if self.chance(0.02) {
+            bytes[5] = 0xff; // head beyond the entries
+        }
+        let newest = entries.iter().max().copied().unwrap_or(now_ns);
+        let natural = (newest + window_ms * MS).div_euclid(MS) + 1;
+        Plant::Value(bytes, self.expiry(natural, now_ns.div_euclid(MS)))
+    }
+
+    /// A ring (layout 2): this call's precision or another, its newest bucket near now, ahead
+    /// (a clock stepped back) or far behind.
+    fn ring(&mut self, window_ms: i64, precision_ms: i64, now_ns: i64) -> Plant {
+        let p_ms = match self.rng.random_range(0..10) {
+            0 => self.rng.random_range(1..=window_ms.max(1)),
+            1 => precision_ms * 2,
+            _ => precision_ms,
+        };
+        let spanned = (window_ms + precision_ms - 1) / precision_ms;
+        let slots = if self.chance(0.85) { (window_ms + p_ms - 1) / p_ms + 1 } else { self.rng.random_range(1..=30) };
+        let slots = slots.clamp(1, 10_001);
+        let current = now_ns.div_euclid(p_ms * MS);
+        let newest = match self.rng.random_range(0..12) {
+            0 => current + spanned + self.rng.random_range(1..100), // ahead: stepped
+            1 => current - self.rng.random_range(slots..slots + 1000),
+            2 => -(1 << 60),
+            _ => current - self.rng.random_range(0..=spanned.min(5)),
+        };
+        let mut bytes = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
+        bytes.extend_from_slice(&(p_ms * MS).to_le_bytes());
+        bytes.extend_from_slice(&newest.to_le_bytes());
+        for _ in 0..slots {
+            let c: i64 = match self.rng.random_range(0..20) {
+                0..=7 => 0,
+                8 => -1, // hostile: a count with its top bit set
+                _ => self.rng.random_range(1..=6),
+            };
+            let c = if c < 0 && !self.chance(0.2) { 0 } else { c };
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        if self.chance(0.02) {
+            bytes[3] = 1; // reserved byte set
+        }
+        let natural = (newest + 1).saturating_mul(p_ms).saturating_add(window_ms).max(now_ns / MS + 1);
+        Plant::Value(bytes, self.expiry(natural, now_ns.div_euclid(MS)))
+    }
+}
+
+/// The rules of SEMANTICS (issue 8) the module under test follows, detected by probing it, so
+/// that the twin's test build matches it while the module catches up (the shipped twin follows
+/// every rule). Each probe runs at a pinned instant on scratch keys.
+fn detect_semantics(c: &mut Connection, now_us: i64) -> Vec<(&'static str, bool)> {
+    let q = |c: &mut Connection, words: &str| -> redis::RedisResult<Vec<i64>> {
+        let args: Vec<&str> = words.split_whitespace().collect();
+        redis::cmd(args[0]).arg(&args[1..]).query(c)
+    };
+    let pin = |c: &mut Connection, us: i64| {
+        let _: Vec<i64> = redis::cmd("CL.DEBUG").arg("CLOCK").arg(us).query(c).unwrap();
+    };
+    let at = now_us - now_us % 1000 + 500; // half a millisecond in
+    pin(c, at);
+    let counter = q(c, "CL.COUNTER probe:floor 5 2000 1 MS").unwrap();
+    let clock_floor = counter[4] == 2000;
+    let _: () = redis::cmd("SET").arg("probe:persist").arg(3).query(c).unwrap();
+    let pull_back_unexpiring = q(c, "CL.COUNTER probe:persist 5 10 0").is_ok();
+    q(c, "CL.WINDOW probe:convert 5 10").unwrap();
+    let precision_converts = q(c, "CL.WINDOW probe:convert 5 10 0 PRECISION 1").is_ok();
+    q(c, "CL.BUCKET probe:cap 10 1 60 10").unwrap();
+    let bucket_cap_first = q(c, "CL.BUCKET probe:cap 5 1 60").unwrap() == [1, 5, 0, 60, 300];
+    q(c, "CL.WINDOW probe:refund 5 10").unwrap();
+    pin(c, at + 1_000_000);
+    q(c, "CL.WINDOW probe:refund 5 10").unwrap();
+    q(c, "CL.WINDOW probe:refund 5 10 -1").unwrap();
+    let log: Vec<u8> = redis::cmd("GET").arg("probe:refund").query(c).unwrap();
+    let window_refund_oldest = log.len() == 24 && log[4] == 1;
+    let _: () = redis::cmd("DEL").arg(&["probe:floor", "probe:persist", "probe:convert", "probe:cap", "probe:refund"]).query(c).unwrap();
+    vec![
+        ("window_refund_oldest", window_refund_oldest),
+        ("pull_back_unexpiring", pull_back_unexpiring),
+        ("precision_converts", precision_converts),
+        ("bucket_cap_first", bucket_cap_first),
+        ("clock_floor", clock_floor),
+    ]
+}
+
+struct Rig {
+    _server: Server,
+    c: Connection,
+    sha: String,
+}
+
+impl Rig {
+    fn start(now_us: i64) -> Rig {
+        let server = Server::with(Options::default().debug_commands());
+        let mut c = server.client();
+        let semantics = detect_semantics(&mut c, now_us);
+        eprintln!("module under test follows: {semantics:?}");
+        twin::load(&mut c, Form::Library, &twin::source(Form::Library, true, &semantics));
+        let sha = twin::load(&mut c, Form::Eval, &twin::source(Form::Eval, true, &semantics)).unwrap();
+        Rig { _server: server, c, sha }
+    }
+
+    /// The three keys of slot `i`: the module's, FCALL's, EVALSHA's.
+    fn keys(i: usize) -> [String; 3] {
+        [format!("d:{i}:module"), format!("d:{i}:fcall"), format!("d:{i}:eval")]
+    }
+
+    fn plant(&mut self, keys: &[String; 3], plant: &Plant) {
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("DEL").arg(k).ignore();
+            match plant {
+                Plant::List => {
+                    pipe.cmd("RPUSH").arg(k).arg("x").ignore();
+                }
+                Plant::Value(bytes, expiry) => {
+                    pipe.cmd("SET").arg(k).arg(bytes.as_slice()).ignore();
+                    if let Some(at) = expiry {
+                        pipe.cmd("PEXPIREAT").arg(k).arg(*at).ignore();
+                    }
+                }
+            }
+        }
+        pipe.query::<()>(&mut self.c).unwrap();
+    }
+
+    /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
+    /// replies and each key's state after.
+    fn call(&mut self, kind: Kind, keys: &[String; 3], args: &[String], now_us: i64) -> ((Value, Value), [Value; 3], [(Value, Value); 3]) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
+        pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
+        pipe.cmd(kind.command()).arg(&keys[0]).arg(args);
+        pipe.cmd("FCALL").arg(kind.function()).arg(1).arg(&keys[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(&keys[2]).arg(kind.function()).arg(args);
+        for k in keys {
+            pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
+        }
+        let v: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let [before, before_at, a, b, c, g0, e0, g1, e1, g2, e2]: [Value; 11] = v.try_into().unwrap();
+        ((before, before_at), [a, b, c], [(g0, e0), (g1, e1), (g2, e2)])
+    }
+}
+
+/// The twin's answer for a call the module answered with a limit above 2^53 − 1.
+fn twin_limit_error(kind: Kind) -> String {
+    let name = if kind == Kind::Bucket { "capacity" } else { "limit" };
+    format!(
+        "ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)"
+    )
+}
+
+fn server_error(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(e) => Some(format!("{} {}", e.code(), e.details().unwrap_or("")).trim().to_string()),
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    calls: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, what: String) {
+        *self.calls.entry(what).or_default() += 1;
+    }
+}
+
+#[test]
+fn the_twin_matches_the_module_call_for_call() {
+    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12_000);
+    let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={calls}");
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+
+    // Pinned instants start a day ahead of the server's real clock, so no key the test writes
+    // expires by real time while it runs (a key's expiry is absolute, in the server's ms).
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let mut now_us = real_us + 86_400_000_000 + g.rng.random_range(0..1_000_000);
+    let mut rig = Rig::start(now_us);
+
+    const SLOTS: usize = 24;
+    let mut limiters: Vec<Limiter> = (0..SLOTS).map(|i| g.limiter(KINDS[i % 4])).collect();
+    let mut tally = Tally::default();
+
+    for step in 0..calls {
+        // The clock: mostly forward in steps from 0 to an hour, sometimes back (a clock step).
+        now_us += match g.rng.random_range(0..100) {
+            0..=9 => 0,
+            10..=29 => g.rng.random_range(1..1000),
+            30..=59 => g.rng.random_range(1000..1_000_000),
+            60..=84 => g.rng.random_range(1_000_000..60_000_000),
+            85..=94 => g.rng.random_range(60_000_000..3_600_000_000),
+            _ => -g.rng.random_range(1..3_600_000_000),
+        };
+        now_us = now_us.clamp(real_us + 43_200_000_000, real_us + 172_800_000_000);
+
+        let slot = g.rng.random_range(0..SLOTS);
+        let keys = Rig::keys(slot);
+        // The limiter: the slot's own (so that state builds up), a new one, or another.
+        let roll = g.rng.random_range(0..100);
+        let other = *g.pick(&KINDS);
+        let mut scratch = false;
+        let limiter = if roll < 80 {
+            limiters[slot].clone()
+        } else if roll < 90 {
+            limiters[slot] = g.limiter(other);
+            limiters[slot].clone()
+        } else if roll < 96 {
+            g.limiter(other)
+        } else {
+            scratch = true;
+            g.extreme_limiter(other)
+        };
+        if scratch {
+            // Extreme parameters on an empty key, so that the reply is the parameters' alone.
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+        } else if g.chance(0.12) {
+            let plant = g.plant(&limiter, now_us * 1000);
+            rig.plant(&keys, &plant);
+            tally.add(format!("planted {}", match &plant {
+                Plant::List => "list".to_string(),
+                Plant::Value(b, _) => match b.first() {
+                    Some(1) => "exact log".into(),
+                    Some(2) => "ring".into(),
+                    _ => "integer or junk".into(),
+                },
+            }));
+        }
+        let args = g.args(&limiter);
+        let (before, replies, states) = rig.call(limiter.kind, &keys, &args, now_us);
+        let context = || {
+            format!(
+                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, {} {} {} on {before:?}",
+                limiter.kind.command(),
+                keys[0],
+                args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(" ")
+            )
+        };
+
+        // The expected twin reply: the module's, but for limits the twin cannot reply exactly.
+        let module = &replies[0];
+        let over_limit = match module {
+            Value::Array(items) => matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX),
+            _ => false,
+        };
+        if over_limit {
+            for twin_reply in &replies[1..] {
+                assert_eq!(server_error(twin_reply).as_deref(), Some(twin_limit_error(limiter.kind).as_str()), "{}", context());
+            }
+            assert!(states[1..].iter().all(|(v, _)| *v == Value::Nil), "{}: the twin wrote nothing", context());
+            tally.add("beyond the twin's exact range (refused)".into());
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap(); // the module's key moved on alone
+            continue;
+        }
+        assert_eq!(replies[1], replies[0], "FCALL reply differs from the module's: {}", context());
+        assert_eq!(replies[2], replies[0], "EVALSHA reply differs from the module's: {}", context());
+        assert_eq!(states[1], states[0], "FCALL stored bytes/expiry differ from the module's: {}", context());
+        assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry differ from the module's: {}", context());
+
+        let outcome = match module {
+            Value::Array(items) => match (items.first(), args.iter().find(|a| a.parse::<i64>().is_ok() && !limiter.positional.contains(a))) {
+                (Some(Value::Int(1)), _) => "denied",
+                (_, Some(q)) if q == "0" => "peek",
+                (_, Some(q)) if q.starts_with('-') => "refund",
+                _ => "admitted",
+            },
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+            Value::ServerError(e) if e.details().is_some_and(|d| d.contains("does not hold valid")) => "invalid state",
+            Value::ServerError(_) => "argument error",
+            other => panic!("{}: unexpected module reply {other:?}", context()),
+        };
+        if matches!(outcome, "WRONGTYPE" | "invalid state") && g.chance(0.5) {
+            // Let the slot's limiter start afresh (else one foreign value answers every call).
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+        }
+        let precision = if limiter.precision.is_some() { " PRECISION" } else { "" };
+        let unit = if limiter.millis { " MS" } else { "" };
+        tally.add(format!("{}{precision}{unit}: {outcome}", limiter.kind.command()));
+    }
+    eprintln!("{calls} calls, each on the module, FCALL and EVALSHA, all equal:");
+    for (what, n) in &tally.calls {
+        eprintln!("  {n:6}  {what}");
+    }
+    for kind in KINDS {
+        let n: u64 = tally.calls.iter().filter(|(w, _)| w.starts_with(kind.command())).map(|(_, n)| n).sum();
+        assert!(n as usize >= calls / 10, "{} was exercised: {n} calls", kind.command());
+    }
+    for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS"] {
+        assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
+    }
+    // Hook for CL.ALL: when the module has it (SPEC "CL.ALL"), add Kind::All here, generating
+    // `CL.ALL n k1..kn spec...` against `FCALL cl_all n k1..kn spec...` on three key sets.
+}
