@@ -11,8 +11,15 @@ LOCAL_IMAGE ?= redis-throttle:local
 # Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
 NATIVE_ONLY_TESTS ?= replication registration scripting cluster failover persistence security
 export NATIVE_ONLY_TESTS
+# The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
+# module itself, skipped when the behavioural tests run against the twin (`make test-twin`).
+TWIN_EXCLUDED_TESTS ?= registration scripting differential twin \
+	robustness::a_panic_inside_a_command_is_an_error_reply_and_the_server_lives \
+	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
+	security::acl_users_reach_only_their_limiters
+export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench fuzz deps clean
+.PHONY: all build run test test-containers test-matrix test-twin docker docker-local docker-engine bench fuzz deps clean
 
 all: build
 
@@ -31,7 +38,13 @@ run: build
 # a failure under CI=true).
 test: build
 	cargo test --workspace
+	@scripts/twin-tests.sh twin
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
+test-twin: build
+	@scripts/twin-tests.sh twin
+	@scripts/twin-tests.sh twin-eval
 
 # The behavioural tests with every server in a container (THROTTLE_BACKEND=container).
 test-containers: build

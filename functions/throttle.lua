@@ -177,16 +177,16 @@ local function t_capped(m, u)
   return v
 end
 
--- Floor division of plain integers (any sign, |a| < 2^53, b >= 1), exact.
+-- Floor division of plain integers (any sign, |a| < 2^53, b >= 1), exact: the quotient's
+-- rounding error stays below 1/b, the least distance of a non-integer quotient to an integer,
+-- so Lua's a % b (a - floor(a/b) * b) is exact.
 local function div_floor(a, b)
-  local r = fmod(a, b)
-  if r < 0 then r = r + b end
-  return (a - r) / b
+  return (a - a % b) / b
 end
 
 -- Ceiling division of a plain a >= 0 by b >= 1.
 local function div_ceil(a, b)
-  local r = fmod(a, b)
+  local r = a % b
   return (a - r) / b + (r > 0 and 1 or 0)
 end
 
@@ -218,6 +218,9 @@ local function parse_i64(s)
 end
 
 -- The decimal text of a T (as Rust prints an i64).
+-- The decimal text of a plain integer.
+local function int_text(v) return fmt('%d', v) end
+
 local function t_text(m, u)
   if m >= 0 then
     if m == 0 then return fmt('%d', u) end
@@ -277,9 +280,9 @@ end
 -- @clock begin
 local function clock()
   local t = rcall('TIME')
-  local us = tonumber(t[2])
-  local ms = floor(us / 1000)
-  return tonumber(t[1]) * 1000 + ms, (us - ms * 1000) * 1000
+  local s, us = t[1] + 0, t[2] + 0 -- (Lua turns the replied digits into numbers)
+  local sub_ms = us % 1000
+  return s * 1000 + (us - sub_ms) / 1000, sub_ms * 1000
 end
 -- @clock end
 
@@ -287,7 +290,8 @@ end
 -- at least 1 ms: the ceiling of whole milliseconds over 1000), milliseconds rounded up.
 local function reply_time(m, u, millis)
   if millis then return u > 0 and m + 1 or m end
-  return div_ceil(m, 1000)
+  local r = m % 1000
+  return (m - r) / 1000 + (r > 0 and 1 or 0)
 end
 
 -- The first whole millisecond at or after an instant (a key's expiry).
@@ -322,10 +326,12 @@ end
 --   and its effect: eff = nil | 'set' (value, at) | 'del' | 'patch' (len, chunks, whole, at);
 --   `at` is the key's absolute expiry in whole milliseconds.
 
+-- A decision is also its reply: slots 1 to 5 are the five integers (4 and 5 filled by `five`
+-- in the call's unit); Redis replies a table's array part only.
 local function decision(limited, limit, used, rm, ru, sm, su)
   local remaining = limit - used
   if remaining < 0 then remaining = 0 elseif remaining > limit then remaining = limit end
-  return { limited = limited, limit = limit, remaining = remaining, rm = rm, ru = ru, sm = sm, su = su }
+  return { limited, limit, remaining, -1, 0, rm = rm, ru = ru, sm = sm, su = su, eff = false, value = false, at = false }
 end
 
 -- `b - a` for instants, or zero when a is not earlier.
@@ -346,7 +352,62 @@ local function gcra_params(bm, bu, cm, cu, period_ms)
   if not t_fits(tm, tu) then fail(ERR.too_large) end
   local limit = t_capped(lm, lu)
   if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  return { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+  if tm < 4503599626 then
+    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path).
+    p.ei, p.tol = em * M + eu, tm * M + tu
+  end
+  return p
+end
+
+-- A plain span of nanoseconds as T.
+local function ns_t(ns)
+  local u = ns % M
+  return (ns - u) / M, u
+end
+
+-- The fast path of gcra_decide (tolerance below 2^52 ns, the hot path of CL.THROTTLE): spans
+-- relative to now as plain numbers; the same rules, step for step.
+local function gcra_fast(p, am, au, nm, nu, q)
+  local tol, ei, limit = p.tol, p.ei, p.limit
+  local ttl, stepped = 0, false
+  if am then
+    local dm = am - nm -- the TAT's offset from now, clamped to [0, tolerance]
+    if dm >= 4503599627 then
+      stepped, ttl = true, tol
+    elseif dm > -4503599627 then
+      local off = dm * M + (au - nu)
+      if off > tol then stepped, ttl = true, tol elseif off > 0 then ttl = off end
+    end
+  end
+  -- span: the TAT after the call, relative to now; retry: when denied and admittable
+  local limited, span, retry, write = 0, ttl, nil, false
+  if q < 0 then
+    span, write = 0, true
+    if -q * ei < ttl then span = ttl + q * ei end
+  elseif q > limit then
+    limited, write = 1, stepped
+  elseif ttl + ei * q > tol then
+    limited, write, retry = 1, stepped, ttl + ei * q - tol
+  else
+    span, write = ttl + ei * q, q ~= 0
+  end
+  local free = tol - span
+  local sm = span % M
+  local d = decision(limited, limit, limit - (free - free % ei) / ei, nil, nil, (span - sm) / M, sm)
+  if retry then
+    local ru = retry % M
+    d.rm, d.ru = (retry - ru) / M, ru
+  end
+  if write then
+    if span == 0 then
+      d.eff = 'del'
+    else
+      local xm, xu = t_add(nm, nu, (span - sm) / M, sm)
+      d.eff, d.value, d.at = 'set', t_text(xm, xu), xu > 0 and xm + 1 or xm
+    end
+  end
+  return d
 end
 
 local function gcra_reply(p, limited, tlm, tlu, rm, ru)
@@ -364,9 +425,15 @@ end
 local function gcra_decide(p, stored, nm, nu, qm, qu, q)
   local am, au -- the TAT
   if stored then
-    am, au = parse_i64(stored)
-    if not am or am < MIN_TAT_M then invalid('throttle', stored) end
+    -- Nineteen digits (every TAT from 2001 to 2286) in one match; else the general parse.
+    local _, _, hi, lo = find(stored, '^([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$')
+    if hi then am, au = hi + 0, lo + 0 end
+    if not hi or am > MAX_M or (am == MAX_M and au > MAX_U) then
+      am, au = parse_i64(stored)
+      if not am or am < MIN_TAT_M then invalid('throttle', stored) end
+    end
   end
+  if p.tol then return gcra_fast(p, am, au, nm, nu, q) end
   -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
   local cm, cu = t_add(nm, nu, p.tm, p.tu)
   if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
@@ -489,7 +556,7 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   end
   local c = count + q
   local d = reply(0, c)
-  d.eff, d.value, d.at = 'set', fmt('%d', c), expiry()
+  d.eff, d.value, d.at = 'set', int_text(c), expiry()
   return d
 end
 
@@ -569,7 +636,7 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
   end
   local reset_m, reset_u = until_(covering(deficit, 0))
   local function denied(d)
-    if stepped and deficit > 0 then d.eff, d.value, d.at = 'set', fmt('%d', -deficit), covering(deficit, 0) end
+    if stepped and deficit > 0 then d.eff, d.value, d.at = 'set', '-' .. int_text(deficit), covering(deficit, 0) end
     return d
   end
   local function settle(def)
@@ -579,7 +646,7 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
     if def == 0 then
       if had then d.eff = 'del' end
     else
-      d.eff, d.value, d.at = 'set', fmt('%d', -def), at
+      d.eff, d.value, d.at = 'set', '-' .. int_text(def), at
     end
     return d
   end
@@ -1218,9 +1285,9 @@ end
 
 local function apply(key, d, stored)
   local eff = d.eff
-  if eff == nil then return end
+  if not eff then return end
   if eff == 'set' then
-    rcall('SET', key, d.value, 'PXAT', fmt('%d', d.at))
+    rcall('SET', key, d.value, 'PXAT', int_text(d.at))
   elseif eff == 'del' then
     if stored ~= nil then rcall('DEL', key) end
   elseif d.whole or stored == nil or d.len < #stored then
@@ -1233,27 +1300,45 @@ local function apply(key, d, stored)
         whole = sub(whole, 1, c[1]) .. c[2] .. sub(whole, c[1] + #c[2] + 1)
       end
     end
-    rcall('SET', key, whole, 'PXAT', fmt('%d', d.at))
+    rcall('SET', key, whole, 'PXAT', int_text(d.at))
   else
     for i = 1, #d.chunks do rcall('SETRANGE', key, fmt('%d', d.chunks[i][1]), d.chunks[i][2]) end
-    rcall('PEXPIREAT', key, fmt('%d', d.at))
+    rcall('PEXPIREAT', key, int_text(d.at))
   end
 end
 
 local function five(d, millis)
-  local retry = -1
-  if d.rm then retry = reply_time(d.rm, d.ru, millis) end
-  return { d.limited, d.limit, d.remaining, retry, reply_time(d.sm, d.su, millis) }
+  if d.rm then d[4] = reply_time(d.rm, d.ru, millis) end
+  d[5] = reply_time(d.sm, d.su, millis)
+  return d
 end
+
+local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0
 
 -- One limiter command: FCALL cl_<kind> 1 key args...
 local function single(kind, keys, args)
-  local command = COMMANDS[kind]
-  local positional = #command.args
   if #keys ~= 1 then fail(fmt(ERR.one_key, 'cl_' .. kind, 'cl_' .. kind)) end
+  -- Parsed parameters are kept (the library's state lives between calls; the EVAL form starts
+  -- afresh each time). The key (the word count, then the words joined by spaces) is the same
+  -- for two vectors only when the words hold no space, as every vector that parses.
   local n = #args
-  if n < positional or n > positional + command.optional then fail(fmt(ERR.arity, command.name)) end
-  local p, qm, qu, millis = parse(kind, args, 1)
+  local ck
+  if n == 3 then ck = '3' .. args[1] .. ' ' .. args[2] .. ' ' .. args[3]
+  elseif n == 2 then ck = '2' .. args[1] .. ' ' .. args[2]
+  else ck = n .. concat(args, ' ') end
+  local hit = PARSED[kind][ck]
+  local p, qm, qu, millis
+  if hit then
+    p, qm, qu, millis = hit[1], hit[2], hit[3], hit[4]
+  else
+    local command = COMMANDS[kind]
+    local positional = #command.args
+    if n < positional or n > positional + command.optional then fail(fmt(ERR.arity, command.name)) end
+    p, qm, qu, millis = parse(kind, args, 1)
+    if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0 end
+    PARSED[kind][ck] = { p, qm, qu, millis }
+    parsed_count = parsed_count + 1
+  end
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read(key, READS_EXPIRY[kind])
@@ -1356,22 +1441,22 @@ local function all(keys, args)
   local binding, denied = 1, false
   for s = 1, nkeys do
     local d = decisions[s]
-    if d.limited == 1 then
+    if d[1] == 1 then
       local b = decisions[binding]
       if not denied then
         binding, denied = s, true
       elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
         binding = s -- the longest retry_after binds; -1 (never) is the longest
       end
-    elseif not denied and d.remaining < decisions[binding].remaining then
+    elseif not denied and d[3] < decisions[binding][3] then
       binding = s
     end
   end
   if not denied then
     for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
   end
-  local reply = five(decisions[binding], millis)
-  reply[6] = binding
+  local b = five(decisions[binding], millis)
+  local reply = { b[1], b[2], b[3], b[4], b[5], binding }
   if details then
     local each = {}
     for s = 1, nkeys do each[s] = five(decisions[s], millis) end

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The compatibility matrix: the whole integration suite (every tests/*.rs, native backend)
-# against each server of scripts/servers.sh, then a table server × result.
+# against each server of scripts/servers.sh, then the behavioural tests against the Functions
+# twin on the same server (scripts/twin-tests.sh; MATRIX_TWIN=0 leaves them out), then a table
+# server × result.
 #
 #   scripts/matrix.sh MODULE [NAME...]     (default: every server; logs in target/matrix/NAME.log)
 set -euo pipefail
@@ -37,11 +39,26 @@ for name in "${names[@]}"; do
   if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
   rows+=("$name|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
   if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$log" | head -n 20 >&2 || true; fi
+  # ---- The Functions twin on the same server (issue 10).
+  if [ "${MATRIX_TWIN:-1}" != 0 ]; then
+    tlog="target/matrix/$name-twin.log"; t0=$SECONDS
+    echo "matrix: $name ($version): the behavioural tests against the Functions twin (log: $tlog)" >&2
+    set +e
+    THROTTLE_SERVER="$server" THROTTLE_CLI="$cli" scripts/twin-tests.sh twin >"$tlog" 2>&1
+    rc=$?
+    set -e
+    sum() { grep -E '^test result:' "$tlog" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+    passed=$(sum passed); nfailed=$(sum failed)
+    result=PASS
+    if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
+    rows+=("$name+twin|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
+    if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$tlog" | head -n 20 >&2 || true; fi
+  fi
 done
 
-printf '\n%-12s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
+printf '\n%-17s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
 for row in "${rows[@]}"; do
   IFS='|' read -r n v r p f s <<< "$row"
-  printf '%-12s %-9s %-12s %7s %7s %5ss\n' "$n" "$v" "$r" "$p" "$f" "$s"
+  printf '%-17s %-9s %-12s %7s %7s %5ss\n' "$n" "$v" "$r" "$p" "$f" "$s"
 done
 exit "$failed"

@@ -125,8 +125,14 @@ impl Gen {
             Kind::Throttle => {
                 let burst = self.rng.random_range(0..=15).to_string();
                 let count = small(self, 20);
-                let period = self.duration(millis).to_string();
-                (vec![burst, count, period], None)
+                // Sometimes a tolerance beyond 2^52 ns (52 days): the twin's general arithmetic.
+                let period = if self.chance(0.1) {
+                    let secs = self.rng.random_range(1_000_000..=9_000_000_000i64);
+                    if millis { (secs / 1000).max(1) * 1000 } else { secs }
+                } else {
+                    self.duration(millis)
+                };
+                (vec![burst, count, period.to_string()], None)
             }
             Kind::Window => {
                 let limit = small(self, 20);
