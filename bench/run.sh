@@ -36,6 +36,19 @@ SCENARIOS=(
 )
 EXTRA=${BENCH_EXTRA:-bench/scenarios.txt}
 if [ -f "$EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$EXTRA"; fi
+# ---- The Functions twin (functions/throttle.lua), loaded next to the module: FCALL, and its EVAL
+# form through EVALSHA. TWIN=0 leaves it out.
+if [ "${TWIN:-1}" != 0 ]; then
+  cli -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
+  TWIN_SHA=$(scripts/twin.sh eval | cli -x SCRIPT LOAD)
+  SCENARIOS+=(
+    "Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 1000000000 1000000000 1|fcall"
+    "Twin cl_throttle (EVALSHA)|EVALSHA $TWIN_SHA 1 __KEY__ cl_throttle 1000000000 1000000000 1|evalsha"
+    "Twin cl_window limit 100|FCALL cl_window 1 __KEY__ 100 1 MS|fcall"
+    "Twin cl_bucket|FCALL cl_bucket 1 __KEY__ 1000000000 1000000000 1|fcall"
+    "Twin cl_counter|FCALL cl_counter 1 __KEY__ 1000000000 60|fcall"
+  )
+fi
 
 usec_per_call() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
 
@@ -52,14 +65,22 @@ ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
 printf '\nCPU per call (server usec, INFO commandstats) and throughput, %s requests, 50 clients, pipeline 16\n' "$REQUESTS"
 printf '%-26s %10s %7s %11s %10s %7s %11s\n' command "hot usec" ratio "hot req/s" "rand usec" ratio "rand req/s"
 base_hot=""; base_rand=""
+declare -A HOT_US
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd stat <<<"$s"
   read -r hot_us hot_rps < <(run "$stat" "$cmd" "bench:hot")
   read -r rand_us rand_rps < <(run "$stat" "$cmd" "bench:__rand_int__")
+  HOT_US[$name]=$hot_us
   [ -z "$base_hot" ] && base_hot=$hot_us && base_rand=$rand_us
   printf '%-26s %10s %7s %11s %10s %7s %11s\n' "$name" "$hot_us" "$(ratio "$hot_us" "$base_hot")" "$hot_rps" \
     "$rand_us" "$(ratio "$rand_us" "$base_rand")" "$rand_rps"
 done
+
+if [ -n "${HOT_US[Twin cl_throttle (FCALL)]:-}" ]; then
+  # The SPEC's target for the twin: no slower than the plain Lua GCRA script users fall back on.
+  printf '\nTwin cl_throttle (FCALL) / Lua GCRA (EVALSHA), hot key: %s\n' \
+    "$(ratio "${HOT_US[Twin cl_throttle (FCALL)]}" "${HOT_US[Lua GCRA (EVALSHA)]}")"
+fi
 
 # Memory: used_memory growth per key over $KEYS distinct keys, each written once ("fresh") and
 # then written a second time ("reused": how a limiter that saw traffic sits idle).
@@ -90,6 +111,7 @@ MEM_SCENARIOS=(
 )
 MEM_EXTRA=${BENCH_MEM_EXTRA:-bench/memory.txt}
 if [ -f "$MEM_EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && MEM_SCENARIOS+=("$line"); done < "$MEM_EXTRA"; fi
+if [ "${TWIN:-1}" != 0 ]; then MEM_SCENARIOS+=("Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 10 1 600"); fi
 for s in "${MEM_SCENARIOS[@]}"; do
   IFS='|' read -r name cmd <<<"$s"
   fresh=$(mem_per_key "$cmd" 1); reused=$(mem_per_key "$cmd" 2)

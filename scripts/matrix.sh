@@ -20,6 +20,15 @@ mkdir -p target/matrix
 "$CARGO" test --test '*' --no-run -q 2>&1 | tail -n 20 >&2 || die "building the integration tests failed"
 
 rows=(); failed=0
+# Adds the row of a run (NAME VERSION LOG RC T0) to the table; a failure prints its first lines.
+record() {
+  local sum passed nfailed result=PASS
+  sum() { grep -E '^test result:' "$3" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+  passed=$(sum passed); nfailed=$(sum failed)
+  if [ "$4" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
+  rows+=("$1|$2|$result|$passed|$nfailed|$((SECONDS - $5))")
+  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$3" | head -n 20 >&2 || true; fi
+}
 for name in "${names[@]}"; do
   log="target/matrix/$name.log"; t0=$SECONDS
   if ! server=$(scripts/servers.sh "$name" 2>"$log") || ! cli=$(scripts/servers.sh --cli "$name" 2>>"$log"); then
@@ -33,26 +42,16 @@ for name in "${names[@]}"; do
     timeout 1200 "$CARGO" test --no-fail-fast --test '*' >>"$log" 2>&1
   rc=$?
   set -e
-  sum() { grep -E '^test result:' "$log" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
-  passed=$(sum passed); nfailed=$(sum failed)
-  result=PASS
-  if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
-  rows+=("$name|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
-  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$log" | head -n 20 >&2 || true; fi
+  record "$name" "$version" "$log" "$rc" "$t0"
   # ---- The Functions twin on the same server (issue 10).
   if [ "${MATRIX_TWIN:-1}" != 0 ]; then
-    tlog="target/matrix/$name-twin.log"; t0=$SECONDS
-    echo "matrix: $name ($version): the behavioural tests against the Functions twin (log: $tlog)" >&2
+    log="target/matrix/$name-twin.log"; t0=$SECONDS
+    echo "matrix: $name ($version): the behavioural tests against the Functions twin (log: $log)" >&2
     set +e
-    THROTTLE_SERVER="$server" THROTTLE_CLI="$cli" scripts/twin-tests.sh twin >"$tlog" 2>&1
+    THROTTLE_SERVER="$server" THROTTLE_CLI="$cli" scripts/twin-tests.sh twin >"$log" 2>&1
     rc=$?
     set -e
-    sum() { grep -E '^test result:' "$tlog" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
-    passed=$(sum passed); nfailed=$(sum failed)
-    result=PASS
-    if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
-    rows+=("$name+twin|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
-    if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$tlog" | head -n 20 >&2 || true; fi
+    record "$name+twin" "$version" "$log" "$rc" "$t0"
   fi
 done
 
