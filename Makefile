@@ -9,7 +9,7 @@ DOCKER_BASE ?= redis:7.4
 DOCKER_IMAGE ?= redis-throttle:latest
 LOCAL_IMAGE ?= redis-throttle:local
 # Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster failover persistence security
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security
 export NATIVE_ONLY_TESTS
 # The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
 # module itself, skipped when the behavioural tests run against the twin (`make test-twin`).
@@ -50,8 +50,8 @@ test-twin: build
 test-containers: build
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh $(MODULE)
 
-# The integration suite against Redis 7.0, Valkey 8.0, Redis 8.0 and Valkey 8.1, and a table.
-# MATRIX="redis-8.0 valkey-8.1" runs some of them.
+# The integration suite against every server of scripts/servers.sh --list (Redis 7.0, 8.0.2 and
+# 8.0.6; Valkey 8.0, 8.1 and 9.1), and a table. MATRIX="redis-8.0.6 valkey-9.1" runs some of them.
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
 
@@ -68,7 +68,7 @@ docker-engine:
 
 # Fuzzing (cargo-fuzz, libFuzzer): each target for FUZZ_SECONDS seconds.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= parse gcra counter bucket window
+FUZZ_TARGETS ?= parse throttle counter bucket window
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 

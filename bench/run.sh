@@ -8,6 +8,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODULE=$(pwd)/target/release/libredis_throttle.so
+# The floor (bench/floor.c), built here against the redis-module crate's redismodule.h.
+FLOOR=$(pwd)/target/bench/floor.so
+header=$(cargo metadata --format-version 1 2>/dev/null | python3 -c '
+import json, os, sys
+for p in json.load(sys.stdin)["packages"]:
+    if p["name"] == "redis-module":
+        print(os.path.join(os.path.dirname(p["manifest_path"]), "src", "include")); break')
+[ -f "$header/redismodule.h" ] || { echo "bench: redismodule.h not found (cargo metadata)" >&2; exit 1; }
+mkdir -p "$(dirname "$FLOOR")"
+cc -O2 -fPIC -shared -I"$header" bench/floor.c -o "$FLOOR"
 REQUESTS=${REQUESTS:-400000}
 KEYS=${KEYS:-100000}
 PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
@@ -15,7 +25,7 @@ DIR=$(mktemp -d)
 trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 
 ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-  --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log"
+  --loadmodule "$MODULE" --loadmodule "$FLOOR" --daemonize yes --logfile "$DIR/server.log"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
 
@@ -31,7 +41,8 @@ LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
 # name | command with __KEY__ (every call admitted and written: the expensive path) | stat name
 SCENARIOS=(
   "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000|set"
-  "CL.THROTTLE|CL.THROTTLE __KEY__ 1000000000 1000000000 1|cl.throttle"
+  "module floor (floor.c)|FLOOR.TOUCH __KEY__|floor.touch"
+  "CL.THROTTLE|CL.THROTTLE __KEY__ 99 100000000 1|cl.throttle"
   "Lua GCRA (EVALSHA)|EVALSHA $LUA_SHA 1 __KEY__ 1000000 1 1000000000|evalsha"
 )
 EXTRA=${BENCH_EXTRA:-bench/scenarios.txt}
@@ -42,10 +53,10 @@ if [ "${TWIN:-1}" != 0 ]; then
   cli -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
   TWIN_SHA=$(scripts/twin.sh eval | cli -x SCRIPT LOAD)
   SCENARIOS+=(
-    "Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 1000000000 1000000000 1|fcall"
-    "Twin cl_throttle (EVALSHA)|EVALSHA $TWIN_SHA 1 __KEY__ cl_throttle 1000000000 1000000000 1|evalsha"
+    "Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 99 100000000 1|fcall"
+    "Twin cl_throttle (EVALSHA)|EVALSHA $TWIN_SHA 1 __KEY__ cl_throttle 99 100000000 1|evalsha"
     "Twin cl_window limit 100|FCALL cl_window 1 __KEY__ 100 1 MS|fcall"
-    "Twin cl_bucket|FCALL cl_bucket 1 __KEY__ 1000000000 1000000000 1|fcall"
+    "Twin cl_bucket|FCALL cl_bucket 1 __KEY__ 1000 1000 1 MS|fcall"
     "Twin cl_counter|FCALL cl_counter 1 __KEY__ 1000000000 60|fcall"
   )
 fi
@@ -63,17 +74,34 @@ run() { # $1 stat, $2 command, $3 key pattern
 ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
 
 printf '\nCPU per call (server usec, INFO commandstats) and throughput, %s requests, 50 clients, pipeline 16\n' "$REQUESTS"
-printf '%-26s %10s %7s %11s %10s %7s %11s\n' command "hot usec" ratio "hot req/s" "rand usec" ratio "rand req/s"
-base_hot=""; base_rand=""
-declare -A HOT_US
+printf 'ratios: to SET PX and to the module floor, measured in this run\n'
+printf '%-26s %9s %6s %6s %10s %9s %6s %6s %10s\n' command "hot usec" xSET xfloor "hot req/s" "rand usec" xSET xfloor "rand req/s"
+base_hot=""; base_rand=""; floor_hot=""; floor_rand=""
+declare -A HOT HOT_US
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd stat <<<"$s"
   read -r hot_us hot_rps < <(run "$stat" "$cmd" "bench:hot")
   read -r rand_us rand_rps < <(run "$stat" "$cmd" "bench:__rand_int__")
-  HOT_US[$name]=$hot_us
+  HOT_US[$name]=$hot_us # (the twin's scenarios share their stat names with others)
   [ -z "$base_hot" ] && base_hot=$hot_us && base_rand=$rand_us
-  printf '%-26s %10s %7s %11s %10s %7s %11s\n' "$name" "$hot_us" "$(ratio "$hot_us" "$base_hot")" "$hot_rps" \
-    "$rand_us" "$(ratio "$rand_us" "$base_rand")" "$rand_rps"
+  [ "$stat" = floor.touch ] && floor_hot=$hot_us && floor_rand=$rand_us
+  HOT[$stat]=$hot_us
+  printf '%-26s %9s %6s %6s %10s %9s %6s %6s %10s\n' "$name" "$hot_us" "$(ratio "$hot_us" "$base_hot")" "$(ratio "$hot_us" "${floor_hot:-$hot_us}")" "$hot_rps" \
+    "$rand_us" "$(ratio "$rand_us" "$base_rand")" "$(ratio "$rand_us" "${floor_rand:-$rand_us}")" "$rand_rps"
+done
+
+# CL.ALL with N limiters (CL.THROTTLE specs on one user's hash-tagged keys) against N single
+# CL.THROTTLE calls: the target is N x single + one floor.
+printf '\nCL.ALL with N limiters vs N single calls (hot keys; usec per call; target: ratio <= 1)\n'
+printf '%-12s %10s %14s %12s %7s\n' limiters "CL.ALL" "N x single" "+ floor" ratio
+single=${HOT[cl.throttle]}
+for n in 1 3 8; do
+  keys=""; specs=""
+  for i in $(seq 1 "$n"); do keys="$keys bench:{u}:$i"; specs="$specs THROTTLE 99 100000000 1"; done
+  read -r all_us _ < <(run cl.all "CL.ALL $n$keys$specs" "unused")
+  budget=$(python3 -c "print(f'{$n*$single:.2f}')")
+  with_floor=$(python3 -c "print(f'{$n*$single+$floor_hot:.2f}')")
+  printf '%-12s %10s %14s %12s %7s\n' "$n" "$all_us" "$budget" "$with_floor" "$(ratio "$all_us" "$with_floor")"
 done
 
 if [ -n "${HOT_US[Twin cl_throttle (FCALL)]:-}" ]; then

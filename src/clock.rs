@@ -1,10 +1,13 @@
 //! One instant per call: Redis's own command time where the server has it (frozen for a
 //! whole MULTI/EXEC, script or function, so every call inside sees the same now), else the
-//! system's real-time clock (Redis < 7.2).
+//! system's real-time clock (Redis < 7.2), in whole microseconds either way, the resolution
+//! of the server's clock and of `TIME` (which the Functions twin reads).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 use throttle_core::Instant;
+
+use crate::api::api;
 
 /// Testing aid (`CL.DEBUG CLOCK`, registered only with `DEBUG-COMMANDS yes`): an instant in
 /// Unix microseconds every call sees instead of the server's clock; `NOT_PINNED` when off.
@@ -19,13 +22,14 @@ pub fn pin(micros: Option<i64>) {
 
 pub fn now() -> Instant {
     let pinned = PINNED_MICROS.load(Ordering::Relaxed);
-    if pinned != NOT_PINNED {
-        return Instant::from_nanos(pinned.saturating_mul(1_000));
-    }
-    if let Some(cached) = unsafe { redis_module::raw::RedisModule_CachedMicroseconds } {
-        let micros = unsafe { cached() };
-        return Instant::from_nanos(micros.saturating_mul(1_000));
-    }
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Instant::from_nanos(i64::try_from(since_epoch.as_nanos()).unwrap_or(i64::MAX))
+    let micros = match api().cached_microseconds {
+        _ if pinned != NOT_PINNED => pinned,
+        // SAFETY: a server function without arguments, callable from any command.
+        Some(cached) => unsafe { cached() },
+        None => {
+            let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            i64::try_from(since_epoch.as_micros()).unwrap_or(i64::MAX)
+        }
+    };
+    Instant::from_nanos(micros.saturating_mul(1_000))
 }

@@ -6,7 +6,10 @@ use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+use throttle_core::command::Keys;
 use throttle_core::{Error, Result};
+
+use crate::api::api;
 
 /// One invocation: the context and the raw arguments (`argv[0]` is the command name).
 pub struct Call<'a> {
@@ -14,75 +17,112 @@ pub struct Call<'a> {
     argv: &'a [*mut RedisModuleString],
 }
 
+/// Arguments kept on the stack: every single-key command fits (CL.ALL may not).
+const ON_STACK: usize = 16;
+
 impl<'a> Call<'a> {
-    /// The arguments after the command name, as byte strings (binary safe), on the stack:
-    /// no command takes more than `MAX_ARGS`, and one more is kept so that parsing still
-    /// sees "too many".
+    /// The arguments after the command name, as byte strings (binary safe).
     pub fn args(&self) -> Args<'a> {
-        let mut args = Args { items: [&[]; MAX_ARGS + 1], len: 0 };
-        for (slot, &s) in args.items.iter_mut().zip(self.argv.iter().skip(1)) {
-            *slot = bytes(s);
-            args.len += 1;
+        let words = self.argv.get(1..).unwrap_or(&[]);
+        if words.len() > ON_STACK {
+            return Args::Heap(words.iter().map(|&s| bytes(s)).collect());
         }
-        args
+        let mut items = [&[][..]; ON_STACK];
+        for (slot, &s) in items.iter_mut().zip(words) {
+            *slot = bytes(s);
+        }
+        Args::Stack(items, words.len())
     }
 
-    /// The key name as Redis holds it (argument 1; arity guarantees it exists).
-    pub fn key_name(&self) -> Result<*mut RedisModuleString> {
-        self.argv.get(1).copied().ok_or(Error::Internal("missing key argument".into()))
+    /// Argument `i` after the command name as Redis holds it (to open a key by its name).
+    pub fn word(&self, i: usize) -> Result<*mut RedisModuleString> {
+        self.argv.get(i + 1).copied().ok_or_else(|| Error::Internal(format!("no argument {i}")))
     }
 }
 
-/// The most arguments (after the command name) any command accepts.
-pub const MAX_ARGS: usize = 8;
-
-pub struct Args<'a> {
-    items: [&'a [u8]; MAX_ARGS + 1],
-    len: usize,
+// The large variant is the point: the hot path's arguments live on the stack, unboxed.
+#[allow(clippy::large_enum_variant)]
+pub enum Args<'a> {
+    Stack([&'a [u8]; ON_STACK], usize),
+    Heap(Vec<&'a [u8]>),
 }
 
 impl<'a> std::ops::Deref for Args<'a> {
     type Target = [&'a [u8]];
     fn deref(&self) -> &Self::Target {
-        &self.items[..self.len]
+        match self {
+            Args::Stack(items, len) => &items[..*len],
+            Args::Heap(items) => items,
+        }
     }
 }
 
 /// The bytes of a Redis string, borrowed for the duration of the call.
 pub fn bytes<'a>(s: *const RedisModuleString) -> &'a [u8] {
     let mut len = 0usize;
-    // SAFETY: argv strings live until the command returns; StringPtrLen never fails on them.
-    let ptr = unsafe { raw::RedisModule_StringPtrLen.map_or(std::ptr::null(), |f| f(s, &mut len)) };
+    // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails on them.
+    let ptr = unsafe { (api().string_ptr_len)(s, &mut len) };
+    // SAFETY: `ptr` points at `len` bytes that live as long as the argument.
     if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } }
 }
 
-pub type Handler = fn(&Call) -> Result<[i64; 5]>;
+/// What a command replies.
+pub enum Response {
+    /// A limiter's five integers (the hot path: no allocation).
+    Five([i64; 5]),
+    /// Anything else: arrays of integers and strings.
+    Tree(Node),
+}
+
+pub enum Node {
+    Integer(i64),
+    Array(Vec<Node>),
+}
+
+pub type Handler = fn(&Call) -> Result<Response>;
 
 /// The C entry point Redis calls for a command.
 pub type Entry = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
 
-/// Makes the C entry point of a command from its handler.
+/// Makes the C entry point of a command from its handler and its table.
 macro_rules! entry {
-    ($handler:expr) => {{
+    ($handler:expr, $table:expr) => {{
         unsafe extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::os::raw::c_int,
         ) -> std::os::raw::c_int {
-            $crate::dispatch::run(ctx, argv, argc, $handler)
+            $crate::dispatch::run(ctx, argv, argc, $handler, $table.keys)
         }
         entry
     }};
 }
 pub(crate) use entry;
 
-/// Runs `handler` and sends its reply: five integers, or the error's text.
-pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: Handler) -> c_int {
+/// Runs `handler` and sends its reply, or the error's text. For a command whose keys are
+/// counted (`numkeys key…`, registered with `getkeys-api`), a server asking where the keys
+/// are (Cluster routing on Redis 7.0) gets their positions instead.
+pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: Handler, keys: Keys) -> c_int {
     let argv: &[*mut RedisModuleString] = match usize::try_from(argc) {
+        // SAFETY: Redis passes `argc` valid argument pointers.
         Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
         _ => &[],
     };
     let call = Call { ctx, argv };
+    // SAFETY: the command's context.
+    if let Keys::Counted { max } = keys
+        && unsafe { (api().is_keys_position_request)(ctx) } != 0
+    {
+        // `numkeys` at 1, the keys after it; nothing for a malformed count (the call errs).
+        let numkeys = call.args().first().and_then(|n| throttle_core::args::integer(n).ok());
+        if let Some(n) = numkeys.and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=max).contains(n) && n + 2 <= argv.len()) {
+            for pos in 2..2 + n {
+                // SAFETY: the command's context, in a keys-position request.
+                unsafe { (api().key_at_pos)(ctx, pos as c_int) };
+            }
+        }
+        return raw::Status::Ok as c_int;
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| handler(&call))).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
@@ -91,20 +131,36 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             .unwrap_or_else(|| "panic".to_string());
         Err(Error::Internal(what))
     });
-    unsafe {
-        match outcome {
-            Ok(values) => {
-                if let (Some(array), Some(int)) = (raw::RedisModule_ReplyWithArray, raw::RedisModule_ReplyWithLongLong) {
-                    array(ctx, values.len() as _);
-                    for v in values {
-                        int(ctx, v);
-                    }
-                }
+    match outcome {
+        Ok(Response::Five(values)) => {
+            let api = api();
+            // SAFETY: `ctx` is the command's context, valid for the whole call.
+            unsafe { (api.reply_with_array)(ctx, 5) };
+            for v in values {
+                // SAFETY: as above.
+                unsafe { (api.reply_with_long_long)(ctx, v) };
             }
-            Err(e) => reply_error(ctx, &e),
         }
+        Ok(Response::Tree(node)) => reply_node(ctx, &node),
+        Err(e) => reply_error(ctx, &e),
     }
     raw::Status::Ok as c_int
+}
+
+fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
+    let api = api();
+    // SAFETY (both): `ctx` is the command's context.
+    match node {
+        Node::Integer(v) => unsafe {
+            (api.reply_with_long_long)(ctx, *v);
+        },
+        Node::Array(items) => {
+            unsafe { (api.reply_with_array)(ctx, items.len() as _) };
+            for item in items {
+                reply_node(ctx, item);
+            }
+        }
+    }
 }
 
 /// Replaces the process's panic hook: a panic (always caught by `run`) is written to the
@@ -117,8 +173,10 @@ pub fn install_panic_hook() {
             .chars()
             .map(|c| if c == '\0' { ' ' } else { c })
             .collect();
+        // SAFETY: a copy of the server's log function, filled in before any command runs.
         if let (Some(log), Ok(text)) = (unsafe { raw::RedisModule_Log }, CString::new(text)) {
-            // The message goes as an argument, never as the format.
+            // SAFETY: the message goes as an argument, never as the format; a null context
+            // logs as the module.
             unsafe { log(std::ptr::null_mut(), c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
         }
     }));
@@ -128,7 +186,6 @@ fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
     // An error reply is one line: drop what would break the protocol.
     let text: String = e.to_string().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let text = CString::new(text).unwrap_or_else(|_| c"ERR internal error".to_owned());
-    if let Some(reply) = unsafe { raw::RedisModule_ReplyWithError } {
-        unsafe { reply(ctx, text.as_ptr()) };
-    }
+    // SAFETY: `ctx` is the command's context; `text` outlives the call.
+    unsafe { (api().reply_with_error)(ctx, text.as_ptr()) };
 }

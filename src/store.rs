@@ -1,156 +1,275 @@
-//! A limiter's key: an ordinary Redis string with an expiry, read and written through the
-//! key API and replicated as plain commands with absolute times, so that replicas, AOF
-//! replays and servers without the module reproduce it byte for byte.
+//! A limiter's key: an ordinary Redis string with an expiry, read and written through the key
+//! API and replicated as plain commands with absolute times, so that replicas, AOF replays and
+//! servers without the module reproduce it byte for byte.
+//!
+//! Applying an effect is all or nothing: [`Key::prepare`] checks everything that could fail
+//! (sizes, patch bounds, the expiry) before [`Key::apply`] writes the first byte, and every
+//! write is replicated and announced (keyspace events) as the equivalent Redis commands would
+//! be: `SET key value PXAT ms` (`set`, `expire`), `SETRANGE` (`setrange`) and `PEXPIREAT`
+//! (`expire`), `DEL` (`del`).
 
+use std::borrow::Cow;
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
-use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
-use throttle_core::limiter::Stored;
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+use throttle_core::limiter::{Algorithm, Stored, Write};
+use throttle_core::args::Decimal;
 use throttle_core::{Effect, Error, Patch, Result};
 
+use crate::api::api;
 use crate::dispatch::Call;
+
+/// The longest value a limiter may write: Redis's own limit for a string.
+const MAX_VALUE: usize = 512 * 1024 * 1024;
+
+/// Values up to this length may be held in a compact encoding (an integer, or a string stored
+/// with its object), which reading through `RedisModule_StringDMA` would convert to a plain
+/// string; longer ones are always plain strings.
+const COMPACT_UP_TO: usize = 64;
 
 /// Values up to this length are reallocated to their exact size when they grow; longer
 /// ones grow as Redis grows strings (amortised O(1), up to twice the length).
 const EXACT_GROWTH_UP_TO: usize = 4096;
 
-/// What can be stored as a limiter's value. Implementations write the value, its expiry
-/// and the replicated commands that reproduce both.
-pub trait Value {
-    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()>;
-}
-
-pub struct LimiterKey {
-    ctx: *mut raw::RedisModuleCtx,
+/// A key opened (for reading and writing) for one call.
+pub struct Key {
+    ctx: *mut RedisModuleCtx,
     name: *mut RedisModuleString,
-    /// Null once closed.
     key: *mut RedisModuleKey,
-    /// The value read when the key was opened (`None`: no key), as Redis's own bytes: read
-    /// once per call, valid until the value is written (`apply` consumes the key).
-    value: Option<(*const u8, usize)>,
+    value: Value,
+    expires_at_ms: Option<i64>,
 }
 
-macro_rules! api {
-    ($f:ident) => {
-        {
-            // SAFETY: a copy of the function pointer Redis filled in at load time.
-            #[allow(unused_unsafe)]
-            let f = unsafe { raw::$f };
-            f.ok_or_else(|| Error::Internal(concat!(stringify!($f), " is not available").into()))?
-        }
-    };
+/// The value as read when the key was loaded.
+enum Value {
+    Missing,
+    /// Redis's own bytes (`RedisModule_StringDMA`), valid until the value is written.
+    Borrowed(*const u8, usize),
+    /// A copy of a value that may be compactly encoded, read without converting it.
+    Copied([u8; COMPACT_UP_TO], usize),
 }
 
-impl LimiterKey {
-    /// Opens the call's key for reading and writing. WRONGTYPE unless it is missing or a string.
-    pub fn open(call: &Call) -> Result<LimiterKey> {
-        let name = call.key_name()?;
-        let open = api!(RedisModule_OpenKey);
-        let key_type = api!(RedisModule_KeyType);
+impl Key {
+    /// Opens argument `word` (after the command name) as a key, for reading and writing.
+    /// WRONGTYPE unless it is missing or a string.
+    pub fn open(call: &Call, word: usize) -> Result<Key> {
+        let name = call.word(word)?;
+        let api = api();
         let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-        let key = unsafe { open(call.ctx, name, mode) }.cast::<RedisModuleKey>();
+        // SAFETY: a valid context and argument string; the handle is closed on drop.
+        let key = unsafe { (api.open_key)(call.ctx, name, mode) };
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let mut opened = LimiterKey { ctx: call.ctx, name, key, value: None };
-        match unsafe { key_type(key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY => {}
-            raw::REDISMODULE_KEYTYPE_STRING => {
-                let mut len = 0usize;
-                let ptr = unsafe { api!(RedisModule_StringDMA)(key, &mut len, raw::REDISMODULE_READ as c_int) };
-                if ptr.is_null() {
-                    return Err(Error::WrongType);
-                }
-                opened.value = Some((ptr.cast::<u8>().cast_const(), len));
-            }
-            _ => return Err(Error::WrongType),
+        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None };
+        // SAFETY: an open key.
+        match unsafe { (api.key_type)(key.key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(key),
+            _ => Err(Error::WrongType),
         }
-        Ok(opened)
     }
 
-    /// The stored bytes, `None` when the key does not exist.
-    fn value(&self) -> Option<&[u8]> {
-        // SAFETY: Redis's bytes of the open key, unchanged until a write consumes the key.
-        self.value.map(|(ptr, len)| unsafe { std::slice::from_raw_parts(ptr, len) })
+    /// Reads the value for `algorithm`. A value that may be compactly encoded is copied
+    /// through `GET` (which leaves it as it is) when the call is a pure read (`peek`), or when
+    /// its length rules it out as the algorithm's state (an error will tell which); else it is
+    /// read in place, as the write that usually follows reads it anyway.
+    pub fn load(&mut self, algorithm: Algorithm, peek: bool) -> Result<()> {
+        let api = api();
+        // SAFETY: an open key.
+        if unsafe { (api.key_type)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY {
+            return Ok(());
+        }
+        // SAFETY: an open string key.
+        let len = unsafe { (api.value_length)(self.key) };
+        self.value = if len > COMPACT_UP_TO || (!peek && algorithm.plausible_len(len)) {
+            let mut got = 0usize;
+            // SAFETY: an open string key; READ mode never fails on one.
+            let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_READ as c_int) };
+            if ptr.is_null() {
+                return Err(Error::WrongType);
+            }
+            Value::Borrowed(ptr.cast_const().cast(), got)
+        } else {
+            self.copy_through_get()?
+        };
+        if algorithm.reads_expiry() {
+            self.expires_at_ms = self.expiry();
+        }
+        Ok(())
     }
 
-    /// What the key holds, for a limiter to decide on; its expiry only when asked for.
-    pub fn stored(&self, with_expiry: bool) -> Result<Option<Stored<'_>>> {
-        let Some(value) = self.value() else { return Ok(None) };
-        let expires_at_ms = if with_expiry { self.expires_at_ms()? } else { None };
-        Ok(Some(Stored { value, expires_at_ms }))
+    fn copy_through_get(&self) -> Result<Value> {
+        let api = api();
+        // SAFETY: a valid context and key name; the reply is freed below.
+        let reply = unsafe { (api.call)(self.ctx, c"GET".as_ptr(), c"s".as_ptr(), self.name) };
+        if reply.is_null() {
+            return Err(Error::Internal("GET failed".into()));
+        }
+        let mut len = 0usize;
+        // SAFETY: a reply owned here.
+        let is_string = unsafe { (api.call_reply_type)(reply) } as isize == raw::REDISMODULE_REPLY_STRING;
+        // SAFETY: as above.
+        let ptr = if is_string { unsafe { (api.call_reply_string_ptr)(reply, &mut len) } } else { std::ptr::null() };
+        let mut copy = [0u8; COMPACT_UP_TO];
+        let outcome = match copy.get_mut(..len) {
+            Some(target) if !ptr.is_null() => {
+                // SAFETY: the reply holds `len` bytes at `ptr` until it is freed.
+                target.copy_from_slice(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+                Ok(Value::Copied(copy, len))
+            }
+            _ => Err(Error::Internal("GET did not return the value".into())),
+        };
+        // SAFETY: freed once, after its last use.
+        unsafe { (api.free_call_reply)(reply) };
+        outcome
+    }
+
+    /// What the key held when loaded, for a limiter to decide on.
+    pub fn stored(&self) -> Option<Stored<'_>> {
+        let value = match &self.value {
+            Value::Missing => return None,
+            // SAFETY: Redis's bytes of the open key, unchanged until `apply` writes.
+            Value::Borrowed(ptr, len) => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Value::Copied(bytes, len) => &bytes[..*len],
+        };
+        Some(Stored { value, expires_at_ms: self.expires_at_ms })
+    }
+
+    fn exists(&self) -> bool {
+        !matches!(self.value, Value::Missing)
     }
 
     /// The key's absolute expiry in Unix milliseconds, `None` when it has none.
-    fn expires_at_ms(&self) -> Result<Option<i64>> {
-        let at = if let Some(abs) = unsafe { raw::RedisModule_GetAbsExpire } {
-            unsafe { abs(self.key) }
-        } else {
-            // Before 7.0.5: a relative TTL from the server's clock.
-            let ttl = unsafe { api!(RedisModule_GetExpire)(self.key) };
-            if ttl == raw::REDISMODULE_NO_EXPIRE as i64 { ttl } else { crate::clock::now().ceil_millis().saturating_add(ttl) }
+    fn expiry(&self) -> Option<i64> {
+        let api = api();
+        let at = match api.get_abs_expire {
+            // SAFETY: an open key.
+            Some(abs) => unsafe { abs(self.key) },
+            None => {
+                // Before 7.0.5: a relative TTL from the server's clock.
+                // SAFETY: an open key.
+                let ttl = unsafe { (api.get_expire)(self.key) };
+                if ttl == raw::REDISMODULE_NO_EXPIRE as i64 { ttl } else { crate::clock::now().ceil_millis().saturating_add(ttl) }
+            }
         };
-        Ok((at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at))
+        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
     }
 
-    /// Applies a decision's effect. Consumes the key: after a write it must not be read.
-    pub fn apply<V: Value>(self, effect: Effect<V>) -> Result<()> {
-        match effect {
-            Effect::Nothing => Ok(()),
-            Effect::Store { state, expires_at } => state.store(self, expires_at.ceil_millis()),
-            Effect::Delete if self.value.is_none() => Ok(()),
-            Effect::Delete => {
-                unsafe { api!(RedisModule_DeleteKey)(self.key) };
-                unsafe { api!(RedisModule_Replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name) };
-                self.wrote(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+    /// Checks that `effect` can be applied to this key, and what applying it writes.
+    pub fn prepare<'e>(&self, effect: &'e Effect<Write>) -> Result<Prepared<'e>> {
+        let (state, expires_at) = match effect {
+            Effect::Nothing => return Ok(Prepared::Nothing),
+            Effect::Delete if self.exists() => return Ok(Prepared::Delete),
+            Effect::Delete => return Ok(Prepared::Nothing),
+            Effect::Store { state, expires_at } => (state, expires_at),
+        };
+        let expires_ms = expires_at.ceil_millis();
+        if expires_ms <= 0 {
+            return Err(Error::Internal(format!("an expiry before 1970: {expires_ms}")));
+        }
+        let prepared = match state {
+            // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
+            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None },
+            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms) },
+            Write::Patch(patch) => {
+                check(patch)?;
+                let old_len = self.stored().map(|s| s.value.len());
+                match old_len {
+                    _ if patch.is_whole() => Prepared::Whole { value: Cow::Borrowed(&patch.chunks[0].1), expires_ms: Some(expires_ms) },
+                    Some(old) if patch.len >= old => Prepared::Patch { patch, expires_ms },
+                    // A new key, or one that shrinks (SETRANGE cannot): the whole value.
+                    _ => {
+                        let mut whole = self.stored().map(|s| s.value.to_vec()).unwrap_or_default();
+                        patch.apply(&mut whole);
+                        Prepared::Whole { value: Cow::Owned(whole), expires_ms: Some(expires_ms) }
+                    }
+                }
+            }
+        };
+        Ok(prepared)
+    }
+
+    /// Applies a prepared effect: writes, sets the expiry, replicates, announces. After a write
+    /// the value read by `load` is gone. Should a server call fail after bytes were written
+    /// (`prepare` rules out every known cause), what was written is still replicated, so that
+    /// replicas never diverge, and the call answers an error.
+    pub fn apply(&mut self, prepared: Prepared<'_>) -> Result<()> {
+        let api = api();
+        match prepared {
+            Prepared::Nothing => Ok(()),
+            Prepared::Delete => {
+                // SAFETY: a key open for writing.
+                if unsafe { (api.delete_key)(self.key) } != raw::Status::Ok as c_int {
+                    return Err(Error::Internal("cannot delete the key".into()));
+                }
+                self.value = Value::Missing;
+                self.replicate(Replicated::Del)?;
+                self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")]);
+                Ok(())
+            }
+            Prepared::Integer { text, expires_ms } => self.write_whole(text.as_bytes(), expires_ms),
+            Prepared::Whole { value, expires_ms } => self.write_whole(&value, expires_ms),
+            Prepared::Patch { patch, expires_ms } => {
+                let buf = self.writable(patch.len)?;
+                for (offset, bytes) in &patch.chunks {
+                    // Within bounds: `check` proved it.
+                    buf[*offset..offset + bytes.len()].copy_from_slice(bytes);
+                }
+                let expiry = self.set_expiry(expires_ms);
+                for (offset, bytes) in &patch.chunks {
+                    self.replicate(Replicated::SetRange { offset: *offset, bytes })?;
+                }
+                // Should the expiry have failed, the replica keeps its own, as the master did.
+                expiry?;
+                self.replicate(Replicated::PexpireAt { at_ms: expires_ms })?;
+                for _ in &patch.chunks {
+                    self.announce_one(raw::REDISMODULE_NOTIFY_STRING, c"setrange");
+                }
+                self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"expire")]);
                 Ok(())
             }
         }
     }
 
-    /// Creates or replaces the value through Redis's own `SET key value PXAT ms`: the value
-    /// gets SET's compact encoding (an integer costs no more than `SET key <int>`), and SET
-    /// itself notifies, marks the dataset dirty and propagates, with an absolute time.
-    fn set(mut self, value: &[u8], expires_ms: i64) -> Result<()> {
-        self.close(); // SET replaces the value under any open handle
-        let at = Decimal::new(expires_ms);
-        let at = at.as_bytes();
-        let call = api!(RedisModule_Call);
-        let reply = unsafe {
-            call(self.ctx, c"SET".as_ptr(), c"!sbcb".as_ptr(), self.name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
+    /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
+    /// KEEPTTL` when the expiry stays.
+    fn write_whole(&mut self, value: &[u8], expires_ms: Option<i64>) -> Result<()> {
+        self.writable(value.len())?.copy_from_slice(value);
+        let Some(expires_ms) = expires_ms else {
+            self.replicate(Replicated::Set { value, at_ms: None })?;
+            self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set")]);
+            return Ok(());
         };
-        if reply.is_null() {
-            return Err(Error::Internal(format!("SET failed: {}", std::io::Error::last_os_error())));
+        if let Err(e) = self.set_expiry(expires_ms) {
+            // The replica keeps its own expiry, as the master did.
+            self.replicate(Replicated::Set { value, at_ms: None })?;
+            return Err(e);
         }
-        let failed = unsafe { api!(RedisModule_CallReplyType)(reply) } as isize == raw::REDISMODULE_REPLY_ERROR;
-        let outcome = if failed {
-            let mut len = 0usize;
-            let text = unsafe { api!(RedisModule_CallReplyStringPtr)(reply, &mut len) };
-            let text = if text.is_null() { &[][..] } else { unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) } };
-            Err(Error::Internal(format!("SET failed: {}", String::from_utf8_lossy(text))))
-        } else {
-            Ok(())
-        };
-        unsafe { api!(RedisModule_FreeCallReply)(reply) };
-        outcome
+        self.replicate(Replicated::Set { value, at_ms: Some(expires_ms) })?;
+        self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set"), (raw::REDISMODULE_NOTIFY_GENERIC, c"expire")]);
+        Ok(())
     }
 
-    /// Overwrites the existing value's bytes in place (no reallocation) and moves its expiry.
-    /// The caller replicates.
-    fn overwrite(&self, value: &[u8], expires_ms: i64) -> Result<()> {
-        self.resize_for_writing(value.len())?.copy_from_slice(value);
-        self.set_expiry(expires_ms)
-    }
-
-    /// The existing value resized to `len` (growth zero-filled), writable in place.
-    fn resize_for_writing(&self, len: usize) -> Result<&mut [u8]> {
-        let truncate = api!(RedisModule_StringTruncate);
-        let resize = |to: usize| match unsafe { truncate(self.key, to) } {
-            status if status == raw::Status::Ok as c_int => Ok(()),
-            _ => Err(Error::Internal("cannot resize the value".into())),
+    /// The value resized to `len` (growth zero-filled), writable in place. A missing key is
+    /// created as a plain string.
+    fn writable(&mut self, len: usize) -> Result<&mut [u8]> {
+        let api = api();
+        let resize = |to: usize| {
+            // SAFETY: a key open for writing, holding a string or nothing.
+            match unsafe { (api.string_truncate)(self.key, to) } {
+                status if status == raw::Status::Ok as c_int => Ok(()),
+                _ => Err(Error::Internal("cannot resize the value".into())),
+            }
         };
-        let old = self.value.map_or(0, |(_, len)| len);
-        if len > old && len <= EXACT_GROWTH_UP_TO {
+        let old = match self.value {
+            Value::Missing => 0,
+            Value::Borrowed(_, len) | Value::Copied(_, len) => len,
+        };
+        if !self.exists() {
+            // A new plain string of exactly `len` bytes.
+            resize(len)?;
+        } else if len > old && len <= EXACT_GROWTH_UP_TO {
             // Redis grows strings greedily (up to twice the length). For a small value, grow
             // one byte more and shrink back: Redis then reallocates it to its exact size,
             // which keeps a window's log within 16 bytes per action.
@@ -159,135 +278,122 @@ impl LimiterKey {
         } else if len != old {
             resize(len)?;
         }
+        self.value = Value::Missing; // whatever was read is no longer valid
         let mut got = 0usize;
-        let ptr = unsafe { api!(RedisModule_StringDMA)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+        // SAFETY: a string key open for writing.
+        let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
         if ptr.is_null() || got != len {
             return Err(Error::Internal("cannot write the value in place".into()));
         }
+        // SAFETY: Redis's `len` bytes of the value, ours to write until the key is closed.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
-        if let Some(abs) = unsafe { raw::RedisModule_SetAbsExpire } {
-            unsafe { abs(self.key, expires_ms) };
-        } else {
-            let ttl = expires_ms.saturating_sub(crate::clock::now().ceil_millis()).max(1);
-            unsafe { api!(RedisModule_SetExpire)(self.key, ttl) };
-        }
-        Ok(())
-    }
-
-    /// After a write through the key API: keyspace notification, and WATCH / client tracking.
-    fn wrote(&self, class: c_int, event: &std::ffi::CStr) {
-        if let Some(notify) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
-            unsafe { notify(self.ctx, class, event.as_ptr(), self.name) };
-        }
-        if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
-            unsafe { signal(self.ctx, self.name) };
-        }
-    }
-
-    fn close(&mut self) {
-        if !self.key.is_null() {
-            if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
-                unsafe { close(self.key) };
+        let api = api();
+        let status = match api.set_abs_expire {
+            // SAFETY: a key open for writing that holds a value.
+            Some(abs) => unsafe { abs(self.key, expires_ms) },
+            None => {
+                let ttl = expires_ms.saturating_sub(crate::clock::now().ceil_millis()).max(1);
+                // SAFETY: as above.
+                unsafe { (api.set_expire)(self.key, ttl) }
             }
-            self.key = std::ptr::null_mut();
-        }
-    }
-}
-
-impl Drop for LimiterKey {
-    fn drop(&mut self) {
-        self.close();
-    }
-}
-
-/// An integer value (a TAT, a count, a deficit), stored as its decimal text like `SET key <int>`.
-impl Value for i64 {
-    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
-        let digits = Decimal::new(*self);
-        let text = digits.as_bytes();
-        if key.value.map(|(_, len)| len) != Some(text.len()) {
-            return key.set(text, expires_ms);
-        }
-        // Same length (a TAT always is): rewrite the digits in place, then replicate the
-        // equivalent `SET key <value> PXAT <ms>` (numbers as text buffers, cheapest for Redis).
-        key.overwrite(text, expires_ms)?;
-        let at = Decimal::new(expires_ms);
-        let at = at.as_bytes();
-        unsafe {
-            api!(RedisModule_Replicate)(key.ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), key.name, text.as_ptr(), text.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len())
         };
-        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"set");
-        Ok(())
+        match status == raw::Status::Ok as c_int {
+            true => Ok(()),
+            false => Err(Error::Internal("cannot set the key's expiry".into())),
+        }
     }
-}
 
-/// A binary value edited in place (CL.WINDOW's log): the patch's chunks are written into the
-/// existing string and replicated as `SETRANGE`s plus `PEXPIREAT`, so a call costs what it
-/// changes. A new key, a whole rewrite or a shrink goes as one `SET … PXAT`.
-impl Value for Patch {
-    fn store(&self, key: LimiterKey, expires_ms: i64) -> Result<()> {
-        match key.value() {
-            Some(old) if !self.is_whole() && self.len >= old.len() => {}
-            old => {
-                let mut whole = old.map(<[u8]>::to_vec).unwrap_or_default();
-                self.apply(&mut whole);
-                return key.set(&whole, expires_ms);
+    /// Propagates a command on this key to replicas and the AOF, with absolute times.
+    fn replicate(&self, command: Replicated<'_>) -> Result<()> {
+        let replicate = api().replicate;
+        let (ctx, name) = (self.ctx, self.name);
+        // SAFETY (every arm): each format matches the arguments passed with it: `s` the key
+        // name, `b` a pointer and a length, `c` a NUL-terminated literal.
+        let (what, status) = match command {
+            Replicated::Set { value, at_ms: Some(at) } => {
+                let at = Decimal::new(at);
+                let at = at.as_bytes();
+                let args = (value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len());
+                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, args.0, args.1, args.2, args.3, args.4) })
             }
-        }
-        let buf = key.resize_for_writing(self.len)?;
-        for (offset, bytes) in &self.chunks {
-            let target = offset
-                .checked_add(bytes.len())
-                .and_then(|end| buf.get_mut(*offset..end))
-                .ok_or_else(|| Error::Internal("a patch chunk lies outside the value".into()))?;
-            target.copy_from_slice(bytes);
-        }
-        key.set_expiry(expires_ms)?;
-        let replicate = api!(RedisModule_Replicate);
-        for (offset, bytes) in &self.chunks {
-            let offset = Decimal::new(i64::try_from(*offset).unwrap_or(i64::MAX));
-            let offset = offset.as_bytes();
-            unsafe {
-                replicate(key.ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), key.name, offset.as_ptr(), offset.len(), bytes.as_ptr(), bytes.len())
-            };
-        }
-        let at = Decimal::new(expires_ms);
-        let at = at.as_bytes();
-        unsafe { replicate(key.ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), key.name, at.as_ptr(), at.len()) };
-        key.wrote(raw::REDISMODULE_NOTIFY_STRING, c"setrange");
-        Ok(())
-    }
-}
-
-/// The decimal text of an i64, formatted on the stack (this runs on every call).
-struct Decimal {
-    bytes: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    fn new(v: i64) -> Decimal {
-        let mut d = Decimal { bytes: [0; 20], start: 20 };
-        let mut n = v.unsigned_abs();
-        loop {
-            d.start -= 1;
-            d.bytes[d.start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
+            Replicated::Set { value, at_ms: None } => {
+                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) })
             }
+            Replicated::SetRange { offset, bytes } => {
+                let offset = Decimal::new(i64::try_from(offset).unwrap_or(i64::MAX));
+                let offset = offset.as_bytes();
+                let args = (offset.as_ptr(), offset.len(), bytes.as_ptr(), bytes.len());
+                ("SETRANGE", unsafe { replicate(ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), name, args.0, args.1, args.2, args.3) })
+            }
+            Replicated::PexpireAt { at_ms } => {
+                let at = Decimal::new(at_ms);
+                let at = at.as_bytes();
+                ("PEXPIREAT", unsafe { replicate(ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len()) })
+            }
+            Replicated::Del => ("DEL", unsafe { replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name) }),
+        };
+        match status == raw::Status::Ok as c_int {
+            true => Ok(()),
+            false => Err(Error::Internal(format!("cannot replicate {what}"))),
         }
-        if v < 0 {
-            d.start -= 1;
-            d.bytes[d.start] = b'-';
-        }
-        d
     }
 
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[self.start..]
+    /// Keyspace events of a write, then the signal for WATCH and client tracking.
+    fn announce(&self, events: &[(c_int, &CStr)]) {
+        for &(class, event) in events {
+            self.announce_one(class, event);
+        }
+        // SAFETY: a valid context and key name.
+        unsafe { (api().signal_modified_key)(self.ctx, self.name) };
     }
+
+    fn announce_one(&self, class: c_int, event: &CStr) {
+        // SAFETY: a valid context, key name and event name.
+        unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        // SAFETY: the handle opened in `open`, closed once.
+        unsafe { (api().close_key)(self.key) };
+    }
+}
+
+/// A command that reproduces a write on replicas and in the AOF.
+enum Replicated<'a> {
+    /// `SET key value PXAT at_ms`, or `SET key value KEEPTTL`.
+    Set { value: &'a [u8], at_ms: Option<i64> },
+    SetRange { offset: usize, bytes: &'a [u8] },
+    PexpireAt { at_ms: i64 },
+    Del,
+}
+
+/// An effect checked against its key, ready to be written.
+pub enum Prepared<'e> {
+    Nothing,
+    Delete,
+    /// An integer state, replicated as `SET key value PXAT ms` (`KEEPTTL` for `None`: the
+    /// expiry stays).
+    Integer { text: Decimal, expires_ms: Option<i64> },
+    /// The whole value, replicated as `SET key value PXAT ms`.
+    Whole { value: Cow<'e, [u8]>, expires_ms: Option<i64> },
+    /// An in-place edit of a value at least as long, replicated as `SETRANGE`s and `PEXPIREAT`.
+    Patch { patch: &'e Patch, expires_ms: i64 },
+}
+
+/// Every chunk lies within the patched length, which a string may have.
+fn check(patch: &Patch) -> Result<()> {
+    if patch.len > MAX_VALUE {
+        return Err(Error::Internal(format!("a value of {} bytes", patch.len)));
+    }
+    for (offset, bytes) in &patch.chunks {
+        if offset.checked_add(bytes.len()).is_none_or(|end| end > patch.len) {
+            return Err(Error::Internal("a patch chunk lies outside the value".into()));
+        }
+    }
+    Ok(())
 }

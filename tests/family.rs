@@ -134,8 +134,9 @@ fn errors_are_clear_and_change_nothing() {
         ("CL.BUCKET b 3 1", "ERR wrong number of arguments for 'cl.bucket' command"),
         ("CL.COUNTER c 3", "ERR wrong number of arguments for 'cl.counter' command"),
         ("CL.WINDOW w 0 10", "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)"),
-        ("CL.WINDOW w 3 -1", "ERR window must be an integer from 1 to 9223372036854775807"),
-        ("CL.WINDOW w 3 10 PRECISION 11", "ERR precision must be a positive duration no longer than the window"),
+        ("CL.WINDOW w 3 -1", "ERR window must be an integer from 1 to 1000000000 (seconds)"),
+        ("CL.WINDOW w 3 10 PRECISION 11", "ERR precision must be an integer from 1 to 10 (seconds)"),
+        ("CL.WINDOW w 3 60000 PRECISION 5 MS", "ERR precision must be an integer from 6 to 60000 (milliseconds)"),
         ("CL.WINDOW w 3 10 PRECISION", "ERR syntax error"),
         ("CL.BUCKET b 0 1 10", "ERR capacity must be an integer from 1 to 9223372036854775807"),
         ("CL.BUCKET b 3 0 10", "ERR tokens must be an integer from 1 to 9223372036854775807"),
@@ -143,7 +144,11 @@ fn errors_are_clear_and_change_nothing() {
         ("CL.COUNTER c 0 10", "ERR limit must be an integer from 1 to 999999999999999999"),
         ("CL.COUNTER c 3 1.5", "ERR value is not an integer or out of range"),
         ("CL.COUNTER c 3 10 BOGUS", "ERR syntax error"),
-        ("CL.BUCKET b 3 1 9223372036854775807", "ERR parameters are too large: their nanosecond arithmetic overflows 64 bits"),
+        ("CL.BUCKET b 3 1 9223372036854775807", "ERR interval must be an integer from 1 to 1000000000 (seconds)"),
+        (
+            "CL.BUCKET b 9223372036854775807 1 1",
+            "ERR parameters are too large: interval * ceil(capacity / tokens) must be at most 1000000000 seconds (1000000000000 milliseconds)",
+        ),
     ];
     for (words, want) in cases {
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
@@ -189,5 +194,92 @@ fn one_limiters_key_used_by_another_is_wrongtype_and_untouched() {
     for command in ["CL.WINDOW junk 5 60", "CL.BUCKET junk 5 1 60", "CL.COUNTER junk 5 60"] {
         let args: Vec<&[u8]> = command.split_whitespace().map(str::as_bytes).collect();
         assert!(error_of(&mut c, &args).starts_with("ERR key does not hold valid CL."), "{command}");
+    }
+}
+
+/// Every "must be an integer from A to B" an error states is the real range: on a fresh key,
+/// B is accepted (no error of any kind: the call decides) and B+1 gets that same message.
+#[test]
+fn error_messages_state_the_real_ranges() {
+    let server = Server::start();
+    let mut c = server.client();
+    // A call with one argument set to a value out of range (`{}` marks it), others small.
+    let templates = [
+        "CL.THROTTLE {k} {} 1000000 1 MS",
+        "CL.THROTTLE {k} 0 {} 1000000000",
+        "CL.THROTTLE {k} 0 1 {}",
+        "CL.THROTTLE {k} 0 1 {} MS",
+        "CL.WINDOW {k} {} 1",
+        "CL.WINDOW {k} {} 1 PRECISION 1",
+        "CL.WINDOW {k} 1 {}",
+        "CL.WINDOW {k} 1 {} MS",
+        "CL.WINDOW {k} 1 60 PRECISION {}",
+        "CL.WINDOW {k} 1 3600000 PRECISION {} MS",
+        "CL.BUCKET {k} {} 1000000000000000000 1",
+        "CL.BUCKET {k} 1 {} 1",
+        "CL.BUCKET {k} 1 1 {}",
+        "CL.COUNTER {k} {} 1",
+        "CL.COUNTER {k} 1 {}",
+        "CL.COUNTER {k} 1 {} MS",
+    ];
+    let run = |c: &mut redis::Connection, template: &str, value: &str, key: &str| -> Result<(), String> {
+        let words = template.replace("{k}", key).replace("{}", value);
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        harness::call(c, &args).map(|_| ()).map_err(|e| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string())
+    };
+    for (n, template) in templates.iter().enumerate() {
+        let message = run(&mut c, template, "-1", &format!("r{n}a")).expect_err(template);
+        let range = message.split(" from ").nth(1).unwrap_or_else(|| panic!("{template}: {message}"));
+        let max: i128 = range.split(' ').nth(2).and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{template}: {message}"));
+        assert_eq!(run(&mut c, template, &max.to_string(), &format!("r{n}b")), Ok(()), "{template}: the stated maximum {max}");
+        if max < i128::from(i64::MAX) {
+            let over = run(&mut c, template, &(max + 1).to_string(), &format!("r{n}c")).expect_err(template);
+            assert_eq!(over, message, "{template}: one above the stated maximum");
+        }
+    }
+}
+
+fn encoding_and_memory(c: &mut redis::Connection, key: &str) -> (String, i64) {
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap();
+    let memory: i64 = redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap();
+    (encoding, memory)
+}
+
+/// Reading never re-encodes a value: the module's own keys are plain strings from the start
+/// (so denials and peeks find them as they are), a peek reads a value Redis keeps compactly
+/// (an integer written by SET) without converting it, and so does a call whose key holds
+/// something of the wrong length for its state (another application's integer or short text).
+#[test]
+fn reads_leave_the_value_as_it_was() {
+    let server = Server::start();
+    let mut c = server.client();
+    for (key, create, deny, peek) in [
+        ("t", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60 0"),
+        ("c", "CL.COUNTER c 1 60", "CL.COUNTER c 1 60", "CL.COUNTER c 1 60 0"),
+        ("b", "CL.BUCKET b 1 1 60", "CL.BUCKET b 1 1 60", "CL.BUCKET b 1 1 60 0"),
+        ("w", "CL.WINDOW w 1 60", "CL.WINDOW w 1 60", "CL.WINDOW w 1 60 0"),
+        ("p", "CL.WINDOW p 1 60 PRECISION 10", "CL.WINDOW p 1 60 PRECISION 10", "CL.WINDOW p 1 60 PRECISION 10 0"),
+    ] {
+        assert_eq!(throttle(&mut c, create)[0], 0, "{create}");
+        let written = encoding_and_memory(&mut c, key);
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        assert_eq!(encoding_and_memory(&mut c, key), written, "{deny}: a denial changes nothing");
+        throttle(&mut c, peek);
+        assert_eq!(encoding_and_memory(&mut c, key), written, "{peek}: a peek changes nothing");
+    }
+    // A TAT written by SET (as redis-cell's users, a replica or a restart leave it) is an integer.
+    let _: () = redis::cmd("SET").arg("set-tat").arg("1795354456188603542").arg("PXAT").arg("9999999999999").query(&mut c).unwrap();
+    let compact = encoding_and_memory(&mut c, "set-tat");
+    assert_eq!(compact.0, "int");
+    throttle(&mut c, "CL.THROTTLE set-tat 0 1 60 0");
+    assert_eq!(encoding_and_memory(&mut c, "set-tat"), compact, "a peek leaves an integer an integer");
+    // Other applications' values of a length no state of that command has.
+    for (key, value) in [("app:int", "12345"), ("app:text", "hello world")] {
+        let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut c).unwrap();
+        let before = encoding_and_memory(&mut c, key);
+        let args: Vec<&[u8]> = vec![b"CL.THROTTLE", key.as_bytes(), b"0", b"1", b"60"];
+        let e = error_of(&mut c, &args);
+        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{key}: {e}");
+        assert_eq!(encoding_and_memory(&mut c, key), before, "{key}: an error leaves the value as it was");
     }
 }

@@ -58,8 +58,8 @@ fn noeviction_answers_oom_and_changes_nothing() {
     assert_eq!(snapshot(&mut c), before, "nothing changed");
     // With room again, the limiters continue where they were.
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
-    for i in 0..CALLS.len() {
-        assert_eq!(throttle(&mut c, &words(i, &format!("rl:{i}"), 0))[..3], [0, 5, 3], "{}", CALLS[i]);
+    for (i, call) in CALLS.iter().enumerate() {
+        assert_eq!(throttle(&mut c, &words(i, &format!("rl:{i}"), 0))[..3], [0, 5, 3], "{call}");
     }
 }
 

@@ -28,15 +28,15 @@ fn fill(c: &mut redis::Connection) {
 /// The limiters continue where they were: a used-up one is denied, a part-used one admits
 /// its remaining 3 and no more.
 fn continues(c: &mut redis::Connection) {
-    for i in 0..KINDS.len() {
-        assert_eq!(call(c, i, "full", 1)[..3], [1, 5, 0], "{}", KINDS[i]);
-        assert_eq!(call(c, i, "part", 0)[..3], [0, 5, 3], "{}", KINDS[i]);
+    for (i, kind) in KINDS.iter().enumerate() {
+        assert_eq!(call(c, i, "full", 1)[..3], [1, 5, 0], "{kind}");
+        assert_eq!(call(c, i, "part", 0)[..3], [0, 5, 3], "{kind}");
     }
 }
 
 /// Fills a server started with `options`, restarts it, and checks that every limiter
 /// survived byte for byte; returns the server and the snapshot from before the restart.
-fn survives_restart(options: Options, label: &str) -> (Server, Vec<(Vec<u8>, Vec<u8>, i64)>) {
+fn survives_restart(options: Options, label: &str) -> (Server, harness::Snapshot) {
     let mut server = Server::with(options);
     let mut c = server.client();
     fill(&mut c);

@@ -25,6 +25,27 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
             "CL.WINDOW-P" => format!("CL.WINDOW {key} 12 {} {quantity} PRECISION {}{unit}", t(600), t(60)),
             "CL.BUCKET" => format!("CL.BUCKET {key} 8 2 {} {quantity}{unit}", t(300)),
             "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
+            "CL.ALL" => {
+                // Two or three limiters of one user, of any algorithms, sharing their keys
+                // with the single commands' (the same stored forms).
+                let user = rng.random_range(0..40);
+                let n = rng.random_range(2..=3);
+                let specs = [
+                    (format!("rl:cl.throttle:{user}"), format!("THROTTLE 5 3 {}", t(600))),
+                    (format!("rl:cl.window:{user}"), format!("WINDOW 12 {}", t(600))),
+                    (format!("rl:cl.window-p:{user}"), format!("WINDOW 12 {} PRECISION {}", t(600), t(60))),
+                    (format!("rl:cl.bucket:{user}"), format!("BUCKET 8 2 {}", t(300))),
+                    (format!("rl:cl.counter:{user}"), format!("COUNTER 9 {}", t(600))),
+                ];
+                let first = rng.random_range(0..specs.len() - n + 1);
+                let chosen = &specs[first..first + n];
+                let keys: Vec<&str> = chosen.iter().map(|(k, _)| k.as_str()).collect();
+                let specs: Vec<String> = chosen.iter().map(|(_, s)| format!("{s} QUANTITY {}", rng.random_range(-2i64..4))).collect();
+                let words = format!("CL.ALL {n} {} {}{unit}", keys.join(" "), specs.join(" "));
+                let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+                harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
+                continue;
+            }
             other => panic!("unknown command {other}"),
         };
         let _ = harness::try_throttle(c, &words).unwrap_or_else(|e| panic!("{words}: {e}"));
@@ -53,7 +74,7 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
 
-    random_calls(&mut c, 4000, &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER"]);
+    random_calls(&mut c, 4000, &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL"]);
     wait_for_replica(&master, &replica);
 
     let on_master = snapshot(&mut c);
@@ -81,5 +102,10 @@ fn calls_that_change_nothing_propagate_nothing() {
     assert_eq!(harness::throttle(&mut c, "CL.THROTTLE k 0 1 600")[0], 1, "denied");
     harness::throttle(&mut c, "CL.THROTTLE k 0 1 600 0");
     harness::throttle(&mut c, "CL.THROTTLE other 0 1 600 0");
+    // A CL.ALL denied by one limiter writes nothing for the others either.
+    let denied: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "fresh", "k", "COUNTER", "5", "600", "THROTTLE", "0", "1", "600"]).query(&mut c).unwrap();
+    assert_eq!((denied[0], denied[5]), (1, 2));
     assert_eq!(offset(), before, "denials and peeks add nothing to the replication stream");
+    let exists: i64 = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "the admitting limiter of a denied CL.ALL created nothing");
 }

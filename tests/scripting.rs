@@ -4,7 +4,7 @@
 
 mod harness;
 
-use harness::{Options, Server, snapshot, wait_until};
+use harness::{Options, Server, frozen_clock, snapshot, wait_until};
 use std::time::Duration;
 
 #[test]
@@ -37,4 +37,31 @@ fn a_scripts_effects_replicate_to_a_module_less_replica() {
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut c).unwrap();
     let on_master = snapshot(&mut c);
     wait_until("the replica to match the master", Duration::from_secs(10), || snapshot(&mut replica.client()) == on_master);
+}
+
+/// Two `CL.THROTTLE … MS` calls with a few milliseconds of Lua work between them: the second's
+/// reset_after is 2000 when both saw one instant, 2000 − the time that passed otherwise.
+const TWO_CALLS_APART: &str = "local a = redis.call('CL.THROTTLE', KEYS[1], 9, 1, 1000, 'MS') \
+    local x = 0 for i = 1, 2000000 do x = x + i end \
+    local b = redis.call('CL.THROTTLE', KEYS[1], 9, 1, 1000, 'MS') return {a[5], b[5]}";
+
+#[test]
+fn one_instant_for_a_whole_script_or_function() {
+    // Valkey 9 runs Lua in a module of its own (MODULE LIST shows `lua`): its scripts and
+    // functions must still give every call the command time of the EVAL or FCALL.
+    let server = Server::start();
+    let mut c = server.client();
+    let library = format!("#!lua name=clock\nredis.register_function('two_calls', function(KEYS, ARGV) {TWO_CALLS_APART} end)");
+    let _: String = redis::cmd("FUNCTION").arg("LOAD").arg(library).query(&mut c).unwrap();
+    let in_script: Vec<i64> = redis::cmd("EVAL").arg(TWO_CALLS_APART).arg(1).arg("s").query(&mut c).unwrap();
+    let in_function: Vec<i64> = redis::cmd("FCALL").arg("two_calls").arg(1).arg("f").query(&mut c).unwrap();
+    for (what, resets) in [("script", in_script), ("function", in_function)] {
+        assert_eq!(resets[0], 1000, "{what}");
+        if frozen_clock(&server) {
+            assert_eq!(resets[1], 2000, "{what}: both calls see the same instant");
+        } else {
+            // Redis 7.0: the real-time clock moved on during the Lua loop.
+            assert!((1000..2000).contains(&resets[1]), "{what}: real-time clock, reset_after {} ms", resets[1]);
+        }
+    }
 }

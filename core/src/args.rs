@@ -1,7 +1,6 @@
-//! Argument parsing shared by every command: strict integers (as Redis itself parses them)
-//! and the optional tail `[quantity] [MS] [PRECISION p]`.
+//! The words of a call: strict integers (as Redis itself parses them) and durations.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Range, Result};
 use crate::time::{Nanos, Unit};
 
 /// A base-10 signed 64-bit integer, exactly as Redis's `string2ll` accepts it: an optional
@@ -25,64 +24,56 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
         value = value
             .checked_mul(10)
             .and_then(|v| v.checked_sub(i64::from(b - b'0')))
-            .ok_or(Error::NotAnInteger)?;
+            .ok_or_else(|| Error::NotAnInteger)?;
     }
-    if negative { Ok(value) } else { value.checked_neg().ok_or(Error::NotAnInteger) }
+    if negative { Ok(value) } else { value.checked_neg().ok_or_else(|| Error::NotAnInteger) }
 }
 
-/// An integer that must be at least 1 (a count, period, window, limit or capacity).
-pub fn positive(arg: &[u8], name: &'static str) -> Result<i64> {
-    match integer(arg)? {
-        v if v >= 1 => Ok(v),
-        _ => Err(Error::OutOfRange { name, range: "an integer from 1 to 9223372036854775807" }),
+/// A duration argument (`value` in `unit`): 1 to [`crate::time::MAX_DURATION`].
+pub fn duration(value: i64, unit: Unit, name: &'static str) -> Result<Nanos> {
+    let max = unit.max_duration();
+    if !(1..=max).contains(&value) {
+        return Err(Error::OutOfRange { name, range: Range::Duration { min: 1, max, unit } });
     }
+    unit.to_nanos(value)
 }
 
-/// An integer that must be at least 0 (a max_burst).
-pub fn non_negative(arg: &[u8], name: &'static str) -> Result<i64> {
-    match integer(arg)? {
-        v if v >= 0 => Ok(v),
-        _ => Err(Error::OutOfRange { name, range: "an integer from 0 to 9223372036854775807" }),
-    }
+/// The decimal text of an i64, formatted on the stack (this runs on every call).
+pub struct Decimal {
+    bytes: [u8; 20],
+    start: usize,
 }
 
-/// The optional arguments after a command's positional ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tail {
-    /// Units consumed: 0 peeks, negative refunds. Defaults to 1.
-    pub quantity: i64,
-    pub unit: Unit,
-    /// `PRECISION p`, in the call's unit (only where the command accepts it).
-    pub precision: Option<i64>,
-}
-
-impl Tail {
-    /// Parses `[quantity] [MS] [PRECISION p]` in any order; `quantity` at most once.
-    /// A word that is not a known option is a syntax error; anything else in the quantity's
-    /// place must be an integer.
-    pub fn parse(args: &[&[u8]], accepts_precision: bool) -> Result<Tail> {
-        let mut tail = Tail { quantity: 1, unit: Unit::Seconds, precision: None };
-        let mut quantity_seen = false;
-        let mut rest = args.iter();
-        while let Some(&arg) = rest.next() {
-            if arg.eq_ignore_ascii_case(b"MS") && tail.unit == Unit::Seconds {
-                tail.unit = Unit::Millis;
-            } else if accepts_precision && arg.eq_ignore_ascii_case(b"PRECISION") && tail.precision.is_none() {
-                let value = rest.next().ok_or(Error::Syntax)?;
-                tail.precision = Some(positive(value, "precision")?);
-            } else if !quantity_seen && !arg.first().is_some_and(u8::is_ascii_alphabetic) {
-                tail.quantity = integer(arg)?;
-                quantity_seen = true;
-            } else {
-                return Err(Error::Syntax);
-            }
+impl Decimal {
+    pub fn new(v: i64) -> Decimal {
+        // Two digits per division: a TAT has 19.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+            5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+        let mut d = Decimal { bytes: [0; 20], start: 20 };
+        let mut n = v.unsigned_abs();
+        while n >= 100 {
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            d.start -= 2;
+            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
         }
-        Ok(tail)
+        if n >= 10 {
+            let pair = n as usize * 2;
+            d.start -= 2;
+            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
+            d.start -= 1;
+            d.bytes[d.start] = b'0' + n as u8;
+        }
+        if v < 0 {
+            d.start -= 1;
+            d.bytes[d.start] = b'-';
+        }
+        d
     }
 
-    /// A positive time argument in nanoseconds, in this call's unit.
-    pub fn duration(&self, value: i64) -> Result<Nanos> {
-        self.unit.to_nanos(value)
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
     }
 }
 
@@ -109,24 +100,27 @@ mod tests {
     }
 
     #[test]
-    fn tail_accepts_options_in_any_order() {
-        let t = Tail::parse(&[b"ms", b"5"], false).unwrap();
-        assert_eq!((t.quantity, t.unit), (5, Unit::Millis));
-        let t = Tail::parse(&[b"-3", b"MS"], false).unwrap();
-        assert_eq!((t.quantity, t.unit), (-3, Unit::Millis));
-        let t = Tail::parse(&[b"PRECISION", b"10", b"2"], true).unwrap();
-        assert_eq!((t.quantity, t.precision), (2, Some(10)));
-        assert_eq!(Tail::parse(&[], false).unwrap().quantity, 1);
+    fn decimals_are_the_text_integer_parses() {
+        for v in [0i64, 7, -7, 10, 99, 100, -100, 1_000_000_007, 1_795_354_456_188_603_542, i64::MAX, i64::MIN] {
+            let d = Decimal::new(v);
+            assert_eq!(d.as_bytes(), v.to_string().as_bytes());
+            assert_eq!(integer(d.as_bytes()), Ok(v));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimals_match_std(v: i64) {
+            let (d, text) = (Decimal::new(v), v.to_string());
+            proptest::prop_assert_eq!(d.as_bytes(), text.as_bytes());
+        }
     }
 
     #[test]
-    fn tail_rejects_unknown_and_repeated_words() {
-        assert_eq!(Tail::parse(&[b"FOO"], false), Err(Error::Syntax));
-        assert_eq!(Tail::parse(&[b"MS", b"MS"], false), Err(Error::Syntax));
-        assert_eq!(Tail::parse(&[b"1", b"2"], false), Err(Error::Syntax));
-        assert_eq!(Tail::parse(&[b"PRECISION", b"1"], false), Err(Error::Syntax));
-        assert_eq!(Tail::parse(&[b"PRECISION"], true), Err(Error::Syntax));
-        assert_eq!(Tail::parse(&[b"1.5"], false), Err(Error::NotAnInteger));
-        assert!(matches!(Tail::parse(&[b"PRECISION", b"0"], true), Err(Error::OutOfRange { .. })));
+    fn durations_are_capped_in_their_unit() {
+        assert_eq!(duration(1_000_000_000, Unit::Seconds, "w").map(Nanos::as_nanos), Ok(1_000_000_000_000_000_000));
+        let too_long = duration(1_000_000_000_001, Unit::Millis, "w").unwrap_err();
+        assert_eq!(too_long.to_string(), "ERR w must be an integer from 1 to 1000000000000 (milliseconds)");
+        assert!(duration(0, Unit::Seconds, "w").is_err());
     }
 }

@@ -21,8 +21,8 @@
 //! the clock stepped back) is read as if its grid restarted now, so it refills within the
 //! time its deficit needs instead of waiting for the clock to catch up.
 
-use crate::error::{Error, Result};
-use crate::time::{Instant, Nanos};
+use crate::error::{Error, Range, Result};
+use crate::time::{Instant, MAX_DURATION, Nanos};
 use crate::{Decision, Effect, Reply};
 
 /// A bucket that is not full: `deficit` tokens missing when it was stored, full at `full_at`.
@@ -62,14 +62,17 @@ impl Params {
     /// The time to refill an empty bucket must fit in 64-bit nanoseconds.
     pub fn new(capacity: i64, tokens: i64, interval: Nanos) -> Result<Params> {
         if capacity < 1 {
-            return Err(Error::OutOfRange { name: "capacity", range: "an integer from 1 to 9223372036854775807" });
+            return Err(Error::OutOfRange { name: "capacity", range: Range::Integer { min: 1, max: i64::MAX } });
         }
         if tokens < 1 {
-            return Err(Error::OutOfRange { name: "tokens", range: "an integer from 1 to 9223372036854775807" });
+            return Err(Error::OutOfRange { name: "tokens", range: Range::Integer { min: 1, max: i64::MAX } });
         }
         crate::time::whole_millis(interval, "interval")?;
         let params = Params { capacity, tokens, interval };
-        interval.checked_mul(params.refills_to_cover(capacity))?;
+        let refill_all = interval.checked_mul(params.refills_to_cover(capacity)).ok();
+        if refill_all.is_none_or(|ns| ns > MAX_DURATION.as_nanos()) {
+            return Err(Error::SpanTooLong("interval * ceil(capacity / tokens)"));
+        }
         Ok(params)
     }
 
@@ -139,7 +142,7 @@ impl Now {
         // (n − ahead)·tokens < deficit since ahead ≥ 1, and (ahead − 1)·interval <
         // full_at − now: neither overflows.
         let deficit = deficit - (n - ahead) * p.tokens;
-        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or(Error::TooLarge)?)?;
+        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or_else(|| Error::TooLarge)?)?;
         Ok(Now { deficit, stepped, next_refill })
     }
 
@@ -150,13 +153,13 @@ impl Now {
             return Ok(now);
         }
         let later = p.interval.checked_mul(p.refills_to_cover(missing) - 1)?;
-        self.next_refill.checked_add(Nanos::new(later).ok_or(Error::TooLarge)?)
+        self.next_refill.checked_add(Nanos::new(later).ok_or_else(|| Error::TooLarge)?)
     }
 
     /// The effect and reply of leaving the bucket with `deficit` after an accepted call: the
     /// grid stays, and the key expires at the grid refill that covers the new deficit.
     /// The effect of a denial: nothing, but for a pulled-back bucket, which is stored so
-    /// that it refills from now (see `gcra::decide`).
+    /// that it refills from now (see `throttle::decide`).
     fn denied_effect(&self, now: Instant, p: &Params) -> Result<Effect<i64>> {
         match self.stepped && self.deficit > 0 {
             true => Ok(Effect::Store { state: encode(self.deficit), expires_at: self.refill_covering(0, now, p)? }),

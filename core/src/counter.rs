@@ -11,7 +11,7 @@
 //! A window can close at most one window after now (it opened at or before now); a stored
 //! close beyond that (the clock stepped back) is read as closing one window from now.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Nanos};
 use crate::{Decision, Effect, Reply};
 
@@ -33,7 +33,7 @@ pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
 }
 
 /// Counts stay below 10^18, so that no count reads as a CL.THROTTLE TAT (see `kind`).
-pub const MAX_LIMIT: i64 = crate::kind::MIN_TAT - 1;
+pub const MAX_LIMIT: i64 = crate::throttle::MIN_TAT - 1;
 
 /// Validated parameters: at most `limit` units per window of `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ impl Params {
     /// is), so that a window opening on a whole millisecond closes on one.
     pub fn new(limit: i64, window: Nanos) -> Result<Params> {
         if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(Error::OutOfRange { name: "limit", range: "an integer from 1 to 999999999999999999" });
+            return Err(Error::OutOfRange { name: "limit", range: Range::Integer { min: 1, max: MAX_LIMIT } });
         }
         crate::time::whole_millis(window, "window")?;
         Ok(Params { limit, window })
@@ -77,7 +77,7 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
     let open = state
         .map(|s| State { closes_at: ceiling.map_or(s.closes_at, |c| s.closes_at.min(c)), ..s })
         .filter(|s| s.closes_at > now);
-    // A denial stores the pulled-back close (a peek stays pure): see `gcra::decide`.
+    // A denial stores the pulled-back close (a peek stays pure): see `throttle::decide`.
     let denied_effect = match open {
         Some(open) if stepped && quantity != 0 => Effect::Store { state: open.count, expires_at: open.closes_at },
         _ => Effect::Nothing,

@@ -15,13 +15,13 @@
 
 use crate::reference::{self, reply_i128};
 use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
-use crate::{Decision, Effect, Error, Instant, Nanos, Patch, Reply, bucket, counter, gcra, window};
+use crate::{Decision, Effect, Error, Instant, Nanos, Patch, Reply, bucket, counter, throttle, window};
 
 /// November 2023, where scenarios start unless they ask for an arbitrary instant.
 const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
 const MS: i64 = NANOS_PER_MILLI;
 /// The earliest instant a clock shows: a CL.THROTTLE TAT is an instant after 2001 (see `kind`).
-const MIN_NOW: i64 = crate::kind::MIN_TAT;
+const MIN_NOW: i64 = throttle::MIN_TAT;
 /// The most calls one input runs (the models are linear in the log or the refills).
 const MAX_CALLS: usize = 64;
 
@@ -145,7 +145,7 @@ struct Clock {
 
 impl Clock {
     fn start(input: &mut Input) -> Clock {
-        let now = if input.byte() % 8 == 0 { input.any(MIN_NOW, i64::MAX / 2) } else { T0 + input.small(0, 999) * 1_000 + input.small(0, 999) };
+        let now = if input.byte().is_multiple_of(8) { input.any(MIN_NOW, i64::MAX / 2) } else { T0 + input.small(0, 999) * 1_000 + input.small(0, 999) };
         Clock { now, stepped_back: false }
     }
     /// Advances by the input's next step; `false` when it would leave `MIN_NOW..=i64::MAX`.
@@ -165,47 +165,42 @@ impl Clock {
 /// Argument parsing of all four commands: never a panic, errors only from the enum with
 /// well-formed text, and integers accepted exactly when they are canonical i64 text.
 pub fn parse(data: &[u8]) {
-    use crate::request::{Bucket, Counter, Throttle, Window};
+    use crate::limiter::{Algorithm, Request};
     let (selector, rest) = data.split_first().unwrap_or((&0, &[]));
     let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(12).collect() };
     for arg in &args {
         let canonical = std::str::from_utf8(arg).ok().and_then(|s| s.parse::<i64>().ok()).filter(|v| v.to_string().as_bytes() == *arg);
         assert_eq!(crate::args::integer(arg).ok(), canonical, "integer({arg:?})");
     }
-    let (name, outcome): (&str, Result<Vec<u8>, Error>) = match selector % 4 {
-        0 => ("cl.throttle", Throttle::parse(&args).map(|r| r.key.to_vec())),
-        1 => ("cl.window", Window::parse(&args).map(|r| r.key.to_vec())),
-        2 => ("cl.bucket", Bucket::parse(&args).map(|r| r.key.to_vec())),
-        _ => ("cl.counter", Counter::parse(&args).map(|r| r.key.to_vec())),
-    };
-    match outcome {
-        Ok(key) => assert_eq!(Some(&key.as_slice()), args.first(), "the key is the first argument"),
+    let algorithm = Algorithm::ALL[usize::from(*selector) % Algorithm::ALL.len()];
+    let name = algorithm.command().name;
+    match Request::parse(algorithm, &args) {
+        Ok(request) => assert_eq!(Some(&request.key), args.first(), "the key is the first argument"),
         Err(e) => {
             let text = e.to_string();
             assert!(text.starts_with("ERR "), "{text}");
             assert!(!text.chars().any(char::is_control), "{text:?}");
             match e {
                 Error::WrongArity(n) => assert_eq!(n, name),
-                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::TooLarge | Error::Syntax => {}
+                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
             }
         }
     }
 }
 
-/// CL.THROTTLE against `reference::gcra`, whatever the clock does (the model takes any TAT).
-pub fn gcra(data: &[u8]) {
+/// CL.THROTTLE against `reference::throttle`, whatever the clock does (the model takes any TAT).
+pub fn throttle(data: &[u8]) {
     let mut input = Input::new(data);
-    let max_burst = if input.byte() % 4 == 0 { input.any(0, i64::MAX - 1) } else { input.small(0, 20) };
-    let count = if input.byte() % 4 == 0 { input.any(1, i64::MAX) } else { input.small(1, 20) };
+    let max_burst = if input.byte().is_multiple_of(4) { input.any(0, i64::MAX - 1) } else { input.small(0, 20) };
+    let count = if input.byte().is_multiple_of(4) { input.any(1, i64::MAX) } else { input.small(1, 20) };
     let period = match input.byte() % 4 {
         0 => input.any(1, i64::MAX),
         1 => input.small(1, 10_000) * MS,
         _ => input.small(1, 10_000),
     };
-    let ei = period / count;
-    let Ok(p) = gcra::Params::new(max_burst, count, Nanos::new(period).unwrap_or(Nanos::ZERO)) else {
-        assert!(ei == 0 || i128::from(ei) * (i128::from(max_burst) + 1) > i128::from(i64::MAX), "valid parameters refused");
+    let Ok(p) = throttle::Params::new(max_burst, count, Nanos::new(period).unwrap_or(Nanos::ZERO)) else {
+        assert!(!reference::throttle::valid(max_burst, count, period), "valid parameters refused");
         return;
     };
     let mut clock = Clock::start(&mut input);
@@ -215,9 +210,9 @@ pub fn gcra(data: &[u8]) {
             break;
         }
         let (now, q) = (clock.now, input.quantity(p.limit()));
-        let tat = key.at(now).value.as_deref().map(|v| gcra::decode(v).expect("a stored TAT decodes"));
-        let want = reference::gcra::call(tat.map(Instant::as_nanos), now, max_burst, count, period, q);
-        let got = gcra::decide(tat, Instant::from_nanos(now), &p, q);
+        let tat = key.at(now).value.as_deref().map(|v| throttle::decode(v).expect("a stored TAT decodes"));
+        let want = reference::throttle::call(tat.map(Instant::as_nanos), now, max_burst, count, period, q);
+        let got = throttle::decide(tat, Instant::from_nanos(now), &p, q);
         let (d, (reply, write)) = match (got, want) {
             (Err(Error::TooLarge), None) => continue,
             (Ok(d), Some(want)) => (d, want),
@@ -233,20 +228,20 @@ pub fn gcra(data: &[u8]) {
             }
         };
         assert_eq!(written, write, "gcra write at {now} q {q}");
-        let peek = gcra::decide(tat, Instant::from_nanos(now), &p, 0).expect("a peek of a state the call decided");
+        let peek = throttle::decide(tat, Instant::from_nanos(now), &p, 0).expect("a peek of a state the call decided");
         check_call("gcra", p.limit(), q, &peek, &d);
         key.store(d.effect, now, |s, _| s.as_nanos().to_string().into_bytes());
     }
     recovers("gcra", clock.now, p.tolerance().as_nanos(), p.limit(), &mut key, |key, now, q| {
-        let tat = key.value.as_deref().map(|v| gcra::decode(v).expect("a stored TAT decodes"));
-        gcra::decide(tat, Instant::from_nanos(now), &p, q).map(|d| d.map_state(|s| s.as_nanos()))
+        let tat = key.value.as_deref().map(|v| throttle::decode(v).expect("a stored TAT decodes"));
+        throttle::decide(tat, Instant::from_nanos(now), &p, q).map(|d| d.map(|s| s.as_nanos()))
     });
 }
 
 /// CL.COUNTER against `reference::counter`, whatever the clock does.
 pub fn counter(data: &[u8]) {
     let mut input = Input::new(data);
-    let limit = if input.byte() % 8 == 0 { input.any(1, counter::MAX_LIMIT) } else { input.small(1, 20) };
+    let limit = if input.byte().is_multiple_of(8) { input.any(1, counter::MAX_LIMIT) } else { input.small(1, 20) };
     let window_ms = input.small(1, 1000);
     let p = counter::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO)).expect("valid counter parameters");
     let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::counter::Model::default());
@@ -344,12 +339,6 @@ pub fn window(data: &[u8]) {
     assert_eq!(full.reply.remaining, limit, "window: full again {recovery} ns after a call");
 }
 
-impl<S> Decision<S> {
-    fn map_state<T>(self, f: impl FnOnce(S) -> T) -> Decision<T> {
-        Decision { reply: self.reply, effect: self.effect.map(f) }
-    }
-}
-
 /// After one more call at `now` (stored), a peek `recovery` later finds the limiter full.
 fn recovers(what: &str, now: i64, recovery: i64, limit: i64, key: &mut Key, decide: impl Fn(&Key, i64, i64) -> crate::Result<Decision<i64>>) {
     // Parameters near the 64-bit limits may make a call at these instants `TooLarge`.
@@ -372,7 +361,8 @@ mod tests {
     #[test]
     fn kept_seeds_replay_cleanly() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
-        let targets: [(&str, fn(&[u8])); 5] = [("parse", parse), ("gcra", gcra), ("counter", counter), ("bucket", bucket), ("window", window)];
+        type Target = (&'static str, fn(&[u8]));
+        let targets: [Target; 5] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window)];
         let mut replayed = 0;
         for (name, target) in targets {
             let Ok(dir) = std::fs::read_dir(root.join(name)) else { continue };
@@ -391,7 +381,7 @@ mod tests {
         #[test]
         fn drivers_hold_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..400)) {
             parse(&data);
-            gcra(&data);
+            throttle(&data);
             counter(&data);
             bucket(&data);
             window(&data);

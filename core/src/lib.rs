@@ -6,19 +6,25 @@
 //! the [`Effect`] on its stored state. The caller applies the effect, or not (a multi-key
 //! call applies every effect only when every limiter admits).
 
+#![forbid(unsafe_code)]
+// `Error` owns heap data in its rare variants, so building one that is not returned costs a
+// drop on the hot path (measured: a tenth of a call): errors are built lazily, `ok_or_else`
+// even for unit variants, which this lint would turn back into `ok_or`.
+#![allow(clippy::unnecessary_lazy_evaluations)]
+
+pub mod all;
 pub mod args;
 pub mod bucket;
+pub mod command;
 pub mod counter;
 pub mod error;
-pub mod gcra;
-pub mod kind;
 pub mod limiter;
 mod limits;
-pub mod request;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reference;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod throttle;
 pub mod time;
 pub mod window;
 

@@ -1,110 +1,393 @@
-//! One interface over the four algorithms, so that a command (or a coming multi-key command
-//! evaluating several limiters all-or-nothing) handles any of them the same way: parse the
-//! arguments, decide from what the key holds, and only then, if told to, apply the effect.
+//! One value for any limiter, so a command (or CL.ALL, holding several of different kinds)
+//! handles every algorithm the same way: parse its arguments by its command's table, decide
+//! from what its key holds, and only then, if told to, apply the effect.
+//!
+//! Every algorithm is named by its command, everywhere:
+//!
+//! | command | [`Algorithm`] / [`Limiter`] | module | stored value (an ordinary string key) |
+//! |---|---|---|---|
+//! | CL.THROTTLE | `Throttle` | [`crate::throttle`] (GCRA) | the TAT, decimal nanoseconds ≥ 10^18 |
+//! | CL.WINDOW | `Window` | [`crate::window`] (sliding window) | binary, first byte `0x01` (exact log) or `0x02` (buckets) |
+//! | CL.BUCKET | `Bucket` | [`crate::bucket`] (token bucket) | minus the deficit, decimal ≤ −1 |
+//! | CL.COUNTER | `Counter` | [`crate::counter`] (fixed window) | the count, decimal, 0 ≤ count < 10^18 |
+//!
+//! The stored forms are disjoint, so a key used by the wrong command is refused with WRONGTYPE
+//! instead of being misread (and overwritten).
 
-use crate::error::Result;
-use crate::kind::{self, Kind};
-use crate::request::Request;
-use crate::time::Instant;
-use crate::{Decision, Patch, bucket, counter, gcra, window};
+use crate::args::duration;
+use crate::command::{Arg, ArgKind, Command, Keys, Parsed, Tail};
+use crate::error::{Error, Range, Result};
+use crate::time::{Instant, Unit};
+use crate::{Decision, Patch, bucket, counter, throttle, window};
+
+/// The algorithms, one per limiter command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Throttle,
+    Window,
+    Bucket,
+    Counter,
+}
+
+/// A limiter with its validated parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limiter {
+    Throttle(throttle::Params),
+    Window(window::Params),
+    Bucket(bucket::Params),
+    Counter(counter::Params),
+}
+
+/// What a decision stores: an integer value, or an edit of a binary one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    Integer(i64),
+    Patch(Patch),
+}
 
 /// What a limiter's key holds when the call starts.
 #[derive(Debug, Clone, Copy)]
 pub struct Stored<'a> {
     pub value: &'a [u8],
-    /// The key's absolute expiry in Unix milliseconds; read only for limiters whose state
-    /// includes it (`READS_EXPIRY`), else `None`.
+    /// The key's absolute expiry in Unix milliseconds (`None`: the key never expires); read
+    /// only for limiters whose state includes it ([`Algorithm::reads_expiry`]).
     pub expires_at_ms: Option<i64>,
 }
 
-pub trait Limiter {
-    /// Which stored values are this limiter's (see `kind`).
-    const KIND: Kind;
-    /// Whether the key's expiry is part of the state (reading it costs the server a lookup).
-    const READS_EXPIRY: bool;
-    type Params;
-    /// What a decision stores: an integer value, or an edit of a binary one.
-    type Write;
+/// Flags of every limiter command: it writes, may grow memory, and runs in O(1)-ish time.
+pub const LIMITER_FLAGS: &str = "write deny-oom fast";
+const LIMITER_ACL: &str = "write fast";
+const SINCE: &str = "1.0.0";
 
-    fn parse<'a>(args: &[&'a [u8]]) -> Result<Request<'a, Self::Params>>;
+static THROTTLE: Command = Command {
+    name: "cl.throttle",
+    summary: "Rate-limits with GCRA (redis-cell compatible): admits max_burst+1 at once, then count per period.",
+    complexity: "O(1)",
+    since: SINCE,
+    flags: LIMITER_FLAGS,
+    acl_categories: LIMITER_ACL,
+    keys: Keys::One,
+    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::MS],
+};
 
-    /// Decides a call without writing anything. A value that belongs to another kind of
-    /// limiter is WRONGTYPE.
-    fn decide(stored: Option<Stored<'_>>, now: Instant, params: &Self::Params, quantity: i64) -> Result<Decision<Self::Write>>;
-}
+static WINDOW: Command = Command {
+    name: "cl.window",
+    summary: "Rate-limits with a sliding window: at most limit units in any span of window (exact, or bucketed with PRECISION).",
+    complexity: "O(log limit + quantity); O(window / precision) with PRECISION",
+    since: SINCE,
+    flags: LIMITER_FLAGS,
+    acl_categories: LIMITER_ACL,
+    keys: Keys::One,
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, PRECISION],
+};
 
-/// CL.THROTTLE.
-pub struct Gcra;
-/// CL.WINDOW.
-pub struct SlidingWindow;
-/// CL.BUCKET.
-pub struct TokenBucket;
-/// CL.COUNTER.
-pub struct FixedWindow;
+static BUCKET: Command = Command {
+    name: "cl.bucket",
+    summary: "Rate-limits with a token bucket: capacity tokens, refilled by tokens every whole interval.",
+    complexity: "O(1)",
+    since: SINCE,
+    flags: LIMITER_FLAGS,
+    acl_categories: LIMITER_ACL,
+    keys: Keys::One,
+    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::MS],
+};
 
-impl Limiter for Gcra {
-    const KIND: Kind = Kind::Throttle;
-    const READS_EXPIRY: bool = false;
-    type Params = gcra::Params;
-    type Write = i64;
+static COUNTER: Command = Command {
+    name: "cl.counter",
+    summary: "Rate-limits with a fixed window: at most limit units per window, counted from the window's first action.",
+    complexity: "O(1)",
+    since: SINCE,
+    flags: LIMITER_FLAGS,
+    acl_categories: LIMITER_ACL,
+    keys: Keys::One,
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS],
+};
 
-    fn parse<'a>(args: &[&'a [u8]]) -> Result<Request<'a, gcra::Params>> {
-        crate::request::Throttle::parse(args)
-    }
+/// `PRECISION p` (CL.WINDOW only).
+const PRECISION: Arg = Arg::option("precision", "PRECISION");
 
-    fn decide(stored: Option<Stored<'_>>, now: Instant, params: &gcra::Params, quantity: i64) -> Result<Decision<i64>> {
-        let tat = stored.map(|s| kind::read(Self::KIND, s.value, gcra::decode)).transpose()?;
-        let decision = gcra::decide(tat, now, params, quantity)?;
-        Ok(Decision { reply: decision.reply, effect: decision.effect.map(Instant::as_nanos) })
-    }
-}
+impl Algorithm {
+    pub const ALL: [Algorithm; 4] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter];
 
-impl Limiter for SlidingWindow {
-    const KIND: Kind = Kind::Window;
-    const READS_EXPIRY: bool = false;
-    type Params = window::Params;
-    type Write = Patch;
-
-    fn parse<'a>(args: &[&'a [u8]]) -> Result<Request<'a, window::Params>> {
-        crate::request::Window::parse(args)
-    }
-
-    fn decide(stored: Option<Stored<'_>>, now: Instant, params: &window::Params, quantity: i64) -> Result<Decision<Patch>> {
-        match stored {
-            Some(s) => kind::read(Self::KIND, s.value, |log| window::decide(Some(log), now, params, quantity)),
-            None => window::decide(None, now, params, quantity),
+    /// Its own command's table.
+    pub const fn command(self) -> &'static Command {
+        match self {
+            Algorithm::Throttle => &THROTTLE,
+            Algorithm::Window => &WINDOW,
+            Algorithm::Bucket => &BUCKET,
+            Algorithm::Counter => &COUNTER,
         }
     }
+
+    /// The word naming it in a CL.ALL spec: its command's name without `cl.`, upper case.
+    pub fn word(self) -> &'static str {
+        match self {
+            Algorithm::Throttle => "THROTTLE",
+            Algorithm::Window => "WINDOW",
+            Algorithm::Bucket => "BUCKET",
+            Algorithm::Counter => "COUNTER",
+        }
+    }
+
+    /// The algorithm a CL.ALL spec word names.
+    pub fn named(word: &[u8]) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| word.eq_ignore_ascii_case(a.word().as_bytes()))
+    }
+
+    /// Its positional parameters (after the key), in order.
+    pub fn params(self) -> impl Iterator<Item = &'static Arg> + Clone {
+        self.command().args.iter().filter(|a| !a.optional)
+    }
+
+    /// Its options other than the shared quantity and unit (`PRECISION p`).
+    pub fn options(self) -> impl Iterator<Item = &'static Arg> + Clone {
+        self.command().args.iter().filter(|a| matches!(a.kind, ArgKind::Option(_)))
+    }
+
+    /// Whether the key's expiry is part of the state (reading it costs the server a lookup).
+    pub fn reads_expiry(self) -> bool {
+        matches!(self, Algorithm::Bucket | Algorithm::Counter)
+    }
+
+    /// The name its errors about stored state use.
+    fn state_name(self) -> &'static str {
+        match self {
+            Algorithm::Throttle => "CL.THROTTLE",
+            Algorithm::Window => "CL.WINDOW",
+            Algorithm::Bucket => "CL.BUCKET",
+            Algorithm::Counter => "CL.COUNTER",
+        }
+    }
+
+    /// The algorithm whose stored form `value` is, `None` for a value of none of them.
+    pub fn owning(value: &[u8]) -> Option<Algorithm> {
+        if let Some(1 | 2) = value.first() {
+            return Some(Algorithm::Window);
+        }
+        match crate::args::integer(value).ok()? {
+            v if v >= throttle::MIN_TAT => Some(Algorithm::Throttle),
+            v if v >= 0 => Some(Algorithm::Counter),
+            _ => Some(Algorithm::Bucket),
+        }
+    }
+
+    /// Whether a stored value of `len` bytes can be this algorithm's state at all (a cheap
+    /// check before reading it).
+    pub fn plausible_len(self, len: usize) -> bool {
+        match self {
+            Algorithm::Throttle => len == 19,
+            Algorithm::Counter => (1..=18).contains(&len),
+            Algorithm::Bucket => (2..=20).contains(&len),
+            Algorithm::Window => len >= 8,
+        }
+    }
+
+    /// Builds a limiter from its positional integers (durations in `unit`) and options.
+    pub fn build(self, values: &[i64], tail: &Tail, unit: Unit) -> Result<Limiter> {
+        let value = |i: usize| values.get(i).copied().unwrap_or(0);
+        Ok(match self {
+            Algorithm::Throttle => Limiter::Throttle(throttle::Params::new(value(0), value(1), duration(value(2), unit, "period")?)?),
+            Algorithm::Window => {
+                let window = duration(value(1), unit, "window")?;
+                let precision = match tail.value("PRECISION") {
+                    None => None,
+                    Some(p) => {
+                        // At most `window::MAX_BUCKETS` buckets: stated in the call's unit.
+                        let (w, most) = (value(1), window::MAX_BUCKETS);
+                        let (min, max) = (w / most + i64::from(w % most != 0), w);
+                        if !(min..=max).contains(&p) {
+                            return Err(Error::OutOfRange { name: "precision", range: Range::Duration { min, max, unit } });
+                        }
+                        Some(duration(p, unit, "precision")?)
+                    }
+                };
+                Limiter::Window(window::Params::new(value(0), window, precision)?)
+            }
+            Algorithm::Bucket => Limiter::Bucket(bucket::Params::new(value(0), value(1), duration(value(2), unit, "interval")?)?),
+            Algorithm::Counter => Limiter::Counter(counter::Params::new(value(0), duration(value(1), unit, "window")?)?),
+        })
+    }
 }
 
-impl Limiter for TokenBucket {
-    const KIND: Kind = Kind::Bucket;
-    const READS_EXPIRY: bool = true;
-    type Params = bucket::Params;
-    type Write = i64;
-
-    fn parse<'a>(args: &[&'a [u8]]) -> Result<Request<'a, bucket::Params>> {
-        crate::request::Bucket::parse(args)
+impl Limiter {
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Limiter::Throttle(_) => Algorithm::Throttle,
+            Limiter::Window(_) => Algorithm::Window,
+            Limiter::Bucket(_) => Algorithm::Bucket,
+            Limiter::Counter(_) => Algorithm::Counter,
+        }
     }
 
-    fn decide(stored: Option<Stored<'_>>, now: Instant, params: &bucket::Params, quantity: i64) -> Result<Decision<i64>> {
-        let state = stored.map(|s| kind::read(Self::KIND, s.value, |v| bucket::decode(v, s.expires_at_ms))).transpose()?;
-        bucket::decide(state, now, params, quantity)
+    /// Decides a call consuming `quantity` units at `now` without writing anything. A value
+    /// that belongs to another algorithm is WRONGTYPE.
+    pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
+        let algorithm = self.algorithm();
+        let read = |decode: &dyn Fn(&Stored<'_>) -> Result<Decision<Write>>| -> Result<Decision<Write>> {
+            let stored = stored.as_ref().ok_or_else(|| Error::Internal("read without a value".into()))?;
+            decode(stored).map_err(|e| match (e, Algorithm::owning(stored.value)) {
+                (Error::InvalidState(_), Some(owner)) if owner != algorithm => Error::WrongType,
+                (e, _) => e,
+            })
+        };
+        let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
+        match (self, stored.is_some()) {
+            (Limiter::Throttle(p), false) => throttle::decide(None, now, p, quantity).map(|d| integer(d.map(Instant::as_nanos))),
+            (Limiter::Throttle(p), true) => read(&|s| {
+                let tat = throttle::decode(s.value)?;
+                throttle::decide(Some(tat), now, p, quantity).map(|d| integer(d.map(Instant::as_nanos)))
+            }),
+            (Limiter::Window(p), false) => window::decide(None, now, p, quantity).map(|d| d.map(Write::Patch)),
+            (Limiter::Window(p), true) => read(&|s| window::decide(Some(s.value), now, p, quantity).map(|d| d.map(Write::Patch))),
+            (Limiter::Bucket(p), false) => bucket::decide(None, now, p, quantity).map(integer),
+            (Limiter::Bucket(p), true) => read(&|s| {
+                let state = bucket::decode(s.value, s.expires_at_ms)?;
+                bucket::decide(Some(state), now, p, quantity).map(integer)
+            }),
+            (Limiter::Counter(p), false) => counter::decide(None, now, p, quantity).map(integer),
+            (Limiter::Counter(p), true) => read(&|s| {
+                let state = counter::decode(s.value, s.expires_at_ms)?;
+                counter::decide(Some(state), now, p, quantity).map(integer)
+            }),
+        }
+        .map_err(|e| match e {
+            Error::InvalidState(_) => Error::InvalidState(algorithm.state_name()),
+            e => e,
+        })
     }
 }
 
-impl Limiter for FixedWindow {
-    const KIND: Kind = Kind::Counter;
-    const READS_EXPIRY: bool = true;
-    type Params = counter::Params;
-    type Write = i64;
+/// A single-limiter call (`CL.THROTTLE key …` and its siblings), parsed by its table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub key: &'a [u8],
+    pub limiter: Limiter,
+    /// Units consumed: 0 peeks, negative refunds.
+    pub quantity: i64,
+    /// The unit of the call's times.
+    pub unit: Unit,
+    pub tail: Tail,
+}
 
-    fn parse<'a>(args: &[&'a [u8]]) -> Result<Request<'a, counter::Params>> {
-        crate::request::Counter::parse(args)
+impl<'a> Request<'a> {
+    pub fn parse(algorithm: Algorithm, args: &[&'a [u8]]) -> Result<Request<'a>> {
+        let parsed = Parsed::parse(algorithm.command(), args)?;
+        let mut values = [0i64; 3];
+        for (i, slot) in values.iter_mut().enumerate() {
+            *slot = parsed.integer(i);
+        }
+        let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit)?;
+        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, tail: parsed.tail })
+    }
+}
+
+impl<S> Decision<S> {
+    /// The same decision with its stored state mapped.
+    pub fn map<T>(self, f: impl FnOnce(S) -> T) -> Decision<T> {
+        Decision { reply: self.reply, effect: self.effect.map(f) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Nanos};
+
+    fn args(s: &str) -> Vec<&[u8]> {
+        s.split(' ').filter(|w| !w.is_empty()).map(str::as_bytes).collect()
     }
 
-    fn decide(stored: Option<Stored<'_>>, now: Instant, params: &counter::Params, quantity: i64) -> Result<Decision<i64>> {
-        let state = stored.map(|s| kind::read(Self::KIND, s.value, |v| counter::decode(v, s.expires_at_ms))).transpose()?;
-        counter::decide(state, now, params, quantity)
+    fn parse(algorithm: Algorithm, s: &str) -> Result<Request<'_>> {
+        Request::parse(algorithm, &args(s))
+    }
+
+    fn error(algorithm: Algorithm, s: &str) -> String {
+        parse(algorithm, s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn stored_forms_are_disjoint() {
+        assert_eq!(Algorithm::owning(b"1795354456188603542"), Some(Algorithm::Throttle));
+        assert_eq!(Algorithm::owning(b"1000000000000000000"), Some(Algorithm::Throttle));
+        assert_eq!(Algorithm::owning(b"999999999999999999"), Some(Algorithm::Counter));
+        assert_eq!(Algorithm::owning(b"0"), Some(Algorithm::Counter));
+        assert_eq!(Algorithm::owning(b"-1"), Some(Algorithm::Bucket));
+        assert_eq!(Algorithm::owning(b"\x01\0\0\0\0\0\0\0"), Some(Algorithm::Window));
+        assert_eq!(Algorithm::owning(b"\x02"), Some(Algorithm::Window));
+        assert_eq!(Algorithm::owning(b"hello"), None);
+        assert_eq!(Algorithm::owning(b""), None);
+    }
+
+    #[test]
+    fn another_limiters_value_is_wrongtype_and_junk_is_invalid() {
+        let counter = parse(Algorithm::Counter, "k 5 60").unwrap().limiter;
+        let stored = |value: &'static [u8]| Some(Stored { value, expires_at_ms: Some(1) });
+        let now = Instant::from_nanos(1_700_000_000 * NANOS_PER_SEC);
+        assert_eq!(counter.decide(stored(b"-3"), now, 1), Err(Error::WrongType));
+        assert_eq!(counter.decide(stored(b"junk"), now, 1), Err(Error::InvalidState("CL.COUNTER")));
+        let throttle = parse(Algorithm::Throttle, "k 5 1 60").unwrap().limiter;
+        assert_eq!(throttle.decide(stored(b"\x01\0\0\0\0\0\0\0"), now, 1), Err(Error::WrongType));
+    }
+
+    #[test]
+    fn plausible_lengths_admit_every_stored_form() {
+        assert!(Algorithm::Throttle.plausible_len(throttle::MIN_TAT.to_string().len()));
+        assert!(Algorithm::Throttle.plausible_len(i64::MAX.to_string().len()));
+        assert!(Algorithm::Counter.plausible_len(counter::MAX_LIMIT.to_string().len()));
+        assert!(Algorithm::Bucket.plausible_len(i64::MIN.to_string().len()));
+        assert!(Algorithm::Bucket.plausible_len(2));
+    }
+
+    #[test]
+    fn window_parses_its_arguments() {
+        let w = parse(Algorithm::Window, "k 10 60").unwrap();
+        assert_eq!((w.key, w.quantity, w.unit), (&b"k"[..], 1, Unit::Seconds));
+        assert_eq!(w.limiter, Limiter::Window(window::Params::new(10, Nanos::new(60 * NANOS_PER_SEC).unwrap(), None).unwrap()));
+        let w = parse(Algorithm::Window, "k 10 600 PRECISION 5 3 MS").unwrap();
+        assert_eq!((w.quantity, w.unit), (3, Unit::Millis));
+        let Limiter::Window(p) = w.limiter else { panic!() };
+        assert_eq!(p.precision(), Nanos::new(5 * NANOS_PER_MILLI));
+        assert_eq!(p.window(), Nanos::new(600 * NANOS_PER_MILLI).unwrap());
+    }
+
+    #[test]
+    fn errors_state_the_real_range() {
+        use Algorithm::*;
+        for bad in ["", "k", "k 1", "k 1 1 1 MS PRECISION 1 x"] {
+            assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
+        }
+        assert_eq!(error(Window, "k 0 1"), "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
+        assert_eq!(error(Window, "k 1 -1"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
+        assert_eq!(error(Window, "k 1 1000000000001 MS"), "ERR window must be an integer from 1 to 1000000000000 (milliseconds)");
+        assert_eq!(error(Window, "k 1 60 PRECISION 61"), "ERR precision must be an integer from 1 to 60 (seconds)");
+        assert_eq!(error(Window, "k 1 60000 PRECISION 5 MS"), "ERR precision must be an integer from 6 to 60000 (milliseconds)");
+        assert!(parse(Window, "k 100001 1 PRECISION 1").is_ok());
+        assert_eq!(parse(Window, "k 1 1.5"), Err(Error::NotAnInteger));
+        assert_eq!(parse(Window, "k 1 1 FOO"), Err(Error::Syntax));
+        assert_eq!(parse(Bucket, "k 1 1 1 PRECISION 1"), Err(Error::Syntax));
+        assert_eq!(error(Throttle, "k -1 1 1"), "ERR max_burst must be an integer from 0 to 999999999999999999");
+        assert_eq!(error(Throttle, "k 0 0 1"), "ERR count must be an integer from 1 to 1000000000000000000");
+        assert_eq!(error(Throttle, "k 0 1000000001 1"), "ERR rate is too fast: period divided by count is less than one nanosecond");
+        assert!(error(Throttle, "k 999999999999999999 1 1").starts_with("ERR parameters are too large: (max_burst + 1) * period / count"));
+        assert!(parse(Throttle, "k 999999999999999999 1000000000 1").is_ok(), "one nanosecond per unit");
+        assert_eq!(error(Bucket, "k 0 1 1"), "ERR capacity must be an integer from 1 to 9223372036854775807");
+        assert!(error(Bucket, "k 9223372036854775807 1 1").starts_with("ERR parameters are too large: interval * ceil(capacity / tokens)"));
+        assert_eq!(error(Counter, "k 0 1"), "ERR limit must be an integer from 1 to 999999999999999999");
+        assert_eq!(error(Counter, "k 1 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
+    }
+
+    #[test]
+    fn the_largest_values_the_messages_state_are_accepted() {
+        use Algorithm::*;
+        for (algorithm, words) in [
+            (Throttle, "k 0 1 1000000000"),
+            (Throttle, "k 0 1 1000000000000 MS"),
+            (Window, "k 1 1000000000"),
+            (Window, "k 1 1000000000 PRECISION 100000"),
+            (Bucket, "k 1 1 1000000000"),
+            (Counter, "k 999999999999999999 1000000000"),
+        ] {
+            assert!(parse(algorithm, words).is_ok(), "{algorithm:?} {words}");
+        }
     }
 }

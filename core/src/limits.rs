@@ -23,12 +23,12 @@ pub(crate) fn integer_with_expiry(
     min: i64,
     command: &'static str,
 ) -> Result<(i64, Instant)> {
-    let invalid = Error::InvalidState(command);
-    let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or(invalid.clone())?;
+    let invalid = || Error::InvalidState(command);
+    let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or_else(invalid)?;
     let expires_at = expires_at_ms
         .and_then(|ms| ms.checked_mul(NANOS_PER_MILLI))
         .map(Instant::from_nanos)
-        .ok_or(invalid)?;
+        .ok_or_else(invalid)?;
     Ok((value, expires_at))
 }
 

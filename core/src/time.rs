@@ -23,10 +23,10 @@ impl Instant {
         self.0
     }
     pub fn checked_add(self, d: Nanos) -> Result<Instant> {
-        self.0.checked_add(d.0).map(Instant).ok_or(Error::TooLarge)
+        self.0.checked_add(d.0).map(Instant).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_sub(self, d: Nanos) -> Result<Instant> {
-        self.0.checked_sub(d.0).map(Instant).ok_or(Error::TooLarge)
+        self.0.checked_sub(d.0).map(Instant).ok_or_else(|| Error::TooLarge)
     }
     /// `self - earlier`, or zero when `earlier` is not earlier.
     pub fn saturating_since(self, earlier: Instant) -> Nanos {
@@ -40,7 +40,7 @@ impl Instant {
     /// [`Self::ceil_millis`] as an instant: where a limiter that starts a clock at this
     /// instant starts it, so that its key's millisecond expiry is exact.
     pub fn next_whole_milli(self) -> Result<Instant> {
-        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or(Error::TooLarge)
+        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or_else(|| Error::TooLarge)
     }
 }
 
@@ -55,22 +55,28 @@ impl Nanos {
         self.0
     }
     pub fn checked_mul(self, n: i64) -> Result<i64> {
-        self.0.checked_mul(n).ok_or(Error::TooLarge)
+        self.0.checked_mul(n).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_mul_nanos(self, n: u64) -> Result<Nanos> {
         i64::try_from(n)
             .ok()
             .and_then(|n| self.0.checked_mul(n))
             .map(Nanos)
-            .ok_or(Error::TooLarge)
+            .ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_add(self, other: Nanos) -> Result<Nanos> {
-        self.0.checked_add(other.0).map(Nanos).ok_or(Error::TooLarge)
+        self.0.checked_add(other.0).map(Nanos).ok_or_else(|| Error::TooLarge)
     }
     pub fn saturating_sub(self, other: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(other.0).max(0))
     }
 }
+
+/// The longest duration any parameter, or any span they combine into (a GCRA tolerance, the
+/// refill of an empty bucket), may have: 10^18 ns, about 31.7 years. With it, no instant a
+/// limiter computes from now (until the year 2200) can overflow 64 bits, so every error about
+/// size is decided when the arguments are parsed, never later.
+pub const MAX_DURATION: Nanos = Nanos(1_000_000_000_000_000_000);
 
 /// Checks that a duration parameter is a positive whole number of milliseconds, as every
 /// time argument is: a limiter whose key expires on its own schedule needs its instants on
@@ -79,7 +85,7 @@ pub fn whole_millis(d: Nanos, name: &'static str) -> Result<()> {
     if d.0 > 0 && d.0 % NANOS_PER_MILLI == 0 {
         Ok(())
     } else {
-        Err(Error::OutOfRange { name, range: "a positive whole number of milliseconds" })
+        Err(Error::OutOfRange { name, range: crate::error::Range::Text("a positive whole number of milliseconds") })
     }
 }
 
@@ -92,6 +98,19 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The unit's name as error messages give it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Seconds => "seconds",
+            Unit::Millis => "milliseconds",
+        }
+    }
+
+    /// [`MAX_DURATION`] in this unit.
+    pub const fn max_duration(self) -> i64 {
+        MAX_DURATION.0 / self.nanos()
+    }
+
     const fn nanos(self) -> i64 {
         match self {
             Unit::Seconds => NANOS_PER_SEC,
@@ -104,7 +123,7 @@ impl Unit {
         value
             .checked_mul(self.nanos())
             .and_then(Nanos::new)
-            .ok_or(Error::TooLarge)
+            .ok_or_else(|| Error::TooLarge)
     }
 
     /// A reply time. Seconds round as redis-cell does (whole seconds, plus one when the

@@ -53,8 +53,8 @@
 mod buckets;
 mod exact;
 
-use crate::error::{Error, Result};
-use crate::time::{Instant, Nanos};
+use crate::error::{Error, Range, Result};
+use crate::time::{Instant, MAX_DURATION, Nanos};
 use crate::{Decision, Effect, Patch, Reply};
 
 pub(crate) const INVALID: Error = Error::InvalidState("CL.WINDOW");
@@ -80,21 +80,18 @@ impl Params {
         let max_limit = if precision.is_some() { i64::MAX } else { MAX_EXACT_LIMIT };
         if !(1..=max_limit).contains(&limit) {
             let range = match precision {
-                Some(_) => "an integer from 1 to 9223372036854775807",
-                None => "an integer from 1 to 100000 (use PRECISION for larger limits)",
+                Some(_) => Range::Integer { min: 1, max: i64::MAX },
+                None => Range::Limit { min: 1, max: MAX_EXACT_LIMIT, hint: "use PRECISION for larger limits" },
             };
             return Err(Error::OutOfRange { name: "limit", range });
         }
-        if window.as_nanos() < 1 {
-            return Err(Error::OutOfRange { name: "window", range: "a positive duration" });
+        if !(1..=MAX_DURATION.as_nanos()).contains(&window.as_nanos()) {
+            return Err(Error::OutOfRange { name: "window", range: Range::Text("a positive duration of at most 1000000000 seconds") });
         }
-        if let Some(p) = precision {
-            if p.as_nanos() < 1 || p > window {
-                return Err(Error::OutOfRange { name: "precision", range: "a positive duration no longer than the window" });
-            }
-            if buckets::spanned(window, p) > MAX_BUCKETS {
-                return Err(Error::OutOfRange { name: "precision", range: "at least the window divided by 10000" });
-            }
+        if let Some(p) = precision
+            && (p.as_nanos() < 1 || p > window || buckets::spanned(window, p) > MAX_BUCKETS)
+        {
+            return Err(Error::OutOfRange { name: "precision", range: Range::Text("a duration from the window divided by 10000 to the window") });
         }
         Ok(Params { limit, window, precision })
     }

@@ -1,16 +1,12 @@
 //! `CL.BUCKET key capacity tokens interval [quantity] [MS]`: token bucket, whole-interval refills.
 
-use throttle_core::limiter::TokenBucket;
+use throttle_core::limiter::Algorithm;
 
-use super::{Arg, LIMITER_FLAGS, Spec};
+use crate::dispatch::{Call, Response, entry};
+use crate::register::Registered;
 
-pub const SPEC: Spec = Spec {
-    name: "cl.bucket",
-    flags: LIMITER_FLAGS,
-    arity: -5,
-    has_key: true,
-    summary: c"Rate-limits with a token bucket: capacity tokens, refilled by tokens every whole interval.",
-    complexity: c"O(1)",
-    args: &[Arg::KEY, Arg::integer(c"capacity"), Arg::integer(c"tokens"), Arg::integer(c"interval"), Arg::QUANTITY, Arg::MS],
-    entry: crate::dispatch::entry!(super::run::<TokenBucket>),
-};
+pub static COMMAND: Registered = Registered { table: Algorithm::Bucket.command(), entry: entry!(handler, Algorithm::Bucket.command()) };
+
+fn handler(call: &Call) -> throttle_core::Result<Response> {
+    super::limiter(call, Algorithm::Bucket)
+}

@@ -6,37 +6,42 @@
 //!   every server (Redis 7.0 has no frozen command time). Replies five integers, the first
 //!   the pinned instant (0 when unpinned).
 
+use throttle_core::command::{Arg, ArgKind, Command, Keys};
 use throttle_core::{Error, Result, args};
 
-use super::{Arg, ArgKind, Spec};
-use crate::dispatch::Call;
+use crate::dispatch::{Call, Response, entry};
+use crate::register::Registered;
 
-pub const SPEC: Spec = Spec {
+static TABLE: Command = Command {
     name: "cl.debug",
-    flags: c"readonly fast",
-    arity: -2,
-    has_key: false,
-    summary: c"Testing aid: PANIC panics inside the module (the server must survive); CLOCK pins the instant of every call.",
-    complexity: c"O(1)",
-    args: &[Arg { name: c"panic", kind: ArgKind::Token(c"PANIC"), optional: false }],
-    entry: crate::dispatch::entry!(handler),
+    summary: "Testing aid: PANIC panics inside the module (the server must survive); CLOCK pins the instant of every call.",
+    complexity: "O(1)",
+    since: "1.0.0",
+    flags: "readonly fast",
+    acl_categories: "",
+    keys: Keys::None,
+    args: &[
+        Arg { name: "panic", kind: ArgKind::Flag("PANIC"), optional: true, multiple: false },
+        Arg { name: "clock", kind: ArgKind::Option("CLOCK"), optional: true, multiple: false },
+    ],
 };
 
-fn handler(call: &Call) -> Result<[i64; 5]> {
+pub static COMMAND: Registered = Registered { table: &TABLE, entry: entry!(handler, TABLE) };
+
+fn handler(call: &Call) -> Result<Response> {
     match *call.args() {
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => panic!("CL.DEBUG PANIC was called"),
         [sub, off] if sub.eq_ignore_ascii_case(b"CLOCK") && off.eq_ignore_ascii_case(b"OFF") => {
             crate::clock::pin(None);
-            Ok([0, 0, 0, 0, 0])
+            Ok(Response::Five([0, 0, 0, 0, 0]))
         }
-        [sub, micros] if sub.eq_ignore_ascii_case(b"CLOCK") => {
-            let micros = args::integer(micros)?;
-            if micros <= 0 {
-                return Err(Error::Syntax);
+        [sub, micros] if sub.eq_ignore_ascii_case(b"CLOCK") => match args::integer(micros)? {
+            micros if micros > 0 => {
+                crate::clock::pin(Some(micros));
+                Ok(Response::Five([micros, 0, 0, 0, 0]))
             }
-            crate::clock::pin(Some(micros));
-            Ok([micros, 0, 0, 0, 0])
-        }
+            _ => Err(Error::Syntax),
+        },
         _ => Err(Error::Syntax),
     }
 }

@@ -311,8 +311,11 @@ pub fn error_of(c: &mut Connection, args: &[&[u8]]) -> String {
     }
 }
 
+/// Every key with its value and absolute expiry in ms.
+pub type Snapshot = Vec<(Vec<u8>, Vec<u8>, i64)>;
+
 /// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+).
-pub fn snapshot(c: &mut Connection) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
+pub fn snapshot(c: &mut Connection) -> Snapshot {
     let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
     keys.sort();
     keys.into_iter()

@@ -103,10 +103,14 @@ fn parameters_are_validated() {
     assert!(matches!(Params::new(1, 0, secs(1)), Err(Error::OutOfRange { name: "tokens", .. })));
     assert!(matches!(Params::new(1, 1, Nanos::ZERO), Err(Error::OutOfRange { name: "interval", .. })));
     assert!(matches!(Params::new(1, 1, Nanos::new(MS + 1).unwrap()), Err(Error::OutOfRange { name: "interval", .. })));
-    assert_eq!(Params::new(i64::MAX, 1, secs(2)), Err(Error::TooLarge));
+    let too_long = Err(Error::SpanTooLong("interval * ceil(capacity / tokens)"));
+    assert_eq!(Params::new(i64::MAX, 1, secs(2)), too_long);
     assert!(Params::new(i64::MAX, i64::MAX, secs(1)).is_ok());
     assert!(Params::new(i64::MAX, 1 << 40, secs(1)).is_ok());
-    assert_eq!(Params::new(i64::MAX, 1 << 40, secs(1 << 20)), Err(Error::TooLarge));
+    assert_eq!(Params::new(i64::MAX, 1 << 40, secs(1 << 20)), too_long);
+    // Refilling an empty bucket may take up to MAX_DURATION, not a nanosecond more.
+    assert!(Params::new(1_000_000_000, 1, secs(1)).is_ok());
+    assert_eq!(Params::new(1_000_000_001, 1, secs(1)), too_long);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 pub mod bucket;
 pub mod counter;
-pub mod gcra;
+pub mod throttle;
 pub mod window;
 
 /// The first whole millisecond at or after `ns`, in nanoseconds.

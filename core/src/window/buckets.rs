@@ -46,8 +46,8 @@ impl<'a> Ring<'a> {
 
     fn parse(bytes: &'a [u8]) -> Result<Ring<'a>> {
         let &[VERSION, 0, 0, 0, 0, 0, 0, 0, ..] = bytes else { return Err(INVALID) };
-        let p = read_i64(bytes, PRECISION_AT).filter(|&p| p >= 1).ok_or(INVALID)?;
-        let newest = read_i64(bytes, NEWEST_AT).ok_or(INVALID)?;
+        let p = read_i64(bytes, PRECISION_AT).filter(|&p| p >= 1).ok_or_else(|| INVALID)?;
+        let newest = read_i64(bytes, NEWEST_AT).ok_or_else(|| INVALID)?;
         let body = bytes.len() - HEADER;
         let slots = body / SLOT;
         if !body.is_multiple_of(SLOT) || slots == 0 || slots as i64 > MAX_BUCKETS + 1 {
@@ -66,7 +66,7 @@ impl<'a> Ring<'a> {
 
     /// The count of bucket `k`, one the ring holds (`newest − slots < k ≤ newest`).
     fn count(&self, k: i64) -> Result<i64> {
-        read_i64(&self.image, self.offset(k)).filter(|&c| c >= 0).ok_or(INVALID)
+        read_i64(&self.image, self.offset(k)).filter(|&c| c >= 0).ok_or_else(|| INVALID)
     }
 
     /// The buckets from `oldest` to the newest, oldest first, with their counts.
@@ -102,7 +102,7 @@ impl<'a> Ring<'a> {
                 // Later, never earlier: a bucket that would fall off the ring's back moves
                 // to its oldest slot.
                 let offset = HEADER + k.max(first_held).rem_euclid(slots as i64) as usize * SLOT;
-                let sum = read_i64(image, offset).ok_or(INVALID)?.saturating_add(count);
+                let sum = read_i64(image, offset).ok_or_else(|| INVALID)?.saturating_add(count);
                 image[offset..offset + SLOT].copy_from_slice(&sum.to_le_bytes());
             }
         }
@@ -146,7 +146,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
     // The newest bucket a ring may hold: regrouping to a finer precision may put counts up
     // to one window of buckets ahead of now. A ring stamped further ahead (the clock stepped
     // back) is pulled back there, so no user is locked out for the size of the step.
-    let cap = current.checked_add(spanned(params.window, p)).ok_or(Error::TooLarge)?;
+    let cap = current.checked_add(spanned(params.window, p)).ok_or_else(|| Error::TooLarge)?;
     let stored = stored.map(Ring::parse).transpose()?;
     let stepped = stored.as_ref().is_some_and(|ring| ring.newest > cap);
     let ring = match stored {
@@ -155,7 +155,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
         Some(ring) => ring.regroup(precision, slots, oldest, current, cap)?,
     };
     let bucket_leaves = |k: i64| -> Result<Instant> {
-        let end = k.checked_add(1).and_then(|k| k.checked_mul(precision)).ok_or(Error::TooLarge)?;
+        let end = k.checked_add(1).and_then(|k| k.checked_mul(precision)).ok_or_else(|| Error::TooLarge)?;
         leaves(Instant::from_nanos(end), params.window)
     };
 
@@ -213,7 +213,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
                             break;
                         }
                     }
-                    Some(bucket_leaves(freeing.ok_or(INVALID)?)?)
+                    Some(bucket_leaves(freeing.ok_or_else(|| INVALID)?)?)
                 }
                 false => None,
             };

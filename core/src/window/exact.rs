@@ -33,8 +33,8 @@ impl<'a> Log<'a> {
     }
 
     fn at(&self, i: usize) -> Result<Instant> {
-        let offset = i.checked_mul(ENTRY).and_then(|o| o.checked_add(HEADER)).ok_or(INVALID)?;
-        read_i64(self.bytes, offset).map(Instant::from_nanos).ok_or(INVALID)
+        let offset = i.checked_mul(ENTRY).and_then(|o| o.checked_add(HEADER)).ok_or_else(|| INVALID)?;
+        read_i64(self.bytes, offset).map(Instant::from_nanos).ok_or_else(|| INVALID)
     }
 
     /// The first live entry after `horizon` (binary search; the entries are ascending).
@@ -64,13 +64,13 @@ impl<'a> Log<'a> {
         if self.bytes.is_empty() || first > live || future {
             let kept = match first == keep {
                 true => &[][..],
-                false => self.bytes.get(HEADER + first * ENTRY..HEADER + keep * ENTRY).ok_or(INVALID)?,
+                false => self.bytes.get(HEADER + first * ENTRY..HEADER + keep * ENTRY).ok_or_else(|| INVALID)?,
             };
             let mut whole = Vec::with_capacity(HEADER + kept.len() + appended.len());
             whole.extend_from_slice(&header(0));
             if future {
                 for entry in kept.chunks_exact(ENTRY) {
-                    let t = read_i64(entry, 0).ok_or(INVALID)?.min(now.as_nanos());
+                    let t = read_i64(entry, 0).ok_or_else(|| INVALID)?.min(now.as_nanos());
                     whole.extend_from_slice(&t.to_le_bytes());
                 }
             } else {

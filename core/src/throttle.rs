@@ -1,4 +1,4 @@
-//! GCRA, exactly as redis-cell computes it (so keys and replies carry over), in checked
+//! CL.THROTTLE: GCRA, exactly as redis-cell computes it (so keys and replies carry over), in checked
 //! integer nanoseconds. The state is the theoretical arrival time (TAT): the instant at
 //! which the limiter will be full again. A missing state, or a TAT in the past, is full.
 //!
@@ -9,8 +9,8 @@
 //! admits again within one emission interval and is full within one tolerance. A call
 //! (but not a peek) that finds such a TAT stores the clamped one, even when denied.
 
-use crate::error::{Error, Result};
-use crate::time::{Instant, Nanos};
+use crate::error::{Error, Range, Result};
+use crate::time::{Instant, MAX_DURATION, Nanos};
 use crate::{Decision, Effect, Reply};
 
 /// Validated parameters: `limit = max_burst + 1` units at once, one more every
@@ -28,17 +28,23 @@ pub struct Params {
 
 impl Params {
     pub fn new(max_burst: i64, count: i64, period: Nanos) -> Result<Params> {
-        if max_burst < 0 {
-            return Err(Error::OutOfRange { name: "max_burst", range: "an integer from 0 to 9223372036854775806" });
+        // The tolerance, at least one nanosecond per unit of the limit, is at most MAX_DURATION.
+        if !(0..MAX_DURATION.as_nanos()).contains(&max_burst) {
+            return Err(Error::OutOfRange { name: "max_burst", range: Range::Integer { min: 0, max: MAX_DURATION.as_nanos() - 1 } });
         }
-        if count < 1 {
-            return Err(Error::OutOfRange { name: "count", range: "an integer from 1 to 9223372036854775807" });
+        // At least a nanosecond per unit over the longest period.
+        if !(1..=MAX_DURATION.as_nanos()).contains(&count) {
+            return Err(Error::OutOfRange { name: "count", range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() } });
         }
         let emission_interval = Nanos::new(period.as_nanos() / count)
             .filter(|ei| ei.as_nanos() > 0)
-            .ok_or(Error::RateTooFast { period: "period", count: "count" })?;
-        let limit = max_burst.checked_add(1).ok_or(Error::TooLarge)?;
-        let tolerance = emission_interval.checked_mul_nanos(limit as u64)?;
+            .ok_or_else(|| Error::RateTooFast { period: "period", count: "count" })?;
+        let limit = max_burst + 1;
+        let tolerance = emission_interval
+            .checked_mul_nanos(limit as u64)
+            .ok()
+            .filter(|t| *t <= MAX_DURATION)
+            .ok_or(Error::SpanTooLong("(max_burst + 1) * period / count"))?;
         Ok(Params { emission_interval, limit, tolerance })
     }
 
@@ -109,14 +115,18 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     Ok(Decision { reply, effect })
 }
 
+/// The smallest TAT CL.THROTTLE reads (an instant in 2001): anything smaller is another
+/// limiter's value (see [`crate::limiter`]).
+pub const MIN_TAT: i64 = 1_000_000_000_000_000_000;
+
 /// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch (from
-/// 2001 on: smaller values are other limiters', see `kind`).
+/// 2001 on: smaller values are other limiters').
 pub fn decode(stored: &[u8]) -> Result<Instant> {
     crate::args::integer(stored)
         .ok()
-        .filter(|&ns| ns >= crate::kind::MIN_TAT)
+        .filter(|&ns| ns >= MIN_TAT)
         .map(Instant::from_nanos)
-        .ok_or(Error::InvalidState("CL.THROTTLE"))
+        .ok_or_else(|| Error::InvalidState("CL.THROTTLE"))
 }
 
 #[cfg(test)]

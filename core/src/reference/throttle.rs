@@ -1,5 +1,14 @@
 //! CL.THROTTLE: the contract's formulas over the stored TAT.
 
+/// Whether the contract accepts these parameters: a nanosecond or more per unit, and every
+/// count and span within 10^18 ns (about 31.7 years).
+pub fn valid(max_burst: i64, count: i64, period: i64) -> bool {
+    const MAX: i128 = 1_000_000_000_000_000_000;
+    let (max_burst, count, period) = (i128::from(max_burst), i128::from(count), i128::from(period));
+    let ei = if count > 0 { period / count } else { 0 };
+    (0..MAX).contains(&max_burst) && (1..=MAX).contains(&count) && ei >= 1 && ei * (max_burst + 1) <= MAX
+}
+
 /// The stored state after a call: `None` unchanged, `Some(None)` deleted, `Some(Some(tat))`.
 pub type Write = Option<Option<i128>>;
 

@@ -66,8 +66,12 @@ fn parameters_are_validated() {
     assert!(matches!(Params::new(-1, 1, secs(1)), Err(Error::OutOfRange { name: "max_burst", .. })));
     assert!(matches!(Params::new(0, 0, secs(1)), Err(Error::OutOfRange { name: "count", .. })));
     assert!(matches!(Params::new(0, 2, Nanos::new(1).unwrap()), Err(Error::RateTooFast { .. })));
-    assert_eq!(Params::new(i64::MAX, 1, secs(1)), Err(Error::TooLarge));
-    assert_eq!(Params::new(1 << 40, 1, secs(1 << 20)), Err(Error::TooLarge));
+    assert!(matches!(Params::new(i64::MAX, 1, secs(1)), Err(Error::OutOfRange { name: "max_burst", .. })));
+    let too_long = Err(Error::SpanTooLong("(max_burst + 1) * period / count"));
+    assert_eq!(Params::new(1 << 40, 1, secs(1 << 20)), too_long);
+    // The tolerance may be up to MAX_DURATION, not a nanosecond more.
+    assert!(Params::new(999_999_999, 1, secs(1)).is_ok());
+    assert_eq!(Params::new(1_000_000_000, 1, secs(1)), too_long);
 }
 
 #[test]
@@ -80,12 +84,11 @@ fn stored_state_is_decimal_nanoseconds() {
 
 fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> std::result::Result<(), TestCaseError> {
     let Ok(p) = Params::new(max_burst, count, Nanos::new(period).unwrap()) else {
-        let ei = period / count;
-        prop_assert!(ei == 0 || (ei as i128) * (max_burst as i128 + 1) > i64::MAX as i128);
+        prop_assert!(!crate::reference::throttle::valid(max_burst, count, period));
         return Ok(());
     };
     let got = decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q);
-    let want = crate::reference::gcra::call(tat, now, max_burst, count, period, q);
+    let want = crate::reference::throttle::call(tat, now, max_burst, count, period, q);
     match (got, want) {
         (Err(Error::TooLarge), None) => {}
         (Ok(d), Some((reply, write))) => {

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# make bench, part 2: CPU per call as INSTRUCTIONS, counted by callgrind, so the figures are
+# exact and repeat from run to run whatever else the machine does (the timing table of
+# bench/run.sh moves with the load). Each scenario runs in its own redis-server under
+# `valgrind --tool=callgrind --toggle-collect=call`: only the server's `call()` (one command's
+# execution, as INFO commandstats times it, networking excluded) is counted, then divided by
+# the number of commands executed.
+#
+#   bench/instructions.sh [N]      N calls per scenario (default 20000)
+# Env: THROTTLE_SERVER (a redis-server), BENCH_SCENARIOS (a file of extra `name|command` lines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-20000}
+MODULE=$(pwd)/target/release/libredis_throttle.so
+FLOOR=$(pwd)/target/bench/floor.so
+command -v valgrind >/dev/null || { echo "instructions: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
+[ -f "$FLOOR" ] || { echo "instructions: $FLOOR is missing: bench/run.sh builds it" >&2; exit 1; }
+DIR=$(mktemp -d)
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cleanup() { redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
+local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
+local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
+tat = math.max(tat, now); local new = tat + ei
+if now < new - dvt then return {1, 0} end
+redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+
+# Instructions per command of `cmd` on a hot key (every call admitted and written).
+count() { # $1 command words
+  local out="$DIR/callgrind.out"
+  rm -f "$out"
+  # shellcheck disable=SC2086
+  valgrind --tool=callgrind --toggle-collect=call --callgrind-out-file="$out" \
+    ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+    --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local cmd=$1
+  if [[ $cmd == *EVALSHA* ]]; then
+    local sha; sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$LUA_GCRA")
+    cmd=${cmd//__SHA__/$sha}
+  fi
+  redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
+  # shellcheck disable=SC2086
+  redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
+  local calls
+  calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' | awk '{s+=$1} END {print s}')
+  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" || true
+  local total
+  total=$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$out")
+  python3 -c "print(round($total / $calls))"
+}
+
+SCENARIOS=(
+  "SET PX (baseline)|SET bench:hot 1795354456188603542 PX 600000"
+  "module floor (floor.c)|FLOOR.TOUCH bench:hot"
+  "CL.THROTTLE|CL.THROTTLE bench:hot 99 100000000 1"
+  "CL.WINDOW limit 100|CL.WINDOW bench:hot 100 1 MS"
+  "CL.BUCKET|CL.BUCKET bench:hot 1000 1000 1 MS"
+  "CL.COUNTER|CL.COUNTER bench:hot 1000000000 60"
+  "CL.ALL 1 limiter|CL.ALL 1 b:{u}:1 THROTTLE 99 100000000 1"
+  "CL.ALL 3 limiters|CL.ALL 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
+  "CL.ALL 8 limiters|CL.ALL 8 b:{u}:1 b:{u}:2 b:{u}:3 b:{u}:4 b:{u}:5 b:{u}:6 b:{u}:7 b:{u}:8 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
+  "Lua GCRA (EVALSHA)|EVALSHA __SHA__ 1 bench:hot 1000000 1 1000000000"
+)
+if [ -f "${BENCH_SCENARIOS:-}" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$BENCH_SCENARIOS"; fi
+
+printf '\nInstructions per call (callgrind, server call() only, hot key, %s calls each)\n' "$N"
+printf '%-26s %12s %8s %8s\n' command instructions xSET xfloor
+declare -A IR
+set_ir=""; floor_ir=""
+for s in "${SCENARIOS[@]}"; do
+  IFS='|' read -r name cmd <<<"$s"
+  ir=$(count "$cmd")
+  IR[$name]=$ir
+  [ -z "$set_ir" ] && set_ir=$ir
+  [[ $name == "module floor"* ]] && floor_ir=$ir
+  printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$(python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
+done
+single=${IR[CL.THROTTLE]}
+printf '\nCL.ALL with N limiters against N single CL.THROTTLE calls + one floor (target: <= 1.00x)\n'
+for n in 1 3 8; do
+  key="CL.ALL $n limiter"; [ "$n" -gt 1 ] && key="${key}s"
+  ir=${IR[$key]}
+  printf '%-26s %12s %8s\n' "$key" "$ir" "$(python3 -c "print(f'{$ir/($n*$single+$floor_ir):.2f}x')")"
+done

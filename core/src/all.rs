@@ -1,0 +1,187 @@
+//! CL.ALL: several limiters, of any algorithms, decided at one instant, all or nothing.
+//!
+//! `CL.ALL numkeys key [key ...] spec [spec ...] [MS] [DETAILS]`, one spec per key, in order:
+//!
+//! ```text
+//! spec := THROTTLE max_burst count period [QUANTITY q]
+//!       | WINDOW limit window [PRECISION p] [QUANTITY q]
+//!       | BUCKET capacity tokens interval [QUANTITY q]
+//!       | COUNTER limit window [QUANTITY q]
+//! ```
+//!
+//! Parameters mean what they mean in the single commands, and each key holds exactly the state
+//! its single command would hold. Every limiter decides against its state at the same instant;
+//! if all admit, every effect is applied, else none is.
+
+use crate::command::{Arg, ArgKind, Command, Keys, Tail};
+use crate::error::{Error, Range, Result};
+use crate::limiter::{Algorithm, LIMITER_FLAGS, Limiter, Stored, Write};
+use crate::time::{Instant, Unit};
+use crate::{Decision, Effect, Reply};
+
+/// The most limiters (keys) one call may hold.
+pub const MAX_KEYS: usize = 16;
+
+/// `QUANTITY q` of a spec.
+pub const QUANTITY: Arg = Arg::option("quantity", "QUANTITY");
+
+pub static COMMAND: Command = Command {
+    name: "cl.all",
+    summary: "Decides several limiters of any algorithms at one instant: all admit and every one is charged, or none is.",
+    complexity: "The sum of the limiters' own complexities",
+    since: "1.1.0",
+    flags: LIMITER_FLAGS,
+    acl_categories: "write fast",
+    keys: Keys::Counted { max: MAX_KEYS },
+    args: &[Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true }, Arg::MS, DETAILS],
+};
+
+const DETAILS: Arg = Arg::flag("details", "DETAILS");
+
+/// The call-level options, after the specs.
+fn call_options() -> impl Iterator<Item = &'static Arg> + Clone {
+    COMMAND.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_)))
+}
+
+/// A parsed CL.ALL call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub keys: Vec<&'a [u8]>,
+    /// One per key, in order, with the units it consumes.
+    pub limiters: Vec<(Limiter, i64)>,
+    pub unit: Unit,
+    /// `DETAILS`: reply every limiter's own five integers too.
+    pub details: bool,
+    pub tail: Tail,
+}
+
+impl<'a> Request<'a> {
+    pub fn parse(args: &[&'a [u8]]) -> Result<Request<'a>> {
+        let arity = || Error::WrongArity(COMMAND.name);
+        let (&numkeys, rest) = args.split_first().ok_or_else(arity)?;
+        let numkeys = crate::args::integer(numkeys)?;
+        let max = MAX_KEYS as i64;
+        if !(1..=max).contains(&numkeys) {
+            return Err(Error::OutOfRange { name: "numkeys", range: Range::Integer { min: 1, max } });
+        }
+        let numkeys = numkeys as usize;
+        if rest.len() < numkeys {
+            return Err(arity());
+        }
+        let (keys, mut rest) = rest.split_at(numkeys);
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(j) = keys[..i].iter().position(|k| k == key) {
+                return Err(Error::Call(format!("limiters {} and {} name the same key", j + 1, i + 1)));
+            }
+        }
+
+        // Split the specs: each is its algorithm's word, its numbers, and the options it
+        // accepts with their values; call-level options may come between and after them.
+        // The numbers are read once the call's unit is known.
+        let is_call_option = |w: &[u8]| call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+        let mut specs: Vec<(Algorithm, &[&'a [u8]])> = Vec::with_capacity(numkeys);
+        let mut call_words: Vec<&[u8]> = Vec::new();
+        while let Some((&word, after)) = rest.split_first() {
+            if is_call_option(word) {
+                call_words.push(word);
+                rest = after;
+                continue;
+            }
+            let index = specs.len() + 1;
+            let Some(algorithm) = Algorithm::named(word) else {
+                if index > numkeys {
+                    return Err(Error::Syntax);
+                }
+                return Err(Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '{}'", printable(word))));
+            };
+            let mut end = algorithm.params().count();
+            if after.len() < end {
+                return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
+            }
+            let accepts = |w: &[u8]| algorithm.options().chain([&QUANTITY]).any(|a| matches!(a.kind, ArgKind::Option(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+            while after.get(end).is_some_and(|w| accepts(w)) {
+                end += 2; // the option and its value (a missing value is the spec's syntax error)
+            }
+            let end = end.min(after.len());
+            specs.push((algorithm, &after[..end]));
+            rest = &after[end..];
+        }
+        if specs.len() != numkeys {
+            return Err(Error::Call(format!("numkeys is {numkeys} but {} limiter specs follow the keys", specs.len())));
+        }
+        let tail = Tail::parse(&call_words, call_options())?;
+        let limiters = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit).map_err(|e| e.in_limiter(i + 1)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), tail })
+    }
+}
+
+/// One spec's numbers and options (after its word): the limiter and its quantity.
+fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit) -> Result<(Limiter, i64)> {
+    let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
+    let mut values = [0i64; 3];
+    for (slot, word) in values.iter_mut().zip(numbers) {
+        *slot = crate::args::integer(word)?;
+    }
+    let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
+    Ok((algorithm.build(&values, &tail, unit)?, tail.quantity.unwrap_or(1)))
+}
+
+/// A word for an error message: printable ASCII, at most 32 characters.
+fn printable(word: &[u8]) -> String {
+    word.iter().take(32).map(|&b| if b.is_ascii_graphic() { b as char } else { '?' }).collect()
+}
+
+/// Several limiters decided at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Each limiter's own decision, as its single command would have made it; when any
+    /// denied, every effect is `Nothing`.
+    pub decisions: Vec<Decision<Write>>,
+    /// The index (0-based) of the limiter whose reply describes the call.
+    pub binding: usize,
+}
+
+impl Outcome {
+    pub fn admitted(&self) -> bool {
+        self.decisions.iter().all(|d| !d.reply.limited)
+    }
+
+    /// The reply of the binding limiter.
+    pub fn reply(&self) -> Reply {
+        self.decisions[self.binding].reply
+    }
+}
+
+/// Decides every limiter against its key's state at `now`. If all admit, each keeps its effect;
+/// if any denies, nothing is written for any key. The binding limiter: among the denying ones
+/// the one with the longest `retry_after` (never counts as longest), else the one with the
+/// fewest `remaining`; the first on ties.
+pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: Instant) -> Result<Outcome> {
+    let mut decisions = Vec::with_capacity(limiters.len());
+    for (i, ((limiter, quantity), stored)) in limiters.iter().zip(stored).enumerate() {
+        decisions.push(limiter.decide(*stored, now, *quantity).map_err(|e| e.in_limiter(i + 1))?);
+    }
+    let admitted = decisions.iter().all(|d| !d.reply.limited);
+    let binding = if admitted {
+        // `min_by_key` keeps the first of equal keys.
+        decisions.iter().enumerate().min_by_key(|(_, d)| d.reply.remaining).map_or(0, |(i, _)| i)
+    } else {
+        let wait = |d: &Decision<Write>| d.reply.retry_after.map_or(i64::MAX, |r| r.as_nanos());
+        let denied = decisions.iter().enumerate().filter(|(_, d)| d.reply.limited);
+        // `max_by_key` keeps the last of equal keys: reverse to keep the first.
+        denied.rev().max_by_key(|(_, d)| wait(d)).map_or(0, |(i, _)| i)
+    };
+    if !admitted {
+        for d in &mut decisions {
+            d.effect = Effect::Nothing;
+        }
+    }
+    Ok(Outcome { decisions, binding })
+}
+
+#[cfg(test)]
+mod tests;

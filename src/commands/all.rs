@@ -1,0 +1,47 @@
+//! `CL.ALL numkeys key [key ...] spec [spec ...] [MS] [DETAILS]`: several limiters of any
+//! algorithms at one instant, all or nothing.
+
+use throttle_core::all::{self, Request};
+use throttle_core::{Error, Result};
+
+use crate::clock;
+use crate::dispatch::{Call, Node, Response, entry};
+use crate::register::Registered;
+use crate::store::Key;
+
+pub static COMMAND: Registered = Registered { table: &all::COMMAND, entry: entry!(handler, all::COMMAND) };
+
+fn handler(call: &Call) -> Result<Response> {
+    let args = call.args();
+    let request = Request::parse(&args)?;
+    let now = clock::now();
+    // Every key is opened (distinct: the parser refused a key given twice) and read before
+    // anything is decided, and every effect is checked before the first byte is written.
+    let mut keys = Vec::with_capacity(request.keys.len());
+    for (i, (limiter, quantity)) in request.limiters.iter().enumerate() {
+        let mut key = Key::open(call, 1 + i)?;
+        key.load(limiter.algorithm(), *quantity == 0).map_err(|e| e.in_limiter(i + 1))?;
+        keys.push(key);
+    }
+    let stored: Vec<_> = keys.iter().map(Key::stored).collect();
+    let outcome = all::decide(&request.limiters, &stored, now)?;
+    drop(stored);
+    let prepared = keys
+        .iter()
+        .zip(&outcome.decisions)
+        .enumerate()
+        .map(|(i, (key, d))| key.prepare(&d.effect).map_err(|e| e.in_limiter(i + 1)))
+        .collect::<Result<Vec<_>>>()?;
+    for (key, prepared) in keys.iter_mut().zip(prepared) {
+        key.apply(prepared)?;
+    }
+
+    let five = |reply: throttle_core::Reply| reply.to_array(request.unit).map(Node::Integer);
+    let index = i64::try_from(outcome.binding + 1).map_err(|_| Error::Internal("index".into()))?;
+    let mut reply: Vec<Node> = five(outcome.reply()).into_iter().collect();
+    reply.push(Node::Integer(index));
+    if request.details {
+        reply.push(Node::Array(outcome.decisions.iter().map(|d| Node::Array(five(d.reply).into_iter().collect())).collect()));
+    }
+    Ok(Response::Tree(Node::Array(reply)))
+}

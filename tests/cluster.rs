@@ -1,0 +1,65 @@
+//! CL.ALL in a Redis Cluster: keys sharing a hash tag work through a cluster client library
+//! (the `redis` crate's cluster client) and `redis-cli -c`; keys in different slots get the
+//! server's own CROSSSLOT; the key spec names every key.
+
+mod harness;
+
+use std::process::Command;
+
+use harness::{Cluster, cli_command};
+
+#[test]
+fn hash_tagged_limiters_work_through_cluster_clients_and_cross_slot_is_refused() {
+    let cluster = Cluster::start(3, 0);
+    let mut c = cluster.client();
+    // The redis crate routes a command it does not know by its first argument (here `numkeys`);
+    // a node that does not own the keys' slot answers MOVED, which the client follows.
+    let mut nodes = std::collections::BTreeSet::new();
+    for user in 0..30 {
+        let (s, h) = (format!("rl:{{u{user}}}:s"), format!("rl:{{u{user}}}:h"));
+        let reply: Vec<i64> = redis::cmd("CL.ALL")
+            .arg(2)
+            .arg(&s)
+            .arg(&h)
+            .arg(&["THROTTLE", "9", "10", "60", "WINDOW", "1000", "3600"])
+            .query(&mut c)
+            .unwrap_or_else(|e| panic!("user {user}: {e}"));
+        assert_eq!(reply, vec![0, 10, 9, -1, 6, 1], "user {user}");
+        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&s).query(&mut c).unwrap();
+        let owner = cluster.nodes.iter().find(|n| {
+            let count: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut n.client()).unwrap();
+            count == 2
+        });
+        nodes.insert(owner.expect("both keys on the slot's owner").port);
+    }
+    assert_eq!(nodes.len(), 3, "the users' limiters landed on every shard");
+
+    // redis-cli -c follows the redirect too.
+    let node = &cluster.nodes[0];
+    let out = Command::new(cli_command())
+        .args(["-c", "-p", &node.port.to_string(), "CL.ALL", "2", "rl:{u7}:s", "rl:{u7}:h", "THROTTLE", "9", "10", "60", "WINDOW", "1000", "3600"])
+        .output()
+        .expect("run redis-cli -c");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<i64> = text.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!((&numbers[..4], numbers[5]), (&[0, 10, 8, -1][..], 1), "redis-cli -c: {text}");
+    assert!((11..=12).contains(&numbers[4]), "two slots of 6 s taken: {text}");
+
+    // Keys in different slots: the server's own CROSSSLOT, from the owner of the first key.
+    let err = redis::cmd("CL.ALL")
+        .arg(&["2", "rl:{a}:s", "rl:{b}:s", "COUNTER", "5", "60", "COUNTER", "5", "60"])
+        .query::<Vec<i64>>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().to_uppercase().contains("CROSSSLOT"), "{err}");
+    for n in &cluster.nodes {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("rl:{a}*").query(&mut n.client()).unwrap();
+        assert!(keys.is_empty(), "a refused call wrote nothing");
+    }
+
+    // The key spec names every key, so the server (and ACL, and routing) sees all of them.
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg(&["GETKEYS", "CL.ALL", "3", "x{t}", "y{t}", "z{t}", "COUNTER", "1", "1", "WINDOW", "1", "1", "BUCKET", "1", "1", "1"])
+        .query(&mut node.client())
+        .unwrap();
+    assert_eq!(keys, ["x{t}", "y{t}", "z{t}"]);
+}

@@ -1,0 +1,92 @@
+//! Keyspace events: each write announces what the equivalent Redis commands announce, so
+//! subscribers see the same events on the master (from the module) as on a module-less replica
+//! (from the replicated `SET … PXAT`, `SETRANGE`, `PEXPIREAT`, `DEL`); calls that change
+//! nothing announce nothing.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{Options, Server, throttle};
+
+/// Subscribes to every keyevent of db 0 on `server`; events arrive on the returned channel as
+/// `(event, key)`.
+fn subscribe(server: &Server) -> std::sync::mpsc::Receiver<(String, String)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut c = server.client();
+    let _: () = redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", "KEA"]).query(&mut c).unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut pubsub = c.as_pubsub();
+        pubsub.psubscribe("__keyevent@0__:*").unwrap();
+        ready_tx.send(()).unwrap();
+        pubsub.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        loop {
+            match pubsub.get_message() {
+                Ok(msg) => {
+                    let event = msg.get_channel_name().trim_start_matches("__keyevent@0__:").to_string();
+                    let key: String = msg.get_payload().unwrap();
+                    if tx.send((event, key)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.is_timeout() => continue,
+                Err(_) => return,
+            }
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(5)).expect("subscribed");
+    rx
+}
+
+/// The events received until none has come for a while.
+fn drain(rx: &std::sync::mpsc::Receiver<(String, String)>) -> Vec<(String, String)> {
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(event) = rx.recv_timeout(Duration::from_millis(500)) {
+        events.push(event);
+        assert!(Instant::now() < deadline, "events keep coming: {events:?}");
+    }
+    events
+}
+
+#[test]
+fn the_module_announces_what_its_replicated_commands_announce() {
+    let master = Server::start();
+    let replica = master.replica(Options::default().without_module());
+    let on_master = subscribe(&master);
+    let on_replica = subscribe(&replica);
+    let mut c = master.client();
+    let calls = [
+        "CL.THROTTLE t 2 1 60",       // a new key
+        "CL.THROTTLE t 2 1 60",       // rewritten in place
+        "CL.THROTTLE t 2 1 60 -5",    // refunded to full: deleted
+        "CL.WINDOW w 5 60",           // a new log
+        "CL.WINDOW w 5 60 2",         // appended in place
+        "CL.WINDOW w 5 60 -1",        // a refund
+        "CL.WINDOW p 5 60 PRECISION 10",
+        "CL.WINDOW p 5 60 PRECISION 10 3",
+        "CL.COUNTER c 5 60",
+        "CL.COUNTER c 5 60 2",
+        "CL.BUCKET b 5 1 60 2",
+        "CL.BUCKET b 5 1 60",
+    ];
+    for words in calls {
+        throttle(&mut c, words);
+    }
+    let all: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "a1", "a2", "COUNTER", "5", "60", "THROTTLE", "4", "1", "60"]).query(&mut c).unwrap();
+    assert_eq!(all[0], 0);
+    master.wait_replicated(&replica);
+    let from_module = drain(&on_master);
+    let from_commands = drain(&on_replica);
+    assert!(from_module.iter().any(|(e, _)| e == "setrange"), "{from_module:?}");
+    assert!(from_module.iter().any(|(e, _)| e == "expire"), "{from_module:?}");
+    assert!(from_module.iter().any(|(e, _)| e == "del"), "{from_module:?}");
+    assert_eq!(from_module, from_commands, "the master's events are the replica's");
+
+    // Denials and peeks announce nothing.
+    for words in ["CL.COUNTER c 5 60 5", "CL.COUNTER c 5 60 0", "CL.THROTTLE zero 0 1 60 0"] {
+        throttle(&mut c, words);
+    }
+    assert_eq!(drain(&on_master), vec![], "calls that change nothing are silent");
+}
