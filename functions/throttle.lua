@@ -49,39 +49,46 @@ local SEM = {
 -- @semantics end
 
 -- @errors begin
--- Every error text, in one place (they follow the module's core/src/error.rs and argument tables).
+-- Every error text, in one place: the module's (core/src/error.rs; the ranges of each
+-- command's table, core/src/limiter.rs and the algorithms' Params::new).
 local ERR = {
   arity = "ERR wrong number of arguments for '%s' command",
   integer = 'ERR value is not an integer or out of range',
-  range = 'ERR %s must be %s',
-  too_fast = 'ERR rate is too fast: %s divided by %s is less than one nanosecond',
+  range = 'ERR %s must be an integer from %s to %s',
+  range_unit = 'ERR %s must be an integer from %s to %s (%s)',
+  too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
+  span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
   too_large = 'ERR parameters are too large: their nanosecond arithmetic overflows 64 bits',
   syntax = 'ERR syntax error',
   wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value',
   invalid = 'ERR key does not hold valid %s state',
   internal = 'ERR internal error in the throttle twin: %s',
-  -- The twin's own: FCALL's key count, and what a double cannot carry exactly.
+  -- CL.ALL (core/src/all.rs)
+  numkeys = 'ERR numkeys must be an integer from 1 to 16',
+  all_twice = 'ERR limiters %d and %d name the same key',
+  all_count = 'ERR numkeys is %d but %d limiter specs follow the keys',
+  all_word = "ERR limiter %d: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '%s'",
+  all_numbers = 'ERR limiter %d: %s takes %d numbers',
+  in_limiter = 'ERR limiter %d: %s',
+  -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
+  -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
-  -- CL.ALL (SPEC "CL.ALL"; the module does not have it yet).
-  all_numkeys = 'ERR numkeys must be an integer from 1 to 16',
-  all_specs = 'ERR CL.ALL needs one spec per key: %d keys, %d specs',
-  all_twice = 'ERR CL.ALL: key %d is given twice',
-  all_spec = 'ERR limiter %d: %s',
-  -- The EVAL form (scripts/twin.sh eval): its first argument after the keys names the function.
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all",
 }
-local RANGE = {
-  positive = 'an integer from 1 to 9223372036854775807',
-  non_negative = 'an integer from 0 to 9223372036854775807',
-  max_burst = 'an integer from 0 to 9223372036854775806',
-  window_exact = 'an integer from 1 to 100000 (use PRECISION for larger limits)',
-  window_window = 'a positive duration',
-  precision = 'a positive duration no longer than the window',
-  precision_buckets = 'at least the window divided by 10000',
-  counter_limit = 'an integer from 1 to 999999999999999999',
-  whole_ms = 'a positive whole number of milliseconds',
+-- The bounds the range errors state (as text: most are beyond what a double carries exactly).
+local BOUND = {
+  i64_max = '9223372036854775807',
+  max_burst = '999999999999999999',        -- 10^18 - 1: a tolerance of at most 10^18 ns
+  count = '1000000000000000000',           -- 10^18
+  counter_limit = '999999999999999999',    -- below 10^18, the smallest CL.THROTTLE value
+  seconds = '1000000000',                  -- durations: at most 10^18 ns
+  milliseconds = '1000000000000',
+  exact_limit = '100000',
+  exact_hint = 'use PRECISION for larger limits',
+  throttle_span = '(max_burst + 1) * period / count',
+  bucket_span = 'interval * ceil(capacity / tokens)',
 }
 -- @errors end
 
@@ -343,13 +350,17 @@ end
 ---------------------------------------------------------------------------------------------
 -- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
 
+-- The parameters (the period's range is checked by its caller, as the module checks it first).
 local function gcra_params(bm, bu, cm, cu, period_ms)
+  if bm < 0 or bm > 999999999999 then fail(fmt(ERR.range, 'max_burst', '0', BOUND.max_burst)) end
+  if cm < 0 or (cm == 0 and cu == 0) or cm > 1000000000000 or (cm == 1000000000000 and cu > 0) then
+    fail(fmt(ERR.range, 'count', '1', BOUND.count))
+  end
   local em, eu = t_divmod(period_ms, 0, cm, cu)  -- emission interval = floor(period / count)
-  if em == 0 and eu == 0 then fail(fmt(ERR.too_fast, 'period', 'count')) end
+  if em == 0 and eu == 0 then fail(ERR.too_fast) end
   local lm, lu = t_add(bm, bu, 0, 1)           -- limit = max_burst + 1
-  if not t_fits(lm, lu) then fail(ERR.too_large) end
-  local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit
-  if not t_fits(tm, tu) then fail(ERR.too_large) end
+  local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit, at most 10^18 ns
+  if tm > 1000000000000 or (tm == 1000000000000 and tu > 0) then fail(fmt(ERR.span, BOUND.throttle_span)) end
   local limit = t_capped(lm, lu)
   if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
   local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
@@ -482,7 +493,7 @@ end
 local COUNTER_MAX = 999999999999999999
 
 local function counter_params(lm, lu, window_ms)
-  if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail_range('limit', RANGE.counter_limit) end
+  if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
   local limit = t_capped(lm, lu)
   if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
   return { limit = limit, window = window_ms }
@@ -565,10 +576,12 @@ end
 -- minus the deficit and expires when the bucket is full; every instant is a whole ms.
 
 local function bucket_params(cm, cu, tm, tu, interval_ms)
-  -- interval * ceil(capacity / tokens) must fit in i64 nanoseconds.
+  if cm < 0 or (cm == 0 and cu == 0) then fail(fmt(ERR.range, 'capacity', '1', BOUND.i64_max)) end
+  if tm < 0 or (tm == 0 and tu == 0) then fail(fmt(ERR.range, 'tokens', '1', BOUND.i64_max)) end
+  -- The refill of an empty bucket, interval * ceil(capacity / tokens), at most 10^18 ns.
   local qm, qu, rm, ru = t_divmod(cm, cu, tm, tu)
   if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
-  if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > MAX_MS then fail(ERR.too_large) end
+  if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > 1000000000000 then fail(fmt(ERR.span, BOUND.bucket_span)) end
   local capacity = t_capped(cm, cu)
   if capacity > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'capacity')) end
   -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
@@ -671,15 +684,13 @@ end
 
 local MAX_EXACT_LIMIT, MAX_BUCKETS = 100000, 10000
 
+-- (The window's and the precision's ranges are checked by the caller, as the module does
+-- before the limit's.)
 local function window_params(lm, lu, window_ms, precision_ms)
-  local max_m = precision_ms and MAX_M or 0
-  local max_u = precision_ms and MAX_U or MAX_EXACT_LIMIT
-  if lm < 0 or (lm == 0 and lu < 1) or lm > max_m or (lm == max_m and lu > max_u) then
-    fail_range('limit', precision_ms and RANGE.positive or RANGE.window_exact)
-  end
   if precision_ms then
-    if precision_ms > window_ms then fail_range('precision', RANGE.precision) end
-    if div_ceil(window_ms, precision_ms) > MAX_BUCKETS then fail_range('precision', RANGE.precision_buckets) end
+    if lm < 0 or (lm == 0 and lu < 1) then fail(fmt(ERR.range, 'limit', '1', BOUND.i64_max)) end
+  elseif lm < 0 or (lm == 0 and lu < 1) or lm > 0 or lu > MAX_EXACT_LIMIT then
+    fail(fmt(ERR.range_unit, 'limit', '1', BOUND.exact_limit, BOUND.exact_hint))
   end
   local limit = t_capped(lm, lu)
   if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
@@ -720,7 +731,8 @@ local function log_parse(s)
   return { s = s, head = head, len = body / 8 }
 end
 
-local EMPTY_LOG = { s = '', head = 0, len = 0 }
+-- `rebuilt`: not what the key holds (no key, or converted from a ring), so any write is whole.
+local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 
 local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
 
@@ -746,7 +758,7 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
     local m, u = log_at(log, keep - 1)
     future = t_lt(nm, nu, m, u)
   end
-  if log.s == '' or first > live or future then
+  if log.rebuilt or first > live or future then
     local kept = ''
     if first < keep then
       if future then
@@ -770,12 +782,13 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
   return d
 end
 
-local function exact_decide(p, log, nm, nu, q)
+-- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead).
+local function exact_decide(p, log, nm, nu, q, ahead)
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
   local first = log_first_after(log, hm, hu)
   local in_window = log.len - first
   local used = in_window
-  local stepped, newm, newu = false, nil, nil -- the newest entry, no later than now
+  local stepped, newm, newu = ahead or false, nil, nil -- the newest entry, no later than now
   if log.len > 0 then
     newm, newu = log_at(log, log.len - 1)
     if t_lt(nm, nu, newm, newu) then stepped, newm, newu = true, nm, nu end
@@ -980,7 +993,19 @@ local function ring_patch(ring, newest, edits, d)
   return d
 end
 
-local function ring_decide(p, ring, nm, nu, q)
+-- Whether a stored ring is stamped further ahead than a call at now could have left it (the
+-- clock stepped back), judged in its own buckets (a ring of another precision is not ahead
+-- merely because its bucket numbers are larger); under the older rule, in the call's.
+local function ring_is_ahead(ring, nm, W, cap)
+  if not SEM.precision_converts then return ring.newest > cap end
+  if ring.far then return ring.far > 0 end
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
+end
+
+-- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
+-- whether the log held actions after now.
+local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local P, W = p.precision, p.window
   local spanned = div_ceil(W, P)
   local slots = spanned + 1
@@ -990,8 +1015,10 @@ local function ring_decide(p, ring, nm, nu, q)
   local stepped = false
   if ring == nil then
     ring = ring_empty(P, current, slots)
+  elseif converted then
+    stepped = ahead
   else
-    stepped = ring.newest > cap
+    stepped = ring_is_ahead(ring, nm, W, cap)
     if not (ring.pm == P and ring.pu == 0 and ring.slots == slots and not stepped) then
       ring = ring_regroup(ring, P, slots, oldest, current, cap)
     end
@@ -1082,60 +1109,55 @@ end
 
 -- ---- Switching layouts on a live key (PRECISION added or removed).
 
--- An exact log read by a call with PRECISION: each live entry t counts in bucket floor(t/p).
+-- An exact log read by a call with PRECISION: each action still counting goes to the bucket
+-- holding it, floor(min(t, now) / p), all between the oldest that counts and now's. Also
+-- whether the log held an action after now.
 local function log_to_ring(p, log, nm, nu)
   local P = p.precision
+  local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
   local hm, hu = t_sub(nm, nu, p.window, 0)
-  local first = log_first_after(log, hm, hu)
-  local current = div_floor(nm, P)
-  local ring = ring_empty(P, current, div_ceil(p.window, P) + 1)
-  local top = current
-  local ks, cs = {}, {}
-  for i = first, log.len - 1 do
-    local m = log_at(log, i)
-    local k = div_floor(m, P)
-    if ks[#ks] == k then cs[#cs] = cs[#cs] + 1 else ks[#ks + 1], cs[#cs + 1] = k, 1 end
-    if k > top then top = k end
+  local counts = ring.counts
+  for i = log_first_after(log, hm, hu), log.len - 1 do
+    local m, u = log_at(log, i)
+    if t_lt(nm, nu, m, u) then m = nm end
+    local slot = ring_slot(ring, div_floor(m, P))
+    counts[slot] = (counts[slot] or 0) + 1
   end
-  ring.newest = top
-  local first_held = top - (ring.slots - 1)
-  for i = 1, #ks do
-    local k = ks[i] < first_held and first_held or ks[i]
-    local slot = ring_slot(ring, k)
-    ring.counts[slot] = add_count(ring.counts[slot] or 0, cs[i])
+  local ahead = false
+  if log.len > 0 then
+    local m, u = log_at(log, log.len - 1)
+    ahead = t_lt(nm, nu, m, u)
   end
-  return ring
+  return ring, ahead
 end
 
--- A ring read by an exact call: bucket k with count c becomes c entries at
--- min((k+1)p - 1 ns, now), ascending, keeping the newest `limit`.
+-- A ring read by a call without PRECISION: each bucket still counting under its own precision
+-- becomes as many entries at its last instant (k+1)p - 1 ns, or at now for a bucket not over
+-- yet, newest first until the limit (the older would leave first); entries at or before
+-- now - window are dropped. Buckets are read newest first and only as far as needed, as the
+-- module reads them. Also whether the ring was stamped ahead.
 local function ring_to_log(p, ring, nm, nu)
   local P = ring.pm
   if ring.pu ~= 0 or (ring.far and ring.far > 0) then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
-  local oldest = div_floor(nm - p.window, P)
-  local k0, held = ring_from(ring, oldest)
-  local total = 0
-  local counts = {}
-  for i = 0, held - 1 do
-    counts[i] = ring_count(ring, k0 + i)
-    total = add_count(total, counts[i])
+  local hm, hu = t_sub(nm, nu, p.window, 0)
+  local k0, held = ring_from(ring, div_floor(hm, P))
+  local most, count = p.limit, 0
+  local newest_first = {}
+  for k = k0 + held - 1, k0, -1 do
+    local c = ring_count(ring, k)
+    local em, eu = (k + 1) * P - 1, M - 1
+    if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    if not t_lt(hm, hu, em, eu) or count == most then break end
+    local n = c < most - count and c or most - count
+    if n > 0 then
+      newest_first[#newest_first + 1] = rep(t_le(em, eu), n)
+      count = count + n
+    end
   end
-  local skip = total > p.limit and total - p.limit or 0
   local parts = { '\1\0\0\0\0\0\0\0' }
-  for i = 0, held - 1 do
-    local c = counts[i]
-    if skip > 0 then
-      local s = c < skip and c or skip
-      c, skip = c - s, skip - s
-    end
-    if c > 0 then
-      local em, eu = (k0 + i + 1) * P - 1, M - 1 -- (k+1)p - 1 ns
-      if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
-      parts[#parts + 1] = rep(t_le(em, eu), c)
-    end
-  end
+  for i = #newest_first, 1, -1 do parts[#parts + 1] = newest_first[i] end
   local s = concat(parts)
-  return { s = s, head = 0, len = (#s - 8) / 8, converted = true }
+  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window, nil)
 end
 
 local function window_decide(p, stored, nm, nu, q)
@@ -1148,17 +1170,24 @@ local function window_decide(p, stored, nm, nu, q)
   local ring = version == 2 and ring_parse(stored) or nil
   if p.precision then
     if ring then return ring_decide(p, ring, nm, nu, q) end
-    if log and SEM.precision_converts then return ring_decide(p, log_to_ring(p, log, nm, nu), nm, nu, q) end
+    if log and SEM.precision_converts then
+      local converted, ahead = log_to_ring(p, log, nm, nu)
+      return ring_decide(p, converted, nm, nu, q, true, ahead)
+    end
   else
     if log then return exact_decide(p, log, nm, nu, q) end
-    if ring and SEM.precision_converts then return exact_decide(p, ring_to_log(p, ring, nm, nu), nm, nu, q) end
+    if ring and SEM.precision_converts then
+      local converted, ahead = ring_to_log(p, ring, nm, nu)
+      return exact_decide(p, converted, nm, nu, q, ahead)
+    end
   end
   invalid('window', stored)
 end
 
 ---------------------------------------------------------------------------------------------
--- Arguments (the module's core/src/args.rs and request.rs): strict integers, then the
--- optional tail `[quantity] [MS] [PRECISION p]` in any order.
+-- Arguments, by each command's table (the module's core/src/command.rs and limiter.rs):
+-- arity, then every positional word an integer (left to right), then the optional tail, then
+-- the ranges, in the module's order.
 
 local function integer(s)
   local m, u = parse_i64(s)
@@ -1166,96 +1195,115 @@ local function integer(s)
   return m, u
 end
 
-local function positive(s, name)
-  local m, u = integer(s)
-  if m < 0 or (m == 0 and u == 0) then fail_range(name, RANGE.positive) end
-  return m, u
-end
-
-local function non_negative(s, name)
-  local m, u = integer(s)
-  if m < 0 then fail_range(name, RANGE.non_negative) end
-  return m, u
-end
-
 local function is_word(s, upper)
   return #s == #upper and s:upper() == upper
 end
 
--- Parses the tail from args[i] on. Returns the quantity (T), MS, and PRECISION (T or nil).
-local function tail(args, i, accepts_precision)
-  local qm, qu, millis, pm, pu = 0, 1, false, nil, nil
-  local quantity_seen = false
-  local n = #args
-  while i <= n do
+-- The optional words of a single command (`[quantity] [MS] [PRECISION p]`, any order, each at
+-- most once; a word not starting with a letter is the quantity) or of a CL.ALL spec
+-- (`[QUANTITY q] [PRECISION p]`; `spec` true). Returns the quantity (T, nil when absent),
+-- MS, and PRECISION's value (T, nil when absent).
+local function tail(args, i, last, accepts_precision, spec)
+  local qm, qu, millis, pm, pu
+  while i <= last do
     local a = args[i]
-    if not millis and is_word(a, 'MS') then
+    local b = byte(a)
+    if not spec and not (b and ((b >= 65 and b <= 90) or (b >= 97 and b <= 122))) and qm == nil then
+      qm, qu = integer(a)
+    elseif not spec and not millis and is_word(a, 'MS') then
       millis = true
+    elseif spec and qm == nil and is_word(a, 'QUANTITY') then
+      i = i + 1
+      if i > last then fail(ERR.syntax) end
+      qm, qu = integer(args[i])
     elseif accepts_precision and pm == nil and is_word(a, 'PRECISION') then
       i = i + 1
-      if i > n then fail(ERR.syntax) end
-      pm, pu = positive(args[i], 'precision')
+      if i > last then fail(ERR.syntax) end
+      pm, pu = integer(args[i])
     else
-      local b = byte(a)
-      local alpha = b ~= nil and ((b >= 65 and b <= 90) or (b >= 97 and b <= 122))
-      if quantity_seen or alpha then fail(ERR.syntax) end
-      qm, qu = integer(a)
-      quantity_seen = true
+      fail(ERR.syntax)
     end
     i = i + 1
   end
   return qm, qu, millis, pm, pu
 end
 
--- A positive time argument in whole ms (every time argument is whole seconds or ms).
-local function duration_ms(m, u, millis)
-  if millis then
-    if m > MAX_MS / M or (m == floor(MAX_MS / M) and u > MAX_MS % M) then fail(ERR.too_large) end
-    return m * M + u
+local UNIT_NAME = { [false] = 'seconds', [true] = 'milliseconds' }
+
+-- A time argument, 1 to 10^18 ns in the call's unit: whole ms (every time argument is whole
+-- seconds or milliseconds).
+local function duration(m, u, millis, name)
+  local max = millis and 1000000000000 or 1000000000
+  if m < 0 or (m == 0 and u == 0) or m * M + u > max then
+    fail(fmt(ERR.range_unit, name, '1', millis and BOUND.milliseconds or BOUND.seconds, UNIT_NAME[millis]))
   end
-  -- seconds: at most 9223372036 s in i64 nanoseconds
-  if m > 9223 or (m == 9223 and u > 372036) then fail(ERR.too_large) end
+  if millis then return m * M + u end
   return (m * M + u) * 1000
 end
 
--- Each command's arguments after the key (the module's request.rs): its positional arguments,
--- each checked as it is read, then the optional tail, then the parameters built from them.
--- `optional` is the most words the tail may have.
+-- Each command's table: its name, positional arguments and optional words (the most its tail
+-- may have), its word in a CL.ALL spec, and how its parameters are built from the positional
+-- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
 local COMMANDS = {
   throttle = {
-    name = 'cl.throttle', optional = 2,
-    args = { { 'max_burst', non_negative }, { 'count', positive }, { 'period', positive } },
-    params = function(a, millis) return gcra_params(a[1], a[2], a[3], a[4], duration_ms(a[5], a[6], millis)) end,
+    name = 'cl.throttle', positional = 3, optional = 2, word = 'THROTTLE',
+    build = function(a, millis)
+      local period = duration(a[5], a[6], millis, 'period')
+      return gcra_params(a[1], a[2], a[3], a[4], period)
+    end,
   },
   window = {
-    name = 'cl.window', optional = 4, precision = true,
-    args = { { 'limit', integer }, { 'window', positive } },
-    params = function(a, millis, pm, pu)
-      local precision = pm and duration_ms(pm, pu, millis)
-      return window_params(a[1], a[2], duration_ms(a[3], a[4], millis), precision)
+    name = 'cl.window', positional = 2, optional = 4, word = 'WINDOW', precision = true,
+    build = function(a, millis, pm, pu)
+      local window = duration(a[3], a[4], millis, 'window')
+      local precision
+      if pm then
+        -- At most 10000 buckets, stated in the call's unit.
+        local w = a[3] * M + a[4]
+        local least = div_ceil(w, 10000)
+        if pm < 0 or pm * M + pu < least or pm * M + pu > w then
+          fail(fmt(ERR.range_unit, 'precision', fmt('%d', least), fmt('%d', w), UNIT_NAME[millis]))
+        end
+        precision = duration(pm, pu, millis, 'precision')
+      end
+      return window_params(a[1], a[2], window, precision)
     end,
   },
   bucket = {
-    name = 'cl.bucket', optional = 2,
-    args = { { 'capacity', positive }, { 'tokens', positive }, { 'interval', positive } },
-    params = function(a, millis) return bucket_params(a[1], a[2], a[3], a[4], duration_ms(a[5], a[6], millis)) end,
+    name = 'cl.bucket', positional = 3, optional = 2, word = 'BUCKET',
+    build = function(a, millis)
+      local interval = duration(a[5], a[6], millis, 'interval')
+      return bucket_params(a[1], a[2], a[3], a[4], interval)
+    end,
   },
   counter = {
-    name = 'cl.counter', optional = 2,
-    args = { { 'limit', integer }, { 'window', positive } },
-    params = function(a, millis) return counter_params(a[1], a[2], duration_ms(a[3], a[4], millis)) end,
+    name = 'cl.counter', positional = 2, optional = 2, word = 'COUNTER',
+    build = function(a, millis)
+      local window = duration(a[3], a[4], millis, 'window')
+      return counter_params(a[1], a[2], window)
+    end,
   },
 }
 
--- Parses a limiter's arguments from args[first] on: its parameters, quantity (T) and unit.
-local function parse(kind, args, first)
-  local command, a = COMMANDS[kind], {}
-  local positional = command.args
-  for i = 1, #positional do
-    a[2 * i - 1], a[2 * i] = positional[i][2](args[first + i - 1], positional[i][1])
+-- The positional integers of a limiter, args[first] on, as T pairs.
+local function positional(command, args, first)
+  local a = {}
+  for i = 1, command.positional do
+    a[2 * i - 1], a[2 * i] = integer(args[first + i - 1])
   end
-  local qm, qu, millis, pm, pu = tail(args, first + #positional, command.precision)
-  return command.params(a, millis, pm, pu), qm, qu, millis
+  return a
+end
+
+-- Parses a single command's arguments after its key: its parameters, quantity (T) and unit.
+local function parse(kind, args)
+  local command = COMMANDS[kind]
+  local n = #args
+  if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
+  local a = positional(command, args, 1)
+  local qm, qu, millis, pm, pu = tail(args, command.positional + 1, n, command.precision, false)
+  millis = millis or false
+  if qm == nil then qm, qu = 0, 1 end
+  return command.build(a, millis, pm, pu), qm, qu, millis
 end
 
 ---------------------------------------------------------------------------------------------
@@ -1331,10 +1379,7 @@ local function single(kind, keys, args)
   if hit then
     p, qm, qu, millis = hit[1], hit[2], hit[3], hit[4]
   else
-    local command = COMMANDS[kind]
-    local positional = #command.args
-    if n < positional or n > positional + command.optional then fail(fmt(ERR.arity, command.name)) end
-    p, qm, qu, millis = parse(kind, args, 1)
+    p, qm, qu, millis = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0 end
     PARSED[kind][ck] = { p, qm, qu, millis }
     parsed_count = parsed_count + 1
@@ -1349,94 +1394,107 @@ end
 
 ---------------------------------------------------------------------------------------------
 -- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
--- nothing (SPEC "CL.ALL").
+-- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
 --   spec := THROTTLE max_burst count period [QUANTITY q]
 --         | WINDOW limit window [PRECISION p] [QUANTITY q]
 --         | BUCKET capacity tokens interval [QUANTITY q]
 --         | COUNTER limit window [QUANTITY q]
+-- MS and DETAILS may come anywhere after the keys (they end a spec).
 
 local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter' }
 local ALL_MAX_KEYS = 16
 
+-- An error of limiter i: the module's texts name the limiter, but for Redis's own texts.
+local function in_limiter(i, text)
+  if text == ERR.integer or text == ERR.wrongtype or sub(text, 1, 18) == 'ERR internal error' then return text end
+  return fmt(ERR.in_limiter, i, sub(text, 5))
+end
+
+-- Runs f(...) with its errors named after limiter i.
+local function as_limiter(i, f, ...)
+  local ok, r1, r2, r3 = pcall(f, ...)
+  if ok then return r1, r2, r3 end
+  if r1 == failed then fail(in_limiter(i, r1)) end
+  error(r1, 0)
+end
+
+-- A word for an error message: printable ASCII, at most 32 characters.
+local function printable(word)
+  local out = {}
+  for i = 1, #word < 32 and #word or 32 do
+    local b = byte(word, i)
+    out[i] = (b >= 33 and b <= 126) and char(b) or '?'
+  end
+  return concat(out)
+end
+
+-- A spec's numbers and options: its parameters and quantity (T).
+local function parse_spec(spec, args, millis)
+  local command = COMMANDS[spec.kind]
+  local a = positional(command, args, spec.first)
+  local qm, qu, _, pm, pu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
+  if qm == nil then qm, qu = 0, 1 end
+  return command.build(a, millis, pm, pu), qm, qu
+end
+
 local function all(keys, args)
   local nkeys = #keys
-  if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.all_numkeys) end
-  for i = 1, nkeys do
+  if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.numkeys) end
+  for i = 2, nkeys do
     for j = 1, i - 1 do
-      if keys[i] == keys[j] then fail(fmt(ERR.all_twice, i)) end
+      if keys[i] == keys[j] then fail(fmt(ERR.all_twice, j, i)) end
     end
   end
-  -- Split the arguments into specs (each starting with its algorithm's name) and the options
-  -- at the end.
-  local specs, millis, details = {}, false, false
+  -- Split the specs (each its algorithm's word, its numbers, then the options it accepts with
+  -- their values) from the call's MS and DETAILS.
+  local specs, calls = {}, {}
   local n, i = #args, 1
   while i <= n do
-    local word = args[i]:upper()
-    local kind = ALL_KINDS[word]
-    if kind then
-      local spec = { kind = kind, words = {} }
-      specs[#specs + 1] = spec
-      i = i + 1
-      while i <= n do
-        local w = args[i]:upper()
-        if ALL_KINDS[w] or ((w == 'MS' or w == 'DETAILS') and #spec.words >= #COMMANDS[kind].args) then break end
-        spec.words[#spec.words + 1] = args[i]
-        i = i + 1
-      end
-    elseif word == 'MS' and #specs > 0 and not millis then
-      millis = true
-      i = i + 1
-    elseif word == 'DETAILS' and #specs > 0 and not details then
-      details = true
+    local word = args[i]
+    local upper = word:upper()
+    if upper == 'MS' or upper == 'DETAILS' then
+      calls[#calls + 1] = upper
       i = i + 1
     else
-      fail(ERR.syntax)
-    end
-  end
-  if #specs ~= nkeys then fail(fmt(ERR.all_specs, nkeys, #specs)) end
-  -- Each spec as its single command's arguments: positional words, then QUANTITY/PRECISION.
-  local parsed = {}
-  for s = 1, #specs do
-    local spec = specs[s]
-    local words, positional = spec.words, #COMMANDS[spec.kind].args
-    local ok, err = pcall(function()
-      if #words < positional then fail(fmt(ERR.arity, 'cl.all')) end
-      local single_args = {}
-      for w = 1, positional do single_args[w] = words[w] end
-      local quantity_seen, precision_seen = false, false
-      local w = positional + 1
-      while w <= #words do
-        local opt = words[w]:upper()
-        if opt == 'QUANTITY' and not quantity_seen and words[w + 1] then
-          integer(words[w + 1])
-          single_args[#single_args + 1] = words[w + 1]
-          quantity_seen = true
-        elseif opt == 'PRECISION' and spec.kind == 'window' and not precision_seen and words[w + 1] then
-          single_args[#single_args + 1] = 'PRECISION'
-          single_args[#single_args + 1] = words[w + 1]
-          precision_seen = true
-        else
-          fail(ERR.syntax)
-        end
-        w = w + 2
+      local index = #specs + 1
+      local kind = ALL_KINDS[upper]
+      if kind == nil then
+        if index > nkeys then fail(ERR.syntax) end
+        fail(fmt(ERR.all_word, index, printable(word)))
       end
-      if millis then single_args[#single_args + 1] = 'MS' end
-      local p, qm, qu = parse(spec.kind, single_args, 1)
-      parsed[s] = { kind = spec.kind, p = p, qm = qm, qu = qu }
-    end)
-    if not ok then
-      if failed == err then fail(fmt(ERR.all_spec, s, sub(err, 5))) end
-      error(err, 0)
+      local command = COMMANDS[kind]
+      local last = i + command.positional
+      if last > n then fail(fmt(ERR.all_numbers, index, command.word, command.positional)) end
+      while last < n do
+        local option = args[last + 1]:upper()
+        if option ~= 'QUANTITY' and not (command.precision and option == 'PRECISION') then break end
+        last = last + 2 -- the option and its value (a missing value is the spec's syntax error)
+      end
+      if last > n then last = n end
+      specs[index] = { kind = kind, first = i + 1, last = last }
+      i = last + 1
     end
   end
-  -- Decide every limiter at one instant; write only when all admit.
+  if #specs ~= nkeys then fail(fmt(ERR.all_count, nkeys, #specs)) end
+  local millis, details = false, false
+  for c = 1, #calls do
+    if calls[c] == 'MS' and not millis then millis = true
+    elseif calls[c] == 'DETAILS' and not details then details = true
+    else fail(ERR.syntax) end
+  end
+  local parsed = {}
+  for s = 1, nkeys do
+    local p, qm, qu = as_limiter(s, parse_spec, specs[s], args, millis)
+    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu }
+  end
+  -- Every key is read before anything is decided; every limiter decides at one instant; the
+  -- effects are written only when all admit.
   local nm, nu = clock()
-  local stored, decisions = {}, {}
+  local stored, expiries, decisions = {}, {}, {}
+  for s = 1, nkeys do stored[s], expiries[s] = read(keys[s], READS_EXPIRY[parsed[s].kind]) end
   for s = 1, nkeys do
     local it = parsed[s]
-    local value, expiry = read(keys[s], READS_EXPIRY[it.kind])
-    stored[s] = value
-    decisions[s] = decide(it.kind, it.p, value, expiry, nm, nu, it.qm, it.qu)
+    decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
   end
   local binding, denied = 1, false
   for s = 1, nkeys do
@@ -1446,7 +1504,7 @@ local function all(keys, args)
       if not denied then
         binding, denied = s, true
       elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
-        binding = s -- the longest retry_after binds; -1 (never) is the longest
+        binding = s -- the longest retry_after binds; none (never) is the longest
       end
     elseif not denied and d[3] < decisions[binding][3] then
       binding = s
@@ -1459,7 +1517,10 @@ local function all(keys, args)
   local reply = { b[1], b[2], b[3], b[4], b[5], binding }
   if details then
     local each = {}
-    for s = 1, nkeys do each[s] = five(decisions[s], millis) end
+    for s = 1, nkeys do
+      local d = five(decisions[s], millis)
+      each[s] = { d[1], d[2], d[3], d[4], d[5] }
+    end
     reply[7] = each
   end
   return reply
