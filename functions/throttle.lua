@@ -1439,6 +1439,8 @@ end
 
 local function all(keys, args)
   local nkeys = #keys
+  -- Redis's arity: CL.ALL numkeys key and the shortest spec, six words with the name.
+  if nkeys + #args < 4 then fail(fmt(ERR.arity, 'cl.all')) end
   if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.numkeys) end
   for i = 2, nkeys do
     for j = 1, i - 1 do

@@ -6,14 +6,15 @@
 #
 #   scripts/twin-tests.sh [twin|twin-eval] [cargo test arguments...]
 #
-# Env: TWIN_EXCLUDED_TESTS (Makefile), THROTTLE_SERVER / THROTTLE_CLI (the server, as for the
+# Env: TWIN_EXCLUDED_TESTS (default: the Makefile's), THROTTLE_SERVER / THROTTLE_CLI (the server, as for the
 # module's tests), CARGO. Log: target/twin-tests-<backend>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "twin-tests: $*" >&2; exit 1; }
 backend=${1:-twin}; shift || true
 case "$backend" in twin|twin-eval) ;; *) die "usage: scripts/twin-tests.sh [twin|twin-eval]" ;; esac
-excluded=" ${TWIN_EXCLUDED_TESTS:-} "
+# (Run directly, the list comes from the Makefile.)
+excluded=" ${TWIN_EXCLUDED_TESTS-$(make -s --no-print-directory print-twin-excluded)} "
 
 targets=(); skips=()
 for f in tests/*.rs; do

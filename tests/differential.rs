@@ -237,6 +237,91 @@ impl Gen {
     }
 }
 
+impl Limiter {
+    fn word(&self) -> &'static str {
+        match self.kind {
+            Kind::Throttle => "THROTTLE",
+            Kind::Window => "WINDOW",
+            Kind::Bucket => "BUCKET",
+            Kind::Counter => "COUNTER",
+        }
+    }
+
+    /// Which positional arguments are times (CL.ALL's MS applies to every spec).
+    fn is_duration(&self, i: usize) -> bool {
+        matches!((self.kind, i), (Kind::Throttle, 2) | (Kind::Window, 1) | (Kind::Bucket, 2) | (Kind::Counter, 1))
+    }
+
+    /// A time of this limiter in the unit of a CL.ALL call (`millis`): the same duration when
+    /// it is expressible, else the same number.
+    fn in_unit(&self, word: &str, millis: bool) -> String {
+        match (word.parse::<i64>(), self.millis, millis) {
+            (Ok(v), false, true) => v.saturating_mul(1000).to_string(),
+            (Ok(v), true, false) if v % 1000 == 0 => (v / 1000).to_string(),
+            _ => word.to_string(),
+        }
+    }
+}
+
+impl Gen {
+    /// This limiter as a CL.ALL spec in the call's unit: its word, numbers, then `QUANTITY q`
+    /// and `PRECISION p` in either order.
+    fn spec(&mut self, l: &Limiter, millis: bool) -> Vec<String> {
+        let word = l.word();
+        let word = match self.rng.random_range(0..3) {
+            0 => word.to_lowercase(),
+            _ => word.to_string(),
+        };
+        let mut words = vec![word];
+        for (i, w) in l.positional.iter().enumerate() {
+            words.push(if l.is_duration(i) { l.in_unit(w, millis) } else { w.clone() });
+        }
+        let mut options: Vec<Vec<String>> = Vec::new();
+        if let Some(q) = self.quantity(l.limit()) {
+            options.push(vec![self.pick(&["QUANTITY", "quantity"]).to_string(), q]);
+        }
+        if let Some(p) = &l.precision {
+            options.push(vec!["PRECISION".into(), l.in_unit(p, millis)]);
+        }
+        if options.len() == 2 && self.chance(0.5) {
+            options.swap(0, 1);
+        }
+        words.extend(options.into_iter().flatten());
+        words
+    }
+
+    /// The words after CL.ALL's keys: the specs, MS and DETAILS anywhere among them, and now
+    /// and then a malformed call.
+    fn all_args(&mut self, limiters: &[&Limiter]) -> Vec<String> {
+        let millis = self.chance(0.4);
+        let mut parts: Vec<Vec<String>> = limiters.iter().map(|l| self.spec(l, millis)).collect();
+        let mut options = Vec::new();
+        if millis {
+            options.push(self.pick(&["MS", "ms"]).to_string());
+        }
+        if self.chance(0.3) {
+            options.push(self.pick(&["DETAILS", "details"]).to_string());
+        }
+        for o in options {
+            let at = self.rng.random_range(1..=parts.len());
+            parts.insert(at, vec![o]);
+        }
+        let mut args: Vec<String> = parts.into_iter().flatten().collect();
+        if self.chance(0.05) {
+            match self.rng.random_range(0..6) {
+                0 => args.push("THROTTLE 1 1".into()),
+                1 => args.insert(0, "LIMITER".into()),
+                2 => args.push("MS".into()),
+                3 => args.push("DETAILS".into()),
+                4 => args.truncate(args.len().saturating_sub(1)),
+                _ => args.push(self.pick(&["COUNTER", "WINDOW 5"]).to_string()),
+            }
+            args = args.join(" ").split(' ').map(String::from).collect();
+        }
+        args
+    }
+}
+
 /// What a key holds before a call, written alike into the three keys.
 #[derive(Clone, Debug)]
 enum Plant {
@@ -482,6 +567,31 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// CL.ALL over slots' key sets (the module's keys, FCALL's, EVALSHA's) at `now_us`;
+    /// returns the three replies and every key's state after, set by set.
+    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> ([Value; 3], Vec<Vec<(Value, Value)>>) {
+        let sets: Vec<Vec<String>> = (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
+        pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
+        pipe.cmd("CL.ALL").arg(slots.len()).arg(&sets[0]).arg(args);
+        pipe.cmd("FCALL").arg("cl_all").arg(slots.len()).arg(&sets[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(slots.len()).arg(&sets[2]).arg("cl_all").arg(args);
+        for set in &sets {
+            for k in set {
+                pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
+            }
+        }
+        let mut v: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let states: Vec<Value> = v.split_off(3);
+        let replies: [Value; 3] = v.try_into().unwrap();
+        let pairs: Vec<(Value, Value)> = states.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        (replies, pairs.chunks(slots.len()).map(<[_]>::to_vec).collect())
+    }
+}
+
 /// The twin's answer for a call the module answered with a limit above 2^53 − 1.
 fn twin_limit_error(kind: Kind) -> String {
     let name = if kind == Kind::Bucket { "capacity" } else { "limit" };
@@ -537,12 +647,52 @@ fn the_twin_matches_the_module_call_for_call() {
         };
         now_us = now_us.clamp(real_us + 43_200_000_000, real_us + 172_800_000_000);
 
+        if g.chance(0.15) {
+            // CL.ALL over 1 to 4 slots (their keys hold what the single commands leave), each
+            // slot's limiter as a spec; now and then one slot twice.
+            let n = g.rng.random_range(1..=4);
+            let mut slots: Vec<usize> = Vec::new();
+            while slots.len() < n {
+                let s = g.rng.random_range(0..SLOTS);
+                if !slots.contains(&s) || g.chance(0.02) {
+                    slots.push(s);
+                }
+            }
+            let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
+            let args = g.all_args(&chosen);
+            let (replies, states) = rig.call_all(&slots, &args, now_us);
+            let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}", slots.len(), args.join(" "));
+            if matches!(&replies[0], Value::Array(items) if matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX)) {
+                continue; // (specs come from ordinary limiters: not reached)
+            }
+            assert_eq!(replies[1], replies[0], "FCALL cl_all differs from the module's CL.ALL: {context}");
+            assert_eq!(replies[2], replies[0], "EVALSHA cl_all differs from the module's CL.ALL: {context}");
+            assert_eq!(states[1], states[0], "FCALL cl_all stored bytes/expiry differ: {context}");
+            assert_eq!(states[2], states[0], "EVALSHA cl_all stored bytes/expiry differ: {context}");
+            let outcome = match &replies[0] {
+                Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => "denied (nothing written)",
+                Value::Array(items) if items.len() == 7 => "admitted, DETAILS",
+                Value::Array(_) => "admitted",
+                Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+                Value::ServerError(_) => "error",
+                other => panic!("{context}: unexpected module reply {other:?}"),
+            };
+            tally.add(format!("CL.ALL ({} limiters): {outcome}", slots.len()));
+            continue;
+        }
         let slot = g.rng.random_range(0..SLOTS);
         let keys = Rig::keys(slot);
         // The limiter: the slot's own (so that state builds up), a new one, or another.
         let roll = g.rng.random_range(0..100);
         let other = *g.pick(&KINDS);
         let mut scratch = false;
+        if limiters[slot].kind == Kind::Window && g.chance(0.05) {
+            // The same window with PRECISION added or removed: the key switches layout.
+            let w = limiters[slot].positional[1].parse::<i64>().unwrap_or(10);
+            let p = (w / g.rng.random_range(1..=50)).max(1).to_string();
+            let flipped = if limiters[slot].precision.is_some() { None } else { Some(p) };
+            limiters[slot].precision = flipped;
+        }
         let limiter = if roll < 80 {
             limiters[slot].clone()
         } else if roll < 90 {
@@ -616,6 +766,12 @@ fn the_twin_matches_the_module_call_for_call() {
             // Let the slot's limiter start afresh (else one foreign value answers every call).
             let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
         }
+        if limiter.kind == Kind::Window
+            && let Value::BulkString(b) = &before.0
+            && matches!((b.first(), limiter.precision.is_some()), (Some(1), true) | (Some(2), false))
+        {
+            tally.add(format!("CL.WINDOW switching layout (PRECISION added or removed): {outcome}"));
+        }
         let precision = if limiter.precision.is_some() { " PRECISION" } else { "" };
         let unit = if limiter.millis { " MS" } else { "" };
         tally.add(format!("{}{precision}{unit}: {outcome}", limiter.kind.command()));
@@ -631,6 +787,7 @@ fn the_twin_matches_the_module_call_for_call() {
     for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS"] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
-    // Hook for CL.ALL: when the module has it (SPEC "CL.ALL"), add Kind::All here, generating
-    // `CL.ALL n k1..kn spec...` against `FCALL cl_all n k1..kn spec...` on three key sets.
+    for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
+        assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
+    }
 }

@@ -126,6 +126,7 @@ fn single_limiters_take_exactly_one_key() {
     assert_eq!(e.detail(), Some("cl_counter takes exactly one key: FCALL cl_counter 1 <key> ..."));
     let e = fcall_err(&mut c, "cl_window k 5");
     assert_eq!(e, "ERR wrong number of arguments for 'cl.window' command");
+    assert_eq!(fcall_err(&mut c, "cl_window k 5 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
 }
 
 #[test]
@@ -230,15 +231,19 @@ fn cl_all_errors_name_the_limiter_and_change_nothing() {
     let before = snapshot(&mut c);
     let _: () = redis::cmd("RPUSH").arg("list").arg("x").query(&mut c).unwrap();
     let cases: &[(&str, &str)] = &[
-        ("cl_all 1 c", "ERR CL.ALL needs one spec per key: 1 keys, 0 specs"),
-        ("cl_all 2 c d COUNTER 5 60", "ERR CL.ALL needs one spec per key: 2 keys, 1 specs"),
-        ("cl_all 2 c c COUNTER 5 60 COUNTER 5 60", "ERR CL.ALL: key 2 is given twice"),
-        ("cl_all 2 c d COUNTER 5 60 THROTTLE 1 0 60", "ERR limiter 2: count must be an integer from 1 to 9223372036854775807"),
-        ("cl_all 1 c COUNTER 5", "ERR limiter 1: wrong number of arguments for 'cl.all' command"),
-        ("cl_all 1 c COUNTER 5 60 QUANTITY x", "ERR limiter 1: value is not an integer or out of range"),
-        ("cl_all 1 c COUNTER 5 60 PRECISION 1", "ERR limiter 1: syntax error"),
-        ("cl_all 1 c LIMITER 5 60", "ERR syntax error"),
+        ("cl_all 1 c", "ERR wrong number of arguments for 'cl.all' command"),
+        ("cl_all 1 c COUNTER 5", "ERR wrong number of arguments for 'cl.all' command"),
+        ("cl_all 2 c d COUNTER 5 60 COUNTER 5", "ERR limiter 2: COUNTER takes 2 numbers"),
+        ("cl_all 2 c d COUNTER 5 60", "ERR numkeys is 2 but 1 limiter specs follow the keys"),
+        ("cl_all 2 c c COUNTER 5 60 COUNTER 5 60", "ERR limiters 1 and 2 name the same key"),
+        ("cl_all 2 c d COUNTER 5 60 THROTTLE 1 0 60", "ERR limiter 2: count must be an integer from 1 to 1000000000000000000"),
+        ("cl_all 1 c COUNTER 5 60 QUANTITY x", "ERR value is not an integer or out of range"),
+        ("cl_all 1 c COUNTER 5 60 PRECISION 1", "ERR syntax error"),
+        ("cl_all 1 c COUNTER 5 60 QUANTITY", "ERR limiter 1: syntax error"),
+        ("cl_all 1 c LIMITER 5 60", "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'LIMITER'"),
         ("cl_all 1 c COUNTER 5 60 MS MS", "ERR syntax error"),
+        ("cl_all 1 c COUNTER 5 60 COUNTER 5 60", "ERR numkeys is 1 but 2 limiter specs follow the keys"),
+        ("cl_all 1 c WINDOW 5 60 PRECISION 61", "ERR limiter 1: precision must be an integer from 1 to 60 (seconds)"),
         ("cl_all 2 c list COUNTER 5 60 COUNTER 5 60", "WRONGTYPE Operation against a key holding the wrong kind of value"),
     ];
     for (words, want) in cases {
@@ -248,6 +253,9 @@ fn cl_all_errors_name_the_limiter_and_change_nothing() {
     keys.extend(std::iter::repeat_n("COUNTER 5 60".to_string(), 17));
     let e = redis::cmd("FCALL").arg("cl_all").arg(17).arg(keys.join(" ").split(' ').collect::<Vec<_>>()).query::<Value>(&mut c).unwrap_err();
     assert_eq!(e.detail(), Some("numkeys must be an integer from 1 to 16"));
+    // A numkeys beyond the arguments is FCALL's own error (the module's CL.ALL says numkeys).
+    let e = redis::cmd("FCALL").arg("cl_all").arg(17).arg("c").arg("COUNTER").query::<Value>(&mut c).unwrap_err();
+    assert!(e.to_string().contains("Number of keys can't be greater than number of args"), "{e}");
     let _: () = redis::cmd("DEL").arg("list").query(&mut c).unwrap();
     assert_eq!(snapshot(&mut c), before, "no error changed any key");
 }
@@ -440,8 +448,8 @@ fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
     // Errors the module gives first stay the module's.
     assert_eq!(fcall_err(&mut c, "cl_counter k 1000000000000000000 60"), "ERR limit must be an integer from 1 to 999999999999999999");
     assert_eq!(
-        fcall_err(&mut c, "cl_throttle k 9223372036854775806 1 1000"),
-        "ERR parameters are too large: their nanosecond arithmetic overflows 64 bits"
+        fcall_err(&mut c, "cl_throttle k 999999999999999 1 1000"),
+        "ERR parameters are too large: (max_burst + 1) * period / count must be at most 1000000000 seconds (1000000000000 milliseconds)"
     );
     // A ring no limiter writes (a precision that is not whole milliseconds), regrouped: refused.
     let mut ring = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
