@@ -109,3 +109,28 @@ fn calls_that_change_nothing_propagate_nothing() {
     let exists: i64 = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
     assert_eq!(exists, 0, "the admitting limiter of a denied CL.ALL created nothing");
 }
+
+/// A refund (or an admission) in a long exact window log replicates what it changes, not the
+/// log: the replication stream grows by a few dozen bytes, whatever the log's size.
+#[test]
+fn a_refund_in_a_long_log_replicates_only_what_it_changes() {
+    let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));
+    let replica = master.replica(Options::default().without_module());
+    let mut c = master.client();
+    // 20,000 actions in one window (a log of 160 KB).
+    for _ in 0..20 {
+        assert_eq!(harness::throttle(&mut c, "CL.WINDOW log 100000 600 1000")[0], 0);
+    }
+    let len: i64 = redis::cmd("STRLEN").arg("log").query(&mut c).unwrap();
+    assert!(len > 160_000, "{len}");
+    wait_for_replica(&master, &replica);
+    let offset = || master.info_field("replication", "master_repl_offset").parse::<i64>().unwrap();
+    for words in ["CL.WINDOW log 100000 600 -1", "CL.WINDOW log 100000 600 -500", "CL.WINDOW log 100000 600 1"] {
+        let before = offset();
+        harness::throttle(&mut c, words);
+        let grew = offset() - before;
+        assert!(grew < 300, "{words}: {grew} bytes replicated for a {len}-byte log");
+    }
+    wait_for_replica(&master, &replica);
+    assert_eq!(snapshot(&mut replica.client()), snapshot(&mut c), "replica == master");
+}

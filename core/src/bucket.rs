@@ -1,8 +1,9 @@
 //! CL.BUCKET: a token bucket refilled by whole intervals. A bucket starts full with
 //! `capacity` tokens; every whole `interval` after its refill clock started, `tokens` tokens
 //! are added, never beyond `capacity`. The clock starts when a full bucket is first drawn
-//! from (on the next whole millisecond) and then only ever advances by whole intervals, so
-//! refills never drift, however the calls fall between them.
+//! from (on the whole millisecond at or before the draw, so no wait exceeds the intervals
+//! it needs) and then only ever advances by whole intervals, so refills never drift,
+//! however the calls fall between them.
 //!
 //! # Stored state
 //!
@@ -16,10 +17,15 @@
 //! last `n = ⌈D / tokens⌉` of them refill the stored deficit. At `now`, with
 //! `r = ⌈(full_at − now) / interval⌉` grid refills still ahead (a refill at exactly `now`
 //! has happened), the bucket holds `capacity − (D − (n − min(r, n))·tokens)` tokens. The
-//! `min` covers the instants between a draw and its clock's first refill. A key stamped
-//! further ahead than its deficit's refills allow (`full_at > ⌈now⌉ₘₛ + ⌈D / tokens⌉·interval`:
-//! the clock stepped back) is read as if its grid restarted now, so it refills within the
-//! time its deficit needs instead of waiting for the clock to catch up.
+//! `min` covers the instants between a draw and its clock's first refill.
+//!
+//! A stored deficit above the capacity (the capacity was lowered) is first capped at the
+//! capacity. Then a key stamped further ahead than its deficit's refills allow
+//! (`full_at > ⌊now⌋ₘₛ + ⌈D / tokens⌉·interval`: the clock stepped back, the capacity or
+//! the rate was lowered, or the key lost its expiry: `PERSIST`, `RESTORE key 0 …`, a `SET`
+//! without `KEEPTTL`) is read as if its grid restarted now, so it refills within the time
+//! its deficit needs instead of waiting for the clock to catch up; a call other than a peek
+//! stores it so.
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, MAX_DURATION, Nanos};
@@ -33,8 +39,9 @@ pub struct State {
 }
 
 /// Reads a stored `−deficit` and its key's absolute expiry in milliseconds. A deficit below
-/// one, or one without an expiry, is not a bucket's state (a deficit above the capacity is
-/// accepted: the parameters changed, and it is clamped when deciding).
+/// one is not a bucket's state. A deficit above the capacity is accepted (the parameters
+/// changed: it is capped when deciding), and so is a key without an expiry (or with one
+/// beyond the nanosecond range): it is full too far ahead, and deciding pulls it back.
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (negated, full_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, i64::MIN, "CL.BUCKET")?;
     match negated.checked_neg() {
@@ -114,28 +121,30 @@ struct Now {
 
 impl Now {
     fn of(state: Option<State>, now: Instant, p: &Params) -> Result<Now> {
-        // A bucket is full at most `⌈deficit / tokens⌉` refills after the next whole
-        // millisecond (a draw starts or keeps a grid whose next refill is at most one
-        // interval ahead). A later `full_at` (the clock stepped back) restarts the grid now,
-        // so no user waits longer than the refills their deficit needs.
+        let start = now.whole_milli_at_or_before();
+        // A bucket is full at most `⌈deficit / tokens⌉` refills after the whole millisecond
+        // at or before now (a draw starts or keeps a grid whose next refill is at most one
+        // interval ahead). A later `full_at` (the clock stepped back, the parameters were
+        // lowered, the key lost its expiry) restarts the grid now, so no user waits longer
+        // than the refills their deficit needs. A deficit above a lowered capacity is capped
+        // first, so the ceiling is that of the capped deficit.
         let mut stepped = false;
         let state = state.map(|s| {
-            let ceiling = now.next_whole_milli().ok().and_then(|start| {
-                let d = p.interval.checked_mul(p.refills_to_cover(s.deficit)).ok().and_then(Nanos::new)?;
+            let deficit = s.deficit.min(p.capacity);
+            let ceiling = start.as_ref().ok().and_then(|start| {
+                let d = p.interval.checked_mul(p.refills_to_cover(deficit)).ok().and_then(Nanos::new)?;
                 start.checked_add(d).ok()
             });
             let full_at = ceiling.map_or(s.full_at, |c| s.full_at.min(c));
             stepped = full_at < s.full_at;
-            State { full_at, ..s }
+            State { deficit, full_at }
         });
         let Some(state) = state.filter(|s| s.full_at > now) else {
-            // Full: a draw starts the clock on the next whole millisecond.
-            return Ok(Now { deficit: 0, stepped: false, next_refill: now.next_whole_milli()?.checked_add(p.interval)? });
+            // Full: a draw starts the clock on the whole millisecond at or before now.
+            return Ok(Now { deficit: 0, stepped: false, next_refill: start?.checked_add(p.interval)? });
         };
-        // The stored deficit is made up by the last `n` grid refills up to `full_at`; one
-        // above a lowered capacity reads as the capacity (made up by the last refills, so
-        // the bucket is still full when its key expires).
-        let deficit = state.deficit.min(p.capacity);
+        // The (capped) deficit is made up by the last `n` grid refills up to `full_at`.
+        let deficit = state.deficit;
         let n = p.refills_to_cover(deficit);
         let until_full = state.full_at.saturating_since(now).as_nanos();
         let ahead = (until_full / p.interval.as_nanos() + i64::from(until_full % p.interval.as_nanos() != 0)).min(n);
@@ -192,13 +201,13 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
     if quantity > params.capacity {
         return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, None), effect: bucket.denied_effect(now, params)? });
     }
-    // Both are at most `capacity`, so the sum cannot overflow.
-    let deficit = bucket.deficit + quantity;
-    if deficit > params.capacity {
+    // Both are at most `capacity`, but their sum may still overflow (a capacity near
+    // i64::MAX): then it is above the capacity too.
+    let Some(deficit) = bucket.deficit.checked_add(quantity).filter(|&d| d <= params.capacity) else {
         let retry_at = bucket.refill_covering(params.capacity - quantity, now, params)?;
         let retry_after = Some(retry_at.saturating_since(now));
         return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect: bucket.denied_effect(now, params)? });
-    }
+    };
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });
     }

@@ -5,11 +5,14 @@
 //!
 //! A plain integer string, the units counted in the open window (`GET key`), on a key that
 //! expires when the window closes (`PEXPIRETIME key`). No key means no open window. The
-//! window opens on a whole millisecond (the first at or after the first counted action),
-//! so the key's millisecond expiry is exactly the instant the window closes.
+//! window opens on a whole millisecond (the last at or before the first counted action), so
+//! the key's millisecond expiry is exactly the instant the window closes and no reply time
+//! exceeds the window.
 //!
-//! A window can close at most one window after now (it opened at or before now); a stored
-//! close beyond that (the clock stepped back) is read as closing one window from now.
+//! A window closes at most one window after the whole millisecond at or before now (it
+//! opened at or before now); a stored close beyond that (the clock stepped back, the window
+//! was shortened, or the key lost its expiry: `PERSIST`, `RESTORE key 0 …`, a `SET` without
+//! `KEEPTTL`) is read as closing there, and a call other than a peek stores it so.
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Nanos};
@@ -22,8 +25,9 @@ pub struct State {
     pub closes_at: Instant,
 }
 
-/// Reads a stored count and its key's absolute expiry in milliseconds. A count without an
-/// expiry, a negative count or an expiry out of range is not a counter's state.
+/// Reads a stored count and its key's absolute expiry in milliseconds. A negative count is
+/// not a counter's state; a count without an expiry (or with one beyond the nanosecond
+/// range) closes too far ahead, and deciding pulls it back.
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (count, closes_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.COUNTER")?;
     if count > MAX_LIMIT {
@@ -71,8 +75,9 @@ impl Params {
 /// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     // A window closing more than one window from now (stamped before the clock stepped back,
-    // or under a longer window) closes one window from now: no user is locked out longer.
-    let ceiling = now.next_whole_milli().and_then(|t| t.checked_add(params.window)).ok();
+    // under a longer window, or without an expiry) closes one window from now: no user is
+    // locked out longer.
+    let ceiling = now.whole_milli_at_or_before().and_then(|t| t.checked_add(params.window)).ok();
     let stepped = matches!((state, ceiling), (Some(s), Some(c)) if s.closes_at > c);
     let open = state
         .map(|s| State { closes_at: ceiling.map_or(s.closes_at, |c| s.closes_at.min(c)), ..s })
@@ -105,7 +110,7 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
     }
     let closes_at = match open {
         Some(open) => open.closes_at,
-        None => now.next_whole_milli()?.checked_add(params.window)?,
+        None => now.whole_milli_at_or_before()?.checked_add(params.window)?,
     };
     let count = count + quantity;
     let reply = params.reply(false, count, closes_at.saturating_since(now), None);

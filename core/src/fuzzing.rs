@@ -91,10 +91,11 @@ struct Key {
 }
 
 impl Key {
-    /// Redis reclaims a key once its expiry has passed. (Redis keeps it through the expiry's
-    /// own millisecond; every algorithm already reads such a state as gone.)
+    /// Redis reclaims a key once its expiry has passed: it keeps it through the expiry's own
+    /// millisecond (a call in that millisecond may read it with other parameters, under
+    /// which it counts longer).
     fn at(&mut self, now: i64) -> &Key {
-        if self.expires_ms.is_some_and(|ms| i128::from(ms) * i128::from(MS) <= i128::from(now)) {
+        if self.expires_ms.is_some_and(|ms| now.div_euclid(MS) > ms) {
             *self = Key::default();
         }
         self
@@ -300,21 +301,29 @@ fn bucket_state(key: &Key) -> Option<bucket::State> {
 }
 
 /// CL.WINDOW (exact, or with `PRECISION`) against `reference::window` while time moves
-/// forward; invariants only once the clock has stepped back.
+/// forward; invariants only once the clock has stepped back. A quarter of the scenarios
+/// switch between two forms (exact and a precision, or two precisions) call by call, as a
+/// rolling deploy changing the option does: every conversion is checked against the model.
 pub fn window(data: &[u8]) {
     let mut input = Input::new(data);
     let (limit, window_ms) = (input.small(1, 20), input.small(1, 100));
-    let precision_ms = match input.byte() % 2 {
+    let form = |input: &mut Input| match input.byte() % 2 {
         0 => None,
         _ => Some(input.small(1, window_ms)),
     };
-    let p = window::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO), precision_ms.map(|ms| Nanos::new(ms * MS).unwrap_or(Nanos::ZERO)))
-        .expect("valid window parameters");
+    let first = form(&mut input);
+    let second = if input.byte().is_multiple_of(4) { form(&mut input) } else { first };
+    let params = |precision_ms: Option<i64>| {
+        window::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO), precision_ms.map(|ms| Nanos::new(ms * MS).unwrap_or(Nanos::ZERO)))
+            .expect("valid window parameters")
+    };
     let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::window::Model::default());
     for _ in 0..MAX_CALLS {
         if input.is_empty() || !clock.advance(&mut input, window_ms * MS) {
             break;
         }
+        let precision_ms = if first != second && input.byte() % 2 == 1 { second } else { first };
+        let p = params(precision_ms);
         let (now, q) = (clock.now, input.quantity(limit));
         let stored = key.at(now).value.clone();
         let d = window::decide(stored.as_deref(), Instant::from_nanos(now), &p, q).expect("a window decides");
@@ -322,18 +331,20 @@ pub fn window(data: &[u8]) {
         check_call("window", limit, q, &peek, &d);
         if !clock.stepped_back {
             let want = model.call(now.into(), limit.into(), (window_ms * MS).into(), precision_ms.map(|ms| i128::from(ms * MS)), q.into());
-            assert_eq!(reply_i128(d.reply), want, "window reply at {now} q {q}");
+            assert_eq!(reply_i128(d.reply), want, "window reply at {now} q {q} precision {precision_ms:?}");
         }
         key.store_patch(d.effect, now);
     }
-    let recovery = match precision_ms {
+    // A ring regrouped to a finer precision may count up to a window ahead.
+    let recovery = match first.max(second) {
         None => window_ms * MS,
         Some(ms) => 2 * window_ms * MS + 2 * ms * MS,
     };
+    let p = params(first);
     let mut stored = key.clone();
     let now = clock.now;
-    let first = window::decide(stored.at(now).value.as_deref(), Instant::from_nanos(now), &p, 1).expect("a window decides");
-    stored.store_patch(first.effect, now);
+    let call = window::decide(stored.at(now).value.as_deref(), Instant::from_nanos(now), &p, 1).expect("a window decides");
+    stored.store_patch(call.effect, now);
     let later = now + recovery;
     let full = window::decide(stored.at(later).value.as_deref(), Instant::from_nanos(later), &p, 0).expect("a window peeks");
     assert_eq!(full.reply.remaining, limit, "window: full again {recovery} ns after a call");

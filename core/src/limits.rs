@@ -16,19 +16,23 @@ pub(crate) fn refunded(quantity: i64) -> i64 {
 
 /// Reads a state stored as a decimal integer of at least `min` on a key expiring at
 /// `expires_at_ms` (whole milliseconds, as `PEXPIRETIME` reports it): the value and the
-/// expiry as an instant. Anything else is not `command`'s state.
+/// expiry as an instant. A value that is not such an integer is not `command`'s state.
+///
+/// A key without an expiry (after `PERSIST`, `RESTORE key 0 …`, a `SET` without `KEEPTTL`)
+/// or with one beyond the nanosecond range reads as expiring at the last representable
+/// instant: stamped too far ahead, which every limiter pulls back as after a clock step,
+/// instead of a state that errors for as long as the key never expires.
 pub(crate) fn integer_with_expiry(
     stored: &[u8],
     expires_at_ms: Option<i64>,
     min: i64,
     command: &'static str,
 ) -> Result<(i64, Instant)> {
-    let invalid = || Error::InvalidState(command);
-    let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or_else(invalid)?;
-    let expires_at = expires_at_ms
-        .and_then(|ms| ms.checked_mul(NANOS_PER_MILLI))
-        .map(Instant::from_nanos)
-        .ok_or_else(invalid)?;
+    let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or_else(|| Error::InvalidState(command))?;
+    let expires_at = match expires_at_ms {
+        None => Instant::from_nanos(i64::MAX),
+        Some(ms) => Instant::from_nanos(ms.checked_mul(NANOS_PER_MILLI).unwrap_or(if ms < 0 { i64::MIN } else { i64::MAX })),
+    };
     Ok((value, expires_at))
 }
 

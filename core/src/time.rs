@@ -37,10 +37,12 @@ impl Instant {
     pub fn ceil_millis(self) -> i64 {
         self.0.div_euclid(NANOS_PER_MILLI) + i64::from(self.0.rem_euclid(NANOS_PER_MILLI) != 0)
     }
-    /// [`Self::ceil_millis`] as an instant: where a limiter that starts a clock at this
-    /// instant starts it, so that its key's millisecond expiry is exact.
-    pub fn next_whole_milli(self) -> Result<Instant> {
-        self.ceil_millis().checked_mul(NANOS_PER_MILLI).map(Instant).ok_or_else(|| Error::TooLarge)
+    /// The last whole millisecond at or before this instant: where a limiter that starts a
+    /// clock at this instant starts it, so that its key's millisecond expiry is exact and no
+    /// wait it replies exceeds what its parameters allow (a clock started after now would
+    /// add up to a millisecond to every reply time).
+    pub fn whole_milli_at_or_before(self) -> Result<Instant> {
+        self.0.checked_sub(self.0.rem_euclid(NANOS_PER_MILLI)).map(Instant).ok_or_else(|| Error::TooLarge)
     }
 }
 
@@ -166,5 +168,14 @@ mod tests {
         assert_eq!(Instant::from_nanos(5 * NANOS_PER_MILLI).ceil_millis(), 5);
         assert_eq!(Instant::from_nanos(5 * NANOS_PER_MILLI + 1).ceil_millis(), 6);
         assert_eq!(Instant::from_nanos(-1).ceil_millis(), 0);
+    }
+
+    #[test]
+    fn clocks_start_on_the_whole_millisecond_at_or_before() {
+        let floor = |ns| Instant::from_nanos(ns).whole_milli_at_or_before().map(Instant::as_nanos);
+        assert_eq!(floor(5 * NANOS_PER_MILLI), Ok(5 * NANOS_PER_MILLI));
+        assert_eq!(floor(5 * NANOS_PER_MILLI + 999_999), Ok(5 * NANOS_PER_MILLI));
+        assert_eq!(floor(-1), Ok(-NANOS_PER_MILLI));
+        assert_eq!(floor(i64::MIN), Err(Error::TooLarge));
     }
 }

@@ -30,9 +30,15 @@
 //! bytes per live action (plus the header), and a call costs O(log limit + quantity),
 //! amortised. An entry after `now` can only come from a clock that stepped back: it
 //! counts as logged at `now` (the next write rewrites it so), so the log stays sorted, the
-//! entry still counts for a whole window, and no user is locked out for the size of the step. A refund removes
-//! the newest actions. To read it: `GETRANGE key 4 7` is `head`, `GETRANGE key 8 -1` the
-//! entries.
+//! entry still counts for a whole window, and no user is locked out for the size of the step.
+//!
+//! A refund gives back the *oldest* live actions: it advances `head` past them (a 4-byte
+//! edit; the newest entry, and so the key's expiry, stays). Whichever real actions a refund
+//! stands for, the log then holds, for each real action still counting, an entry at or
+//! after it, so no span of `window` ever admits more than `limit` real actions. (Removing
+//! the newest entries instead would let an older entry stand for a newer real action, and
+//! the window admit more than its limit.) To read it: `GETRANGE key 4 7` is `head`,
+//! `GETRANGE key 8 -1` the entries.
 //!
 //! ## Version 2: buckets (`PRECISION p`)
 //!
@@ -45,10 +51,24 @@
 //! | 24 | 8 each | `m = ⌈window / p⌉ + 1` counts (u64), a ring: slot `k mod m` holds bucket `k` for `newest − m < k ≤ newest` |
 //!
 //! `m` is the most buckets that can count at once, so the string costs `24 + 8·m` bytes
-//! whatever the limit, and a call O(m). A call with another precision or window than the
-//! stored one regroups the stored counts into its own buckets, each at the latest instant
-//! its old bucket covered (so nothing leaves early). Switching a live key between exact and
-//! `PRECISION` is refused (its state is invalid for the other mode) until the key expires.
+//! whatever the limit, and a call O(m). A refund takes units from the oldest counting bucket
+//! first, for the reason the exact log does. A call with another precision or window than
+//! the stored one regroups the stored counts into its own buckets, each at the latest
+//! instant its old bucket covered (so nothing leaves early).
+//!
+//! ## Switching between the layouts
+//!
+//! A call with `PRECISION` on an exact log, or without it on buckets (a deployment changing
+//! the option), converts the stored state to its own layout, never counting a unit for less
+//! time than before:
+//! - exact log → buckets: each live entry `t` goes to bucket `⌊t / p⌋` (lossless);
+//! - buckets → exact log: bucket `k` holding `c` units becomes `c` entries at its last
+//!   instant `(k + 1)·p − 1`, or at `now` for a bucket not over yet; when they are more than
+//!   the limit, only the newest `limit` are kept (the others are older: they would leave
+//!   first, and until they had, a full log denies anyway).
+//!
+//! A call that writes stores the converted state; a peek or a denial leaves the key as it is
+//! (the next call converts it the same way).
 
 mod buckets;
 mod exact;
@@ -119,8 +139,9 @@ impl Params {
     }
 }
 
-/// Decides a call consuming `quantity` units at `now` against the stored string, if any.
-/// `quantity` 0 peeks; a negative quantity refunds the newest units, never beyond full.
+/// Decides a call consuming `quantity` units at `now` against the stored string, if any
+/// (either layout: a call converts the other one to its own). `quantity` 0 peeks; a negative
+/// quantity refunds the oldest units still counting, never beyond full.
 /// The effect stores a [`Patch`] of the stored string, expiring when the newest action
 /// leaves the window.
 pub fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {

@@ -56,17 +56,21 @@ fn refills_do_not_drift_with_the_calls() {
 }
 
 #[test]
-fn the_clock_starts_on_the_next_whole_millisecond() {
+fn the_clock_starts_on_the_whole_millisecond_at_or_before() {
     let p = Params::new(2, 1, Nanos::new(100 * MS).unwrap()).unwrap();
     let mut s = None;
     let now = T0 + 250_000; // 0.25 ms past a whole millisecond
     let r = run(&mut s, now, &p, 2);
-    assert_eq!(s, Some((-2, T0 / MS + 201)));
-    assert_eq!(r.to_array(Unit::Millis), [0, 2, 0, -1, 201]);
-    // Just before the clock's start nothing has been refilled.
-    assert_eq!(run(&mut s, T0 + MS, &p, 0).remaining, 0);
-    assert_eq!(run(&mut s, T0 + 101 * MS - 1, &p, 0).remaining, 0);
-    assert_eq!(run(&mut s, T0 + 101 * MS, &p, 0).remaining, 1);
+    assert_eq!(s, Some((-2, T0 / MS + 200)));
+    assert_eq!(r.to_array(Unit::Millis), [0, 2, 0, -1, 200], "never more than the refills need");
+    // The first refill is one interval after the clock's start.
+    assert_eq!(run(&mut s, T0 + 100 * MS - 1, &p, 0).remaining, 0);
+    assert_eq!(run(&mut s, T0 + 100 * MS, &p, 0).remaining, 1);
+    // The case: `CL.BUCKET tb 10 2 1000 10 MS` replied 5001, then retry 1001.
+    let p = Params::new(10, 2, Nanos::new(1000 * MS).unwrap()).unwrap();
+    let mut s = None;
+    assert_eq!(run(&mut s, T0 + 300_000, &p, 10).to_array(Unit::Millis), [0, 10, 0, -1, 5000]);
+    assert_eq!(run(&mut s, T0 + 400_000, &p, 1).to_array(Unit::Millis), [1, 10, 0, 1000, 5000]);
 }
 
 #[test]
@@ -87,13 +91,25 @@ fn peek_and_refund() {
 }
 
 #[test]
-fn a_deficit_above_a_lowered_capacity_is_clamped() {
+fn a_deficit_above_a_lowered_capacity_is_capped_first() {
+    // The case: `CL.BUCKET d 10 1 60 10`, then `CL.BUCKET d 5 1 60` replied
+    // `1 5 0 360 600`: 360 s for a token that refills every 60 s. The deficit is capped at
+    // the new capacity, and then a bucket full beyond its refills restarts its grid now.
+    let mut s = None;
+    run(&mut s, at(0), &Params::new(10, 1, secs(60)).unwrap(), 10);
+    assert_eq!(s, Some((-10, at(600) / MS)));
+    let p = Params::new(5, 1, secs(60)).unwrap();
+    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [0, 5, 0, -1, 300], "a peek reads it capped");
+    assert_eq!(s, Some((-10, at(600) / MS)), "and writes nothing");
+    assert_eq!(arr(run(&mut s, at(0), &p, 1)), [1, 5, 0, 60, 300]);
+    assert_eq!(s, Some((-5, at(300) / MS)), "a denial stores the capped bucket");
+    assert_eq!(arr(run(&mut s, at(60), &p, 1)), [0, 5, 0, -1, 300], "the refill at 60 s came, on the restarted grid");
+    // Lowered later, when the grid's remaining refills already cover the capped deficit, the
+    // grid stays.
     let mut s = None;
     run(&mut s, at(0), &Params::new(10, 1, secs(1)).unwrap(), 9);
-    // Empty, and made up by the last three refills before the key expires.
     let p = Params::new(3, 1, secs(1)).unwrap();
-    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [0, 3, 0, -1, 9]);
-    assert_eq!(arr(run(&mut s, at(1), &p, 1)), [1, 3, 0, 6, 8]);
+    assert_eq!(arr(run(&mut s, at(7), &p, 0)), [0, 3, 1, -1, 2]);
     assert_eq!(arr(run(&mut s, at(7), &p, 1)), [0, 3, 0, -1, 3]);
 }
 
@@ -116,9 +132,28 @@ fn parameters_are_validated() {
 #[test]
 fn stored_state_is_a_deficit_with_an_expiry() {
     assert_eq!(decode(b"-3", Some(7)), Ok(State { deficit: 3, full_at: Instant::from_nanos(7 * MS) }));
-    for (bad, ms) in [(&b"-3"[..], None), (b"0", Some(7)), (b"3", Some(7)), (b"-9223372036854775808", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", Some(i64::MIN))] {
+    for (bad, ms) in [(&b"0"[..], Some(7)), (b"3", Some(7)), (b"-9223372036854775808", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", None)] {
         assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.BUCKET")), "{bad:?} {ms:?}");
     }
+    // No expiry, or one beyond the nanosecond range: full too far ahead, pulled back when
+    // deciding.
+    let far = State { deficit: 3, full_at: Instant::from_nanos(i64::MAX) };
+    for ms in [None, Some(i64::MAX), Some(9_223_372_036_855)] {
+        assert_eq!(decode(b"-3", ms), Ok(far), "{ms:?}");
+    }
+}
+
+#[test]
+fn a_bucket_without_an_expiry_refills_from_now() {
+    // After PERSIST (or RESTORE with ttl 0, or SET without KEEPTTL) the key never expires:
+    // its grid restarts now, and the first call other than a peek stores it (even denied).
+    let p = Params::new(5, 1, secs(10)).unwrap();
+    let empty = decode(b"-5", None).unwrap();
+    let peek = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 0).unwrap();
+    assert_eq!((arr(peek.reply), peek.effect), ([0, 5, 0, -1, 50], Effect::Nothing));
+    let d = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 1).unwrap();
+    assert_eq!(arr(d.reply), [1, 5, 0, 10, 50]);
+    assert_eq!(d.effect, Effect::Store { state: -5, expires_at: Instant::from_nanos(at(50)) });
 }
 
 proptest! {
@@ -137,6 +172,11 @@ proptest! {
             let want = model.call(now as i128, q as i128);
             prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
             prop_assert!(got[2] >= 0 && got[2] <= capacity as i128, "never more than capacity");
+            // No reply time exceeds the refills it waits for: those of the deficit (reset),
+            // of the tokens missing for `q` (retry).
+            let refills = |missing: i128| (missing + i128::from(tokens) - 1) / i128::from(tokens) * i128::from(interval_ms * MS);
+            prop_assert!(got[4] <= refills(i128::from(capacity) - got[2]), "reset {:?}", got);
+            prop_assert!(got[3] <= refills((i128::from(q) - got[2]).max(0)), "retry {:?}", got);
             if let Some((negated, _)) = stored { prop_assert!(-negated >= 1 && -negated <= capacity) }
         }
     }

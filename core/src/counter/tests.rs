@@ -36,14 +36,18 @@ fn counts_then_denies_until_the_window_closes() {
 }
 
 #[test]
-fn a_window_opens_on_the_next_whole_millisecond() {
+fn a_window_opens_on_the_whole_millisecond_at_or_before() {
     let p = Params::new(5, Nanos::new(7 * NANOS_PER_MILLI).unwrap()).unwrap();
     let mut s = None;
     let now = T0 + 1;
     let r = run(&mut s, now, &p, 1);
-    assert_eq!(s, Some((1, T0 / NANOS_PER_MILLI + 8)));
-    assert_eq!(r.reset_after.as_nanos(), 8 * NANOS_PER_MILLI - 1);
-    assert_eq!(r.to_array(Unit::Millis), [0, 5, 4, -1, 8]);
+    assert_eq!(s, Some((1, T0 / NANOS_PER_MILLI + 7)));
+    assert_eq!(r.reset_after.as_nanos(), 7 * NANOS_PER_MILLI - 1);
+    assert_eq!(r.to_array(Unit::Millis), [0, 5, 4, -1, 7], "never more than the window");
+    // The case: `CL.COUNTER fc 5 2000 1 MS` replied 2001.
+    let p = Params::new(5, Nanos::new(2000 * NANOS_PER_MILLI).unwrap()).unwrap();
+    let r = run(&mut None, T0 + 400_000, &p, 1);
+    assert_eq!(r.to_array(Unit::Millis), [0, 5, 4, -1, 2000]);
 }
 
 #[test]
@@ -96,9 +100,31 @@ fn parameters_are_validated() {
 fn stored_state_is_an_integer_with_an_expiry() {
     assert_eq!(decode(b"12", Some(5)), Ok(State { count: 12, closes_at: Instant::from_nanos(5 * NANOS_PER_MILLI) }));
     assert_eq!(decode(b"0", Some(5)).map(|s| s.count), Ok(0));
-    for (bad, ms) in [(&b"12"[..], None), (b"-1", Some(5)), (b"1000000000000000000", Some(5)), (b"", Some(5)), (b"1.0", Some(5)), (b"x", Some(5)), (b"1", Some(i64::MAX))] {
+    for (bad, ms) in [(&b"-1"[..], Some(5)), (b"1000000000000000000", Some(5)), (b"", Some(5)), (b"1.0", Some(5)), (b"x", Some(5))] {
         assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.COUNTER")), "{bad:?} {ms:?}");
     }
+    // No expiry, or one beyond the nanosecond range: closing too far ahead, pulled back when
+    // deciding.
+    let far = State { count: 12, closes_at: Instant::from_nanos(i64::MAX) };
+    for ms in [None, Some(i64::MAX), Some(9_223_372_036_855)] {
+        assert_eq!(decode(b"12", ms), Ok(far), "{ms:?}");
+    }
+}
+
+#[test]
+fn a_count_without_an_expiry_closes_one_window_from_now() {
+    // After PERSIST (or RESTORE with ttl 0, or SET without KEEPTTL) the key never expires:
+    // the window closes one window from now, and the first call other than a peek stores
+    // that close (even denied), so the key goes.
+    let p = Params::new(3, secs(10)).unwrap();
+    let full = decode(b"3", None).unwrap();
+    let peek = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 0).unwrap();
+    assert_eq!((arr(peek.reply), peek.effect), ([0, 3, 0, -1, 10], Effect::Nothing));
+    let d = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 1).unwrap();
+    assert_eq!(arr(d.reply), [1, 3, 0, 10, 10]);
+    assert_eq!(d.effect, Effect::Store { state: 3, expires_at: Instant::from_nanos(T0 + 10 * NANOS_PER_SEC) });
+    let mut s = Some((3, T0 / NANOS_PER_MILLI + 10_000));
+    assert_eq!(arr(run(&mut s, T0 + 10 * NANOS_PER_SEC, &p, 1)), [0, 3, 2, -1, 10], "recovered one window later");
 }
 
 proptest! {
@@ -117,6 +143,9 @@ proptest! {
             let want = model.call(now as i128, limit as i128, window_ms as i128 * 1_000_000, q as i128);
             prop_assert_eq!(got, want);
             prop_assert!(got[2] >= 0 && got[2] <= limit as i128);
+            // No reply time exceeds the window.
+            let window = i128::from(window_ms * NANOS_PER_MILLI);
+            prop_assert!(got[3] <= window && got[4] <= window, "{:?}", got);
             if let Some((count, _)) = stored { prop_assert!(count > 0 && count <= limit) }
         }
     }
@@ -136,8 +165,15 @@ proptest! {
             Ok(d) => {
                 prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= limit);
                 if let Effect::Store { state: c, expires_at } = d.effect {
-                    prop_assert!(c >= 1 && (c <= limit || q < 0));
+                    match q {
+                        ..0 => prop_assert!(c >= 1 && c < state.count),
+                        _ if d.reply.limited => prop_assert_eq!(c, state.count, "a denial stores only a pulled-back close"),
+                        _ => prop_assert!(c >= 1 && c <= limit),
+                    }
                     prop_assert!(expires_at > Instant::from_nanos(now));
+                    // Never beyond one window from the whole millisecond at or before now.
+                    let floor = now - now.rem_euclid(NANOS_PER_MILLI);
+                    prop_assert!(i128::from(expires_at.as_nanos()) <= i128::from(floor) + i128::from(window_ms) * i128::from(NANOS_PER_MILLI));
                 }
             }
         }

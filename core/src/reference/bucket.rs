@@ -53,7 +53,7 @@ impl Model {
             return reply(self, true, self.when_holding(q, now) - now);
         }
         if q > 0 && self.next_refill.is_none() {
-            self.next_refill = Some(super::ceil_ms(now) + self.interval);
+            self.next_refill = Some(super::floor_ms(now) + self.interval);
         }
         self.tokens -= q;
         reply(self, false, -1)

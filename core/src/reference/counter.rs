@@ -1,50 +1,58 @@
-//! CL.COUNTER as a plain struct: a count and the instant its window closes.
+//! CL.COUNTER as a plain struct: a count and the instant its window closes (the key's
+//! expiry; `closes_at` 0 and count 0 is no key).
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Model {
     pub count: i128,
     pub closes_at: i128,
 }
 
 impl Model {
-    /// A call; a peek (`q == 0`) changes nothing.
+    /// A call; only a call that writes changes the key.
     pub fn call(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
-        // The key goes once its window has closed, whatever the call (Redis reclaims it).
-        if self.closes_at <= now {
+        // Redis reclaims the key once the clock's millisecond is past its expiry (a clock
+        // that steps back before then finds it again).
+        if now.div_euclid(1_000_000) > super::ceil_ms(self.closes_at) {
             *self = Model::default();
         }
-        let mut m = *self;
-        let reply = m.decide(now, limit, window, q);
-        if q != 0 {
+        let (reply, write) = self.decide(now, limit, window, q);
+        if let Some(m) = write {
             *self = m;
         }
         reply
     }
 
-    fn decide(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
-        if self.closes_at <= now {
-            *self = Model::default();
-        }
-        // A window closing more than one window from now (a clock stepped back) closes then.
-        self.closes_at = self.closes_at.min(super::ceil_ms(now) + window);
-        let ttl = |m: &Model| if m.count > 0 { m.closes_at - now } else { 0 };
-        let rem = |m: &Model| (limit - m.count).clamp(0, limit);
+    /// The reply, and the key after the call if the call writes it.
+    fn decide(&self, now: i128, limit: i128, window: i128, q: i128) -> ([i128; 5], Option<Model>) {
+        // A window closing more than one window from now (a clock stepped back, a key
+        // without an expiry) closes one window from the whole millisecond at or before now.
+        let ceiling = super::floor_ms(now) + window;
+        let stepped = self.closes_at > ceiling;
+        let open = Some(Model { closes_at: self.closes_at.min(ceiling), ..*self }).filter(|m| m.closes_at > now);
+        let count = open.map_or(0, |m| m.count);
+        let reply = |limited: bool, count: i128, closes_at: Option<i128>, retry: i128| {
+            let ttl = if count > 0 { closes_at.map_or(0, |at| at - now) } else { 0 };
+            [limited as i128, limit, (limit - count).clamp(0, limit), retry, ttl]
+        };
+        let closes_at = open.map(|m| m.closes_at);
+        let denied = |retry: i128| (reply(true, count, closes_at, retry), open.filter(|_| stepped && q != 0));
         if q < 0 {
-            self.count = (self.count + q).max(0);
-            return [0, limit, rem(self), -1, ttl(self)];
+            let Some(open) = open else { return (reply(false, 0, None, -1), None) };
+            let count = (open.count + q).max(0);
+            let after = if count == 0 { Model::default() } else { Model { count, ..open } };
+            return (reply(false, count, closes_at, -1), Some(after));
         }
         if q > limit {
-            return [1, limit, rem(self), -1, ttl(self)];
+            return denied(-1);
         }
-        if self.count + q > limit {
-            return [1, limit, rem(self), self.closes_at - now, ttl(self)];
+        if count + q > limit {
+            return denied(closes_at.map_or(0, |at| at - now));
         }
-        if q > 0 {
-            if self.count == 0 {
-                self.closes_at = super::ceil_ms(now) + window;
-            }
-            self.count += q;
+        if q == 0 {
+            return (reply(false, count, closes_at, -1), None);
         }
-        [0, limit, rem(self), -1, ttl(self)]
+        let closes_at = closes_at.unwrap_or(super::floor_ms(now) + window);
+        let after = Model { count: count + q, closes_at };
+        (reply(false, count + q, Some(closes_at), -1), Some(after))
     }
 }

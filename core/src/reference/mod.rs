@@ -9,9 +9,14 @@ pub mod counter;
 pub mod throttle;
 pub mod window;
 
-/// The first whole millisecond at or after `ns`, in nanoseconds.
+/// The first whole millisecond at or after `ns`, in milliseconds: a key's expiry.
 pub fn ceil_ms(ns: i128) -> i128 {
-    ns.div_euclid(1_000_000) * 1_000_000 + if ns.rem_euclid(1_000_000) != 0 { 1_000_000 } else { 0 }
+    ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) != 0)
+}
+
+/// The last whole millisecond at or before `ns`, in nanoseconds: where clocks start.
+pub fn floor_ms(ns: i128) -> i128 {
+    ns.div_euclid(1_000_000) * 1_000_000
 }
 
 /// A module reply as the models give theirs.

@@ -102,6 +102,8 @@ fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q:
             ];
             prop_assert_eq!(got_reply, reply);
             prop_assert!(r.remaining >= 0 && r.remaining <= r.limit);
+            // No reply time exceeds the tolerance (whatever the stored TAT).
+            prop_assert!(r.reset_after <= p.tolerance() && r.retry_after.is_none_or(|t| t <= p.tolerance()), "{:?}", r);
             let got_write = match d.effect {
                 Effect::Nothing => None,
                 Effect::Delete => Some(None),

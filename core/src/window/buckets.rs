@@ -3,12 +3,12 @@
 
 use std::borrow::Cow;
 
-use super::{INVALID, MAX_BUCKETS, Params, Verdict, emptied, leaves, read_i64};
+use super::{INVALID, MAX_BUCKETS, Params, Verdict, emptied, exact, leaves, read_i64};
 use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
 use crate::{Decision, Effect, Patch};
 
-const VERSION: u8 = 2;
+pub(super) const VERSION: u8 = 2;
 const HEADER: usize = 24;
 const PRECISION_AT: usize = 8;
 const NEWEST_AT: usize = 16;
@@ -18,6 +18,11 @@ const SLOT: usize = 8;
 pub(super) fn spanned(window: Nanos, p: Nanos) -> i64 {
     let (w, p) = (window.as_nanos(), p.as_nanos());
     w / p + i64::from(w % p != 0)
+}
+
+/// The bucket of precision `p` holding `now`.
+fn current_of(now: Instant, p: i64) -> i64 {
+    now.as_nanos().div_euclid(p)
 }
 
 /// The ring's length for these parameters: the most buckets that can count at once.
@@ -69,6 +74,15 @@ impl<'a> Ring<'a> {
         read_i64(&self.image, self.offset(k)).filter(|&c| c >= 0).ok_or_else(|| INVALID)
     }
 
+    /// Adds `count` to bucket `k` of a ring this call built (one it holds).
+    fn add(&mut self, k: i64, count: i64) -> Result<()> {
+        let offset = self.offset(k);
+        let image = self.image.to_mut();
+        let sum = read_i64(image, offset).ok_or_else(|| INVALID)?.saturating_add(count);
+        image[offset..offset + SLOT].copy_from_slice(&sum.to_le_bytes());
+        Ok(())
+    }
+
     /// The buckets from `oldest` to the newest, oldest first, with their counts.
     fn from(&self, oldest: i64) -> impl DoubleEndedIterator<Item = Result<(i64, i64)>> + '_ {
         let held = (i128::from(self.newest) - i128::from(oldest) + 1).clamp(0, self.slots as i128) as i64;
@@ -96,17 +110,32 @@ impl<'a> Ring<'a> {
         }
         let mut ring = Ring::empty(p, newest, slots);
         let first_held = newest.saturating_sub(slots as i64 - 1);
-        let image = ring.image.to_mut();
         for entry in self.from(old_oldest) {
             if let Some((k, count)) = moved(entry?)? {
                 // Later, never earlier: a bucket that would fall off the ring's back moves
                 // to its oldest slot.
-                let offset = HEADER + k.max(first_held).rem_euclid(slots as i64) as usize * SLOT;
-                let sum = read_i64(image, offset).ok_or_else(|| INVALID)?.saturating_add(count);
-                image[offset..offset + SLOT].copy_from_slice(&sum.to_le_bytes());
+                ring.add(k.max(first_held), count)?;
             }
         }
         Ok(ring)
+    }
+
+    /// The ring of a call with precision `p` and `slots` buckets from a stored exact log:
+    /// each action still counting goes to its own bucket `⌊t / p⌋` (so it counts at least
+    /// as long as it did), all of them between `oldest` and `current`. Whether the log held
+    /// actions stamped after now (they count as at now).
+    fn from_log(log: &[u8], now: Instant, params: &Params, p: i64, slots: usize, current: i64) -> Result<(Ring<'static>, bool)> {
+        let mut ring = Ring::empty(p, current, slots);
+        let ahead = exact::for_each_live(log, now, params.window, |t| ring.add(t.as_nanos().div_euclid(p), 1))?;
+        Ok((ring, ahead))
+    }
+
+    /// Whether the ring is stamped further ahead than a call at `now` could have left it
+    /// (the clock stepped back): compared in its own buckets, as a ring of another precision
+    /// is not ahead merely because its bucket numbers are larger.
+    fn is_ahead(&self, now: Instant, window: Nanos) -> bool {
+        let own_cap = Nanos::new(self.p).and_then(|own| current_of(now, self.p).checked_add(spanned(window, own)));
+        own_cap.is_some_and(|own_cap| self.newest > own_cap)
     }
 
     /// The edit setting the buckets in `edits` (ascending) and the newest bucket.
@@ -136,10 +165,38 @@ impl<'a> Ring<'a> {
     }
 }
 
+/// The exact log (its stored bytes) of a call without `PRECISION` from a stored ring: each
+/// bucket `k` still counting at `now` (under the ring's own precision) becomes as many
+/// entries at its last instant `(k + 1)·p − 1`, or at `now` for a bucket not over yet, so
+/// that no unit leaves earlier than its bucket would have. Only the newest `limit` entries
+/// are kept: the rest are older, would leave first, and a full log denies until they have.
+/// Also whether the ring was stamped ahead (see `Ring::is_ahead`).
+pub(super) fn to_log(bytes: &[u8], now: Instant, params: &Params) -> Result<(Vec<u8>, bool)> {
+    let ring = Ring::parse(bytes)?;
+    let horizon = now.checked_sub(params.window)?.as_nanos();
+    let oldest = horizon.div_euclid(ring.p);
+    // `limit ≤ MAX_EXACT_LIMIT` without PRECISION: a bounded allocation.
+    let most = usize::try_from(params.limit).map_err(|_| INVALID)?;
+    let mut newest_first: Vec<i64> = Vec::new();
+    for entry in ring.from(oldest).rev() {
+        let (k, count) = entry?;
+        let last = ((i128::from(k) + 1) * i128::from(ring.p) - 1).min(i128::from(now.as_nanos()));
+        // (`last` is at most `now`, and at least `horizon` for a bucket from `oldest` on.)
+        let at = i64::try_from(last).map_err(|_| INVALID)?;
+        if at <= horizon || newest_first.len() == most {
+            break;
+        }
+        let n = usize::try_from(count).unwrap_or(usize::MAX).min(most - newest_first.len());
+        newest_first.extend(std::iter::repeat_n(at, n));
+    }
+    newest_first.reverse();
+    Ok((exact::image(&newest_first), ring.is_ahead(now, params.window)))
+}
+
 pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Nanos, quantity: i64) -> Result<Decision<Patch>> {
     let slots = slots_for(params, p);
     let precision = p.as_nanos();
-    let current = now.as_nanos().div_euclid(precision);
+    let current = current_of(now, precision);
     // The oldest bucket that still counts: its end `(k + 1)·p` is after `now − window`.
     let oldest = now.checked_sub(params.window)?.as_nanos().div_euclid(precision);
 
@@ -147,12 +204,18 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
     // to one window of buckets ahead of now. A ring stamped further ahead (the clock stepped
     // back) is pulled back there, so no user is locked out for the size of the step.
     let cap = current.checked_add(spanned(params.window, p)).ok_or_else(|| Error::TooLarge)?;
-    let stored = stored.map(Ring::parse).transpose()?;
-    let stepped = stored.as_ref().is_some_and(|ring| ring.newest > cap);
-    let ring = match stored {
-        None => Ring::empty(precision, current, slots),
-        Some(ring) if ring.p == precision && ring.slots == slots && !stepped => ring,
-        Some(ring) => ring.regroup(precision, slots, oldest, current, cap)?,
+    // An exact log (the key was written without PRECISION) becomes buckets: see `from_log`.
+    let (ring, stepped) = match stored {
+        None => (Ring::empty(precision, current, slots), false),
+        Some(log) if log.first() == Some(&exact::VERSION) => Ring::from_log(log, now, params, precision, slots, current)?,
+        Some(bytes) => {
+            let ring = Ring::parse(bytes)?;
+            let stepped = ring.is_ahead(now, params.window);
+            match ring {
+                ring if ring.p == precision && ring.slots == slots && !stepped => (ring, false),
+                ring => (ring.regroup(precision, slots, oldest, current, cap)?, stepped),
+            }
+        }
     };
     let bucket_leaves = |k: i64| -> Result<Instant> {
         let end = k.checked_add(1).and_then(|k| k.checked_mul(precision)).ok_or_else(|| Error::TooLarge)?;
@@ -172,28 +235,27 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
 
     match Verdict::of(quantity, used, params) {
         Verdict::Refund(units) => {
-            // Give back the newest units first.
-            let (mut left, mut edits, mut newest_left) = (units, Vec::new(), None);
-            for entry in ring.from(oldest).rev() {
+            // Give back the oldest units first (see `exact::decide`): the newest bucket in
+            // use, and so the key's expiry, stays unless every unit is given back.
+            let (mut left, mut edits) = (units, Vec::new());
+            for entry in ring.from(oldest) {
                 let (k, count) = entry?;
-                let taken = count.min(left);
-                left -= taken;
-                if taken > 0 {
-                    edits.push((k, count - taken));
-                }
-                if count > taken && newest_left.is_none() {
-                    newest_left = Some(k);
-                }
-                if left == 0 && newest_left.is_some() {
+                if left == 0 {
                     break;
                 }
+                let taken = count.min(left);
+                if taken > 0 {
+                    left -= taken;
+                    edits.push((k, count - taken));
+                }
             }
-            let Some(newest_left) = newest_left else {
-                return Ok(emptied(now, params, used > 0));
+            let (Some(newest_used), Some(full_at)) = (newest_used, full_at) else {
+                return Ok(emptied(now, params, false));
             };
-            edits.reverse();
-            let full_at = bucket_leaves(newest_left)?;
-            let used = used - (units - left);
+            if edits.last() == Some(&(newest_used, 0)) {
+                return Ok(emptied(now, params, true));
+            }
+            let used = used.saturating_sub(units - left);
             let reply = params.reply(now, false, used, Some(full_at), None);
             let newest = ring.newest;
             Ok(Decision { reply, effect: Effect::Store { state: ring.patch(newest, &edits), expires_at: full_at } })

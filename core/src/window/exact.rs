@@ -1,26 +1,28 @@
 //! The exact log (layout version 1): one i64 instant per action, ascending, after an
 //! 8-byte header holding the count of dead entries at the front.
 
-use super::{INVALID, Params, Verdict, emptied, leaves, read_i64};
+use super::{INVALID, Params, Verdict, buckets, emptied, leaves, read_i64};
 use crate::error::Result;
-use crate::time::Instant;
+use crate::time::{Instant, Nanos};
 use crate::{Decision, Effect, Patch};
 
-const VERSION: u8 = 1;
+pub(super) const VERSION: u8 = 1;
 const HEADER: usize = 8;
 const HEAD_AT: usize = 4;
 const ENTRY: usize = 8;
 
-/// A stored log, borrowed: entries `head..len` are live (some may have left the window
-/// since it was written).
+/// A log: entries `head..len` are live (some may have left the window since it was
+/// written). `rebuilt`: converted from buckets by this call, not what the key holds, so any
+/// write of it is a whole rewrite.
 struct Log<'a> {
     bytes: &'a [u8],
     head: usize,
     len: usize,
+    rebuilt: bool,
 }
 
 impl<'a> Log<'a> {
-    const EMPTY: Log<'static> = Log { bytes: &[], head: 0, len: 0 };
+    const EMPTY: Log<'static> = Log { bytes: &[], head: 0, len: 0, rebuilt: true };
 
     fn parse(bytes: &'a [u8]) -> Result<Log<'a>> {
         let &[VERSION, 0, 0, 0, h0, h1, h2, h3, ..] = bytes else { return Err(INVALID) };
@@ -29,7 +31,7 @@ impl<'a> Log<'a> {
         if !body.is_multiple_of(ENTRY) || head > body / ENTRY {
             return Err(INVALID);
         }
-        Ok(Log { bytes, head, len: body / ENTRY })
+        Ok(Log { bytes, head, len: body / ENTRY, rebuilt: false })
     }
 
     fn at(&self, i: usize) -> Result<Instant> {
@@ -61,7 +63,7 @@ impl<'a> Log<'a> {
     fn patch(&self, first: usize, keep: usize, appended: &[u8], now: Instant) -> Result<Patch> {
         let live = keep - first + appended.len() / ENTRY;
         let future = keep > first && self.at(keep - 1)? > now;
-        if self.bytes.is_empty() || first > live || future {
+        if self.rebuilt || first > live || future {
             let kept = match first == keep {
                 true => &[][..],
                 false => self.bytes.get(HEADER + first * ENTRY..HEADER + keep * ENTRY).ok_or_else(|| INVALID)?,
@@ -98,14 +100,46 @@ fn header(head: u32) -> [u8; HEADER] {
     h
 }
 
+/// A log of `entries` (ascending instants), as stored.
+pub(super) fn image(entries: &[i64]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER + entries.len() * ENTRY);
+    bytes.extend_from_slice(&header(0));
+    for t in entries {
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
+    bytes
+}
+
+/// Calls `f` with each action of a stored log still counting at `now` in a window of
+/// `window`, oldest first; an action stamped after `now` (the clock stepped back) as at `now`.
+/// Whether there was such an action.
+pub(super) fn for_each_live(bytes: &[u8], now: Instant, window: Nanos, mut f: impl FnMut(Instant) -> Result<()>) -> Result<bool> {
+    let log = Log::parse(bytes)?;
+    for i in log.first_after(now.checked_sub(window)?)?..log.len {
+        f(log.at(i)?.min(now))?;
+    }
+    Ok(log.newest()?.is_some_and(|t| t > now))
+}
+
 pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {
-    let log = stored.map_or(Ok(Log::EMPTY), Log::parse)?;
+    // A ring of buckets (the key was written with PRECISION) becomes a log: see `buckets::to_log`.
+    let rebuilt;
+    let (log, ring_ahead) = match stored {
+        None => (Log::EMPTY, false),
+        Some(bytes) if bytes.first() == Some(&buckets::VERSION) => {
+            let ahead;
+            (rebuilt, ahead) = buckets::to_log(bytes, now, params)?;
+            (Log { rebuilt: true, ..Log::parse(&rebuilt)? }, ahead)
+        }
+        Some(bytes) => (Log::parse(bytes)?, false),
+    };
     let first = log.first_after(now.checked_sub(params.window)?)?;
     let in_window = log.len - first;
     // Any count of entries fits an i64; `used` may exceed a lowered limit.
     let used = i64::try_from(in_window).map_err(|_| INVALID)?;
-    // An entry after `now` (stamped before the clock stepped back) counts as logged now.
-    let stepped = log.newest()?.is_some_and(|t| t > now);
+    // An entry after `now` (stamped before the clock stepped back) counts as logged now; so
+    // do the units of a ring stamped ahead.
+    let stepped = ring_ahead || log.newest()?.is_some_and(|t| t > now);
     let newest = log.newest()?.map(|t| t.min(now));
     let full_at = match (in_window, newest) {
         (1.., Some(newest)) => Some(leaves(newest, params.window)?),
@@ -114,14 +148,17 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
 
     match Verdict::of(quantity, used, params) {
         Verdict::Refund(units) => {
-            let keep = log.len - usize::try_from(units).unwrap_or(usize::MAX).min(in_window);
-            if keep == first {
+            // Give back the oldest live actions: the log then only ever holds entries at or
+            // after the real actions still counting, so it never admits more than the limit
+            // whichever actions the refund stands for. Only `head` moves (a 4-byte edit); the
+            // newest entry, and so the key's expiry, stays.
+            let taken = usize::try_from(units).unwrap_or(usize::MAX).min(in_window);
+            let Some(full_at) = full_at.filter(|_| taken < in_window) else {
                 return Ok(emptied(now, params, in_window > 0));
-            }
-            let newest = leaves(log.at(keep - 1)?.min(now), params.window)?;
-            let effect = Effect::Store { state: log.patch(first, keep, &[], now)?, expires_at: newest };
-            let used = used - (log.len - keep) as i64;
-            Ok(Decision { reply: params.reply(now, false, used, Some(newest), None), effect })
+            };
+            let effect = Effect::Store { state: log.patch(first + taken, log.len, &[], now)?, expires_at: full_at };
+            let used = used - taken as i64;
+            Ok(Decision { reply: params.reply(now, false, used, Some(full_at), None), effect })
         }
         Verdict::Reply { limited, admittable } => {
             // Denied: the oldest `used + quantity − limit` actions must leave first.

@@ -122,10 +122,10 @@ fn exact_peek_and_refund() {
     let before = k.clone();
     assert_eq!(k.run(at(5), &p, 0), [0, 5, 1, -1, 9]);
     assert_eq!((&k.value, k.expires_at), (&before.value, before.expires_at), "a peek changes nothing");
-    // A refund gives back the newest actions first.
-    assert_eq!(k.run(at(5), &p, -3), [0, 5, 4, -1, 5]);
-    assert_eq!(k.log(), (0, vec![at(0)]));
-    assert_eq!(k.expires_at, Some(Instant::from_nanos(at(10))));
+    // A refund gives back the oldest actions first: the newest (at 4), and the expiry, stay.
+    assert_eq!(k.run(at(5), &p, -3), [0, 5, 4, -1, 9]);
+    assert_eq!(k.log(), (0, vec![at(4)]), "three dead entries and one live: compacted");
+    assert_eq!(k.expires_at, Some(Instant::from_nanos(at(14))));
     assert_eq!(k.run(at(5), &p, i64::MIN), [0, 5, 5, -1, 0]);
     assert!(k.value.is_none(), "a refund to full deletes the key");
 }
@@ -216,8 +216,9 @@ fn buckets_peek_refund_and_idle_gaps() {
     let before = k.clone();
     assert_eq!(k.run(at(3), &p, 0), [0, 4, 0, -1, 11]);
     assert_eq!(k.value, before.value, "a peek changes nothing");
-    assert_eq!(k.run(at(3), &p, -3), [0, 4, 3, -1, 9]);
-    assert_eq!(k.expires_at, Some(Instant::from_nanos(at(12))));
+    // The oldest units go first: both of bucket [0, 2) and one of [2, 4), which stays newest.
+    assert_eq!(k.run(at(3), &p, -3), [0, 4, 3, -1, 11]);
+    assert_eq!(k.expires_at, Some(Instant::from_nanos(at(14))));
     // After a gap longer than the ring, the ring starts over.
     assert_eq!(k.run(at(11), &p, 1), [0, 4, 2, -1, 11]);
     assert_eq!(k.run(at(40), &p, 4), [0, 4, 0, -1, 12]);
@@ -237,13 +238,123 @@ fn a_changed_precision_regroups_without_forgetting() {
 }
 
 #[test]
-fn switching_between_exact_and_buckets_is_invalid_state() {
+fn a_refund_advances_head_only() {
+    // The case: A at 0, B at 500 ms, then A's work did not happen. Refunding the
+    // newest entry (B's) let C at 560 and D at 1010 in: B, C and D within 510 ms against 2
+    // per 1000 ms. The oldest entry goes instead, by a 4-byte edit of `head`.
+    let p = exact(2, Nanos::new(1000 * MS).unwrap());
     let mut k = Key::default();
-    k.run(at(0), &exact(3, secs(10)), 1);
-    assert_eq!(k.call(at(1), &precise(3, secs(10), secs(1)), 1), Err(Error::InvalidState("CL.WINDOW")));
+    k.run(T0, &p, 1);
+    k.run(T0 + 500 * MS, &p, 1);
+    let now = Instant::from_nanos(T0 + 550 * MS);
+    let d = decide(k.value.as_deref(), now, &p, -1).unwrap();
+    let Effect::Store { state, expires_at } = &d.effect else { panic!("{:?}", d.effect) };
+    assert_eq!(state.chunks, vec![(4, vec![1, 0, 0, 0])], "only head moves");
+    assert_eq!(state.len, 8 + 2 * 8, "the length stays: an edit in place");
+    assert_eq!(*expires_at, Instant::from_nanos(T0 + 1500 * MS), "the newest entry, and the expiry, stay");
+    assert_eq!(d.reply.to_array(Unit::Millis), [0, 2, 1, -1, 950]);
+    k.call(T0 + 550 * MS, &p, -1).unwrap();
+    assert_eq!(k.log(), (1, vec![T0, T0 + 500 * MS]));
+    assert_eq!(k.run(T0 + 560 * MS, &p, 1)[0], 0, "C");
+    assert_eq!(k.call(T0 + 1010 * MS, &p, 1).unwrap().to_array(Unit::Millis), [1, 2, 0, 490, 550], "D waits for B");
+}
+
+#[test]
+fn a_ring_refund_takes_the_oldest_bucket_first() {
+    let p = precise(3, secs(10), secs(1));
     let mut k = Key::default();
-    k.run(at(0), &precise(3, secs(10), secs(1)), 1);
-    assert_eq!(k.call(at(1), &exact(3, secs(10)), 1), Err(Error::InvalidState("CL.WINDOW")));
+    k.run(at(0), &p, 1);
+    k.run(at(5), &p, 1);
+    assert_eq!(k.run(at(6), &p, -1), [0, 3, 2, -1, 10], "the unit of bucket 0 went");
+    assert_eq!(k.run(at(11), &p, 2), [0, 3, 0, -1, 11], "bucket 5 still counts, bucket 0 no longer");
+    assert_eq!(k.run(at(11), &p, 1), [1, 3, 0, 5, 11]);
+}
+
+/// The live entries of an exact log, and the counts of a ring by bucket, as a test reads them.
+fn ring_counts(value: &[u8]) -> (i64, Vec<(i64, i64)>) {
+    assert_eq!(value[0], 2, "a ring");
+    let p = i64::from_le_bytes(value[8..16].try_into().unwrap());
+    let newest = i64::from_le_bytes(value[16..24].try_into().unwrap());
+    let slots = (value.len() - 24) / 8;
+    let counts = (0..slots as i64)
+        .map(|i| newest - i)
+        .map(|k| (k, i64::from_le_bytes(value[24 + 8 * k.rem_euclid(slots as i64) as usize..][..8].try_into().unwrap())))
+        .filter(|&(_, c)| c > 0)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    (p, counts)
+}
+
+#[test]
+fn adding_precision_puts_each_logged_action_in_its_bucket() {
+    let mut k = Key::default();
+    let plain = exact(5, secs(10));
+    k.run(at(0), &plain, 1);
+    k.run(at(3) + 400 * MS, &plain, 2);
+    k.run(at(11), &plain, 1);
+    // At 11 the action at 0 has left; the others go to buckets 3 and 11 (of 1 s).
+    let fine = precise(5, secs(10), secs(1));
+    let before = k.clone();
+    assert_eq!(k.run(at(12), &fine, 0), [0, 5, 2, -1, 10], "a peek reads it converted");
+    assert_eq!(k.value, before.value, "and writes nothing");
+    assert_eq!(k.run(at(12), &fine, 1), [0, 5, 1, -1, 11]);
+    let base = T0 / NANOS_PER_SEC;
+    assert_eq!(ring_counts(k.value.as_ref().unwrap()), (NANOS_PER_SEC, vec![(base + 3, 2), (base + 11, 1), (base + 12, 1)]));
+    // Bucket 3 counts until 14 (the exact entries until 13.4: never less).
+    assert_eq!(k.run(at(13) + 500 * MS, &fine, 2), [1, 5, 1, 1, 10]);
+    assert_eq!(k.run(at(14), &fine, 2), [0, 5, 1, -1, 11]);
+}
+
+#[test]
+fn removing_precision_puts_each_bucket_at_its_last_instant() {
+    let mut k = Key::default();
+    let fine = precise(5, secs(10), secs(2));
+    k.run(at(1), &fine, 2);
+    k.run(at(5), &fine, 1);
+    let plain = exact(5, secs(10));
+    // Bucket [0, 2) becomes two entries at 2 s − 1 ns; bucket [4, 6) one at now (5.5 s), as
+    // its last instant is still ahead.
+    let now = at(5) + 500 * MS;
+    assert_eq!(k.run(now, &plain, 1), [0, 5, 1, -1, 10]);
+    assert_eq!(k.log(), (0, vec![at(2) - 1, at(2) - 1, now, now]));
+    // The first two count while 2 s − 1 ns > now − 10 s: as long as any action of their
+    // bucket could have.
+    assert_eq!(k.call(at(12) - 2, &plain, 0).unwrap().remaining, 1);
+    assert_eq!(k.call(at(12) - 1, &plain, 0).unwrap().remaining, 3);
+}
+
+#[test]
+fn removing_precision_keeps_the_newest_limit_units() {
+    // A ring may hold more than an exact log's limit (its limit is unbounded): only the
+    // newest `limit` units become entries, and the log denies until the oldest kept leaves.
+    let mut k = Key::default();
+    k.run(at(0), &precise(1_000_000, secs(10), secs(1)), 1_000);
+    k.run(at(4), &precise(1_000_000, secs(10), secs(1)), 1_000);
+    let plain = exact(3, secs(10));
+    assert_eq!(k.run(at(5), &plain, 1), [1, 3, 0, 10, 10]);
+    assert_eq!(k.value.as_ref().unwrap()[0], 2, "a denial writes nothing");
+    // They are the units of bucket [4 s, 5 s), at its last instant: gone at 15 s − 1 ns.
+    assert_eq!(k.call(at(15) - 2, &plain, 1).unwrap().to_array(Unit::Millis), [1, 3, 0, 1, 1]);
+    assert_eq!(k.run(at(15) - 1, &plain, 1), [0, 3, 2, -1, 10]);
+    assert_eq!(k.log(), (0, vec![at(15) - 1]));
+}
+
+#[test]
+fn a_conversion_of_state_stamped_ahead_is_stored_even_denied() {
+    // Stamped an hour ahead (the clock stepped back), full: whichever form reads it counts
+    // its units as of now, and a denied call stores that, so the key goes one window later.
+    let plain = exact(2, secs(10));
+    let fine = precise(2, secs(10), secs(1));
+    for (first, then) in [(plain, fine), (fine, plain)] {
+        let mut k = Key::default();
+        k.run(at(3600), &first, 2);
+        let r = k.run(at(0), &then, 1);
+        assert!(r[..3] == [1, 2, 0] && r[3] <= 11, "{then:?}: {r:?}");
+        assert!(k.expires_at.unwrap() <= Instant::from_nanos(at(11)), "stored pulled back: {:?}", k.expires_at);
+        assert_eq!(k.run(at(11), &then, 2)[..3], [0, 2, 0], "recovered");
+    }
 }
 
 #[test]
@@ -299,71 +410,124 @@ fn no_window_over_limit(admitted: &[(i64, i64)], window: i64, limit: i64) -> boo
     })
 }
 
-/// Removes the newest `units` from the admitted list (a refund).
-fn refund(admitted: &mut Vec<(i64, i64)>, mut units: i64) {
-    while units > 0 {
-        let Some(last) = admitted.last_mut() else { break };
-        let taken = last.1.min(units);
-        last.1 -= taken;
-        units -= taken;
-        if last.1 == 0 {
-            admitted.pop();
+/// The real actions of a client that refunds only work that did not happen: the instants of
+/// the units it was admitted and has not refunded, ascending.
+#[derive(Debug, Default)]
+struct Real(Vec<i64>);
+
+impl Real {
+    fn admitted(&mut self, now: i64, q: i64) {
+        self.0.extend(std::iter::repeat_n(now, q as usize));
+    }
+
+    /// Removes up to `n` real actions still inside the window at `now`, chosen by `pick`
+    /// (the oldest, the newest, or spread among them): how many it removed. A refund always
+    /// stands for real actions, and only ones that still count.
+    fn refund(&mut self, now: i64, window: i64, n: i64, pick: u8) -> i64 {
+        let mut taken = 0;
+        while taken < n {
+            let live = self.0.partition_point(|&t| t <= now - window);
+            let count = self.0.len() - live;
+            if count == 0 {
+                break;
+            }
+            let i = match pick % 3 {
+                0 => live,
+                1 => self.0.len() - 1,
+                _ => live + (usize::from(pick) * 7 + taken as usize * 3) % count,
+            };
+            self.0.remove(i);
+            taken += 1;
         }
+        taken
+    }
+
+    fn never_over(&self, window: i64, limit: i64) -> bool {
+        let admitted: Vec<(i64, i64)> = self.0.iter().map(|&t| (t, 1)).collect();
+        no_window_over_limit(&admitted, window, limit)
     }
 }
 
-fn sequence() -> impl Strategy<Value = Vec<(i64, i64)>> {
-    proptest::collection::vec((prop_oneof![0i64..3 * MS, 0i64..30 * MS, Just(0)], prop_oneof![-3i64..6, 1i64..3]), 1..50)
+/// Calls: a time step, a quantity (negative: refund that many real actions), and how the
+/// client picks the actions it refunds.
+fn sequence() -> impl Strategy<Value = Vec<(i64, i64, u8)>> {
+    proptest::collection::vec((prop_oneof![0i64..3 * MS, 0i64..30 * MS, Just(0)], prop_oneof![-3i64..6, 1i64..3], any::<u8>()), 1..50)
+}
+
+/// Runs `calls` with parameters chosen per call by `params` (from the call's index and
+/// pick), checking every reply against the reference model and the reply bounds `bound`
+/// (`None`: the parameters change, no bound), and returns the real actions.
+fn run_real(calls: &[(i64, i64, u8)], window: i64, params: impl Fn(usize, u8) -> Params, bound: Option<i64>) -> std::result::Result<(Key, Real), TestCaseError> {
+    let (mut key, mut model, mut real, mut now) = (Key::default(), Model::default(), Real::default(), T0 + 77);
+    for (i, &(step, q, pick)) in calls.iter().enumerate() {
+        now += step;
+        let p = params(i, pick);
+        let q = if q < 0 { -real.refund(now, window, -q, pick) } else { q };
+        if q == 0 && calls[i].1 < 0 {
+            continue; // nothing real to refund
+        }
+        let got = reply_i128(key.call(now, &p, q).unwrap());
+        let precision = p.precision().map(|p| i128::from(p.as_nanos()));
+        let want = model.call(now.into(), p.limit().into(), window.into(), precision, q.into());
+        prop_assert_eq!(got, want, "call {} at {} q {} precision {:?}", i, now - T0, q, precision);
+        prop_assert_eq!(key.expires_at.map(|e| i128::from(e.as_nanos())), model.expires_at, "the key's expiry");
+        if q > 0 && got[0] == 0 {
+            real.admitted(now, q);
+        }
+        if let Some(bound) = bound {
+            prop_assert!(got[3] <= i128::from(bound) && got[4] <= i128::from(bound), "{:?} beyond {}", got, bound);
+        }
+    }
+    Ok((key, real))
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3_000))]
 
+    /// Whichever real actions a client refunds, no span of the window ever holds more than
+    /// `limit` real actions; every reply is the model's and within one window.
     #[test]
-    fn exact_matches_the_list_of_instants(limit in 1i64..8, window_ms in 1i64..40, calls in sequence()) {
-        let p = exact(limit, Nanos::new(window_ms * MS).unwrap());
-        let (mut key, mut model, mut now) = (Key::default(), Model::default(), T0 + 77);
-        let mut admitted = Vec::new();
-        for (step, q) in calls {
-            now += step;
-            let got = reply_i128(key.call(now, &p, q).unwrap());
-            let want = model.call(now.into(), limit.into(), (window_ms * MS).into(), None, q.into());
-            prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
-            if q > 0 && got[0] == 0 { admitted.push((now, q)) }
-            if q < 0 { refund(&mut admitted, -q) }
-            if key.value.is_some() {
-                // The log's live entries are the model's, and it holds at most 16 B per live action.
-                let (head, entries) = key.log();
-                let live: Vec<i64> = entries[head as usize..].iter().copied().filter(|&t| t > now - window_ms * MS).collect();
-                let want_live: Vec<i64> = model.log.iter().map(|&t| t as i64).filter(|&t| t > now - window_ms * MS).collect();
-                prop_assert_eq!(&live, &want_live);
-                if !live.is_empty() && q != 0 && got[0] == 0 {
-                    prop_assert!(key.len() <= 8 + 16 * live.len(), "{} bytes for {} actions", key.len(), live.len());
-                }
-            }
+    fn exact_never_admits_more_than_the_limit(limit in 1i64..8, window_ms in 1i64..40, calls in sequence()) {
+        let window = window_ms * MS;
+        let p = exact(limit, Nanos::new(window).unwrap());
+        let (key, real) = run_real(&calls, window, |_, _| p, Some(window))?;
+        prop_assert!(real.never_over(window, limit), "{:?}", real);
+        if key.value.is_some() {
+            // The log's live entries are the model's, and it holds at most 16 B per live action.
+            let (head, entries) = key.log();
+            let live = entries.len() - head as usize;
+            prop_assert!(key.len() <= 8 + 16 * live.max(1), "{} bytes for {} entries", key.len(), live);
         }
-        prop_assert!(no_window_over_limit(&admitted, window_ms * MS, limit));
     }
 
+    /// The same with `PRECISION`: replies within one window and one bucket.
     #[test]
-    fn buckets_match_the_list_of_instants(limit in 1i64..8, window_ms in 1i64..40, precision_ms in 1i64..40, calls in sequence()) {
-        let precision_ms = precision_ms.min(window_ms);
-        let p = precise(limit, Nanos::new(window_ms * MS).unwrap(), Nanos::new(precision_ms * MS).unwrap());
-        let (mut key, mut model, mut now) = (Key::default(), Model::default(), T0 + 77);
-        let mut admitted = Vec::new();
-        for (step, q) in calls {
-            now += step;
-            let got = reply_i128(key.call(now, &p, q).unwrap());
-            let want = model.call(now.into(), limit.into(), (window_ms * MS).into(), Some((precision_ms * MS).into()), q.into());
-            prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
-            if q > 0 && got[0] == 0 { admitted.push((now, q)) }
-            if q < 0 { refund(&mut admitted, -q) }
-            if key.value.is_some() {
-                let slots = ((window_ms + precision_ms - 1) / precision_ms) as usize + 1;
-                prop_assert_eq!(key.len(), 24 + 8 * slots);
-            }
+    fn buckets_never_admit_more_than_the_limit(limit in 1i64..8, window_ms in 1i64..40, precision_ms in 1i64..40, calls in sequence()) {
+        let (window, precision) = (window_ms * MS, precision_ms.min(window_ms) * MS);
+        let p = precise(limit, Nanos::new(window).unwrap(), Nanos::new(precision).unwrap());
+        let (key, real) = run_real(&calls, window, |_, _| p, Some(window + precision))?;
+        prop_assert!(real.never_over(window, limit), "{:?}", real);
+        if key.value.is_some() {
+            let slots = ((window_ms + precision_ms.min(window_ms) - 1) / precision_ms.min(window_ms)) as usize + 1;
+            prop_assert_eq!(key.len(), 24 + 8 * slots);
         }
-        prop_assert!(no_window_over_limit(&admitted, window_ms * MS, limit));
+    }
+
+    /// A rolling deploy: calls alternate, at random, between the exact form and two
+    /// precisions. Every conversion is the model's, and no span of the window ever holds
+    /// more than `limit` real actions.
+    #[test]
+    fn switching_forms_never_admits_more_than_the_limit(
+        limit in 1i64..8, window_ms in 1i64..40, p1 in 1i64..40, p2 in 1i64..40, calls in sequence(),
+    ) {
+        let window = window_ms * MS;
+        let forms = [None, Some(p1.min(window_ms) * MS), Some(p2.min(window_ms) * MS)];
+        let params = |i: usize, pick: u8| {
+            let form = forms[(i + usize::from(pick / 3)) % 3];
+            Params::new(limit, Nanos::new(window).unwrap(), form.map(|p| Nanos::new(p).unwrap())).unwrap()
+        };
+        let (_, real) = run_real(&calls, window, params, None)?;
+        prop_assert!(real.never_over(window, limit), "{:?}", real);
     }
 
     /// Changing the precision between calls (a deployment in progress) never admits more
@@ -371,18 +535,18 @@ proptest! {
     #[test]
     fn regrouping_never_over_admits(
         limit in 1i64..8, window_ms in 1i64..40,
-        calls in proptest::collection::vec((0i64..20 * MS, -2i64..5, 1i64..40), 1..40),
+        calls in proptest::collection::vec((0i64..20 * MS, -2i64..5, 1i64..40, any::<u8>()), 1..40),
     ) {
-        let window = Nanos::new(window_ms * MS).unwrap();
-        let (mut key, mut now, mut admitted) = (Key::default(), T0 + 77, Vec::new());
-        for (step, q, precision_ms) in calls {
+        let window = window_ms * MS;
+        let (mut key, mut now, mut real) = (Key::default(), T0 + 77, Real::default());
+        for (step, q, precision_ms, pick) in calls {
             now += step;
-            let p = precise(limit, window, Nanos::new(precision_ms.min(window_ms) * MS).unwrap());
+            let p = precise(limit, Nanos::new(window).unwrap(), Nanos::new(precision_ms.min(window_ms) * MS).unwrap());
+            let q = if q < 0 { -real.refund(now, window, -q, pick) } else { q };
             let r = key.call(now, &p, q).unwrap();
-            if q > 0 && !r.limited { admitted.push((now, q)) }
-            if q < 0 { refund(&mut admitted, -q) }
+            if q > 0 && !r.limited { real.admitted(now, q) }
         }
-        prop_assert!(no_window_over_limit(&admitted, window_ms * MS, limit));
+        prop_assert!(real.never_over(window, limit));
     }
 
     /// A clock that jumps back and forth (state stamped in the future) neither panics nor
