@@ -24,29 +24,17 @@ refused with an error (they are listed in the README), never answered with a wro
 ]]
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
-local floor, fmod, byte, char, sub, fmt, find, rep, concat, insert, tonumber, tostring, type, error, pcall
+local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
 local rcall, rpcall, error_reply
 local bound = false
 local function bind()
-  floor, fmod = math.floor, math.fmod
+  floor = math.floor
   byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
-  concat, insert = table.concat, table.insert
+  concat = table.concat
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
 end
-
--- @semantics begin
--- Algorithm rules decided in the project's SEMANTICS (issue 8). Each switch names the rule;
--- the test build (scripts/twin.sh) can set them to the module's older behaviour.
-local SEM = {
-  window_refund_oldest = true, -- a CL.WINDOW refund gives back the oldest live units (else the newest)
-  pull_back_unexpiring = true, -- counter/bucket keys without expiry read as stamped too far ahead (else invalid)
-  precision_converts = true,   -- adding/removing PRECISION on a live key converts (else invalid)
-  bucket_cap_first = true,     -- a deficit above a lowered capacity is capped before anything else
-  clock_floor = true,          -- counter/bucket clocks start on the ms at or before now (else after)
-}
--- @semantics end
 
 -- @errors begin
 -- Every error text, in one place: the module's (core/src/error.rs; the ranges of each
@@ -499,18 +487,11 @@ local function counter_params(lm, lu, window_ms)
   return { limit = limit, window = window_ms }
 end
 
--- The instant a clock started at now starts: the ms at or before it, or (older rule) after it.
-local function clock_start(nm, nu)
-  if SEM.clock_floor or nu == 0 then return nm end
-  return nm + 1
-end
-
 -- A key's expiry (`PEXPIRETIME`) as the instant the state is stamped with: nil when the key has
--- none or its nanoseconds overflow i64 (read as far ahead, or invalid under the older rule).
-local function stamped_at(expiry_ms, own, stored)
+-- none or its nanoseconds overflow i64, which reads as stamped too far ahead (pulled back).
+local function stamped_at(expiry_ms)
   if expiry_ms >= 0 and expiry_ms <= MAX_MS then return expiry_ms end
-  if SEM.pull_back_unexpiring then return nil end
-  invalid(own, stored)
+  return nil
 end
 
 local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
@@ -520,12 +501,14 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   if stored then
     cm, cu = parse_i64(stored)
     if not cm or cm < 0 or cm > 999999999999 then invalid('counter', stored) end
-    closes = stamped_at(expiry_ms, 'counter', stored)
+    closes = stamped_at(expiry_ms)
     has = true
   end
   -- A window closing more than one window from now (stamped before the clock stepped back)
   -- closes one window from now.
-  local ceiling = clock_start(nm, nu) + p.window
+  -- (Clocks start on the whole millisecond at or before now, nm: no reply time exceeds the
+  -- parameters.)
+  local ceiling = nm + p.window
   if ceiling > MAX_MS then ceiling = nil end
   local stepped = false
   if has and ceiling and (closes == nil or closes > ceiling) then closes, stepped = ceiling, true end
@@ -560,7 +543,7 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   if count + q > p.limit then return denied(reply(1, count, um, uu)) end
   if q == 0 then return reply(0, count) end
   if not open then
-    local start = clock_start(nm, nu)
+    local start = nm
     closes = start + p.window
     if closes > MAX_MS then fail(ERR.too_large) end
     um, uu = t_sub(closes, 0, nm, nu)
@@ -595,25 +578,25 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
   local deficit = 0
   local had = false -- the stored bucket was not yet full
   local stepped = false
-  local start = clock_start(nm, nu)
+  local start = nm -- the refill clock starts on the whole ms at or before now
   local next_refill
   if stored then
     local vm, vu = parse_i64(stored)
     -- -deficit with deficit >= 1
     if not vm or vm >= 0 or (vm == MIN_M and vu < MIN_U + 1) then invalid('bucket', stored) end
     local dm, du = t_sub(0, 0, vm, vu)
-    full_at = stamped_at(expiry_ms, 'bucket', stored)
+    full_at = stamped_at(expiry_ms)
     had = full_at == nil or full_at > nm
     local d = t_capped(dm, du)
-    if SEM.bucket_cap_first and d > p.capacity then d = p.capacity end
-    -- A bucket is full at most ceil(deficit / tokens) refills after the clock's start; a later
-    -- full_at (the clock stepped back) restarts the grid now.
+    -- A deficit above a lowered capacity is capped first. A bucket is full at most
+    -- ceil(deficit / tokens) refills after the clock's start; a later full_at (the clock
+    -- stepped back, the parameters were lowered, the key lost its expiry) restarts the grid.
+    if d > p.capacity then d = p.capacity end
     local span = refills(p, d) * p.interval
     local ceiling = start + span
     if span > MAX_MS or ceiling > MAX_MS then ceiling = nil end
     if ceiling and (full_at == nil or full_at > ceiling) then full_at, stepped = ceiling, true end
     if full_at ~= nil and full_at > nm then
-      if d > p.capacity then d = p.capacity end
       local n = refills(p, d)
       -- refills still ahead: ceil((full_at - now) / interval), a refill at now has happened
       local x = full_at - nm
@@ -623,7 +606,6 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
       next_refill = full_at - (ahead - 1) * p.interval
     elseif full_at == nil then
       -- Stamped beyond every ceiling, and no ceiling fits in i64: nothing refills in time.
-      if d > p.capacity then d = p.capacity end
       deficit = d
       next_refill = MAX_MS + 1
     else
@@ -803,23 +785,13 @@ local function exact_decide(p, log, nm, nu, q, ahead)
   if v == 'refund' then
     local units = -q
     if units > in_window then units = in_window end
-    if SEM.window_refund_oldest then
-      -- The oldest live units go: the head moves past them, nothing else changes.
-      local first2 = first + units
-      if first2 == log.len then return emptied(p, in_window > 0) end
-      local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
-      d.at = ceil_ms(fm, fu)
-      return log_patch(log, first2, log.len, '', 0, nm, nu, d)
-    end
-    local keep = log.len - units
-    if keep == first then return emptied(p, in_window > 0) end
-    local km, ku = log_at(log, keep - 1)
-    if t_lt(nm, nu, km, ku) then km, ku = nm, nu end
-    km, ku = t_add(km, ku, p.window, 0)
-    if not t_fits(km, ku) then fail(ERR.too_large) end
-    local d = window_reply(p, 0, used - (log.len - keep), nm, nu, km, ku)
-    d.at = ceil_ms(km, ku)
-    return log_patch(log, first, keep, '', 0, nm, nu, d)
+    -- The oldest live units go: the head moves past them (a 4-byte edit), nothing else
+    -- changes, so the newest entry and the key's expiry stay.
+    local first2 = first + units
+    if first2 == log.len then return emptied(p, in_window > 0) end
+    local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
+    d.at = ceil_ms(fm, fu)
+    return log_patch(log, first2, log.len, '', 0, nm, nu, d)
   elseif v == 'admit' then
     -- Actions are logged at now (the newest entry is no later than now).
     local fm2, fu2 = t_add(nm, nu, p.window, 0)
@@ -995,9 +967,8 @@ end
 
 -- Whether a stored ring is stamped further ahead than a call at now could have left it (the
 -- clock stepped back), judged in its own buckets (a ring of another precision is not ahead
--- merely because its bucket numbers are larger); under the older rule, in the call's.
-local function ring_is_ahead(ring, nm, W, cap)
-  if not SEM.precision_converts then return ring.newest > cap end
+-- merely because its bucket numbers are larger).
+local function ring_is_ahead(ring, nm, W)
   if ring.far then return ring.far > 0 end
   if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
   return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
@@ -1018,7 +989,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   elseif converted then
     stepped = ahead
   else
-    stepped = ring_is_ahead(ring, nm, W, cap)
+    stepped = ring_is_ahead(ring, nm, W)
     if not (ring.pm == P and ring.pu == 0 and ring.slots == slots and not stepped) then
       ring = ring_regroup(ring, P, slots, oldest, current, cap)
     end
@@ -1045,24 +1016,15 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local v = verdict(q, used, p.limit)
   if v == 'refund' then
     local units = -q
+    -- The oldest units go first: the newest bucket in use, and the key's expiry, stay unless
+    -- every unit is given back.
     local left, edits, newest_left = units, {}, nil
-    if SEM.window_refund_oldest then
-      for i = 0, held - 1 do
-        local c = counts[i]
-        local taken = c < left and c or left
-        left = left - taken
-        if taken > 0 then edits[#edits + 1] = { k0 + i, c - taken } end
-        if c > taken then newest_left = k0 + i end
-      end
-    else
-      for i = held - 1, 0, -1 do
-        local c = counts[i]
-        local taken = c < left and c or left
-        left = left - taken
-        if taken > 0 then insert(edits, 1, { k0 + i, c - taken }) end
-        if c > taken and newest_left == nil then newest_left = k0 + i end
-        if left == 0 and newest_left ~= nil then break end
-      end
+    for i = 0, held - 1 do
+      local c = counts[i]
+      local taken = c < left and c or left
+      left = left - taken
+      if taken > 0 then edits[#edits + 1] = { k0 + i, c - taken } end
+      if c > taken then newest_left = k0 + i end
     end
     if newest_left == nil then return emptied(p, used > 0) end
     local at = leaves(newest_left)
@@ -1157,7 +1119,7 @@ local function ring_to_log(p, ring, nm, nu)
   local parts = { '\1\0\0\0\0\0\0\0' }
   for i = #newest_first, 1, -1 do parts[#parts + 1] = newest_first[i] end
   local s = concat(parts)
-  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window, nil)
+  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window)
 end
 
 local function window_decide(p, stored, nm, nu, q)
@@ -1170,13 +1132,13 @@ local function window_decide(p, stored, nm, nu, q)
   local ring = version == 2 and ring_parse(stored) or nil
   if p.precision then
     if ring then return ring_decide(p, ring, nm, nu, q) end
-    if log and SEM.precision_converts then
+    if log then
       local converted, ahead = log_to_ring(p, log, nm, nu)
       return ring_decide(p, converted, nm, nu, q, true, ahead)
     end
   else
     if log then return exact_decide(p, log, nm, nu, q) end
-    if ring and SEM.precision_converts then
+    if ring then
       local converted, ahead = ring_to_log(p, ring, nm, nu)
       return exact_decide(p, converted, nm, nu, q, ahead)
     end

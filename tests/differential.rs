@@ -6,9 +6,8 @@
 //! One instant, no tolerance: the module and the twin's test build share one server, and both
 //! clocks are pinned to the same microsecond before each call (`CL.DEBUG CLOCK` for the module,
 //! loaded with `DEBUG-COMMANDS yes`; the key the test build's clock reads for the twin, see
-//! `scripts/twin.sh`). The test build differs from the shipped library only in that clock (and
-//! in the SEMANTICS switches set to the rules the module under test follows, detected below).
-//! The shipped clock (`TIME`) is proven equal to the module's in tests/twin.rs.
+//! `scripts/twin.sh`). The test build differs from the shipped library only in that clock; the
+//! shipped clock (`TIME`) is proven equal to the module's in tests/twin.rs.
 //!
 //! `THROTTLE_DIFF_CALLS` (default 12,000) and `THROTTLE_DIFF_SEED` reproduce or extend a run.
 
@@ -469,43 +468,6 @@ impl Gen {
     }
 }
 
-/// The rules of SEMANTICS (issue 8) the module under test follows, detected by probing it, so
-/// that the twin's test build matches it while the module catches up (the shipped twin follows
-/// every rule). Each probe runs at a pinned instant on scratch keys.
-fn detect_semantics(c: &mut Connection, now_us: i64) -> Vec<(&'static str, bool)> {
-    let q = |c: &mut Connection, words: &str| -> redis::RedisResult<Vec<i64>> {
-        let args: Vec<&str> = words.split_whitespace().collect();
-        redis::cmd(args[0]).arg(&args[1..]).query(c)
-    };
-    let pin = |c: &mut Connection, us: i64| {
-        let _: Vec<i64> = redis::cmd("CL.DEBUG").arg("CLOCK").arg(us).query(c).unwrap();
-    };
-    let at = now_us - now_us % 1000 + 500; // half a millisecond in
-    pin(c, at);
-    let counter = q(c, "CL.COUNTER probe:floor 5 2000 1 MS").unwrap();
-    let clock_floor = counter[4] == 2000;
-    let _: () = redis::cmd("SET").arg("probe:persist").arg(3).query(c).unwrap();
-    let pull_back_unexpiring = q(c, "CL.COUNTER probe:persist 5 10 0").is_ok();
-    q(c, "CL.WINDOW probe:convert 5 10").unwrap();
-    let precision_converts = q(c, "CL.WINDOW probe:convert 5 10 0 PRECISION 1").is_ok();
-    q(c, "CL.BUCKET probe:cap 10 1 60 10").unwrap();
-    let bucket_cap_first = q(c, "CL.BUCKET probe:cap 5 1 60").unwrap() == [1, 5, 0, 60, 300];
-    q(c, "CL.WINDOW probe:refund 5 10").unwrap();
-    pin(c, at + 1_000_000);
-    q(c, "CL.WINDOW probe:refund 5 10").unwrap();
-    q(c, "CL.WINDOW probe:refund 5 10 -1").unwrap();
-    let log: Vec<u8> = redis::cmd("GET").arg("probe:refund").query(c).unwrap();
-    let window_refund_oldest = log.len() == 24 && log[4] == 1;
-    let _: () = redis::cmd("DEL").arg(&["probe:floor", "probe:persist", "probe:convert", "probe:cap", "probe:refund"]).query(c).unwrap();
-    vec![
-        ("window_refund_oldest", window_refund_oldest),
-        ("pull_back_unexpiring", pull_back_unexpiring),
-        ("precision_converts", precision_converts),
-        ("bucket_cap_first", bucket_cap_first),
-        ("clock_floor", clock_floor),
-    ]
-}
-
 struct Rig {
     _server: Server,
     c: Connection,
@@ -513,13 +475,11 @@ struct Rig {
 }
 
 impl Rig {
-    fn start(now_us: i64) -> Rig {
+    fn start() -> Rig {
         let server = Server::with(Options::default().debug_commands());
         let mut c = server.client();
-        let semantics = detect_semantics(&mut c, now_us);
-        eprintln!("module under test follows: {semantics:?}");
-        twin::load(&mut c, Form::Library, &twin::source(Form::Library, true, &semantics));
-        let sha = twin::load(&mut c, Form::Eval, &twin::source(Form::Eval, true, &semantics)).unwrap();
+        twin::load(&mut c, Form::Library, &twin::source(Form::Library, true));
+        let sha = twin::load(&mut c, Form::Eval, &twin::source(Form::Eval, true)).unwrap();
         Rig { _server: server, c, sha }
     }
 
@@ -629,7 +589,7 @@ fn the_twin_matches_the_module_call_for_call() {
     // expires by real time while it runs (a key's expiry is absolute, in the server's ms).
     let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
     let mut now_us = real_us + 86_400_000_000 + g.rng.random_range(0..1_000_000);
-    let mut rig = Rig::start(now_us);
+    let mut rig = Rig::start();
 
     const SLOTS: usize = 24;
     let mut limiters: Vec<Limiter> = (0..SLOTS).map(|i| g.limiter(KINDS[i % 4])).collect();

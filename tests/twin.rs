@@ -28,7 +28,7 @@ fn twin_server(options: Options) -> (Server, Connection, String) {
 fn pinned_twin() -> (Server, Connection) {
     let server = Server::with(Options::default().without_module());
     let mut c = server.client();
-    twin::load(&mut c, Form::Library, &twin::source(Form::Library, true, &[]));
+    twin::load(&mut c, Form::Library, &twin::source(Form::Library, true));
     (server, c)
 }
 

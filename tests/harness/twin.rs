@@ -44,10 +44,9 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A form of the twin as `scripts/twin.sh` generates it from the one source. `test` gives the
-/// test build (a pinnable clock, see `pin_clock`); `semantics` sets switches of its
-/// `@semantics` block.
-pub fn source(form: Form, test: bool, semantics: &[(&str, bool)]) -> String {
+/// A form of the twin as `scripts/twin.sh` generates it from the one source; `test` gives the
+/// test build (a pinnable clock, see `CLOCK_KEY`).
+pub fn source(form: Form, test: bool) -> String {
     let mut cmd = Command::new(root().join("scripts/twin.sh"));
     cmd.arg(match form {
         Form::Library => "library",
@@ -55,9 +54,6 @@ pub fn source(form: Form, test: bool, semantics: &[(&str, bool)]) -> String {
     });
     if test {
         cmd.arg("test");
-        for (name, value) in semantics {
-            cmd.arg(format!("{name}={value}"));
-        }
     }
     let out = cmd.output().expect("run scripts/twin.sh");
     assert!(out.status.success(), "scripts/twin.sh failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -68,7 +64,7 @@ pub fn source(form: Form, test: bool, semantics: &[(&str, bool)]) -> String {
 pub fn shipped(form: Form) -> String {
     match form {
         Form::Library => std::fs::read_to_string(root().join("functions/throttle.lua")).expect("read functions/throttle.lua"),
-        Form::Eval => source(Form::Eval, false, &[]),
+        Form::Eval => source(Form::Eval, false),
     }
 }
 
