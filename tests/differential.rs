@@ -468,6 +468,9 @@ impl Gen {
     }
 }
 
+/// A key's value (`GET`) and absolute expiry (`PEXPIRETIME`), as replied.
+type KeyState = (Value, Value);
+
 struct Rig {
     _server: Server,
     c: Connection,
@@ -509,7 +512,7 @@ impl Rig {
 
     /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
     /// replies and each key's state after.
-    fn call(&mut self, kind: Kind, keys: &[String; 3], args: &[String], now_us: i64) -> ((Value, Value), [Value; 3], [(Value, Value); 3]) {
+    fn call(&mut self, kind: Kind, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
@@ -530,7 +533,7 @@ impl Rig {
 impl Rig {
     /// CL.ALL over slots' key sets (the module's keys, FCALL's, EVALSHA's) at `now_us`;
     /// returns the three replies and every key's state after, set by set.
-    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> ([Value; 3], Vec<Vec<(Value, Value)>>) {
+    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> ([Value; 3], Vec<Vec<KeyState>>) {
         let sets: Vec<Vec<String>> = (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -547,7 +550,7 @@ impl Rig {
         let mut v: Vec<Value> = pipe.query(&mut self.c).unwrap();
         let states: Vec<Value> = v.split_off(3);
         let replies: [Value; 3] = v.try_into().unwrap();
-        let pairs: Vec<(Value, Value)> = states.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let pairs: Vec<KeyState> = states.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
         (replies, pairs.chunks(slots.len()).map(<[_]>::to_vec).collect())
     }
 }
