@@ -365,6 +365,10 @@ local function ns_t(ns)
   return (ns - u) / M, u
 end
 
+-- The last TAT text written, and its value: a hot key's next call reads it back (Lua strings
+-- are interned, so the comparison is one pointer), and skips parsing it.
+local last_tat, last_am, last_au
+
 -- The fast path of gcra_decide (tolerance below 2^52 ns, the hot path of CL.THROTTLE): spans
 -- relative to now as plain numbers; the same rules, step for step.
 local function gcra_fast(p, am, au, nm, nu, q)
@@ -403,7 +407,9 @@ local function gcra_fast(p, am, au, nm, nu, q)
       d.eff = 'del'
     else
       local xm, xu = t_add(nm, nu, (span - sm) / M, sm)
-      d.eff, d.value, d.at = 'set', t_text(xm, xu), xu > 0 and xm + 1 or xm
+      local text = t_text(xm, xu)
+      last_tat, last_am, last_au = text, xm, xu
+      d.eff, d.value, d.at = 'set', text, xu > 0 and xm + 1 or xm
     end
   end
   return d
@@ -423,7 +429,9 @@ end
 
 local function gcra_decide(p, stored, nm, nu, qm, qu, q)
   local am, au -- the TAT
-  if stored then
+  if stored == last_tat and stored then
+    am, au = last_am, last_au
+  elseif stored then
     -- Nineteen digits (every TAT from 2001 to 2286) in one match; else the general parse.
     local _, _, hi, lo = find(stored, '^([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$')
     if hi then am, au = hi + 0, lo + 0 end
@@ -846,11 +854,12 @@ local function ring_parse(s)
   -- beyond the year 287,000 at 1 ms) is kept as `far`, an approximation, with a sentinel that
   -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
   -- is stepped (regrouped).
+  -- (The sentinels, ±2^52, stay exact under the small offsets bucket arithmetic adds.)
   local newest, far = wm * M + wu, nil
   if wm > 9007199254 or (wm == 9007199254 and wu >= 740992) then
-    newest, far = 4611686018427387904, wm * M + wu
+    newest, far = 4503599627370496, wm * M + wu
   elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
-    newest, far = -4611686018427387904, wm * M + wu
+    newest, far = -4503599627370496, wm * M + wu
   end
   return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, slots = slots }
 end

@@ -22,12 +22,12 @@ mkdir -p target/matrix
 rows=(); failed=0
 # Adds the row of a run (NAME VERSION LOG RC T0) to the table; a failure prints its first lines.
 record() {
-  local sum passed nfailed result=PASS
-  sum() { grep -E '^test result:' "$3" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+  local run_log=$3 passed nfailed result=PASS
+  sum() { grep -E '^test result:' "$run_log" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
   passed=$(sum passed); nfailed=$(sum failed)
   if [ "$4" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
   rows+=("$1|$2|$result|$passed|$nfailed|$((SECONDS - $5))")
-  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$3" | head -n 20 >&2 || true; fi
+  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$run_log" | head -n 20 >&2 || true; fi
 }
 for name in "${names[@]}"; do
   log="target/matrix/$name.log"; t0=$SECONDS
