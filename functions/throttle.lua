@@ -855,13 +855,14 @@ local function ring_parse(s)
   -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
   -- is stepped (regrouped).
   -- (The sentinels, ±2^52, stay exact under the small offsets bucket arithmetic adds.)
-  local newest, far = wm * M + wu, nil
+  local newest, far, far_slot = wm * M + wu, nil, nil
   if wm > 9007199254 or (wm == 9007199254 and wu >= 740992) then
     newest, far = 4503599627370496, wm * M + wu
+    far_slot = ((wm % slots) * M + wu) % slots -- the newest bucket's slot, exactly
   elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
     newest, far = -4503599627370496, wm * M + wu
   end
-  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, slots = slots }
+  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots }
 end
 
 local function ring_empty(P, newest, slots)
@@ -1109,15 +1110,23 @@ end
 -- module reads them. Also whether the ring was stamped ahead.
 local function ring_to_log(p, ring, nm, nu)
   local P = ring.pm
-  if ring.pu ~= 0 or (ring.far and ring.far > 0) then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local k0, held = ring_from(ring, div_floor(hm, P))
+  local far_ahead = ring.far and ring.far > 0
   local most, count = p.limit, 0
   local newest_first = {}
   for k = k0 + held - 1, k0, -1 do
-    local c = ring_count(ring, k)
-    local em, eu = (k + 1) * P - 1, M - 1
-    if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    local c, em, eu
+    if far_ahead then
+      -- Buckets far ahead (all of them, held from the newest down): each ends after now, so
+      -- its entries go at now; its slot from the exact newest bucket's.
+      c, em, eu = ring_count_at_slot(ring, (ring.far_slot - (k0 + held - 1 - k)) % ring.slots), nm, nu
+    else
+      c = ring_count(ring, k)
+      em, eu = (k + 1) * P - 1, M - 1
+      if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    end
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then

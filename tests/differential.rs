@@ -442,10 +442,15 @@ impl Gen {
         let slots = if self.chance(0.85) { (window_ms + p_ms - 1) / p_ms + 1 } else { self.rng.random_range(1..=30) };
         let slots = slots.clamp(1, 10_001);
         let current = now_ns.div_euclid(p_ms * MS);
-        let newest = match self.rng.random_range(0..12) {
+        let newest = match self.rng.random_range(0..14) {
             0 => current + spanned + self.rng.random_range(1..100), // ahead: stepped
             1 => current - self.rng.random_range(slots..slots + 1000),
             2 => -(1 << 60),
+            3 => -(1 << 53) + self.rng.random_range(-3..3), // around what a double holds
+            // Far ahead, in the call's own precision (a ring no limiter writes: beyond 2^53
+            // buckets the twin reasons on the sign, and a ratio of precisions near a power of
+            // two would put it at the edge of its exact range, where it refuses the call).
+            4 if p_ms == precision_ms => (1 << 60) + self.rng.random_range(0..1000),
             _ => current - self.rng.random_range(0..=spanned.min(5)),
         };
         let mut bytes = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
