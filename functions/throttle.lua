@@ -728,11 +728,21 @@ local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
 
 -- The first live entry after the horizon (binary search; entries ascend).
 local function log_first_after(log, hm, hu)
+  -- Entries compare as (high 32 bits, signed; low 32 bits), read straight from their bytes;
+  -- the horizon is split so once.
+  local h0, h1, h2, h3, h4, h5, h6, h7 = byte(t_le(hm, hu), 1, 8)
+  local hhi = ((h7 * 256 + h6) * 256 + h5) * 256 + h4
+  if h7 >= 128 then hhi = hhi - 4294967296 end
+  local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
+  local s = log.s
   local lo, hi = log.head, log.len
   while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    local m, u = log_at(log, mid)
-    if t_lt(hm, hu, m, u) then hi = mid else lo = mid + 1 end
+    local mid = lo + hi
+    mid = (mid - mid % 2) / 2
+    local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, 9 + mid * 8, 16 + mid * 8)
+    local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+    if b7 >= 128 then ehi = ehi - 4294967296 end
+    if ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo) then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -833,10 +843,10 @@ local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
 -- A count (u64 read as i64) at slot offset `at` (0-based byte offset).
 local function ring_count_at(s, at)
-  local m, u = le_t(s, at + 1)
-  if m < 0 then return nil end
-  if m >= 9007199254 then return false end
-  return m * M + u
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, at + 1, at + 8)
+  if b7 >= 128 then return nil end            -- negative: not a count
+  if b7 > 0 or b6 >= 32 then return false end -- 2^53 or more
+  return ((((b6 * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 65536 + b1 * 256 + b0
 end
 
 local function ring_parse(s)
