@@ -74,7 +74,7 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     for words in calls {
         throttle(&mut c, words);
     }
-    let all: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "a1", "a2", "COUNTER", "5", "60", "THROTTLE", "4", "1", "60"]).query(&mut c).unwrap();
+    let all: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"a1", b"a2", b"COUNTER", b"5", b"60", b"THROTTLE", b"4", b"1", b"60"]).query(&mut c).unwrap();
     assert_eq!(all[0], 0);
     master.wait_replicated(&replica);
     let from_module = drain(&on_master);

@@ -135,7 +135,7 @@ fn calls_that_change_nothing_propagate_nothing() {
     harness::throttle(&mut c, "CL.THROTTLE k 0 1 600 0");
     harness::throttle(&mut c, "CL.THROTTLE other 0 1 600 0");
     // A CL.ALL denied by one limiter writes nothing for the others either.
-    let denied: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "fresh", "k", "COUNTER", "5", "600", "THROTTLE", "0", "1", "600"]).query(&mut c).unwrap();
+    let denied: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"fresh", b"k", b"COUNTER", b"5", b"600", b"THROTTLE", b"0", b"1", b"600"]).query(&mut c).unwrap();
     assert_eq!((denied[0], denied[5]), (1, 2));
     // A pacer refusing (the slot is beyond MAXWAIT) or peeking; a full lease set refusing; a
     // release by an id that holds nothing.

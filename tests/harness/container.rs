@@ -29,7 +29,8 @@ pub fn enabled() -> bool {
     match std::env::var("THROTTLE_BACKEND").as_deref() {
         Ok("container") => true,
         Ok("native") | Ok("") | Err(_) => false,
-        Ok(other) => panic!("THROTTLE_BACKEND={other}: expected `native` (default) or `container`"),
+        Ok("twin") | Ok("twin-eval") => false, // native servers with the Functions twin (twin.rs)
+        Ok(other) => panic!("THROTTLE_BACKEND={other}: expected `native` (default), `container`, `twin` or `twin-eval`"),
     }
 }
 

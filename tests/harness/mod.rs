@@ -12,9 +12,13 @@
 //!   files this way. Replicas, restarts and cluster nodes exist only natively.
 //!   `THROTTLE_IMAGE_MODULE=/path/in/image`: load the module the image carries (an image built
 //!   from source) instead of copying the freshly built one into each container.
+//! - `THROTTLE_BACKEND=twin` (or `twin-eval`): servers run without the module and with the
+//!   Functions twin loaded instead; limiter commands go to its functions (see `twin.rs`).
+//!   `make test-twin` runs the behavioural tests this way.
 #![allow(dead_code)]
 
 mod container;
+pub mod twin;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -154,7 +158,7 @@ impl Server {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
             .arg(&self.dir)
             .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
-        if self.options.module {
+        if self.options.module && twin::backend().is_none() {
             cmd.arg("--loadmodule").arg(module_path());
             if self.options.debug_commands {
                 cmd.args(["DEBUG-COMMANDS", "yes"]);
@@ -181,6 +185,9 @@ impl Server {
         let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c).unwrap();
         let ours = std::fs::canonicalize(&self.dir).unwrap();
         assert_eq!(Path::new(&got[1]), ours, "another server answers on port {}", self.port);
+        if self.options.module {
+            twin::after_launch(&mut c);
+        }
     }
 
     /// Stops the server (SHUTDOWN, so it persists what it is configured to) and starts it again
@@ -267,13 +274,20 @@ impl Drop for Server {
     }
 }
 
+/// A command as the backend sends it (limiter commands go to the twin's functions under
+/// `THROTTLE_BACKEND=twin`).
+pub fn command(args: &[&[u8]]) -> redis::Cmd {
+    let args = twin::map(args);
+    let mut cmd = redis::cmd(std::str::from_utf8(&args[0]).unwrap());
+    for a in &args[1..] {
+        cmd.arg(a.as_slice());
+    }
+    cmd
+}
+
 /// Sends one command and returns the raw reply.
 pub fn call(c: &mut Connection, args: &[&[u8]]) -> RedisResult<Value> {
-    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c)
+    command(args).query(c)
 }
 
 /// Runs a rate-limiting command given as one string of words, expecting the five integers.
@@ -331,12 +345,8 @@ pub fn in_multi(c: &mut Connection, calls: &[&str]) -> Vec<Reply> {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for words in calls {
-        let mut args = words.split_whitespace();
-        let mut cmd = redis::cmd(args.next().unwrap());
-        for a in args {
-            cmd.arg(a);
-        }
-        pipe.add_command(cmd);
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        pipe.add_command(command(&args));
     }
     pipe.query(c).unwrap()
 }
