@@ -20,7 +20,12 @@ export NATIVE_ONLY_TESTS
 # (family::error_messages_state_the_real_ranges: limits above 2^53 - 1, which the twin refuses;
 # all::errors_name_the_limiter_and_write_nothing: a numkeys above the arguments, which FCALL refuses
 # with its own error. tests/twin.rs tests the twin's answers to both.)
-TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin \
+# CL.PACE and CL.ACQUIRE/CL.RELEASE are the module's only: pace, lease and their tests elsewhere.
+# (security::the_largest_limits…: limits above 2^53 - 1 again.)
+TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease \
+	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
+	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
+	security::the_largest_limits_deny_what_would_add_up_past_them \
 	robustness::a_panic_inside_a_command_is_an_error_reply_and_the_server_lives \
 	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
 	security::acl_users_reach_only_their_limiters \
