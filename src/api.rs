@@ -39,6 +39,7 @@ pub struct Api {
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
     pub is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    pub get_selected_db: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
     pub key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
     /// Redis 7.2+ / Valkey: the command's cached time, frozen for a whole MULTI, script or function.
     pub cached_microseconds: Option<unsafe extern "C" fn() -> ustime_t>,
@@ -115,6 +116,7 @@ pub fn resolve() -> Result<(), &'static str> {
         signal_modified_key: required!(RedisModule_SignalModifiedKey),
         string_ptr_len: required!(RedisModule_StringPtrLen),
         is_keys_position_request: required!(RedisModule_IsKeysPositionRequest),
+        get_selected_db: required!(RedisModule_GetSelectedDb),
         key_at_pos: required!(RedisModule_KeyAtPos),
         cached_microseconds: optional!(RedisModule_CachedMicroseconds),
         free_string: required!(RedisModule_FreeString),

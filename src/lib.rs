@@ -28,6 +28,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
         unsafe { set_options(ctx.ctx, redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32) };
     }
+    store::watch_dataset(ctx.ctx);
     let debug = args.chunks(2).any(|pair| {
         matches!(pair, [name, value] if name.as_slice().eq_ignore_ascii_case(b"DEBUG-COMMANDS")
             && value.as_slice().eq_ignore_ascii_case(b"yes"))

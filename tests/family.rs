@@ -247,13 +247,13 @@ fn encoding_and_memory(c: &mut redis::Connection, key: &str) -> (String, i64) {
     (encoding, memory)
 }
 
-/// Reading never re-encodes a value: the module's own keys are plain strings from the start
-/// (so denials and peeks find them as they are), a peek reads a value Redis keeps compactly
-/// (an integer written by SET) without converting it, and so does a call whose key holds
-/// something of the wrong length for its state (another application's integer or short text).
+/// Reading never re-encodes a value: a peek, a denial or an error leaves a value as Redis
+/// stored it (`OBJECT ENCODING`, `MEMORY USAGE`), whether the module wrote it (a plain string
+/// from the start), Redis stored it compactly (an integer written by SET, as redis-cell's
+/// users, a replica or a restart leave a TAT) or another application owns it.
 #[test]
 fn reads_leave_the_value_as_it_was() {
-    let server = Server::start();
+    let server = Server::with(harness::Options::default().arg("--enable-debug-command local"));
     let mut c = server.client();
     for (key, create, deny, peek) in [
         ("t", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60 0"),
@@ -269,19 +269,42 @@ fn reads_leave_the_value_as_it_was() {
         throttle(&mut c, peek);
         assert_eq!(encoding_and_memory(&mut c, key), written, "{peek}: a peek changes nothing");
     }
-    // A TAT written by SET (as redis-cell's users, a replica or a restart leave it) is an integer.
-    let _: () = redis::cmd("SET").arg("set-tat").arg("1795354456188603542").arg("PXAT").arg("9999999999999").query(&mut c).unwrap();
-    let compact = encoding_and_memory(&mut c, "set-tat");
-    assert_eq!(compact.0, "int");
-    throttle(&mut c, "CL.THROTTLE set-tat 0 1 60 0");
-    assert_eq!(encoding_and_memory(&mut c, "set-tat"), compact, "a peek leaves an integer an integer");
-    // Other applications' values of a length no state of that command has.
-    for (key, value) in [("app:int", "12345"), ("app:text", "hello world")] {
+    // Integers written by SET, each an empty limiter (so the call is denied) stamped within
+    // what its parameters allow (so nothing is pulled back and stored): a TAT, a count, a bucket.
+    let time: Vec<String> = redis::cmd("TIME").query(&mut c).unwrap();
+    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
+    let tat = (now_ms + 30_000) * 1_000_000;
+    for (key, value, at, deny) in [
+        ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
+        ("set:c", "5".to_string(), now_ms + 30_000, "CL.COUNTER set:c 5 60"),
+        ("set:b", "-3".to_string(), now_ms + 150_000, "CL.BUCKET set:b 3 1 60"),
+    ] {
+        let _: () = redis::cmd("SET").arg(key).arg(&value).arg("PXAT").arg(at).query(&mut c).unwrap();
+        let compact = encoding_and_memory(&mut c, key);
+        assert_eq!(compact.0, "int", "{key}");
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny}: a denial leaves an integer an integer");
+        throttle(&mut c, &format!("{deny} 0"));
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny} 0: a peek leaves an integer an integer");
+    }
+    // A reload stores every value compactly again: the module's own keys included.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    let reloaded = encoding_and_memory(&mut c, "c");
+    assert_eq!(reloaded.0, "int", "a reloaded count is an integer");
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 1 60")[0], 1);
+    assert_eq!(encoding_and_memory(&mut c, "c"), reloaded, "a denial after a reload changes nothing");
+    // Other applications' values, of any length: an error leaves them as they were.
+    for (key, value, command) in [
+        ("app:int", "12345", "CL.THROTTLE app:int 0 1 60"),
+        ("app:int2", "12345", "CL.BUCKET app:int2 5 1 60"),
+        ("app:text", "hello world", "CL.WINDOW app:text 5 60"),
+        ("app:tat-like", "hello world, nineteen", "CL.COUNTER app:tat-like 5 60"),
+    ] {
         let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut c).unwrap();
         let before = encoding_and_memory(&mut c, key);
-        let args: Vec<&[u8]> = vec![b"CL.THROTTLE", key.as_bytes(), b"0", b"1", b"60"];
+        let args: Vec<&[u8]> = command.split_whitespace().map(str::as_bytes).collect();
         let e = error_of(&mut c, &args);
-        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{key}: {e}");
-        assert_eq!(encoding_and_memory(&mut c, key), before, "{key}: an error leaves the value as it was");
+        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{command}: {e}");
+        assert_eq!(encoding_and_memory(&mut c, key), before, "{command}: an error leaves the value as it was");
     }
 }

@@ -39,7 +39,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     let request = Request::parse(algorithm, &call.args())?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
-    key.load(algorithm, request.quantity == 0)?;
+    key.load(algorithm)?;
     let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
     let prepared = key.prepare(&decision.effect)?;
     key.apply(prepared)?;

@@ -40,7 +40,7 @@ fn handler(call: &Call) -> Result<Response> {
     let request = Request::parse(&args)?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
-    key.load(Algorithm::Throttle, request.quantity == 0)?;
+    key.load(Algorithm::Throttle)?;
     let tat = key.stored().map(|s| pace::read(s.value)).transpose()?;
     let decision = pace::decide(tat, now, &request.params, request.quantity)?;
     let effect = decision.effect.map(|tat| Write::Integer(tat.as_nanos()));
