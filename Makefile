@@ -3,16 +3,38 @@ PORT ?= 6379
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 MODULE := $(TARGET_DIR)/release/libredis_throttle.so
 
-# Images: `make docker` builds DOCKER_IMAGE FROM DOCKER_BASE (needs a registry that serves it);
-# `make docker-local` builds LOCAL_IMAGE FROM a base made of Debian packages (no registry).
-DOCKER_BASE ?= redis:7.4
+# Images of docker/Dockerfile. `make docker` builds DOCKER_IMAGE from source, in Docker only,
+# FROM RUST_IMAGE and REDIS_IMAGE (empty: the Dockerfile's defaults, official images from a
+# registry). Without a registry, from bases made of Debian packages: `make docker-local-source`
+# (from source, SOURCE_IMAGE) and `make docker-local` (the module built on this host, LOCAL_IMAGE).
+RUST_IMAGE ?=
+REDIS_IMAGE ?=
 DOCKER_IMAGE ?= redis-throttle:latest
 LOCAL_IMAGE ?= redis-throttle:local
+SOURCE_IMAGE ?= redis-throttle:source
 # Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
 NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart
 export NATIVE_ONLY_TESTS
+# The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
+# module itself, skipped when the behavioural tests run against the twin (`make test-twin`).
+# (family::error_messages_state_the_real_ranges: limits above 2^53 - 1, which the twin refuses;
+# all::errors_name_the_limiter_and_write_nothing: a numkeys above the arguments, which FCALL refuses
+# with its own error. tests/twin.rs tests the twin's answers to both.)
+# CL.PACE and CL.ACQUIRE/CL.RELEASE are the module's only: pace, lease and their tests elsewhere.
+# (security::the_largest_limits…: limits above 2^53 - 1 again.) So are INFO, CL.TOP, the
+# throttled event and the configs (operate, operate_restart); SHADOW is the twin's too.
+TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart \
+	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
+	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
+	security::the_largest_limits_deny_what_would_add_up_past_them \
+	robustness::a_panic_inside_a_command_is_an_error_reply_and_the_server_lives \
+	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
+	security::acl_users_reach_only_their_limiters \
+	family::error_messages_state_the_real_ranges \
+	all::errors_name_the_limiter_and_write_nothing
+export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-matrix docker docker-local docker-engine bench fuzz deps clean
+.PHONY: all build run test test-containers test-image test-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -31,23 +53,48 @@ run: build
 # a failure under CI=true).
 test: build
 	cargo test --workspace
+	@scripts/twin-tests.sh twin
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
+print-twin-excluded:
+	@echo $(TWIN_EXCLUDED_TESTS)
+
+test-twin: build
+	@scripts/twin-tests.sh twin
+	@scripts/twin-tests.sh twin-eval
 
 # The behavioural tests with every server in a container (THROTTLE_BACKEND=container).
 test-containers: build
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh $(MODULE)
+
+# The same tests against an image built from source with local bases (no registry), each
+# container loading the module the image carries. CI runs it.
+test-image: docker-local-source
+	@scripts/container-tests.sh --image $(SOURCE_IMAGE)
 
 # The integration suite against every server of scripts/servers.sh --list (Redis 7.0, 8.0.2 and
 # 8.0.6; Valkey 8.0, 8.1 and 9.1), and a table. MATRIX="redis-8.0.6 valkey-9.1" runs some of them.
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
 
-docker: build
-	scripts/docker-image.sh build $(DOCKER_BASE) $(DOCKER_IMAGE) $(MODULE)
+# Needs only Docker on the host: the module is compiled in the Dockerfile's build stage.
+docker:
+	scripts/docker-image.sh source "$(RUST_IMAGE)" "$(REDIS_IMAGE)" $(DOCKER_IMAGE)
 
+# The fast path: the module built here, copied into the Dockerfile's runtime stage.
 docker-local: build
 	scripts/docker-image.sh build "$$(scripts/docker-image.sh local-base)" $(LOCAL_IMAGE) $(MODULE)
 	scripts/docker-image.sh smoke $(LOCAL_IMAGE)
+
+docker-local-source:
+	scripts/docker-image.sh local-source $(SOURCE_IMAGE)
+	scripts/docker-image.sh smoke $(SOURCE_IMAGE)
+
+# The image for linux/arm64 under emulation, from local bases, checked (slow; not in CI).
+ARM64_IMAGE ?= redis-throttle:arm64
+docker-arm64:
+	scripts/docker-arm64.sh $(ARM64_IMAGE)
 
 # Starts a Docker engine (as root, installing docker.io) when none answers.
 docker-engine:

@@ -30,7 +30,8 @@ if now < new - dvt then return {1, 0} end
 redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
 
 # Instructions per command of `cmd` on a hot key (every call admitted and written, unless the
-# scenario says otherwise), after the optional `setup` (redis-cli words, e.g. a CONFIG SET).
+# scenario says otherwise); a scenario whose words start with `-r N` runs on random keys instead
+# (redis-benchmark's __rand_int__); `setup` (redis-cli words, e.g. a CONFIG SET) runs first.
 count() { # $1 command words, $2 setup
   local out="$DIR/callgrind.out"
   rm -f "$out"
@@ -70,6 +71,12 @@ SCENARIOS=(
   "CL.ALL 3 limiters|CL.ALL 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
   "CL.ALL 8 limiters|CL.ALL 8 b:{u}:1 b:{u}:2 b:{u}:3 b:{u}:4 b:{u}:5 b:{u}:6 b:{u}:7 b:{u}:8 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
   "Lua GCRA (EVALSHA)|EVALSHA __SHA__ 1 bench:hot 1000000 1 1000000000"
+  "CL.PACE|CL.PACE bench:hot 100000000 1"
+  "ZADD (lease baseline)|ZADD bench:hot 1795354456188 job-1"
+  "CL.ACQUIRE (renewal)|CL.ACQUIRE bench:hot 20 300 job-1"
+  "ZADD (a new key)|-r 1000000 ZADD bench:__rand_int__ 1795354456188 job-1"
+  "CL.ACQUIRE (a new key)|-r 1000000 CL.ACQUIRE bench:__rand_int__ 20 300 job-1"
+  "CL.RELEASE (no lease)|CL.RELEASE bench:hot job-1"
   # Denials (one unit per 10^9 s: every call after the first is denied): events off, then on.
   "CL.THROTTLE denied|CL.THROTTLE bench:hot 0 1 1000000000"
   "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG SET notify-keyspace-events Ed"

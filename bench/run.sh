@@ -47,6 +47,19 @@ SCENARIOS=(
 )
 EXTRA=${BENCH_EXTRA:-bench/scenarios.txt}
 if [ -f "$EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$EXTRA"; fi
+# ---- The Functions twin (functions/throttle.lua), loaded next to the module: FCALL, and its EVAL
+# form through EVALSHA. TWIN=0 leaves it out.
+if [ "${TWIN:-1}" != 0 ]; then
+  cli -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
+  TWIN_SHA=$(scripts/twin.sh eval | cli -x SCRIPT LOAD)
+  SCENARIOS+=(
+    "Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 99 100000000 1|fcall"
+    "Twin cl_throttle (EVALSHA)|EVALSHA $TWIN_SHA 1 __KEY__ cl_throttle 99 100000000 1|evalsha"
+    "Twin cl_window limit 100|FCALL cl_window 1 __KEY__ 100 1 MS|fcall"
+    "Twin cl_bucket|FCALL cl_bucket 1 __KEY__ 1000 1000 1 MS|fcall"
+    "Twin cl_counter|FCALL cl_counter 1 __KEY__ 1000000000 60|fcall"
+  )
+fi
 
 usec_per_call() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
 
@@ -64,11 +77,12 @@ printf '\nCPU per call (server usec, INFO commandstats) and throughput, %s reque
 printf 'ratios: to SET PX and to the module floor, measured in this run\n'
 printf '%-26s %9s %6s %6s %10s %9s %6s %6s %10s\n' command "hot usec" xSET xfloor "hot req/s" "rand usec" xSET xfloor "rand req/s"
 base_hot=""; base_rand=""; floor_hot=""; floor_rand=""
-declare -A HOT
+declare -A HOT HOT_US
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd stat <<<"$s"
   read -r hot_us hot_rps < <(run "$stat" "$cmd" "bench:hot")
   read -r rand_us rand_rps < <(run "$stat" "$cmd" "bench:__rand_int__")
+  HOT_US[$name]=$hot_us # (the twin's scenarios share their stat names with others)
   [ -z "$base_hot" ] && base_hot=$hot_us && base_rand=$rand_us
   [ "$stat" = floor.touch ] && floor_hot=$hot_us && floor_rand=$rand_us
   HOT[$stat]=$hot_us
@@ -89,6 +103,22 @@ for n in 1 3 8; do
   with_floor=$(python3 -c "print(f'{$n*$single+$floor_hot:.2f}')")
   printf '%-12s %10s %14s %12s %7s\n' "$n" "$all_us" "$budget" "$with_floor" "$(ratio "$all_us" "$with_floor")"
 done
+
+if [ -n "${HOT_US[Twin cl_throttle (FCALL)]:-}" ]; then
+  # The SPEC's target for the twin: no slower than the plain Lua GCRA script users fall back on.
+  # Measured again in alternating pairs (a shared machine's load moves between scenarios).
+  ratios=()
+  full=$REQUESTS; REQUESTS=$((full / 4))
+  for _ in 1 2 3 4 5; do
+    lua=$(run evalsha "EVALSHA $LUA_SHA 1 __KEY__ 1000000 1 1000000000" bench:hot | cut -d' ' -f1)
+    twin=$(run fcall "FCALL cl_throttle 1 __KEY__ 99 100000000 1" bench:hot | cut -d' ' -f1)
+    ratios+=("$(python3 -c "print($twin/$lua)")")
+  done
+  REQUESTS=$full
+  printf '\nTwin cl_throttle (FCALL) / Lua GCRA (EVALSHA), hot key: %s in the table, median %s of 5 alternating pairs\n' \
+    "$(ratio "${HOT_US[Twin cl_throttle (FCALL)]}" "${HOT_US[Lua GCRA (EVALSHA)]}")" \
+    "$(python3 -c "import statistics; print(f'{statistics.median([$(IFS=,; echo "${ratios[*]}")]):.2f}x')")"
+fi
 
 # Memory: used_memory growth per key over $KEYS distinct keys, each written once ("fresh") and
 # then written a second time ("reused": how a limiter that saw traffic sits idle).
@@ -119,6 +149,7 @@ MEM_SCENARIOS=(
 )
 MEM_EXTRA=${BENCH_MEM_EXTRA:-bench/memory.txt}
 if [ -f "$MEM_EXTRA" ]; then while IFS= read -r line; do [ -n "$line" ] && MEM_SCENARIOS+=("$line"); done < "$MEM_EXTRA"; fi
+if [ "${TWIN:-1}" != 0 ]; then MEM_SCENARIOS+=("Twin cl_throttle (FCALL)|FCALL cl_throttle 1 __KEY__ 10 1 600"); fi
 for s in "${MEM_SCENARIOS[@]}"; do
   IFS='|' read -r name cmd <<<"$s"
   fresh=$(mem_per_key "$cmd" 1); reused=$(mem_per_key "$cmd" 2)

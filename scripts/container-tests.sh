@@ -2,20 +2,28 @@
 # The behavioural tests with every server in a container (testcontainers, THROTTLE_BACKEND=container).
 #
 #   scripts/container-tests.sh [--if-reachable] MODULE
+#       builds the test image TEST_IMAGE with MODULE (built on this host) on CONTAINER_BASE (default:
+#       a base imported from Debian's Redis 8.0.2 rootfs, so no registry is needed) and copies MODULE
+#       into every container
+#   scripts/container-tests.sh --image TAG
+#       tests an image that carries its own module (built from source: scripts/docker-image.sh source);
+#       every container loads the module named by the image's `--loadmodule`
 #
-# Builds the test image (docker/Dockerfile FROM CONTAINER_BASE, default a base imported from
-# Debian's Redis 8.0.2 rootfs, so no registry is needed), checks `docker run -p` end to end, then
-# runs every tests/*.rs except NATIVE_ONLY_TESTS against containers of it. No Docker engine: an
-# error; with --if-reachable a clear notice instead, except under CI=true, where it is an error.
+# Either way it checks `docker run -p` end to end, then runs every tests/*.rs except
+# NATIVE_ONLY_TESTS against containers of the image. No Docker engine: an error; with
+# --if-reachable a clear notice instead, except under CI=true, where it is an error.
 # Env: CONTAINER_BASE, TEST_IMAGE (default redis-throttle:local), NATIVE_ONLY_TESTS, CARGO.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "container-tests: $*" >&2; exit 1; }
-if_reachable=false
-[ "${1:-}" = --if-reachable ] && { if_reachable=true; shift; }
-[ $# -eq 1 ] || die "usage: scripts/container-tests.sh [--if-reachable] MODULE"
-module=$(realpath "$1")
-TEST_IMAGE="${TEST_IMAGE:-redis-throttle:local}"
+usage() { die "usage: scripts/container-tests.sh [--if-reachable] MODULE | --image TAG"; }
+if_reachable=false image= module=
+case "${1:-}" in
+  --image) [ $# -eq 2 ] || usage; image=$2 ;;
+  --if-reachable) [ $# -eq 2 ] || usage; if_reachable=true; module=$2 ;;
+  *) [ $# -eq 1 ] || usage; module=$1 ;;
+esac
+TEST_IMAGE="${image:-${TEST_IMAGE:-redis-throttle:local}}"
 NATIVE_ONLY_TESTS="${NATIVE_ONLY_TESTS:-}"
 
 if ! scripts/docker-engine.sh --check; then
@@ -31,9 +39,21 @@ if ! scripts/docker-engine.sh --check; then
 fi
 
 t0=$SECONDS
-base="${CONTAINER_BASE:-$(scripts/docker-image.sh local-base)}"
-t1=$SECONDS
-scripts/docker-image.sh build "$base" "$TEST_IMAGE" "$module"
+if [ -n "$image" ]; then
+  in_image=$(docker image inspect -f '{{range .Config.Entrypoint}}{{println .}}{{end}}' "$image" | sed -n '/^--loadmodule$/{n;p;q}') \
+    || die "no image $image (scripts/docker-image.sh source builds one)"
+  [ -n "$in_image" ] || die "$image's entrypoint has no --loadmodule"
+  module_env=(THROTTLE_IMAGE_MODULE="$in_image")
+  about="the image's own module, $in_image"
+  t1=$SECONDS
+else
+  module=$(realpath "$module")
+  module_env=(THROTTLE_MODULE="$module")
+  base="${CONTAINER_BASE:-$(scripts/docker-image.sh local-base)}"
+  about="FROM $base, $module copied in"
+  t1=$SECONDS
+  scripts/docker-image.sh build "$base" "$TEST_IMAGE" "$module"
+fi
 scripts/docker-image.sh smoke "$TEST_IMAGE"
 t2=$SECONDS
 
@@ -46,9 +66,9 @@ done
 [ ${#targets[@]} -gt 0 ] || die "no test files to run in containers"
 mkdir -p target
 log=target/container-tests.log
-echo "container-tests: ${targets[*]} against $TEST_IMAGE (FROM $base)" >&2
+echo "container-tests: ${targets[*]} against $TEST_IMAGE ($about)" >&2
 set +e
-THROTTLE_BACKEND=container THROTTLE_IMAGE="$TEST_IMAGE" THROTTLE_MODULE="$module" \
+env THROTTLE_BACKEND=container THROTTLE_IMAGE="$TEST_IMAGE" "${module_env[@]}" \
   timeout 1200 "${CARGO:-cargo}" test --no-fail-fast "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e

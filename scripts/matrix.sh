@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The compatibility matrix: the whole integration suite (every tests/*.rs, native backend)
-# against each server of scripts/servers.sh, then a table server × result.
+# against each server of scripts/servers.sh, then the behavioural tests against the Functions
+# twin on the same server (scripts/twin-tests.sh; MATRIX_TWIN=0 leaves them out), then a table
+# server × result.
 #
 #   scripts/matrix.sh MODULE [NAME...]     (default: every server; logs in target/matrix/NAME.log)
 set -euo pipefail
@@ -18,6 +20,15 @@ mkdir -p target/matrix
 "$CARGO" test --test '*' --no-run -q 2>&1 | tail -n 20 >&2 || die "building the integration tests failed"
 
 rows=(); failed=0
+# Adds the row of a run (NAME VERSION LOG RC T0) to the table; a failure prints its first lines.
+record() {
+  local run_log=$3 passed nfailed result=PASS
+  sum() { grep -E '^test result:' "$run_log" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+  passed=$(sum passed); nfailed=$(sum failed)
+  if [ "$4" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
+  rows+=("$1|$2|$result|$passed|$nfailed|$((SECONDS - $5))")
+  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$run_log" | head -n 20 >&2 || true; fi
+}
 for name in "${names[@]}"; do
   log="target/matrix/$name.log"; t0=$SECONDS
   if ! server=$(scripts/servers.sh "$name" 2>"$log") || ! cli=$(scripts/servers.sh --cli "$name" 2>>"$log"); then
@@ -31,17 +42,22 @@ for name in "${names[@]}"; do
     timeout 1200 "$CARGO" test --no-fail-fast --test '*' >>"$log" 2>&1
   rc=$?
   set -e
-  sum() { grep -E '^test result:' "$log" | sed -nE "s/.* ([0-9]+) $1.*/\1/p" | awk '{s+=$1} END {print s+0}'; }
-  passed=$(sum passed); nfailed=$(sum failed)
-  result=PASS
-  if [ "$rc" != 0 ] || [ "$passed" = 0 ]; then result=FAIL; failed=1; fi
-  rows+=("$name|$version|$result|$passed|$nfailed|$((SECONDS - t0))")
-  if [ "$result" = FAIL ]; then grep -E '^test .* FAILED$|panicked at' "$log" | head -n 20 >&2 || true; fi
+  record "$name" "$version" "$log" "$rc" "$t0"
+  # ---- The Functions twin on the same server (issue 10).
+  if [ "${MATRIX_TWIN:-1}" != 0 ]; then
+    log="target/matrix/$name-twin.log"; t0=$SECONDS
+    echo "matrix: $name ($version): the behavioural tests against the Functions twin (log: $log)" >&2
+    set +e
+    THROTTLE_SERVER="$server" THROTTLE_CLI="$cli" scripts/twin-tests.sh twin >"$log" 2>&1
+    rc=$?
+    set -e
+    record "$name+twin" "$version" "$log" "$rc" "$t0"
+  fi
 done
 
-printf '\n%-12s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
+printf '\n%-17s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
 for row in "${rows[@]}"; do
   IFS='|' read -r n v r p f s <<< "$row"
-  printf '%-12s %-9s %-12s %7s %7s %5ss\n' "$n" "$v" "$r" "$p" "$f" "$s"
+  printf '%-17s %-9s %-12s %7s %7s %5ss\n' "$n" "$v" "$r" "$p" "$f" "$s"
 done
 exit "$failed"

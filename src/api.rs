@@ -2,10 +2,13 @@
 //! server lacks makes the load fail with a clear log line, so no command ever discovers a
 //! missing function half-way through a write.
 
-use std::os::raw::{c_char, c_int, c_long, c_longlong};
+use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
 use std::sync::OnceLock;
 
-use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleKey, RedisModuleString, mstime_t, ustime_t};
+use redis_module::raw::{
+    self, RedisModuleBlockedClient, RedisModuleCallReply, RedisModuleCmdFunc, RedisModuleCtx, RedisModuleDisconnectFunc, RedisModuleInfoCtx, RedisModuleKey, RedisModuleString,
+    RedisModuleTimerID, RedisModuleTimerProc, mstime_t, ustime_t,
+};
 
 type Variadic<R> = unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, *const c_char, ...) -> R;
 
@@ -37,6 +40,7 @@ pub struct Api {
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
     pub is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    pub get_selected_db: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
     pub key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
     /// Redis 7.2+ / Valkey: the command's cached time, frozen for a whole MULTI, script or function.
     pub cached_microseconds: Option<unsafe extern "C" fn() -> ustime_t>,
@@ -46,6 +50,32 @@ pub struct Api {
     pub info_add_section: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char) -> c_int>,
     pub info_add_field_long_long: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_longlong) -> c_int>,
     pub info_add_field_cstring: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int>,
+    pub free_string: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString),
+    /// Sorted sets (the lease sets of CL.ACQUIRE and CL.RELEASE).
+    pub zset_add: unsafe extern "C" fn(*mut RedisModuleKey, f64, *mut RedisModuleString, *mut c_int) -> c_int,
+    pub zset_rem: unsafe extern "C" fn(*mut RedisModuleKey, *mut RedisModuleString, *mut c_int) -> c_int,
+    pub zset_score: unsafe extern "C" fn(*mut RedisModuleKey, *mut RedisModuleString, *mut f64) -> c_int,
+    pub zset_first_in_score_range: unsafe extern "C" fn(*mut RedisModuleKey, f64, f64, c_int, c_int) -> c_int,
+    pub zset_last_in_score_range: unsafe extern "C" fn(*mut RedisModuleKey, f64, f64, c_int, c_int) -> c_int,
+    pub zset_range_current_element: unsafe extern "C" fn(*mut RedisModuleKey, *mut f64) -> *mut RedisModuleString,
+    pub zset_range_next: unsafe extern "C" fn(*mut RedisModuleKey) -> c_int,
+    pub zset_range_prev: unsafe extern "C" fn(*mut RedisModuleKey) -> c_int,
+    pub zset_range_stop: unsafe extern "C" fn(*mut RedisModuleKey),
+    /// Blocked clients and timers (CL.PACE … BLOCK).
+    pub get_context_flags: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    pub block_client: unsafe extern "C" fn(
+        *mut RedisModuleCtx,
+        RedisModuleCmdFunc,
+        RedisModuleCmdFunc,
+        Option<unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void)>,
+        c_longlong,
+    ) -> *mut RedisModuleBlockedClient,
+    pub unblock_client: unsafe extern "C" fn(*mut RedisModuleBlockedClient, *mut c_void) -> c_int,
+    pub set_disconnect_callback: unsafe extern "C" fn(*mut RedisModuleBlockedClient, RedisModuleDisconnectFunc),
+    pub get_blocked_client_private_data: unsafe extern "C" fn(*mut RedisModuleCtx) -> *mut c_void,
+    pub get_blocked_client_handle: unsafe extern "C" fn(*mut RedisModuleCtx) -> *mut RedisModuleBlockedClient,
+    pub create_timer: unsafe extern "C" fn(*mut RedisModuleCtx, mstime_t, RedisModuleTimerProc, *mut c_void) -> RedisModuleTimerID,
+    pub stop_timer: unsafe extern "C" fn(*mut RedisModuleCtx, RedisModuleTimerID, *mut *mut c_void) -> c_int,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
@@ -94,12 +124,31 @@ pub fn resolve() -> Result<(), &'static str> {
         signal_modified_key: required!(RedisModule_SignalModifiedKey),
         string_ptr_len: required!(RedisModule_StringPtrLen),
         is_keys_position_request: required!(RedisModule_IsKeysPositionRequest),
+        get_selected_db: required!(RedisModule_GetSelectedDb),
         key_at_pos: required!(RedisModule_KeyAtPos),
         cached_microseconds: optional!(RedisModule_CachedMicroseconds),
         get_notify_keyspace_events: optional!(RedisModule_GetNotifyKeyspaceEvents),
         info_add_section: optional!(RedisModule_InfoAddSection),
         info_add_field_long_long: optional!(RedisModule_InfoAddFieldLongLong),
         info_add_field_cstring: optional!(RedisModule_InfoAddFieldCString),
+        free_string: required!(RedisModule_FreeString),
+        zset_add: required!(RedisModule_ZsetAdd),
+        zset_rem: required!(RedisModule_ZsetRem),
+        zset_score: required!(RedisModule_ZsetScore),
+        zset_first_in_score_range: required!(RedisModule_ZsetFirstInScoreRange),
+        zset_last_in_score_range: required!(RedisModule_ZsetLastInScoreRange),
+        zset_range_current_element: required!(RedisModule_ZsetRangeCurrentElement),
+        zset_range_next: required!(RedisModule_ZsetRangeNext),
+        zset_range_prev: required!(RedisModule_ZsetRangePrev),
+        zset_range_stop: required!(RedisModule_ZsetRangeStop),
+        get_context_flags: required!(RedisModule_GetContextFlags),
+        block_client: required!(RedisModule_BlockClient),
+        unblock_client: required!(RedisModule_UnblockClient),
+        set_disconnect_callback: required!(RedisModule_SetDisconnectCallback),
+        get_blocked_client_private_data: required!(RedisModule_GetBlockedClientPrivateData),
+        get_blocked_client_handle: required!(RedisModule_GetBlockedClientHandle),
+        create_timer: required!(RedisModule_CreateTimer),
+        stop_timer: required!(RedisModule_StopTimer),
     };
     // A second load of the module in one process keeps the first resolution: the pointers
     // are the same server's.

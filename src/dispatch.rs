@@ -83,6 +83,8 @@ pub enum Response {
     Five([i64; 5]),
     /// Anything else: arrays of integers and strings.
     Tree(Node),
+    /// Nothing now: the handler blocked the client, whose reply comes later (CL.PACE BLOCK).
+    Blocked,
 }
 
 pub enum Node {
@@ -163,6 +165,7 @@ pub fn run(
             }
         }
         Ok(Response::Tree(node)) => reply_node(ctx, &node),
+        Ok(Response::Blocked) => {}
         Err(e) => {
             call.count(Class::Error);
             reply_error(ctx, &e)
@@ -171,7 +174,7 @@ pub fn run(
     raw::Status::Ok as c_int
 }
 
-fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
+pub(crate) fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {
     let api = api();
     // SAFETY (both): `ctx` is the command's context.
     match node {
@@ -209,7 +212,7 @@ pub fn install_panic_hook() {
     }));
 }
 
-fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
+pub(crate) fn reply_error(ctx: *mut RedisModuleCtx, e: &Error) {
     // An error reply is one line: drop what would break the protocol.
     let text: String = e.to_string().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let text = CString::new(text).unwrap_or_else(|_| c"ERR internal error".to_owned());

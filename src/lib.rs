@@ -39,6 +39,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
         unsafe { set_options(ctx.ctx, redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32) };
     }
+    store::watch_dataset(ctx.ctx);
     for command in commands::ALL.iter().chain(args.debug_commands.then_some(&commands::DEBUG)) {
         if let Err(e) = register::register(ctx, command) {
             ctx.log_warning(&format!("throttle: cannot register {}: {e}", command.table.name));

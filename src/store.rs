@@ -20,12 +20,15 @@ use throttle_core::{Effect, Error, Patch, Result};
 use crate::api::api;
 use crate::dispatch::Call;
 
+mod plain;
+mod zset;
+
 /// The longest value a limiter may write: Redis's own limit for a string.
 const MAX_VALUE: usize = 512 * 1024 * 1024;
 
 /// Values up to this length may be held in a compact encoding (an integer, or a string stored
 /// with its object), which reading through `RedisModule_StringDMA` would convert to a plain
-/// string; longer ones are always plain strings.
+/// string (see `plain`); longer ones are always plain strings.
 const COMPACT_UP_TO: usize = 64;
 
 /// Values up to this length are reallocated to their exact size when they grow; longer
@@ -39,6 +42,7 @@ pub struct Key {
     key: *mut RedisModuleKey,
     value: Value,
     expires_at_ms: Option<i64>,
+    fingerprint: std::cell::OnceCell<u64>,
 }
 
 /// The value as read when the key was loaded.
@@ -62,7 +66,7 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None };
+        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::OnceCell::new() };
         // SAFETY: an open key.
         match unsafe { (api.key_type)(key.key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(key),
@@ -70,11 +74,10 @@ impl Key {
         }
     }
 
-    /// Reads the value for `algorithm`. A value that may be compactly encoded is copied
-    /// through `GET` (which leaves it as it is) when the call is a pure read (`peek`), or when
-    /// its length rules it out as the algorithm's state (an error will tell which); else it is
-    /// read in place, as the write that usually follows reads it anyway.
-    pub fn load(&mut self, algorithm: Algorithm, peek: bool) -> Result<()> {
+    /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
+    /// process wrote (a plain string, see `plain`), else copied through `GET`, which leaves a
+    /// compactly stored value as it is.
+    pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
         // SAFETY: an open key.
         if unsafe { (api.key_type)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY {
@@ -82,7 +85,7 @@ impl Key {
         }
         // SAFETY: an open string key.
         let len = unsafe { (api.value_length)(self.key) };
-        self.value = if len > COMPACT_UP_TO || (!peek && algorithm.plausible_len(len)) {
+        self.value = if len > COMPACT_UP_TO || plain::contains(self.fingerprint()) {
             let mut got = 0usize;
             // SAFETY: an open string key; READ mode never fails on one.
             let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_READ as c_int) };
@@ -123,6 +126,15 @@ impl Key {
         // SAFETY: freed once, after its last use.
         unsafe { (api.free_call_reply)(reply) };
         outcome
+    }
+
+    /// The key's fingerprint for `plain` (its database and name), computed once per call.
+    fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            // SAFETY: the command's context.
+            let db = unsafe { (api().get_selected_db)(self.ctx) };
+            plain::fingerprint(db, crate::dispatch::bytes(self.name))
+        })
     }
 
     /// What the key held when loaded, for a limiter to decide on.
@@ -279,6 +291,8 @@ impl Key {
             resize(len)?;
         }
         self.value = Value::Missing; // whatever was read is no longer valid
+        // From here the value is a plain string this process writes.
+        plain::insert(self.fingerprint());
         let mut got = 0usize;
         // SAFETY: a string key open for writing.
         let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
@@ -353,6 +367,22 @@ impl Key {
     fn announce_one(&self, class: c_int, event: &CStr) {
         // SAFETY: a valid context, key name and event name.
         unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+    }
+}
+
+/// Forgets which keys hold values this process wrote whenever the dataset is reloaded or
+/// flushed (see `plain`). Called once, when the module loads.
+pub fn watch_dataset(ctx: *mut raw::RedisModuleCtx) {
+    unsafe extern "C" fn forget(_: *mut raw::RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
+        plain::clear();
+    }
+    // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
+    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
+    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB] {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: the module's context in `init`, a valid event and a callback that lives as
+        // long as the module.
+        unsafe { subscribe(ctx, event, Some(forget)) };
     }
 }
 

@@ -63,3 +63,37 @@ fn hash_tagged_limiters_work_through_cluster_clients_and_cross_slot_is_refused()
         .unwrap();
     assert_eq!(keys, ["x{t}", "y{t}", "z{t}"]);
 }
+
+#[test]
+fn pace_and_leases_route_to_the_owner_of_their_key() {
+    let cluster = Cluster::start(3, 0);
+    let mut c = cluster.client();
+    let mut nodes = std::collections::BTreeSet::new();
+    for tenant in 0..30 {
+        let (pacer, pool) = (format!("pace:t{tenant}"), format!("exports:t{tenant}"));
+        let paced: Vec<i64> = redis::cmd("CL.PACE").arg(&pacer).arg(&["10", "1"]).query(&mut c).unwrap();
+        assert_eq!(paced, [0, 0, 1, -1, 1], "{pacer}");
+        let acquired: Vec<i64> = redis::cmd("CL.ACQUIRE").arg(&pool).arg(&["20", "300", "job-1"]).query(&mut c).unwrap();
+        assert_eq!(acquired, [0, 20, 19, -1, 300], "{pool}");
+        let released: i64 = redis::cmd("CL.RELEASE").arg(&pool).arg("job-1").query(&mut c).unwrap();
+        assert_eq!(released, 1);
+        let owner = cluster.nodes.iter().position(|n| {
+            let exists: i64 = redis::cmd("EXISTS").arg(&pacer).query(&mut n.client()).unwrap_or(0);
+            exists == 1
+        });
+        nodes.insert(owner.expect("the pacer's key is on its slot's owner"));
+    }
+    assert_eq!(nodes.len(), 3, "the keys landed on every shard");
+    // BLOCK through `redis-cli -c`, which follows the redirect to the owner and waits there.
+    let _: Vec<i64> = redis::cmd("CL.PACE").arg(&["pace:t7", "10", "1000", "MS", "QUANTITY", "5"]).query(&mut c).unwrap();
+    let node = &cluster.nodes[0];
+    let started = std::time::Instant::now();
+    let out = Command::new(cli_command())
+        .args(["-c", "-p", &node.port.to_string(), "CL.PACE", "pace:t7", "10", "1000", "MS", "BLOCK"])
+        .output()
+        .expect("run redis-cli -c");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<i64> = text.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(numbers, [0, 0, 1, -1, 100], "{text}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(400), "it waited for its slot: {:?}", started.elapsed());
+}

@@ -23,10 +23,9 @@ fn key(user: usize, kind: &str) -> String {
 }
 
 fn call(c: &mut redis::cluster::ClusterConnection, template: &str, key: &str, quantity: i64) -> redis::RedisResult<Vec<i64>> {
-    let words: Vec<String> = template.replace("{key}", key).split_whitespace().map(String::from).collect();
-    let mut cmd = redis::cmd(&words[0]);
-    cmd.arg(&words[1..]).arg(quantity);
-    cmd.query(c)
+    let words = format!("{} {quantity}", template.replace("{key}", key));
+    let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+    harness::command(&args).query(c)
 }
 
 #[test]

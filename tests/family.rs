@@ -247,13 +247,13 @@ fn encoding_and_memory(c: &mut redis::Connection, key: &str) -> (String, i64) {
     (encoding, memory)
 }
 
-/// Reading never re-encodes a value: the module's own keys are plain strings from the start
-/// (so denials and peeks find them as they are), a peek reads a value Redis keeps compactly
-/// (an integer written by SET) without converting it, and so does a call whose key holds
-/// something of the wrong length for its state (another application's integer or short text).
+/// Reading never re-encodes a value: a peek, a denial or an error leaves a value as Redis
+/// stored it (`OBJECT ENCODING`, `MEMORY USAGE`), whether the module wrote it (a plain string
+/// from the start), Redis stored it compactly (an integer written by SET, as redis-cell's
+/// users, a replica or a restart leave a TAT) or another application owns it.
 #[test]
 fn reads_leave_the_value_as_it_was() {
-    let server = Server::start();
+    let server = Server::with(harness::Options::default().arg("--enable-debug-command local"));
     let mut c = server.client();
     for (key, create, deny, peek) in [
         ("t", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60 0"),
@@ -269,19 +269,85 @@ fn reads_leave_the_value_as_it_was() {
         throttle(&mut c, peek);
         assert_eq!(encoding_and_memory(&mut c, key), written, "{peek}: a peek changes nothing");
     }
-    // A TAT written by SET (as redis-cell's users, a replica or a restart leave it) is an integer.
-    let _: () = redis::cmd("SET").arg("set-tat").arg("1795354456188603542").arg("PXAT").arg("9999999999999").query(&mut c).unwrap();
-    let compact = encoding_and_memory(&mut c, "set-tat");
-    assert_eq!(compact.0, "int");
-    throttle(&mut c, "CL.THROTTLE set-tat 0 1 60 0");
-    assert_eq!(encoding_and_memory(&mut c, "set-tat"), compact, "a peek leaves an integer an integer");
-    // Other applications' values of a length no state of that command has.
-    for (key, value) in [("app:int", "12345"), ("app:text", "hello world")] {
+    // Integers written by SET, each an empty limiter (so the call is denied) stamped within
+    // what its parameters allow (so nothing is pulled back and stored): a TAT, a count, a bucket.
+    let time: Vec<String> = redis::cmd("TIME").query(&mut c).unwrap();
+    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
+    let tat = (now_ms + 30_000) * 1_000_000;
+    for (key, value, at, deny) in [
+        ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
+        ("set:c", "5".to_string(), now_ms + 30_000, "CL.COUNTER set:c 5 60"),
+        ("set:b", "-3".to_string(), now_ms + 150_000, "CL.BUCKET set:b 3 1 60"),
+    ] {
+        let _: () = redis::cmd("SET").arg(key).arg(&value).arg("PXAT").arg(at).query(&mut c).unwrap();
+        let compact = encoding_and_memory(&mut c, key);
+        assert_eq!(compact.0, "int", "{key}");
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny}: a denial leaves an integer an integer");
+        throttle(&mut c, &format!("{deny} 0"));
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny} 0: a peek leaves an integer an integer");
+    }
+    // A reload stores every value compactly again: the module's own keys included.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    let reloaded = encoding_and_memory(&mut c, "c");
+    assert_eq!(reloaded.0, "int", "a reloaded count is an integer");
+    assert_eq!(throttle(&mut c, "CL.COUNTER c 1 60")[0], 1);
+    assert_eq!(encoding_and_memory(&mut c, "c"), reloaded, "a denial after a reload changes nothing");
+    // Other applications' values, of any length: an error leaves them as they were.
+    for (key, value, command) in [
+        ("app:int", "12345", "CL.THROTTLE app:int 0 1 60"),
+        ("app:int2", "12345", "CL.BUCKET app:int2 5 1 60"),
+        ("app:text", "hello world", "CL.WINDOW app:text 5 60"),
+        ("app:tat-like", "hello world, nineteen", "CL.COUNTER app:tat-like 5 60"),
+    ] {
         let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut c).unwrap();
         let before = encoding_and_memory(&mut c, key);
-        let args: Vec<&[u8]> = vec![b"CL.THROTTLE", key.as_bytes(), b"0", b"1", b"60"];
+        let args: Vec<&[u8]> = command.split_whitespace().map(str::as_bytes).collect();
         let e = error_of(&mut c, &args);
-        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{key}: {e}");
-        assert_eq!(encoding_and_memory(&mut c, key), before, "{key}: an error leaves the value as it was");
+        assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{command}: {e}");
+        assert_eq!(encoding_and_memory(&mut c, key), before, "{command}: an error leaves the value as it was");
     }
+}
+
+/// `SHADOW` (module and Functions twin alike): a denial is answered as an admission, `limited`
+/// 0 and `retry_after` -1, the other fields as decided, and the key is left exactly as the
+/// denial leaves it; admissions, peeks and refunds are answered as they are.
+#[test]
+fn shadow_answers_a_denial_as_an_admission_and_changes_nothing_else() {
+    let server = Server::start();
+    let mut c = server.client();
+    let state = |c: &mut redis::Connection, key: &str| (get_bytes(c, key), pexpiretime(c, key));
+    for (fill, call) in [
+        ("CL.THROTTLE sh:t 1 1 60 2", "CL.THROTTLE sh:t 1 1 60"),
+        ("CL.WINDOW sh:w 2 60 2", "CL.WINDOW sh:w 2 60"),
+        ("CL.WINDOW sh:p 2 60 2 PRECISION 10", "CL.WINDOW sh:p 2 60 PRECISION 10"),
+        ("CL.BUCKET sh:b 2 1 60 2", "CL.BUCKET sh:b 2 1 60"),
+        ("CL.COUNTER sh:c 2 60 2", "CL.COUNTER sh:c 2 60"),
+    ] {
+        assert_eq!(throttle(&mut c, fill)[0], 0, "{fill}");
+        let key = call.split_whitespace().nth(1).unwrap();
+        let before = state(&mut c, key);
+        let enforced = throttle(&mut c, call);
+        let shadowed = throttle(&mut c, &format!("{call} SHADOW"));
+        assert_eq!(enforced[0], 1, "{call}: denied");
+        assert_eq!(shadowed, [0, enforced[1], enforced[2], -1, enforced[4]], "{call} SHADOW");
+        assert_eq!(state(&mut c, key), before, "{call} SHADOW: the key as the denial left it");
+        // Never admittable, a peek, a refund: as without SHADOW.
+        assert_eq!(throttle(&mut c, &format!("{call} 3 SHADOW")), [0, enforced[1], enforced[2], -1, enforced[4]]);
+        assert_eq!(throttle(&mut c, &format!("{call} 0 SHADOW")), throttle(&mut c, &format!("{call} 0")));
+        assert_eq!(throttle(&mut c, &format!("{call} SHADOW -1"))[..3], [0, enforced[1], 1], "{call}: a refund");
+        assert_eq!(throttle(&mut c, &format!("{call} SHADOW"))[..3], [0, enforced[1], 0], "{call}: then admitted");
+    }
+    // CL.ALL: the binding reply and DETAILS read as admitted, the index names the limiter that
+    // would have denied, and nothing is written.
+    let words = "CL.ALL 2 {sh}a {sh}b COUNTER 5 60 COUNTER 1 60 QUANTITY 2 DETAILS SHADOW";
+    let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+    let reply = harness::call(&mut c, &args).unwrap();
+    let redis::Value::Array(items) = reply else { panic!("{reply:?}") };
+    let six: Vec<i64> = items[..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+    assert_eq!(six, vec![0, 1, 1, -1, 0, 2]);
+    let details: Vec<Vec<i64>> = redis::FromRedisValue::from_redis_value(items[6].clone()).unwrap();
+    assert_eq!(details, vec![vec![0, 5, 4, -1, 60], vec![0, 1, 1, -1, 0]]);
+    assert!(!exists(&mut c, "{sh}a") && !exists(&mut c, "{sh}b"));
+    assert_eq!(error_of(&mut c, &[b"CL.COUNTER", b"k", b"1", b"60", b"SHADOW", b"SHADOW"]), "ERR syntax error");
 }

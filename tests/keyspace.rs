@@ -6,6 +6,7 @@
 mod harness;
 
 use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 use harness::{Options, Server, drain, psubscribe, throttle};
 
@@ -50,7 +51,7 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     for words in calls {
         throttle(&mut c, words);
     }
-    let all: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "a1", "a2", "COUNTER", "5", "60", "THROTTLE", "4", "1", "60"]).query(&mut c).unwrap();
+    let all: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"a1", b"a2", b"COUNTER", b"5", b"60", b"THROTTLE", b"4", b"1", b"60"]).query(&mut c).unwrap();
     assert_eq!(all[0], 0);
     master.wait_replicated(&replica);
     let from_module = drain(&on_master);
@@ -60,10 +61,59 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     assert!(from_module.iter().any(|(e, _)| e == "del"), "{from_module:?}");
     assert_eq!(from_module, from_commands, "the master's events are the replica's");
 
-    // Peeks announce nothing; a denial announces only `throttled` (a module event, which `A`
-    // includes), never a write.
+    // Peeks announce nothing; a denial announces no write, only (from the module, not the
+    // Functions twin) `throttled`, a module event, which `A` includes.
     for words in ["CL.COUNTER c 5 60 5", "CL.COUNTER c 5 60 0", "CL.THROTTLE zero 0 1 60 0"] {
         throttle(&mut c, words);
     }
-    assert_eq!(drain(&on_master), vec![("throttled".to_string(), "c".to_string())], "calls that change nothing announce no write");
+    let throttled = match harness::twin::backend() {
+        None => vec![("throttled".to_string(), "c".to_string())],
+        Some(_) => vec![],
+    };
+    assert_eq!(drain(&on_master), throttled, "calls that change nothing announce no write");
+}
+
+#[test]
+fn pace_and_leases_announce_what_their_replicated_commands_announce() {
+    let master = Server::start();
+    let replica = master.replica(Options::default().without_module());
+    let on_master = subscribe(&master);
+    let on_replica = subscribe(&replica);
+    let mut c = master.client();
+    let release = |c: &mut redis::Connection, key: &str, id: &str| -> i64 { redis::cmd("CL.RELEASE").arg(key).arg(id).query(c).unwrap() };
+    throttle(&mut c, "CL.PACE pace 10 60"); // SET … PXAT
+    throttle(&mut c, "CL.PACE pace 10 60 QUANTITY 3");
+    throttle(&mut c, "CL.ACQUIRE l 3 60 a"); // a new set: ZADD, PEXPIREAT
+    throttle(&mut c, "CL.ACQUIRE l 3 60 b");
+    throttle(&mut c, "CL.ACQUIRE l 3 60 a"); // a renewal (the same score: no zadd event)
+    throttle(&mut c, "CL.ACQUIRE l 3 100 short MS");
+    std::thread::sleep(Duration::from_millis(120));
+    throttle(&mut c, "CL.ACQUIRE l 3 60 c"); // prunes `short` (ZREM), then ZADD
+    assert_eq!(release(&mut c, "l", "a"), 1); // ZREM, PEXPIREAT
+    assert_eq!(release(&mut c, "l", "b"), 1);
+    assert_eq!(release(&mut c, "l", "c"), 1); // the last lease: DEL
+    throttle(&mut c, "CL.ACQUIRE gone 3 100 x MS");
+    throttle(&mut c, "CL.ACQUIRE gone 3 100 y MS");
+    let _: () = redis::cmd("PERSIST").arg("gone").query(&mut c).unwrap(); // the key outlives its leases
+    std::thread::sleep(Duration::from_millis(120));
+    throttle(&mut c, "CL.ACQUIRE gone 3 60 z"); // every lease ended: DEL, ZADD, PEXPIREAT
+    master.wait_replicated(&replica);
+    let from_module = drain(&on_master);
+    let from_commands = drain(&on_replica);
+    for event in ["set", "zadd", "zrem", "expire", "del"] {
+        assert!(from_module.iter().any(|(e, _)| e == event), "{event}: {from_module:?}");
+    }
+    assert_eq!(from_module, from_commands, "the master's events are the replica's");
+    assert_eq!(harness::snapshot(&mut replica.client()), harness::snapshot(&mut c));
+
+    // Refusals, peeks and releases of nothing announce no write; a refusal announces
+    // `throttled` (a module event, which `A` includes), as every denial does.
+    throttle(&mut c, "CL.ACQUIRE full 1 60 holder");
+    drain(&on_master);
+    throttle(&mut c, "CL.ACQUIRE full 1 60 other");
+    throttle(&mut c, "CL.PACE pace 10 60 QUANTITY 0");
+    throttle(&mut c, "CL.PACE pace 10 60 MAXWAIT 0");
+    assert_eq!(release(&mut c, "full", "other"), 0);
+    let throttled = |key: &str| ("throttled".to_string(), key.to_string());
+    assert_eq!(drain(&on_master), vec![throttled("full"), throttled("pace")], "calls that change nothing announce no write");
 }

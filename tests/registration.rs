@@ -105,3 +105,38 @@ fn runs_on_a_redis_cluster_through_a_cluster_client() {
     let again: Vec<i64> = redis::cmd("CL.THROTTLE").arg("user:7").arg(2).arg(1).arg(60).query(&mut c).unwrap();
     assert_eq!(again[..3], [0, 3, 1]);
 }
+
+#[test]
+fn pace_and_lease_commands_present_themselves() {
+    let server = Server::start();
+    let mut c = server.client();
+    // CL.PACE may block (BLOCK): flagged `blocking` and not `fast`, like XREAD and BLPOP.
+    for (name, example, flags, not) in [
+        ("cl.pace", "CL.PACE {key} 100 1 MAXWAIT 2 QUANTITY 3 MS BLOCK", &["write", "denyoom", "blocking"][..], "fast"),
+        ("cl.acquire", "CL.ACQUIRE {key} 20 300 job-123 MS", &["write", "denyoom", "fast"][..], "blocking"),
+        ("cl.release", "CL.RELEASE {key} job-123", &["write", "fast"][..], "denyoom"),
+    ] {
+        let info: Vec<Vec<Value>> = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut c).unwrap();
+        let info = &info[0];
+        let got: Vec<String> = redis::FromRedisValue::from_redis_value(info[2].clone()).unwrap();
+        for flag in flags {
+            assert!(got.iter().any(|f| f == flag), "{name} lacks flag {flag}: {got:?}");
+        }
+        assert!(!got.iter().any(|f| f == not), "{name} is not {not}: {got:?}");
+        let positions: Vec<i64> = info[3..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+        assert_eq!(positions, vec![1, 1, 1], "{name}: the key is argument 1");
+        let words: Vec<String> = example.replace("{key}", "some:key").split_whitespace().map(String::from).collect();
+        let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(&words).query(&mut c).unwrap();
+        assert_eq!(keys, vec!["some:key"], "{name}");
+        let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
+        let text = format!("{docs:?}");
+        for field in ["summary", "since", "complexity", "arguments", "key", "throttle"] {
+            assert!(text.contains(field), "COMMAND DOCS {name} lacks {field}: {text}");
+        }
+    }
+    let arity = |name: &str| -> i64 {
+        let info: Vec<Vec<Value>> = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut server.client()).unwrap();
+        redis::FromRedisValue::from_redis_value(info[0][1].clone()).unwrap()
+    };
+    assert_eq!((arity("cl.pace"), arity("cl.acquire"), arity("cl.release")), (-4, -5, 3));
+}

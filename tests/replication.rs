@@ -25,6 +25,25 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
             "CL.WINDOW-P" => format!("CL.WINDOW {key} 12 {} {quantity} PRECISION {}{unit}", t(600), t(60)),
             "CL.BUCKET" => format!("CL.BUCKET {key} 8 2 {} {quantity}{unit}", t(300)),
             "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
+            // A pacer at CL.THROTTLE's rate (one per 200 s): on its own keys, or on a
+            // CL.THROTTLE key (the same stored TAT).
+            "CL.PACE" => {
+                let key = if rng.random_bool(0.3) { key.replace("cl.pace", "cl.throttle") } else { key };
+                format!("CL.PACE {key} 3 {} MAXWAIT {} QUANTITY {}{unit}", t(600), t(1200), quantity.clamp(0, 3))
+            }
+            // Leases of 1 s (they expire while the test runs: the calls prune them) or 600 s,
+            // released at times; every lease key also holds a 600 s anchor (see below), so no
+            // key expires while the copies are compared.
+            "CL.ACQUIRE" => {
+                let lease = if rng.random_bool(0.5) { t(1) } else { t(600) };
+                format!("CL.ACQUIRE {key} 5 {lease} w{}{unit}", rng.random_range(0..8))
+            }
+            "CL.RELEASE" => {
+                let words = format!("CL.RELEASE {} w{}", key.replace("cl.release", "cl.acquire"), rng.random_range(0..8));
+                let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+                harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
+                continue;
+            }
             "CL.ALL" => {
                 // Two or three limiters of one user, of any algorithms, sharing their keys
                 // with the single commands' (the same stored forms).
@@ -74,13 +93,33 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
 
-    random_calls(&mut c, 4000, &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL"]);
+    // CL.PACE and the leases are the module's only (the Functions twin has the other five).
+    let module = harness::twin::backend().is_none();
+    if module {
+        for i in 0..40 {
+            harness::throttle(&mut c, &format!("CL.ACQUIRE rl:cl.acquire:{i} 5 600 anchor"));
+        }
+    }
+    let commands: &[&str] = match module {
+        true => &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL", "CL.PACE", "CL.ACQUIRE", "CL.ACQUIRE", "CL.RELEASE"],
+        false => &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL"],
+    };
+    random_calls(&mut c, 5000, commands);
     wait_for_replica(&master, &replica);
 
     let on_master = snapshot(&mut c);
     assert!(on_master.len() > 10, "the test exercised many limiters");
     assert!(on_master.iter().all(|(_, _, at)| *at > 0), "every limiter key has an expiry");
     assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+    if module {
+        let zsets = on_master.iter().filter(|(k, _, _)| k.starts_with(b"rl:cl.acquire:")).count();
+        assert_eq!(zsets, 40, "every lease set is compared");
+        // The replica applied plain sorted-set commands: leases taken, and released or pruned.
+        for command in ["zadd", "zrem", "pexpireat"] {
+            let stats = replica.info_field("commandstats", &format!("cmdstat_{command}"));
+            assert!(stats.starts_with("calls=") && !stats.starts_with("calls=0,"), "{command} on the replica: {stats:?}");
+        }
+    }
 
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
     assert_eq!(snapshot(&mut c), on_master, "AOF replay == master before");
@@ -92,7 +131,12 @@ fn calls_that_change_nothing_propagate_nothing() {
     let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
+    let module = harness::twin::backend().is_none();
     harness::throttle(&mut c, "CL.THROTTLE k 0 1 600");
+    if module {
+        harness::throttle(&mut c, "CL.PACE p 1 600");
+        harness::throttle(&mut c, "CL.ACQUIRE l 1 600 holder");
+    }
     wait_for_replica(&master, &replica);
     let offset = || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut master.client()).unwrap();
@@ -103,8 +147,17 @@ fn calls_that_change_nothing_propagate_nothing() {
     harness::throttle(&mut c, "CL.THROTTLE k 0 1 600 0");
     harness::throttle(&mut c, "CL.THROTTLE other 0 1 600 0");
     // A CL.ALL denied by one limiter writes nothing for the others either.
-    let denied: Vec<i64> = redis::cmd("CL.ALL").arg(&["2", "fresh", "k", "COUNTER", "5", "600", "THROTTLE", "0", "1", "600"]).query(&mut c).unwrap();
+    let denied: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"fresh", b"k", b"COUNTER", b"5", b"600", b"THROTTLE", b"0", b"1", b"600"]).query(&mut c).unwrap();
     assert_eq!((denied[0], denied[5]), (1, 2));
+    if module {
+        // A pacer refusing (the slot is beyond MAXWAIT) or peeking; a full lease set refusing;
+        // a release by an id that holds nothing.
+        assert_eq!(harness::throttle(&mut c, "CL.PACE p 1 600 MAXWAIT 10")[0], 1);
+        assert_eq!(harness::throttle(&mut c, "CL.PACE p 1 600 QUANTITY 0")[0], 0);
+        assert_eq!(harness::throttle(&mut c, "CL.ACQUIRE l 1 600 other")[0], 1);
+        let released: i64 = redis::cmd("CL.RELEASE").arg("l").arg("other").query(&mut c).unwrap();
+        assert_eq!(released, 0);
+    }
     assert_eq!(offset(), before, "denials and peeks add nothing to the replication stream");
     let exists: i64 = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
     assert_eq!(exists, 0, "the admitting limiter of a denied CL.ALL created nothing");

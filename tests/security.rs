@@ -4,7 +4,7 @@
 
 mod harness;
 
-use harness::{Options, Server, error_of, throttle};
+use harness::{Options, Server, call, error_of, throttle};
 use std::time::{Duration, Instant};
 
 const CALLS: &[(&str, &str)] = &[
@@ -142,4 +142,57 @@ fn huge_arguments_are_refused_or_denied_fast() {
     assert!(big <= 8 + 16 * 100_000 && ring <= 24 + 8 * 10_001, "{big} {ring}");
     assert!(worst < Duration::from_millis(100), "{worst:?}");
     assert!(server.is_alive_ref());
+}
+
+#[test]
+fn pace_and_leases_obey_key_patterns_categories_and_read_only_replicas() {
+    let master = Server::start();
+    let mut a = user(&master, "tenant-a", "~a:* -@all +cl.pace +cl.acquire +cl.release");
+    let mine = ["CL.PACE a:p 10 1", "CL.ACQUIRE a:l 5 60 job", "CL.RELEASE a:l job"];
+    for words in mine {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert!(harness::call(&mut a, &args).is_ok(), "{words} on its own key");
+        let other = words.replace(" a:", " b:");
+        let args: Vec<&[u8]> = other.split_whitespace().map(str::as_bytes).collect();
+        let e = error_of(&mut a, &args);
+        assert!(e.starts_with("NOPERM"), "{other}: {e}");
+    }
+    if master.version() >= (7, 2, 0) {
+        // CL.PACE is in @blocking (BLOCK may hold the connection); the leases are not.
+        let mut nb = user(&master, "no-blocking", "~* +@all -@blocking");
+        let e = error_of(&mut nb, &[b"CL.PACE", b"x", b"10", b"1"]);
+        assert!(e.starts_with("NOPERM"), "{e}");
+        assert_eq!(throttle(&mut nb, "CL.ACQUIRE x:l 5 60 job")[0], 0);
+    }
+    let replica = master.replica(Options::default());
+    let mut r = replica.client();
+    for words in ["CL.PACE a:p 10 1", "CL.PACE a:p 10 1 QUANTITY 0", "CL.ACQUIRE a:l 5 60 job", "CL.RELEASE a:l job"] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        let e = error_of(&mut r, &args);
+        assert!(e.starts_with("READONLY"), "{words} on a replica: {e}");
+    }
+}
+
+/// Every limiter at its largest limit, charged its largest quantity twice in a row: the
+/// second call is a denial (retried when the first units leave), never an internal error.
+#[test]
+fn the_largest_limits_deny_what_would_add_up_past_them() {
+    let server = Server::start();
+    let mut c = server.client();
+    let max = i64::MAX;
+    for (words, limit) in [
+        ("CL.THROTTLE t 999999999999999999 1000000000000000000 1000000000 1000000000000000000", 1_000_000_000_000_000_000),
+        ("CL.WINDOW e 100000 10 100000", 100_000),
+        ("CL.WINDOW p 9223372036854775807 10 PRECISION 1 9223372036854775807", max),
+        ("CL.BUCKET b 9223372036854775807 9223372036854775807 60 9223372036854775807", max),
+        ("CL.COUNTER c 999999999999999999 10 999999999999999999", 999_999_999_999_999_999),
+        ("CL.ALL 2 {a}p {a}c WINDOW 9223372036854775807 10 PRECISION 1 QUANTITY 9223372036854775807 COUNTER 5 10", max),
+    ] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        let first: Vec<i64> = redis::FromRedisValue::from_redis_value(call(&mut c, &args).unwrap()).unwrap();
+        assert_eq!(first[..3], [0, limit, 0], "{words}: admitted, nothing left");
+        let second: Vec<i64> = redis::FromRedisValue::from_redis_value(call(&mut c, &args).unwrap_or_else(|e| panic!("{words}: {e}"))).unwrap();
+        assert_eq!(second[..2], [1, limit], "{words}: denied");
+        assert!(second[3] >= 1, "{words}: retried once the first units leave: {second:?}");
+    }
 }

@@ -191,11 +191,12 @@ fn clock_is_the_command_time_where_the_server_has_it_else_real_time() {
     // 7.0 lacks the API and the module degrades to the real-time clock, as the contract says.
     let server = Server::with(Options::default().arg("--enable-debug-command yes"));
     let mut c = server.client();
+    let call: &[&[u8]] = &[b"CL.THROTTLE", b"t", b"9", b"1", b"1000", b"MS"];
     let (first, _, second): (Vec<i64>, String, Vec<i64>) = redis::pipe()
         .atomic()
-        .cmd("CL.THROTTLE").arg("t").arg(9).arg(1).arg(1000).arg("MS")
+        .add_command(harness::command(call))
         .cmd("DEBUG").arg("SLEEP").arg("0.2")
-        .cmd("CL.THROTTLE").arg("t").arg(9).arg(1).arg(1000).arg("MS")
+        .add_command(harness::command(call))
         .query(&mut c)
         .unwrap();
     assert_eq!(first, [0, 10, 9, -1, 1000]);

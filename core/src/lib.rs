@@ -19,8 +19,10 @@ pub mod caps;
 pub mod command;
 pub mod counter;
 pub mod error;
+pub mod lease;
 pub mod limiter;
 mod limits;
+pub mod pace;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reference;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -89,9 +91,11 @@ impl<S> Effect<S> {
     }
 }
 
+/// What a call decides: its reply (the five integers of a limiter, or a command's own reply
+/// shape, as CL.PACE's) and the effect on its stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision<S> {
-    pub reply: Reply,
+pub struct Decision<S, R = Reply> {
+    pub reply: R,
     pub effect: Effect<S>,
 }
 

@@ -172,17 +172,6 @@ impl Algorithm {
         }
     }
 
-    /// Whether a stored value of `len` bytes can be this algorithm's state at all (a cheap
-    /// check before reading it).
-    pub fn plausible_len(self, len: usize) -> bool {
-        match self {
-            Algorithm::Throttle => len == 19,
-            Algorithm::Counter => (1..=18).contains(&len),
-            Algorithm::Bucket => (2..=20).contains(&len),
-            Algorithm::Window => len >= 8,
-        }
-    }
-
     /// Builds a limiter from its positional integers (durations in `unit`) and options, within
     /// the argument `caps`.
     pub fn build(self, values: &[i64], tail: &Tail, unit: Unit, caps: &Caps) -> Result<Limiter> {
@@ -335,15 +324,6 @@ mod tests {
         assert_eq!(counter.decide(stored(b"junk"), now, 1), Err(Error::InvalidState("CL.COUNTER")));
         let throttle = parse(Algorithm::Throttle, "k 5 1 60").unwrap().limiter;
         assert_eq!(throttle.decide(stored(b"\x01\0\0\0\0\0\0\0"), now, 1), Err(Error::WrongType));
-    }
-
-    #[test]
-    fn plausible_lengths_admit_every_stored_form() {
-        assert!(Algorithm::Throttle.plausible_len(throttle::MIN_TAT.to_string().len()));
-        assert!(Algorithm::Throttle.plausible_len(i64::MAX.to_string().len()));
-        assert!(Algorithm::Counter.plausible_len(counter::MAX_LIMIT.to_string().len()));
-        assert!(Algorithm::Bucket.plausible_len(i64::MIN.to_string().len()));
-        assert!(Algorithm::Bucket.plausible_len(2));
     }
 
     #[test]

@@ -178,7 +178,8 @@ impl Verdict {
             Verdict::Refund(crate::limits::refunded(quantity))
         } else if quantity > params.limit {
             Verdict::Reply { limited: true, admittable: false }
-        } else if used.saturating_add(quantity) > params.limit {
+        } else if used.checked_add(quantity).is_none_or(|n| n > params.limit) {
+            // A sum past i64::MAX is past every limit (saturated, it would admit at i64::MAX).
             Verdict::Reply { limited: true, admittable: true }
         } else if quantity == 0 {
             Verdict::Reply { limited: false, admittable: true }

@@ -19,9 +19,9 @@ fn handler(call: &Call) -> Result<Response> {
     // Every key is opened (distinct: the parser refused a key given twice) and read before
     // anything is decided, and every effect is checked before the first byte is written.
     let mut keys = Vec::with_capacity(request.keys.len());
-    for (i, (limiter, quantity)) in request.limiters.iter().enumerate() {
+    for (i, (limiter, _)) in request.limiters.iter().enumerate() {
         let mut key = Key::open(call, 1 + i)?;
-        key.load(limiter.algorithm(), *quantity == 0).map_err(|e| e.in_limiter(i + 1))?;
+        key.load(limiter.algorithm()).map_err(|e| e.in_limiter(i + 1))?;
         keys.push(key);
     }
     let stored: Vec<_> = keys.iter().map(Key::stored).collect();

@@ -1,10 +1,13 @@
 //! One file per command. Each is thin: parse a typed request, read the keys, let the pure
 //! algorithms decide, apply the effects, reply.
 
+mod acquire;
 mod all;
 mod bucket;
 mod counter;
 mod debug;
+mod pace;
+mod release;
 mod throttle;
 mod top;
 mod window;
@@ -19,7 +22,17 @@ use crate::store::Key;
 use crate::{clock, config};
 
 /// Every command the module registers, in order (`INFO throttle` lists the counted ones so).
-pub static ALL: [&Registered; 6] = [&throttle::COMMAND, &window::COMMAND, &bucket::COMMAND, &counter::COMMAND, &all::COMMAND, &top::COMMAND];
+pub static ALL: [&Registered; 9] = [
+    &throttle::COMMAND,
+    &window::COMMAND,
+    &bucket::COMMAND,
+    &counter::COMMAND,
+    &all::COMMAND,
+    &pace::COMMAND,
+    &acquire::COMMAND,
+    &release::COMMAND,
+    &top::COMMAND,
+];
 /// Registered only when the module is loaded with `DEBUG-COMMANDS yes`.
 pub static DEBUG: &Registered = &debug::COMMAND;
 
@@ -30,7 +43,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     let request = Request::parse(algorithm, &call.args(), &config::caps())?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
-    key.load(algorithm, request.quantity == 0)?;
+    key.load(algorithm)?;
     let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
     let prepared = key.prepare(&decision.effect)?;
     key.apply(prepared)?;

@@ -29,7 +29,8 @@ pub fn enabled() -> bool {
     match std::env::var("THROTTLE_BACKEND").as_deref() {
         Ok("container") => true,
         Ok("native") | Ok("") | Err(_) => false,
-        Ok(other) => panic!("THROTTLE_BACKEND={other}: expected `native` (default) or `container`"),
+        Ok("twin") | Ok("twin-eval") => false, // native servers with the Functions twin (twin.rs)
+        Ok(other) => panic!("THROTTLE_BACKEND={other}: expected `native` (default), `container`, `twin` or `twin-eval`"),
     }
 }
 
@@ -57,32 +58,36 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Starts a server container; returns it and its port on the host's loopback.
-    pub fn start(options: &Options, module: &Path) -> (Handle, u16) {
+    /// Starts a server container; returns it and its port on the host's loopback. The module is
+    /// the image's own (`THROTTLE_IMAGE_MODULE`) or the freshly built one (`module()`) copied in.
+    pub fn start(options: &Options, module: impl FnOnce() -> PathBuf) -> (Handle, u16) {
         assert!(!options.cluster, "{}", unsupported("a cluster node"));
         assert!(options.config_file.is_none(), "{}", unsupported("a config file"));
         docker_api_shim();
         let (name, tag) = image();
+        let in_image = std::env::var("THROTTLE_IMAGE_MODULE").ok().filter(|p| !p.is_empty());
         let mut args: Vec<String> = ["--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"]
             .into_iter()
             .chain(["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"])
             .map(String::from)
             .collect();
         if options.module {
-            args.extend(["--loadmodule".into(), MODULE_IN_CONTAINER.into()]);
+            args.extend(["--loadmodule".into(), in_image.clone().unwrap_or_else(|| MODULE_IN_CONTAINER.into())]);
             args.extend(options.module_args.iter().cloned());
             if options.debug_commands {
                 args.extend(["DEBUG-COMMANDS".into(), "yes".into()]);
             }
         }
         args.extend(options.args.iter().cloned());
-        let request = GenericImage::new(&name, &tag)
+        let mut request = GenericImage::new(&name, &tag)
             .with_exposed_port(6379.tcp())
             .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
             .with_entrypoint("redis-server")
             .with_cmd(args)
-            .with_copy_to(CopyTargetOptions::new(MODULE_IN_CONTAINER).with_mode(0o755), module.to_path_buf())
             .with_startup_timeout(Duration::from_secs(60));
+        if in_image.is_none() {
+            request = request.with_copy_to(CopyTargetOptions::new(MODULE_IN_CONTAINER).with_mode(0o755), module());
+        }
         let container = request.start().unwrap_or_else(|e| {
             panic!(
                 "cannot start a container of {name}:{tag}: {e}. Is a Docker engine reachable (`docker info`; \

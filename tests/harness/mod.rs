@@ -10,9 +10,15 @@
 //! - `THROTTLE_BACKEND=container` with `THROTTLE_IMAGE=name:tag`: every server is a container of
 //!   that image instead (see `container.rs`); `make test-containers` runs the behavioural test
 //!   files this way. Replicas, restarts and cluster nodes exist only natively.
+//!   `THROTTLE_IMAGE_MODULE=/path/in/image`: load the module the image carries (an image built
+//!   from source) instead of copying the freshly built one into each container.
+//! - `THROTTLE_BACKEND=twin` (or `twin-eval`): servers run without the module and with the
+//!   Functions twin loaded instead; limiter commands go to its functions (see `twin.rs`).
+//!   `make test-twin` runs the behavioural tests this way.
 #![allow(dead_code)]
 
 mod container;
+pub mod twin;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -146,7 +152,7 @@ impl Server {
     /// Starts a server, or returns why it exited (its log) when it does not come up.
     pub fn try_with(options: Options) -> Result<Server, String> {
         if container::enabled() {
-            let (handle, port) = container::Handle::start(&options, &module_path());
+            let (handle, port) = container::Handle::start(&options, module_path);
             // Never created: a container keeps its data inside.
             let dir = std::env::temp_dir().join(format!("throttle-container-{}-{port}", std::process::id()));
             let server = Server { port, dir, options, child: None, container: Some(handle), config_only: false };
@@ -179,7 +185,7 @@ impl Server {
             cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
                 .arg(&self.dir)
                 .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
-            if self.options.module {
+            if self.options.module && twin::backend().is_none() {
                 cmd.arg("--loadmodule").arg(module_path()).args(&self.options.module_args);
                 if self.options.debug_commands {
                     cmd.args(["DEBUG-COMMANDS", "yes"]);
@@ -214,6 +220,9 @@ impl Server {
         let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c).unwrap();
         let ours = std::fs::canonicalize(&self.dir).unwrap();
         assert_eq!(Path::new(&got[1]), ours, "another server answers on port {}", self.port);
+        if self.options.module {
+            twin::after_launch(&mut c);
+        }
         Ok(())
     }
 
@@ -309,13 +318,20 @@ impl Drop for Server {
     }
 }
 
+/// A command as the backend sends it (limiter commands go to the twin's functions under
+/// `THROTTLE_BACKEND=twin`).
+pub fn command(args: &[&[u8]]) -> redis::Cmd {
+    let args = twin::map(args);
+    let mut cmd = redis::cmd(std::str::from_utf8(&args[0]).unwrap());
+    for a in &args[1..] {
+        cmd.arg(a.as_slice());
+    }
+    cmd
+}
+
 /// Sends one command and returns the raw reply.
 pub fn call(c: &mut Connection, args: &[&[u8]]) -> RedisResult<Value> {
-    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c)
+    command(args).query(c)
 }
 
 /// Runs a rate-limiting command given as one string of words, expecting the five integers.
@@ -344,13 +360,23 @@ pub fn error_of(c: &mut Connection, args: &[&[u8]]) -> String {
 /// Every key with its value and absolute expiry in ms.
 pub type Snapshot = Vec<(Vec<u8>, Vec<u8>, i64)>;
 
-/// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+).
+/// Every key with its value and absolute expiry in ms (`PEXPIRETIME`, Redis 7+). A sorted set
+/// (a lease set) reads as its members and scores, `member score ` after one another; another
+/// type as its `DUMP`.
 pub fn snapshot(c: &mut Connection) -> Snapshot {
     let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
     keys.sort();
     keys.into_iter()
         .filter_map(|k| {
-            let v: Option<Vec<u8>> = redis::cmd("GET").arg(&k).query(c).unwrap();
+            let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
+            let v: Option<Vec<u8>> = match kind.as_str() {
+                "zset" => {
+                    let members: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap();
+                    Some(members.into_iter().flat_map(|mut m| { m.push(b' '); m }).collect())
+                }
+                "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
+                _ => redis::cmd("DUMP").arg(&k).query(c).unwrap(),
+            };
             let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
             v.map(|v| (k, v, at))
         })
@@ -368,12 +394,8 @@ pub fn in_multi_as<T: redis::FromRedisValue>(c: &mut Connection, calls: &[&str])
     let mut pipe = redis::pipe();
     pipe.atomic();
     for words in calls {
-        let mut args = words.split_whitespace();
-        let mut cmd = redis::cmd(args.next().unwrap());
-        for a in args {
-            cmd.arg(a);
-        }
-        pipe.add_command(cmd);
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        pipe.add_command(command(&args));
     }
     pipe.query(c).unwrap()
 }

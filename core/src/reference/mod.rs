@@ -6,6 +6,8 @@
 
 pub mod bucket;
 pub mod counter;
+pub mod lease;
+pub mod pace;
 pub mod throttle;
 pub mod window;
 

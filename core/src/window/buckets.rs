@@ -267,7 +267,8 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
             let retry_at = match admittable && limited {
                 true => {
                     // The bucket whose leaving frees enough units.
-                    let need = used.saturating_add(quantity) - params.limit;
+                    // `quantity ≤ limit` here, so neither subtraction overflows.
+                    let need = used - (params.limit - quantity);
                     let mut freed = 0i64;
                     let mut freeing = None;
                     for entry in ring.from(oldest) {

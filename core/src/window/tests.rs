@@ -227,6 +227,19 @@ fn buckets_peek_refund_and_idle_gaps() {
 }
 
 #[test]
+fn a_limit_of_i64_max_denies_what_would_add_up_past_it() {
+    let p = precise(i64::MAX, secs(10), secs(1));
+    let mut key = Key::default();
+    assert_eq!(key.run(at(0), &p, i64::MAX - 1)[..3], [0, i64::MAX, 1]);
+    // Two more units would count past i64::MAX: denied until the first bucket leaves.
+    assert_eq!(key.run(at(1), &p, 2), [1, i64::MAX, 1, 10, 10]);
+    assert_eq!(key.run(at(1), &p, 1), [0, i64::MAX, 0, -1, 11]);
+    let mut key = Key::default();
+    assert_eq!(key.run(at(0), &p, i64::MAX), [0, i64::MAX, 0, -1, 11]);
+    assert_eq!(key.run(at(0), &p, i64::MAX), [1, i64::MAX, 0, 11, 11], "retry when all of them have left");
+}
+
+#[test]
 fn a_changed_precision_regroups_without_forgetting() {
     let mut k = Key::default();
     k.run(at(1), &precise(3, secs(10), secs(5)), 3);

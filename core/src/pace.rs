@@ -1,0 +1,209 @@
+//! CL.PACE: the leaky bucket as a meter (uber-go/ratelimit's `Take()`, shared by every caller).
+//! Callers are not refused but scheduled: one unit every `emission_interval = floor(period /
+//! count)`, so work leaves evenly spaced however it arrives. A call reserves the next free slot
+//! `at = max(now, TAT)` if it is at most `max_wait` away, and moves the TAT on by its quantity.
+//!
+//! The state is CL.THROTTLE's: the TAT as decimal nanoseconds, on a key expiring at the TAT.
+//! The forms being the same, a CL.PACE key and a CL.THROTTLE key are **interchangeable**, not
+//! WRONGTYPE: both read the TAT as "the schedule is taken until then". With the same rate they
+//! share one schedule (CL.THROTTLE admits now what CL.PACE would schedule within its burst).
+//! Mixing rates on one key is legal but rarely meaningful, and CL.THROTTLE reads a queue longer
+//! than its own tolerance as a clock step and cuts it back (see [`crate::throttle`]).
+//!
+//! Two deliberate rules:
+//! - **No clock-step clamp.** A TAT far ahead is a queue of reservations other callers already
+//!   hold (their MAXWAIT may be longer than this caller's): cutting it would give a slot twice
+//!   and break "never faster". A clock stepped back therefore delays pacing by the step.
+//! - **No refunds.** A reservation is a point in a shared schedule: giving one back would move
+//!   the TAT back under later reservations and hand their slots out a second time. `QUANTITY 0`
+//!   peeks (the wait a call would get); negative quantities are refused.
+
+use crate::all::QUANTITY;
+use crate::args::duration;
+use crate::command::{Arg, Command, Keys, Parsed};
+use crate::error::{Error, Range, Result};
+use crate::limiter::Algorithm;
+use crate::time::{Instant, MAX_DURATION, Nanos, Unit};
+use crate::{Decision, Effect, throttle};
+
+pub static COMMAND: Command = Command {
+    name: "cl.pace",
+    summary: "Schedules work evenly: reserves the next free slot of count per period if it is at most maxwait away (the leaky bucket as a meter); BLOCK waits for the slot on the server.",
+    complexity: "O(1)",
+    since: "1.1.0",
+    // Like XREAD and BLPOP: `blocking` (ACL @blocking), and not `fast`, as BLOCK may hold the
+    // connection (the call itself is O(1)).
+    flags: "write deny-oom blocking",
+    acl_categories: "write blocking",
+    keys: Keys::One,
+    args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK],
+};
+
+/// `MAXWAIT w`: the longest wait a call accepts (default: one period).
+const MAXWAIT: Arg = Arg::option("maxwait", "MAXWAIT");
+/// `BLOCK`: the server holds the reply until the slot arrives.
+const BLOCK: Arg = Arg::flag("block", "BLOCK");
+
+/// Validated parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Time one unit occupies in the schedule: `floor(period / count)`, at least 1 ns.
+    emission_interval: Nanos,
+    /// The longest wait a call accepts.
+    max_wait: Nanos,
+}
+
+impl Params {
+    /// `max_wait` defaults to `period`.
+    pub fn new(count: i64, period: Nanos, max_wait: Option<Nanos>) -> Result<Params> {
+        if !(1..=MAX_DURATION.as_nanos()).contains(&count) {
+            return Err(Error::OutOfRange { name: "count", range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() } });
+        }
+        let emission_interval = Nanos::new(period.as_nanos() / count)
+            .filter(|ei| ei.as_nanos() > 0)
+            .ok_or_else(|| Error::RateTooFast { period: "period", count: "count" })?;
+        Ok(Params { emission_interval, max_wait: max_wait.unwrap_or(period) })
+    }
+
+    pub fn emission_interval(&self) -> Nanos {
+        self.emission_interval
+    }
+    pub fn max_wait(&self) -> Nanos {
+        self.max_wait
+    }
+
+    /// A reservation of `quantity` units: 0 (a peek) or more, spanning at most
+    /// [`MAX_DURATION`], so that no instant a call computes can overflow.
+    pub fn check_quantity(&self, quantity: i64) -> Result<()> {
+        let max = MAX_DURATION.as_nanos();
+        if !(0..=max).contains(&quantity) {
+            return Err(Error::OutOfRange { name: "quantity", range: Range::Limit { min: 0, max, hint: "a reservation cannot be refunded" } });
+        }
+        match self.emission_interval.checked_mul_nanos(quantity as u64) {
+            Ok(span) if span <= MAX_DURATION => Ok(()),
+            _ => Err(Error::SpanTooLong("quantity * period / count")),
+        }
+    }
+}
+
+/// A parsed `CL.PACE key count period [MAXWAIT w] [QUANTITY q] [MS] [BLOCK]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub key: &'a [u8],
+    pub params: Params,
+    /// Units reserved: 0 peeks.
+    pub quantity: i64,
+    pub unit: Unit,
+    /// `BLOCK`: wait for the slot on the server.
+    pub block: bool,
+}
+
+impl<'a> Request<'a> {
+    /// Checks, in order: arity, integers, options, then period, maxwait, count, the rate,
+    /// quantity, its span, and BLOCK with a peek.
+    pub fn parse(args: &[&'a [u8]]) -> Result<Request<'a>> {
+        let parsed = Parsed::parse(&COMMAND, args)?;
+        let unit = parsed.tail.unit;
+        let period = duration(parsed.integer(1), unit, "period")?;
+        let max_wait = match parsed.tail.value("MAXWAIT") {
+            None => None,
+            Some(w) => {
+                let max = unit.max_duration();
+                if !(0..=max).contains(&w) {
+                    return Err(Error::OutOfRange { name: "maxwait", range: Range::Duration { min: 0, max, unit } });
+                }
+                Some(unit.to_nanos(w)?)
+            }
+        };
+        let params = Params::new(parsed.integer(0), period, max_wait)?;
+        let quantity = parsed.tail.quantity.unwrap_or(1);
+        params.check_quantity(quantity)?;
+        let block = parsed.tail.has("BLOCK");
+        if block && quantity == 0 {
+            return Err(Error::OutOfRange { name: "quantity", range: Range::Text("at least 1 with BLOCK (a peek reserves no slot to wait for)") });
+        }
+        Ok(Request { key: parsed.key, params, quantity, unit, block })
+    }
+}
+
+/// CL.PACE's reply, times in nanoseconds: `[limited, wait, queued, retry_after, reset_after]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub limited: bool,
+    /// When admitted, the time to wait before acting (zero: act now); `None` (`-1`) when
+    /// refused, so that a client that ignores `limited` and sleeps `wait` fails loudly instead
+    /// of acting in a slot it does not hold.
+    pub wait: Option<Nanos>,
+    /// Units whose slots start at or after now (this call's included), after this call:
+    /// `floor((TAT − now) / emission_interval)`.
+    pub queued: i64,
+    /// When refused, the time until a slot within MAXWAIT frees; `None` (`-1`) when admitted.
+    pub retry_after: Option<Nanos>,
+    /// The time until the schedule is idle (the TAT).
+    pub reset_after: Nanos,
+}
+
+impl Reply {
+    /// The reply as sent, times in `unit` (rounded as every command's are).
+    pub fn to_array(&self, unit: Unit) -> [i64; 5] {
+        [
+            i64::from(self.limited),
+            self.wait.map_or(-1, |d| unit.reply_value(d)),
+            self.queued,
+            self.retry_after.map_or(-1, |d| unit.reply_value(d)),
+            unit.reply_value(self.reset_after),
+        ]
+    }
+
+    /// The same admission as seen `elapsed` after the call (what `BLOCK` replies when the slot
+    /// arrives, `elapsed` = the wait: `wait` 0). Reservations made meanwhile are not counted:
+    /// the reply was decided when the call was made.
+    pub fn after(&self, elapsed: Nanos, params: &Params) -> Reply {
+        let reset_after = self.reset_after.saturating_sub(elapsed);
+        Reply {
+            wait: self.wait.map(|w| w.saturating_sub(elapsed)),
+            queued: reset_after.as_nanos() / params.emission_interval.as_nanos(),
+            reset_after,
+            ..*self
+        }
+    }
+}
+
+/// Decides a call reserving `quantity` units at `now` against the stored `tat` (`None`: no
+/// key, an idle schedule). Admitted iff the slot `max(now, TAT)` is at most `max_wait` away;
+/// then the TAT moves on by `quantity` emission intervals (a peek, quantity 0, writes nothing).
+/// A refusal writes nothing.
+pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant, Reply>> {
+    let quantity = u64::try_from(quantity)
+        .map_err(|_| Error::OutOfRange { name: "quantity", range: Range::Text("0 or more (a reservation cannot be refunded)") })?;
+    let ei = params.emission_interval.as_nanos();
+    let at = tat.map_or(now, |tat| tat.max(now));
+    let wait = at.saturating_since(now);
+    if wait > params.max_wait {
+        let reply = Reply {
+            limited: true,
+            wait: None,
+            queued: wait.as_nanos() / ei,
+            retry_after: Some(wait.saturating_sub(params.max_wait)),
+            reset_after: wait,
+        };
+        return Ok(Decision { reply, effect: Effect::Nothing });
+    }
+    let new_tat = at.checked_add(params.emission_interval.checked_mul_nanos(quantity)?)?;
+    let reset_after = new_tat.saturating_since(now);
+    let reply = Reply { limited: false, wait: Some(wait), queued: reset_after.as_nanos() / ei, retry_after: None, reset_after };
+    let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
+    Ok(Decision { reply, effect })
+}
+
+/// The TAT a key holds, in CL.THROTTLE's form. Another limiter's value is WRONGTYPE; anything
+/// else is not valid state.
+pub fn read(value: &[u8]) -> Result<Instant> {
+    throttle::decode(value).map_err(|_| match Algorithm::owning(value) {
+        Some(owner) if owner != Algorithm::Throttle => Error::WrongType,
+        _ => Error::InvalidState("CL.PACE"),
+    })
+}
+
+#[cfg(test)]
+mod tests;

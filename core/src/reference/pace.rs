@@ -1,0 +1,26 @@
+//! CL.PACE: the contract's scheduling over the stored TAT, in i128.
+
+const MAX: i128 = 1_000_000_000_000_000_000;
+
+/// Whether the contract accepts these parameters (durations in ns): a nanosecond or more per
+/// unit, a period and a maxwait within 10^18 ns, and a reservation spanning at most that.
+pub fn valid(count: i64, period: i64, max_wait: i64, q: i64) -> bool {
+    let (count, period, max_wait, q) = (i128::from(count), i128::from(period), i128::from(max_wait), i128::from(q));
+    let ei = if count > 0 { period / count } else { 0 };
+    (1..=MAX).contains(&count) && (1..=MAX).contains(&period) && (0..=MAX).contains(&max_wait) && ei >= 1 && (0..=MAX).contains(&q) && q * ei <= MAX
+}
+
+/// The reply `[limited, wait, queued, retry_after, reset_after]` (ns, `-1` for none) of a
+/// call at `now` against `tat`, and the TAT it stores (`None`: nothing written).
+pub fn call(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: i64) -> ([i128; 5], Option<i128>) {
+    let (now, ei, max_wait, q) = (i128::from(now), i128::from(period / count), i128::from(max_wait), i128::from(q));
+    // The next free slot: now, or when the reservations already made end.
+    let slot = tat.map_or(now, |t| i128::from(t).max(now));
+    let wait = slot - now;
+    if wait > max_wait {
+        return ([1, -1, wait / ei, wait - max_wait, wait], None);
+    }
+    let new_tat = slot + q * ei;
+    let ahead = new_tat - now;
+    ([0, wait, ahead / ei, -1, ahead], (q > 0).then_some(new_tat))
+}

@@ -1,0 +1,1581 @@
+#!lua name=throttle
+--[[
+redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER and CL.ALL as
+Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
+
+  Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [MS] [SHADOW]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [MS] [PRECISION p] [SHADOW]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [MS] [SHADOW]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [MS] [SHADOW]
+         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
+
+Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
+keys move between the twin and the module in both directions. The clock is `TIME` (Redis's
+command time, frozen for a whole transaction on 7.2+). The README ("Without the module") says
+when to use which. `scripts/twin.sh eval` prints this code as one EVAL/EVALSHA script.
+
+Exact arithmetic. Lua numbers are doubles, exact for integers below 2^53, while instants are
+nanoseconds near 2^61. Every integer that may pass 2^53 is carried as a pair (m, u) worth
+m * 10^6 + u with 0 <= u < 10^6 ("T" below): milliseconds and the nanoseconds within the
+millisecond for times, the same split for any other 64-bit integer. Plain numbers are used only
+where the value is known to stay below 2^53. The few inputs the twin cannot answer exactly are
+refused with an error (they are listed in the README), never answered with a wrong number.
+]]
+
+-- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
+local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
+local rcall, rpcall, error_reply
+local bound = false
+local function bind()
+  floor = math.floor
+  byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
+  concat = table.concat
+  tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
+  rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
+  bound = true
+end
+
+-- @errors begin
+-- Every error text, in one place: the module's (core/src/error.rs; the ranges of each
+-- command's table, core/src/limiter.rs and the algorithms' Params::new).
+local ERR = {
+  arity = "ERR wrong number of arguments for '%s' command",
+  integer = 'ERR value is not an integer or out of range',
+  range = 'ERR %s must be an integer from %s to %s',
+  range_unit = 'ERR %s must be an integer from %s to %s (%s)',
+  too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
+  span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
+  too_large = 'ERR parameters are too large: their nanosecond arithmetic overflows 64 bits',
+  syntax = 'ERR syntax error',
+  wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value',
+  invalid = 'ERR key does not hold valid %s state',
+  internal = 'ERR internal error in the throttle twin: %s',
+  -- CL.ALL (core/src/all.rs)
+  numkeys = 'ERR numkeys must be an integer from 1 to 16',
+  all_twice = 'ERR limiters %d and %d name the same key',
+  all_count = 'ERR numkeys is %d but %d limiter specs follow the keys',
+  all_word = "ERR limiter %d: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '%s'",
+  all_numbers = 'ERR limiter %d: %s takes %d numbers',
+  in_limiter = 'ERR limiter %d: %s',
+  -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
+  -- cannot carry exactly.
+  one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all",
+  twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
+  twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
+}
+-- The bounds the range errors state (as text: most are beyond what a double carries exactly).
+local BOUND = {
+  i64_max = '9223372036854775807',
+  max_burst = '999999999999999999',        -- 10^18 - 1: a tolerance of at most 10^18 ns
+  count = '1000000000000000000',           -- 10^18
+  counter_limit = '999999999999999999',    -- below 10^18, the smallest CL.THROTTLE value
+  seconds = '1000000000',                  -- durations: at most 10^18 ns
+  milliseconds = '1000000000000',
+  exact_limit = '100000',
+  exact_hint = 'use PRECISION for larger limits',
+  throttle_span = '(max_burst + 1) * period / count',
+  bucket_span = 'interval * ceil(capacity / tokens)',
+}
+-- @errors end
+
+-- Errors travel as Lua errors; the text of the last one raised on purpose is kept here (Redis
+-- turns error values into strings), so that anything else is known to be a bug.
+local failed
+local function fail(text)
+  failed = text
+  error(text, 0)
+end
+local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
+
+---------------------------------------------------------------------------------------------
+-- Integers. T = (m, u): the value m * 10^6 + u, 0 <= u < 10^6, m a plain integer.
+
+local M = 1000000                       -- the T base: nanoseconds per millisecond
+local EXACT = 9007199254740992          -- 2^53: plain numbers stay below it
+local LIMIT_MAX = 9007199254740991      -- the largest limit (or capacity) the twin replies
+local MAX_M, MAX_U = 9223372036854, 775807   -- i64::MAX as T
+local MIN_M, MIN_U = -9223372036855, 224192  -- i64::MIN as T
+local MAX_MS = 9223372036854            -- the largest whole millisecond an i64 of ns holds
+local MIN_TAT_M = 1000000000000         -- 10^18 ns (kind::MIN_TAT) as T: (10^12, 0)
+
+local function t_add(am, au, bm, bu)
+  local m, u = am + bm, au + bu
+  if u >= M then return m + 1, u - M end
+  return m, u
+end
+
+local function t_sub(am, au, bm, bu)
+  local m, u = am - bm, au - bu
+  if u < 0 then return m - 1, u + M end
+  return m, u
+end
+
+local function t_lt(am, au, bm, bu) return am < bm or (am == bm and au < bu) end
+
+-- Whether a T is an i64. A T far outside is never exact, but then it is far outside.
+local function t_fits(m, u)
+  if m > MAX_M or (m == MAX_M and u > MAX_U) then return false end
+  return m > MIN_M or (m == MIN_M and u >= MIN_U)
+end
+
+-- T >= 0 times a plain 0 <= q < 2^53. A product beyond i64 may be inexact, but stays beyond.
+local function t_mul(m, u, q)
+  local qh = floor(q / M)
+  local ql = q - qh * M
+  local lo = u * ql
+  local c = floor(lo / M)
+  return m * q + u * qh + c, lo - c * M
+end
+
+-- T >= 0 times T >= 0.
+local function t_mul_t(am, au, bm, bu)
+  local hm, hu = t_mul(am, au, bm)      -- a * bm, to be shifted by 10^6
+  local lm, lu = t_mul(am, au, bu)
+  return t_add(hm * M + hu, 0, lm, lu)
+end
+
+-- Floor division of T >= 0 by T >= 1: the quotient and the remainder, both T.
+local function t_divmod(nm, nu, dm, du)
+  if dm == 0 then
+    -- A divisor below 10^6: long division in base 10^6, every step below 2^53.
+    local qh = floor(nm / du)
+    local x = (nm - qh * du) * M + nu
+    local ql = floor(x / du)
+    return qh, ql, 0, x - ql * du
+  end
+  -- A divisor of 10^6 or more: the quotient is below 2^53. Estimate it in floating point (off
+  -- by at most one), then correct it with the exact remainder.
+  local q = floor((nm + nu / M) / (dm + du / M))
+  if q < 0 then q = 0 end
+  local pm, pu = t_mul(dm, du, q)
+  local rm, ru = t_sub(nm, nu, pm, pu)
+  while rm < 0 do
+    q = q - 1
+    rm, ru = t_add(rm, ru, dm, du)
+  end
+  while not t_lt(rm, ru, dm, du) do
+    q = q + 1
+    rm, ru = t_sub(rm, ru, dm, du)
+  end
+  local qh = floor(q / M)
+  return qh, q - qh * M, rm, ru
+end
+
+-- A T as a plain number, capped at 2^53 (for comparisons with a limit below it).
+local function t_capped(m, u)
+  if m > 9007199254 or (m == 9007199254 and u > 740992) then return EXACT end
+  if m < -9007200000 then return -EXACT end
+  local v = m * M + u
+  if v < -EXACT then return -EXACT end
+  return v
+end
+
+-- Floor division of plain integers (any sign, |a| < 2^53, b >= 1), exact: the quotient's
+-- rounding error stays below 1/b, the least distance of a non-integer quotient to an integer,
+-- so Lua's a % b (a - floor(a/b) * b) is exact.
+local function div_floor(a, b)
+  return (a - a % b) / b
+end
+
+-- Ceiling division of a plain a >= 0 by b >= 1.
+local function div_ceil(a, b)
+  local r = a % b
+  return (a - r) / b + (r > 0 and 1 or 0)
+end
+
+-- Parses a base-10 signed 64-bit integer exactly as Redis's string2ll: an optional '-', no
+-- '+', no spaces, no leading zeros. Returns the T, or nothing.
+local function parse_i64(s)
+  local n = #s
+  if n == 0 or n > 20 then return nil end
+  if not find(s, '^%-?[1-9]%d*$') then
+    if s == '0' then return 0, 0 end
+    return nil
+  end
+  local neg = byte(s) == 45
+  local digits = neg and n - 1 or n
+  if digits <= 6 then
+    local v = tonumber(neg and sub(s, 2) or s)
+    if neg then return -1, M - v end
+    return 0, v
+  end
+  if digits > 19 then return nil end
+  local m, u = tonumber(sub(s, neg and 2 or 1, -7)), tonumber(sub(s, -6))
+  if neg then
+    if m > -MIN_M - 1 or (m == -MIN_M - 1 and u > M - MIN_U) then return nil end
+    if u > 0 then return -m - 1, M - u end
+    return -m, 0
+  end
+  if m > MAX_M or (m == MAX_M and u > MAX_U) then return nil end
+  return m, u
+end
+
+-- The decimal text of a T (as Rust prints an i64).
+-- The decimal text of a plain integer.
+local function int_text(v) return fmt('%d', v) end
+
+local function t_text(m, u)
+  if m >= 0 then
+    if m == 0 then return fmt('%d', u) end
+    return fmt('%d%06d', m, u)
+  end
+  if u > 0 then m, u = -m - 1, M - u else m = -m end
+  if m == 0 then return fmt('-%d', u) end
+  return fmt('-%d%06d', m, u)
+end
+
+-- Little-endian i64 (two's complement) of a T within i64.
+local function t_le(m, u)
+  if m < 0 then -- add 2^64 = 18446744073709 * 10^6 + 551616
+    m, u = t_add(m, u, 18446744073709, 551616)
+  end
+  local ml = m % 65536
+  local x = ml * M + u                  -- value = ((m - ml) / 65536 * 10^6) * 65536 + x
+  local b01 = x % 65536
+  local y = (m - ml) / 65536 * M + (x - b01) / 65536   -- value = y * 65536 + b01, y < 2^48
+  local b0 = b01 % 256
+  local y0 = y % 256; y = (y - y0) / 256
+  local y1 = y % 256; y = (y - y1) / 256
+  local y2 = y % 256; y = (y - y2) / 256
+  local y3 = y % 256; y = (y - y3) / 256
+  local y4 = y % 256
+  return char(b0, (b01 - b0) / 256, y0, y1, y2, y3, y4, (y - y4) / 256)
+end
+
+-- The T of the little-endian i64 at byte `i` (1-based) of `s`.
+local function le_t(s, i)
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
+  local h = ((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2   -- < 2^48
+  if b7 >= 128 then h = h - 281474976710656 end
+  -- value = h * 65536 + g0, and 15625 * 65536 = 1024 * 10^6
+  local hr = h % 15625
+  local rem = hr * 65536 + b1 * 256 + b0
+  local r = rem % M
+  return (h - hr) / 15625 * 1024 + (rem - r) / M, r
+end
+
+-- The little-endian u32 at byte `i` (1-based).
+local function le_u32(s, i)
+  local b0, b1, b2, b3 = byte(s, i, i + 3)
+  return ((b3 * 256 + b2) * 256 + b1) * 256 + b0
+end
+
+local function u32_le(v)
+  local b0 = v % 256; v = (v - b0) / 256
+  local b1 = v % 256; v = (v - b1) / 256
+  local b2 = v % 256
+  return char(b0, b1, b2, (v - b2) / 256)
+end
+
+---------------------------------------------------------------------------------------------
+-- The clock: one instant per call, as T (ms, ns within the ms).
+
+-- @clock begin
+local function clock()
+  local t = rcall('TIME')
+  local s, us = t[1] + 0, t[2] + 0 -- (Lua turns the replied digits into numbers)
+  local sub_ms = us % 1000
+  return s * 1000 + (us - sub_ms) / 1000, sub_ms * 1000
+end
+-- @clock end
+
+-- Reply times: seconds as redis-cell rounds them (whole seconds, plus one when the leftover is
+-- at least 1 ms: the ceiling of whole milliseconds over 1000), milliseconds rounded up.
+local function reply_time(m, u, millis)
+  if millis then return u > 0 and m + 1 or m end
+  local r = m % 1000
+  return (m - r) / 1000 + (r > 0 and 1 or 0)
+end
+
+-- The first whole millisecond at or after an instant (a key's expiry).
+local function ceil_ms(m, u) return u > 0 and m + 1 or m end
+
+---------------------------------------------------------------------------------------------
+-- Kinds of stored values (core/src/kind.rs): disjoint, so that one limiter's key used by
+-- another is WRONGTYPE and left alone.
+
+local function kind_of(stored)
+  local b = byte(stored)
+  if b == 1 or b == 2 then return 'window' end
+  local m = parse_i64(stored)
+  if not m then return nil end
+  if m >= MIN_TAT_M then return 'throttle' end
+  if m >= 0 then return 'counter' end
+  return 'bucket'
+end
+
+local STATE_NAME = { throttle = 'CL.THROTTLE', window = 'CL.WINDOW', bucket = 'CL.BUCKET', counter = 'CL.COUNTER' }
+
+-- The error for a stored value `own`'s decoder refused.
+local function invalid(own, stored)
+  local kind = kind_of(stored)
+  if kind and kind ~= own then fail(ERR.wrongtype) end
+  fail(fmt(ERR.invalid, STATE_NAME[own]))
+end
+
+---------------------------------------------------------------------------------------------
+-- Decisions. Each algorithm decides without writing and returns a decision:
+--   limited (0/1), limit, remaining, retry (rm, ru; rm nil when none), reset (sm, su)
+--   and its effect: eff = nil | 'set' (value, at) | 'del' | 'patch' (len, chunks, whole, at);
+--   `at` is the key's absolute expiry in whole milliseconds.
+
+-- A decision is also its reply: slots 1 to 5 are the five integers (4 and 5 filled by `five`
+-- in the call's unit); Redis replies a table's array part only.
+local function decision(limited, limit, used, rm, ru, sm, su)
+  local remaining = limit - used
+  if remaining < 0 then remaining = 0 elseif remaining > limit then remaining = limit end
+  return { limited, limit, remaining, -1, 0, rm = rm, ru = ru, sm = sm, su = su, eff = false, value = false, at = false }
+end
+
+-- `b - a` for instants, or zero when a is not earlier.
+local function since(bm, bu, am, au)
+  if t_lt(am, au, bm, bu) then return t_sub(bm, bu, am, au) end
+  return 0, 0
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
+
+-- The parameters (the period's range is checked by its caller, as the module checks it first).
+local function gcra_params(bm, bu, cm, cu, period_ms)
+  if bm < 0 or bm > 999999999999 then fail(fmt(ERR.range, 'max_burst', '0', BOUND.max_burst)) end
+  if cm < 0 or (cm == 0 and cu == 0) or cm > 1000000000000 or (cm == 1000000000000 and cu > 0) then
+    fail(fmt(ERR.range, 'count', '1', BOUND.count))
+  end
+  local em, eu = t_divmod(period_ms, 0, cm, cu)  -- emission interval = floor(period / count)
+  if em == 0 and eu == 0 then fail(ERR.too_fast) end
+  local lm, lu = t_add(bm, bu, 0, 1)           -- limit = max_burst + 1
+  local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit, at most 10^18 ns
+  if tm > 1000000000000 or (tm == 1000000000000 and tu > 0) then fail(fmt(ERR.span, BOUND.throttle_span)) end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+  if tm < 4503599626 then
+    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path).
+    p.ei, p.tol = em * M + eu, tm * M + tu
+  end
+  return p
+end
+
+-- A plain span of nanoseconds as T.
+local function ns_t(ns)
+  local u = ns % M
+  return (ns - u) / M, u
+end
+
+-- The last TAT text written, and its value: a hot key's next call reads it back (Lua strings
+-- are interned, so the comparison is one pointer), and skips parsing it.
+local last_tat, last_am, last_au
+
+-- The fast path of gcra_decide (tolerance below 2^52 ns, the hot path of CL.THROTTLE): spans
+-- relative to now as plain numbers; the same rules, step for step.
+local function gcra_fast(p, am, au, nm, nu, q)
+  local tol, ei, limit = p.tol, p.ei, p.limit
+  local ttl, stepped = 0, false
+  if am then
+    local dm = am - nm -- the TAT's offset from now, clamped to [0, tolerance]
+    if dm >= 4503599627 then
+      stepped, ttl = true, tol
+    elseif dm > -4503599627 then
+      local off = dm * M + (au - nu)
+      if off > tol then stepped, ttl = true, tol elseif off > 0 then ttl = off end
+    end
+  end
+  -- span: the TAT after the call, relative to now; retry: when denied and admittable
+  local limited, span, retry, write = 0, ttl, nil, false
+  if q < 0 then
+    span, write = 0, true
+    if -q * ei < ttl then span = ttl + q * ei end
+  elseif q > limit then
+    limited, write = 1, stepped
+  elseif ttl + ei * q > tol then
+    limited, write, retry = 1, stepped, ttl + ei * q - tol
+  else
+    span, write = ttl + ei * q, q ~= 0
+  end
+  local free = tol - span
+  local sm = span % M
+  local d = decision(limited, limit, limit - (free - free % ei) / ei, nil, nil, (span - sm) / M, sm)
+  if retry then
+    local ru = retry % M
+    d.rm, d.ru = (retry - ru) / M, ru
+  end
+  if write then
+    if span == 0 then
+      d.eff = 'del'
+    else
+      local xm, xu = t_add(nm, nu, (span - sm) / M, sm)
+      local text = t_text(xm, xu)
+      last_tat, last_am, last_au = text, xm, xu
+      d.eff, d.value, d.at = 'set', text, xu > 0 and xm + 1 or xm
+    end
+  end
+  return d
+end
+
+local function gcra_reply(p, limited, tlm, tlu, rm, ru)
+  -- remaining = clamp(floor((tolerance - ttl) / interval), 0, limit)
+  local fm, fu = t_sub(p.tm, p.tu, tlm, tlu)
+  local remaining = 0
+  if fm >= 0 then
+    local qm, qu = t_divmod(fm, fu, p.em, p.eu)
+    remaining = t_capped(qm, qu)
+  end
+  local d = decision(limited, p.limit, p.limit - remaining, rm, ru, tlm, tlu)
+  return d
+end
+
+local function gcra_decide(p, stored, nm, nu, qm, qu, q)
+  local am, au -- the TAT
+  if stored == last_tat and stored then
+    am, au = last_am, last_au
+  elseif stored then
+    -- Nineteen digits (every TAT from 2001 to 2286) in one match; else the general parse.
+    local _, _, hi, lo = find(stored, '^([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$')
+    if hi then am, au = hi + 0, lo + 0 end
+    if not hi or am > MAX_M or (am == MAX_M and au > MAX_U) then
+      am, au = parse_i64(stored)
+      if not am or am < MIN_TAT_M then invalid('throttle', stored) end
+    end
+  end
+  if p.tol then return gcra_fast(p, am, au, nm, nu, q) end
+  -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
+  local cm, cu = t_add(nm, nu, p.tm, p.tu)
+  if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
+  local stepped = am ~= nil and t_lt(cm, cu, am, au)
+  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
+  if t_lt(cm, cu, am, au) then am, au = cm, cu end
+  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
+  local function denied_effect(d)
+    if stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(am, au), ceil_ms(am, au) end
+    return d
+  end
+
+  if q < 0 then
+    -- A refund moves the TAT back by the units returned, stopping at now (full). Units beyond
+    -- 2^53 give back more than any tolerance, as the capped count does.
+    local bm, bu = t_mul(p.em, p.eu, -q)
+    local xm, xu = nm, nu
+    if t_fits(bm, bu) then
+      xm, xu = t_sub(am, au, bm, bu)
+      if t_lt(xm, xu, nm, nu) then xm, xu = nm, nu end
+    end
+    local sm, su = t_sub(xm, xu, nm, nu)
+    local d = gcra_reply(p, 0, sm, su)
+    if sm == 0 and su == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
+    return d
+  end
+  if q > p.limit then return denied_effect(gcra_reply(p, 1, tlm, tlu)) end
+  local im, iu = t_mul(p.em, p.eu, q)              -- increment
+  local xm, xu = t_add(am, au, im, iu)             -- new TAT
+  if not t_fits(xm, xu) then fail(ERR.too_large) end
+  local wm, wu = t_sub(xm, xu, p.tm, p.tu)         -- allowed at
+  if t_lt(nm, nu, wm, wu) then
+    local rm, ru = t_sub(wm, wu, nm, nu)
+    return denied_effect(gcra_reply(p, 1, tlm, tlu, rm, ru))
+  end
+  local sm, su = t_sub(xm, xu, nm, nu)
+  local d = gcra_reply(p, 0, sm, su)
+  if q ~= 0 then d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
+  return d
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.COUNTER: a fixed window counter (core/src/counter.rs). The count (a decimal) on a key
+-- expiring when the window closes; all its instants are whole milliseconds.
+
+local COUNTER_MAX = 999999999999999999
+
+local function counter_params(lm, lu, window_ms)
+  if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  return { limit = limit, window = window_ms }
+end
+
+-- A key's expiry (`PEXPIRETIME`) as the instant the state is stamped with: nil when the key has
+-- none or its nanoseconds overflow i64, which reads as stamped too far ahead (pulled back).
+local function stamped_at(expiry_ms)
+  if expiry_ms >= 0 and expiry_ms <= MAX_MS then return expiry_ms end
+  return nil
+end
+
+local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+  local cm, cu -- the count, T
+  local closes -- ms; nil: stamped beyond any ceiling (no expiry)
+  local has = false
+  if stored then
+    cm, cu = parse_i64(stored)
+    if not cm or cm < 0 or cm > 999999999999 then invalid('counter', stored) end
+    closes = stamped_at(expiry_ms)
+    has = true
+  end
+  -- A window closing more than one window from now (stamped before the clock stepped back)
+  -- closes one window from now.
+  -- (Clocks start on the whole millisecond at or before now, nm: no reply time exceeds the
+  -- parameters.)
+  local ceiling = nm + p.window
+  if ceiling > MAX_MS then ceiling = nil end
+  local stepped = false
+  if has and ceiling and (closes == nil or closes > ceiling) then closes, stepped = ceiling, true end
+  local open = has and (closes == nil or closes > nm)
+  if not open then cm, cu = 0, 0 end
+  local count = t_capped(cm, cu)
+  local um, uu = 0, 0 -- until the window closes
+  if open then
+    if closes == nil then um, uu = t_sub(MAX_M, MAX_U, nm, nu) else um, uu = t_sub(closes, 0, nm, nu) end
+  end
+  local function reply(limited, c, rm, ru)
+    if c > 0 then return decision(limited, p.limit, c, rm, ru, um, uu) end
+    return decision(limited, p.limit, c, rm, ru, 0, 0)
+  end
+  local function expiry() if closes == nil then return MAX_MS + 1 end return closes end
+  local function denied(d)
+    if open and stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(cm, cu), expiry() end
+    return d
+  end
+
+  if q < 0 then
+    if not open then return reply(0, 0) end
+    local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
+    if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
+    if km < 0 then km, ku = 0, 0 end
+    local c = t_capped(km, ku)
+    local d = reply(0, c)
+    if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), expiry() end
+    return d
+  end
+  if q > p.limit then return denied(reply(1, count)) end
+  if count + q > p.limit then return denied(reply(1, count, um, uu)) end
+  if q == 0 then return reply(0, count) end
+  if not open then
+    local start = nm
+    closes = start + p.window
+    if closes > MAX_MS then fail(ERR.too_large) end
+    um, uu = t_sub(closes, 0, nm, nu)
+  end
+  local c = count + q
+  local d = reply(0, c)
+  d.eff, d.value, d.at = 'set', int_text(c), expiry()
+  return d
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.BUCKET: a token bucket refilled by whole intervals (core/src/bucket.rs). The key holds
+-- minus the deficit and expires when the bucket is full; every instant is a whole ms.
+
+local function bucket_params(cm, cu, tm, tu, interval_ms)
+  if cm < 0 or (cm == 0 and cu == 0) then fail(fmt(ERR.range, 'capacity', '1', BOUND.i64_max)) end
+  if tm < 0 or (tm == 0 and tu == 0) then fail(fmt(ERR.range, 'tokens', '1', BOUND.i64_max)) end
+  -- The refill of an empty bucket, interval * ceil(capacity / tokens), at most 10^18 ns.
+  local qm, qu, rm, ru = t_divmod(cm, cu, tm, tu)
+  if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
+  if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > 1000000000000 then fail(fmt(ERR.span, BOUND.bucket_span)) end
+  local capacity = t_capped(cm, cu)
+  if capacity > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'capacity')) end
+  -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
+  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms }
+end
+
+local function refills(p, d) return div_ceil(d, p.tokens) end
+
+local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
+  local full_at -- ms; nil: stamped beyond any ceiling
+  local deficit = 0
+  local had = false -- the stored bucket was not yet full
+  local stepped = false
+  local start = nm -- the refill clock starts on the whole ms at or before now
+  local next_refill
+  if stored then
+    local vm, vu = parse_i64(stored)
+    -- -deficit with deficit >= 1
+    if not vm or vm >= 0 or (vm == MIN_M and vu < MIN_U + 1) then invalid('bucket', stored) end
+    local dm, du = t_sub(0, 0, vm, vu)
+    full_at = stamped_at(expiry_ms)
+    had = full_at == nil or full_at > nm
+    local d = t_capped(dm, du)
+    -- A deficit above a lowered capacity is capped first. A bucket is full at most
+    -- ceil(deficit / tokens) refills after the clock's start; a later full_at (the clock
+    -- stepped back, the parameters were lowered, the key lost its expiry) restarts the grid.
+    if d > p.capacity then d = p.capacity end
+    local span = refills(p, d) * p.interval
+    local ceiling = start + span
+    if span > MAX_MS or ceiling > MAX_MS then ceiling = nil end
+    if ceiling and (full_at == nil or full_at > ceiling) then full_at, stepped = ceiling, true end
+    if full_at ~= nil and full_at > nm then
+      local n = refills(p, d)
+      -- refills still ahead: ceil((full_at - now) / interval), a refill at now has happened
+      local x = full_at - nm
+      local ahead = nu == 0 and div_ceil(x, p.interval) or div_floor(x - 1, p.interval) + 1
+      if ahead > n then ahead = n end
+      deficit = d - (n - ahead) * p.tokens
+      next_refill = full_at - (ahead - 1) * p.interval
+    elseif full_at == nil then
+      -- Stamped beyond every ceiling, and no ceiling fits in i64: nothing refills in time.
+      deficit = d
+      next_refill = MAX_MS + 1
+    else
+      stepped = false
+    end
+  end
+  if deficit == 0 then
+    stepped = false
+    next_refill = start + p.interval
+    if next_refill > MAX_MS then fail(ERR.too_large) end
+  end
+  -- The refill at which the deficit is at most `target` (ms), nil meaning now.
+  local function covering(def, target)
+    local missing = def - target
+    if missing <= 0 then return nil end
+    local at = next_refill + (refills(p, missing) - 1) * p.interval
+    if at > MAX_MS then fail(ERR.too_large) end
+    return at
+  end
+  local function until_(at)
+    if at == nil then return 0, 0 end
+    return since(at, 0, nm, nu)
+  end
+  local reset_m, reset_u = until_(covering(deficit, 0))
+  local function denied(d)
+    if stepped and deficit > 0 then d.eff, d.value, d.at = 'set', '-' .. int_text(deficit), covering(deficit, 0) end
+    return d
+  end
+  local function settle(def)
+    local at = covering(def, 0)
+    local sm, su = until_(at)
+    local d = decision(0, p.capacity, def, nil, nil, sm, su)
+    if def == 0 then
+      if had then d.eff = 'del' end
+    else
+      d.eff, d.value, d.at = 'set', '-' .. int_text(def), at
+    end
+    return d
+  end
+
+  if q < 0 then
+    local def = deficit + q
+    if def < 0 then def = 0 end
+    return settle(def)
+  end
+  if q > p.capacity then return denied(decision(1, p.capacity, deficit, nil, nil, reset_m, reset_u)) end
+  if deficit + q > p.capacity then
+    local rm, ru = until_(covering(deficit, p.capacity - q))
+    return denied(decision(1, p.capacity, deficit, rm, ru, reset_m, reset_u))
+  end
+  if q == 0 then return decision(0, p.capacity, deficit, nil, nil, reset_m, reset_u) end
+  return settle(deficit + q)
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.WINDOW (core/src/window.rs): a sliding window, exact (a log of instants, layout 1) or
+-- counted per bucket of PRECISION p (a ring, layout 2).
+
+local MAX_EXACT_LIMIT, MAX_BUCKETS = 100000, 10000
+
+-- (The window's and the precision's ranges are checked by the caller, as the module does
+-- before the limit's.)
+local function window_params(lm, lu, window_ms, precision_ms)
+  if precision_ms then
+    if lm < 0 or (lm == 0 and lu < 1) then fail(fmt(ERR.range, 'limit', '1', BOUND.i64_max)) end
+  elseif lm < 0 or (lm == 0 and lu < 1) or lm > 0 or lu > MAX_EXACT_LIMIT then
+    fail(fmt(ERR.range_unit, 'limit', '1', BOUND.exact_limit, BOUND.exact_hint))
+  end
+  local limit = t_capped(lm, lu)
+  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
+  return { limit = limit, window = window_ms, precision = precision_ms }
+end
+
+-- How a call relates to the limit once the units in the window are known.
+local function verdict(q, used, limit)
+  if q < 0 then return 'refund' end
+  if q > limit then return 'never' end
+  if used + q > limit then return 'denied' end
+  if q == 0 then return 'peek' end
+  return 'admit'
+end
+
+local function window_reply(p, limited, used, nm, nu, fm, fu, rm, ru)
+  local sm, su, xm, xu = 0, 0, nil, nil
+  if fm then sm, su = since(fm, fu, nm, nu) end
+  if rm then xm, xu = since(rm, ru, nm, nu) end
+  return decision(limited, p.limit, used, xm, xu, sm, su)
+end
+
+local function emptied(p, had_units)
+  local d = decision(0, p.limit, 0, nil, nil, 0, 0)
+  if had_units then d.eff = 'del' end
+  return d
+end
+
+-- ---- The exact log (layout 1): header [1,0,0,0, head u32], then one i64 instant per action.
+
+local function log_parse(s)
+  local n = #s
+  if n < 8 or byte(s, 1) ~= 1 or byte(s, 2) ~= 0 or byte(s, 3) ~= 0 or byte(s, 4) ~= 0 then return nil end
+  local body = n - 8
+  if body % 8 ~= 0 then return nil end
+  local head = le_u32(s, 5)
+  if head > body / 8 then return nil end
+  return { s = s, head = head, len = body / 8 }
+end
+
+-- `rebuilt`: not what the key holds (no key, or converted from a ring), so any write is whole.
+local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
+
+local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
+
+-- The first live entry after the horizon (binary search; entries ascend).
+local function log_first_after(log, hm, hu)
+  -- Entries compare as (high 32 bits, signed; low 32 bits), read straight from their bytes;
+  -- the horizon is split so once.
+  local h0, h1, h2, h3, h4, h5, h6, h7 = byte(t_le(hm, hu), 1, 8)
+  local hhi = ((h7 * 256 + h6) * 256 + h5) * 256 + h4
+  if h7 >= 128 then hhi = hhi - 4294967296 end
+  local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
+  local s = log.s
+  local lo, hi = log.head, log.len
+  while lo < hi do
+    local mid = lo + hi
+    mid = (mid - mid % 2) / 2
+    local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, 9 + mid * 8, 16 + mid * 8)
+    local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+    if b7 >= 128 then ehi = ehi - 4294967296 end
+    if ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- The edit leaving entries first..keep-1 followed by `appended` (count entries): a whole
+-- rewrite when the key is new, the dead entries would outnumber the live ones, or entries lie
+-- after now (the clock stepped back: they are rewritten as logged now); else the head and the
+-- appended entries in place.
+local function log_patch(log, first, keep, appended, count, nm, nu, d)
+  local live = keep - first + count
+  local future = false
+  if keep > first then
+    local m, u = log_at(log, keep - 1)
+    future = t_lt(nm, nu, m, u)
+  end
+  if log.rebuilt or first > live or future then
+    local kept = ''
+    if first < keep then
+      if future then
+        local parts = {}
+        for i = first, keep - 1 do
+          local m, u = log_at(log, i)
+          if t_lt(nm, nu, m, u) then parts[#parts + 1] = t_le(nm, nu) else parts[#parts + 1] = sub(log.s, 9 + i * 8, 16 + i * 8) end
+        end
+        kept = concat(parts)
+      else
+        kept = sub(log.s, 9 + first * 8, 8 + keep * 8)
+      end
+    end
+    d.eff, d.whole = 'patch', '\1\0\0\0\0\0\0\0' .. kept .. appended
+    return d
+  end
+  local chunks = {}
+  if first ~= log.head then chunks[#chunks + 1] = { 4, u32_le(first) } end
+  if count > 0 then chunks[#chunks + 1] = { 8 + keep * 8, appended } end
+  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + #appended, chunks
+  return d
+end
+
+-- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead).
+local function exact_decide(p, log, nm, nu, q, ahead)
+  local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
+  local first = log_first_after(log, hm, hu)
+  local in_window = log.len - first
+  local used = in_window
+  local stepped, newm, newu = ahead or false, nil, nil -- the newest entry, no later than now
+  if log.len > 0 then
+    newm, newu = log_at(log, log.len - 1)
+    if t_lt(nm, nu, newm, newu) then stepped, newm, newu = true, nm, nu end
+  end
+  local fm, fu -- when the newest counting action leaves
+  if in_window > 0 then
+    fm, fu = t_add(newm, newu, p.window, 0)
+    if not t_fits(fm, fu) then fail(ERR.too_large) end
+  end
+
+  local v = verdict(q, used, p.limit)
+  if v == 'refund' then
+    local units = -q
+    if units > in_window then units = in_window end
+    -- The oldest live units go: the head moves past them (a 4-byte edit), nothing else
+    -- changes, so the newest entry and the key's expiry stay.
+    local first2 = first + units
+    if first2 == log.len then return emptied(p, in_window > 0) end
+    local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
+    d.at = ceil_ms(fm, fu)
+    return log_patch(log, first2, log.len, '', 0, nm, nu, d)
+  elseif v == 'admit' then
+    -- Actions are logged at now (the newest entry is no later than now).
+    local fm2, fu2 = t_add(nm, nu, p.window, 0)
+    if not t_fits(fm2, fu2) then fail(ERR.too_large) end
+    local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
+    d.at = ceil_ms(fm2, fu2)
+    return log_patch(log, first, log.len, rep(t_le(nm, nu), q), q, nm, nu, d)
+  end
+  -- Denied (until enough of the oldest actions leave), never admittable, or a peek.
+  local limited = v == 'peek' and 0 or 1
+  local rm, ru
+  if v == 'denied' then
+    rm, ru = log_at(log, first + used + q - p.limit - 1)
+    if t_lt(nm, nu, rm, ru) then rm, ru = nm, nu end
+    rm, ru = t_add(rm, ru, p.window, 0)
+    if not t_fits(rm, ru) then fail(ERR.too_large) end
+  end
+  local d = window_reply(p, limited, used, nm, nu, fm, fu, rm, ru)
+  -- A denial rewrites entries stamped in the future (a peek stays pure).
+  if stepped and q ~= 0 and fm then
+    d.at = ceil_ms(fm, fu)
+    return log_patch(log, first, log.len, '', 0, nm, nu, d)
+  end
+  return d
+end
+
+-- ---- The ring (layout 2): header [2, 0 x7, p i64, newest i64], then m = ceil(W/p) + 1 u64
+-- counts, slot k mod m holding bucket k. Here every bucket index and time is in whole ms.
+
+local RING_HEAD = '\2\0\0\0\0\0\0\0'
+
+-- A count (u64 read as i64) at slot offset `at` (0-based byte offset).
+local function ring_count_at(s, at)
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, at + 1, at + 8)
+  if b7 >= 128 then return nil end            -- negative: not a count
+  if b7 > 0 or b6 >= 32 then return false end -- 2^53 or more
+  return ((((b6 * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 65536 + b1 * 256 + b0
+end
+
+local function ring_parse(s)
+  local n = #s
+  if n < 24 or byte(s, 1) ~= 2 then return nil end
+  local b2, b3, b4, b5, b6, b7, b8 = byte(s, 2, 8)
+  if b2 ~= 0 or b3 ~= 0 or b4 ~= 0 or b5 ~= 0 or b6 ~= 0 or b7 ~= 0 or b8 ~= 0 then return nil end
+  local pm, pu = le_t(s, 9)
+  if pm < 0 or (pm == 0 and pu < 1) then return nil end
+  local wm, wu = le_t(s, 17)
+  local body = n - 24
+  local slots = body / 8
+  if body % 8 ~= 0 or slots == 0 or slots > MAX_BUCKETS + 1 then return nil end
+  -- newest as a plain bucket index. One beyond 2^53 either way (never written by a limiter:
+  -- beyond the year 287,000 at 1 ms) is kept as `far`, an approximation, with a sentinel that
+  -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
+  -- is stepped (regrouped).
+  -- (The sentinels, ±2^52, stay exact under the small offsets bucket arithmetic adds.)
+  local newest, far, far_slot = wm * M + wu, nil, nil
+  if wm > 9007199254 or (wm == 9007199254 and wu >= 740992) then
+    newest, far = 4503599627370496, wm * M + wu
+    far_slot = ((wm % slots) * M + wu) % slots -- the newest bucket's slot, exactly
+  elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
+    newest, far = -4503599627370496, wm * M + wu
+  end
+  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots }
+end
+
+local function ring_empty(P, newest, slots)
+  return { stored = false, pm = P, pu = 0, newest = newest, slots = slots, counts = {} }
+end
+
+local function ring_slot(ring, k) return k - floor(k / ring.slots) * ring.slots end
+
+-- The count in a slot of a stored ring.
+local function ring_count_at_slot(ring, slot)
+  local c = ring_count_at(ring.s, 24 + slot * 8)
+  if c == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+  if c == false then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return c
+end
+
+-- The count of bucket k (one the ring holds).
+local function ring_count(ring, k)
+  if not ring.stored then return ring.counts[ring_slot(ring, k)] or 0 end
+  return ring_count_at_slot(ring, ring_slot(ring, k))
+end
+
+-- The buckets held from `oldest` to the newest: the first index and the count of them.
+local function ring_from(ring, oldest)
+  local held = ring.newest - oldest + 1
+  if held < 0 then held = 0 elseif held > ring.slots then held = ring.slots end
+  return ring.newest - held + 1, held
+end
+
+-- Adds without passing 2^53 (a sum the twin could not carry exactly is refused).
+local function add_count(a, b)
+  local s = a + b
+  if s >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return s
+end
+
+-- The ring of a call with precision P and `slots` buckets, from a stored one of other
+-- parameters (or stamped too far ahead): each count moves to the bucket holding the last
+-- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
+local function ring_regroup(ring, P, slots, oldest, current, cap)
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  local Po, oslots = ring.pm, ring.slots
+  local k0 = (ring.far or ring.newest) - oslots + 1
+  local moved_k, moved_c = {}, {}
+  local top = current
+  for i = 0, oslots - 1 do
+    local k, c = k0 + i, nil
+    if ring.far then c = ring_count_at_slot(ring, i) else c = ring_count(ring, k) end
+    -- The last ms bucket k covered, (k+1)p_old - 1, and the new bucket holding it, which must
+    -- be an i64. Exact below 2^52 ms; beyond (only hostile states), the new bucket is far
+    -- outside [oldest, cap] and only its sign and whether it fits an i64 matter.
+    local x = (k + 1) * Po
+    local k2
+    if x < 4503599627370496 and x > -4503599627370496 then
+      k2 = div_floor(x - 1, P)
+    else
+      local r = x / P / 9223372036854775808
+      if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+      if r > 0.999999999 or r < -0.999999999 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+      k2 = x > 0 and cap or oldest - 1
+    end
+    if k2 > cap then k2 = cap end
+    if c > 0 and k2 >= oldest then
+      moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, c
+      if k2 > top then top = k2 end
+    end
+  end
+  local out = ring_empty(P, top, slots)
+  local first_held = top - (slots - 1)
+  for i = 1, #moved_k do
+    local k = moved_k[i]
+    if k < first_held then k = first_held end
+    local slot = ring_slot(out, k)
+    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
+  end
+  return out
+end
+
+-- The i64 bytes of a plain integer (|v| < 2^53).
+local function int_le(v)
+  local m = floor(v / M)
+  return t_le(m, v - m * M)
+end
+
+-- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
+local function ring_patch(ring, newest, edits, d)
+  if not ring.stored then
+    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
+    local counts = ring.counts
+    for i = 1, #edits do counts[ring_slot(ring, edits[i][1])] = edits[i][2] end
+    for slot = 0, ring.slots - 1 do
+      local c = counts[slot]
+      parts[#parts + 1] = (c == nil or c == 0) and '\0\0\0\0\0\0\0\0' or int_le(c)
+    end
+    d.eff, d.whole = 'patch', concat(parts)
+    return d
+  end
+  local chunks = {}
+  if newest ~= ring.newest then chunks[1] = { 16, int_le(newest) } end
+  for i = 1, #edits do
+    local offset = 24 + ring_slot(ring, edits[i][1]) * 8
+    local last = chunks[#chunks]
+    if last and last[1] + #last[2] == offset then
+      last[2] = last[2] .. int_le(edits[i][2])
+    else
+      chunks[#chunks + 1] = { offset, int_le(edits[i][2]) }
+    end
+  end
+  d.eff, d.len, d.chunks = 'patch', #ring.s, chunks
+  return d
+end
+
+-- Whether a stored ring is stamped further ahead than a call at now could have left it (the
+-- clock stepped back), judged in its own buckets (a ring of another precision is not ahead
+-- merely because its bucket numbers are larger).
+local function ring_is_ahead(ring, nm, W)
+  if ring.far then return ring.far > 0 end
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
+end
+
+-- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
+-- whether the log held actions after now.
+local function ring_decide(p, ring, nm, nu, q, converted, ahead)
+  local P, W = p.precision, p.window
+  local spanned = div_ceil(W, P)
+  local slots = spanned + 1
+  local current = div_floor(nm, P)
+  local oldest = div_floor(nm - W, P)
+  local cap = current + spanned
+  local stepped = false
+  if ring == nil then
+    ring = ring_empty(P, current, slots)
+  elseif converted then
+    stepped = ahead
+  else
+    stepped = ring_is_ahead(ring, nm, W)
+    if not (ring.pm == P and ring.pu == 0 and ring.slots == slots and not stepped) then
+      ring = ring_regroup(ring, P, slots, oldest, current, cap)
+    end
+  end
+  local function leaves(k) -- ms when bucket k stops counting
+    local e = (k + 1) * P
+    if e > MAX_MS or e < -MAX_MS then fail(ERR.too_large) end
+    e = e + W
+    if e > MAX_MS then fail(ERR.too_large) end
+    return e
+  end
+
+  local k0, held = ring_from(ring, oldest)
+  local used, newest_used = 0, nil
+  local counts = {}
+  for i = 0, held - 1 do
+    local c = ring_count(ring, k0 + i)
+    counts[i] = c
+    used = add_count(used, c)
+    if c > 0 then newest_used = k0 + i end
+  end
+  local fm = newest_used and leaves(newest_used)
+
+  local v = verdict(q, used, p.limit)
+  if v == 'refund' then
+    local units = -q
+    -- The oldest units go first: the newest bucket in use, and the key's expiry, stay unless
+    -- every unit is given back.
+    local left, edits, newest_left = units, {}, nil
+    for i = 0, held - 1 do
+      local c = counts[i]
+      local taken = c < left and c or left
+      left = left - taken
+      if taken > 0 then edits[#edits + 1] = { k0 + i, c - taken } end
+      if c > taken then newest_left = k0 + i end
+    end
+    if newest_left == nil then return emptied(p, used > 0) end
+    local at = leaves(newest_left)
+    local d = window_reply(p, 0, used - (units - left), nm, nu, at, 0)
+    d.at = at
+    return ring_patch(ring, ring.newest, edits, d)
+  elseif v == 'admit' then
+    -- Actions go to now's bucket, or to the newest for a ring stamped ahead.
+    local top = current > ring.newest and current or ring.newest
+    if top - ring.newest >= slots then ring = ring_empty(P, top, slots) end
+    local edits = {}
+    local k = ring.newest
+    while k < top do
+      k = k + 1
+      edits[#edits + 1] = { k, 0 }
+    end
+    if #edits > 0 then
+      edits[#edits][2] = q
+    else
+      edits[1] = { top, ring_count(ring, top) + q }
+    end
+    local at = leaves(top)
+    local d = window_reply(p, 0, used + q, nm, nu, at, 0)
+    d.at = at
+    return ring_patch(ring, top, edits, d)
+  end
+  local limited = v == 'peek' and 0 or 1
+  local rm
+  if v == 'denied' then
+    local need, freed = used + q - p.limit, 0
+    for i = 0, held - 1 do
+      freed = freed + counts[i]
+      if freed >= need then rm = leaves(k0 + i) break end
+    end
+    if rm == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+  end
+  local d = window_reply(p, limited, used, nm, nu, fm, 0, rm, 0)
+  if stepped and q ~= 0 and fm then
+    d.at = fm
+    return ring_patch(ring, ring.newest, {}, d)
+  end
+  return d
+end
+
+-- ---- Switching layouts on a live key (PRECISION added or removed).
+
+-- An exact log read by a call with PRECISION: each action still counting goes to the bucket
+-- holding it, floor(min(t, now) / p), all between the oldest that counts and now's. Also
+-- whether the log held an action after now.
+local function log_to_ring(p, log, nm, nu)
+  local P = p.precision
+  local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
+  local hm, hu = t_sub(nm, nu, p.window, 0)
+  local counts = ring.counts
+  for i = log_first_after(log, hm, hu), log.len - 1 do
+    local m, u = log_at(log, i)
+    if t_lt(nm, nu, m, u) then m = nm end
+    local slot = ring_slot(ring, div_floor(m, P))
+    counts[slot] = (counts[slot] or 0) + 1
+  end
+  local ahead = false
+  if log.len > 0 then
+    local m, u = log_at(log, log.len - 1)
+    ahead = t_lt(nm, nu, m, u)
+  end
+  return ring, ahead
+end
+
+-- A ring read by a call without PRECISION: each bucket still counting under its own precision
+-- becomes as many entries at its last instant (k+1)p - 1 ns, or at now for a bucket not over
+-- yet, newest first until the limit (the older would leave first); entries at or before
+-- now - window are dropped. Buckets are read newest first and only as far as needed, as the
+-- module reads them. Also whether the ring was stamped ahead.
+local function ring_to_log(p, ring, nm, nu)
+  local P = ring.pm
+  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  local hm, hu = t_sub(nm, nu, p.window, 0)
+  local k0, held = ring_from(ring, div_floor(hm, P))
+  local far_ahead = ring.far and ring.far > 0
+  local most, count = p.limit, 0
+  local newest_first = {}
+  for k = k0 + held - 1, k0, -1 do
+    local c, em, eu
+    if far_ahead then
+      -- Buckets far ahead (all of them, held from the newest down): each ends after now, so
+      -- its entries go at now; its slot from the exact newest bucket's.
+      c, em, eu = ring_count_at_slot(ring, (ring.far_slot - (k0 + held - 1 - k)) % ring.slots), nm, nu
+    else
+      c = ring_count(ring, k)
+      em, eu = (k + 1) * P - 1, M - 1
+      if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    end
+    if not t_lt(hm, hu, em, eu) or count == most then break end
+    local n = c < most - count and c or most - count
+    if n > 0 then
+      newest_first[#newest_first + 1] = rep(t_le(em, eu), n)
+      count = count + n
+    end
+  end
+  local parts = { '\1\0\0\0\0\0\0\0' }
+  for i = #newest_first, 1, -1 do parts[#parts + 1] = newest_first[i] end
+  local s = concat(parts)
+  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window)
+end
+
+local function window_decide(p, stored, nm, nu, q)
+  if stored == nil then
+    if p.precision then return ring_decide(p, nil, nm, nu, q) end
+    return exact_decide(p, EMPTY_LOG, nm, nu, q)
+  end
+  local version = byte(stored)
+  local log = version == 1 and log_parse(stored) or nil
+  local ring = version == 2 and ring_parse(stored) or nil
+  if p.precision then
+    if ring then return ring_decide(p, ring, nm, nu, q) end
+    if log then
+      local converted, ahead = log_to_ring(p, log, nm, nu)
+      return ring_decide(p, converted, nm, nu, q, true, ahead)
+    end
+  else
+    if log then return exact_decide(p, log, nm, nu, q) end
+    if ring then
+      local converted, ahead = ring_to_log(p, ring, nm, nu)
+      return exact_decide(p, converted, nm, nu, q, ahead)
+    end
+  end
+  invalid('window', stored)
+end
+
+---------------------------------------------------------------------------------------------
+-- Arguments, by each command's table (the module's core/src/command.rs and limiter.rs):
+-- arity, then every positional word an integer (left to right), then the optional tail, then
+-- the ranges, in the module's order.
+
+local function integer(s)
+  local m, u = parse_i64(s)
+  if not m then fail(ERR.integer) end
+  return m, u
+end
+
+local function is_word(s, upper)
+  return #s == #upper and s:upper() == upper
+end
+
+-- The optional words of a single command (`[quantity] [MS] [PRECISION p] [SHADOW]`, any order,
+-- each at most once; a word not starting with a letter is the quantity) or of a CL.ALL spec
+-- (`[QUANTITY q] [PRECISION p]`; `spec` true). Returns the quantity (T, nil when absent),
+-- MS, PRECISION's value (T, nil when absent) and SHADOW.
+local function tail(args, i, last, accepts_precision, spec)
+  local qm, qu, millis, pm, pu, shadow
+  while i <= last do
+    local a = args[i]
+    local b = byte(a)
+    if not spec and not (b and ((b >= 65 and b <= 90) or (b >= 97 and b <= 122))) and qm == nil then
+      qm, qu = integer(a)
+    elseif not spec and not millis and is_word(a, 'MS') then
+      millis = true
+    elseif not spec and not shadow and is_word(a, 'SHADOW') then
+      shadow = true
+    elseif spec and qm == nil and is_word(a, 'QUANTITY') then
+      i = i + 1
+      if i > last then fail(ERR.syntax) end
+      qm, qu = integer(args[i])
+    elseif accepts_precision and pm == nil and is_word(a, 'PRECISION') then
+      i = i + 1
+      if i > last then fail(ERR.syntax) end
+      pm, pu = integer(args[i])
+    else
+      fail(ERR.syntax)
+    end
+    i = i + 1
+  end
+  return qm, qu, millis, pm, pu, shadow
+end
+
+local UNIT_NAME = { [false] = 'seconds', [true] = 'milliseconds' }
+
+-- A time argument, 1 to 10^18 ns in the call's unit: whole ms (every time argument is whole
+-- seconds or milliseconds).
+local function duration(m, u, millis, name)
+  local max = millis and 1000000000000 or 1000000000
+  if m < 0 or (m == 0 and u == 0) or m * M + u > max then
+    fail(fmt(ERR.range_unit, name, '1', millis and BOUND.milliseconds or BOUND.seconds, UNIT_NAME[millis]))
+  end
+  if millis then return m * M + u end
+  return (m * M + u) * 1000
+end
+
+-- Each command's table: its name, positional arguments and optional words (the most its tail
+-- may have), its word in a CL.ALL spec, and how its parameters are built from the positional
+-- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
+local COMMANDS = {
+  throttle = {
+    name = 'cl.throttle', positional = 3, optional = 3, word = 'THROTTLE',
+    build = function(a, millis)
+      local period = duration(a[5], a[6], millis, 'period')
+      return gcra_params(a[1], a[2], a[3], a[4], period)
+    end,
+  },
+  window = {
+    name = 'cl.window', positional = 2, optional = 5, word = 'WINDOW', precision = true,
+    build = function(a, millis, pm, pu)
+      local window = duration(a[3], a[4], millis, 'window')
+      local precision
+      if pm then
+        -- At most 10000 buckets, stated in the call's unit.
+        local w = a[3] * M + a[4]
+        local least = div_ceil(w, 10000)
+        if pm < 0 or pm * M + pu < least or pm * M + pu > w then
+          fail(fmt(ERR.range_unit, 'precision', fmt('%d', least), fmt('%d', w), UNIT_NAME[millis]))
+        end
+        precision = duration(pm, pu, millis, 'precision')
+      end
+      return window_params(a[1], a[2], window, precision)
+    end,
+  },
+  bucket = {
+    name = 'cl.bucket', positional = 3, optional = 3, word = 'BUCKET',
+    build = function(a, millis)
+      local interval = duration(a[5], a[6], millis, 'interval')
+      return bucket_params(a[1], a[2], a[3], a[4], interval)
+    end,
+  },
+  counter = {
+    name = 'cl.counter', positional = 2, optional = 3, word = 'COUNTER',
+    build = function(a, millis)
+      local window = duration(a[3], a[4], millis, 'window')
+      return counter_params(a[1], a[2], window)
+    end,
+  },
+}
+
+-- The positional integers of a limiter, args[first] on, as T pairs.
+local function positional(command, args, first)
+  local a = {}
+  for i = 1, command.positional do
+    a[2 * i - 1], a[2 * i] = integer(args[first + i - 1])
+  end
+  return a
+end
+
+-- Parses a single command's arguments after its key: its parameters, quantity (T), unit and
+-- SHADOW.
+local function parse(kind, args)
+  local command = COMMANDS[kind]
+  local n = #args
+  if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
+  local a = positional(command, args, 1)
+  local qm, qu, millis, pm, pu, shadow = tail(args, command.positional + 1, n, command.precision, false)
+  millis = millis or false
+  if qm == nil then qm, qu = 0, 1 end
+  return command.build(a, millis, pm, pu), qm, qu, millis, shadow or false
+end
+
+---------------------------------------------------------------------------------------------
+-- Keys: read once, decide, then write the effect (as the module's store.rs: integers as
+-- `SET key value PXAT ms`; a window edit in place as SETRANGEs + PEXPIREAT, else one SET).
+
+local function read(key, with_expiry)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' then
+    if v.err then fail(ERR.wrongtype) end
+    fail(fmt(ERR.internal, 'GET returned a ' .. type(v)))
+  end
+  if v == false then return nil end
+  if with_expiry then return v, rcall('PEXPIRETIME', key) end
+  return v
+end
+
+local READS_EXPIRY = { counter = true, bucket = true }
+
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
+  local q = t_capped(qm, qu)
+  if kind == 'throttle' then return gcra_decide(p, stored, nm, nu, qm, qu, q) end
+  if kind == 'window' then return window_decide(p, stored, nm, nu, q) end
+  if kind == 'bucket' then return bucket_decide(p, stored, expiry, nm, nu, q) end
+  return counter_decide(p, stored, expiry, nm, nu, qm, qu, q)
+end
+
+local function apply(key, d, stored)
+  local eff = d.eff
+  if not eff then return end
+  if eff == 'set' then
+    rcall('SET', key, d.value, 'PXAT', int_text(d.at))
+  elseif eff == 'del' then
+    if stored ~= nil then rcall('DEL', key) end
+  elseif d.whole or stored == nil or d.len < #stored then
+    local whole = d.whole
+    if not whole then -- an edit of no key, or a shrink: apply it and write the whole value
+      whole = sub(stored or '', 1, d.len)
+      if #whole < d.len then whole = whole .. rep('\0', d.len - #whole) end
+      for i = 1, #d.chunks do
+        local c = d.chunks[i]
+        whole = sub(whole, 1, c[1]) .. c[2] .. sub(whole, c[1] + #c[2] + 1)
+      end
+    end
+    rcall('SET', key, whole, 'PXAT', int_text(d.at))
+  else
+    for i = 1, #d.chunks do rcall('SETRANGE', key, fmt('%d', d.chunks[i][1]), d.chunks[i][2]) end
+    rcall('PEXPIREAT', key, int_text(d.at))
+  end
+end
+
+local function five(d, millis)
+  if d.rm then d[4] = reply_time(d.rm, d.ru, millis) end
+  d[5] = reply_time(d.sm, d.su, millis)
+  return d
+end
+
+-- SHADOW: a denial answered as an admission (`limited` 0, no retry time); the rest of the
+-- reply, and what was stored, stay as decided.
+local function shadowed(d)
+  if d[1] == 1 then d[1], d[4], d.rm = 0, -1, nil end
+  return d
+end
+
+local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0
+
+-- One limiter command: FCALL cl_<kind> 1 key args...
+local function single(kind, keys, args)
+  if #keys ~= 1 then fail(fmt(ERR.one_key, 'cl_' .. kind, 'cl_' .. kind)) end
+  -- Parsed parameters are kept (the library's state lives between calls; the EVAL form starts
+  -- afresh each time). The key (the word count, then the words joined by spaces) is the same
+  -- for two vectors only when the words hold no space, as every vector that parses.
+  local n = #args
+  local ck
+  if n == 3 then ck = '3' .. args[1] .. ' ' .. args[2] .. ' ' .. args[3]
+  elseif n == 2 then ck = '2' .. args[1] .. ' ' .. args[2]
+  else ck = n .. concat(args, ' ') end
+  local hit = PARSED[kind][ck]
+  local p, qm, qu, millis, shadow
+  if hit then
+    p, qm, qu, millis, shadow = hit[1], hit[2], hit[3], hit[4], hit[5]
+  else
+    p, qm, qu, millis, shadow = parse(kind, args)
+    if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0 end
+    PARSED[kind][ck] = { p, qm, qu, millis, shadow }
+    parsed_count = parsed_count + 1
+  end
+  local key = keys[1]
+  local nm, nu = clock()
+  local stored, expiry = read(key, READS_EXPIRY[kind])
+  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu)
+  apply(key, d, stored)
+  -- Only a call that consumes units (quantity > 0) can be denied.
+  if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
+  return five(d, millis)
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
+-- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
+--   spec := THROTTLE max_burst count period [QUANTITY q]
+--         | WINDOW limit window [PRECISION p] [QUANTITY q]
+--         | BUCKET capacity tokens interval [QUANTITY q]
+--         | COUNTER limit window [QUANTITY q]
+-- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
+
+local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter' }
+local ALL_MAX_KEYS = 16
+
+-- An error of limiter i: the module's texts name the limiter, but for Redis's own texts.
+local function in_limiter(i, text)
+  if text == ERR.integer or text == ERR.wrongtype or sub(text, 1, 18) == 'ERR internal error' then return text end
+  return fmt(ERR.in_limiter, i, sub(text, 5))
+end
+
+-- Runs f(...) with its errors named after limiter i.
+local function as_limiter(i, f, ...)
+  local ok, r1, r2, r3 = pcall(f, ...)
+  if ok then return r1, r2, r3 end
+  if r1 == failed then fail(in_limiter(i, r1)) end
+  error(r1, 0)
+end
+
+-- A word for an error message: printable ASCII, at most 32 characters.
+local function printable(word)
+  local out = {}
+  for i = 1, #word < 32 and #word or 32 do
+    local b = byte(word, i)
+    out[i] = (b >= 33 and b <= 126) and char(b) or '?'
+  end
+  return concat(out)
+end
+
+-- A spec's numbers and options: its parameters and quantity (T).
+local function parse_spec(spec, args, millis)
+  local command = COMMANDS[spec.kind]
+  local a = positional(command, args, spec.first)
+  local qm, qu, _, pm, pu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
+  if qm == nil then qm, qu = 0, 1 end
+  return command.build(a, millis, pm, pu), qm, qu
+end
+
+local function all(keys, args)
+  local nkeys = #keys
+  -- Redis's arity: CL.ALL numkeys key and the shortest spec, six words with the name.
+  if nkeys + #args < 4 then fail(fmt(ERR.arity, 'cl.all')) end
+  if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.numkeys) end
+  for i = 2, nkeys do
+    for j = 1, i - 1 do
+      if keys[i] == keys[j] then fail(fmt(ERR.all_twice, j, i)) end
+    end
+  end
+  -- Split the specs (each its algorithm's word, its numbers, then the options it accepts with
+  -- their values) from the call's MS and DETAILS.
+  local specs, calls = {}, {}
+  local n, i = #args, 1
+  while i <= n do
+    local word = args[i]
+    local upper = word:upper()
+    if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' then
+      calls[#calls + 1] = upper
+      i = i + 1
+    else
+      local index = #specs + 1
+      local kind = ALL_KINDS[upper]
+      if kind == nil then
+        if index > nkeys then fail(ERR.syntax) end
+        fail(fmt(ERR.all_word, index, printable(word)))
+      end
+      local command = COMMANDS[kind]
+      local last = i + command.positional
+      if last > n then fail(fmt(ERR.all_numbers, index, command.word, command.positional)) end
+      while last < n do
+        local option = args[last + 1]:upper()
+        if option ~= 'QUANTITY' and not (command.precision and option == 'PRECISION') then break end
+        last = last + 2 -- the option and its value (a missing value is the spec's syntax error)
+      end
+      if last > n then last = n end
+      specs[index] = { kind = kind, first = i + 1, last = last }
+      i = last + 1
+    end
+  end
+  if #specs ~= nkeys then fail(fmt(ERR.all_count, nkeys, #specs)) end
+  local millis, details, shadow = false, false, false
+  for c = 1, #calls do
+    if calls[c] == 'MS' and not millis then millis = true
+    elseif calls[c] == 'DETAILS' and not details then details = true
+    elseif calls[c] == 'SHADOW' and not shadow then shadow = true
+    else fail(ERR.syntax) end
+  end
+  local parsed = {}
+  for s = 1, nkeys do
+    local p, qm, qu = as_limiter(s, parse_spec, specs[s], args, millis)
+    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu }
+  end
+  -- Every key is read before anything is decided; every limiter decides at one instant; the
+  -- effects are written only when all admit.
+  local nm, nu = clock()
+  local stored, expiries, decisions = {}, {}, {}
+  for s = 1, nkeys do stored[s], expiries[s] = read(keys[s], READS_EXPIRY[parsed[s].kind]) end
+  for s = 1, nkeys do
+    local it = parsed[s]
+    decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+  end
+  local binding, denied = 1, false
+  for s = 1, nkeys do
+    local d = decisions[s]
+    if d[1] == 1 then
+      local b = decisions[binding]
+      if not denied then
+        binding, denied = s, true
+      elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
+        binding = s -- the longest retry_after binds; none (never) is the longest
+      end
+    elseif not denied and d[3] < decisions[binding][3] then
+      binding = s
+    end
+  end
+  if not denied then
+    for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
+  end
+  -- SHADOW on a denial of a call that consumes units: every reply reads as admitted.
+  if denied and shadow then
+    local consumes = false
+    for s = 1, nkeys do
+      local it = parsed[s]
+      consumes = consumes or it.qm > 0 or (it.qm == 0 and it.qu > 0)
+    end
+    if consumes then
+      for s = 1, nkeys do shadowed(decisions[s]) end
+    end
+  end
+  local b = five(decisions[binding], millis)
+  local reply = { b[1], b[2], b[3], b[4], b[5], binding }
+  if details then
+    local each = {}
+    for s = 1, nkeys do
+      local d = five(decisions[s], millis)
+      each[s] = { d[1], d[2], d[3], d[4], d[5] }
+    end
+    reply[7] = each
+  end
+  return reply
+end
+
+---------------------------------------------------------------------------------------------
+-- Entry points. An error raised by `fail` is the reply; anything else is a bug, answered as an
+-- error like the module's caught panics.
+
+local function run(f, a, b, c)
+  if not bound then bind() end
+  failed = nil
+  local ok, res = pcall(f, a, b, c)
+  if ok then return res end
+  if res == failed then return error_reply(res) end
+  return error_reply(fmt(ERR.internal, tostring(res)))
+end
+
+-- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
+local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter' }
+local function eval_dispatch(keys, argv)
+  local name, args = argv[1], {}
+  for i = 2, #argv do args[i - 1] = argv[i] end
+  if name == 'cl_all' then return all(keys, args) end
+  local kind = EVAL_KINDS[name]
+  if kind == nil then fail(fmt(ERR.eval_name, tostring(name))) end
+  return single(kind, keys, args)
+end
+
+-- @library begin
+local function register(name, callback)
+  redis.register_function { function_name = name, callback = callback }
+end
+register('cl_throttle', function(keys, args) return run(single, 'throttle', keys, args) end)
+register('cl_window', function(keys, args) return run(single, 'window', keys, args) end)
+register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
+register('cl_counter', function(keys, args) return run(single, 'counter', keys, args) end)
+register('cl_all', function(keys, args) return run(all, keys, args) end)
+-- @library end
+-- @eval begin
+-- return run(eval_dispatch, KEYS, ARGV)
+-- @eval end

@@ -1,0 +1,30 @@
+//! `CL.ACQUIRE key limit lease id [MS]`: takes or renews a lease; at most `limit` live at once.
+
+use throttle_core::Result;
+use throttle_core::lease::{self, Acquire};
+
+use crate::clock;
+use crate::dispatch::{Call, Response};
+use crate::operate::{self, Class};
+use crate::register::{Registered, registered};
+use crate::store::Key;
+
+pub static COMMAND: Registered = registered!(handler, &lease::ACQUIRE);
+
+fn handler(call: &Call) -> Result<Response> {
+    let args = call.args();
+    let request = Acquire::parse(&args)?;
+    let now = clock::now();
+    let mut key = Key::open_set(call, 0)?;
+    let id = call.word(3)?;
+    let scan = lease::scan(&mut key.leases(id), now, request.limit)?;
+    let outcome = lease::acquire(&scan.view, now, request.limit, request.lease)?;
+    let write = key.prepare_leases(outcome.effect, &scan, id)?;
+    key.apply_leases(write)?;
+    // Counted as a call taking one unit (shadow mode does not apply to leases).
+    if outcome.reply.limited {
+        operate::denied(call, 0, request.key);
+    }
+    call.count(Class::of(1, outcome.reply.limited, false));
+    Ok(Response::Five(outcome.reply.to_array(request.unit)))
+}

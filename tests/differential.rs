@@ -1,0 +1,767 @@
+//! The Functions twin against the module: the same random calls (every command; planted
+//! states of every kind, hostile ones included; peeks, refunds, MS, PRECISION, argument errors)
+//! on three keys of one server: the module's, the twin's through FCALL and the twin's through
+//! EVALSHA. Replies, stored bytes and absolute expiries must be equal after every call.
+//!
+//! One instant, no tolerance: the module and the twin's test build share one server, and both
+//! clocks are pinned to the same microsecond before each call (`CL.DEBUG CLOCK` for the module,
+//! loaded with `DEBUG-COMMANDS yes`; the key the test build's clock reads for the twin, see
+//! `scripts/twin.sh`). The test build differs from the shipped library only in that clock; the
+//! shipped clock (`TIME`) is proven equal to the module's in tests/twin.rs.
+//!
+//! `THROTTLE_DIFF_CALLS` (default 12,000) and `THROTTLE_DIFF_SEED` reproduce or extend a run.
+
+mod harness;
+
+use harness::twin::{self, CLOCK_KEY, Form};
+use harness::{Options, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Connection, Value};
+use std::collections::BTreeMap;
+
+/// The largest limit the twin replies exactly (2^53 − 1): above it the twin refuses the call
+/// with its own error (README, "Without the module").
+const TWIN_LIMIT_MAX: i64 = 9_007_199_254_740_991;
+const MS: i64 = 1_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
+enum Kind {
+    Throttle,
+    Window,
+    Bucket,
+    Counter,
+}
+
+impl Kind {
+    fn command(self) -> &'static str {
+        match self {
+            Kind::Throttle => "CL.THROTTLE",
+            Kind::Window => "CL.WINDOW",
+            Kind::Bucket => "CL.BUCKET",
+            Kind::Counter => "CL.COUNTER",
+        }
+    }
+    fn function(self) -> &'static str {
+        match self {
+            Kind::Throttle => "cl_throttle",
+            Kind::Window => "cl_window",
+            Kind::Bucket => "cl_bucket",
+            Kind::Counter => "cl_counter",
+        }
+    }
+}
+
+const KINDS: [Kind; 4] = [Kind::Throttle, Kind::Window, Kind::Bucket, Kind::Counter];
+
+/// A limiter's parameters as a slot keeps them between calls, so that states build up.
+#[derive(Clone, Debug)]
+struct Limiter {
+    kind: Kind,
+    /// Positional arguments after the key.
+    positional: Vec<String>,
+    millis: bool,
+    /// PRECISION's value (CL.WINDOW).
+    precision: Option<String>,
+}
+
+impl Limiter {
+    /// The window and precision in ms, when this is a CL.WINDOW with numeric parameters.
+    fn window_ms(&self) -> Option<(i64, Option<i64>)> {
+        if self.kind != Kind::Window {
+            return None;
+        }
+        let scale = if self.millis { 1 } else { 1000 };
+        let w = self.positional.get(1)?.parse::<i64>().ok()?.checked_mul(scale)?;
+        let p = match &self.precision {
+            Some(p) => Some(p.parse::<i64>().ok()?.checked_mul(scale)?),
+            None => None,
+        };
+        Some((w, p))
+    }
+
+    /// The most units it admits at once (the first positional argument; max_burst + 1).
+    fn limit(&self) -> Option<i64> {
+        let v = self.positional.first()?.parse::<i64>().ok()?;
+        Some(if self.kind == Kind::Throttle { v.checked_add(1)? } else { v })
+    }
+}
+
+struct Gen {
+    rng: StdRng,
+}
+
+impl Gen {
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.rng.random_range(0..items.len())]
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        self.rng.random_bool(p)
+    }
+
+    /// A time parameter in the call's unit: mostly small, so limiters interact with the steps.
+    fn duration(&mut self, millis: bool) -> i64 {
+        let secs = match self.rng.random_range(0..10) {
+            0..=5 => self.rng.random_range(1..=20),
+            6..=8 => self.rng.random_range(1..=600),
+            _ => self.rng.random_range(1..=100_000),
+        };
+        if millis {
+            match self.rng.random_range(0..3) {
+                0 => self.rng.random_range(1..=2000),
+                _ => secs * 1000 + self.rng.random_range(0..1000),
+            }
+        } else {
+            secs
+        }
+    }
+
+    fn limiter(&mut self, kind: Kind) -> Limiter {
+        let millis = self.chance(0.35);
+        let small = |g: &mut Gen, hi: i64| g.rng.random_range(1..=hi).to_string();
+        let (positional, precision) = match kind {
+            Kind::Throttle => {
+                let burst = self.rng.random_range(0..=15).to_string();
+                let count = small(self, 20);
+                // Sometimes a tolerance beyond 2^52 ns (52 days): the twin's general arithmetic.
+                let period = if self.chance(0.1) {
+                    let secs = self.rng.random_range(1_000_000..=1_000_000_000i64);
+                    if millis { (secs / 1000).max(1) * 1000 } else { secs }
+                } else {
+                    self.duration(millis)
+                };
+                (vec![burst, count, period.to_string()], None)
+            }
+            Kind::Window => {
+                let limit = small(self, 20);
+                let window = self.duration(millis);
+                let precision = if self.chance(0.45) {
+                    // dividing the window or not, from one bucket to many
+                    let p = match self.rng.random_range(0..4) {
+                        0 => window,
+                        1 => (window / self.rng.random_range(1..=10)).max(1),
+                        2 => (window / self.rng.random_range(1..=200)).max(1),
+                        _ => self.rng.random_range(1..=window),
+                    };
+                    Some(p.to_string())
+                } else {
+                    None
+                };
+                (vec![limit, window.to_string()], precision)
+            }
+            Kind::Bucket => {
+                let capacity = small(self, 20);
+                let tokens = small(self, 6);
+                let interval = self.duration(millis).to_string();
+                (vec![capacity, tokens, interval], None)
+            }
+            Kind::Counter => (vec![small(self, 20), self.duration(millis).to_string()], None),
+        };
+        Limiter { kind, positional, millis, precision }
+    }
+
+    /// Parameters at or beyond the edges: overflows, ranges, rates faster than 1 ns, limits the
+    /// twin cannot reply exactly.
+    fn extreme_limiter(&mut self, kind: Kind) -> Limiter {
+        let mut l = self.limiter(kind);
+        let edges: &[&str] = &[
+            "9223372036854775807", "9223372036854775806", "9223372036854775808", "-9223372036854775808", "0", "-1",
+            "9007199254740991", "9007199254740992", "9007199254740993", "999999999999999999", "1000000000000000000",
+            "4611686018427387904", "100000", "100001", "10000", "10001", "9223372036", "9223372037", "9223372036854",
+            "9223372036855", "1000000000", "123456789012345", "1000000001", "1000000000000", "1000000000001",
+            "1000000000000000001", "999999999999999998", "4503599627370496", "4503599627370497",
+        ];
+        let i = self.rng.random_range(0..l.positional.len() + usize::from(l.precision.is_some()));
+        let v = self.pick(edges).to_string();
+        if i < l.positional.len() {
+            l.positional[i] = v;
+        } else {
+            l.precision = Some(v);
+        }
+        l
+    }
+
+    fn quantity(&mut self, limit: Option<i64>) -> Option<String> {
+        let limit = limit.unwrap_or(10).clamp(1, 1000);
+        Some(match self.rng.random_range(0..100) {
+            0..=29 => return None,
+            30..=44 => "1".into(),
+            45..=54 => "0".into(),
+            55..=72 => self.rng.random_range(2..=limit + 2).to_string(),
+            73..=88 => (-self.rng.random_range(1..=limit + 2)).to_string(),
+            89..=94 => self
+                .pick(&["9223372036854775807", "-9223372036854775808", "9007199254740993", "-9007199254740993", "1000000000000000000", "-99999999999"])
+                .to_string(),
+            _ => self.pick(&["1.5", "x", "+1", "", "01", "-0", " 1", "PRECISION", "ms"]).to_string(),
+        })
+    }
+
+    /// The arguments after the key: positional, then the tail in a random order.
+    fn args(&mut self, l: &Limiter) -> Vec<String> {
+        let mut args = l.positional.clone();
+        let mut tail: Vec<Vec<String>> = Vec::new();
+        if let Some(q) = self.quantity(l.limit()) {
+            tail.push(vec![q]);
+        }
+        if l.millis {
+            tail.push(vec![self.pick(&["MS", "ms", "Ms"]).to_string()]);
+        }
+        if let Some(p) = &l.precision {
+            tail.push(vec![self.pick(&["PRECISION", "precision"]).to_string(), p.clone()]);
+        }
+        if self.chance(0.2) {
+            tail.push(vec![self.pick(&["SHADOW", "shadow"]).to_string()]);
+        }
+        // MS, PRECISION, SHADOW and the quantity may come in any order.
+        for i in (1..tail.len()).rev() {
+            let j = self.rng.random_range(0..=i);
+            tail.swap(i, j);
+        }
+        args.extend(tail.into_iter().flatten());
+        if self.chance(0.01) {
+            // an unknown word, a repeated option, a missing PRECISION value, too many words
+            match self.rng.random_range(0..4) {
+                0 => args.push("BOGUS".into()),
+                1 => args.push("MS".into()),
+                2 => args.push("PRECISION".into()),
+                _ => args.extend(["1".to_string(), "1".to_string(), "1".to_string()]),
+            }
+        }
+        if self.chance(0.005) {
+            args.truncate(self.rng.random_range(0..args.len().max(1)));
+        }
+        if self.chance(0.01) && !args.is_empty() {
+            let i = self.rng.random_range(0..args.len());
+            args[i] = self.pick(&["1.5", "0x10", " 5", "", "+5", "05", "\u{ff}", "-0", "99999999999999999999"]).to_string();
+        }
+        args
+    }
+}
+
+impl Limiter {
+    fn word(&self) -> &'static str {
+        match self.kind {
+            Kind::Throttle => "THROTTLE",
+            Kind::Window => "WINDOW",
+            Kind::Bucket => "BUCKET",
+            Kind::Counter => "COUNTER",
+        }
+    }
+
+    /// Which positional arguments are times (CL.ALL's MS applies to every spec).
+    fn is_duration(&self, i: usize) -> bool {
+        matches!((self.kind, i), (Kind::Throttle, 2) | (Kind::Window, 1) | (Kind::Bucket, 2) | (Kind::Counter, 1))
+    }
+
+    /// A time of this limiter in the unit of a CL.ALL call (`millis`): the same duration when
+    /// it is expressible, else the same number.
+    fn in_unit(&self, word: &str, millis: bool) -> String {
+        match (word.parse::<i64>(), self.millis, millis) {
+            (Ok(v), false, true) => v.saturating_mul(1000).to_string(),
+            (Ok(v), true, false) if v % 1000 == 0 => (v / 1000).to_string(),
+            _ => word.to_string(),
+        }
+    }
+}
+
+impl Gen {
+    /// This limiter as a CL.ALL spec in the call's unit: its word, numbers, then `QUANTITY q`
+    /// and `PRECISION p` in either order.
+    fn spec(&mut self, l: &Limiter, millis: bool) -> Vec<String> {
+        let word = l.word();
+        let word = match self.rng.random_range(0..3) {
+            0 => word.to_lowercase(),
+            _ => word.to_string(),
+        };
+        let mut words = vec![word];
+        for (i, w) in l.positional.iter().enumerate() {
+            words.push(if l.is_duration(i) { l.in_unit(w, millis) } else { w.clone() });
+        }
+        let mut options: Vec<Vec<String>> = Vec::new();
+        if let Some(q) = self.quantity(l.limit()) {
+            options.push(vec![self.pick(&["QUANTITY", "quantity"]).to_string(), q]);
+        }
+        if let Some(p) = &l.precision {
+            options.push(vec!["PRECISION".into(), l.in_unit(p, millis)]);
+        }
+        if options.len() == 2 && self.chance(0.5) {
+            options.swap(0, 1);
+        }
+        words.extend(options.into_iter().flatten());
+        words
+    }
+
+    /// The words after CL.ALL's keys: the specs, MS, DETAILS and SHADOW anywhere among them,
+    /// and now and then a malformed call.
+    fn all_args(&mut self, limiters: &[&Limiter]) -> Vec<String> {
+        let millis = self.chance(0.4);
+        let mut parts: Vec<Vec<String>> = limiters.iter().map(|l| self.spec(l, millis)).collect();
+        let mut options = Vec::new();
+        if millis {
+            options.push(self.pick(&["MS", "ms"]).to_string());
+        }
+        if self.chance(0.3) {
+            options.push(self.pick(&["DETAILS", "details"]).to_string());
+        }
+        if self.chance(0.2) {
+            options.push(self.pick(&["SHADOW", "shadow"]).to_string());
+        }
+        for o in options {
+            let at = self.rng.random_range(1..=parts.len());
+            parts.insert(at, vec![o]);
+        }
+        let mut args: Vec<String> = parts.into_iter().flatten().collect();
+        if self.chance(0.05) {
+            match self.rng.random_range(0..6) {
+                0 => args.push("THROTTLE 1 1".into()),
+                1 => args.insert(0, "LIMITER".into()),
+                2 => args.push("MS".into()),
+                3 => args.push("DETAILS".into()),
+                4 => args.truncate(args.len().saturating_sub(1)),
+                _ => args.push(self.pick(&["COUNTER", "WINDOW 5"]).to_string()),
+            }
+            args = args.join(" ").split(' ').map(String::from).collect();
+        }
+        args
+    }
+}
+
+/// What a key holds before a call, written alike into the three keys.
+#[derive(Clone, Debug)]
+enum Plant {
+    Value(Vec<u8>, Option<i64>),
+    List,
+}
+
+impl Gen {
+    fn expiry(&mut self, natural: i64, now_ms: i64) -> Option<i64> {
+        match self.rng.random_range(0..10) {
+            0 => None,
+            1 => Some(now_ms + self.rng.random_range(3_600_000..36_000_000)), // far ahead: a clock stepped back
+            2 => Some(now_ms + self.rng.random_range(-5_000..5_000)),
+            3 => Some(9_223_372_036_855), // its nanoseconds overflow i64
+            _ => Some(natural.max(now_ms - 60_000)),
+        }
+    }
+
+    fn plant(&mut self, l: &Limiter, now_ns: i64) -> Plant {
+        let now_ms = now_ns.div_euclid(MS);
+        let text = |v: i64| v.to_string().into_bytes();
+        match self.rng.random_range(0..100) {
+            0..=2 => return Plant::List,
+            3..=6 => {
+                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5"];
+                return Plant::Value(self.pick(junk).to_vec(), Some(now_ms + 100_000));
+            }
+            _ => {}
+        }
+        // Mostly this limiter's own kind; sometimes another's (WRONGTYPE).
+        let other = *self.pick(&KINDS);
+        let kind = if self.chance(0.85) { l.kind } else { other };
+        match kind {
+            Kind::Throttle => {
+                let tat = match self.rng.random_range(0..8) {
+                    0 => 1_000_000_000_000_000_000,
+                    1 => now_ns - self.rng.random_range(0..3_600_000_000_000),
+                    2 => now_ns + self.rng.random_range(3_600_000_000_000..36_000_000_000_000),
+                    _ => now_ns + self.rng.random_range(0..300_000_000_000),
+                };
+                let natural = tat.div_euclid(MS) + 1;
+                Plant::Value(text(tat), self.expiry(natural, now_ms))
+            }
+            Kind::Counter => {
+                let count = match self.rng.random_range(0..12) {
+                    0 => 0,
+                    1 => 100_000_000_000_000_000,
+                    2 => 999_999_999_999_999_999,
+                    3 => 9_007_199_254_740_993,
+                    _ => self.rng.random_range(1..=25),
+                };
+                let natural = now_ms + self.rng.random_range(1..=120_000);
+                Plant::Value(text(count), self.expiry(natural, now_ms))
+            }
+            Kind::Bucket => {
+                let deficit: i64 = match self.rng.random_range(0..12) {
+                    0 => 1_000_000_000_000,
+                    1 => i64::MAX,
+                    _ => self.rng.random_range(1..=25),
+                };
+                let natural = now_ms + self.rng.random_range(1..=200) * 1000 + self.rng.random_range(0..3) * 7;
+                Plant::Value(text(-deficit), self.expiry(natural, now_ms))
+            }
+            Kind::Window => {
+                let (window, precision) = l.window_ms().unwrap_or((10_000, None));
+                let ring = match precision {
+                    Some(_) => self.chance(0.85),
+                    None => self.chance(0.15),
+                };
+                if ring { self.ring(window, precision.unwrap_or(1000).max(1), now_ns) } else { self.log(window, now_ns) }
+            }
+        }
+    }
+
+    /// An exact log (layout 1): entries ascending around the window, some after now.
+    fn log(&mut self, window_ms: i64, now_ns: i64) -> Plant {
+        let n = match self.rng.random_range(0..10) {
+            0 => 0,
+            1 => self.rng.random_range(20..60),
+            _ => self.rng.random_range(1..12),
+        };
+        let span = window_ms.saturating_mul(MS).saturating_mul(2).min(1 << 50);
+        let mut entries: Vec<i64> = (0..n).map(|_| now_ns - self.rng.random_range(0..=span)).collect();
+        if self.chance(0.15) {
+            for _ in 0..self.rng.random_range(1..4) {
+                entries.push(now_ns + self.rng.random_range(1..3_600_000_000_000));
+            }
+        }
+        entries.sort_unstable();
+        if self.chance(0.03) {
+            entries.reverse(); // hostile: not ascending
+        }
+        let head = if entries.is_empty() || self.chance(0.7) { 0 } else { self.rng.random_range(0..=entries.len() as u32) };
+        let mut bytes = vec![1u8, 0, 0, 0];
+        bytes.extend_from_slice(&head.to_le_bytes());
+        for e in &entries {
+            bytes.extend_from_slice(&e.to_le_bytes());
+        }
+        if self.chance(0.03) {
+            bytes.push(7); // a torn entry
+        }
+        if self.chance(0.02) {
+            bytes[5] = 0xff; // head beyond the entries
+        }
+        let newest = entries.iter().max().copied().unwrap_or(now_ns);
+        let natural = (newest + window_ms * MS).div_euclid(MS) + 1;
+        Plant::Value(bytes, self.expiry(natural, now_ns.div_euclid(MS)))
+    }
+
+    /// A ring (layout 2): this call's precision or another, its newest bucket near now, ahead
+    /// (a clock stepped back) or far behind.
+    fn ring(&mut self, window_ms: i64, precision_ms: i64, now_ns: i64) -> Plant {
+        let p_ms = match self.rng.random_range(0..10) {
+            0 => self.rng.random_range(1..=window_ms.max(1)),
+            1 => precision_ms * 2,
+            _ => precision_ms,
+        };
+        let spanned = (window_ms + precision_ms - 1) / precision_ms;
+        let slots = if self.chance(0.85) { (window_ms + p_ms - 1) / p_ms + 1 } else { self.rng.random_range(1..=30) };
+        let slots = slots.clamp(1, 10_001);
+        let current = now_ns.div_euclid(p_ms * MS);
+        let newest = match self.rng.random_range(0..14) {
+            0 => current + spanned + self.rng.random_range(1..100), // ahead: stepped
+            1 => current - self.rng.random_range(slots..slots + 1000),
+            2 => -(1 << 60),
+            3 => -(1 << 53) + self.rng.random_range(-3..3), // around what a double holds
+            // Far ahead, in the call's own precision (a ring no limiter writes: beyond 2^53
+            // buckets the twin reasons on the sign, and a ratio of precisions near a power of
+            // two would put it at the edge of its exact range, where it refuses the call).
+            4 if p_ms == precision_ms => (1 << 60) + self.rng.random_range(0..1000),
+            _ => current - self.rng.random_range(0..=spanned.min(5)),
+        };
+        let mut bytes = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
+        bytes.extend_from_slice(&(p_ms * MS).to_le_bytes());
+        bytes.extend_from_slice(&newest.to_le_bytes());
+        for _ in 0..slots {
+            let c: i64 = match self.rng.random_range(0..20) {
+                0..=7 => 0,
+                8 => -1, // hostile: a count with its top bit set
+                _ => self.rng.random_range(1..=6),
+            };
+            let c = if c < 0 && !self.chance(0.2) { 0 } else { c };
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        if self.chance(0.02) {
+            bytes[3] = 1; // reserved byte set
+        }
+        let natural = (newest + 1).saturating_mul(p_ms).saturating_add(window_ms).max(now_ns / MS + 1);
+        Plant::Value(bytes, self.expiry(natural, now_ns.div_euclid(MS)))
+    }
+}
+
+/// A key's value (`GET`) and absolute expiry (`PEXPIRETIME`), as replied.
+type KeyState = (Value, Value);
+
+struct Rig {
+    _server: Server,
+    c: Connection,
+    sha: String,
+}
+
+impl Rig {
+    fn start() -> Rig {
+        let server = Server::with(Options::default().debug_commands());
+        let mut c = server.client();
+        twin::load(&mut c, Form::Library, &twin::source(Form::Library, true));
+        let sha = twin::load(&mut c, Form::Eval, &twin::source(Form::Eval, true)).unwrap();
+        Rig { _server: server, c, sha }
+    }
+
+    /// The three keys of slot `i`: the module's, FCALL's, EVALSHA's.
+    fn keys(i: usize) -> [String; 3] {
+        [format!("d:{i}:module"), format!("d:{i}:fcall"), format!("d:{i}:eval")]
+    }
+
+    fn plant(&mut self, keys: &[String; 3], plant: &Plant) {
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("DEL").arg(k).ignore();
+            match plant {
+                Plant::List => {
+                    pipe.cmd("RPUSH").arg(k).arg("x").ignore();
+                }
+                Plant::Value(bytes, expiry) => {
+                    pipe.cmd("SET").arg(k).arg(bytes.as_slice()).ignore();
+                    if let Some(at) = expiry {
+                        pipe.cmd("PEXPIREAT").arg(k).arg(*at).ignore();
+                    }
+                }
+            }
+        }
+        pipe.query::<()>(&mut self.c).unwrap();
+    }
+
+    /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
+    /// replies and each key's state after.
+    fn call(&mut self, kind: Kind, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
+        pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
+        pipe.cmd(kind.command()).arg(&keys[0]).arg(args);
+        pipe.cmd("FCALL").arg(kind.function()).arg(1).arg(&keys[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(&keys[2]).arg(kind.function()).arg(args);
+        for k in keys {
+            pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
+        }
+        let v: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let [before, before_at, a, b, c, g0, e0, g1, e1, g2, e2]: [Value; 11] = v.try_into().unwrap();
+        ((before, before_at), [a, b, c], [(g0, e0), (g1, e1), (g2, e2)])
+    }
+}
+
+impl Rig {
+    /// CL.ALL over slots' key sets (the module's keys, FCALL's, EVALSHA's) at `now_us`;
+    /// returns the three replies and every key's state after, set by set.
+    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> ([Value; 3], Vec<Vec<KeyState>>) {
+        let sets: Vec<Vec<String>> = (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
+        pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
+        pipe.cmd("CL.ALL").arg(slots.len()).arg(&sets[0]).arg(args);
+        pipe.cmd("FCALL").arg("cl_all").arg(slots.len()).arg(&sets[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(slots.len()).arg(&sets[2]).arg("cl_all").arg(args);
+        for set in &sets {
+            for k in set {
+                pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
+            }
+        }
+        let mut v: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let states: Vec<Value> = v.split_off(3);
+        let replies: [Value; 3] = v.try_into().unwrap();
+        let pairs: Vec<KeyState> = states.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        (replies, pairs.chunks(slots.len()).map(<[_]>::to_vec).collect())
+    }
+}
+
+/// The twin's answer for a call the module answered with a limit above 2^53 − 1.
+fn twin_limit_error(kind: Kind) -> String {
+    let name = if kind == Kind::Bucket { "capacity" } else { "limit" };
+    format!(
+        "ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)"
+    )
+}
+
+fn server_error(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(e) => Some(format!("{} {}", e.code(), e.details().unwrap_or("")).trim().to_string()),
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    calls: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, what: String) {
+        *self.calls.entry(what).or_default() += 1;
+    }
+}
+
+#[test]
+fn the_twin_matches_the_module_call_for_call() {
+    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12_000);
+    let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={calls}");
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+
+    // Pinned instants start a day ahead of the server's real clock, so no key the test writes
+    // expires by real time while it runs (a key's expiry is absolute, in the server's ms).
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let mut now_us = real_us + 86_400_000_000 + g.rng.random_range(0..1_000_000);
+    let mut rig = Rig::start();
+
+    const SLOTS: usize = 24;
+    let mut limiters: Vec<Limiter> = (0..SLOTS).map(|i| g.limiter(KINDS[i % 4])).collect();
+    let mut tally = Tally::default();
+
+    for step in 0..calls {
+        // The clock: mostly forward in steps from 0 to an hour, sometimes back (a clock step).
+        now_us += match g.rng.random_range(0..100) {
+            0..=9 => 0,
+            10..=29 => g.rng.random_range(1..1000),
+            30..=59 => g.rng.random_range(1000..1_000_000),
+            60..=84 => g.rng.random_range(1_000_000..60_000_000),
+            85..=94 => g.rng.random_range(60_000_000..3_600_000_000),
+            _ => -g.rng.random_range(1..3_600_000_000),
+        };
+        now_us = now_us.clamp(real_us + 43_200_000_000, real_us + 172_800_000_000);
+
+        if g.chance(0.15) {
+            // CL.ALL over 1 to 4 slots (their keys hold what the single commands leave), each
+            // slot's limiter as a spec; now and then one slot twice.
+            let n = g.rng.random_range(1..=4);
+            let mut slots: Vec<usize> = Vec::new();
+            while slots.len() < n {
+                let s = g.rng.random_range(0..SLOTS);
+                if !slots.contains(&s) || g.chance(0.02) {
+                    slots.push(s);
+                }
+            }
+            let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
+            let args = g.all_args(&chosen);
+            let (replies, states) = rig.call_all(&slots, &args, now_us);
+            let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}", slots.len(), args.join(" "));
+            if matches!(&replies[0], Value::Array(items) if matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX)) {
+                continue; // (specs come from ordinary limiters: not reached)
+            }
+            assert_eq!(replies[1], replies[0], "FCALL cl_all differs from the module's CL.ALL: {context}");
+            assert_eq!(replies[2], replies[0], "EVALSHA cl_all differs from the module's CL.ALL: {context}");
+            assert_eq!(states[1], states[0], "FCALL cl_all stored bytes/expiry differ: {context}");
+            assert_eq!(states[2], states[0], "EVALSHA cl_all stored bytes/expiry differ: {context}");
+            let outcome = match &replies[0] {
+                Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => "denied (nothing written)",
+                Value::Array(items) if items.len() == 7 => "admitted, DETAILS",
+                Value::Array(_) => "admitted",
+                Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+                Value::ServerError(_) => "error",
+                other => panic!("{context}: unexpected module reply {other:?}"),
+            };
+            tally.add(format!("CL.ALL ({} limiters): {outcome}", slots.len()));
+            continue;
+        }
+        let slot = g.rng.random_range(0..SLOTS);
+        let keys = Rig::keys(slot);
+        // The limiter: the slot's own (so that state builds up), a new one, or another.
+        let roll = g.rng.random_range(0..100);
+        let other = *g.pick(&KINDS);
+        let mut scratch = false;
+        if limiters[slot].kind == Kind::Window && g.chance(0.05) {
+            // The same window with PRECISION added or removed: the key switches layout.
+            let w = limiters[slot].positional[1].parse::<i64>().unwrap_or(10);
+            let p = (w / g.rng.random_range(1..=50)).max(1).to_string();
+            let flipped = if limiters[slot].precision.is_some() { None } else { Some(p) };
+            limiters[slot].precision = flipped;
+        }
+        let limiter = if roll < 80 {
+            limiters[slot].clone()
+        } else if roll < 90 {
+            limiters[slot] = g.limiter(other);
+            limiters[slot].clone()
+        } else if roll < 96 {
+            g.limiter(other)
+        } else {
+            scratch = true;
+            g.extreme_limiter(other)
+        };
+        if scratch {
+            // Extreme parameters on an empty key, so that the reply is the parameters' alone.
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+        } else if g.chance(0.12) {
+            let plant = g.plant(&limiter, now_us * 1000);
+            rig.plant(&keys, &plant);
+            tally.add(format!("planted {}", match &plant {
+                Plant::List => "list".to_string(),
+                Plant::Value(b, _) => match b.first() {
+                    Some(1) => "exact log".into(),
+                    Some(2) => "ring".into(),
+                    _ => "integer or junk".into(),
+                },
+            }));
+        }
+        let args = g.args(&limiter);
+        let (before, replies, states) = rig.call(limiter.kind, &keys, &args, now_us);
+        let context = || {
+            format!(
+                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, {} {} {} on {before:?}",
+                limiter.kind.command(),
+                keys[0],
+                args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(" ")
+            )
+        };
+
+        // The expected twin reply: the module's, but for limits the twin cannot reply exactly.
+        let module = &replies[0];
+        let over_limit = match module {
+            Value::Array(items) => matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX),
+            _ => false,
+        };
+        if over_limit {
+            for twin_reply in &replies[1..] {
+                assert_eq!(server_error(twin_reply).as_deref(), Some(twin_limit_error(limiter.kind).as_str()), "{}", context());
+            }
+            assert!(states[1..].iter().all(|(v, _)| *v == Value::Nil), "{}: the twin wrote nothing", context());
+            tally.add("beyond the twin's exact range (refused)".into());
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap(); // the module's key moved on alone
+            continue;
+        }
+        assert_eq!(replies[1], replies[0], "FCALL reply differs from the module's: {}", context());
+        assert_eq!(replies[2], replies[0], "EVALSHA reply differs from the module's: {}", context());
+        assert_eq!(states[1], states[0], "FCALL stored bytes/expiry differ from the module's: {}", context());
+        assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry differ from the module's: {}", context());
+
+        let outcome = match module {
+            Value::Array(items) => match (items.first(), args.iter().find(|a| a.parse::<i64>().is_ok() && !limiter.positional.contains(a))) {
+                (Some(Value::Int(1)), _) => "denied",
+                (_, Some(q)) if q == "0" => "peek",
+                (_, Some(q)) if q.starts_with('-') => "refund",
+                _ => "admitted",
+            },
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+            Value::ServerError(e) if e.details().is_some_and(|d| d.contains("does not hold valid")) => "invalid state",
+            Value::ServerError(_) => "argument error",
+            other => panic!("{}: unexpected module reply {other:?}", context()),
+        };
+        if matches!(outcome, "WRONGTYPE" | "invalid state") && g.chance(0.5) {
+            // Let the slot's limiter start afresh (else one foreign value answers every call).
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+        }
+        if limiter.kind == Kind::Window
+            && let Value::BulkString(b) = &before.0
+            && matches!((b.first(), limiter.precision.is_some()), (Some(1), true) | (Some(2), false))
+        {
+            tally.add(format!("CL.WINDOW switching layout (PRECISION added or removed): {outcome}"));
+        }
+        let precision = if limiter.precision.is_some() { " PRECISION" } else { "" };
+        let unit = if limiter.millis { " MS" } else { "" };
+        tally.add(format!("{}{precision}{unit}: {outcome}", limiter.kind.command()));
+    }
+    eprintln!("{calls} calls, each on the module, FCALL and EVALSHA, all equal:");
+    for (what, n) in &tally.calls {
+        eprintln!("  {n:6}  {what}");
+    }
+    for kind in KINDS {
+        let n: u64 = tally.calls.iter().filter(|(w, _)| w.starts_with(kind.command())).map(|(_, n)| n).sum();
+        assert!(n as usize >= calls / 10, "{} was exercised: {n} calls", kind.command());
+    }
+    for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS"] {
+        assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
+    }
+    for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
+        assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
+    }
+}

@@ -1,0 +1,480 @@
+//! The Functions twin itself (functions/throttle.lua) on servers without the module: loading it
+//! with the README's one command, its declared flags, its EVAL form, CL.ALL, the rules of
+//! SEMANTICS it follows ahead of the module, replicas and AOF, a cluster, its clock against the
+//! module's, and the inputs it refuses because it cannot answer them exactly.
+//! (tests/differential.rs proves it equal to the module; `make test-twin` runs the behavioural
+//! tests against it.)
+
+mod harness;
+
+use harness::twin::{self, CLOCK_KEY, Form};
+use harness::{Cluster, Options, Server, frozen_clock, snapshot};
+use redis::{Connection, Value};
+use std::time::Duration;
+
+type Reply = Vec<i64>;
+
+/// A module-less server with the shipped library (and its EVAL form) loaded.
+fn twin_server(options: Options) -> (Server, Connection, String) {
+    let server = Server::with(options.without_module());
+    let mut c = server.client();
+    twin::load(&mut c, Form::Library, &twin::shipped(Form::Library));
+    let sha = twin::load(&mut c, Form::Eval, &twin::shipped(Form::Eval)).unwrap();
+    (server, c, sha)
+}
+
+/// A module-less server with the twin's test build (a pinnable clock; otherwise the shipped
+/// code) loaded.
+fn pinned_twin() -> (Server, Connection) {
+    let server = Server::with(Options::default().without_module());
+    let mut c = server.client();
+    twin::load(&mut c, Form::Library, &twin::source(Form::Library, true));
+    (server, c)
+}
+
+fn pin(c: &mut Connection, us: i64) {
+    let _: () = redis::cmd("SET").arg(CLOCK_KEY).arg(us).query(c).unwrap();
+}
+
+fn real_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64
+}
+
+/// `FCALL function numkeys words...` from "function key args..." (one key) as a raw reply.
+fn fcall_raw(c: &mut Connection, words: &str) -> redis::RedisResult<Value> {
+    let w: Vec<&str> = words.split_whitespace().collect();
+    let (function, rest) = w.split_first().unwrap();
+    if *function == "cl_all" {
+        return redis::cmd("FCALL").arg(*function).arg(rest).query(c);
+    }
+    redis::cmd("FCALL").arg(*function).arg(1).arg(rest).query(c)
+}
+
+fn fcall(c: &mut Connection, words: &str) -> Reply {
+    redis::FromRedisValue::from_redis_value(fcall_raw(c, words).unwrap_or_else(|e| panic!("{words}: {e}"))).unwrap()
+}
+
+fn fcall_err(c: &mut Connection, words: &str) -> String {
+    match fcall_raw(c, words) {
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string(),
+        Ok(v) => panic!("{words}: expected an error, got {v:?}"),
+    }
+}
+
+fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
+}
+
+#[test]
+fn loads_with_the_readme_command_and_answers_the_documented_example() {
+    let server = Server::with(Options::default().without_module());
+    let file = std::fs::File::open(concat!(env!("CARGO_MANIFEST_DIR"), "/functions/throttle.lua")).unwrap();
+    // README: redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
+    let out = std::process::Command::new(harness::cli_command())
+        .args(["-p", &server.port.to_string(), "-x", "FUNCTION", "LOAD", "REPLACE"])
+        .stdin(file)
+        .output()
+        .expect("run redis-cli");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "throttle", "{}", String::from_utf8_lossy(&out.stderr));
+    let mut c = server.client();
+    let replies: Vec<Reply> = redis::pipe()
+        .atomic()
+        .cmd("FCALL").arg("cl_throttle").arg(1).arg("user123").arg(15).arg(30).arg(60)
+        .cmd("FCALL").arg("cl_throttle").arg(1).arg("user123").arg(15).arg(30).arg(60)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, vec![vec![0, 16, 15, -1, 2], vec![0, 16, 14, -1, 4]]);
+    // Loading again replaces the library (an upgrade) and keeps the keys.
+    let again: String = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(twin::shipped(Form::Library)).query(&mut c).unwrap();
+    assert_eq!(again, "throttle");
+    assert_eq!(fcall(&mut c, "cl_throttle user123 15 30 60")[..3], [0, 16, 13]);
+}
+
+#[test]
+fn functions_are_declared_as_writes_without_allow_oom_and_keys_from_keys_only() {
+    let (_server, mut c, _) = twin_server(Options::default());
+    let libs: Vec<Value> = redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").query(&mut c).unwrap();
+    let text = format!("{libs:?}");
+    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_all"] {
+        assert!(text.contains(f), "{f} is registered: {text}");
+    }
+    // No flag at all: the functions may write (refused by FCALL_RO and on read-only replicas),
+    // are refused under OOM (no allow-oom), and touch only their declared keys (no
+    // allow-cross-slot-keys, no no-cluster).
+    for flag in ["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"] {
+        assert!(!text.contains(flag), "{flag} must not be declared: {text}");
+    }
+    let e = redis::cmd("FCALL_RO").arg("cl_throttle").arg(1).arg("k").arg(1).arg(1).arg(60).query::<Value>(&mut c).unwrap_err();
+    assert!(e.to_string().contains("write flag"), "FCALL_RO refuses a writing function: {e}");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query(&mut c).unwrap();
+    let e = fcall_err(&mut c, "cl_throttle k 1 1 60");
+    assert!(e.starts_with("OOM"), "{e}");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    assert_eq!(fcall(&mut c, "cl_throttle k 1 1 60"), [0, 2, 1, -1, 60]);
+}
+
+#[test]
+fn single_limiters_take_exactly_one_key() {
+    let (_server, mut c, _) = twin_server(Options::default());
+    let e = redis::cmd("FCALL").arg("cl_throttle").arg(0).arg(1).arg(1).arg(60).query::<Value>(&mut c).unwrap_err();
+    assert_eq!(e.detail(), Some("cl_throttle takes exactly one key: FCALL cl_throttle 1 <key> ..."));
+    let e = redis::cmd("FCALL").arg("cl_counter").arg(2).arg("a").arg("b").arg(1).arg(60).query::<Value>(&mut c).unwrap_err();
+    assert_eq!(e.detail(), Some("cl_counter takes exactly one key: FCALL cl_counter 1 <key> ..."));
+    let e = fcall_err(&mut c, "cl_window k 5");
+    assert_eq!(e, "ERR wrong number of arguments for 'cl.window' command");
+    assert_eq!(fcall_err(&mut c, "cl_window k 5 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
+}
+
+#[test]
+fn the_eval_form_is_the_same_code_and_answers_the_same() {
+    let lib = twin::shipped(Form::Library);
+    let eval = twin::shipped(Form::Eval);
+    assert!(eval.starts_with("#!lua\n"), "an EVAL script with flags semantics (no library name)");
+    assert!(!eval.contains("register_function"), "no registrations in the EVAL form");
+    // Every line of the library but its registrations is in the EVAL form, in order.
+    let mut rest = eval.lines().skip(1);
+    let mut in_library = false;
+    for line in lib.lines().skip(1) {
+        if line.starts_with("-- @library begin") {
+            in_library = true;
+        }
+        if in_library || line.starts_with("-- @eval") || line.starts_with("-- return run(eval_dispatch") {
+            in_library &= !line.starts_with("-- @library end");
+            continue;
+        }
+        assert!(rest.any(|l| l == line), "the EVAL form lacks (or reorders) `{line}`");
+    }
+    let (_server, mut c, sha) = twin_server(Options::default());
+    let evalsha = |c: &mut Connection, words: &str| -> redis::RedisResult<Value> {
+        let w: Vec<&str> = words.split_whitespace().collect();
+        redis::cmd("EVALSHA").arg(&sha).arg(1).arg(w[1]).arg(w[0]).arg(&w[2..]).query(c)
+    };
+    let replies: Vec<Reply> = redis::pipe()
+        .atomic()
+        .cmd("EVALSHA").arg(&sha).arg(1).arg("e").arg("cl_throttle").arg(15).arg(30).arg(60)
+        .cmd("EVALSHA").arg(&sha).arg(1).arg("e").arg("cl_throttle").arg(15).arg(30).arg(60)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, vec![vec![0, 16, 15, -1, 2], vec![0, 16, 14, -1, 4]]);
+    for words in ["cl_window w 3 10", "cl_bucket b 5 2 10", "cl_counter c 3 60"] {
+        let reply: Reply = redis::FromRedisValue::from_redis_value(evalsha(&mut c, words).unwrap()).unwrap();
+        assert_eq!(reply[..4], [0, reply[1], reply[1] - 1, -1], "{words}");
+    }
+    let e = evalsha(&mut c, "cl_nothing k 1 1 1").unwrap_err();
+    assert_eq!(
+        e.detail(),
+        Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all")
+    );
+    let all: Reply = redis::cmd("EVALSHA").arg(&sha).arg(2).arg("a1").arg("a2").arg("cl_all").arg("THROTTLE 1 1 60 COUNTER 5 60".split(' ').collect::<Vec<_>>()).query(&mut c).unwrap();
+    assert_eq!(all, [0, 2, 1, -1, 60, 1]);
+}
+
+// ---- CL.ALL (SPEC "CL.ALL"): the twin has it before the module.
+
+#[test]
+fn cl_all_decides_every_limiter_at_one_instant_all_or_nothing() {
+    let (_server, mut c) = pinned_twin();
+    pin(&mut c, real_us() + 3_600_000_000);
+    // 2 per minute per user AND 3 per hour per tenant: the binding limiter is the one with the
+    // fewest remaining, then the one that denies.
+    let spec = "cl_all 2 rl:{u1}:m rl:{u1}:h WINDOW 2 60 COUNTER 3 3600";
+    assert_eq!(fcall(&mut c, spec), [0, 2, 1, -1, 60, 1]);
+    assert_eq!(fcall(&mut c, spec), [0, 2, 0, -1, 60, 1]);
+    let before = snapshot(&mut c);
+    assert_eq!(fcall(&mut c, spec), [1, 2, 0, 60, 60, 1], "the minute limit denies");
+    assert_eq!(snapshot(&mut c), before, "a denial writes nothing for any key");
+    assert_eq!(get(&mut c, "rl:{u1}:h"), Some(b"2".to_vec()), "the hour counter did not count the denied call");
+    // The same keys are the single commands' keys.
+    assert_eq!(fcall(&mut c, "cl_counter rl:{u1}:h 3 3600 0")[..3], [0, 3, 1]);
+    assert_eq!(fcall(&mut c, "cl_window rl:{u1}:m 2 60 0")[..3], [0, 2, 0]);
+    // A token budget counted 500 times per request: QUANTITY per limiter; MS for every time.
+    let r = fcall(&mut c, "cl_all 2 q:a q:b THROTTLE 999 10 1000 BUCKET 1000 100 1000 QUANTITY 500 MS");
+    assert_eq!(r, [0, 1000, 500, -1, 5000, 2]);
+    assert_eq!(fcall(&mut c, "cl_bucket q:b 1000 100 1000 0 MS")[..3], [0, 1000, 500]);
+}
+
+#[test]
+fn cl_all_binds_the_longest_retry_and_details_each_limiter() {
+    let (_server, mut c) = pinned_twin();
+    pin(&mut c, real_us() + 3_600_000_000);
+    fcall(&mut c, "cl_throttle t 0 1 10");
+    fcall(&mut c, "cl_counter n 1 60");
+    fcall(&mut c, "cl_window w 1 30");
+    // Three deny (retry 10 s, 60 s, 30 s): the longest binds; DETAILS lists each one's reply.
+    let r = fcall_raw(&mut c, "cl_all 4 t n w f THROTTLE 0 1 10 COUNTER 1 60 WINDOW 1 30 BUCKET 5 1 10 DETAILS").unwrap();
+    let Value::Array(items) = r else { panic!("{r:?}") };
+    let head: Reply = items[..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+    assert_eq!(head, [1, 1, 0, 60, 60, 2]);
+    let details: Vec<Reply> = redis::FromRedisValue::from_redis_value(items[6].clone()).unwrap();
+    assert_eq!(details, vec![vec![1, 1, 0, 10, 10], vec![1, 1, 0, 60, 60], vec![1, 1, 0, 30, 30], vec![0, 5, 4, -1, 10]]);
+    assert_eq!(get(&mut c, "f"), None, "the admitting bucket wrote nothing either");
+    // "never" (a quantity above the limit: retry -1) is the longest of all.
+    let r = fcall(&mut c, "cl_all 2 n w COUNTER 1 60 WINDOW 1 30 QUANTITY 2");
+    assert_eq!(r, [1, 1, 0, -1, 30, 2]);
+    // Ties: the first. Refunds and peeks as the single commands: a refund admits.
+    let r = fcall(&mut c, "cl_all 2 x y COUNTER 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY 0");
+    assert_eq!(r, [0, 5, 5, -1, 0, 1]);
+    let r = fcall(&mut c, "cl_all 2 n t COUNTER 1 60 QUANTITY -1 THROTTLE 0 1 10 QUANTITY -1");
+    assert_eq!(r, [0, 1, 1, -1, 0, 1]);
+    assert_eq!((get(&mut c, "n"), get(&mut c, "t")), (None, None), "refunds to full remove the keys");
+}
+
+#[test]
+fn cl_all_errors_name_the_limiter_and_change_nothing() {
+    let (_server, mut c) = pinned_twin();
+    pin(&mut c, real_us() + 3_600_000_000);
+    fcall(&mut c, "cl_counter c 5 60");
+    let before = snapshot(&mut c);
+    let _: () = redis::cmd("RPUSH").arg("list").arg("x").query(&mut c).unwrap();
+    let cases: &[(&str, &str)] = &[
+        ("cl_all 1 c", "ERR wrong number of arguments for 'cl.all' command"),
+        ("cl_all 1 c COUNTER 5", "ERR wrong number of arguments for 'cl.all' command"),
+        ("cl_all 2 c d COUNTER 5 60 COUNTER 5", "ERR limiter 2: COUNTER takes 2 numbers"),
+        ("cl_all 2 c d COUNTER 5 60", "ERR numkeys is 2 but 1 limiter specs follow the keys"),
+        ("cl_all 2 c c COUNTER 5 60 COUNTER 5 60", "ERR limiters 1 and 2 name the same key"),
+        ("cl_all 2 c d COUNTER 5 60 THROTTLE 1 0 60", "ERR limiter 2: count must be an integer from 1 to 1000000000000000000"),
+        ("cl_all 1 c COUNTER 5 60 QUANTITY x", "ERR value is not an integer or out of range"),
+        ("cl_all 1 c COUNTER 5 60 PRECISION 1", "ERR syntax error"),
+        ("cl_all 1 c COUNTER 5 60 QUANTITY", "ERR limiter 1: syntax error"),
+        ("cl_all 1 c LIMITER 5 60", "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'LIMITER'"),
+        ("cl_all 1 c COUNTER 5 60 MS MS", "ERR syntax error"),
+        ("cl_all 1 c COUNTER 5 60 COUNTER 5 60", "ERR numkeys is 1 but 2 limiter specs follow the keys"),
+        ("cl_all 1 c WINDOW 5 60 PRECISION 61", "ERR limiter 1: precision must be an integer from 1 to 60 (seconds)"),
+        ("cl_all 2 c list COUNTER 5 60 COUNTER 5 60", "WRONGTYPE Operation against a key holding the wrong kind of value"),
+    ];
+    for (words, want) in cases {
+        assert_eq!(fcall_err(&mut c, words), *want, "{words}");
+    }
+    let mut keys: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+    keys.extend(std::iter::repeat_n("COUNTER 5 60".to_string(), 17));
+    let e = redis::cmd("FCALL").arg("cl_all").arg(17).arg(keys.join(" ").split(' ').collect::<Vec<_>>()).query::<Value>(&mut c).unwrap_err();
+    assert_eq!(e.detail(), Some("numkeys must be an integer from 1 to 16"));
+    // A numkeys beyond the arguments is FCALL's own error (the module's CL.ALL says numkeys).
+    let e = redis::cmd("FCALL").arg("cl_all").arg(17).arg("c").arg("COUNTER").query::<Value>(&mut c).unwrap_err();
+    assert!(e.to_string().contains("Number of keys can't be greater than number of args"), "{e}");
+    let _: () = redis::cmd("DEL").arg("list").query(&mut c).unwrap();
+    assert_eq!(snapshot(&mut c), before, "no error changed any key");
+}
+
+#[test]
+fn cl_all_effects_reach_a_replica_as_one_transaction() {
+    let (master, mut c, _) = twin_server(Options::default());
+    let replica = master.replica(Options::default().without_module());
+    for _ in 0..3 {
+        fcall(&mut c, "cl_all 3 a b d THROTTLE 5 1 60 WINDOW 5 60 PRECISION 10 BUCKET 5 1 60");
+    }
+    master.wait_replicated(&replica);
+    assert_eq!(snapshot(&mut replica.client()), snapshot(&mut c));
+    assert_eq!(snapshot(&mut c).len(), 3);
+}
+
+// ---- The rules of SEMANTICS (issue 8), which the twin follows already.
+
+#[test]
+fn semantics_issue_8_vectors() {
+    let (_server, mut c) = pinned_twin();
+    let t = real_us() + 3_600_000_000;
+    let t = t - t % 1_000_000 + 123_456; // 123.456 ms into a second
+    pin(&mut c, t);
+    // Lowering a bucket's capacity caps the deficit first: full again in 5 refills, not 10.
+    assert_eq!(fcall(&mut c, "cl_bucket d 10 1 60 10"), [0, 10, 0, -1, 600]);
+    assert_eq!(fcall(&mut c, "cl_bucket d 5 1 60"), [1, 5, 0, 60, 300]);
+    // Clocks start on the whole ms at or before now: no reply time beyond the parameters.
+    assert_eq!(fcall(&mut c, "cl_counter fc 5 2000 1 MS"), [0, 5, 4, -1, 2000]);
+    assert_eq!(pexpiretime(&mut c, "fc"), t / 1000 + 2000);
+    let r = fcall(&mut c, "cl_bucket tb 10 2 1000 10 MS");
+    assert_eq!(r, [0, 10, 0, -1, 5000]);
+    assert_eq!(fcall(&mut c, "cl_bucket tb 10 2 1000 1 MS"), [1, 10, 0, 1000, 5000]);
+    // A refund gives back the oldest live units: the head moves, nothing is rewritten.
+    fcall(&mut c, "cl_window w 5 10");
+    pin(&mut c, t + 1_000_000);
+    fcall(&mut c, "cl_window w 5 10 2");
+    let at = pexpiretime(&mut c, "w");
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 -1"), [0, 5, 3, -1, 10]);
+    let log = get(&mut c, "w").unwrap();
+    assert_eq!((log.len(), u32::from_le_bytes(log[4..8].try_into().unwrap())), (8 + 3 * 8, 1), "head past the oldest entry");
+    assert_eq!(pexpiretime(&mut c, "w"), at, "the expiry stays");
+    // A counter key without an expiry reads as stamped too far ahead: pulled back and stored.
+    let _: () = redis::cmd("SET").arg("persisted").arg(4).query(&mut c).unwrap();
+    assert_eq!(fcall(&mut c, "cl_counter persisted 5 60 2"), [1, 5, 1, 60, 60]);
+    assert_eq!(pexpiretime(&mut c, "persisted"), (t + 1_000_000) / 1000 + 60_000, "the denial stored the pulled-back window");
+    // Adding PRECISION to a live exact log converts it (each entry to its bucket).
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 0 PRECISION 1"), [0, 5, 3, -1, 11]);
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 PRECISION 1")[..3], [0, 5, 2]);
+    assert_eq!(get(&mut c, "w").unwrap()[0], 2, "now a ring");
+    // And back: buckets become entries at their last instant.
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 0")[..3], [0, 5, 2]);
+}
+
+// ---- Persistence, replication, cluster.
+
+#[test]
+fn a_replica_and_an_aof_reload_are_byte_identical_after_twin_calls() {
+    let (master, mut c, sha) = twin_server(Options::default().arg("--appendonly yes --appendfsync always --enable-debug-command local"));
+    let replica = master.replica(Options::default().without_module());
+    let mut rng = rand::rng();
+    use rand::Rng;
+    for i in 0..2000 {
+        let q = rng.random_range(-3i64..6);
+        let key = format!("r:{}", rng.random_range(0..30));
+        let words = match i % 6 {
+            0 => format!("cl_throttle {key}t 5 3 600 {q}"),
+            1 => format!("cl_window {key}w 12 600 {q}"),
+            2 => format!("cl_window {key}p 12 600 {q} PRECISION 60"),
+            3 => format!("cl_bucket {key}b 8 2 300 {q}"),
+            4 => format!("cl_counter {key}c 9 600000 {q} MS"),
+            _ => format!("cl_all 2 {key}a1 {key}a2 THROTTLE 5 3 600 QUANTITY {q} WINDOW 9 600"),
+        };
+        if i % 2 == 0 {
+            fcall(&mut c, &words);
+        } else {
+            // The EVAL form's effects replicate alike.
+            let w: Vec<&str> = words.split_whitespace().collect();
+            let (numkeys, keys, args): (usize, &[&str], &[&str]) =
+                if w[0] == "cl_all" { (2, &w[2..4], &w[4..]) } else { (1, &w[1..2], &w[2..]) };
+            let _: Value = redis::cmd("EVALSHA").arg(&sha).arg(numkeys).arg(keys).arg(w[0]).arg(args).query(&mut c).unwrap();
+        }
+    }
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut c).unwrap();
+    master.wait_replicated(&replica);
+    let on_master = snapshot(&mut c);
+    assert!(on_master.len() > 50, "many limiters: {}", on_master.len());
+    assert!(on_master.iter().all(|(_, _, at)| *at > 0), "every limiter key has an expiry");
+    assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
+    assert_eq!(snapshot(&mut c), on_master, "AOF replay == master before");
+}
+
+#[test]
+fn a_cluster_routes_each_call_to_its_keys_node_and_refuses_cross_slot_keys() {
+    let cluster = Cluster::start(3, 0);
+    for node in &cluster.nodes {
+        twin::load(&mut node.client(), Form::Library, &twin::shipped(Form::Library));
+    }
+    let mut c = cluster.client();
+    let mut nodes = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let key = format!("user:{i}");
+        let reply: Reply = redis::cmd("FCALL").arg("cl_throttle").arg(1).arg(&key).arg(2).arg(1).arg(60).query(&mut c).unwrap();
+        assert_eq!(reply, [0, 3, 2, -1, 60], "{key}");
+        for node in &cluster.nodes {
+            let exists: bool = redis::cmd("EXISTS").arg(&key).query(&mut node.client()).unwrap_or(false);
+            if exists {
+                nodes.insert(node.port);
+            }
+        }
+    }
+    assert_eq!(nodes.len(), 3, "the limiters landed on every shard");
+    // CL.ALL over one user's hash tag works; keys of different slots are CROSSSLOT.
+    let r: Reply = redis::cmd("FCALL").arg("cl_all").arg(2).arg("rl:{u}:s").arg("rl:{u}:h")
+        .arg("THROTTLE 9 10 1 WINDOW 1000 3600".split(' ').collect::<Vec<_>>()).query(&mut c).unwrap();
+    assert_eq!(r[..3], [0, 10, 9]);
+    let node = &cluster.nodes[0];
+    let e = redis::cmd("FCALL").arg("cl_all").arg(2).arg("a").arg("b").arg("COUNTER 5 60 COUNTER 5 60".split(' ').collect::<Vec<_>>())
+        .query::<Value>(&mut node.client()).unwrap_err();
+    assert!(matches!(e.code(), Some("CROSSSLOT") | Some("MOVED")), "{e}");
+}
+
+// ---- The instant, and what the twin cannot answer exactly.
+
+#[test]
+fn the_shipped_clock_is_the_modules_clock() {
+    // One server with both: inside MULTI, Redis 7.2+ gives the module and TIME the same frozen
+    // command time, so both sides decide at one instant. CL.THROTTLE and CL.WINDOW store and
+    // reply the instant to the nanosecond (CL.COUNTER and CL.BUCKET only its millisecond; the
+    // differential test covers them at pinned instants).
+    let server = Server::start();
+    let mut c = server.client();
+    twin::load(&mut c, Form::Library, &twin::shipped(Form::Library));
+    let calls = [
+        ("CL.THROTTLE", "cl_throttle", "9 1000 1 MS"),
+        ("CL.THROTTLE", "cl_throttle", "9 7 3"),
+        ("CL.WINDOW", "cl_window", "5 1000 MS"),
+        ("CL.WINDOW", "cl_window", "5 1000 MS PRECISION 10"),
+    ];
+    let now_us = |c: &mut Connection| -> i64 {
+        let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+        t[0] * 1_000_000 + t[1]
+    };
+    for (i, (command, function, args)) in calls.iter().enumerate() {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let (km, kt) = (format!("m{i}"), format!("t{i}"));
+        let before = now_us(&mut c);
+        let (m, t): (Reply, Reply) = redis::pipe()
+            .atomic()
+            .cmd(command).arg(&km).arg(&args)
+            .cmd("FCALL").arg(function).arg(1).arg(&kt).arg(&args)
+            .query(&mut c)
+            .unwrap();
+        let after = now_us(&mut c);
+        let (vm, vt) = (get(&mut c, &km), get(&mut c, &kt));
+        if frozen_clock(&server) {
+            assert_eq!(t, m, "{command}: one instant, one reply");
+            assert_eq!(vt, vm, "{command}: one instant, the same bytes");
+            assert_eq!(pexpiretime(&mut c, &kt), pexpiretime(&mut c, &km), "{command}: the same expiry");
+        } else {
+            // Redis 7.0 has no frozen command time: each side reads the real-time clock when it
+            // runs. The twin's instant is the server's TIME during the call, in whole µs.
+            assert_eq!(t[..3], m[..3], "{command}");
+            if *command == "CL.THROTTLE" {
+                let tat: i64 = String::from_utf8(vt.unwrap()).unwrap().parse().unwrap();
+                let unit = if args.get(3) == Some(&"MS") { 1_000_000 } else { 1_000_000_000 };
+                let ei = args[2].parse::<i64>().unwrap() * unit / args[1].parse::<i64>().unwrap();
+                let instant = tat - ei;
+                assert!(instant % 1000 == 0 && (before * 1000..=after * 1000).contains(&instant), "{instant} in [{before}, {after}] µs");
+            }
+        }
+    }
+}
+
+#[test]
+fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
+    let (_server, mut c) = pinned_twin();
+    pin(&mut c, real_us() + 3_600_000_000);
+    let too_large = |name: &str| {
+        format!("ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)")
+    };
+    // A limit a double cannot carry (the module replies it; the twin cannot).
+    assert_eq!(fcall_err(&mut c, "cl_throttle k 9007199254740991 1000000000 1"), too_large("limit"));
+    assert_eq!(fcall_err(&mut c, "cl_counter k 9007199254740992 60"), too_large("limit"));
+    assert_eq!(fcall_err(&mut c, "cl_window k 9007199254740992 60 PRECISION 1"), too_large("limit"));
+    assert_eq!(fcall_err(&mut c, "cl_bucket k 9007199254740992 9007199254740992 1"), too_large("capacity"));
+    // The largest limit it does reply.
+    assert_eq!(fcall(&mut c, "cl_throttle k 9007199254740990 1000000000 1 0"), [0, 9_007_199_254_740_991, 9_007_199_254_740_991, -1, 0]);
+    // Errors the module gives first stay the module's.
+    assert_eq!(fcall_err(&mut c, "cl_counter k 1000000000000000000 60"), "ERR limit must be an integer from 1 to 999999999999999999");
+    assert_eq!(
+        fcall_err(&mut c, "cl_throttle k 999999999999999 1 1000"),
+        "ERR parameters are too large: (max_burst + 1) * period / count must be at most 1000000000 seconds (1000000000000 milliseconds)"
+    );
+    // A ring no limiter writes (a precision that is not whole milliseconds), regrouped: refused.
+    let mut ring = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
+    ring.extend_from_slice(&1_500_000i64.to_le_bytes());
+    ring.extend_from_slice(&0i64.to_le_bytes());
+    ring.extend_from_slice(&[0u8; 16]);
+    let _: () = redis::cmd("SET").arg("ring").arg(ring.as_slice()).query(&mut c).unwrap();
+    assert_eq!(
+        fcall_err(&mut c, "cl_window ring 5 10 PRECISION 1"),
+        "ERR key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"
+    );
+    assert_eq!(get(&mut c, "ring"), Some(ring), "left untouched");
+}
+
+#[test]
+fn a_long_window_log_and_a_big_ring_stay_fast() {
+    let (_server, mut c, _) = twin_server(Options::default());
+    let t = std::time::Instant::now();
+    assert_eq!(fcall(&mut c, "cl_window big 100000 60 100000")[..3], [0, 100_000, 0]);
+    assert_eq!(fcall(&mut c, "cl_window big 100000 60 1")[..3], [1, 100_000, 0]);
+    assert_eq!(fcall(&mut c, "cl_window big 100000 60 -50000")[..3], [0, 100_000, 50_000]);
+    assert_eq!(fcall(&mut c, "cl_window ring 1000000 10000 PRECISION 1 1")[..3], [0, 1_000_000, 999_999]);
+    let len: i64 = redis::cmd("STRLEN").arg("big").query(&mut c).unwrap();
+    assert_eq!(len, 8 + 100_000 * 8);
+    let elapsed = t.elapsed();
+    eprintln!("the largest twin calls took {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(500), "{elapsed:?}");
+}
