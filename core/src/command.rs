@@ -166,8 +166,9 @@ impl<'a> Parsed<'a> {
         let arity = || Error::WrongArity(command.name);
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
         let count = command.positional().count();
-        // (The longest call the table allows matters only when there is a tail.)
-        if rest.len() < count || (rest.len() > count && command.max_words().is_some_and(|max| args.len() > max)) {
+        // (The longest call the table allows matters only for a call of more words than the
+        // table has arguments: each takes at least one word.)
+        if rest.len() < count || (args.len() > 1 + command.args.len() && command.max_words().is_some_and(|max| args.len() > max)) {
             return Err(arity());
         }
         let (fixed, tail) = rest.split_at(count);
