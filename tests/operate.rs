@@ -623,3 +623,42 @@ fn timed(c: &mut Connection, words: &str) -> Duration {
     call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
     t.elapsed()
 }
+
+/// CL.PACE and CL.ACQUIRE follow shadow mode too (by the option and by the config): a refusal is
+/// answered as an admission (a pacer's `wait` 0: act now; no lease taken), nothing is stored
+/// that enforcing would not store, and it counts as a shadow denial.
+#[test]
+fn pacing_and_leases_follow_shadow_mode() {
+    let server = Server::start();
+    let mut c = server.client();
+    let get = |c: &mut Connection, key: &str| -> Option<Vec<u8>> { redis::cmd("GET").arg(key).query(c).unwrap() };
+    assert_eq!(throttle(&mut c, "CL.PACE p 1 60")[..2], [0, 0], "the first slot is now");
+    assert_eq!(throttle(&mut c, "CL.ACQUIRE l 1 60 a")[0], 0);
+    let tat = get(&mut c, "p");
+    for shadow_by_config in [false, true] {
+        let option = if shadow_by_config { "" } else { " SHADOW" };
+        if shadow_by_config {
+            config_set(&mut c, "throttle.mode", "shadow").unwrap();
+        }
+        let before = info(&mut c);
+        // Enforced, this refusal's slot (a minute away) is beyond MAXWAIT 0.
+        let pace = throttle(&mut c, &format!("CL.PACE p 1 60 MAXWAIT 0{option}"));
+        assert_eq!(pace[..2], [0, 0], "answered as admitted, to act now: {pace:?}");
+        assert_eq!(pace[3], -1);
+        assert_eq!(get(&mut c, "p"), tat, "nothing reserved");
+        let lease = throttle(&mut c, &format!("CL.ACQUIRE l 1 60 b{option}"));
+        assert_eq!((lease[0], lease[3]), (0, -1), "answered as admitted: {lease:?}");
+        let holders: i64 = redis::cmd("ZCARD").arg("l").query(&mut c).unwrap();
+        assert_eq!(holders, 1, "no lease taken for b");
+        let released: i64 = redis::cmd("CL.RELEASE").arg("l").arg("b").query(&mut c).unwrap();
+        assert_eq!(released, 0, "b holds nothing to release");
+        let after = info(&mut c);
+        for command in ["cl_pace", "cl_acquire"] {
+            let field = format!("{command}_shadow_denied");
+            assert_eq!(counter(&after, &field) - counter(&before, &field), 1, "{field}");
+        }
+    }
+    config_set(&mut c, "throttle.mode", "enforce").unwrap();
+    assert_eq!(throttle(&mut c, "CL.PACE p 1 60 MAXWAIT 0")[..2], [1, -1], "enforced again");
+    assert_eq!(throttle(&mut c, "CL.ACQUIRE l 1 60 b")[0], 1);
+}

@@ -42,7 +42,7 @@ pub static ACQUIRE: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: "write fast",
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("lease"), Arg::string("id"), Arg::MS],
+    args: &[Arg::integer("limit"), Arg::duration("lease"), Arg::string("id"), Arg::MS, Arg::SHADOW],
 };
 
 pub static RELEASE: Command = Command {
@@ -65,6 +65,8 @@ pub struct Acquire<'a> {
     pub lease: Nanos,
     pub id: &'a [u8],
     pub unit: Unit,
+    /// `SHADOW`: a denial is answered as an admission (no lease is taken).
+    pub shadow: bool,
 }
 
 impl<'a> Acquire<'a> {
@@ -77,7 +79,7 @@ impl<'a> Acquire<'a> {
             return Err(Error::OutOfRange { name: "limit", range: Range::Integer { min: 1, max: MAX_LIMIT } });
         }
         let lease = duration(parsed.integer(1), unit, "lease")?;
-        Ok(Acquire { key: parsed.key, limit, lease, id: id(parsed.string(2))?, unit })
+        Ok(Acquire { key: parsed.key, limit, lease, id: id(parsed.string(2))?, unit, shadow: parsed.tail.has("SHADOW") })
     }
 }
 

@@ -36,7 +36,7 @@ pub static COMMAND: Command = Command {
     flags: "write deny-oom blocking",
     acl_categories: "write blocking",
     keys: Keys::One,
-    args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK],
+    args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK, Arg::SHADOW],
 };
 
 /// `MAXWAIT w`: the longest wait a call accepts (default: one period).
@@ -96,6 +96,8 @@ pub struct Request<'a> {
     pub unit: Unit,
     /// `BLOCK`: wait for the slot on the server.
     pub block: bool,
+    /// `SHADOW`: a refusal is answered as an admission to act now (see [`Reply::shadowed`]).
+    pub shadow: bool,
 }
 
 impl<'a> Request<'a> {
@@ -122,7 +124,7 @@ impl<'a> Request<'a> {
         if block && quantity == 0 {
             return Err(Error::OutOfRange { name: "quantity", range: Range::Text("at least 1 with BLOCK (a peek reserves no slot to wait for)") });
         }
-        Ok(Request { key: parsed.key, params, quantity, unit, block })
+        Ok(Request { key: parsed.key, params, quantity, unit, block, shadow: parsed.tail.has("SHADOW") })
     }
 }
 
@@ -144,6 +146,12 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A refusal as shadow mode answers it: admitted, to act now (`wait` 0, nothing to block
+    /// for), no retry time; `queued` and `reset_after` as decided (nothing was reserved).
+    pub fn shadowed(self) -> Reply {
+        Reply { limited: false, wait: Some(Nanos::ZERO), retry_after: None, ..self }
+    }
+
     /// The reply as sent, times in `unit` (rounded as every command's are).
     pub fn to_array(&self, unit: Unit) -> [i64; 5] {
         [

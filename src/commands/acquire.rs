@@ -3,7 +3,7 @@
 use throttle_core::Result;
 use throttle_core::lease::{self, Acquire};
 
-use crate::clock;
+use crate::{clock, config};
 use crate::dispatch::{Call, Response};
 use crate::operate::{self, Class};
 use crate::register::{Registered, registered};
@@ -21,10 +21,16 @@ fn handler(call: &Call) -> Result<Response> {
     let outcome = lease::acquire(&scan.view, now, request.limit, request.lease)?;
     let write = key.prepare_leases(outcome.effect, &scan, id)?;
     key.apply_leases(write)?;
-    // Counted as a call taking one unit (shadow mode does not apply to leases).
-    if outcome.reply.limited {
+    // Counted as a call taking one unit; in shadow mode a denial (no lease taken) is answered
+    // as an admission.
+    let mut reply = outcome.reply;
+    let shadow = reply.limited && (config::shadow() || request.shadow);
+    if reply.limited {
         operate::denied(call, 0, request.key);
+        if shadow {
+            reply = reply.shadowed();
+        }
     }
-    call.count(Class::of(1, outcome.reply.limited, false));
-    Ok(Response::Five(outcome.reply.to_array(request.unit)))
+    call.count(Class::of(1, outcome.reply.limited, shadow));
+    Ok(Response::Five(reply.to_array(request.unit)))
 }

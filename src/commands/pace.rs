@@ -28,7 +28,7 @@ use throttle_core::time::NANOS_PER_MILLI;
 use throttle_core::{Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
-use crate::clock;
+use crate::{clock, config};
 use crate::dispatch::{Call, Node, Response, reply_error, reply_node};
 use crate::operate::{self, Class};
 use crate::register::{Registered, registered};
@@ -47,13 +47,18 @@ fn handler(call: &Call) -> Result<Response> {
     let effect = decision.effect.map(|tat| Write::Integer(tat.as_nanos()));
     let prepared = key.prepare(&effect)?;
     key.apply(prepared)?;
-    let reply = decision.reply;
-    // Counted as the limiters are (shadow mode does not apply to pacing).
+    let mut reply = decision.reply;
+    // Counted as the limiters are; in shadow mode a refusal (nothing reserved) is answered as
+    // an admission to act now.
     let denied = reply.limited && request.quantity > 0;
+    let shadow = denied && (config::shadow() || request.shadow);
     if denied {
         operate::denied(call, 0, request.key);
+        if shadow {
+            reply = reply.shadowed();
+        }
     }
-    call.count(Class::of(request.quantity, denied, false));
+    call.count(Class::of(request.quantity, denied, shadow));
     match reply.wait {
         Some(wait) if request.block && wait > Nanos::ZERO && may_block(call.ctx) => {
             block(call.ctx, Pending { timer: 0, reply, params: request.params, unit: request.unit, now }, wait)
