@@ -12,8 +12,9 @@ REDIS_IMAGE ?=
 DOCKER_IMAGE ?= redis-throttle:latest
 LOCAL_IMAGE ?= redis-throttle:local
 SOURCE_IMAGE ?= redis-throttle:source
-# Test files (tests/NAME.rs) that need replicas, restarts or a cluster: native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart
+# Test files (tests/NAME.rs) that need replicas, restarts, a cluster, module unloads or servers of
+# their own (the twin's): native backend only.
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart twin pace
 export NATIVE_ONLY_TESTS
 # The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
 # module itself, skipped when the behavioural tests run against the twin (`make test-twin`).

@@ -253,7 +253,8 @@ fn encoding_and_memory(c: &mut redis::Connection, key: &str) -> (String, i64) {
 /// users, a replica or a restart leave a TAT) or another application owns it.
 #[test]
 fn reads_leave_the_value_as_it_was() {
-    let server = Server::with(harness::Options::default().arg("--enable-debug-command local"));
+    // (`yes`, not `local`: a container's client is not local to it.)
+    let server = Server::with(harness::Options::default().arg("--enable-debug-command yes"));
     let mut c = server.client();
     for (key, create, deny, peek) in [
         ("t", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60", "CL.THROTTLE t 0 1 60 0"),

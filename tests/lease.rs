@@ -130,7 +130,8 @@ fn types_are_kept_apart_and_bad_input_changes_nothing() {
     let long = "x".repeat(129);
     let calls = [
         ("CL.ACQUIRE leases 5 60".to_string(), "ERR wrong number of arguments for 'cl.acquire' command"),
-        ("CL.ACQUIRE leases 5 60 id MS 1".into(), "ERR wrong number of arguments for 'cl.acquire' command"),
+        ("CL.ACQUIRE leases 5 60 id MS 1".into(), "ERR syntax error"),
+        ("CL.ACQUIRE leases 5 60 id MS SHADOW 1".into(), "ERR wrong number of arguments for 'cl.acquire' command"),
         ("CL.ACQUIRE leases 5 60 id 1".into(), "ERR syntax error"),
         ("CL.ACQUIRE leases x 60 id".into(), "ERR value is not an integer or out of range"),
         ("CL.ACQUIRE leases 0 60 id".into(), "ERR limit must be an integer from 1 to 10000"),

@@ -245,11 +245,13 @@ fn clients_that_leave_while_blocked_leave_nothing_behind() {
     // unblocked by CLIENT UNBLOCK (with and without ERROR).
     const N: usize = 300;
     let mut clients: Vec<Raw> = (0..N).map(|_| Raw::connect(&server)).collect();
-    for raw in &mut clients {
+    // The first caller takes the slot that is now (answered at once); the others block.
+    clients[0].send("CL.PACE leave 1 60 MAXWAIT 100000 BLOCK");
+    assert_eq!(clients[0].read_reply().unwrap(), [0, 0, 1, -1, 60], "the first slot is now");
+    for raw in &mut clients[1..] {
         raw.send("CL.PACE leave 1 60 MAXWAIT 100000 BLOCK");
     }
     wait_until("every client to block", Duration::from_secs(20), || info_int(&server, "clients", "blocked_clients") == N as i64 - 1);
-    assert_eq!(clients[0].read_reply().unwrap(), [0, 0, 1, -1, 60], "the first slot is now");
     let during = memory();
     let mut unblocked = 0;
     for (i, mut raw) in clients.into_iter().enumerate().skip(1) {
