@@ -129,7 +129,8 @@ fn parses_and_bounds_its_arguments() {
     assert_eq!((a.lease.as_nanos(), a.unit), (1500 * MS, Unit::Millis));
     let err = |s: &'static str| Acquire::parse(&words(s)).unwrap_err().to_string();
     assert_eq!(err("k 1 1"), "ERR wrong number of arguments for 'cl.acquire' command");
-    assert_eq!(err("k 1 1 id MS x"), "ERR wrong number of arguments for 'cl.acquire' command");
+    assert_eq!(err("k 1 1 id MS SHADOW x"), "ERR wrong number of arguments for 'cl.acquire' command");
+    assert_eq!(err("k 1 1 id MS x"), "ERR syntax error");
     assert_eq!(err("k 1 1 id 5"), "ERR syntax error");
     assert_eq!(err("k 1 1 id MX"), "ERR syntax error");
     assert_eq!(err("k x 1 id"), "ERR value is not an integer or out of range");

@@ -42,7 +42,7 @@ fn parses_every_argument_in_any_order() {
 
 #[test]
 fn bad_arguments_get_clear_errors() {
-    for bad in ["", "k", "k 1", "k 1 1 MAXWAIT 1 QUANTITY 1 MS BLOCK x"] {
+    for bad in ["", "k", "k 1", "k 1 1 MAXWAIT 1 QUANTITY 1 MS BLOCK SHADOW x"] {
         assert_eq!(parse(bad), Err(Error::WrongArity("cl.pace")), "{bad:?}");
     }
     assert_eq!(parse("k x 1"), Err(Error::NotAnInteger));
