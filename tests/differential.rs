@@ -26,38 +26,38 @@ const TWIN_LIMIT_MAX: i64 = 9_007_199_254_740_991;
 const MS: i64 = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
-enum Kind {
+enum Algorithm {
     Throttle,
     Window,
     Bucket,
     Counter,
 }
 
-impl Kind {
+impl Algorithm {
     fn command(self) -> &'static str {
         match self {
-            Kind::Throttle => "CL.THROTTLE",
-            Kind::Window => "CL.WINDOW",
-            Kind::Bucket => "CL.BUCKET",
-            Kind::Counter => "CL.COUNTER",
+            Algorithm::Throttle => "CL.THROTTLE",
+            Algorithm::Window => "CL.WINDOW",
+            Algorithm::Bucket => "CL.BUCKET",
+            Algorithm::Counter => "CL.COUNTER",
         }
     }
     fn function(self) -> &'static str {
         match self {
-            Kind::Throttle => "cl_throttle",
-            Kind::Window => "cl_window",
-            Kind::Bucket => "cl_bucket",
-            Kind::Counter => "cl_counter",
+            Algorithm::Throttle => "cl_throttle",
+            Algorithm::Window => "cl_window",
+            Algorithm::Bucket => "cl_bucket",
+            Algorithm::Counter => "cl_counter",
         }
     }
 }
 
-const KINDS: [Kind; 4] = [Kind::Throttle, Kind::Window, Kind::Bucket, Kind::Counter];
+const KINDS: [Algorithm; 4] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter];
 
 /// A limiter's parameters as a slot keeps them between calls, so that states build up.
 #[derive(Clone, Debug)]
 struct Limiter {
-    kind: Kind,
+    kind: Algorithm,
     /// Positional arguments after the key.
     positional: Vec<String>,
     millis: bool,
@@ -68,7 +68,7 @@ struct Limiter {
 impl Limiter {
     /// The window and precision in ms, when this is a CL.WINDOW with numeric parameters.
     fn window_ms(&self) -> Option<(i64, Option<i64>)> {
-        if self.kind != Kind::Window {
+        if self.kind != Algorithm::Window {
             return None;
         }
         let scale = if self.millis { 1 } else { 1000 };
@@ -83,7 +83,7 @@ impl Limiter {
     /// The most units it admits at once (the first positional argument; max_burst + 1).
     fn limit(&self) -> Option<i64> {
         let v = self.positional.first()?.parse::<i64>().ok()?;
-        Some(if self.kind == Kind::Throttle { v.checked_add(1)? } else { v })
+        Some(if self.kind == Algorithm::Throttle { v.checked_add(1)? } else { v })
     }
 }
 
@@ -117,11 +117,11 @@ impl Gen {
         }
     }
 
-    fn limiter(&mut self, kind: Kind) -> Limiter {
+    fn limiter(&mut self, kind: Algorithm) -> Limiter {
         let millis = self.chance(0.35);
         let small = |g: &mut Gen, hi: i64| g.rng.random_range(1..=hi).to_string();
         let (positional, precision) = match kind {
-            Kind::Throttle => {
+            Algorithm::Throttle => {
                 let burst = self.rng.random_range(0..=15).to_string();
                 let count = small(self, 20);
                 // Sometimes a tolerance beyond 2^52 ns (52 days): the twin's general arithmetic.
@@ -133,7 +133,7 @@ impl Gen {
                 };
                 (vec![burst, count, period.to_string()], None)
             }
-            Kind::Window => {
+            Algorithm::Window => {
                 let limit = small(self, 20);
                 let window = self.duration(millis);
                 let precision = if self.chance(0.45) {
@@ -150,20 +150,20 @@ impl Gen {
                 };
                 (vec![limit, window.to_string()], precision)
             }
-            Kind::Bucket => {
+            Algorithm::Bucket => {
                 let capacity = small(self, 20);
                 let tokens = small(self, 6);
                 let interval = self.duration(millis).to_string();
                 (vec![capacity, tokens, interval], None)
             }
-            Kind::Counter => (vec![small(self, 20), self.duration(millis).to_string()], None),
+            Algorithm::Counter => (vec![small(self, 20), self.duration(millis).to_string()], None),
         };
         Limiter { kind, positional, millis, precision }
     }
 
     /// Parameters at or beyond the edges: overflows, ranges, rates faster than 1 ns, limits the
     /// twin cannot reply exactly.
-    fn extreme_limiter(&mut self, kind: Kind) -> Limiter {
+    fn extreme_limiter(&mut self, kind: Algorithm) -> Limiter {
         let mut l = self.limiter(kind);
         let edges: &[&str] = &[
             "9223372036854775807", "9223372036854775806", "9223372036854775808", "-9223372036854775808", "0", "-1",
@@ -242,16 +242,16 @@ impl Gen {
 impl Limiter {
     fn word(&self) -> &'static str {
         match self.kind {
-            Kind::Throttle => "THROTTLE",
-            Kind::Window => "WINDOW",
-            Kind::Bucket => "BUCKET",
-            Kind::Counter => "COUNTER",
+            Algorithm::Throttle => "THROTTLE",
+            Algorithm::Window => "WINDOW",
+            Algorithm::Bucket => "BUCKET",
+            Algorithm::Counter => "COUNTER",
         }
     }
 
     /// Which positional arguments are times (CL.ALL's MS applies to every spec).
     fn is_duration(&self, i: usize) -> bool {
-        matches!((self.kind, i), (Kind::Throttle, 2) | (Kind::Window, 1) | (Kind::Bucket, 2) | (Kind::Counter, 1))
+        matches!((self.kind, i), (Algorithm::Throttle, 2) | (Algorithm::Window, 1) | (Algorithm::Bucket, 2) | (Algorithm::Counter, 1))
     }
 
     /// A time of this limiter in the unit of a CL.ALL call (`millis`): the same duration when
@@ -360,7 +360,7 @@ impl Gen {
         let other = *self.pick(&KINDS);
         let kind = if self.chance(0.85) { l.kind } else { other };
         match kind {
-            Kind::Throttle => {
+            Algorithm::Throttle => {
                 let tat = match self.rng.random_range(0..8) {
                     0 => 1_000_000_000_000_000_000,
                     1 => now_ns - self.rng.random_range(0..3_600_000_000_000),
@@ -370,7 +370,7 @@ impl Gen {
                 let natural = tat.div_euclid(MS) + 1;
                 Plant::Value(text(tat), self.expiry(natural, now_ms))
             }
-            Kind::Counter => {
+            Algorithm::Counter => {
                 let count = match self.rng.random_range(0..12) {
                     0 => 0,
                     1 => 100_000_000_000_000_000,
@@ -381,7 +381,7 @@ impl Gen {
                 let natural = now_ms + self.rng.random_range(1..=120_000);
                 Plant::Value(text(count), self.expiry(natural, now_ms))
             }
-            Kind::Bucket => {
+            Algorithm::Bucket => {
                 let deficit: i64 = match self.rng.random_range(0..12) {
                     0 => 1_000_000_000_000,
                     1 => i64::MAX,
@@ -390,7 +390,7 @@ impl Gen {
                 let natural = now_ms + self.rng.random_range(1..=200) * 1000 + self.rng.random_range(0..3) * 7;
                 Plant::Value(text(-deficit), self.expiry(natural, now_ms))
             }
-            Kind::Window => {
+            Algorithm::Window => {
                 let (window, precision) = l.window_ms().unwrap_or((10_000, None));
                 let ring = match precision {
                     Some(_) => self.chance(0.85),
@@ -523,7 +523,7 @@ impl Rig {
 
     /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
     /// replies and each key's state after.
-    fn call(&mut self, kind: Kind, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
+    fn call(&mut self, kind: Algorithm, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
@@ -567,8 +567,8 @@ impl Rig {
 }
 
 /// The twin's answer for a call the module answered with a limit above 2^53 − 1.
-fn twin_limit_error(kind: Kind) -> String {
-    let name = if kind == Kind::Bucket { "capacity" } else { "limit" };
+fn twin_limit_error(kind: Algorithm) -> String {
+    let name = if kind == Algorithm::Bucket { "capacity" } else { "limit" };
     format!(
         "ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)"
     )
@@ -660,7 +660,7 @@ fn the_twin_matches_the_module_call_for_call() {
         let roll = g.rng.random_range(0..100);
         let other = *g.pick(&KINDS);
         let mut scratch = false;
-        if limiters[slot].kind == Kind::Window && g.chance(0.05) {
+        if limiters[slot].kind == Algorithm::Window && g.chance(0.05) {
             // The same window with PRECISION added or removed: the key switches layout.
             let w = limiters[slot].positional[1].parse::<i64>().unwrap_or(10);
             let p = (w / g.rng.random_range(1..=50)).max(1).to_string();
@@ -740,7 +740,7 @@ fn the_twin_matches_the_module_call_for_call() {
             // Let the slot's limiter start afresh (else one foreign value answers every call).
             let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
         }
-        if limiter.kind == Kind::Window
+        if limiter.kind == Algorithm::Window
             && let Value::BulkString(b) = &before.0
             && matches!((b.first(), limiter.precision.is_some()), (Some(1), true) | (Some(2), false))
         {

@@ -217,9 +217,9 @@ pub fn throttle(data: &[u8]) {
         let (d, (reply, write)) = match (got, want) {
             (Err(Error::TooLarge), None) => continue,
             (Ok(d), Some(want)) => (d, want),
-            (got, want) => panic!("gcra at {now} q {q}: module {got:?} vs reference {want:?}"),
+            (got, want) => panic!("throttle at {now} q {q}: module {got:?} vs reference {want:?}"),
         };
-        assert_eq!(reply_i128(d.reply), reply, "gcra reply at {now} q {q}");
+        assert_eq!(reply_i128(d.reply), reply, "throttle reply at {now} q {q}");
         let written = match &d.effect {
             Effect::Nothing => None,
             Effect::Delete => Some(None),
@@ -228,12 +228,12 @@ pub fn throttle(data: &[u8]) {
                 Some(Some(i128::from(state.as_nanos())))
             }
         };
-        assert_eq!(written, write, "gcra write at {now} q {q}");
+        assert_eq!(written, write, "throttle write at {now} q {q}");
         let peek = throttle::decide(tat, Instant::from_nanos(now), &p, 0).expect("a peek of a state the call decided");
-        check_call("gcra", p.limit(), q, &peek, &d);
+        check_call("throttle", p.limit(), q, &peek, &d);
         key.store(d.effect, now, |s, _| s.as_nanos().to_string().into_bytes());
     }
-    recovers("gcra", clock.now, p.tolerance().as_nanos(), p.limit(), &mut key, |key, now, q| {
+    recovers("throttle", clock.now, p.tolerance().as_nanos(), p.limit(), &mut key, |key, now, q| {
         let tat = key.value.as_deref().map(|v| throttle::decode(v).expect("a stored TAT decodes"));
         throttle::decide(tat, Instant::from_nanos(now), &p, q).map(|d| d.map(|s| s.as_nanos()))
     });
