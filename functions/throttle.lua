@@ -1074,7 +1074,8 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local limited = v == 'peek' and 0 or 1
   local rm
   if v == 'denied' then
-    local need, freed = used + q - p.limit, 0
+    -- (limit - q first: used + q may pass 2^53, where a double rounds to an even integer)
+    local need, freed = used - (p.limit - q), 0
     for i = 0, held - 1 do
       freed = freed + counts[i]
       if freed >= need then rm = leaves(k0 + i) break end

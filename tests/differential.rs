@@ -158,7 +158,30 @@ impl Gen {
             }
             Algorithm::Counter => (vec![small(self, 20), self.duration(millis).to_string()], None),
         };
-        Limiter { kind, positional, millis, precision }
+        let mut l = Limiter { kind, positional, millis, precision };
+        if self.chance(0.1) {
+            self.near_twin_limit(&mut l);
+        }
+        l
+    }
+
+    /// A limit (or capacity) just below 2^53, the largest the twin replies: the units in use
+    /// plus a quantity near it pass 2^53, where a double holds only even integers.
+    fn near_twin_limit(&mut self, l: &mut Limiter) {
+        let limit = TWIN_LIMIT_MAX - self.rng.random_range(0..4);
+        match l.kind {
+            Kind::Window => {
+                // (limits above 100,000 take PRECISION)
+                let w = l.positional[1].parse::<i64>().unwrap_or(10);
+                l.precision.get_or_insert_with(|| (w / self.rng.random_range(1..=10)).max(1).to_string());
+                l.positional[0] = limit.to_string();
+            }
+            Kind::Counter => l.positional[0] = limit.to_string(),
+            // a refill of the empty bucket in at most 1,000 intervals
+            Kind::Bucket => l.positional = vec![limit.to_string(), (limit / 1000).to_string(), self.duration(l.millis).to_string()],
+            // 1 ns apart (a tolerance of 2^53 ns, 104 days)
+            Kind::Throttle => l.positional = vec![(limit - 1).to_string(), "1000000000".into(), if l.millis { "1000".into() } else { "1".into() }],
+        }
     }
 
     /// Parameters at or beyond the edges: overflows, ranges, rates faster than 1 ns, limits the
@@ -183,6 +206,12 @@ impl Gen {
     }
 
     fn quantity(&mut self, limit: Option<i64>) -> Option<String> {
+        if let Some(big) = limit.filter(|&l| l > 1000)
+            && self.chance(0.4)
+        {
+            // near a large limit: denied by a few units in use, or admitted at the edge
+            return Some((big - self.rng.random_range(0..12)).to_string());
+        }
         let limit = limit.unwrap_or(10).clamp(1, 1000);
         Some(match self.rng.random_range(0..100) {
             0..=29 => return None,
@@ -543,11 +572,15 @@ impl Rig {
 
 impl Rig {
     /// CL.ALL over slots' key sets (the module's keys, FCALL's, EVALSHA's) at `now_us`;
-    /// returns the three replies and every key's state after, set by set.
-    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> ([Value; 3], Vec<Vec<KeyState>>) {
+    /// returns the module keys' states before, the three replies and every key's state after,
+    /// set by set.
+    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> (Vec<KeyState>, [Value; 3], Vec<Vec<KeyState>>) {
         let sets: Vec<Vec<String>> = (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        for k in &sets[0] {
+            pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
+        }
         pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
         pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
         pipe.cmd("CL.ALL").arg(slots.len()).arg(&sets[0]).arg(args);
@@ -558,12 +591,29 @@ impl Rig {
                 pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
             }
         }
-        let mut v: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let mut before: Vec<Value> = pipe.query(&mut self.c).unwrap();
+        let mut v = before.split_off(2 * slots.len());
         let states: Vec<Value> = v.split_off(3);
         let replies: [Value; 3] = v.try_into().unwrap();
-        let pairs: Vec<KeyState> = states.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-        (replies, pairs.chunks(slots.len()).map(<[_]>::to_vec).collect())
+        let pairs = |v: &[Value]| -> Vec<KeyState> { v.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect() };
+        (pairs(&before), replies, pairs(&states).chunks(slots.len()).map(<[_]>::to_vec).collect())
     }
+}
+
+/// Whether the twin refused a call for a CL.WINDOW ring whose counts reach 2^53 (README,
+/// "What differs": a double cannot carry the sum), and the module's key before the call was
+/// one: a limit above 2^52 whose window changed on a live key can leave one.
+fn refused_ring_beyond_twin(twin_reply: &Value, before: &[KeyState]) -> bool {
+    let refused = server_error(twin_reply)
+        .is_some_and(|e| e.contains("key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"));
+    let beyond = |v: &Value| match v {
+        Value::BulkString(b) if b.len() >= 32 && b[0] == 2 && (b.len() - 24) % 8 == 0 => {
+            let counts = b[24..].chunks(8).map(|c| u128::from(u64::from_le_bytes(c.try_into().unwrap())));
+            counts.sum::<u128>() >= 1 << 53
+        }
+        _ => false,
+    };
+    refused && before.iter().any(|(v, _)| beyond(v))
 }
 
 /// The twin's answer for a call the module answered with a limit above 2^53 − 1.
@@ -634,10 +684,18 @@ fn the_twin_matches_the_module_call_for_call() {
             }
             let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
             let args = g.all_args(&chosen);
-            let (replies, states) = rig.call_all(&slots, &args, now_us);
+            let (before, replies, states) = rig.call_all(&slots, &args, now_us);
             let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}", slots.len(), args.join(" "));
             if matches!(&replies[0], Value::Array(items) if matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX)) {
                 continue; // (specs come from ordinary limiters: not reached)
+            }
+            if refused_ring_beyond_twin(&replies[1], &before) {
+                assert_eq!(replies[2], replies[1], "{context}");
+                assert!(states[1..].iter().all(|s| *s == before), "{context}: the twin wrote nothing");
+                tally.add("a ring counting 2^53 or more (refused by the twin)".into());
+                let all: Vec<String> = slots.iter().flat_map(|&s| Rig::keys(s)).collect();
+                let _: () = redis::cmd("DEL").arg(&all).query(&mut rig.c).unwrap(); // the module's keys moved on alone
+                continue;
             }
             assert_eq!(replies[1], replies[0], "FCALL cl_all differs from the module's CL.ALL: {context}");
             assert_eq!(replies[2], replies[0], "EVALSHA cl_all differs from the module's CL.ALL: {context}");
@@ -719,6 +777,13 @@ fn the_twin_matches_the_module_call_for_call() {
             let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap(); // the module's key moved on alone
             continue;
         }
+        if refused_ring_beyond_twin(&replies[1], std::slice::from_ref(&before)) {
+            assert_eq!(replies[2], replies[1], "{}", context());
+            assert!(states[1..].iter().all(|s| *s == before), "{}: the twin wrote nothing", context());
+            tally.add("a ring counting 2^53 or more (refused by the twin)".into());
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+            continue;
+        }
         assert_eq!(replies[1], replies[0], "FCALL reply differs from the module's: {}", context());
         assert_eq!(replies[2], replies[0], "EVALSHA reply differs from the module's: {}", context());
         assert_eq!(states[1], states[0], "FCALL stored bytes/expiry differ from the module's: {}", context());
@@ -745,6 +810,9 @@ fn the_twin_matches_the_module_call_for_call() {
             && matches!((b.first(), limiter.precision.is_some()), (Some(1), true) | (Some(2), false))
         {
             tally.add(format!("CL.WINDOW switching layout (PRECISION added or removed): {outcome}"));
+        }
+        if limiter.limit().is_some_and(|l| l > TWIN_LIMIT_MAX - 8) {
+            tally.add(format!("{} with a limit near 2^53: {outcome}", limiter.kind.command()));
         }
         let precision = if limiter.precision.is_some() { " PRECISION" } else { "" };
         let unit = if limiter.millis { " MS" } else { "" };
