@@ -107,8 +107,12 @@ FUZZ_TARGETS ?= parse throttle counter bucket window
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# Timings (bench/run.sh: noisy, ratios to SET and to the module floor in one run), then exact
+# instructions per call (bench/instructions.sh, callgrind; needs valgrind): the floor, CL.PACE
+# and the leases against it, and denials with keyspace events off and on.
 bench: build
 	bench/run.sh
+	bench/instructions.sh
 
 clean:
 	cargo clean

@@ -662,3 +662,73 @@ fn pacing_and_leases_follow_shadow_mode() {
     assert_eq!(throttle(&mut c, "CL.PACE p 1 60 MAXWAIT 0")[..2], [1, -1], "enforced again");
     assert_eq!(throttle(&mut c, "CL.ACQUIRE l 1 60 b")[0], 1);
 }
+
+/// CL.PACE, CL.ACQUIRE and CL.RELEASE in INFO, CL.TOP and the `throttled` event: a scripted
+/// sequence of every outcome each can have, counted exactly, by the option and by the config.
+#[test]
+fn pacing_and_leases_count_every_outcome_exactly() {
+    let server = Server::start();
+    let mut c = server.client();
+    config_set(&mut c, "notify-keyspace-events", "Ed").unwrap();
+    let events = psubscribe(&server, "__keyevent@0__:throttled");
+    let release = |c: &mut Connection, key: &str, id: &str| -> redis::RedisResult<i64> { redis::cmd("CL.RELEASE").arg(key).arg(id).query(c) };
+    // (call, limited as answered, what it counts as); the slots are a minute apart.
+    let calls: [(&str, Option<i64>, &str); 13] = [
+        ("CL.PACE p 1 60", Some(0), "admitted"),
+        ("CL.PACE p 1 60 MAXWAIT 0", Some(1), "denied"),
+        ("CL.PACE p 1 60 MAXWAIT 0 SHADOW", Some(0), "shadow_denied"),
+        ("CL.PACE p 1 60 QUANTITY 0", Some(0), "peeks"),
+        // A peek beyond MAXWAIT reads as refused, but it is no denial (no event, not in CL.TOP).
+        ("CL.PACE p 1 60 QUANTITY 0 MAXWAIT 0", Some(1), "peeks"),
+        ("CL.PACE p 1 60 QUANTITY -1", None, "errors"),
+        ("CL.ACQUIRE l 1 60 a", Some(0), "admitted"),
+        ("CL.ACQUIRE l 1 60 a", Some(0), "admitted"),
+        ("CL.ACQUIRE l 1 60 b", Some(1), "denied"),
+        ("CL.ACQUIRE l 1 60 b SHADOW", Some(0), "shadow_denied"),
+        ("CL.ACQUIRE l 0 60 b", None, "errors"),
+        ("CL.ACQUIRE p 1 60 b", None, "errors"),
+        ("CL.PACE l 1 60", None, "errors"),
+    ];
+    let mut want: HashMap<String, i64> = HashMap::new();
+    for (words, limited, class) in calls {
+        let command = words.split_whitespace().next().unwrap().to_lowercase().replace('.', "_");
+        match (try_throttle(&mut c, words), limited) {
+            (Ok(reply), Some(limited)) => assert_eq!(reply[0], limited, "{words}: {reply:?}"),
+            (Err(_), None) => {}
+            (got, _) => panic!("{words}: {got:?}"),
+        }
+        *want.entry(format!("{command}_{class}")).or_default() += 1;
+    }
+    assert_eq!(release(&mut c, "l", "a").unwrap(), 1);
+    assert_eq!(release(&mut c, "l", "a").unwrap(), 0);
+    assert!(release(&mut c, "p", "a").is_err(), "WRONGTYPE");
+    *want.entry("cl_release_refunds".into()).or_default() += 2;
+    *want.entry("cl_release_errors".into()).or_default() += 1;
+    // Shadow mode by the config: a refused pacer and a full lease set answer as admitted.
+    config_set(&mut c, "throttle.mode", "shadow").unwrap();
+    assert_eq!(throttle(&mut c, "CL.PACE p 1 60 MAXWAIT 0")[..2], [0, 0]);
+    assert_eq!(throttle(&mut c, "CL.ACQUIRE l 1 60 c")[0], 0, "a free slot: admitted");
+    assert_eq!(throttle(&mut c, "CL.ACQUIRE l 1 60 d")[..4], [0, 1, 0, -1], "full: answered as admitted");
+    config_set(&mut c, "throttle.mode", "enforce").unwrap();
+    for field in ["cl_pace_shadow_denied", "cl_acquire_admitted", "cl_acquire_shadow_denied"] {
+        *want.entry(field.into()).or_default() += 1;
+    }
+
+    let info = info(&mut c);
+    for command in ["cl_pace", "cl_acquire", "cl_release"] {
+        let mut calls = 0;
+        for class in ["admitted", "denied", "shadow_denied", "peeks", "refunds", "errors"] {
+            let field = format!("{command}_{class}");
+            let n = want.get(&field).copied().unwrap_or(0);
+            calls += n;
+            assert_eq!(counter(&info, &field), n, "{field}");
+        }
+        assert_eq!(counter(&info, &format!("{command}_calls")), calls, "{command}_calls");
+    }
+    // Every denial, enforced or shadowed, is in CL.TOP and announced; ties listed by key.
+    assert_eq!(top(&mut c, ""), vec![(b"l".to_vec(), 3), (b"p".to_vec(), 3)]);
+    assert_eq!(counter(&info, "top_denials"), 6);
+    let keys: Vec<Vec<u8>> = drain(&events).into_iter().map(|(_, key)| key).collect();
+    let order: [&[u8]; 6] = [b"p", b"p", b"l", b"l", b"p", b"l"];
+    assert_eq!(keys, order.map(<[u8]>::to_vec));
+}
