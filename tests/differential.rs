@@ -52,7 +52,7 @@ impl Algorithm {
     }
 }
 
-const KINDS: [Algorithm; 4] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter];
+const ALGORITHMS: [Algorithm; 4] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter];
 
 /// A limiter's parameters as a slot keeps them between calls, so that states build up.
 #[derive(Clone, Debug)]
@@ -170,17 +170,17 @@ impl Gen {
     fn near_twin_limit(&mut self, l: &mut Limiter) {
         let limit = TWIN_LIMIT_MAX - self.rng.random_range(0..4);
         match l.kind {
-            Kind::Window => {
+            Algorithm::Window => {
                 // (limits above 100,000 take PRECISION)
                 let w = l.positional[1].parse::<i64>().unwrap_or(10);
                 l.precision.get_or_insert_with(|| (w / self.rng.random_range(1..=10)).max(1).to_string());
                 l.positional[0] = limit.to_string();
             }
-            Kind::Counter => l.positional[0] = limit.to_string(),
+            Algorithm::Counter => l.positional[0] = limit.to_string(),
             // a refill of the empty bucket in at most 1,000 intervals
-            Kind::Bucket => l.positional = vec![limit.to_string(), (limit / 1000).to_string(), self.duration(l.millis).to_string()],
+            Algorithm::Bucket => l.positional = vec![limit.to_string(), (limit / 1000).to_string(), self.duration(l.millis).to_string()],
             // 1 ns apart (a tolerance of 2^53 ns, 104 days)
-            Kind::Throttle => l.positional = vec![(limit - 1).to_string(), "1000000000".into(), if l.millis { "1000".into() } else { "1".into() }],
+            Algorithm::Throttle => l.positional = vec![(limit - 1).to_string(), "1000000000".into(), if l.millis { "1000".into() } else { "1".into() }],
         }
     }
 
@@ -386,7 +386,7 @@ impl Gen {
             _ => {}
         }
         // Mostly this limiter's own kind; sometimes another's (WRONGTYPE).
-        let other = *self.pick(&KINDS);
+        let other = *self.pick(&ALGORITHMS);
         let kind = if self.chance(0.85) { l.kind } else { other };
         match kind {
             Algorithm::Throttle => {
@@ -656,7 +656,7 @@ fn the_twin_matches_the_module_call_for_call() {
     let mut rig = Rig::start();
 
     const SLOTS: usize = 24;
-    let mut limiters: Vec<Limiter> = (0..SLOTS).map(|i| g.limiter(KINDS[i % 4])).collect();
+    let mut limiters: Vec<Limiter> = (0..SLOTS).map(|i| g.limiter(ALGORITHMS[i % 4])).collect();
     let mut tally = Tally::default();
 
     for step in 0..calls {
@@ -716,7 +716,7 @@ fn the_twin_matches_the_module_call_for_call() {
         let keys = Rig::keys(slot);
         // The limiter: the slot's own (so that state builds up), a new one, or another.
         let roll = g.rng.random_range(0..100);
-        let other = *g.pick(&KINDS);
+        let other = *g.pick(&ALGORITHMS);
         let mut scratch = false;
         if limiters[slot].kind == Algorithm::Window && g.chance(0.05) {
             // The same window with PRECISION added or removed: the key switches layout.
@@ -822,7 +822,7 @@ fn the_twin_matches_the_module_call_for_call() {
     for (what, n) in &tally.calls {
         eprintln!("  {n:6}  {what}");
     }
-    for kind in KINDS {
+    for kind in ALGORITHMS {
         let n: u64 = tally.calls.iter().filter(|(w, _)| w.starts_with(kind.command())).map(|(_, n)| n).sum();
         assert!(n as usize >= calls / 10, "{} was exercised: {n} calls", kind.command());
     }
