@@ -35,7 +35,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-image test-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run test test-containers test-image test-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -78,6 +78,14 @@ test-image: docker-local-source
 # 8.0.6; Valkey 8.0, 8.1 and 9.1), and a table. MATRIX="redis-8.0.6 valkey-9.1" runs some of them.
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
+
+# The README's matrix table is the one the last `make test-matrix` printed (target/matrix/table.txt).
+readme-matrix:
+	@test -s target/matrix/table.txt || { echo "readme-matrix: run make test-matrix first" >&2; exit 1; }
+	@python3 -c 'import re,sys; r=open("README.md").read(); t=open("target/matrix/table.txt").read(); \
+	  b,e="<!-- matrix: make test-matrix, then make readme-matrix -->\n```\n","```\n<!-- end matrix -->"; \
+	  i=r.index(b)+len(b); j=r.index(e,i); open("README.md","w").write(r[:i]+t+r[j:])'
+	@echo "readme-matrix: README.md's table now shows target/matrix/table.txt"
 
 # Needs only Docker on the host: the module is compiled in the Dockerfile's build stage.
 docker:
