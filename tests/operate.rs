@@ -232,6 +232,39 @@ fn info_throttle_is_a_module_section() {
     assert!(!other.contains("throttle_"), "INFO memory");
 }
 
+/// The README's `INFO throttle` example names every field the server prints, in its order:
+/// the first command's seven written out, the `…` line naming the commands that repeat them.
+#[test]
+fn the_readme_shows_every_info_field_in_order() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme.split("### INFO throttle").nth(1).expect("README: ### INFO throttle");
+    let block = section.split("```").nth(1).expect("README: the INFO example");
+    let mut shown = Vec::new();
+    let mut first = Vec::new(); // the first command's fields, without their command
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(names) = line.split_once("(the same seven for ").map(|(_, rest)| rest.trim_end_matches(')')) {
+            // The line continues the written-out fields: a command's first may be above it.
+            for name in names.split(", ").flat_map(|command| first.iter().map(move |field| format!("throttle_{command}_{field}"))) {
+                if !shown.contains(&name) {
+                    shown.push(name);
+                }
+            }
+        } else if let Some((name, _)) = line.split_once(':') {
+            if let Some(field) = name.strip_prefix("throttle_cl_throttle_") {
+                first.push(field.to_string());
+            }
+            shown.push(name.to_string());
+        } else {
+            shown.push(line.to_string());
+        }
+    }
+    let server = Server::start();
+    let mut c = server.client();
+    let text: String = redis::cmd("INFO").arg("throttle").query(&mut c).unwrap();
+    let printed: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(|l| l.split(':').next().unwrap_or(l).to_string()).collect();
+    assert_eq!(shown, printed, "README's INFO throttle example against the server's");
+}
+
 /// A Zipf stream of denials through a real server: CL.TOP's counts never fall below the exact
 /// ones and exceed them by at most N / 1024, every key denied more often than that is listed,
 /// and the heaviest keys come out first.
