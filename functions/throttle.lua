@@ -57,6 +57,7 @@ local ERR = {
   all_count = 'ERR numkeys is %d but %d limiter specs follow the keys',
   all_word = "ERR limiter %d: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '%s'",
   all_numbers = 'ERR limiter %d: %s takes %d numbers',
+  all_option = 'ERR limiter %d: %s does not take %s',
   in_limiter = 'ERR limiter %d: %s',
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
@@ -1407,9 +1408,14 @@ end
 local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter' }
 local ALL_MAX_KEYS = 16
 
--- An error of limiter i: the module's texts name the limiter, but for Redis's own texts.
+-- The options some spec takes (the module's spec_option): one right after a spec that does not
+-- take it is that spec's error.
+local ALL_OPTIONS = { QUANTITY = true, PRECISION = true }
+
+-- An error of limiter i: every argument error names the limiter; WRONGTYPE (Redis's own key
+-- error) and a bug do not.
 local function in_limiter(i, text)
-  if text == ERR.integer or text == ERR.wrongtype or sub(text, 1, 18) == 'ERR internal error' then return text end
+  if text == ERR.wrongtype or sub(text, 1, 18) == 'ERR internal error' then return text end
   return fmt(ERR.in_limiter, i, sub(text, 5))
 end
 
@@ -1454,16 +1460,21 @@ local function all(keys, args)
   -- their values) from the call's MS and DETAILS.
   local specs, calls = {}, {}
   local n, i = #args, 1
+  local after_spec = false -- whether args[i] directly follows a spec (no call option between)
   while i <= n do
     local word = args[i]
     local upper = word:upper()
     if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' then
       calls[#calls + 1] = upper
       i = i + 1
+      after_spec = false
     else
       local index = #specs + 1
       local kind = ALL_KINDS[upper]
       if kind == nil then
+        if after_spec and ALL_OPTIONS[upper] then
+          fail(fmt(ERR.all_option, index - 1, COMMANDS[specs[index - 1].kind].word, upper))
+        end
         if index > nkeys then fail(ERR.syntax) end
         fail(fmt(ERR.all_word, index, printable(word)))
       end
@@ -1478,6 +1489,7 @@ local function all(keys, args)
       if last > n then last = n end
       specs[index] = { kind = kind, first = i + 1, last = last }
       i = last + 1
+      after_spec = true
     end
   end
   if #specs ~= nkeys then fail(fmt(ERR.all_count, nkeys, #specs)) end

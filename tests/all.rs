@@ -110,13 +110,28 @@ fn milliseconds_apply_to_every_limiter() {
     assert_eq!(details[1], vec![0, 1, 0, -1, 250]);
 }
 
-#[test]
-fn errors_name_the_limiter_and_write_nothing() {
+/// A server holding two live limiters, `{e}t` (CL.THROTTLE 4 1 60) and `{e}c` (CL.COUNTER 4 60).
+fn two_limiters() -> (Server, redis::Connection) {
     let server = Server::start();
     let mut c = server.client();
     throttle(&mut c, "CL.THROTTLE {e}t 4 1 60");
     throttle(&mut c, "CL.COUNTER {e}c 4 60");
-    let before = snapshot(&mut c);
+    (server, c)
+}
+
+/// Each call (words) replies its error, and none writes anything.
+fn assert_errors_write_nothing<S: AsRef<str>>(c: &mut redis::Connection, cases: &[(&str, S)]) {
+    let before = snapshot(c);
+    for (words, want) in cases {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert_eq!(error_of(c, &args), want.as_ref(), "{words}");
+    }
+    assert_eq!(snapshot(c), before, "no error wrote anything");
+}
+
+#[test]
+fn errors_name_the_limiter_and_write_nothing() {
+    let (_server, mut c) = two_limiters();
     let cases = [
         ("CL.ALL 0 {e}t THROTTLE 4 1 60", "ERR numkeys must be an integer from 1 to 16"),
         ("CL.ALL 17 {e}t THROTTLE 4 1 60", "ERR numkeys must be an integer from 1 to 16"),
@@ -125,18 +140,45 @@ fn errors_name_the_limiter_and_write_nothing() {
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 0 60", "ERR limiter 2: limit must be an integer from 1 to 999999999999999999"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 SLIDING 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'SLIDING'"),
         ("CL.ALL 1 {e}t THROTTLE 4 1 60 BOGUS", "ERR syntax error"),
-        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 PRECISION 5", "ERR syntax error"),
+        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 PRECISION 5", "ERR limiter 2: COUNTER does not take PRECISION"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 QUANTITY", "ERR limiter 2: syntax error"),
         // The second key is the first's: WRONGTYPE, and the first limiter, which admits, is not charged.
         ("CL.ALL 2 {e}x {e}t COUNTER 4 60 COUNTER 4 60", "WRONGTYPE Operation against a key holding the wrong kind of value"),
     ];
-    for (words, want) in cases {
-        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
-        assert_eq!(error_of(&mut c, &args), want, "{words}");
-    }
-    assert_eq!(snapshot(&mut c), before, "no error wrote anything");
+    assert_errors_write_nothing(&mut c, &cases);
     let wrong: Vec<&[u8]> = vec![b"CL.ALL", b"2", b"{e}t"];
     assert_eq!(error_of(&mut c, &wrong), "ERR wrong number of arguments for 'cl.all' command");
+}
+
+/// Every argument error inside a spec names its limiter: a non-integer (a number, a QUANTITY, a
+/// PRECISION) and an option the spec does not take, right after it (between specs or after the
+/// last). The limiters before the faulty one would admit, and one key is new: nothing is written.
+#[test]
+fn argument_errors_inside_a_spec_name_their_limiter_and_write_nothing() {
+    let (_server, mut c) = two_limiters();
+    let not_integer = |i: usize| format!("ERR limiter {i}: value is not an integer or out of range");
+    let cases = [
+        ("CL.ALL 2 {e}c {e}t COUNTER 1 60 THROTTLE 1 x 60", not_integer(2)),
+        ("CL.ALL 3 {e}t {e}c {e}n THROTTLE 4 1 60 COUNTER 4 60 WINDOW 5 1.5", not_integer(3)),
+        ("CL.ALL 2 {e}n {e}c COUNTER 4 60 QUANTITY 0x10 COUNTER 4 60", not_integer(1)),
+        ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 WINDOW 5 60 PRECISION ten", not_integer(2)),
+        ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 BUCKET 5 1 99999999999999999999", not_integer(2)),
+        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1", "ERR limiter 1: COUNTER does not take PRECISION".into()),
+        ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 QUANTITY 1 precision 5 WINDOW 5 60", "ERR limiter 1: THROTTLE does not take PRECISION".into()),
+        ("CL.ALL 2 {e}n {e}t BUCKET 5 1 60 THROTTLE 4 1 60 PRECISION 5 DETAILS", "ERR limiter 2: THROTTLE does not take PRECISION".into()),
+        // After a call option the spec has ended: the word is read as the next spec's.
+        ("CL.ALL 2 {e}n {e}c WINDOW 5 60 MS PRECISION 5 COUNTER 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'".into()),
+        ("CL.ALL 1 {e}n WINDOW 5 60 MS PRECISION 5", "ERR syntax error".into()),
+        // A word no spec takes keeps its texts.
+        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'MAXWAIT'".into()),
+        ("CL.ALL 1 {e}c COUNTER 4 60 MAXWAIT 5", "ERR syntax error".into()),
+    ];
+    assert_errors_write_nothing(&mut c, &cases);
+    // The same calls corrected are admitted and write (the errors above were the only reason).
+    let before = snapshot(&mut c);
+    let (reply, _) = all(&mut c, "CL.ALL 2 {e}c {e}n COUNTER 4 60 THROTTLE 1 1 1");
+    assert_eq!(reply[0], 0);
+    assert_ne!(snapshot(&mut c), before);
 }
 
 /// Eight clients call CL.ALL on overlapping sets of four limiters (each limit far below what

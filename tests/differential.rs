@@ -340,9 +340,22 @@ impl Gen {
             let at = self.rng.random_range(1..=parts.len());
             parts.insert(at, vec![o]);
         }
+        let malformed = self.chance(0.06).then(|| self.rng.random_range(0..8));
+        if let Some(kind @ 6..) = malformed {
+            // Inside one spec (the parts of more than one word): PRECISION right after it (which
+            // only a window takes), or a word that is no integer among its numbers.
+            let specs: Vec<usize> = parts.iter().enumerate().filter(|(_, p)| p.len() > 1).map(|(i, _)| i).collect();
+            let at = specs[self.rng.random_range(0..specs.len())];
+            if kind == 6 {
+                parts[at].extend(["PRECISION".to_string(), "5".to_string()]);
+            } else {
+                let number = self.rng.random_range(1..=2);
+                parts[at][number] = self.pick(&["x", "1.5"]).to_string();
+            }
+        }
         let mut args: Vec<String> = parts.into_iter().flatten().collect();
-        if self.chance(0.05) {
-            match self.rng.random_range(0..6) {
+        if let Some(kind @ ..6) = malformed {
+            match kind {
                 0 => args.push("THROTTLE 1 1".into()),
                 1 => args.insert(0, "LIMITER".into()),
                 2 => args.push("MS".into()),

@@ -83,14 +83,23 @@ impl<'a> Request<'a> {
         let is_call_option = |w: &[u8]| call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())));
         let mut specs: Vec<(Algorithm, &[&'a [u8]])> = Vec::with_capacity(numkeys);
         let mut call_words: Vec<&[u8]> = Vec::new();
+        // Whether the word read next directly follows a spec (no call option between).
+        let mut after_spec = false;
         while let Some((&word, after)) = rest.split_first() {
             if is_call_option(word) {
                 call_words.push(word);
                 rest = after;
+                after_spec = false;
                 continue;
             }
             let index = specs.len() + 1;
             let Some(algorithm) = Algorithm::named(word) else {
+                // An option of another algorithm's spec: the spec it follows does not take it.
+                if let Some((previous, _)) = specs.last().filter(|_| after_spec)
+                    && let Some(option) = spec_option(word)
+                {
+                    return Err(Error::Call(format!("limiter {}: {} does not take {option}", index - 1, previous.word())));
+                }
                 if index > numkeys {
                     return Err(Error::Syntax);
                 }
@@ -107,6 +116,7 @@ impl<'a> Request<'a> {
             let end = end.min(after.len());
             specs.push((algorithm, &after[..end]));
             rest = &after[end..];
+            after_spec = true;
         }
         if specs.len() != numkeys {
             return Err(Error::Call(format!("numkeys is {numkeys} but {} limiter specs follow the keys", specs.len())));
@@ -135,6 +145,14 @@ fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Resul
     }
     let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
     Ok((algorithm.build(&values, &tail, unit, caps)?, tail.quantity.unwrap_or(1)))
+}
+
+/// The option `word` names if some spec takes it (`QUANTITY`, `PRECISION`), as its table spells it.
+fn spec_option(word: &[u8]) -> Option<&'static str> {
+    Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&QUANTITY]).find_map(|a| match a.kind {
+        ArgKind::Option(token) if word.eq_ignore_ascii_case(token.as_bytes()) => Some(token),
+        _ => None,
+    })
 }
 
 /// A word for an error message: printable ASCII, at most 32 characters.

@@ -58,11 +58,13 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// This error as raised by the limiter at 1-based `index` of a multi-limiter call.
+    /// This error as raised by the limiter at 1-based `index` of a multi-limiter call: every
+    /// argument error names it (a non-integer too), key errors do not.
     pub fn in_limiter(self, index: usize) -> Error {
         match self {
-            // Redis's own texts, which clients match as they are.
-            Error::WrongType | Error::NotAnInteger | Error::Internal(_) => self,
+            // WRONGTYPE is Redis's own key error, which clients match as it is; a bug is no
+            // limiter's.
+            Error::WrongType | Error::Internal(_) => self,
             error => Error::InLimiter { index, error: Box::new(error) },
         }
     }
@@ -110,6 +112,7 @@ mod tests {
         assert_eq!(e.to_string(), "ERR window must be an integer from 1 to 1000000000 (seconds)");
         assert_eq!(e.clone().in_limiter(2).to_string(), "ERR limiter 2: window must be an integer from 1 to 1000000000 (seconds)");
         assert_eq!(Error::WrongType.in_limiter(3), Error::WrongType);
+        assert_eq!(Error::NotAnInteger.in_limiter(2).to_string(), "ERR limiter 2: value is not an integer or out of range");
         let span = Error::SpanTooLong("interval * ceil(capacity / tokens)");
         assert_eq!(
             span.to_string(),

@@ -51,7 +51,6 @@ fn errors_say_what_and_which_limiter() {
     assert_eq!(parse("2 a"), Err(Error::WrongArity("cl.all")));
     assert_eq!(error("0 a COUNTER 1 1"), "ERR numkeys must be an integer from 1 to 16");
     assert_eq!(error("17 a COUNTER 1 1"), "ERR numkeys must be an integer from 1 to 16");
-    assert_eq!(error("x a COUNTER 1 1"), "ERR value is not an integer or out of range");
     assert_eq!(error("2 a b COUNTER 1 1"), "ERR numkeys is 2 but 1 limiter specs follow the keys");
     assert_eq!(error("1 a COUNTER 1 1 COUNTER 1 1"), "ERR numkeys is 1 but 2 limiter specs follow the keys");
     assert_eq!(error("3 a b a COUNTER 1 1 COUNTER 1 1 COUNTER 1 1"), "ERR limiters 1 and 3 name the same key");
@@ -61,13 +60,40 @@ fn errors_say_what_and_which_limiter() {
     assert_eq!(error("2 a b COUNTER 1 1 BOGUS 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'BOGUS'");
     assert_eq!(error("1 a COUNTER 1 1 BOGUS"), "ERR syntax error");
     assert_eq!(error("1 a COUNTER 1 1 5"), "ERR syntax error");
-    assert_eq!(error("1 a THROTTLE 1 1 1 PRECISION 5"), "ERR syntax error", "PRECISION is no option of THROTTLE");
-    assert_eq!(error("2 a b THROTTLE 1 1 1 PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY"), "ERR limiter 1: syntax error");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY 1 QUANTITY 2"), "ERR limiter 1: syntax error");
-    assert_eq!(error("1 a THROTTLE 1 1.5 1"), "ERR value is not an integer or out of range");
     assert_eq!(error("1 a COUNTER 1 1 MS MS"), "ERR syntax error");
     assert_eq!(error("1 a COUNTER 1 1000000000001 MS"), "ERR limiter 1: window must be an integer from 1 to 1000000000000 (milliseconds)");
+}
+
+#[test]
+fn a_non_integer_in_a_spec_names_its_limiter() {
+    let not_integer = |i: usize| format!("ERR limiter {i}: value is not an integer or out of range");
+    assert_eq!(error("1 a THROTTLE 1 1.5 1"), not_integer(1));
+    assert_eq!(error("2 a b COUNTER 1 60 THROTTLE 1 x 60"), not_integer(2));
+    assert_eq!(error("2 a b COUNTER 1 60 QUANTITY 0x1 THROTTLE 1 1 60"), not_integer(1));
+    assert_eq!(error("2 a b COUNTER 1 60 WINDOW 5 60 PRECISION 1.5"), not_integer(2));
+    assert_eq!(error("2 a b COUNTER 1 PRECISION THROTTLE 1 1 1"), not_integer(1), "a word among the numbers is a number");
+    // Before any spec, the plain text.
+    assert_eq!(error("x a COUNTER 1 1"), Error::NotAnInteger.to_string());
+}
+
+#[test]
+fn an_option_the_spec_does_not_take_names_that_spec() {
+    assert_eq!(error("2 a b COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1"), "ERR limiter 1: COUNTER does not take PRECISION");
+    assert_eq!(error("2 a b THROTTLE 1 1 1 precision 5 COUNTER 1 1"), "ERR limiter 1: THROTTLE does not take PRECISION");
+    assert_eq!(error("2 a b COUNTER 4 60 QUANTITY 2 PRECISION 5 THROTTLE 1 1 1"), "ERR limiter 1: COUNTER does not take PRECISION");
+    // After the last spec alike.
+    assert_eq!(error("1 a THROTTLE 1 1 1 PRECISION 5"), "ERR limiter 1: THROTTLE does not take PRECISION");
+    assert_eq!(error("2 a b WINDOW 5 60 BUCKET 5 1 60 PRECISION 5"), "ERR limiter 2: BUCKET does not take PRECISION");
+    // A window takes it.
+    assert!(parse("2 a b WINDOW 5 60 PRECISION 5 COUNTER 1 1").is_ok());
+    // Not right after the spec (a call option between ends it): the word is no spec.
+    assert_eq!(error("2 a b WINDOW 5 60 MS PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'");
+    assert_eq!(error("1 a WINDOW 5 60 MS PRECISION 5"), "ERR syntax error");
+    // A word that is no option at all keeps the texts above.
+    assert_eq!(error("2 a b COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'MAXWAIT'");
+    assert_eq!(error("1 a COUNTER 4 60 MAXWAIT 5"), "ERR syntax error");
 }
 
 #[test]
