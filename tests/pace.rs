@@ -92,6 +92,24 @@ fn queued_counts_the_units_whose_slots_have_not_ended() {
 }
 
 #[test]
+fn in_the_acl_categories_of_a_blocking_command() {
+    // Like BLPOP and XREAD: @write, @blocking and @slow (not @fast), so `-@slow` takes it away
+    // as it takes every other command that may block. A module command is in no category it
+    // does not declare, and Redis 7.0 lets a module declare none (there only its name counts).
+    let server = Server::start();
+    let declared = server.version() >= (7, 2, 0);
+    let mut admin = server.client();
+    for (i, (rules, allowed)) in [("+@all -@slow", !declared), ("-@all +@slow", declared), ("-@all +@fast", false), ("+@all -@blocking", !declared)].into_iter().enumerate() {
+        let name = format!("user-{i}");
+        let _: () = redis::cmd("ACL").arg(&["SETUSER", &name, "on", ">pw", "~*"]).arg(rules.split_whitespace().collect::<Vec<_>>()).query(&mut admin).unwrap();
+        let mut c = server.client();
+        let _: () = redis::cmd("AUTH").arg(&name).arg("pw").query(&mut c).unwrap();
+        let reply = redis::cmd("CL.PACE").arg(&["p", "10", "1"]).query::<Vec<i64>>(&mut c);
+        assert_eq!(reply.is_ok(), allowed, "CL.PACE for a user with {rules}: {reply:?}");
+    }
+}
+
+#[test]
 fn a_pace_key_is_a_throttle_key() {
     let server = Server::start();
     let mut c = server.client();

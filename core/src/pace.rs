@@ -32,9 +32,10 @@ pub static COMMAND: Command = Command {
     complexity: "O(1)",
     since: "1.1.0",
     // Like XREAD and BLPOP: `blocking` (ACL @blocking), and not `fast`, as BLOCK may hold the
-    // connection (the call itself is O(1)).
+    // connection (the call itself is O(1)); so @slow, which the server gives its own commands
+    // that are not @fast but a module's only when declared.
     flags: "write deny-oom blocking",
-    acl_categories: "write blocking",
+    acl_categories: "write slow blocking",
     keys: Keys::One,
     args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK, Arg::SHADOW],
 };
