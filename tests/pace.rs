@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::{Options, Server, error_of, frozen_clock, in_multi, snapshot, throttle, wait_until};
+use harness::{Options, Server, error_of, in_multi, snapshot, throttle, wait_until};
 
 const MS: i64 = 1_000_000;
 
@@ -38,14 +38,8 @@ fn every_reply_field_and_the_stored_tat() {
     let before = unix_ns() - 1_000;
     let replies = in_multi(&mut c, &[call, call, call, call, call]);
     let after = unix_ns();
-    // One instant on 7.2+; on 7.0 the calls are microseconds apart, so a unit whose slot has
-    // just started may no longer count as queued (queued counts slots starting at or after now).
-    let frozen = frozen_clock(&server);
-    let want = [[0, 0, 1, -1, 10], [0, 10, 2, -1, 20], [0, 20, 3, -1, 30], [0, 30, 4, -1, 40], [1, -1, 4, 10, 40]];
-    for (got, want) in replies.iter().zip(want) {
-        let queued_ok = got[2] == want[2] || (!frozen && got[2] == want[2] - 1);
-        assert!(queued_ok && [got[0], got[1], got[3], got[4]] == [want[0], want[1], want[3], want[4]], "{replies:?}");
-    }
+    // One instant on 7.2+, microseconds apart on 7.0: the same replies.
+    assert_eq!(replies, [[0, 0, 1, -1, 10], [0, 10, 2, -1, 20], [0, 20, 3, -1, 30], [0, 30, 4, -1, 40], [1, -1, 4, 10, 40]]);
     // The state is CL.THROTTLE's: the TAT in ns, the key expiring at it (whole ms, rounded up).
     let stored = tat(&mut c, "api:vendor").unwrap();
     assert!((before + 40 * MS..=after + 40 * MS).contains(&stored), "the TAT is 40 ms after the calls: {stored} vs {before}..{after}");
@@ -64,8 +58,55 @@ fn every_reply_field_and_the_stored_tat() {
     let exists: i64 = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
     assert_eq!(exists, 0, "a peek creates nothing");
     assert_eq!(throttle(&mut c, "CL.PACE s 1 2"), [0, 0, 1, -1, 2]);
-    assert_eq!(throttle(&mut c, "CL.PACE s 1 2 QUANTITY 2"), [0, 2, 2, -1, 6]);
-    assert_eq!(throttle(&mut c, "CL.PACE s 1 2"), [1, -1, 2, 4, 6], "default MAXWAIT: one period");
+    assert_eq!(throttle(&mut c, "CL.PACE s 1 2 QUANTITY 2"), [0, 2, 3, -1, 6]);
+    assert_eq!(throttle(&mut c, "CL.PACE s 1 2"), [1, -1, 3, 4, 6], "default MAXWAIT: one period");
+}
+
+#[test]
+fn queued_counts_the_units_whose_slots_have_not_ended() {
+    // The README's fleet as it happens: calls one after another (a pipeline: microseconds
+    // apart, not one instant). Each finds the queue one deeper, the fourth is told `0 30 4 -1
+    // 40`, and `queued` agrees with `reset_after`: a slot that began a few microseconds ago is
+    // still under way (counting only slots starting at or after now replied 1 to the second
+    // call, 3 to the fourth, and 8 to the README's refusal).
+    let server = Server::start();
+    let mut c = server.client();
+    let mut pipe = redis::pipe();
+    for _ in 0..4 {
+        pipe.cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS"]);
+    }
+    pipe.cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS", "QUANTITY", "5"]);
+    pipe.cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS", "MAXWAIT", "50"]);
+    pipe.cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS", "QUANTITY", "0", "MAXWAIT", "100"]);
+    let replies: Vec<[i64; 5]> = pipe.query(&mut c).unwrap();
+    let want = [
+        [0, 0, 1, -1, 10],
+        [0, 10, 2, -1, 20],
+        [0, 20, 3, -1, 30],
+        [0, 30, 4, -1, 40],
+        [0, 40, 9, -1, 90],
+        [1, -1, 9, 40, 90],
+        [0, 90, 9, -1, 90],
+    ];
+    assert_eq!(replies, want);
+}
+
+#[test]
+fn in_the_acl_categories_of_a_blocking_command() {
+    // Like BLPOP and XREAD: @write, @blocking and @slow (not @fast), so `-@slow` takes it away
+    // as it takes every other command that may block. A module command is in no category it
+    // does not declare, and Redis 7.0 lets a module declare none (there only its name counts).
+    let server = Server::start();
+    let declared = server.version() >= (7, 2, 0);
+    let mut admin = server.client();
+    for (i, (rules, allowed)) in [("+@all -@slow", !declared), ("-@all +@slow", declared), ("-@all +@fast", false), ("+@all -@blocking", !declared)].into_iter().enumerate() {
+        let name = format!("user-{i}");
+        let _: () = redis::cmd("ACL").arg(&["SETUSER", &name, "on", ">pw", "~*"]).arg(rules.split_whitespace().collect::<Vec<_>>()).query(&mut admin).unwrap();
+        let mut c = server.client();
+        let _: () = redis::cmd("AUTH").arg(&name).arg("pw").query(&mut c).unwrap();
+        let reply = redis::cmd("CL.PACE").arg(&["p", "10", "1"]).query::<Vec<i64>>(&mut c);
+        assert_eq!(reply.is_ok(), allowed, "CL.PACE for a user with {rules}: {reply:?}");
+    }
 }
 
 #[test]
@@ -76,8 +117,8 @@ fn a_pace_key_is_a_throttle_key() {
     // schedules after them.
     throttle(&mut c, "CL.THROTTLE shared 4 10 1000 MS 2");
     let r = throttle(&mut c, "CL.PACE shared 10 1000 MS");
-    // Queued: its own slot and the second CL.THROTTLE took (the first has started).
-    assert_eq!((r[0], r[2]), (0, 2));
+    // Queued: its own slot and the two CL.THROTTLE took (the first under way).
+    assert_eq!((r[0], r[2]), (0, 3));
     assert!((199..=200).contains(&r[1]), "waits for the two slots CL.THROTTLE took: {r:?}");
     // And CL.THROTTLE sees the three reserved slots as taken.
     let t = throttle(&mut c, "CL.THROTTLE shared 4 10 1000 MS 0");

@@ -271,10 +271,12 @@ pub struct Outcome<R> {
 }
 
 /// CL.ACQUIRE: admitted iff the id holds a live lease (renewed) or fewer than `limit` are
-/// live. The lease ends on the first whole millisecond at or after `now + lease`.
+/// live. The lease starts on the whole millisecond at or before `now`, as the counter's window
+/// and the bucket's refill do, so that no reply time exceeds `lease` (ending on the millisecond
+/// after `now + lease` added up to a millisecond to every reply time).
 pub fn acquire(view: &View, now: Instant, limit: i64, lease: Nanos) -> Result<Outcome<Reply>> {
-    let expires_ms = now.checked_add(lease)?.ceil_millis();
-    let expires = Instant::from_nanos(expires_ms.checked_mul(NANOS_PER_MILLI).ok_or_else(|| Error::TooLarge)?);
+    let expires = now.whole_milli_at_or_before()?.checked_add(lease)?;
+    let expires_ms = expires.as_nanos() / NANOS_PER_MILLI;
     let until = |at: Option<Instant>| at.map_or(Nanos::ZERO, |at| at.saturating_since(now));
     if view.holder.is_none() && view.live >= limit {
         let reply = Reply { limited: true, limit, remaining: 0, retry_after: Some(until(view.frees_at.or(view.latest))), reset_after: until(view.latest) };

@@ -32,9 +32,10 @@ pub static COMMAND: Command = Command {
     complexity: "O(1)",
     since: "1.1.0",
     // Like XREAD and BLPOP: `blocking` (ACL @blocking), and not `fast`, as BLOCK may hold the
-    // connection (the call itself is O(1)).
+    // connection (the call itself is O(1)); so @slow, which the server gives its own commands
+    // that are not @fast but a module's only when declared.
     flags: "write deny-oom blocking",
-    acl_categories: "write blocking",
+    acl_categories: "write slow blocking",
     keys: Keys::One,
     args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK, Arg::SHADOW],
 };
@@ -136,8 +137,11 @@ pub struct Reply {
     /// refused, so that a client that ignores `limited` and sleeps `wait` fails loudly instead
     /// of acting in a slot it does not hold.
     pub wait: Option<Nanos>,
-    /// Units whose slots start at or after now (this call's included), after this call:
-    /// `floor((TAT − now) / emission_interval)`.
+    /// Units whose slots have not ended (this call's included), after this call:
+    /// `ceil((TAT − now) / emission_interval)`, as `reset_after` counts them. Counting only the
+    /// slots starting at or after now made every reply one short a few microseconds after the
+    /// reservation before it (the second of two calls in a row: `queued` 1, `reset_after` two
+    /// slots).
     pub queued: i64,
     /// When refused, the time until a slot within MAXWAIT frees; `None` (`-1`) when admitted.
     pub retry_after: Option<Nanos>,
@@ -170,7 +174,7 @@ impl Reply {
         let reset_after = self.reset_after.saturating_sub(elapsed);
         Reply {
             wait: self.wait.map(|w| w.saturating_sub(elapsed)),
-            queued: reset_after.as_nanos() / params.emission_interval.as_nanos(),
+            queued: units(reset_after, params.emission_interval),
             reset_after,
             ..*self
         }
@@ -184,14 +188,13 @@ impl Reply {
 pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant, Reply>> {
     let quantity = u64::try_from(quantity)
         .map_err(|_| Error::OutOfRange { name: "quantity", range: Range::Text("0 or more (a reservation cannot be refunded)") })?;
-    let ei = params.emission_interval.as_nanos();
     let at = tat.map_or(now, |tat| tat.max(now));
     let wait = at.saturating_since(now);
     if wait > params.max_wait {
         let reply = Reply {
             limited: true,
             wait: None,
-            queued: wait.as_nanos() / ei,
+            queued: units(wait, params.emission_interval),
             retry_after: Some(wait.saturating_sub(params.max_wait)),
             reset_after: wait,
         };
@@ -199,9 +202,15 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     }
     let new_tat = at.checked_add(params.emission_interval.checked_mul_nanos(quantity)?)?;
     let reset_after = new_tat.saturating_since(now);
-    let reply = Reply { limited: false, wait: Some(wait), queued: reset_after.as_nanos() / ei, retry_after: None, reset_after };
+    let reply = Reply { limited: false, wait: Some(wait), queued: units(reset_after, params.emission_interval), retry_after: None, reset_after };
     let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
     Ok(Decision { reply, effect })
+}
+
+/// The units `ahead` spans, a slot under way counting as one: `ceil(ahead / ei)`.
+fn units(ahead: Nanos, ei: Nanos) -> i64 {
+    // Both non-negative, `ei` at least 1 ns.
+    (ahead.as_nanos() as u64).div_ceil(ei.as_nanos() as u64) as i64
 }
 
 /// The TAT a key holds, in CL.THROTTLE's form. Another limiter's value is WRONGTYPE; anything

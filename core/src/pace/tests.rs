@@ -84,10 +84,11 @@ fn a_fleet_is_spaced_evenly_and_refused_beyond_maxwait() {
     let before = tat;
     assert_eq!(run(&mut tat, T0, &p, 1, Unit::Millis), [1, -1, 4, 10, 40]);
     assert_eq!(tat, before, "a refusal writes nothing");
-    // 15 ms later: the first slot has passed; the next free one is 25 ms away.
-    assert_eq!(run(&mut tat, T0 + 15 * MS, &p, 0, Unit::Millis), [0, 25, 2, -1, 25], "a peek");
+    // 15 ms later: the second slot is under way (it counts until it ends, in 5 ms); the next
+    // free one is 25 ms away.
+    assert_eq!(run(&mut tat, T0 + 15 * MS, &p, 0, Unit::Millis), [0, 25, 3, -1, 25], "a peek");
     assert_eq!(tat, before, "a peek writes nothing");
-    assert_eq!(run(&mut tat, T0 + 15 * MS, &p, 2, Unit::Millis), [0, 25, 4, -1, 45]);
+    assert_eq!(run(&mut tat, T0 + 15 * MS, &p, 2, Unit::Millis), [0, 25, 5, -1, 45]);
     // Long after, the schedule is idle again.
     assert_eq!(run(&mut tat, T0 + 10 * NANOS_PER_SEC, &p, 1, Unit::Millis), [0, 0, 1, -1, 10]);
 }
@@ -98,10 +99,10 @@ fn seconds_replies_round_as_every_command() {
     let p = parse("k 1 2 MAXWAIT 5").unwrap().params;
     let mut tat = None;
     assert_eq!(run(&mut tat, T0, &p, 1, Unit::Seconds), [0, 0, 1, -1, 2]);
-    // 1.5 s rounds up; the slot at T0 has started, so one unit is queued (the new one).
-    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [0, 2, 1, -1, 4]);
-    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [0, 4, 2, -1, 6]);
-    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [1, -1, 2, 1, 6], "5.5 s away: 0.5 s over MAXWAIT");
+    // 1.5 s rounds up; the slot at T0 is under way, so two units are queued (it and the new one).
+    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [0, 2, 2, -1, 4]);
+    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [0, 4, 3, -1, 6]);
+    assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [1, -1, 3, 1, 6], "5.5 s away: 0.5 s over MAXWAIT");
 }
 
 #[test]
@@ -109,7 +110,7 @@ fn after_the_wait_the_reply_is_as_of_the_slot() {
     let p = parse("k 100 1000 MS").unwrap().params;
     let mut tat = Some(Instant::from_nanos(T0 + 35 * MS));
     let d = decide(tat, Instant::from_nanos(T0), &p, 2).unwrap();
-    assert_eq!(d.reply.to_array(Unit::Millis), [0, 35, 5, -1, 55]);
+    assert_eq!(d.reply.to_array(Unit::Millis), [0, 35, 6, -1, 55], "the slot under way until T0 + 5 ms counts");
     let wait = d.reply.wait.unwrap();
     assert_eq!(d.reply.after(wait, &p).to_array(Unit::Millis), [0, 0, 2, -1, 20], "BLOCK replies with wait 0");
     assert_eq!(d.reply.after(Nanos::new(5 * MS).unwrap(), &p).to_array(Unit::Millis), [0, 30, 5, -1, 50], "unblocked early");

@@ -25,7 +25,7 @@ impl Model {
             let frees = expiries[limit as usize - 1];
             return [1, limit, 0, frees - now, expiries[0] - now];
         }
-        self.leases.insert(id.to_vec(), super::ceil_ms(now + lease) * 1_000_000);
+        self.leases.insert(id.to_vec(), super::floor_ms(now) + lease);
         let latest = self.leases.values().copied().max().unwrap_or(now);
         [0, limit, (limit - self.leases.len() as i128).max(0), -1, latest - now]
     }

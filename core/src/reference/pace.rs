@@ -10,6 +10,11 @@ pub fn valid(count: i64, period: i64, max_wait: i64, q: i64) -> bool {
     (1..=MAX).contains(&count) && (1..=MAX).contains(&period) && (0..=MAX).contains(&max_wait) && ei >= 1 && (0..=MAX).contains(&q) && q * ei <= MAX
 }
 
+/// The units a span of `ahead` ns holds, one under way counting as one.
+fn ceil(ahead: i128, ei: i128) -> i128 {
+    (ahead + ei - 1).div_euclid(ei)
+}
+
 /// The reply `[limited, wait, queued, retry_after, reset_after]` (ns, `-1` for none) of a
 /// call at `now` against `tat`, and the TAT it stores (`None`: nothing written).
 pub fn call(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: i64) -> ([i128; 5], Option<i128>) {
@@ -18,9 +23,9 @@ pub fn call(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, 
     let slot = tat.map_or(now, |t| i128::from(t).max(now));
     let wait = slot - now;
     if wait > max_wait {
-        return ([1, -1, wait / ei, wait - max_wait, wait], None);
+        return ([1, -1, ceil(wait, ei), wait - max_wait, wait], None);
     }
     let new_tat = slot + q * ei;
     let ahead = new_tat - now;
-    ([0, wait, ahead / ei, -1, ahead], (q > 0).then_some(new_tat))
+    ([0, wait, ceil(ahead, ei), -1, ahead], (q > 0).then_some(new_tat))
 }
