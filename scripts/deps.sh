@@ -11,7 +11,7 @@ command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
 have_libclang() {
-  [ -n "${LIBCLANG_PATH:-}" ] && compgen -G "$LIBCLANG_PATH/libclang*.so*" >/dev/null && return 0
+  [ -n "${LIBCLANG_PATH:-}" ] && { compgen -G "$LIBCLANG_PATH/libclang.so*" || compgen -G "$LIBCLANG_PATH/libclang-[0-9]*.so*"; } >/dev/null && return 0
   local f
   for f in /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
            /usr/lib/*-linux-gnu/libclang.so* /usr/lib/*-linux-gnu/libclang-[0-9]*.so* /usr/local/lib/libclang.so*; do

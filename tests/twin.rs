@@ -546,3 +546,25 @@ fn the_largest_limit_the_twin_replies_denies_as_the_module_does() {
     let w: Value = redis::cmd("FCALL").arg("cl_all").arg(2).arg("t").arg("tc").arg(&spec).query(&mut c).unwrap();
     assert_eq!(w, m);
 }
+
+#[test]
+fn a_numkeys_fcall_refuses_gets_fcalls_error_as_the_readme_says() {
+    // README, "What differs": FCALL checks numkeys before the function runs, so these are
+    // the server's errors on the twin, where the module answers its own.
+    let (_server, mut c) = module_and_pinned_twin();
+    let cases: &[(&str, &str, &str)] = &[
+        ("5 a b COUNTER 5", "ERR wrong number of arguments for 'cl.all' command", "Number of keys can't be greater than number of args"),
+        ("17 a COUNTER 5 60", "ERR numkeys must be an integer from 1 to 16", "Number of keys can't be greater than number of args"),
+        ("-1 a COUNTER 5 60", "ERR numkeys must be an integer from 1 to 16", "Number of keys can't be negative"),
+        ("x a COUNTER 5 60", "ERR value is not an integer or out of range", "Bad number of keys provided"),
+    ];
+    let before = snapshot(&mut c);
+    for (words, module, twin) in cases {
+        let args: Vec<&str> = words.split_whitespace().collect();
+        let m = redis::cmd("CL.ALL").arg(&args).query::<Value>(&mut c).unwrap_err();
+        assert_eq!(format!("{} {}", m.code().unwrap_or(""), m.detail().unwrap_or("")), *module, "CL.ALL {words}");
+        let t = redis::cmd("FCALL").arg("cl_all").arg(&args).query::<Value>(&mut c).unwrap_err();
+        assert!(t.to_string().contains(twin), "FCALL cl_all {words}: {t}");
+    }
+    assert_eq!(snapshot(&mut c), before, "no error changed any key");
+}
