@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::ffi::CStr;
-use std::os::raw::c_int;
+use std::os::raw::{c_char, c_int};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use throttle_core::limiter::{Algorithm, Stored, Write};
@@ -85,7 +85,7 @@ impl Key {
         }
         // SAFETY: an open string key.
         let len = unsafe { (api.value_length)(self.key) };
-        self.value = if len > COMPACT_UP_TO || plain::contains(self.fingerprint()) {
+        self.value = if len > COMPACT_UP_TO || plain::contains(self.fingerprint(), len) {
             let mut got = 0usize;
             // SAFETY: an open string key; READ mode never fails on one.
             let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_READ as c_int) };
@@ -292,7 +292,7 @@ impl Key {
         }
         self.value = Value::Missing; // whatever was read is no longer valid
         // From here the value is a plain string this process writes.
-        plain::insert(self.fingerprint());
+        plain::insert(self.fingerprint(), len);
         let mut got = 0usize;
         // SAFETY: a string key open for writing.
         let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
@@ -378,11 +378,27 @@ pub fn watch_dataset(ctx: *mut raw::RedisModuleCtx) {
     }
     // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
     let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
-    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB] {
+    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB] {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         // SAFETY: the module's context in `init`, a valid event and a callback that lives as
         // long as the module.
         unsafe { subscribe(ctx, event, Some(forget)) };
+    }
+    // A key that expires or is evicted leaves the table, so the next value under its name
+    // (another application's, perhaps compact) is read through GET. Only these two classes:
+    // the module's own writes announce `set`, `setrange` and `expire`, which would cost every
+    // call a callback.
+    unsafe extern "C" fn gone(ctx: *mut raw::RedisModuleCtx, _: c_int, _: *const c_char, key: *mut raw::RedisModuleString) -> c_int {
+        // SAFETY: the server's context and key name for this notification.
+        let db = unsafe { (api().get_selected_db)(ctx) };
+        plain::forget(plain::fingerprint(db, crate::dispatch::bytes(key)));
+        0
+    }
+    // SAFETY: a copy of a function pointer the server filled in; `None` before 4.0.
+    if let Some(subscribe) = unsafe { raw::RedisModule_SubscribeToKeyspaceEvents } {
+        let classes = (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
+        // SAFETY: the module's context in `init` and a callback that lives as long as the module.
+        unsafe { subscribe(ctx, classes, Some(gone)) };
     }
 }
 

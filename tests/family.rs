@@ -308,6 +308,28 @@ fn reads_leave_the_value_as_it_was() {
         assert!(e.starts_with("WRONGTYPE") || e.starts_with("ERR key does not hold valid"), "{command}: {e}");
         assert_eq!(encoding_and_memory(&mut c, key), before, "{command}: an error leaves the value as it was");
     }
+    // Names the module wrote, then another application's: after the limiter expired (a value
+    // of the very same length), or after a DEL and a SET of another length, reads leave the
+    // new, compact value as it is.
+    assert_eq!(throttle(&mut c, "CL.THROTTLE reuse:expired 0 1 1 MS")[0], 0);
+    assert_eq!(throttle(&mut c, "CL.COUNTER reuse:deleted 100 60 10")[0], 0);
+    let _: () = redis::cmd("DEL").arg("reuse:deleted").query(&mut c).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let time: Vec<String> = redis::cmd("TIME").query(&mut c).unwrap();
+    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
+    let tat = (now_ms + 30_000) * 1_000_000;
+    for (key, value, at, deny) in [
+        ("reuse:expired", tat.to_string(), tat / 1_000_000, "CL.THROTTLE reuse:expired 0 1 60"),
+        ("reuse:deleted", "5".to_string(), now_ms + 30_000, "CL.COUNTER reuse:deleted 5 60"),
+    ] {
+        let _: () = redis::cmd("SET").arg(key).arg(&value).arg("PXAT").arg(at).query(&mut c).unwrap();
+        let compact = encoding_and_memory(&mut c, key);
+        assert_eq!(compact.0, "int", "{key}");
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny}: a reused name's integer stays an integer");
+        throttle(&mut c, &format!("{deny} 0"));
+        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny} 0: a peek leaves it too");
+    }
 }
 
 /// `SHADOW` (module and Functions twin alike): a denial is answered as an admission, `limited`

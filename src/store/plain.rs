@@ -8,11 +8,14 @@
 //! (always a plain string) and reads those in place; any other short value is read through
 //! `GET` once, and from its first write on it is one of these.
 //!
-//! A direct-mapped table of key fingerprints: a key pushed out by another is read through
-//! `GET` again, once. It is emptied when the dataset is reloaded (an RDB or AOF load, a full
-//! sync, `DEBUG RELOAD`: values come back compact) or flushed. It can only be wrong after
-//! another client replaces a value the module wrote (`SET`, `RESTORE`) with a compact one:
-//! the next call then converts that value, as the module did before this table existed.
+//! A direct-mapped table of key fingerprints, each tagged with the length the module wrote: a
+//! key pushed out by another is read through `GET` again, once. It is emptied when the dataset
+//! is reloaded (an RDB or AOF load, a full sync, `DEBUG RELOAD`: values come back compact) or
+//! flushed, and a key's entry is dropped when the key expires or is evicted, so a name another
+//! application reuses later is read through `GET`. Another client's write over a value the
+//! module wrote (`SET`, `INCR`, `RESTORE`, or after a `DEL`) is caught when it changed the
+//! length; one of the same length is converted by the next call, as the module did before
+//! this table existed (the value itself is never changed).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -42,14 +45,28 @@ fn slot(fingerprint: u64) -> &'static AtomicU64 {
     &SEEN[(fingerprint >> 40) as usize % SLOTS]
 }
 
-/// Whether the key of `fingerprint` holds a value this process wrote.
-pub fn contains(fingerprint: u64) -> bool {
-    slot(fingerprint).load(Ordering::Relaxed) == fingerprint
+// An entry: the fingerprint's upper bits, bit 8 set (never 0, an empty slot), the length in
+// the low byte (lengths above 255 are never read through this table: see `COMPACT_UP_TO`).
+fn entry(fingerprint: u64, len: usize) -> u64 {
+    (fingerprint & !0x1ff) | 0x100 | len.min(0xff) as u64
 }
 
-/// The key of `fingerprint` now holds a plain string this process wrote.
-pub fn insert(fingerprint: u64) {
-    slot(fingerprint).store(fingerprint, Ordering::Relaxed);
+/// Whether the key of `fingerprint` holds a value of `len` bytes this process wrote.
+pub fn contains(fingerprint: u64, len: usize) -> bool {
+    slot(fingerprint).load(Ordering::Relaxed) == entry(fingerprint, len)
+}
+
+/// The key of `fingerprint` now holds a plain string of `len` bytes this process wrote.
+pub fn insert(fingerprint: u64, len: usize) {
+    slot(fingerprint).store(entry(fingerprint, len), Ordering::Relaxed);
+}
+
+/// The key of `fingerprint` is gone (expired or evicted).
+pub fn forget(fingerprint: u64) {
+    let slot = slot(fingerprint);
+    if slot.load(Ordering::Relaxed) & !0x1ff == fingerprint & !0x1ff {
+        slot.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Forgets every key (the dataset was reloaded or flushed).
