@@ -272,22 +272,29 @@ fn reads_leave_the_value_as_it_was() {
     }
     // Integers written by SET, each an empty limiter (so the call is denied) stamped within
     // what its parameters allow (so nothing is pulled back and stored): a TAT, a count, a bucket.
-    let time: Vec<String> = redis::cmd("TIME").query(&mut c).unwrap();
-    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
-    let tat = (now_ms + 30_000) * 1_000_000;
-    for (key, value, at, deny) in [
+    // `SET key value PXAT at`, then a denial `deny` and its peek leave the integer as it is.
+    let integers_stay = |c: &mut redis::Connection, cases: &[(&str, String, i64, &str)]| {
+        for (key, value, at, deny) in cases {
+            let _: () = redis::cmd("SET").arg(key).arg(value).arg("PXAT").arg(at).query(c).unwrap();
+            let compact = encoding_and_memory(c, key);
+            assert_eq!(compact.0, "int", "{key}");
+            assert_eq!(throttle(c, deny)[0], 1, "{deny}");
+            assert_eq!(encoding_and_memory(c, key), compact, "{deny}: a denial leaves an integer an integer");
+            throttle(c, &format!("{deny} 0"));
+            assert_eq!(encoding_and_memory(c, key), compact, "{deny} 0: a peek leaves an integer an integer");
+        }
+    };
+    let now_ms = |c: &mut redis::Connection| {
+        let time: Vec<String> = redis::cmd("TIME").query(c).unwrap();
+        time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000
+    };
+    let now = now_ms(&mut c);
+    let tat = (now + 30_000) * 1_000_000;
+    integers_stay(&mut c, &[
         ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
-        ("set:c", "5".to_string(), now_ms + 30_000, "CL.COUNTER set:c 5 60"),
-        ("set:b", "-3".to_string(), now_ms + 150_000, "CL.BUCKET set:b 3 1 60"),
-    ] {
-        let _: () = redis::cmd("SET").arg(key).arg(&value).arg("PXAT").arg(at).query(&mut c).unwrap();
-        let compact = encoding_and_memory(&mut c, key);
-        assert_eq!(compact.0, "int", "{key}");
-        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
-        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny}: a denial leaves an integer an integer");
-        throttle(&mut c, &format!("{deny} 0"));
-        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny} 0: a peek leaves an integer an integer");
-    }
+        ("set:c", "5".to_string(), now + 30_000, "CL.COUNTER set:c 5 60"),
+        ("set:b", "-3".to_string(), now + 150_000, "CL.BUCKET set:b 3 1 60"),
+    ]);
     // A reload stores every value compactly again: the module's own keys included.
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
     let reloaded = encoding_and_memory(&mut c, "c");
@@ -315,21 +322,12 @@ fn reads_leave_the_value_as_it_was() {
     assert_eq!(throttle(&mut c, "CL.COUNTER reuse:deleted 100 60 10")[0], 0);
     let _: () = redis::cmd("DEL").arg("reuse:deleted").query(&mut c).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let time: Vec<String> = redis::cmd("TIME").query(&mut c).unwrap();
-    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
-    let tat = (now_ms + 30_000) * 1_000_000;
-    for (key, value, at, deny) in [
+    let now = now_ms(&mut c);
+    let tat = (now + 30_000) * 1_000_000;
+    integers_stay(&mut c, &[
         ("reuse:expired", tat.to_string(), tat / 1_000_000, "CL.THROTTLE reuse:expired 0 1 60"),
-        ("reuse:deleted", "5".to_string(), now_ms + 30_000, "CL.COUNTER reuse:deleted 5 60"),
-    ] {
-        let _: () = redis::cmd("SET").arg(key).arg(&value).arg("PXAT").arg(at).query(&mut c).unwrap();
-        let compact = encoding_and_memory(&mut c, key);
-        assert_eq!(compact.0, "int", "{key}");
-        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
-        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny}: a reused name's integer stays an integer");
-        throttle(&mut c, &format!("{deny} 0"));
-        assert_eq!(encoding_and_memory(&mut c, key), compact, "{deny} 0: a peek leaves it too");
-    }
+        ("reuse:deleted", "5".to_string(), now + 30_000, "CL.COUNTER reuse:deleted 5 60"),
+    ]);
 }
 
 /// `SHADOW` (module and Functions twin alike): a denial is answered as an admission, `limited`
