@@ -4,14 +4,10 @@
 
 mod harness;
 
-use harness::{Server, throttle};
+use harness::{Server, server_ms as now_ms, throttle};
 
 const HOUR_MS: i64 = 3_600_000;
 
-fn now_ms(c: &mut redis::Connection) -> i64 {
-    let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
-    t[0] * 1000 + t[1] / 1000
-}
 
 fn set_pxat(c: &mut redis::Connection, key: &str, value: &[u8], at_ms: i64) {
     let _: () = redis::cmd("SET").arg(key).arg(value).arg("PXAT").arg(at_ms).query(c).unwrap();

@@ -3,15 +3,9 @@
 
 mod harness;
 
-use harness::{Server, error_of, in_multi, snapshot, throttle};
+use harness::{Server, error_of, get_bytes, in_multi, pexpiretime, snapshot, throttle};
 
-fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    redis::cmd("GET").arg(key).query(c).unwrap()
-}
 
-fn pexpiretime(c: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
-}
 
 fn exists(c: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query(c).unwrap()
@@ -284,11 +278,7 @@ fn reads_leave_the_value_as_it_was() {
             assert_eq!(encoding_and_memory(c, key), compact, "{deny} 0: a peek leaves an integer an integer");
         }
     };
-    let now_ms = |c: &mut redis::Connection| {
-        let time: Vec<String> = redis::cmd("TIME").query(c).unwrap();
-        time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000
-    };
-    let now = now_ms(&mut c);
+    let now = harness::server_ms(&mut c);
     let tat = (now + 30_000) * 1_000_000;
     integers_stay(&mut c, &[
         ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
@@ -322,12 +312,23 @@ fn reads_leave_the_value_as_it_was() {
     assert_eq!(throttle(&mut c, "CL.COUNTER reuse:deleted 100 60 10")[0], 0);
     let _: () = redis::cmd("DEL").arg("reuse:deleted").query(&mut c).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let now = now_ms(&mut c);
+    let now = harness::server_ms(&mut c);
     let tat = (now + 30_000) * 1_000_000;
     integers_stay(&mut c, &[
         ("reuse:expired", tat.to_string(), tat / 1_000_000, "CL.THROTTLE reuse:expired 0 1 60"),
         ("reuse:deleted", "5".to_string(), now + 30_000, "CL.COUNTER reuse:deleted 5 60"),
     ]);
+    // SWAPDB: the name the module wrote in database 0 now holds database 1's integer, of the
+    // very same length (a TAT): a denial leaves it an integer.
+    assert_eq!(throttle(&mut c, "CL.THROTTLE reuse:swapped 0 1 60")[0], 0);
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("reuse:swapped").arg(tat.to_string()).arg("PXAT").arg(tat / 1_000_000).query(&mut c).unwrap();
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut c).unwrap();
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
+    let compact = encoding_and_memory(&mut c, "reuse:swapped");
+    assert_eq!(compact.0, "int");
+    assert_eq!(throttle(&mut c, "CL.THROTTLE reuse:swapped 0 1 60")[0], 1);
+    assert_eq!(encoding_and_memory(&mut c, "reuse:swapped"), compact, "after SWAPDB, a denial leaves the integer an integer");
 }
 
 /// `SHADOW` (module and Functions twin alike): a denial is answered as an admission, `limited`

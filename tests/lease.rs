@@ -9,7 +9,7 @@ mod harness;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::{Server, error_of, snapshot, throttle, try_throttle};
+use harness::{Server, error_of, pexpiretime, snapshot, throttle, try_throttle};
 
 fn unix_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -23,9 +23,6 @@ fn leases(c: &mut redis::Connection, key: &str) -> Vec<(String, i64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap()
 }
 
-fn pexpiretime(c: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
-}
 
 #[test]
 fn the_exports_example_field_by_field() {

@@ -53,9 +53,9 @@ fn top(c: &mut Connection, args: &str) -> Vec<(Vec<u8>, i64)> {
         .collect()
 }
 
-/// What a call of the scripted mix is meant to be.
+/// What a call of the scripted mix is meant to be (the module's `operate::Class`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
+enum Class {
     Admitted,
     Denied,
     ShadowDenied,
@@ -64,13 +64,13 @@ enum Kind {
     Error,
 }
 
-const KINDS: [(Kind, &str); 6] = [
-    (Kind::Admitted, "admitted"),
-    (Kind::Denied, "denied"),
-    (Kind::ShadowDenied, "shadow_denied"),
-    (Kind::Peek, "peeks"),
-    (Kind::Refund, "refunds"),
-    (Kind::Error, "errors"),
+const CLASSES: [(Class, &str); 6] = [
+    (Class::Admitted, "admitted"),
+    (Class::Denied, "denied"),
+    (Class::ShadowDenied, "shadow_denied"),
+    (Class::Peek, "peeks"),
+    (Class::Refund, "refunds"),
+    (Class::Error, "errors"),
 ];
 
 const COMMANDS: [&str; 5] = ["cl.throttle", "cl.window", "cl.bucket", "cl.counter", "cl.all"];
@@ -78,16 +78,16 @@ const COMMANDS: [&str; 5] = ["cl.throttle", "cl.window", "cl.bucket", "cl.counte
 /// A call of `command` that is `kind` by construction, on keys numbered `i` (each call its own
 /// keys, so no call depends on another): a limit of 5 units per minute, a quantity above it
 /// for a denial (never admittable: nothing is stored), an invalid parameter for an error.
-fn scripted(command: &str, kind: Kind, i: usize) -> String {
+fn scripted(command: &str, kind: Class, i: usize) -> String {
     let q = match kind {
-        Kind::Admitted => "1",
-        Kind::Denied => "6",
-        Kind::ShadowDenied => "6 SHADOW",
-        Kind::Peek => "0",
-        Kind::Refund => "-1",
-        Kind::Error => "",
+        Class::Admitted => "1",
+        Class::Denied => "6",
+        Class::ShadowDenied => "6 SHADOW",
+        Class::Peek => "0",
+        Class::Refund => "-1",
+        Class::Error => "",
     };
-    let bad = kind == Kind::Error;
+    let bad = kind == Class::Error;
     match command {
         "cl.throttle" => format!("CL.THROTTLE mix:t:{i} 4 {} 60 {q}", if bad { 0 } else { 1 }),
         "cl.window" => format!("CL.WINDOW mix:w:{i} {} 60 {q}", if bad { 0 } else { 5 }),
@@ -96,12 +96,12 @@ fn scripted(command: &str, kind: Kind, i: usize) -> String {
         _ => {
             // The first limiter takes the class's quantity, the second one unit less at most.
             let (first, second, options) = match kind {
-                Kind::Admitted => ("1", "1", ""),
-                Kind::Denied => ("6", "1", ""),
-                Kind::ShadowDenied => ("6", "1", "SHADOW"),
-                Kind::Peek => ("0", "0", ""),
-                Kind::Refund => ("-1", "0", ""),
-                Kind::Error => ("1", "1", ""),
+                Class::Admitted => ("1", "1", ""),
+                Class::Denied => ("6", "1", ""),
+                Class::ShadowDenied => ("6", "1", "SHADOW"),
+                Class::Peek => ("0", "0", ""),
+                Class::Refund => ("-1", "0", ""),
+                Class::Error => ("1", "1", ""),
             };
             let numkeys = if bad { 17 } else { 2 };
             format!("CL.ALL {numkeys} mix:a:{i}:1 mix:a:{i}:2 COUNTER 5 60 QUANTITY {first} THROTTLE 4 1 60 QUANTITY {second} {options}")
@@ -115,17 +115,17 @@ fn info_counts_a_scripted_mix_exactly() {
     let mut c = server.client();
     // A WRONGTYPE error too: a key of another type.
     let _: () = redis::cmd("RPUSH").arg("mix:list").arg("x").query(&mut c).unwrap();
-    let mut expected: HashMap<(&str, Kind), i64> = HashMap::new();
+    let mut expected: HashMap<(&str, Class), i64> = HashMap::new();
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     for i in 0..600 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let command = COMMANDS[(rng % 5) as usize];
-        let kind = KINDS[((rng >> 8) % 6) as usize].0;
-        let words = if kind == Kind::Error && i % 3 == 0 && command != "cl.all" {
+        let kind = CLASSES[((rng >> 8) % 6) as usize].0;
+        let words = if kind == Class::Error && i % 3 == 0 && command != "cl.all" {
             // A valid call on a key of another type: WRONGTYPE.
-            let mut words: Vec<String> = scripted(command, Kind::Admitted, i).split_whitespace().map(String::from).collect();
+            let mut words: Vec<String> = scripted(command, Class::Admitted, i).split_whitespace().map(String::from).collect();
             words[1] = "mix:list".into();
             words.join(" ")
         } else {
@@ -133,14 +133,14 @@ fn info_counts_a_scripted_mix_exactly() {
         };
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
         match call(&mut c, &args) {
-            Err(e) => assert_eq!(kind, Kind::Error, "{words}: {e}"),
+            Err(e) => assert_eq!(kind, Class::Error, "{words}: {e}"),
             Ok(Value::Array(reply)) => {
                 let ints: Vec<i64> = reply.iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
                 let (limited, retry) = (ints[0], ints[3]);
                 match kind {
-                    Kind::Denied => assert_eq!(limited, 1, "{words}: {ints:?}"),
-                    Kind::ShadowDenied => assert_eq!((limited, retry), (0, -1), "{words}: {ints:?}"),
-                    Kind::Error => panic!("{words}: expected an error, got {ints:?}"),
+                    Class::Denied => assert_eq!(limited, 1, "{words}: {ints:?}"),
+                    Class::ShadowDenied => assert_eq!((limited, retry), (0, -1), "{words}: {ints:?}"),
+                    Class::Error => panic!("{words}: expected an error, got {ints:?}"),
                     _ => assert_eq!(limited, 0, "{words}: {ints:?}"),
                 }
             }
@@ -153,7 +153,7 @@ fn info_counts_a_scripted_mix_exactly() {
     for command in COMMANDS {
         let prefix = command.replace('.', "_");
         let mut calls = 0;
-        for (kind, field) in KINDS {
+        for (kind, field) in CLASSES {
             let want = expected.get(&(command, kind)).copied().unwrap_or(0);
             calls += want;
             assert_eq!(counter(&info, &format!("{prefix}_{field}")), want, "{command} {field}");

@@ -7,16 +7,9 @@
 
 mod harness;
 
-use harness::{Server, throttle};
+use harness::{Server, pexpiretime, server_ms as now_ms, throttle};
 
-fn now_ms(c: &mut redis::Connection) -> i64 {
-    let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
-    t[0] * 1000 + t[1] / 1000
-}
 
-fn pexpiretime(c: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
-}
 
 fn run(c: &mut redis::Connection, words: &[&str]) {
     let mut cmd = redis::cmd(words[0]);

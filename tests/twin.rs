@@ -8,7 +8,7 @@
 mod harness;
 
 use harness::twin::{self, CLOCK_KEY, Form};
-use harness::{Cluster, Options, Server, frozen_clock, snapshot};
+use harness::{Cluster, Options, Server, frozen_clock, pexpiretime, snapshot};
 use redis::{Connection, Value};
 use std::time::Duration;
 
@@ -65,9 +65,6 @@ fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("GET").arg(key).query(c).unwrap()
 }
 
-fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
-}
 
 #[test]
 fn loads_with_the_readme_command_and_answers_the_documented_example() {

@@ -5,12 +5,9 @@
 
 mod harness;
 
-use harness::{Server, throttle};
+use harness::{Server, get_bytes, throttle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-fn get_bytes(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    redis::cmd("GET").arg(key).query(c).unwrap()
-}
 
 /// Nanoseconds since the Unix epoch, on the clock the server reads too (same machine).
 fn wall_ns() -> i64 {

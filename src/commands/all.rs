@@ -53,8 +53,8 @@ fn handler(call: &Call) -> Result<Response> {
     let denied = quantity > 0 && !outcome.admitted();
     let shadow = denied && (config::shadow() || request.shadow());
     if denied {
-        for (i, _) in outcome.decisions.iter().enumerate().filter(|(_, d)| d.reply.limited) {
-            operate::denied(call, 1 + i, request.keys[i]);
+        for (i, (_, key)) in outcome.decisions.iter().zip(&request.keys).enumerate().filter(|(_, (d, _))| d.reply.limited) {
+            operate::denied(call, 1 + i, key);
         }
     }
     call.count(Class::of(quantity, denied, shadow));

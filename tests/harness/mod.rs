@@ -318,6 +318,22 @@ impl Drop for Server {
     }
 }
 
+/// The server's clock (`TIME`), in Unix milliseconds.
+pub fn server_ms(c: &mut Connection) -> i64 {
+    let t: Vec<i64> = redis::cmd("TIME").query(c).unwrap();
+    t[0] * 1000 + t[1] / 1000
+}
+
+/// A key's value (panics if it is missing).
+pub fn get_bytes(c: &mut Connection, key: &str) -> Vec<u8> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+/// A key's absolute expiry in Unix ms (-1: none, -2: no key).
+pub fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
+}
+
 /// A command as the backend sends it (limiter commands go to the twin's functions under
 /// `THROTTLE_BACKEND=twin`).
 pub fn command(args: &[&[u8]]) -> redis::Cmd {
