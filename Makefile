@@ -35,7 +35,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-image test-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run test test-containers test-image test-matrix docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -79,13 +79,15 @@ test-image: docker-local-source
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
 
-# The README's matrix table is the one the last `make test-matrix` printed (target/matrix/table.txt).
-readme-matrix:
-	@test -s target/matrix/table.txt || { echo "readme-matrix: run make test-matrix first" >&2; exit 1; }
-	@python3 -c 'import re,sys; r=open("README.md").read(); t=open("target/matrix/table.txt").read(); \
-	  b,e="<!-- matrix: make test-matrix, then make readme-matrix -->\n```\n","```\n<!-- end matrix -->"; \
-	  i=r.index(b)+len(b); j=r.index(e,i); open("README.md","w").write(r[:i]+t+r[j:])'
-	@echo "readme-matrix: README.md's table now shows target/matrix/table.txt"
+# The manual's matrix table (docs/src/servers.md) is the one the last `make test-matrix` printed
+# (target/matrix/table.txt). `readme-matrix` is its older name.
+MATRIX_PAGE := docs/src/servers.md
+docs-matrix readme-matrix:
+	@test -s target/matrix/table.txt || { echo "$@: run make test-matrix first" >&2; exit 1; }
+	@python3 -c 'import re,sys; r=open("$(MATRIX_PAGE)").read(); t=open("target/matrix/table.txt").read(); \
+	  b,e="<!-- matrix: make test-matrix, then make docs-matrix -->\n```\n","```\n<!-- end matrix -->"; \
+	  i=r.index(b)+len(b); j=r.index(e,i); open("$(MATRIX_PAGE)","w").write(r[:i]+t+r[j:])'
+	@echo "$@: $(MATRIX_PAGE)'s table now shows target/matrix/table.txt"
 
 # Needs only Docker on the host: the module is compiled in the Dockerfile's build stage.
 docker:

@@ -55,8 +55,8 @@ for name in "${names[@]}"; do
   fi
 done
 
-# The table, printed and kept in target/matrix/table.txt: `make readme-matrix` copies it into
-# the README, so the README's figures are the ones this command printed.
+# The table, printed and kept in target/matrix/table.txt: `make docs-matrix` copies it into
+# docs/src/servers.md, so the manual's figures are the ones this command printed.
 {
   printf '%-17s %-9s %-12s %7s %7s %6s\n' server version result passed failed time
   for row in "${rows[@]}"; do

@@ -163,7 +163,7 @@ case "${1:-}" in
 esac
 [ $# -eq 1 ] || die "usage: scripts/servers.sh [--cli] NAME (NAME: $NAMES)"
 mkdir -p "$SERVERS_DIR"
-moved=; sid_moved="sid has moved on: rename the server here and in the README after testing what sid ships now"
+moved=; sid_moved="sid has moved on: rename the server here and in docs/src/servers.md after testing what sid ships now"
 case "$1" in
   redis-7.0) redis_70 ;;
   valkey-8.0) valkey_80 ;;

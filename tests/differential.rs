@@ -21,7 +21,7 @@ use redis::{Connection, Value};
 use std::collections::BTreeMap;
 
 /// The largest limit the twin replies exactly (2^53 − 1): above it the twin refuses the call
-/// with its own error (README, "Without the module").
+/// with its own error (docs/src/guides/managed-redis.md).
 const TWIN_LIMIT_MAX: i64 = 9_007_199_254_740_991;
 const MS: i64 = 1_000_000;
 
@@ -613,7 +613,7 @@ impl Rig {
     }
 }
 
-/// Whether the twin refused a call for a CL.WINDOW ring whose counts reach 2^53 (README,
+/// Whether the twin refused a call for a CL.WINDOW ring whose counts reach 2^53 (docs/src/guides/managed-redis.md,
 /// "What differs": a double cannot carry the sum), and the module's key before the call was
 /// one: a limit above 2^52 whose window changed on a live key can leave one.
 fn refused_ring_beyond_twin(twin_reply: &Value, before: &[KeyState]) -> bool {

@@ -1,4 +1,4 @@
-//! Operating the module on a live server (README, "Operating it"): `INFO throttle` counts every
+//! Operating the module on a live server (docs/src/guides/operating.md): `INFO throttle` counts every
 //! call exactly, `CL.TOP` lists the most-denied keys within the Space-Saving bound, every denial
 //! is announced as the keyspace event `throttled` when asked for (and nothing is sent when not),
 //! shadow mode answers denials as admissions while storing exactly what enforcing stores, and
@@ -232,13 +232,14 @@ fn info_throttle_is_a_module_section() {
     assert!(!other.contains("throttle_"), "INFO memory");
 }
 
-/// The README's `INFO throttle` example names every field the server prints, in its order:
-/// the first command's seven written out, the `…` line naming the commands that repeat them.
+/// The manual's `INFO throttle` example (docs/src/guides/operating.md) names every field the
+/// server prints, in its order: the first command's seven written out, the `…` line naming the
+/// commands that repeat them.
 #[test]
-fn the_readme_shows_every_info_field_in_order() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme.split("### INFO throttle").nth(1).expect("README: ### INFO throttle");
-    let block = section.split("```").nth(1).expect("README: the INFO example");
+fn the_manual_shows_every_info_field_in_order() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/src/guides/operating.md")).unwrap();
+    let section = page.split("## INFO throttle").nth(1).expect("operating.md: ## INFO throttle");
+    let block = section.split("```").nth(1).expect("operating.md: the INFO example");
     let mut shown = Vec::new();
     let mut first = Vec::new(); // the first command's fields, without their command
     for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -262,7 +263,7 @@ fn the_readme_shows_every_info_field_in_order() {
     let mut c = server.client();
     let text: String = redis::cmd("INFO").arg("throttle").query(&mut c).unwrap();
     let printed: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(|l| l.split(':').next().unwrap_or(l).to_string()).collect();
-    assert_eq!(shown, printed, "README's INFO throttle example against the server's");
+    assert_eq!(shown, printed, "the manual's INFO throttle example against the server's");
 }
 
 /// A Zipf stream of denials through a real server: CL.TOP's counts never fall below the exact
@@ -616,7 +617,7 @@ fn the_caps_bound_calls_and_the_messages_say_so() {
 /// single-limiter calls (a full exact log written at once, appended to, refunded; a whole ring
 /// written and regrouped) take a few milliseconds, and the largest CL.ALL (16 such logs) a
 /// small multiple of that, never long enough to stall the server. This is the measurement
-/// behind the ceilings (README, "Operating it").
+/// behind the ceilings (docs/src/guides/operating.md, "Configs").
 #[test]
 fn the_largest_calls_the_ceilings_allow_stay_short() {
     let server = Server::start();

@@ -64,11 +64,11 @@ fn every_reply_field_and_the_stored_tat() {
 
 #[test]
 fn queued_counts_the_units_whose_slots_have_not_ended() {
-    // The README's fleet as it happens: calls one after another (a pipeline: microseconds
+    // The manual's fleet (guides/job-fleet.md) as it happens: calls one after another (a pipeline: microseconds
     // apart, not one instant). Each finds the queue one deeper, the fourth is told `0 30 4 -1
     // 40`, and `queued` agrees with `reset_after`: a slot that began a few microseconds ago is
     // still under way (counting only slots starting at or after now replied 1 to the second
-    // call, 3 to the fourth, and 8 to the README's refusal).
+    // call, 3 to the fourth, and 8 to the manual's refusal).
     let server = Server::start();
     let mut c = server.client();
     let mut pipe = redis::pipe();

@@ -1,5 +1,5 @@
 //! The Functions twin itself (functions/throttle.lua) on servers without the module: loading it
-//! with the README's one command, its declared flags, its EVAL form, CL.ALL, the rules of
+//! with the manual's one command, its declared flags, its EVAL form, CL.ALL, the rules of
 //! SEMANTICS it follows ahead of the module, replicas and AOF, a cluster, its clock against the
 //! module's, and the inputs it refuses because it cannot answer them exactly.
 //! (tests/differential.rs proves it equal to the module; `make test-twin` runs the behavioural
@@ -70,7 +70,7 @@ fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
 fn loads_with_the_readme_command_and_answers_the_documented_example() {
     let server = Server::with(Options::default().without_module());
     let file = std::fs::File::open(concat!(env!("CARGO_MANIFEST_DIR"), "/functions/throttle.lua")).unwrap();
-    // README: redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
+    // docs/src/guides/managed-redis.md: redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
     let out = std::process::Command::new(harness::cli_command())
         .args(["-p", &server.port.to_string(), "-x", "FUNCTION", "LOAD", "REPLACE"])
         .stdin(file)
@@ -546,7 +546,7 @@ fn the_largest_limit_the_twin_replies_denies_as_the_module_does() {
 
 #[test]
 fn a_numkeys_fcall_refuses_gets_fcalls_error_as_the_readme_says() {
-    // README, "What differs": FCALL checks numkeys before the function runs, so these are
+    // docs/src/guides/managed-redis.md, "What differs": FCALL checks numkeys before the function runs, so these are
     // the server's errors on the twin, where the module answers its own.
     let (_server, mut c) = module_and_pinned_twin();
     let cases: &[(&str, &str, &str)] = &[
