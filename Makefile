@@ -14,7 +14,7 @@ LOCAL_IMAGE ?= redis-throttle:local
 SOURCE_IMAGE ?= redis-throttle:source
 # Test files (tests/NAME.rs) that need replicas, restarts, a cluster, module unloads or servers of
 # their own (the twin's): native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart twin pace
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart twin pace docs
 export NATIVE_ONLY_TESTS
 # The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
 # module itself, skipped when the behavioural tests run against the twin (`make test-twin`).
@@ -24,7 +24,7 @@ export NATIVE_ONLY_TESTS
 # CL.PACE and CL.ACQUIRE/CL.RELEASE are the module's only: pace, lease and their tests elsewhere.
 # (security::the_largest_limits…: limits above 2^53 - 1 again.) So are INFO, CL.TOP, the
 # throttled event and the configs (operate, operate_restart); SHADOW is the twin's too.
-TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart \
+TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart docs \
 	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
 	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
 	security::the_largest_limits_deny_what_would_add_up_past_them \
@@ -35,7 +35,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-image test-matrix docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -79,13 +79,32 @@ test-image: docker-local-source
 test-matrix: build
 	@scripts/matrix.sh $(MODULE) $(MATRIX)
 
+# The manual: an mdBook (docs/book.toml, pages in docs/src) built into target/book. Fails on a
+# broken relative link or #anchor (scripts/doc-links.py, README.md included), a page missing from
+# docs/src/SUMMARY.md, and any warning or error of mdbook. mdbook is installed into ~/.cargo/bin
+# when missing (cargo install, a few minutes once).
+MDBOOK_VERSION := 0.5.4
+MDBOOK := $(or $(shell command -v mdbook 2>/dev/null),$(HOME)/.cargo/bin/mdbook)
+docs:
+	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
+	@python3 scripts/doc-links.py
+	@mkdir -p $(TARGET_DIR)
+	@"$(MDBOOK)" build docs >$(TARGET_DIR)/mdbook.log 2>&1 || { cat $(TARGET_DIR)/mdbook.log >&2; exit 1; }
+	@if grep -Eq '(WARN|ERROR)' $(TARGET_DIR)/mdbook.log; then cat $(TARGET_DIR)/mdbook.log >&2; echo "docs: mdbook warned" >&2; exit 1; fi
+	@echo "docs: the book is in target/book (open target/book/index.html)"
+
+# Rewrites each command page's generated block (syntax, arity, flags, arguments, argument
+# errors) from core's command tables; `cargo test` fails while a page differs from its table.
+docs-gen:
+	DOCS_GEN=1 cargo test -p throttle-core --test docs
+
 # The manual's matrix table (docs/src/servers.md) is the one the last `make test-matrix` printed
 # (target/matrix/table.txt). `readme-matrix` is its older name.
 MATRIX_PAGE := docs/src/servers.md
 docs-matrix readme-matrix:
 	@test -s target/matrix/table.txt || { echo "$@: run make test-matrix first" >&2; exit 1; }
 	@python3 -c 'import re,sys; r=open("$(MATRIX_PAGE)").read(); t=open("target/matrix/table.txt").read(); \
-	  b,e="<!-- matrix: make test-matrix, then make docs-matrix -->\n```\n","```\n<!-- end matrix -->"; \
+	  b,e="<!-- matrix: make test-matrix, then make docs-matrix -->\n```text\n","```\n<!-- end matrix -->"; \
 	  i=r.index(b)+len(b); j=r.index(e,i); open("$(MATRIX_PAGE)","w").write(r[:i]+t+r[j:])'
 	@echo "$@: $(MATRIX_PAGE)'s table now shows target/matrix/table.txt"
 
