@@ -7,9 +7,9 @@
 //! reply as redis-cli prints it in a terminal. Each block runs in one redis-cli on a server with
 //! the module and the Functions library loaded, emptied first (`FLUSHALL`, `CL.TOP RESET`,
 //! `throttle.mode enforce`, keyspace events off) unless its info string says `continue` (then it
-//! goes on from the previous block of the page). The time fields of a reply (`retry_after`,
-//! `reset_after`, CL.PACE's `wait`) may be shorter than shown by the time the block takes to run:
-//! at most 1 unit, or `tolerance=N` units when the info string says so. Every other line must be
+//! goes on from the previous block of the page). The fields of a reply that time lowers
+//! (`retry_after`, `reset_after`, CL.PACE's `wait` and `queued`) may be lower than shown, as the
+//! block takes time to run: by at most 1, or N when the info string says `tolerance=N`. Every other line must be
 //! equal. Every fenced block has an info string, so a command example cannot hide in a bare block.
 
 mod harness;
@@ -52,18 +52,21 @@ fn pages() -> Vec<PathBuf> {
 fn blocks(file: &Path) -> Vec<Block> {
     let text = std::fs::read_to_string(file).unwrap();
     let mut out = Vec::new();
-    let mut open: Option<(String, usize, String, Vec<String>)> = None;
+    // (indent, fence, line of the opening fence, info string, body)
+    let mut open: Option<(String, String, usize, String, Vec<String>)> = None;
     for (n, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
+        let fence: String = trimmed.chars().take_while(|&c| c == '`').collect();
         match &mut open {
             None => {
-                if let Some(info) = trimmed.strip_prefix("```") {
+                if fence.len() >= 3 {
                     let indent = line.len() - trimmed.len();
-                    open = Some((" ".repeat(indent), n + 1, info.trim().to_string(), Vec::new()));
+                    open = Some((" ".repeat(indent), fence.clone(), n + 1, trimmed[fence.len()..].trim().to_string(), Vec::new()));
                 }
             }
-            Some((indent, start, info, body)) => {
-                if trimmed.starts_with("```") && trimmed.trim_matches('`').is_empty() {
+            Some((indent, opening, start, info, body)) => {
+                // CommonMark: closed by a fence at least as long, with nothing after it.
+                if fence.len() >= opening.len() && trimmed.trim_end() == fence {
                     out.push(Block { file: file.to_path_buf(), line: *start, info: info.clone(), body: std::mem::take(body) });
                     open = None;
                 } else {
@@ -76,11 +79,12 @@ fn blocks(file: &Path) -> Vec<Block> {
     out
 }
 
-/// The positions (1-based, innermost) of the time fields in a command's reply.
+/// The positions (1-based, innermost) of the fields of a command's reply that time lowers: the
+/// time fields, and CL.PACE's `queued` (a slot that ends leaves the queue).
 fn time_fields(command: &str) -> &'static [usize] {
     match command.split_whitespace().next().unwrap_or("").to_ascii_uppercase().as_str() {
         "CL.THROTTLE" | "CL.WINDOW" | "CL.BUCKET" | "CL.COUNTER" | "CL.ACQUIRE" | "CL.ALL" => &[4, 5],
-        "CL.PACE" => &[2, 4, 5],
+        "CL.PACE" => &[2, 3, 4, 5],
         "FCALL" | "EVALSHA" => &[4, 5],
         _ => &[],
     }
