@@ -84,7 +84,7 @@ test-matrix: build
 # docs/src/SUMMARY.md, and any warning or error of mdbook. mdbook is installed into ~/.cargo/bin
 # when missing (cargo install, a few minutes once).
 MDBOOK_VERSION := 0.5.4
-MDBOOK := $(or $(shell command -v mdbook 2>/dev/null),$(HOME)/.cargo/bin/mdbook)
+MDBOOK := $(or $(shell command -v mdbook 2>/dev/null),$(or $(CARGO_HOME),$(HOME)/.cargo)/bin/mdbook)
 docs:
 	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
 	@python3 scripts/doc-links.py
