@@ -1,6 +1,7 @@
 //! The manual against a real server: every `redis-cli` example in README.md and docs/src runs,
 //! and its replies are the ones shown; every command the module registers has a page and every
-//! page a registered command, with the server's own arity.
+//! page a registered command, showing the server's arity and COMMAND DOCS's syntax, summary,
+//! complexity and since.
 //!
 //! The convention (docs/src/testing.md, "Examples"): a fenced block whose info string starts with
 //! `redis-cli` holds lines `> COMMAND args…` (typed at redis-cli's prompt), each followed by the
@@ -231,8 +232,9 @@ fn every_redis_cli_example_replies_as_shown() {
 }
 
 /// The pages of docs/src/commands are the commands the module registers, and each shows the
-/// server's arity (the block generated from core's tables, checked against them by
-/// core/tests/docs.rs).
+/// server's arity and the syntax (rendered from COMMAND DOCS's arguments), summary, complexity
+/// and since that COMMAND DOCS gives (the block generated from core's tables, checked against
+/// them by core/tests/docs.rs: both derive from the one table).
 #[test]
 fn every_registered_command_has_a_page() {
     let server = Server::start();
@@ -249,5 +251,53 @@ fn every_registered_command_has_a_page() {
         let arity: i64 = redis::from_redis_value(fields[1].clone()).unwrap();
         let page = std::fs::read_to_string(dir.join(format!("{name}.md"))).unwrap();
         assert!(page.contains(&format!("| arity | {arity}: ")), "docs/src/commands/{name}.md does not show the server's arity {arity}");
+        // The syntax, summary, complexity and since that COMMAND DOCS gives.
+        let docs: redis::Value = redis::cmd("COMMAND").arg("DOCS").arg(&name).query(&mut c).unwrap();
+        let docs = map(&map(&docs)[0].1);
+        let text = |field: &str| docs.iter().find(|(k, _)| k == field).map(|(_, v)| string(v)).unwrap_or_default();
+        let args = docs.iter().find(|(k, _)| k == "arguments").map(|(_, v)| v.clone());
+        let words: Vec<String> = match &args {
+            Some(redis::Value::Array(args)) => args.iter().map(|a| syntax(&map(a))).collect(),
+            _ => Vec::new(),
+        };
+        let syntax = std::iter::once(name.to_uppercase()).chain(words).collect::<Vec<_>>().join(" ");
+        for shown in [format!("```syntax\n{syntax}\n```"), text("summary"), format!("| complexity | {} |", text("complexity")), format!("| since | {} |", text("since"))] {
+            assert!(page.contains(&shown), "docs/src/commands/{name}.md does not show COMMAND DOCS's {shown:?}");
+        }
     }
+}
+
+fn string(v: &redis::Value) -> String {
+    redis::from_redis_value(v.clone()).unwrap_or_default()
+}
+
+/// A RESP2 map (a flat array of keys and values) or a RESP3 map, as pairs.
+fn map(v: &redis::Value) -> Vec<(String, redis::Value)> {
+    match v {
+        redis::Value::Map(pairs) => pairs.iter().map(|(k, v)| (string(k), v.clone())).collect(),
+        redis::Value::Array(items) => items.chunks(2).map(|kv| (string(&kv[0]), kv.get(1).cloned().unwrap_or(redis::Value::Nil))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One argument of COMMAND DOCS as the manual writes it: `max_burst`, `[MS]`,
+/// `[MAXWAIT maxwait]`, `key [key ...]`, a oneof by its name.
+fn syntax(arg: &[(String, redis::Value)]) -> String {
+    let field = |f: &str| arg.iter().find(|(k, _)| k == f).map(|(_, v)| v.clone());
+    let name = field("name").map(|v| string(&v)).unwrap_or_default();
+    let kind = field("type").map(|v| string(&v)).unwrap_or_default();
+    let token = field("token").map(|v| string(&v));
+    let flags: Vec<String> = match field("flags") {
+        Some(redis::Value::Array(f)) => f.iter().map(string).collect(),
+        Some(redis::Value::Set(f)) => f.iter().map(string).collect(),
+        _ => Vec::new(),
+    };
+    let word = match (kind.as_str(), token) {
+        ("pure-token", Some(token)) => token,
+        (_, Some(token)) => format!("{token} {name}"),
+        _ => name,
+    };
+    let multiple = flags.iter().any(|f| f == "multiple");
+    let word = if multiple { format!("{word} [{word} ...]") } else { word };
+    if flags.iter().any(|f| f == "optional") { format!("[{word}]") } else { word }
 }
