@@ -27,6 +27,7 @@ export NATIVE_ONLY_TESTS
 TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart load \
 	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
 	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
+	replication::lease_calls_on_sets_holding_other_data_replicate_only_what_they_read \
 	security::the_largest_limits_deny_what_would_add_up_past_them \
 	robustness::a_panic_inside_a_command_is_an_error_reply_and_the_server_lives \
 	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
