@@ -28,6 +28,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
 	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
 	replication::lease_calls_on_sets_holding_other_data_replicate_only_what_they_read \
+	memory::under_noeviction_a_lease_can_still_be_released \
 	security::the_largest_limits_deny_what_would_add_up_past_them \
 	robustness::a_panic_inside_a_command_is_an_error_reply_and_the_server_lives \
 	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
