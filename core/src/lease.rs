@@ -42,7 +42,7 @@ pub const MAX_EXPIRY_MS: i64 = i64::MAX / NANOS_PER_MILLI;
 /// The most members a call reads to delete or replace a set whose leases all ended.
 pub const READ_WHOLE: usize = MAX_LIMIT as usize;
 
-const COMPLEXITY: &str = "O(log N) where N is the number of leases in the key, plus the removal of at most 32 expired leases; O(limit) when over 32 expired leases remain";
+const COMPLEXITY: &str = "O(log N) where N is the number of leases in the key, plus the removal of at most 32 expired leases; O(limit) when over 32 expired leases remain; O(N) when no other lease is live and N is at most 10,000 (every member is read, then the key deleted or rewritten)";
 
 pub static ACQUIRE: Command = Command {
     name: "cl.acquire",
