@@ -152,18 +152,25 @@ fn survives(server: &mut Server, c: &mut Connection, failure: &str) {
     assert!(server.is_alive());
 }
 
+/// `MODULE <first> <the module> <rest…>` on a server of its own, refused; then `survives`.
+/// Returns the server, for its log.
+fn refused(first: &str, rest: &[&str]) -> Server {
+    let mut server = bare_server();
+    let mut c = server.client();
+    let module = module();
+    let mut words = vec![first, module.as_str()];
+    words.extend(rest);
+    let failed = module_command(&mut c, &words).expect_err("the load is refused");
+    assert!(failed.to_string().contains("Error loading the extension"), "{failed}");
+    survives(&mut server, &mut c, &format!("MODULE {first} … {}", rest.join(" ")));
+    server
+}
+
 #[test]
 fn a_bad_config_at_load_leaves_nothing_behind() {
     for config in [["throttle.max-buckets", "0"], ["throttle.mode", "bogus"], ["throttle.max-exact-limit", "200001"]] {
-        let mut server = bare_server();
-        let mut c = server.client();
-        let module = module();
-        let mut words = vec!["LOADEX", module.as_str(), "CONFIG"];
-        words.extend(config);
-        let failed = module_command(&mut c, &words).expect_err("a bad config fails the load");
-        assert!(failed.to_string().contains("Error loading the extension"), "{failed}");
+        let server = refused("LOADEX", &["CONFIG", config[0], config[1]]);
         assert!(server.log().contains(config[0]), "the log names the config: {}", server.log());
-        survives(&mut server, &mut c, &format!("MODULE LOADEX … CONFIG {}", config.join(" ")));
     }
 }
 
@@ -171,23 +178,14 @@ fn a_bad_config_at_load_leaves_nothing_behind() {
 fn a_config_of_no_module_leaves_nothing_behind() {
     // The load itself succeeds; the server then unloads the module for the config it did not
     // take.
-    let mut server = bare_server();
-    let mut c = server.client();
-    let failed = module_command(&mut c, &["LOADEX", &module(), "CONFIG", "throttle.colour", "blue"]).expect_err("refused");
-    assert!(failed.to_string().contains("Error loading the extension"), "{failed}");
-    survives(&mut server, &mut c, "a config the module does not have");
+    refused("LOADEX", &["CONFIG", "throttle.colour", "blue"]);
 }
 
 #[test]
 fn a_bad_module_argument_leaves_nothing_behind() {
     for args in [["colour", "blue"], ["max-buckets", "0"], ["mode", "bogus"]] {
-        let mut server = bare_server();
-        let mut c = server.client();
-        let module = module();
-        let mut words = vec!["LOAD", module.as_str()];
-        words.extend(args);
-        module_command(&mut c, &words).expect_err("a bad argument fails the load");
-        survives(&mut server, &mut c, &format!("MODULE LOAD … {}", args.join(" ")));
+        let server = refused("LOAD", &args);
+        assert!(server.log().contains("throttle: "), "the log says why: {}", server.log());
     }
 }
 
