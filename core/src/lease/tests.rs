@@ -292,6 +292,7 @@ fn a_set_holding_anything_but_leases_is_invalid_state_and_left_as_it_was() {
 /// limit) that no more than `limit` leases are ever live.
 fn run_scenario(ids: u8, calls: &[(i64, u8, u8, i64, i64)]) -> std::result::Result<(), TestCaseError> {
     let (mut f, mut model, mut now) = (Fake::default(), Model::default(), T0);
+    let mut most_limit = 0;
     for &(step, op, id, limit, lease_ms) in calls {
         now += step;
         let id = format!("id-{}", id % ids).into_bytes();
@@ -313,6 +314,12 @@ fn run_scenario(ids: u8, calls: &[(i64, u8, u8, i64, i64)]) -> std::result::Resu
             prop_assert!(f.visits <= (PRUNE + limit as usize + 8).max(whole), "acquire visited {}", f.visits);
         }
         prop_assert_eq!(f.live(now), model.live(now128), "live leases");
+        // The set never holds more members than the largest limit used (so, alone, these
+        // commands never make a set larger than READ_WHOLE).
+        if op % 5 != 0 {
+            most_limit = most_limit.max(limit);
+        }
+        prop_assert!(f.members.len() as i64 <= most_limit, "{} members, limits up to {most_limit}", f.members.len());
         if let Some(latest) = f.live(now).values().max() {
             prop_assert_eq!(f.expires_ms.map(|ms| i128::from(ms) * MS as i128), Some(*latest), "the key expires with its latest lease");
         }
