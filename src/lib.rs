@@ -20,6 +20,13 @@ use redis_module::{Context, RedisString, Status, redis_module};
 /// which registers `CL.DEBUG PANIC`, a command that panics on purpose so that tests can prove
 /// the server survives a bug (like Redis's own `enable-debug-command`, it is off unless the
 /// operator loads the module with it). An unknown argument or a bad value fails the load.
+///
+/// A failed load must leave nothing behind. When `RedisModule_OnLoad` fails, the server
+/// (Redis 7.0) unregisters the module's commands and configs and unloads the library, but keeps
+/// its keyspace and server-event subscriptions, whose callbacks would then jump into unmapped
+/// memory at the next expiry, eviction, flush or swap. So every step that can fail comes first
+/// (arguments, configs and the values given at load, commands: a name may be taken, by
+/// redis-cell for one), and the subscriptions, which cannot fail, come last (`tests/load.rs`).
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     dispatch::install_panic_hook();
     if let Err(missing) = api::resolve() {
@@ -33,22 +40,22 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     };
-    // Writes signal modified keys (WATCH, client tracking) explicitly, and only when
-    // something changed: a denied call or a peek must not abort a watcher's transaction.
-    // SAFETY: a copy of a function pointer the server filled in; a valid context.
-    if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
-        unsafe { set_options(ctx.ctx, redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32) };
+    if let Err(e) = config::register(ctx.ctx, &args) {
+        ctx.log_warning(&format!("throttle: {e}"));
+        return Status::Err;
     }
-    store::watch_dataset(ctx.ctx);
     for command in commands::ALL.iter().chain(args.debug_commands.then_some(&commands::DEBUG)) {
         if let Err(e) = register::register(ctx, command) {
             ctx.log_warning(&format!("throttle: cannot register {}: {e}", command.table.name));
             return Status::Err;
         }
     }
-    if let Err(e) = config::register(ctx.ctx, &args) {
-        ctx.log_warning(&format!("throttle: {e}"));
-        return Status::Err;
+    // Nothing below fails, and the server undoes none of it on a failed load.
+    // Writes signal modified keys (WATCH, client tracking) explicitly, and only when
+    // something changed: a denied call or a peek must not abort a watcher's transaction.
+    // SAFETY: a copy of a function pointer the server filled in; a valid context.
+    if let Some(set_options) = unsafe { redis_module::raw::RedisModule_SetModuleOptions } {
+        unsafe { set_options(ctx.ctx, redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32) };
     }
     // Replaces the do-nothing INFO callback `redis_module!` registered.
     // SAFETY: a copy of a function pointer the server filled in; a valid context.
@@ -56,6 +63,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         unsafe { register_info(ctx.ctx, Some(operate::info)) };
     }
     operate::seed();
+    store::watch_dataset(ctx.ctx);
     Status::Ok
 }
 

@@ -191,6 +191,58 @@ fn types_are_kept_apart_and_bad_input_changes_nothing() {
     assert_eq!(n, 1);
 }
 
+/// A sorted set holding anything but leases of these commands (a score that is no whole
+/// millisecond from 1 to the year 2262, a member that is no id) is never wiped: every call that
+/// reads such a member is `ERR key does not hold valid CL.ACQUIRE state` and writes nothing, a
+/// call deletes or replaces a set only after reading every member, and removes only members it
+/// read.
+#[test]
+fn sets_holding_other_data_are_never_wiped() {
+    let server = Server::start();
+    let mut c = server.client();
+    let zadd = |c: &mut redis::Connection, key: &str, pairs: &[(&str, &[u8])]| {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(key);
+        for (score, member) in pairs {
+            cmd.arg(*score).arg(*member);
+        }
+        let _: () = cmd.query(c).unwrap();
+    };
+    let now = harness::server_ms(&mut c);
+    let live = (now + 600_000).to_string();
+    let too_long = vec![b'm'; 129];
+    zadd(&mut c, "mixed", &[("1000.5", b"other"), ("2000", b"x")]);
+    zadd(&mut c, "neginf", &[("-inf", b"x")]);
+    zadd(&mut c, "zero", &[("0", b"x"), (&live, b"y")]);
+    zadd(&mut c, "empty", &[("2000", b"")]);
+    zadd(&mut c, "long", &[("2000", &too_long), ("3000", b"x")]);
+    zadd(&mut c, "beyond", &[("1e16", b"x")]);
+    let before = snapshot(&mut c);
+    for key in ["mixed", "neginf", "zero", "empty", "long", "beyond"] {
+        for words in [format!("CL.ACQUIRE {key} 5 60 job1"), format!("CL.RELEASE {key} x"), format!("CL.RELEASE {key} job1")] {
+            let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+            assert_eq!(error_of(&mut c, &args), "ERR key does not hold valid CL.ACQUIRE state", "{words}");
+        }
+    }
+    assert_eq!(snapshot(&mut c), before, "every set as it was");
+
+    // 40 expired leases, another application's member above them, a live lease: each call
+    // removes the 32 lowest it read, never the member above; the call that reads it refuses.
+    let mut pairs: Vec<(String, Vec<u8>)> = (0..40).map(|i| ((1000 + i).to_string(), format!("w{i:02}").into_bytes())).collect();
+    pairs.push(("5000.5".into(), b"foreign".to_vec()));
+    pairs.push((live.clone(), b"holder".to_vec()));
+    let pairs: Vec<(&str, &[u8])> = pairs.iter().map(|(s, m)| (s.as_str(), m.as_slice())).collect();
+    zadd(&mut c, "shared", &pairs);
+    assert_eq!(throttle(&mut c, "CL.ACQUIRE shared 5 60 job1")[..3], [0, 5, 3]);
+    let left: Vec<(String, String)> = redis::cmd("ZRANGE").arg("shared").arg(0).arg(-1).arg("WITHSCORES").query(&mut c).unwrap();
+    assert_eq!(left.len(), 42 - 32 + 1, "{left:?}");
+    assert!(left.iter().any(|(m, _)| m == "foreign"));
+    let before = snapshot(&mut c);
+    assert_eq!(error_of(&mut c, &[b"CL.ACQUIRE", b"shared", b"5", b"60", b"job2"]), "ERR key does not hold valid CL.ACQUIRE state");
+    assert_eq!(error_of(&mut c, &[b"CL.RELEASE", b"shared", b"job1"]), "ERR key does not hold valid CL.ACQUIRE state");
+    assert_eq!(snapshot(&mut c), before);
+}
+
 /// Many clients acquire, work a little and release; some crash (their connection drops, the
 /// lease left to expire). A sampler counts the live leases at the server's own instant: never
 /// more than the limit.

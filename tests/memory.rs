@@ -107,3 +107,42 @@ fn evicted_limiters_behave_as_full_ones() {
         assert!(gone > 0, "{policy}: some limiters were evicted");
     }
 }
+
+/// The other limiter commands are `deny-oom` too (CL.ALL, CL.PACE, CL.ACQUIRE, renewals and
+/// peeks included); CL.RELEASE is not (like `ZREM`, it only ever frees memory): under
+/// `noeviction` at `maxmemory` a holder can still give its lease back. CL.TOP (read-only) runs.
+#[test]
+fn under_noeviction_a_lease_can_still_be_released() {
+    let server = Server::start();
+    let mut c = server.client();
+    throttle(&mut c, "CL.ACQUIRE pool 5 600 a");
+    throttle(&mut c, "CL.ACQUIRE pool 5 600 b");
+    throttle(&mut c, "CL.PACE pacer 1 600");
+    throttle(&mut c, "CL.COUNTER all:c 5 600");
+    let limit = used_memory(&server) + 200_000;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query(&mut c).unwrap();
+    fill_until_oom(&mut c);
+    let before = snapshot(&mut c);
+    for words in [
+        "CL.ACQUIRE pool 5 600 c",
+        "CL.ACQUIRE pool 5 600 a",
+        "CL.ACQUIRE fresh 5 600 a",
+        "CL.PACE pacer 1 600",
+        "CL.PACE pacer 1 600 QUANTITY 0",
+        "CL.ALL 2 all:c all:t COUNTER 5 600 THROTTLE 4 1 600",
+        "CL.ALL 1 all:c COUNTER 5 600 QUANTITY 0",
+    ] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        let e = error_of(&mut c, &args);
+        assert!(e.starts_with("OOM"), "{words}: {e}");
+    }
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    let released: i64 = redis::cmd("CL.RELEASE").arg("pool").arg("a").query(&mut c).unwrap();
+    assert_eq!(released, 1, "a release runs at maxmemory");
+    let holders: Vec<String> = redis::cmd("ZRANGE").arg("pool").arg(0).arg(-1).query(&mut c).unwrap();
+    assert_eq!(holders, ["b"]);
+    let released: i64 = redis::cmd("CL.RELEASE").arg("pool").arg("nobody").query(&mut c).unwrap();
+    assert_eq!(released, 0);
+    let _: redis::Value = redis::cmd("CL.TOP").query(&mut c).unwrap();
+}

@@ -187,3 +187,35 @@ fn a_refund_in_a_long_log_replicates_only_what_it_changes() {
     wait_for_replica(&master, &replica);
     assert_eq!(snapshot(&mut replica.client()), snapshot(&mut c), "replica == master");
 }
+
+/// A lease set holding another application's members: the calls that read one refuse and add
+/// nothing to the replication stream; a call that reads only leases removes only those, and
+/// the replica holds what the master holds, the other members included.
+#[test]
+fn lease_calls_on_sets_holding_other_data_replicate_only_what_they_read() {
+    let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));
+    let replica = master.replica(Options::default().without_module());
+    let mut c = master.client();
+    let live = harness::server_ms(&mut c) + 600_000;
+    let _: () = redis::cmd("ZADD").arg("mixed").arg("1000.5").arg("other").arg(2000).arg("x").query(&mut c).unwrap();
+    let mut shared = redis::cmd("ZADD");
+    shared.arg("shared");
+    for i in 0..40 {
+        shared.arg(1000 + i).arg(format!("w{i:02}"));
+    }
+    let _: () = shared.arg("5000.5").arg("foreign").arg(live).arg("holder").query(&mut c).unwrap();
+    wait_for_replica(&master, &replica);
+    let offset = || master.info_field("replication", "master_repl_offset");
+    let before = offset();
+    for args in [&[&b"CL.ACQUIRE"[..], b"mixed", b"5", b"60", b"job1"][..], &[b"CL.RELEASE", b"mixed", b"x"]] {
+        assert_eq!(harness::error_of(&mut c, args), "ERR key does not hold valid CL.ACQUIRE state");
+    }
+    assert_eq!(offset(), before, "a refused call replicates nothing");
+    assert_eq!(harness::throttle(&mut c, "CL.ACQUIRE shared 5 60 job1")[..3], [0, 5, 3]);
+    wait_for_replica(&master, &replica);
+    let on_master = snapshot(&mut c);
+    assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+    let shared: Vec<String> = redis::cmd("ZRANGE").arg("shared").arg(0).arg(-1).query(&mut c).unwrap();
+    assert_eq!(shared.len(), 11, "32 leases removed, one added: {shared:?}");
+    assert!(shared.contains(&"foreign".to_string()) && shared.contains(&"w39".to_string()));
+}

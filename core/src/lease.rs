@@ -4,14 +4,22 @@
 //! lease's expiry in whole Unix milliseconds; the key expires with its latest lease.
 //!
 //! A lease is live while now is before its expiry (a score `s` is live iff `s > floor(now in
-//! ms)`). Expired members are removed as calls find them, with bounded work per call:
+//! ms)`). A member is a lease of these commands iff it is 1 to [`MAX_ID`] bytes long and its
+//! score a whole number of milliseconds from 1 to [`MAX_EXPIRY_MS`]; every member a call reads
+//! must be one, or the call is `ERR key does not hold valid CL.ACQUIRE state` and writes
+//! nothing. A call removes only members it has read, and deletes or replaces the whole set only
+//! when it has read every member. Expired members are removed as calls find them, with bounded
+//! work per call:
 //! - a call visits at most the two latest members, [`PRUNE`] + 1 expired members from the
 //!   bottom (it removes the first [`PRUNE`]), the earliest live member when a denial needs it,
 //!   and, only when more than [`PRUNE`] expired members remain or more than `limit` leases are
 //!   live (the limit was lowered), up to `limit` members from the top to count the live ones;
 //!   plus one lookup of the id;
-//! - a call that finds no live lease besides the caller's deletes the key as a whole, so a set
-//!   whose leases all expired (holders that crashed) costs one `DEL`, not a walk.
+//! - a call that finds no live lease besides the caller's reads every member of a set of at most
+//!   [`READ_WHOLE`] members, then deletes (or replaces) the key as a whole: one `DEL`, however
+//!   many leases ended. These commands alone never make a larger set (each call adds at most one
+//!   member, and only while fewer than `limit` ≤ [`MAX_LIMIT`] are live and at most [`PRUNE`]
+//!   expired ones remain, which it removes); a larger one is pruned [`PRUNE`] members at a time.
 //!
 //! The decision is pure: the module reads the set through [`Set`] (the key API), [`scan`]
 //! builds a small [`View`] of it, and [`acquire`] / [`release`] decide from the view alone.
@@ -29,10 +37,12 @@ pub const MAX_LIMIT: i64 = 10_000;
 pub const MAX_ID: usize = 128;
 /// The most expired leases one call removes.
 pub const PRUNE: usize = 32;
-/// The largest score read as an expiry: its nanoseconds fit in 64 bits (the year 2262).
-const MAX_SCORE: i64 = i64::MAX / NANOS_PER_MILLI;
+/// The largest expiry (Unix ms) a lease may have: its nanoseconds fit in 64 bits (the year 2262).
+pub const MAX_EXPIRY_MS: i64 = i64::MAX / NANOS_PER_MILLI;
+/// The most members a call reads to delete or replace a set whose leases all ended.
+pub const READ_WHOLE: usize = MAX_LIMIT as usize;
 
-const COMPLEXITY: &str = "O(log N) where N is the number of leases in the key, plus the removal of at most 32 expired leases; O(limit) when over 32 expired leases remain";
+const COMPLEXITY: &str = "O(log N) where N is the number of leases in the key, plus the removal of at most 32 expired leases; O(limit) when over 32 expired leases remain; O(N) when no other lease is live and N is at most 10,000 (every member is read, then the key deleted or rewritten)";
 
 pub static ACQUIRE: Command = Command {
     name: "cl.acquire",
@@ -122,6 +132,8 @@ pub trait Set {
     fn next(&mut self) -> Result<Option<(Self::Member, f64)>>;
     /// Whether a member is the call's id.
     fn is_id(&self, member: &Self::Member) -> bool;
+    /// A member's length in bytes.
+    fn member_len(&self, member: &Self::Member) -> usize;
 }
 
 /// Where a cursor starts, and which way it goes.
@@ -153,6 +165,8 @@ pub struct View {
     pub latest_other: Option<Instant>,
     /// The id's lease, when it is live.
     pub holder: Option<Instant>,
+    /// Every member was read and is a lease: the call may delete or replace the set as a whole.
+    pub whole: bool,
 }
 
 /// A view of the set, and the expired members found at its bottom (at most [`PRUNE`]).
@@ -167,24 +181,33 @@ pub fn threshold(now: Instant) -> f64 {
     now.as_nanos().div_euclid(NANOS_PER_MILLI) as f64
 }
 
-/// A score as an expiry: a whole number of milliseconds whose nanoseconds fit in 64 bits.
-/// Anything else (a fraction, an infinity) was not written by these commands.
+/// A score as an expiry: a whole number of milliseconds from 1 to [`MAX_EXPIRY_MS`]. Anything
+/// else (a fraction, an infinity, zero or below, beyond the year 2262) was not written by these
+/// commands.
 fn expiry(score: f64) -> Result<Instant> {
-    if score.fract() == 0.0 && score.abs() <= MAX_SCORE as f64 {
+    if score.fract() == 0.0 && (1.0..=MAX_EXPIRY_MS as f64).contains(&score) {
         Ok(Instant::from_nanos(score as i64 * NANOS_PER_MILLI))
     } else {
         Err(Error::InvalidState("CL.ACQUIRE"))
     }
 }
 
+/// A member read from the set as a lease: its id 1 to [`MAX_ID`] bytes, its score an expiry.
+fn lease<S: Set>(set: &S, member: &S::Member, score: f64) -> Result<Instant> {
+    match (1..=MAX_ID).contains(&set.member_len(member)) {
+        true => expiry(score),
+        false => Err(Error::InvalidState("CL.ACQUIRE")),
+    }
+}
+
 /// Reads `set` for a call at `now` with `limit` (CL.RELEASE, which counts nothing, passes 1).
-/// Every score visited must be a valid expiry.
+/// Every member visited must be a lease.
 pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Member>> {
     let t = threshold(now);
     let mut view = View { members: set.members(), ..View::default() };
-    let none = |view| Ok(Scan { view, expired: Vec::new() });
     if view.members == 0 {
-        return none(view);
+        view.whole = true;
+        return Ok(Scan { view, expired: Vec::new() });
     }
     if let Some(score) = set.id_score()? {
         view.id_member = true;
@@ -194,7 +217,7 @@ pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Mem
     // The latest lease, and the latest that is not the id's: at most two members.
     let mut top = set.start(From::Latest, t)?;
     while let Some((member, score)) = top {
-        let e = expiry(score)?;
+        let e = lease(set, &member, score)?;
         view.latest.get_or_insert(e);
         if !set.is_id(&member) {
             view.latest_other = Some(e);
@@ -202,22 +225,27 @@ pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Mem
         }
         top = set.next()?;
     }
-    if view.latest.is_none() {
-        // Nothing live: the call replaces or deletes the key as a whole.
-        return none(view);
-    }
-    // Expired members from the bottom, at most PRUNE, and whether more remain.
+    // Expired members from the bottom, at most PRUNE to remove. With no live lease besides the
+    // id's, the call would delete or replace the set: then every member is read first (a set
+    // of at most READ_WHOLE), so that nothing unread goes with it.
+    let read_whole = view.latest_other.is_none() && view.members <= READ_WHOLE;
     let mut expired = Vec::new();
+    let mut read = 0;
     let mut cursor = set.start(From::Expired, t)?;
-    let mut backlog = false;
     while let Some((member, score)) = cursor {
-        expiry(score)?;
-        if expired.len() == PRUNE {
-            backlog = true; // later calls (or the key's expiry) take the rest
-            break;
+        lease(set, &member, score)?;
+        read += 1;
+        if expired.len() < PRUNE {
+            expired.push(member);
+        } else if !read_whole {
+            break; // later calls (or the key's expiry) take the rest
         }
-        expired.push(member);
         cursor = set.next()?;
+    }
+    let backlog = read > expired.len();
+    view.whole = view.latest_other.is_none() && read + usize::from(view.holder.is_some()) == view.members;
+    if view.latest.is_none() {
+        return Ok(Scan { view, expired }); // nothing live
     }
     let live = (!backlog).then(|| (view.members - expired.len()) as i64);
     match live {
@@ -225,15 +253,15 @@ pub fn scan<S: Set>(set: &mut S, now: Instant, limit: i64) -> Result<Scan<S::Mem
         // Exactly at the limit and denied: the earliest live lease frees the first slot.
         Some(n) if n == limit => {
             view.live = n;
-            if let Some((_, score)) = set.start(From::Live, t)? {
-                view.frees_at = Some(expiry(score)?);
+            if let Some((member, score)) = set.start(From::Live, t)? {
+                view.frees_at = Some(lease(set, &member, score)?);
             }
         }
         // Over PRUNE expired members remain, or over `limit` leases are live: count from the top.
         _ => {
             let mut cursor = set.start(From::Latest, t)?;
-            while let Some((_, score)) = cursor {
-                let e = expiry(score)?;
+            while let Some((member, score)) = cursor {
+                let e = lease(set, &member, score)?;
                 view.live += 1;
                 if view.live == limit {
                     view.frees_at = Some(e);
@@ -259,8 +287,9 @@ pub enum Change {
     Replace { expires_ms: i64 },
     /// (Re)set the id's lease; the key expires at `key_expires_ms`.
     Hold { expires_ms: i64, key_expires_ms: i64 },
-    /// Remove the id; the key expires at `key_expires_ms` (the latest lease left).
-    Remove { key_expires_ms: i64 },
+    /// Remove the id; the key expires at `key_expires_ms` (the latest lease left; `None`: no
+    /// live lease is left but the set was too large to read whole, and its expiry stays).
+    Remove { key_expires_ms: Option<i64> },
 }
 
 /// A call's reply and its change to the set.
@@ -287,8 +316,8 @@ pub fn acquire(view: &View, now: Instant, limit: i64, lease: Nanos) -> Result<Ou
     let reply = Reply { limited: false, limit, remaining: (limit - live).clamp(0, limit), retry_after: None, reset_after: until(Some(latest)) };
     let others = view.members - usize::from(view.id_member);
     let effect = match view.latest_other {
-        // Other members, all expired: start the set afresh.
-        None if others > 0 => Change::Replace { expires_ms },
+        // Other members, all expired and all read: start the set afresh.
+        None if others > 0 && view.whole => Change::Replace { expires_ms },
         _ => Change::Hold { expires_ms, key_expires_ms: latest.ceil_millis() },
     };
     Ok(Outcome { reply, effect })
@@ -297,10 +326,11 @@ pub fn acquire(view: &View, now: Instant, limit: i64, lease: Nanos) -> Result<Ou
 /// CL.RELEASE: 1 (true) if the id held a live lease, which is removed.
 pub fn release(view: &View) -> Outcome<bool> {
     let effect = match (view.holder, view.latest_other) {
-        (Some(_), Some(other)) => Change::Remove { key_expires_ms: other.ceil_millis() },
-        (Some(_), None) => Change::Clear,
-        // Only expired members: the key goes as a whole.
-        (None, _) if view.members > 0 && view.latest.is_none() => Change::Clear,
+        (Some(_), Some(other)) => Change::Remove { key_expires_ms: Some(other.ceil_millis()) },
+        // No other live lease: the key goes as a whole once every member was read.
+        (Some(_), None) if view.whole => Change::Clear,
+        (Some(_), None) => Change::Remove { key_expires_ms: None },
+        (None, _) if view.members > 0 && view.latest.is_none() && view.whole => Change::Clear,
         (None, _) => Change::Prune,
     };
     Outcome { reply: view.holder.is_some(), effect }

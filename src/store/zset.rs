@@ -10,7 +10,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use throttle_core::args::Decimal;
-use throttle_core::lease::{Change, From, Scan, Set};
+use throttle_core::lease::{Change, From, MAX_EXPIRY_MS, Scan, Set};
 use throttle_core::{Error, Result};
 
 use super::{Key, Replicated, Value};
@@ -54,7 +54,7 @@ impl Key {
             Change::Hold { expires_ms, key_expires_ms } => (write.add, write.expires_ms) = (Some(expires_ms), Some(key_expires_ms)),
             Change::Remove { key_expires_ms } => {
                 write.remove.push(id);
-                write.expires_ms = Some(key_expires_ms);
+                write.expires_ms = key_expires_ms;
             }
         }
         if !write.clear {
@@ -65,8 +65,8 @@ impl Key {
             }
         }
         for at in write.add.iter().chain(&write.expires_ms) {
-            // Scores are exact doubles below 2^53; an expiry is after 1970.
-            if !(1..1 << 53).contains(at) {
+            // An expiry is after 1970 and within 64-bit nanoseconds (exact as a double).
+            if !(1..=MAX_EXPIRY_MS).contains(at) {
                 return Err(Error::Internal(format!("a lease expiry out of range: {at}")));
             }
         }
@@ -248,5 +248,9 @@ impl Set for Leases<'_> {
 
     fn is_id(&self, member: &Member) -> bool {
         bytes(member.0) == bytes(self.id)
+    }
+
+    fn member_len(&self, member: &Member) -> usize {
+        bytes(member.0).len()
     }
 }

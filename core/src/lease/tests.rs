@@ -61,7 +61,7 @@ impl Fake {
             Change::Remove { key_expires_ms } => {
                 prune(self);
                 self.remove(&id);
-                self.expires_ms = Some(key_expires_ms);
+                self.expires_ms = key_expires_ms.or(self.expires_ms);
             }
         }
         self.sort();
@@ -98,6 +98,9 @@ impl Set for Fake {
     }
     fn is_id(&self, member: &Vec<u8>) -> bool {
         *member == self.id
+    }
+    fn member_len(&self, member: &Vec<u8>) -> usize {
+        member.len()
     }
 }
 
@@ -189,7 +192,7 @@ fn a_lowered_limit_waits_for_enough_leases_to_end() {
 }
 
 #[test]
-fn a_set_whose_leases_all_ended_is_replaced_or_deleted_at_once() {
+fn a_set_whose_leases_all_ended_is_read_then_replaced_or_deleted_at_once() {
     let mut f = Fake::default();
     for i in 0..200 {
         acquire_on(&mut f, T0, 1000, 50, format!("w{i}").as_bytes()).unwrap();
@@ -199,7 +202,7 @@ fn a_set_whose_leases_all_ended_is_replaced_or_deleted_at_once() {
     f.visits = 0;
     assert_eq!(acquire_on(&mut f, T0 + 60 * MS, 1000, 50, b"new").unwrap(), [0, 1000, 999, -1, 50]);
     assert_eq!(f.members.len(), 1, "DEL, then the one lease");
-    assert!(f.visits <= 3, "no walk over the expired leases: {} visits", f.visits);
+    assert!(f.visits <= 200 + 2, "each member read once before the DEL: {} visits", f.visits);
     let mut g = Fake { members: (0..100).map(|i| (format!("w{i}").into_bytes(), (T0 / MS) as f64)).collect(), ..Fake::default() };
     g.sort();
     assert!(!release_on(&mut g, T0 + MS, b"w1").unwrap());
@@ -207,29 +210,81 @@ fn a_set_whose_leases_all_ended_is_replaced_or_deleted_at_once() {
 }
 
 #[test]
-fn scores_that_are_no_expiry_are_invalid_state() {
+fn a_set_too_large_to_read_whole_is_pruned_a_little_at_a_time() {
+    // More members than these commands make alone: a call never reads them all.
+    let expired = |n: usize| (0..n).map(|i| (format!("w{i:05}").into_bytes(), (T0 / MS) as f64)).collect::<Vec<_>>();
+    let n = READ_WHOLE + 100;
+    let mut f = Fake { members: expired(n), expires_ms: Some(T0 / MS + 5000), ..Fake::default() };
+    f.sort();
+    assert_eq!(acquire_on(&mut f, T0 + MS, 5, 100, b"new").unwrap(), [0, 5, 4, -1, 100]);
+    assert!(f.visits <= PRUNE + 4, "{} visits", f.visits);
+    assert_eq!(f.members.len(), n - PRUNE + 1, "32 expired removed, the new lease added");
+    f.visits = 0;
+    let expiry = f.expires_ms;
+    assert!(release_on(&mut f, T0 + MS, b"new").unwrap());
+    assert!(f.visits <= PRUNE + 4, "{} visits", f.visits);
+    assert_eq!(f.members.len(), n - 2 * PRUNE, "the lease and 32 more expired removed, not the set");
+    assert_eq!(f.expires_ms, expiry, "the key's expiry stays");
+    f.visits = 0;
+    assert!(!release_on(&mut f, T0 + MS, b"new").unwrap());
+    assert_eq!(f.members.len(), n - 3 * PRUNE);
+    // Within READ_WHOLE, read whole and deleted.
+    let mut g = Fake { members: expired(READ_WHOLE), ..Fake::default() };
+    g.sort();
+    assert!(!release_on(&mut g, T0 + MS, b"x").unwrap());
+    assert!(g.members.is_empty() && g.visits <= READ_WHOLE + 2);
+}
+
+#[test]
+fn a_set_holding_anything_but_leases_is_invalid_state_and_left_as_it_was() {
     let live = (T0 / MS + 1000) as f64;
+    let id = |s: &str| s.as_bytes().to_vec();
     let sets = [
-        vec![(b"x".to_vec(), f64::INFINITY)],
-        vec![(b"x".to_vec(), 1e300)],
-        vec![(b"x".to_vec(), live + 0.5)],
+        vec![(id("x"), f64::INFINITY)],
+        vec![(id("x"), 1e300)],
+        vec![(id("x"), live + 0.5)],
+        vec![(id("x"), (MAX_EXPIRY_MS + 1) as f64)], // beyond 64-bit nanoseconds
         // Expired members are read (to be removed) when a live one is there.
-        vec![(b"x".to_vec(), f64::NEG_INFINITY), (b"y".to_vec(), live)],
-        vec![(b"x".to_vec(), 1.5), (b"y".to_vec(), live)],
+        vec![(id("x"), f64::NEG_INFINITY), (id("y"), live)],
+        vec![(id("x"), 1.5), (id("y"), live)],
+        vec![(id("x"), -5.0), (id("z"), live)],
+        vec![(id("x"), 0.0), (id("z"), live)],
+        // Members that are no id: empty, or longer than 128 bytes.
+        vec![(Vec::new(), live)],
+        vec![(vec![b'm'; MAX_ID + 1], 1000.0), (id("z"), live)],
+        // Nothing live: every member is read before the set would be deleted or replaced.
+        vec![(id("x"), f64::NEG_INFINITY)],
+        vec![(id("other"), 1000.5), (id("x"), 2000.0)],
+        vec![(id("x"), 2000.0), (Vec::new(), 3000.0)],
+        vec![(id("x"), -1.0), (id("id"), live)],
     ];
     for members in sets {
         let mut f = Fake { members: members.clone(), ..Fake::default() };
+        f.sort();
+        let sorted = f.members.clone();
         assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id"), Err(Error::InvalidState("CL.ACQUIRE")), "{members:?}");
-        assert_eq!(f.members, members);
+        assert_eq!(f.members, sorted);
+        assert_eq!(release_on(&mut f, T0, b"id"), Err(Error::InvalidState("CL.ACQUIRE")), "{members:?}");
+        assert_eq!(f.members, sorted);
     }
     assert_eq!(Error::InvalidState("CL.ACQUIRE").to_string(), "ERR key does not hold valid CL.ACQUIRE state");
-    // A set with nothing live is replaced whole, without reading what it held.
-    let mut f = Fake { members: vec![(b"x".to_vec(), f64::NEG_INFINITY)], ..Fake::default() };
-    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap(), [0, 5, 4, -1, 100]);
-    assert_eq!(f.members, [(b"id".to_vec(), (T0 / MS + 100) as f64)]);
-    // Any whole number of milliseconds is a (possibly long expired) lease.
-    let mut f = Fake { members: vec![(b"x".to_vec(), -5.0), (b"y".to_vec(), 0.0), (b"z".to_vec(), live)], ..Fake::default() };
-    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap(), [0, 5, 3, -1, 1000]);
+    // The least and the greatest expiry are leases.
+    let mut f = Fake { members: vec![(id("x"), 1.0), (id("y"), MAX_EXPIRY_MS as f64)], ..Fake::default() };
+    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap()[..3], [0, 5, 3]);
+    assert_eq!(f.members.len(), 2, "the expired one removed, the new one added");
+    // A member no call reads is never removed: 40 expired leases, then another application's
+    // member above them, and a live lease. Each call removes the 32 lowest it read.
+    let mut members: Vec<_> = (0..40).map(|i| (format!("w{i:02}").into_bytes(), 1000.0 + f64::from(i))).collect();
+    members.push((id("foreign"), 5000.5));
+    members.push((id("live"), live));
+    let mut f = Fake { members, ..Fake::default() };
+    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id").unwrap()[..3], [0, 5, 3]);
+    assert_eq!(f.members.len(), 42 - 32 + 1);
+    assert!(f.members.iter().any(|(m, _)| m == b"foreign"));
+    // The next call reads the foreign member: an error, and nothing written.
+    let before = f.members.clone();
+    assert_eq!(acquire_on(&mut f, T0, 5, 100, b"id"), Err(Error::InvalidState("CL.ACQUIRE")));
+    assert_eq!(f.members, before);
 }
 
 /// Random calls on a set of `ids` possible holders; checks each reply against the model, the
@@ -237,15 +292,18 @@ fn scores_that_are_no_expiry_are_invalid_state() {
 /// limit) that no more than `limit` leases are ever live.
 fn run_scenario(ids: u8, calls: &[(i64, u8, u8, i64, i64)]) -> std::result::Result<(), TestCaseError> {
     let (mut f, mut model, mut now) = (Fake::default(), Model::default(), T0);
+    let mut most_limit = 0;
     for &(step, op, id, limit, lease_ms) in calls {
         now += step;
         let id = format!("id-{}", id % ids).into_bytes();
         let now128 = i128::from(now);
         f.visits = 0;
+        // A call that finds no other live lease reads the whole set (then deletes or replaces it).
+        let whole = f.members.len() + 3;
         if op % 5 == 0 {
             let got = release_on(&mut f, now, &id).unwrap();
             prop_assert_eq!(got, model.release(now128, &id));
-            prop_assert!(f.visits <= PRUNE + 8, "release visited {}", f.visits);
+            prop_assert!(f.visits <= (PRUNE + 8).max(whole), "release visited {}", f.visits);
         } else {
             let got = acquire_on(&mut f, now, limit, lease_ms, &id).unwrap();
             let want = model.acquire(now128, limit.into(), i128::from(lease_ms) * MS as i128, &id);
@@ -253,9 +311,15 @@ fn run_scenario(ids: u8, calls: &[(i64, u8, u8, i64, i64)]) -> std::result::Resu
             let ms = |ns: i128| if ns == -1 { -1 } else { (ns + MS as i128 - 1).div_euclid(MS as i128) };
             let want = [want[0], want[1], want[2], ms(want[3]), ms(want[4])];
             prop_assert_eq!(got.map(i128::from), want);
-            prop_assert!(f.visits <= PRUNE + limit as usize + 8, "acquire visited {}", f.visits);
+            prop_assert!(f.visits <= (PRUNE + limit as usize + 8).max(whole), "acquire visited {}", f.visits);
         }
         prop_assert_eq!(f.live(now), model.live(now128), "live leases");
+        // The set never holds more members than the largest limit used (so, alone, these
+        // commands never make a set larger than READ_WHOLE).
+        if op % 5 != 0 {
+            most_limit = most_limit.max(limit);
+        }
+        prop_assert!(f.members.len() as i64 <= most_limit, "{} members, limits up to {most_limit}", f.members.len());
         if let Some(latest) = f.live(now).values().max() {
             prop_assert_eq!(f.expires_ms.map(|ms| i128::from(ms) * MS as i128), Some(*latest), "the key expires with its latest lease");
         }
