@@ -25,11 +25,14 @@ refused with an error (they are listed in the README), never answered with a wro
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
-local rcall, rpcall, error_reply
+local rcall, rpcall, error_reply, unpack, unpack_i8, unpack_pairs
 local bound = false
 local function bind()
   floor = math.floor
   byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
+  -- (struct: Redis's and Valkey's bundled library. Long runs of 8-byte values are decoded in C,
+  -- UNPACK at a time: ring counts as i64, log entries as their low and high 32 bits.)
+  unpack, unpack_i8, unpack_pairs = struct.unpack, '<' .. rep('i8', 256), '<' .. rep('I4i4', 256)
   concat = table.concat
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
@@ -89,6 +92,15 @@ local function fail(text)
   error(text, 0)
 end
 local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
+
+-- The twin's own refusals (what a double cannot carry) come after every error the module would
+-- give for the same call (any argument error, WRONGTYPE, a state it finds invalid): a limit the
+-- twin cannot reply is kept with the parameters (`refuse`) and raised once the call is decided;
+-- `twin_refusal` tells such an error from the module's.
+local function refusal(limit, name)
+  if limit > 9007199254740991 then return fmt(ERR.twin_limit, name) end
+  return nil
+end
 
 ---------------------------------------------------------------------------------------------
 -- Integers. T = (m, u): the value m * 10^6 + u, 0 <= u < 10^6, m a plain integer.
@@ -270,6 +282,28 @@ local function u32_le(v)
   return char(b0, b1, b2, (v - b2) / 256)
 end
 
+-- `s` repeated n times, by doubling (string.rep adds byte by byte: 10x slower for long runs).
+local function repeat_of(s, n)
+  if n < 32 then return rep(s, n) end
+  local out, have = s, 1
+  while have * 2 <= n do out, have = out .. out, have * 2 end
+  return out .. repeat_of(s, n - have)
+end
+
+-- The n i64 values at byte i (1-based) of s, decoded in C, as an array from 0 (plain numbers:
+-- exact below 2^53, the sign kept).
+local function i64_array(s, i, n)
+  local out, got = {}, 0
+  while got < n do
+    local take = n - got
+    if take > 256 then take = 256 end
+    local t = { unpack(take == 256 and unpack_i8 or '<' .. rep('i8', take), s, i + got * 8) }
+    for j = 1, take do out[got + j - 1] = t[j] end
+    got = got + take
+  end
+  return out
+end
+
 ---------------------------------------------------------------------------------------------
 -- The clock: one instant per call, as T (ms, ns within the ms).
 
@@ -351,11 +385,13 @@ local function gcra_params(bm, bu, cm, cu, period_ms)
   local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit, at most 10^18 ns
   if tm > 1000000000000 or (tm == 1000000000000 and tu > 0) then fail(fmt(ERR.span, BOUND.throttle_span)) end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu, refuse = refusal(limit, 'limit') }
   if tm < 4503599626 then
-    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path).
+    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path),
+    -- for a call before `fast_until` (ms), where no TAT it computes (at most now + twice the
+    -- tolerance) can pass i64 (the general path checks, and refuses, as the module does).
     p.ei, p.tol = em * M + eu, tm * M + tu
+    p.fast_until = MAX_M - 2 * (tm + 1) - 1
   end
   return p
 end
@@ -441,7 +477,7 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q)
       if not am or am < MIN_TAT_M then invalid('throttle', stored) end
     end
   end
-  if p.tol then return gcra_fast(p, am, au, nm, nu, q) end
+  if p.tol and nm < p.fast_until then return gcra_fast(p, am, au, nm, nu, q) end
   -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
   local cm, cu = t_add(nm, nu, p.tm, p.tu)
   if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
@@ -492,8 +528,7 @@ local COUNTER_MAX = 999999999999999999
 local function counter_params(lm, lu, window_ms)
   if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  return { limit = limit, window = window_ms }
+  return { limit = limit, window = window_ms, refuse = refusal(limit, 'limit') }
 end
 
 -- A key's expiry (`PEXPIRETIME`) as the instant the state is stamped with: nil when the key has
@@ -575,9 +610,8 @@ local function bucket_params(cm, cu, tm, tu, interval_ms)
   if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
   if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > 1000000000000 then fail(fmt(ERR.span, BOUND.bucket_span)) end
   local capacity = t_capped(cm, cu)
-  if capacity > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'capacity')) end
   -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
-  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms }
+  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms, refuse = refusal(capacity, 'capacity') }
 end
 
 local function refills(p, d) return div_ceil(d, p.tokens) end
@@ -673,7 +707,11 @@ end
 -- CL.WINDOW (core/src/window.rs): a sliding window, exact (a log of instants, layout 1) or
 -- counted per bucket of PRECISION p (a ring, layout 2).
 
-local MAX_EXACT_LIMIT, MAX_BUCKETS = 100000, 10000
+local MAX_EXACT_LIMIT = 100000
+-- The most buckets a stored ring may hold: the module's `throttle.max-buckets` at its ceiling
+-- (core/src/caps.rs, Caps::CEILING), plus one. A ring the module wrote under a raised cap is
+-- read (and regrouped into the call's own) whatever the twin's own cap is.
+local RING_MAX_SLOTS = 100001
 
 -- (The window's and the precision's ranges are checked by the caller, as the module does
 -- before the limit's.)
@@ -684,8 +722,7 @@ local function window_params(lm, lu, window_ms, precision_ms)
     fail(fmt(ERR.range_unit, 'limit', '1', BOUND.exact_limit, BOUND.exact_hint))
   end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  return { limit = limit, window = window_ms, precision = precision_ms }
+  return { limit = limit, window = window_ms, precision = precision_ms, refuse = refusal(limit, 'limit') }
 end
 
 -- How a call relates to the limit once the units in the window are known.
@@ -710,40 +747,111 @@ local function emptied(p, had_units)
   return d
 end
 
+-- A CL.WINDOW key's value: the string, or for one longer than READ_WHOLE bytes (a log of
+-- more than 511 entries, a ring of more than 509 buckets) a handle { key, n (its length), s (its
+-- first READ_WHOLE bytes) }: an exact call reads such a log in ranges, a call that walks a
+-- whole value reads it whole (`whole`).
+local READ_WHOLE = 4096
+
+local function read_window(key)
+  local v = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
+  if type(v) == 'table' then
+    if v.err then fail(ERR.wrongtype) end
+    fail(fmt(ERR.internal, 'GETRANGE returned a ' .. type(v)))
+  end
+  if #v < READ_WHOLE then
+    if v == '' and rcall('EXISTS', key) == 0 then return nil end
+    return v
+  end
+  local n = rcall('STRLEN', key)
+  if n == READ_WHOLE then return v end
+  return { key = key, n = n, s = v }
+end
+
+-- A stored value as one string.
+local function whole(stored)
+  if type(stored) ~= 'table' then return stored end
+  if not stored.whole then stored.whole = rcall('GET', stored.key) end
+  return stored.whole
+end
+
 -- ---- The exact log (layout 1): header [1,0,0,0, head u32], then one i64 instant per action.
 
-local function log_parse(s)
-  local n = #s
+-- A log is a string `s` (the whole value), or for a long stored value (see `read_window`) its
+-- first READ_WHOLE bytes with `key` set: the rest is read in ranges (GETRANGE) as the call
+-- needs them, so that a call costs O(log limit + quantity) like the module's, not O(size).
+local function log_parse(s, big)
+  local n = big and big.n or #s
   if n < 8 or byte(s, 1) ~= 1 or byte(s, 2) ~= 0 or byte(s, 3) ~= 0 or byte(s, 4) ~= 0 then return nil end
   local body = n - 8
   if body % 8 ~= 0 then return nil end
   local head = le_u32(s, 5)
   if head > body / 8 then return nil end
-  return { s = s, head = head, len = body / 8 }
+  return { s = s, head = head, len = body / 8, key = big and big.key, cache = big and {} }
 end
 
 -- `rebuilt`: not what the key holds (no key, or converted from a ring), so any write is whole.
 local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 
-local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
+-- Bytes a (0-based) to b (exclusive) of a log's value.
+local function log_bytes(log, a, b)
+  if not log.key or b <= #log.s then return sub(log.s, a + 1, b) end
+  if a >= b then return '' end
+  return rcall('GETRANGE', log.key, a, b - 1)
+end
 
--- The first live entry after the horizon (binary search; entries ascend).
-local function log_first_after(log, hm, hu)
+local function log_at(log, i)
+  if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
+  local c = log.cache[i]
+  if not c then
+    local m, u = le_t(rcall('GETRANGE', log.key, 8 + i * 8, 15 + i * 8), 1)
+    c = { m, u }
+    log.cache[i] = c
+  end
+  return c[1], c[2]
+end
+
+-- Whether the entry at byte `i` (1-based) of `s` is after the instant (hhi, hlo): its high 32
+-- bits (signed), then its low 32 bits.
+local function entry_after(s, i, hhi, hlo)
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
+  local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+  if b7 >= 128 then ehi = ehi - 4294967296 end
+  return ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo)
+end
+
+-- Entries a remote binary search narrows to before reading them in one range (4 KB).
+local LOG_BLOCK = 512
+
+-- The first live entry after the instant h (binary search; entries ascend), from `from` on.
+local function log_first_after(log, hm, hu, from)
   -- Entries compare as (high 32 bits, signed; low 32 bits), read straight from their bytes;
   -- the horizon is split so once.
   local h0, h1, h2, h3, h4, h5, h6, h7 = byte(t_le(hm, hu), 1, 8)
   local hhi = ((h7 * 256 + h6) * 256 + h5) * 256 + h4
   if h7 >= 128 then hhi = hhi - 4294967296 end
   local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
-  local s = log.s
-  local lo, hi = log.head, log.len
+  local s, base = log.s, 9
+  local lo, hi = from or log.head, log.len
+  if log.key and 8 + hi * 8 > #s then
+    -- A long log: probe single entries until the range is one block, then read the block.
+    local key = log.key
+    while hi - lo > LOG_BLOCK do
+      local mid = lo + hi
+      mid = (mid - mid % 2) / 2
+      local after
+      if 16 + mid * 8 <= #s then after = entry_after(s, 9 + mid * 8, hhi, hlo)
+      else after = entry_after(rcall('GETRANGE', key, 8 + mid * 8, 15 + mid * 8), 1, hhi, hlo) end
+      if after then hi = mid else lo = mid + 1 end
+    end
+    if 8 + hi * 8 > #s then
+      s, base = rcall('GETRANGE', key, 8 + lo * 8, 7 + hi * 8), 1 - lo * 8
+    end
+  end
   while lo < hi do
     local mid = lo + hi
     mid = (mid - mid % 2) / 2
-    local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, 9 + mid * 8, 16 + mid * 8)
-    local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-    if b7 >= 128 then ehi = ehi - 4294967296 end
-    if ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo) then hi = mid else lo = mid + 1 end
+    if entry_after(s, base + mid * 8, hhi, hlo) then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -762,7 +870,13 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
   if log.rebuilt or first > live or future then
     local kept = ''
     if first < keep then
-      if future then
+      if future and log.key then
+        -- A long log: the entries after now are the tail from the first one after now (the
+        -- log ascends), so they are rewritten at once, without a walk over every entry.
+        local after = log_first_after(log, nm, nu, first)
+        kept = log_bytes(log, 8 + first * 8, 8 + after * 8) .. repeat_of(t_le(nm, nu), keep - after)
+      elseif future then
+        -- (Entry by entry, as the module does: the same bytes even for a log out of order.)
         local parts = {}
         for i = first, keep - 1 do
           local m, u = log_at(log, i)
@@ -770,7 +884,7 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
         end
         kept = concat(parts)
       else
-        kept = sub(log.s, 9 + first * 8, 8 + keep * 8)
+        kept = log_bytes(log, 8 + first * 8, 8 + keep * 8)
       end
     end
     d.eff, d.whole = 'patch', '\1\0\0\0\0\0\0\0' .. kept .. appended
@@ -817,7 +931,7 @@ local function exact_decide(p, log, nm, nu, q, ahead)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
-    return log_patch(log, first, log.len, rep(t_le(nm, nu), q), q, nm, nu, d)
+    return log_patch(log, first, log.len, repeat_of(t_le(nm, nu), q), q, nm, nu, d)
   end
   -- Denied (until enough of the oldest actions leave), never admittable, or a peek.
   local limited = v == 'peek' and 0 or 1
@@ -842,6 +956,21 @@ end
 
 local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
+-- The stored ring the call reads, if any (for `beyond`).
+local ring_read
+
+-- The twin's refusal of a ring it cannot compute exactly; but a ring with a count the module
+-- finds invalid (its top bit set) gets the module's error.
+local function beyond()
+  local s = ring_read
+  if s then
+    for at = 32, #s, 8 do
+      if byte(s, at) >= 128 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+    end
+  end
+  fail(fmt(ERR.twin_state, 'CL.WINDOW'))
+end
+
 -- A count (u64 read as i64) at slot offset `at` (0-based byte offset).
 local function ring_count_at(s, at)
   local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, at + 1, at + 8)
@@ -860,7 +989,7 @@ local function ring_parse(s)
   local wm, wu = le_t(s, 17)
   local body = n - 24
   local slots = body / 8
-  if body % 8 ~= 0 or slots == 0 or slots > MAX_BUCKETS + 1 then return nil end
+  if body % 8 ~= 0 or slots == 0 or slots > RING_MAX_SLOTS then return nil end
   -- newest as a plain bucket index. One beyond 2^53 either way (never written by a limiter:
   -- beyond the year 287,000 at 1 ms) is kept as `far`, an approximation, with a sentinel that
   -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
@@ -873,7 +1002,9 @@ local function ring_parse(s)
   elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
     newest, far = -4503599627370496, wm * M + wu
   end
-  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots }
+  -- A long ring's counts are decoded in C at once (a call reads most of them).
+  local cs = slots > 64 and i64_array(s, 25, slots) or nil
+  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots, cs = cs }
 end
 
 local function ring_empty(P, newest, slots)
@@ -884,9 +1015,17 @@ local function ring_slot(ring, k) return k - floor(k / ring.slots) * ring.slots 
 
 -- The count in a slot of a stored ring.
 local function ring_count_at_slot(ring, slot)
+  local cs = ring.cs
+  if cs then
+    -- (decoded at once: each count is checked as it is read, as the module reads it)
+    local c = cs[slot]
+    if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+    if c >= EXACT then beyond() end
+    return c
+  end
   local c = ring_count_at(ring.s, 24 + slot * 8)
   if c == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-  if c == false then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if c == false then beyond() end
   return c
 end
 
@@ -906,7 +1045,7 @@ end
 -- Adds without passing 2^53 (a sum the twin could not carry exactly is refused).
 local function add_count(a, b)
   local s = a + b
-  if s >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if s >= EXACT then beyond() end
   return s
 end
 
@@ -914,7 +1053,7 @@ end
 -- parameters (or stamped too far ahead): each count moves to the bucket holding the last
 -- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
 local function ring_regroup(ring, P, slots, oldest, current, cap)
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   local Po, oslots = ring.pm, ring.slots
   local k0 = (ring.far or ring.newest) - oslots + 1
   local moved_k, moved_c = {}, {}
@@ -932,7 +1071,7 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
     else
       local r = x / P / 9223372036854775808
       if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-      if r > 0.999999999 or r < -0.999999999 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+      if r > 0.999999999 or r < -0.999999999 then beyond() end
       k2 = x > 0 and cap or oldest - 1
     end
     if k2 > cap then k2 = cap end
@@ -991,7 +1130,7 @@ end
 -- merely because its bucket numbers are larger).
 local function ring_is_ahead(ring, nm, W)
   if ring.far then return ring.far > 0 end
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
 end
 
@@ -1122,7 +1261,7 @@ end
 -- module reads them. Also whether the ring was stamped ahead.
 local function ring_to_log(p, ring, nm, nu)
   local P = ring.pm
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
@@ -1142,7 +1281,7 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      newest_first[#newest_first + 1] = rep(t_le(em, eu), n)
+      newest_first[#newest_first + 1] = repeat_of(t_le(em, eu), n)
       count = count + n
     end
   end
@@ -1153,13 +1292,24 @@ local function ring_to_log(p, ring, nm, nu)
 end
 
 local function window_decide(p, stored, nm, nu, q)
+  ring_read = nil
   if stored == nil then
     if p.precision then return ring_decide(p, nil, nm, nu, q) end
     return exact_decide(p, EMPTY_LOG, nm, nu, q)
   end
-  local version = byte(stored)
+  local version
+  if type(stored) == 'table' then
+    -- A long value: an exact call reads its log in ranges; anything else reads it whole.
+    if not p.precision and byte(stored.s) == 1 then
+      local log = log_parse(stored.s, stored)
+      if log then return exact_decide(p, log, nm, nu, q) end
+    end
+    stored = whole(stored)
+  end
+  version = byte(stored)
   local log = version == 1 and log_parse(stored) or nil
   local ring = version == 2 and ring_parse(stored) or nil
+  ring_read = ring and stored
   if p.precision then
     if ring then return ring_decide(p, ring, nm, nu, q) end
     if log then
@@ -1318,12 +1468,21 @@ end
 
 local READS_EXPIRY = { counter = true, bucket = true }
 
+local function read_of(kind, key)
+  if kind == 'window' then return read_window(key) end
+  return read(key, READS_EXPIRY[kind])
+end
+
 local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
   local q = t_capped(qm, qu)
-  if kind == 'throttle' then return gcra_decide(p, stored, nm, nu, qm, qu, q) end
-  if kind == 'window' then return window_decide(p, stored, nm, nu, q) end
-  if kind == 'bucket' then return bucket_decide(p, stored, expiry, nm, nu, q) end
-  return counter_decide(p, stored, expiry, nm, nu, qm, qu, q)
+  local d
+  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q)
+  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q)
+  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
+  -- (The call decided without an error the module would give: now the twin's own refusal.)
+  if p.refuse then fail(p.refuse) end
+  return d
 end
 
 local function apply(key, d, stored)
@@ -1333,17 +1492,17 @@ local function apply(key, d, stored)
     rcall('SET', key, d.value, 'PXAT', int_text(d.at))
   elseif eff == 'del' then
     if stored ~= nil then rcall('DEL', key) end
-  elseif d.whole or stored == nil or d.len < #stored then
-    local whole = d.whole
-    if not whole then -- an edit of no key, or a shrink: apply it and write the whole value
-      whole = sub(stored or '', 1, d.len)
-      if #whole < d.len then whole = whole .. rep('\0', d.len - #whole) end
+  elseif d.whole or stored == nil or d.len < (type(stored) == 'table' and stored.n or #stored) then
+    local value = d.whole
+    if not value then -- an edit of no key, or a shrink: apply it and write the whole value
+      value = sub(whole(stored) or '', 1, d.len)
+      if #value < d.len then value = value .. rep('\0', d.len - #value) end
       for i = 1, #d.chunks do
         local c = d.chunks[i]
-        whole = sub(whole, 1, c[1]) .. c[2] .. sub(whole, c[1] + #c[2] + 1)
+        value = sub(value, 1, c[1]) .. c[2] .. sub(value, c[1] + #c[2] + 1)
       end
     end
-    rcall('SET', key, whole, 'PXAT', int_text(d.at))
+    rcall('SET', key, value, 'PXAT', int_text(d.at))
   else
     for i = 1, #d.chunks do rcall('SETRANGE', key, fmt('%d', d.chunks[i][1]), d.chunks[i][2]) end
     rcall('PEXPIREAT', key, int_text(d.at))
@@ -1388,7 +1547,7 @@ local function single(kind, keys, args)
   end
   local key = keys[1]
   local nm, nu = clock()
-  local stored, expiry = read(key, READS_EXPIRY[kind])
+  local stored, expiry = read_of(kind, key)
   local d = decide(kind, p, stored, expiry, nm, nu, qm, qu)
   apply(key, d, stored)
   -- Only a call that consumes units (quantity > 0) can be denied.
@@ -1509,11 +1668,22 @@ local function all(keys, args)
   -- effects are written only when all admit.
   local nm, nu = clock()
   local stored, expiries, decisions = {}, {}, {}
-  for s = 1, nkeys do stored[s], expiries[s] = read(keys[s], READS_EXPIRY[parsed[s].kind]) end
+  for s = 1, nkeys do stored[s], expiries[s] = read_of(parsed[s].kind, keys[s]) end
+  -- A limiter the twin refuses (beyond what a double carries) gives way to another's error
+  -- the module would give.
+  local refused
   for s = 1, nkeys do
     local it = parsed[s]
-    decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+    local ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+    if ok then
+      decisions[s] = d
+    elseif d == failed and find(d, 'the Functions twin', 1, true) then
+      refused = refused or d
+    else
+      error(d, 0)
+    end
   end
+  if refused then fail(refused) end
   local binding, denied = 1, false
   for s = 1, nkeys do
     local d = decisions[s]
@@ -1575,7 +1745,7 @@ local function eval_dispatch(keys, argv)
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
   local kind = EVAL_KINDS[name]
-  if kind == nil then fail(fmt(ERR.eval_name, tostring(name))) end
+  if kind == nil then fail(fmt(ERR.eval_name, name and printable(name) or 'nil')) end
   return single(kind, keys, args)
 end
 
