@@ -800,6 +800,34 @@ local function log_bytes(log, a, b)
   return rcall('GETRANGE', log.key, a, b - 1)
 end
 
+-- Long values are built and written in pieces of at most CHUNK bytes (Lua's cost for one long
+-- string grows faster than its length): `parts` lists them, written as SET + APPENDs.
+local CHUNK = 65536
+
+-- Appends bytes a (0-based) to b (exclusive) of a log's value to `parts`.
+local function log_parts(log, a, b, parts)
+  while a < b do
+    local e = a + CHUNK
+    if e > b then e = b end
+    parts[#parts + 1] = log_bytes(log, a, e)
+    a = e
+  end
+end
+
+-- Appends n copies of an 8-byte entry to `parts`.
+local function repeat_parts(entry, n, parts)
+  local per = CHUNK / 8
+  local whole_piece
+  while n > 0 do
+    if n >= per then
+      whole_piece = whole_piece or repeat_of(entry, per)
+      parts[#parts + 1], n = whole_piece, n - per
+    else
+      parts[#parts + 1], n = repeat_of(entry, n), 0
+    end
+  end
+end
+
 local function log_at(log, i)
   if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
   local c = log.cache[i]
@@ -868,32 +896,44 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
     future = t_lt(nm, nu, m, u)
   end
   if log.rebuilt or first > live or future then
-    local kept = ''
+    local parts = { '\1\0\0\0\0\0\0\0' }
     if first < keep then
       if future and log.key then
         -- A long log: the entries after now are the tail from the first one after now (the
         -- log ascends), so they are rewritten at once, without a walk over every entry.
         local after = log_first_after(log, nm, nu, first)
-        kept = log_bytes(log, 8 + first * 8, 8 + after * 8) .. repeat_of(t_le(nm, nu), keep - after)
+        log_parts(log, 8 + first * 8, 8 + after * 8, parts)
+        repeat_parts(t_le(nm, nu), keep - after, parts)
       elseif future then
         -- (Entry by entry, as the module does: the same bytes even for a log out of order.)
-        local parts = {}
         for i = first, keep - 1 do
           local m, u = log_at(log, i)
           if t_lt(nm, nu, m, u) then parts[#parts + 1] = t_le(nm, nu) else parts[#parts + 1] = sub(log.s, 9 + i * 8, 16 + i * 8) end
         end
-        kept = concat(parts)
       else
-        kept = log_bytes(log, 8 + first * 8, 8 + keep * 8)
+        log_parts(log, 8 + first * 8, 8 + keep * 8, parts)
       end
     end
-    d.eff, d.whole = 'patch', '\1\0\0\0\0\0\0\0' .. kept .. appended
+    if type(appended) == 'table' then
+      for i = 1, #appended do parts[#parts + 1] = appended[i] end
+    elseif appended ~= '' then
+      parts[#parts + 1] = appended
+    end
+    d.eff, d.whole = 'patch', parts
     return d
   end
   local chunks = {}
   if first ~= log.head then chunks[#chunks + 1] = { 4, u32_le(first) } end
-  if count > 0 then chunks[#chunks + 1] = { 8 + keep * 8, appended } end
-  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + #appended, chunks
+  if type(appended) == 'table' then
+    local at = 8 + keep * 8
+    for i = 1, #appended do
+      chunks[#chunks + 1] = { at, appended[i] }
+      at = at + #appended[i]
+    end
+  elseif count > 0 then
+    chunks[#chunks + 1] = { 8 + keep * 8, appended }
+  end
+  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + count * 8, chunks
   return d
 end
 
@@ -931,7 +971,15 @@ local function exact_decide(p, log, nm, nu, q, ahead)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
-    return log_patch(log, first, log.len, repeat_of(t_le(nm, nu), q), q, nm, nu, d)
+    local appended = t_le(nm, nu)
+    if q > 1 then
+      if q * 8 <= CHUNK then appended = repeat_of(appended, q) else
+        local parts = {}
+        repeat_parts(appended, q, parts)
+        appended = parts
+      end
+    end
+    return log_patch(log, first, log.len, appended, q, nm, nu, d)
   end
   -- Denied (until enough of the oldest actions leave), never admittable, or a peek.
   local limited = v == 'peek' and 0 or 1
@@ -1240,11 +1288,91 @@ local function log_to_ring(p, log, nm, nu)
   local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local counts = ring.counts
-  for i = log_first_after(log, hm, hu), log.len - 1 do
-    local m, u = log_at(log, i)
-    if t_lt(nm, nu, m, u) then m = nm end
-    local slot = ring_slot(ring, div_floor(m, P))
-    counts[slot] = (counts[slot] or 0) + 1
+  local first = log_first_after(log, hm, hu)
+  if log.len - first <= 512 then
+    for i = first, log.len - 1 do
+      local m, u = log_at(log, i)
+      if t_lt(nm, nu, m, u) then m = nm end
+      local slot = ring_slot(ring, div_floor(m, P))
+      counts[slot] = (counts[slot] or 0) + 1
+    end
+  else
+    -- A long log, in order: the entries after now are its tail (they count in now's bucket);
+    -- the others are counted a bucket at a time: a search finds where each bucket's entries
+    -- end (compared with the first instant of the next bucket, as 32-bit halves), so that the
+    -- work is per bucket (a few probes), not per entry.
+    local after = log_first_after(log, nm, nu, first)
+    -- The next bucket's first instant in ns as 32-bit halves (bhi signed), and P ms in ns so
+    -- split (ph, pl), to step it a bucket at a time.
+    local pn = P * M
+    local pl = pn % 4294967296
+    local ph = (pn - pl) / 4294967296
+    local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
+    local s
+    -- Whether entry j (0-based) of the piece s is at or after the boundary.
+    local function reached(j)
+      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, j * 8 + 1, j * 8 + 8)
+      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+      if b7 >= 128 then hi = hi - 4294967296 end
+      return hi > bhi or (hi == bhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 >= blo)
+    end
+    local i = first
+    while i < after do
+      local e = i + CHUNK / 8
+      if e > after then e = after end
+      -- (read in pieces: a long log is never one Lua string)
+      s = log_bytes(log, 8 + i * 8, 8 + e * 8)
+      local n, at = e - i, 0
+      while at < n do
+        -- The first entry from `at` on in a later bucket: probed where the last bucket's count
+        -- puts it, then galloping, then bisecting (entries ascend).
+        local lo, hi = at, n
+        local probe = at + guess - 1
+        if probe >= n then probe = n - 1 end
+        if reached(probe) then
+          hi = probe
+        else
+          lo = probe + 1
+          local step = 1
+          while lo < n do
+            probe = lo + step - 1
+            if probe >= n then probe = n - 1 end
+            if reached(probe) then hi = probe break end
+            lo, step = probe + 1, step * 2
+          end
+        end
+        while lo < hi do
+          local mid = lo + hi
+          mid = (mid - mid % 2) / 2
+          if reached(mid) then hi = mid else lo = mid + 1 end
+        end
+        run = run + (lo - at)
+        if lo == n then break end
+        -- Entry lo starts a later bucket.
+        if run > 0 then
+          counts[slot] = (counts[slot] or 0) + run
+          guess = run
+        end
+        local k2 = div_floor(le_t(s, lo * 8 + 1), P)
+        if k and k2 == k + 1 then
+          k, slot, blo, bhi = k2, slot + 1 == ring.slots and 0 or slot + 1, blo + pl, bhi + ph
+          if blo >= 4294967296 then blo, bhi = blo - 4294967296, bhi + 1 end
+        else
+          k, slot = k2, ring_slot(ring, k2)
+          local c0, c1, c2, c3, c4, c5, c6, c7 = byte(t_le((k + 1) * P, 0), 1, 8)
+          bhi = ((c7 * 256 + c6) * 256 + c5) * 256 + c4
+          if c7 >= 128 then bhi = bhi - 4294967296 end
+          blo = ((c3 * 256 + c2) * 256 + c1) * 256 + c0
+        end
+        run, at = 1, lo + 1
+      end
+      i = e
+    end
+    if run > 0 then counts[slot] = (counts[slot] or 0) + run end
+    if after < log.len then
+      local now_slot = ring_slot(ring, div_floor(nm, P))
+      counts[now_slot] = (counts[now_slot] or 0) + log.len - after
+    end
   end
   local ahead = false
   if log.len > 0 then
@@ -1300,9 +1428,13 @@ local function window_decide(p, stored, nm, nu, q)
   local version
   if type(stored) == 'table' then
     -- A long value: an exact call reads its log in ranges; anything else reads it whole.
-    if not p.precision and byte(stored.s) == 1 then
+    if byte(stored.s) == 1 then
       local log = log_parse(stored.s, stored)
-      if log then return exact_decide(p, log, nm, nu, q) end
+      if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
+      if log then
+        local converted, ahead = log_to_ring(p, log, nm, nu)
+        return ring_decide(p, converted, nm, nu, q, true, ahead)
+      end
     end
     stored = whole(stored)
   end
@@ -1492,6 +1624,12 @@ local function apply(key, d, stored)
     rcall('SET', key, d.value, 'PXAT', int_text(d.at))
   elseif eff == 'del' then
     if stored ~= nil then rcall('DEL', key) end
+  elseif type(d.whole) == 'table' then
+    -- A value in pieces: the first with its expiry, the others appended (byte for byte the
+    -- value the module writes at once).
+    local parts = d.whole
+    rcall('SET', key, parts[1], 'PXAT', int_text(d.at))
+    for i = 2, #parts do rcall('APPEND', key, parts[i]) end
   elseif d.whole or stored == nil or d.len < (type(stored) == 'table' and stored.n or #stored) then
     local value = d.whole
     if not value then -- an edit of no key, or a shrink: apply it and write the whole value
