@@ -793,8 +793,26 @@ end
 -- `rebuilt`: not what the key holds (no key, or converted from a ring), so any write is whole.
 local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 
+-- Entries per piece of a long log built by the call (`pieces`: each PER entries but the last,
+-- without the header).
+local PER = 8192
+
 -- Bytes a (0-based) to b (exclusive) of a log's value.
 local function log_bytes(log, a, b)
+  local pieces = log.pieces
+  if pieces then
+    -- (a and b within the entries: 8 on)
+    local out = {}
+    while a < b do
+      local q = floor((a - 8) / (PER * 8))
+      local off = a - 8 - q * PER * 8
+      local e = b - a
+      if e > PER * 8 - off then e = PER * 8 - off end
+      out[#out + 1] = sub(pieces[q + 1], off + 1, off + e)
+      a = a + e
+    end
+    return concat(out)
+  end
   if not log.key or b <= #log.s then return sub(log.s, a + 1, b) end
   if a >= b then return '' end
   return rcall('GETRANGE', log.key, a, b - 1)
@@ -829,6 +847,11 @@ local function repeat_parts(entry, n, parts)
 end
 
 local function log_at(log, i)
+  local pieces = log.pieces
+  if pieces then
+    local q = floor(i / PER)
+    return le_t(pieces[q + 1], (i - q * PER) * 8 + 1)
+  end
   if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
   local c = log.cache[i]
   if not c then
@@ -861,7 +884,23 @@ local function log_first_after(log, hm, hu, from)
   local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
   local s, base = log.s, 9
   local lo, hi = from or log.head, log.len
-  if log.key and 8 + hi * 8 > #s then
+  local pieces = log.pieces
+  if pieces then
+    -- A long log built by the call: the piece, then within it.
+    while hi - lo > PER do
+      local mid = lo + hi
+      mid = (mid - mid % 2) / 2
+      local q = floor(mid / PER)
+      if entry_after(pieces[q + 1], (mid - q * PER) * 8 + 1, hhi, hlo) then hi = mid else lo = mid + 1 end
+    end
+    local q = floor(lo / PER)
+    if hi > (q + 1) * PER then q = floor((hi - 1) / PER) end
+    if floor(lo / PER) ~= q then
+      s, base = log_bytes(log, 8 + lo * 8, 8 + hi * 8), 1 - lo * 8
+    else
+      s, base = pieces[q + 1], 1 - q * PER * 8
+    end
+  elseif log.key and 8 + hi * 8 > #s then
     -- A long log: probe single entries until the range is one block, then read the block.
     local key = log.key
     while hi - lo > LOG_BLOCK do
@@ -1394,7 +1433,8 @@ local function ring_to_log(p, ring, nm, nu)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
   local most, count = p.limit, 0
-  local newest_first = {}
+  -- Runs of entries (an entry, and how many), newest first.
+  local newest_first, runs = {}, {}
   for k = k0 + held - 1, k0, -1 do
     local c, em, eu
     if far_ahead then
@@ -1409,14 +1449,30 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      newest_first[#newest_first + 1] = repeat_of(t_le(em, eu), n)
+      newest_first[#newest_first + 1], runs[#runs + 1] = t_le(em, eu), n
       count = count + n
     end
   end
-  local parts = { '\1\0\0\0\0\0\0\0' }
-  for i = #newest_first, 1, -1 do parts[#parts + 1] = newest_first[i] end
-  local s = concat(parts)
-  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window)
+  local ahead = ring_is_ahead(ring, nm, p.window)
+  if count <= PER then
+    local parts = { '\1\0\0\0\0\0\0\0' }
+    for i = #newest_first, 1, -1 do parts[#parts + 1] = repeat_of(newest_first[i], runs[i]) end
+    return { s = concat(parts), head = 0, len = count, rebuilt = true }, ahead
+  end
+  -- A long log: built in pieces of PER entries (never one long Lua string).
+  local pieces, cur, held_now = {}, {}, 0
+  for i = #newest_first, 1, -1 do
+    local e, n = newest_first[i], runs[i]
+    while n > 0 do
+      local take = PER - held_now
+      if n < take then take = n end
+      cur[#cur + 1] = repeat_of(e, take)
+      held_now, n = held_now + take, n - take
+      if held_now == PER then pieces[#pieces + 1], cur, held_now = concat(cur), {}, 0 end
+    end
+  end
+  if held_now > 0 then pieces[#pieces + 1] = concat(cur) end
+  return { s = '', pieces = pieces, head = 0, len = count, rebuilt = true }, ahead
 end
 
 local function window_decide(p, stored, nm, nu, q)
