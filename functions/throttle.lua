@@ -1142,6 +1142,47 @@ end
 local function ring_regroup(ring, P, slots, oldest, current, cap)
   if ring.pu ~= 0 then beyond() end
   local Po, oslots = ring.pm, ring.slots
+  local cs = ring.cs
+  if cs and not ring.far and (ring.newest + 2) * Po < 4503599627370496 and (ring.newest - oslots) * Po > -4503599627370496 then
+    -- A long ring within exact range: old buckets go in runs, each run the buckets that move
+    -- to one new bucket (their sum moves at once: the module moves them one by one to the
+    -- same place), counts read from the decoded array slot by slot.
+    local newest = ring.newest
+    local k = newest - oslots + 1
+    local slot = ring_slot(ring, k)
+    local moved_k, moved_c = {}, {}
+    local top = current
+    while k <= newest do
+      local k2 = div_floor((k + 1) * Po - 1, P)
+      local kend = div_floor((k2 + 1) * P, Po) - 1
+      if kend > newest then kend = newest end
+      local sum = 0
+      for _ = k, kend do
+        local c = cs[slot]
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+        sum = sum + c
+        slot = slot + 1
+        if slot == oslots then slot = 0 end
+      end
+      if sum >= EXACT then beyond() end
+      if k2 > cap then k2 = cap end
+      if sum > 0 and k2 >= oldest then
+        moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, sum
+        if k2 > top then top = k2 end
+      end
+      k = kend + 1
+    end
+    local out = ring_empty(P, top, slots)
+    local first_held = top - (slots - 1)
+    for i = 1, #moved_k do
+      local k3 = moved_k[i]
+      if k3 < first_held then k3 = first_held end
+      local at = ring_slot(out, k3)
+      out.counts[at] = add_count(out.counts[at] or 0, moved_c[i])
+    end
+    return out
+  end
   local k0 = (ring.far or ring.newest) - oslots + 1
   local moved_k, moved_c = {}, {}
   local top = current
@@ -1435,8 +1476,43 @@ local function ring_to_log(p, ring, nm, nu)
   local most, count = p.limit, 0
   -- Runs of entries (an entry, and how many), newest first.
   local newest_first, runs = {}, {}
-  for k = k0 + held - 1, k0, -1 do
+  local k, cs = k0 + held - 1, ring.cs
+  while k >= k0 do
     local c, em, eu
+    if cs and not far_ahead and k > k0 and k0 >= 0 and (k + 1) * P - 1 < nm then
+      -- A long ring, below now: a bucket at a time, its entry stepped down by P (as 32-bit
+      -- halves) rather than computed afresh; the horizon only matters for the oldest bucket.
+      local pn = P * M
+      local pl = pn % 4294967296
+      local ph = (pn - pl) / 4294967296
+      local e0, e1, e2, e3, e4, e5, e6, e7 = byte(t_le((k + 1) * P - 1, M - 1), 1, 8)
+      local hi = ((e7 * 256 + e6) * 256 + e5) * 256 + e4
+      local lo = ((e3 * 256 + e2) * 256 + e1) * 256 + e0
+      local slot, slots = ring_slot(ring, k), ring.slots
+      while k > k0 do
+        c = cs[slot]
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+        if count == most then break end
+        if c > 0 then
+          local n = c < most - count and c or most - count
+          local l, h = lo, hi
+          local b0 = l % 256; l = (l - b0) / 256
+          local b1 = l % 256; l = (l - b1) / 256
+          local b2 = l % 256
+          local b4 = h % 256; h = (h - b4) / 256
+          local b5 = h % 256; h = (h - b5) / 256
+          local b6 = h % 256
+          newest_first[#newest_first + 1], runs[#runs + 1] = char(b0, b1, b2, (l - b2) / 256, b4, b5, b6, (h - b6) / 256), n
+          count = count + n
+        end
+        lo, hi = lo - pl, hi - ph
+        if lo < 0 then lo, hi = lo + 4294967296, hi - 1 end
+        slot = slot == 0 and slots - 1 or slot - 1
+        k = k - 1
+      end
+      if count == most then break end
+    end
     if far_ahead then
       -- Buckets far ahead (all of them, held from the newest down): each ends after now, so
       -- its entries go at now; its slot from the exact newest bucket's.
@@ -1452,6 +1528,7 @@ local function ring_to_log(p, ring, nm, nu)
       newest_first[#newest_first + 1], runs[#runs + 1] = t_le(em, eu), n
       count = count + n
     end
+    k = k - 1
   end
   local ahead = ring_is_ahead(ring, nm, p.window)
   if count <= PER then
