@@ -797,8 +797,47 @@ local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 -- without the header).
 local PER = 8192
 
+-- The bytes of a log converted from a ring (runs of equal entries, see ring_to_log), built when
+-- the call writes it: one string, or pieces of PER entries (never one long Lua string).
+local function log_built(log)
+  local rm, ru, rn = log.rm, log.ru, log.rn
+  log.runs = nil
+  if log.len <= PER then
+    local parts = { '\1\0\0\0\0\0\0\0' }
+    for i = 1, #rn do parts[#parts + 1] = repeat_of(t_le(rm[i], ru[i]), rn[i]) end
+    log.s = concat(parts)
+    return
+  end
+  local pieces, cur, held = {}, {}, 0
+  for i = 1, #rn do
+    local e, n = t_le(rm[i], ru[i]), rn[i]
+    while n > 0 do
+      local take = PER - held
+      if n < take then take = n end
+      cur[#cur + 1] = take == 1 and e or repeat_of(e, take)
+      held, n = held + take, n - take
+      if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
+    end
+  end
+  if held > 0 then pieces[#pieces + 1] = concat(cur) end
+  log.pieces = pieces
+end
+
+-- The run of a converted log holding entry i (its runs' starts ascend).
+local function log_run(log, i)
+  local start = log.start
+  local lo, hi = 1, log.runs
+  while lo < hi do
+    local mid = lo + hi + 1
+    mid = (mid - mid % 2) / 2
+    if start[mid] <= i then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+
 -- Bytes a (0-based) to b (exclusive) of a log's value.
 local function log_bytes(log, a, b)
+  if log.runs then log_built(log) end
   local pieces = log.pieces
   if pieces then
     -- (a and b within the entries: 8 on)
@@ -847,6 +886,10 @@ local function repeat_parts(entry, n, parts)
 end
 
 local function log_at(log, i)
+  if log.runs then
+    local r = log_run(log, i)
+    return log.rm[r], log.ru[r]
+  end
   local pieces = log.pieces
   if pieces then
     local q = floor(i / PER)
@@ -884,6 +927,19 @@ local function log_first_after(log, hm, hu, from)
   local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
   local s, base = log.s, 9
   local lo, hi = from or log.head, log.len
+  if log.runs then
+    -- A converted log: the first run after h, then no earlier than `from`.
+    local rm, ru = log.rm, log.ru
+    local a, b = 1, log.runs + 1
+    while a < b do
+      local mid = a + b
+      mid = (mid - mid % 2) / 2
+      if t_lt(hm, hu, rm[mid], ru[mid]) then b = mid else a = mid + 1 end
+    end
+    local i = a <= log.runs and log.start[a] or log.len
+    if i < lo then i = lo end
+    return i
+  end
   local pieces = log.pieces
   if pieces then
     -- A long log built by the call: the piece, then within it.
@@ -1474,21 +1530,17 @@ local function ring_to_log(p, ring, nm, nu)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
   local most, count = p.limit, 0
-  -- Runs of entries (an entry, and how many), newest first.
-  local newest_first, runs = {}, {}
+  -- Runs of equal entries (each an instant, T, and how many), newest first: a denial needs
+  -- no entry's bytes, so the log is built (`log_built`) only when the call writes it.
+  local rm, ru, rn = {}, {}, {}
   local k, cs = k0 + held - 1, ring.cs
   while k >= k0 do
     local c, em, eu
-    if cs and not far_ahead and k > k0 and k0 >= 0 and (k + 1) * P - 1 < nm then
-      -- A long ring, below now: a bucket at a time, its entry stepped down by P (as 32-bit
-      -- halves) rather than computed afresh; the horizon only matters for the oldest bucket.
-      local pn = P * M
-      local pl = pn % 4294967296
-      local ph = (pn - pl) / 4294967296
-      local e0, e1, e2, e3, e4, e5, e6, e7 = byte(t_le((k + 1) * P - 1, M - 1), 1, 8)
-      local hi = ((e7 * 256 + e6) * 256 + e5) * 256 + e4
-      local lo = ((e3 * 256 + e2) * 256 + e1) * 256 + e0
+    if cs and not far_ahead and k > k0 and (k + 1) * P - 1 < nm then
+      -- A long ring, below now: a bucket at a time, its instant stepped down by P; the
+      -- horizon only matters for the oldest bucket.
       local slot, slots = ring_slot(ring, k), ring.slots
+      local m = (k + 1) * P - 1
       while k > k0 do
         c = cs[slot]
         if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
@@ -1496,18 +1548,11 @@ local function ring_to_log(p, ring, nm, nu)
         if count == most then break end
         if c > 0 then
           local n = c < most - count and c or most - count
-          local l, h = lo, hi
-          local b0 = l % 256; l = (l - b0) / 256
-          local b1 = l % 256; l = (l - b1) / 256
-          local b2 = l % 256
-          local b4 = h % 256; h = (h - b4) / 256
-          local b5 = h % 256; h = (h - b5) / 256
-          local b6 = h % 256
-          newest_first[#newest_first + 1], runs[#runs + 1] = char(b0, b1, b2, (l - b2) / 256, b4, b5, b6, (h - b6) / 256), n
+          local r = #rn + 1
+          rm[r], ru[r], rn[r] = m, M - 1, n
           count = count + n
         end
-        lo, hi = lo - pl, hi - ph
-        if lo < 0 then lo, hi = lo + 4294967296, hi - 1 end
+        m = m - P
         slot = slot == 0 and slots - 1 or slot - 1
         k = k - 1
       end
@@ -1525,31 +1570,22 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      newest_first[#newest_first + 1], runs[#runs + 1] = t_le(em, eu), n
+      local r = #rn + 1
+      rm[r], ru[r], rn[r] = em, eu, n
       count = count + n
     end
     k = k - 1
   end
-  local ahead = ring_is_ahead(ring, nm, p.window)
-  if count <= PER then
-    local parts = { '\1\0\0\0\0\0\0\0' }
-    for i = #newest_first, 1, -1 do parts[#parts + 1] = repeat_of(newest_first[i], runs[i]) end
-    return { s = concat(parts), head = 0, len = count, rebuilt = true }, ahead
+  -- Oldest first, with the index of each run's first entry.
+  local nr = #rn
+  local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, start = {} }
+  local at = 0
+  for i = 1, nr do
+    local j = nr - i + 1
+    log.rm[i], log.ru[i], log.rn[i], log.start[i] = rm[j], ru[j], rn[j], at
+    at = at + rn[j]
   end
-  -- A long log: built in pieces of PER entries (never one long Lua string).
-  local pieces, cur, held_now = {}, {}, 0
-  for i = #newest_first, 1, -1 do
-    local e, n = newest_first[i], runs[i]
-    while n > 0 do
-      local take = PER - held_now
-      if n < take then take = n end
-      cur[#cur + 1] = repeat_of(e, take)
-      held_now, n = held_now + take, n - take
-      if held_now == PER then pieces[#pieces + 1], cur, held_now = concat(cur), {}, 0 end
-    end
-  end
-  if held_now > 0 then pieces[#pieces + 1] = concat(cur) end
-  return { s = '', pieces = pieces, head = 0, len = count, rebuilt = true }, ahead
+  return log, ring_is_ahead(ring, nm, p.window)
 end
 
 local function window_decide(p, stored, nm, nu, q)
