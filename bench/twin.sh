@@ -17,6 +17,10 @@
 #   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
 #                     and without PRECISION (converted)
 #   cl_all x16        cl_all over 16 full logs, denied
+# Then the twin's cl_throttle on a hot key against the module's CL.THROTTLE and the plain Lua
+# GCRA script (bench/run.sh's) users fall back on, admitted and denied: redis-benchmark (50
+# clients, pipeline 16), PAIRS alternating rounds, server µs per call from INFO commandstats,
+# the median of each round's ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODULE=$(pwd)/target/release/libredis_throttle.so
@@ -143,3 +147,33 @@ scenario("ring 100,001 -> 10,000 buckets", lambda n: ring(P2, n // P2, [1] * 100
 scenario("ring 100,001 -> exact log", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW])
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
+
+# ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
+cli() { redis-cli -p "$PORT" "$@"; }
+LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
+local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
+local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
+tat = math.max(tat, now); local new = tat + ei
+if now < new - dvt then return {1, 0} end
+redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
+usec() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
+one() { # $1 stat, then the command: µs per call on a hot key
+  local stat=$1; shift
+  cli DEL hot >/dev/null; cli CONFIG RESETSTAT >/dev/null
+  redis-benchmark -p "$PORT" -n "${N:-20000}" -c 50 -P 16 -q "$@" >/dev/null 2>&1
+  usec "$stat"
+}
+median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.2f}')" "$@"; }
+for mode in admitted denied; do
+  if [ "$mode" = admitted ]; then targs="99 100000000 1"; largs="1000000 1 1000000000"; else targs="0 1 3600"; largs="1 3600 0"; fi
+  r_mod=(); r_lua=(); m=(); t=(); l=()
+  for _ in $(seq "${PAIRS:-5}"); do
+    # shellcheck disable=SC2086
+    mu=$(one cl.throttle CL.THROTTLE hot $targs); tu=$(one fcall FCALL cl_throttle 1 hot $targs); lu=$(one evalsha EVALSHA "$LUA_SHA" 1 hot $largs)
+    m+=("$mu"); t+=("$tu"); l+=("$lu")
+    r_mod+=("$(python3 -c "print($tu/$mu)")"); r_lua+=("$(python3 -c "print($tu/$lu)")")
+  done
+  printf 'cl_throttle %-8s  module %6s µs  twin %6s µs  Lua GCRA %6s µs (medians)   twin/module %5sx   twin/Lua GCRA %5sx (median of %s rounds)\n' \
+    "$mode" "$(median "${m[@]}")" "$(median "${t[@]}")" "$(median "${l[@]}")" "$(median "${r_mod[@]}")" "$(median "${r_lua[@]}")" "${PAIRS:-5}"
+done
