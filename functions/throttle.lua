@@ -25,14 +25,14 @@ refused with an error (they are listed in the README), never answered with a wro
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
-local rcall, rpcall, error_reply, unpack, unpack_i8, unpack_pairs
+local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack
 local bound = false
 local function bind()
   floor = math.floor
   byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
-  -- (struct: Redis's and Valkey's bundled library. Long runs of 8-byte values are decoded in C,
-  -- UNPACK at a time: ring counts as i64, log entries as their low and high 32 bits.)
-  unpack, unpack_i8, unpack_pairs = struct.unpack, '<' .. rep('i8', 256), '<' .. rep('I4i4', 256)
+  -- (struct: Redis's and Valkey's bundled library; a long ring's counts are decoded with it, 256
+  -- at a time. unpack: a table's values as arguments, to make one string of many bytes.)
+  unpack, unpack_i8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), _G.unpack
   concat = table.concat
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
@@ -808,17 +808,54 @@ local function log_built(log)
     log.s = concat(parts)
     return
   end
+  -- Single entries (a ring of one action per bucket) are gathered as bytes, 32 entries to a
+  -- string, rather than each made a string of its own.
   local pieces, cur, held = {}, {}, 0
+  local bytes, nb = {}, 0
+  local function flush()
+    if nb > 0 then cur[#cur + 1], nb = char(lua_unpack(bytes, 1, nb)), 0 end
+  end
   for i = 1, #rn do
-    local e, n = t_le(rm[i], ru[i]), rn[i]
-    while n > 0 do
-      local take = PER - held
-      if n < take then take = n end
-      cur[#cur + 1] = take == 1 and e or repeat_of(e, take)
-      held, n = held + take, n - take
-      if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
+    local n = rn[i]
+    if n == 1 then
+      local m, u = rm[i], ru[i]
+      if m >= 0 then
+        -- (t_le, inlined)
+        local ml = m % 65536
+        local x = ml * M + u
+        local b01 = x % 65536
+        local y = (m - ml) / 65536 * M + (x - b01) / 65536
+        local b0 = b01 % 256
+        bytes[nb + 1], bytes[nb + 2] = b0, (b01 - b0) / 256
+        for j = nb + 3, nb + 7 do
+          local r = y % 256
+          bytes[j], y = r, (y - r) / 256
+        end
+        bytes[nb + 8], nb = y, nb + 8
+      else
+        local e = t_le(m, u)
+        for j = 1, 8 do bytes[nb + j] = byte(e, j) end
+        nb = nb + 8
+      end
+      held = held + 1
+      if nb == 256 then flush() end
+      if held == PER then
+        flush()
+        pieces[#pieces + 1], cur, held = concat(cur), {}, 0
+      end
+    else
+      flush()
+      local e = t_le(rm[i], ru[i])
+      while n > 0 do
+        local take = PER - held
+        if n < take then take = n end
+        cur[#cur + 1] = repeat_of(e, take)
+        held, n = held + take, n - take
+        if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
+      end
     end
   end
+  flush()
   if held > 0 then pieces[#pieces + 1] = concat(cur) end
   log.pieces = pieces
 end

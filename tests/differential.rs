@@ -925,9 +925,21 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     // A ring the module wrote with `throttle.max-buckets` raised (20,001 buckets of 30 ms over
     // the window): read with the twin's own precision (regrouped) and without (a log).
     let p_ms = 30;
-    let counts: Vec<i64> = (0..20_001).map(|i| i64::from(i % 3 == 0)).collect();
+    let counts: Vec<i64> = (0..20_001)
+        .map(|i| match i % 7 {
+            0 => 0,
+            3 => 3,
+            _ => 1,
+        })
+        .collect();
     let ring = Plant::Value(ring_bytes(p_ms * MS, now.div_euclid(p_ms * MS), &counts), expiry(now, window));
-    for args in [s(&["9000", "600"]), s(&["5000", "600"]), s(&["9000", "600", "PRECISION", "1"]), s(&["5000", "600", "PRECISION", "1"])] {
+    for args in [
+        s(&["30000", "600"]),
+        s(&["20000", "600"]),
+        s(&["20000", "600", "-5"]),
+        s(&["30000", "600", "PRECISION", "1"]),
+        s(&["20000", "600", "PRECISION", "1"]),
+    ] {
         let reply = check(&mut rig, "20,001-bucket ring", Algorithm::Window, &ring, &args, now_us);
         assert!(matches!(reply, Value::Array(_)), "ring {args:?}: {reply:?}");
     }
