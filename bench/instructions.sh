@@ -22,12 +22,7 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 cleanup() { redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"; }
 trap cleanup EXIT
 
-LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
-local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
-local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
-tat = math.max(tat, now); local new = tat + ei
-if now < new - dvt then return {1, 0} end
-redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_GCRA=$(cat bench/gcra.lua)
 
 # Instructions per command of `cmd` on a hot key (every call admitted and written, unless the
 # scenario says otherwise); a scenario whose words start with `-r N` runs on random keys instead

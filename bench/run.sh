@@ -30,12 +30,7 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 cli() { redis-cli -p "$PORT" "$@"; }
 
 # A GCRA in Lua, the usual fallback without a module (for reference only).
-LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
-local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
-local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
-tat = math.max(tat, now); local new = tat + ei
-if now < new - dvt then return {1, 0} end
-redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_GCRA=$(cat bench/gcra.lua)
 LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
 
 # name | command with __KEY__ (every call admitted and written: the expensive path) | stat name

@@ -150,12 +150,7 @@ PY
 
 # ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
 cli() { redis-cli -p "$PORT" "$@"; }
-LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
-local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
-local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
-tat = math.max(tat, now); local new = tat + ei
-if now < new - dvt then return {1, 0} end
-redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_GCRA=$(cat bench/gcra.lua)
 LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
 usec() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
 one() { # $1 stat, then the command: µs per call on a hot key

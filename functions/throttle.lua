@@ -1229,6 +1229,21 @@ local function add_count(a, b)
   return s
 end
 
+-- The ring of precision P, `slots` buckets and newest bucket `top` holding the counts moved_c
+-- in buckets moved_k (later, never earlier: a bucket that would fall off the ring's back moves
+-- to its oldest slot).
+local function ring_of_moved(P, slots, top, moved_k, moved_c)
+  local out = ring_empty(P, top, slots)
+  local first_held = top - (slots - 1)
+  for i = 1, #moved_k do
+    local k = moved_k[i]
+    if k < first_held then k = first_held end
+    local slot = ring_slot(out, k)
+    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
+  end
+  return out
+end
+
 -- The ring of a call with precision P and `slots` buckets, from a stored one of other
 -- parameters (or stamped too far ahead): each count moves to the bucket holding the last
 -- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
@@ -1266,15 +1281,7 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
       end
       k = kend + 1
     end
-    local out = ring_empty(P, top, slots)
-    local first_held = top - (slots - 1)
-    for i = 1, #moved_k do
-      local k3 = moved_k[i]
-      if k3 < first_held then k3 = first_held end
-      local at = ring_slot(out, k3)
-      out.counts[at] = add_count(out.counts[at] or 0, moved_c[i])
-    end
-    return out
+    return ring_of_moved(P, slots, top, moved_k, moved_c)
   end
   local k0 = (ring.far or ring.newest) - oslots + 1
   local moved_k, moved_c = {}, {}
@@ -1301,15 +1308,7 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
       if k2 > top then top = k2 end
     end
   end
-  local out = ring_empty(P, top, slots)
-  local first_held = top - (slots - 1)
-  for i = 1, #moved_k do
-    local k = moved_k[i]
-    if k < first_held then k = first_held end
-    local slot = ring_slot(out, k)
-    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
-  end
-  return out
+  return ring_of_moved(P, slots, top, moved_k, moved_c)
 end
 
 -- The i64 bytes of a plain integer (|v| < 2^53).
