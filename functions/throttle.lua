@@ -1385,11 +1385,30 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local k0, held = ring_from(ring, oldest)
   local used, newest_used = 0, nil
   local counts = {}
-  for i = 0, held - 1 do
-    local c = ring_count(ring, k0 + i)
-    counts[i] = c
-    used = add_count(used, c)
-    if c > 0 then newest_used = k0 + i end
+  local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
+  if src then
+    -- (slot by slot from the oldest held, each count checked as ring_count checks it)
+    local slot, slots = ring_slot(ring, k0), ring.slots
+    for i = 0, held - 1 do
+      local c = src[slot] or 0
+      if stored then
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+      end
+      counts[i] = c
+      used = used + c
+      if used >= EXACT then beyond() end
+      if c > 0 then newest_used = k0 + i end
+      slot = slot + 1
+      if slot == slots then slot = 0 end
+    end
+  else
+    for i = 0, held - 1 do
+      local c = ring_count(ring, k0 + i)
+      counts[i] = c
+      used = add_count(used, c)
+      if c > 0 then newest_used = k0 + i end
+    end
   end
   local fm = newest_used and leaves(newest_used)
 
@@ -1525,11 +1544,17 @@ local function log_to_ring(p, log, nm, nu)
           counts[slot] = (counts[slot] or 0) + run
           guess = run
         end
-        local k2 = div_floor(le_t(s, lo * 8 + 1), P)
-        if k and k2 == k + 1 then
-          k, slot, blo, bhi = k2, slot + 1 == ring.slots and 0 or slot + 1, blo + pl, bhi + ph
-          if blo >= 4294967296 then blo, bhi = blo - 4294967296, bhi + 1 end
+        -- The next bucket's boundary one P on; the entry before it: the next bucket (the
+        -- common case, without exact arithmetic); else its own, computed.
+        local nlo, nhi = blo + pl, bhi + ph
+        if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
+        local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, lo * 8 + 1, lo * 8 + 8)
+        local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+        if b7 >= 128 then ehi = ehi - 4294967296 end
+        if k and (ehi < nhi or (ehi == nhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 < nlo)) then
+          k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
         else
+          local k2 = div_floor(le_t(s, lo * 8 + 1), P)
           k, slot = k2, ring_slot(ring, k2)
           local c0, c1, c2, c3, c4, c5, c6, c7 = byte(t_le((k + 1) * P, 0), 1, 8)
           bhi = ((c7 * 256 + c6) * 256 + c5) * 256 + c4
