@@ -151,8 +151,9 @@ bench: build
 plots: build
 	cargo run --quiet -p redis-throttle-plots --
 
-# The performance chart's figures: bench/run.sh's CPU table with this module and with redis-cell
-# (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or REDIS_CELL=its .so); a few minutes.
+# The performance chart's figures: instructions per call (bench/instructions.sh, callgrind) with
+# this module and with redis-cell (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or
+# REDIS_CELL=its .so); a few minutes.
 plots-perf: build
 	scripts/plots-perf.sh
 

@@ -7,20 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# BENCH_MODULE: another module instead of this one (scripts/plots-perf.sh measures redis-cell so).
-MODULE=${BENCH_MODULE:-$(pwd)/target/release/libredis_throttle.so}
-# The table, also as tab-separated values: name, hot usec, random usec, hot req/s, random req/s.
-RESULTS=${BENCH_RESULTS:-$(pwd)/target/bench/results.tsv}
+MODULE=$(pwd)/target/release/libredis_throttle.so
 # The floor (bench/floor.c), built here against the redis-module crate's redismodule.h.
-FLOOR=$(pwd)/target/bench/floor.so
-header=$(cargo metadata --format-version 1 2>/dev/null | python3 -c '
-import json, os, sys
-for p in json.load(sys.stdin)["packages"]:
-    if p["name"] == "redis-module":
-        print(os.path.join(os.path.dirname(p["manifest_path"]), "src", "include")); break')
-[ -f "$header/redismodule.h" ] || { echo "bench: redismodule.h not found (cargo metadata)" >&2; exit 1; }
-mkdir -p "$(dirname "$FLOOR")"
-cc -O2 -fPIC -shared -I"$header" bench/floor.c -o "$FLOOR"
+FLOOR=$(bench/floor.sh)
 REQUESTS=${REQUESTS:-400000}
 KEYS=${KEYS:-100000}
 PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
@@ -80,7 +69,6 @@ printf '\nCPU per call (server usec, INFO commandstats) and throughput, %s reque
 printf 'ratios: to SET PX and to the module floor, measured in this run\n'
 printf '%-26s %9s %6s %6s %10s %9s %6s %6s %10s\n' command "hot usec" xSET xfloor "hot req/s" "rand usec" xSET xfloor "rand req/s"
 base_hot=""; base_rand=""; floor_hot=""; floor_rand=""
-mkdir -p "$(dirname "$RESULTS")"; : > "$RESULTS"
 declare -A HOT HOT_US
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd stat <<<"$s"
@@ -92,10 +80,7 @@ for s in "${SCENARIOS[@]}"; do
   HOT[$stat]=$hot_us
   printf '%-26s %9s %6s %6s %10s %9s %6s %6s %10s\n' "$name" "$hot_us" "$(ratio "$hot_us" "$base_hot")" "$(ratio "$hot_us" "${floor_hot:-$hot_us}")" "$hot_rps" \
     "$rand_us" "$(ratio "$rand_us" "$base_rand")" "$(ratio "$rand_us" "${floor_rand:-$rand_us}")" "$rand_rps"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$hot_us" "$rand_us" "$hot_rps" "$rand_rps" >> "$RESULTS"
 done
-# BENCH_TABLE_ONLY=1: this table only (no CL.ALL, twin pairs or memory).
-if [ "${BENCH_TABLE_ONLY:-0}" = 1 ]; then exit 0; fi
 
 # CL.ALL with N limiters (CL.THROTTLE specs on one user's hash-tagged keys) against N single
 # CL.THROTTLE calls: the target is N x single + one floor.

@@ -33,7 +33,7 @@ pub struct Provenance {
 
 impl Provenance {
     pub fn line(&self) -> String {
-        format!("made by `{}` against {} with the module, {}", self.command, self.server, self.date)
+        format!("made by `{}` against {}, {}", self.command, self.server, self.date)
     }
 }
 

@@ -60,7 +60,7 @@ pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
     let (now, _): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
     let prov = Provenance {
         command: std::env::var("PLOTS_COMMAND").unwrap_or_else(|_| "make plots".into()),
-        server: server.version()?,
+        server: format!("{} with redis-throttle", server.version()?),
         date: utc_date(now),
     };
     if only.contains(&"algorithms") {
@@ -114,5 +114,57 @@ mod tests {
         assert_eq!(super::utc_date(0), "1970-01-01");
         assert_eq!(super::utc_date(951_782_400), "2000-02-29");
         assert_eq!(super::utc_date(1_795_478_400), "2026-11-24");
+    }
+}
+
+/// `make plots` still works: the scenarios against a real server, drawn (the long day of the
+/// LLM budget aside). The module is built first, as the integration tests' harness does.
+#[cfg(test)]
+mod real_server {
+    use super::*;
+
+    fn module() -> PathBuf {
+        if let Ok(path) = std::env::var("THROTTLE_MODULE") {
+            return PathBuf::from(path);
+        }
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--lib", "--quiet", "-p", "redis-throttle"])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build for the module");
+        assert!(status.success(), "building the module failed");
+        std::env::var("CARGO_TARGET_DIR")
+            .map_or_else(|_| workspace().join("target"), PathBuf::from)
+            .join("release/libredis_throttle.so")
+    }
+
+    #[test]
+    fn the_scenarios_run_and_draw() {
+        let server = Server::start(&module()).expect("start redis-server with the module");
+        let prov = Provenance { command: "cargo test".into(), server: server.version().unwrap(), date: utc_date(0) };
+        let mut con = server.connect().unwrap();
+
+        let run = scenarios::algorithms(&mut con).unwrap();
+        for (alg, calls) in scenarios::ALGORITHMS.iter().zip(&run.calls) {
+            // The burst of twenty: the first ten admitted by every algorithm, and no more than
+            // ten (GCRA: plus one per 100 ms the burst took to send).
+            let burst = &calls[..20];
+            assert!(burst[..10].iter().all(|c| c.reply[0] == 0), "{}", alg.name);
+            let took = burst[19].t_ms - burst[0].t_ms;
+            let extra = if alg.name == "CL.THROTTLE" { (took / 100.0).ceil() as usize } else { 0 };
+            let admitted = burst.iter().filter(|c| c.reply[0] == 0).count();
+            assert!(admitted <= 10 + extra, "{}: {admitted} admitted in {took} ms", alg.name);
+        }
+        let svg = draw::algorithms(&run, &prov).unwrap();
+        assert!(svg.contains("<!-- made by `cargo test` against Redis") || svg.contains("<!-- made by `cargo test` against Valkey"));
+
+        let slots = scenarios::pace(&|| server.connect(), 300.0).unwrap();
+        assert!(slots.len() >= 8, "{} slots", slots.len());
+        let interval = f64::from(scenarios::PACE_PERIOD_MS) / f64::from(scenarios::PACE_COUNT);
+        for w in slots.windows(2) {
+            // Slots read from the TAT (µs): never closer than one interval, whatever the workers do.
+            assert!(w[1].slot_ms - w[0].slot_ms > interval - 0.002, "{} then {}", w[0].slot_ms, w[1].slot_ms);
+        }
+        assert!(draw::pace(&slots, &prov).unwrap().contains("</svg>"));
     }
 }

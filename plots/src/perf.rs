@@ -1,9 +1,9 @@
-//! The performance table as a chart: CPU per call of each command, as a multiple of the C floor
-//! module measured in the same run. The figures come from `bench/run.sh` runs that
-//! `scripts/plots-perf.sh` (`make plots-perf`) collected into a TSV file:
-//! `# key: value` header lines, then `run<TAB>name<TAB>hot_us<TAB>rand_us<TAB>hot_rps<TAB>rand_rps`,
-//! `run` being `module` (this module, the floor, SET, Lua) or `redis-cell` (redis-cell loaded
-//! instead of this module, with its own floor and SET measured in that run).
+//! The performance table as a chart: CPU per call of each command as instructions (callgrind,
+//! exact whatever the machine's load), as a multiple of the C floor module's. The figures come
+//! from `make plots-perf` (scripts/plots-perf.sh), in docs/src/img/performance.tsv:
+//! `# key: value` header lines, then `run<TAB>name<TAB>instructions` lines, `run` being `module`
+//! (this module, SET, the floor, a Lua GCRA script) or `redis-cell` (redis-cell loaded instead of
+//! this module, with SET and the floor counted again in that run).
 
 use plotters::prelude::*;
 
@@ -12,8 +12,7 @@ use crate::draw::{ADMITTED, GREY, LINE, Provenance, frame, with_comment};
 pub struct Row {
     pub run: String,
     pub name: String,
-    pub hot_us: f64,
-    pub rand_us: f64,
+    pub instructions: f64,
 }
 
 pub struct Table {
@@ -34,11 +33,10 @@ pub fn parse(text: &str) -> Result<Table, String> {
             continue;
         }
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() < 4 {
-            continue;
+        if let [run, name, instructions] = f[..] {
+            let instructions = instructions.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?;
+            rows.push(Row { run: run.into(), name: name.into(), instructions });
         }
-        let num = |s: &str| s.parse::<f64>().map_err(|e| format!("{line:?}: {e}"));
-        rows.push(Row { run: f[0].into(), name: f[1].into(), hot_us: num(f[2])?, rand_us: num(f[3])? });
     }
     if rows.is_empty() {
         return Err("no rows".into());
@@ -50,8 +48,8 @@ impl Table {
     pub fn get(&self, key: &str) -> String {
         self.header.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default()
     }
-    fn floor(&self, run: &str) -> Option<&Row> {
-        self.rows.iter().find(|r| r.run == run && r.name == FLOOR)
+    fn floor(&self, run: &str) -> Option<f64> {
+        self.rows.iter().find(|r| r.run == run && r.name == FLOOR).map(|r| r.instructions)
     }
 }
 
@@ -60,8 +58,6 @@ fn colour(run: &str, name: &str) -> RGBColor {
         RGBColor(255, 127, 14)
     } else if name.starts_with("Lua") {
         RGBColor(214, 39, 40)
-    } else if name.starts_with("Twin") {
-        RGBColor(148, 103, 189)
     } else if name.starts_with("CL.") {
         LINE
     } else {
@@ -69,30 +65,37 @@ fn colour(run: &str, name: &str) -> RGBColor {
     }
 }
 
-/// Bars: hot key and random keys, each as a multiple of its run's floor.
+/// One bar per command: its instructions per call ÷ the floor's in the same run.
 pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
     // Every row but the redis-cell run's own baselines (SET, the floor): those only scale it.
-    let rows: Vec<&Row> = table
+    let mut rows: Vec<(&Row, f64)> = table
         .rows
         .iter()
         .filter(|r| r.run == "module" || !(r.name.starts_with("SET") || r.name == FLOOR))
+        .filter_map(|r| table.floor(&r.run).map(|f| (r, r.instructions / f)))
         .collect();
-    let ratio = |r: &Row| -> Option<(f64, f64)> { table.floor(&r.run).map(|f| (r.hot_us / f.hot_us, r.rand_us / f.rand_us)) };
-    let max = rows.iter().filter_map(|r| ratio(r)).map(|(h, x)| h.max(x)).fold(1.0, f64::max);
-    let n = rows.len();
-    let prov = Provenance {
-        command: table.get("command"),
-        server: table.get("server"),
-        date: table.get("date"),
+    // The baselines, then CL.THROTTLE next to what it replaces (redis-cell, a Lua script), then
+    // the other commands as measured.
+    let rank = |r: &Row| match (r.run.as_str(), r.name.as_str()) {
+        (_, n) if n.starts_with("SET") => 0,
+        (_, FLOOR) => 1,
+        ("module", "CL.THROTTLE") => 2,
+        ("redis-cell", _) => 3,
+        (_, n) if n.starts_with("Lua") => 4,
+        _ => 5,
     };
+    rows.sort_by_key(|(r, _)| rank(r));
+    let max = rows.iter().map(|(_, x)| *x).fold(1.0, f64::max);
+    let n = rows.len();
+    let prov = Provenance { command: table.get("command"), server: table.get("server"), date: table.get("date") };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1000, 130 + 34 * n as u32)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1000, 150 + 40 * n as u32)).into_drawing_area();
         let body = frame(
             &root,
-            "CPU per call on the server, as a multiple of the C floor module",
+            "CPU per call: instructions, as a multiple of the C floor module",
             &format!(
-                "{}. Each run measures SET and the floor (bench/floor.c) next to its commands; redis-cell ran on its own server (it also registers CL.THROTTLE).",
+                "{}.\nThe floor (bench/floor.c): read a key, rewrite it in place, set its absolute expiry, replicate once, reply five integers. redis-cell ran\non its own server (it registers CL.THROTTLE too); every run counts SET and the floor again.",
                 table.get("method")
             ),
             &prov,
@@ -100,38 +103,36 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
         let mut chart = ChartBuilder::on(&body)
             .margin_left(12)
             .margin_right(30)
-            .x_label_area_size(36)
-            .y_label_area_size(230)
-            .build_cartesian_2d(0f64..max * 1.3, 0f64..n as f64)?;
+            .x_label_area_size(40)
+            .y_label_area_size(200)
+            .build_cartesian_2d(0f64..max * 1.35, 0f64..n as f64)?;
         let names: Vec<String> = rows
             .iter()
-            .map(|r| if r.run == "redis-cell" { format!("redis-cell {}", r.name) } else { r.name.clone() })
+            .map(|(r, _)| if r.run == "redis-cell" { format!("redis-cell {}", r.name) } else { r.name.clone() })
             .collect();
         chart
             .configure_mesh()
             .light_line_style(WHITE)
+            .disable_y_mesh()
             .y_labels(2 * n + 1)
             .y_label_formatter(&|y| {
                 let k = y.floor() as usize;
-                let frac = y - y.floor();
-                if (frac - 0.5).abs() < 0.01 && k < n { names[n - 1 - k].clone() } else { String::new() }
+                if (y - y.floor() - 0.5).abs() < 0.01 && k < n { names[n - 1 - k].clone() } else { String::new() }
             })
             .y_label_style(("sans-serif", 13))
-            .x_desc("server CPU per call ÷ the floor's in the same run (INFO commandstats; 1.0 = the floor)")
+            .x_label_formatter(&|x| format!("{x:.0}x"))
+            .x_desc("instructions per call ÷ the floor's (callgrind, the server's call() only; 1x = the floor)")
             .axis_desc_style(("sans-serif", 13))
             .draw()?;
-        for (i, r) in rows.iter().enumerate() {
-            let Some((hot, rand)) = ratio(r) else { continue };
+        for (i, (r, ratio)) in rows.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             let c = colour(&r.run, &r.name);
-            chart.draw_series([
-                Rectangle::new([(0.0, y + 0.52), (hot, y + 0.88)], c.filled()),
-                Rectangle::new([(0.0, y + 0.12), (rand, y + 0.48)], c.mix(0.4).filled()),
-            ])?;
-            chart.draw_series([
-                Text::new(format!("{:.2}x  {:.2} µs (hot key)", hot, r.hot_us), (hot + max * 0.01, y + 0.86), ("sans-serif", 11)),
-                Text::new(format!("{:.2}x  {:.2} µs (random keys)", rand, r.rand_us), (rand + max * 0.01, y + 0.46), ("sans-serif", 11).into_font().color(&GREY)),
-            ])?;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y + 0.2), (*ratio, y + 0.8)], c.filled())))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{ratio:.2}x  ({:.0} instructions)", r.instructions),
+                (ratio + max * 0.01, y + 0.62),
+                ("sans-serif", 12),
+            )))?;
         }
         chart.draw_series(std::iter::once(PathElement::new(vec![(1.0, 0.0), (1.0, n as f64)], ADMITTED.stroke_width(1))))?;
         root.present()?;
