@@ -34,8 +34,14 @@ pub fn parse(text: &str) -> Result<Table, String> {
         }
         let f: Vec<&str> = line.split('\t').collect();
         if let [run, name, instructions] = f[..] {
-            let instructions = instructions.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?;
-            rows.push(Row { run: run.into(), name: name.into(), instructions });
+            let instructions = instructions
+                .parse::<f64>()
+                .map_err(|e| format!("{line:?}: {e}"))?;
+            rows.push(Row {
+                run: run.into(),
+                name: name.into(),
+                instructions,
+            });
         }
     }
     if rows.is_empty() {
@@ -46,10 +52,17 @@ pub fn parse(text: &str) -> Result<Table, String> {
 
 impl Table {
     pub fn get(&self, key: &str) -> String {
-        self.header.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default()
+        self.header
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
     }
     fn floor(&self, run: &str) -> Option<f64> {
-        self.rows.iter().find(|r| r.run == run && r.name == FLOOR).map(|r| r.instructions)
+        self.rows
+            .iter()
+            .find(|r| r.run == run && r.name == FLOOR)
+            .map(|r| r.instructions)
     }
 }
 
@@ -87,10 +100,15 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
     rows.sort_by_key(|(r, _)| rank(r));
     let max = rows.iter().map(|(_, x)| *x).fold(1.0, f64::max);
     let n = rows.len();
-    let prov = Provenance { command: table.get("command"), server: table.get("server"), date: table.get("date") };
+    let prov = Provenance {
+        command: table.get("command"),
+        server: table.get("server"),
+        date: table.get("date"),
+    };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1000, 150 + 40 * n as u32)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (1000, 150 + 40 * n as u32)).into_drawing_area();
         let body = frame(
             &root,
             "CPU per call: instructions, as a multiple of the C floor module",
@@ -108,7 +126,13 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
             .build_cartesian_2d(0f64..max * 1.35, 0f64..n as f64)?;
         let names: Vec<String> = rows
             .iter()
-            .map(|(r, _)| if r.run == "redis-cell" { format!("redis-cell {}", r.name) } else { r.name.clone() })
+            .map(|(r, _)| {
+                if r.run == "redis-cell" {
+                    format!("redis-cell {}", r.name)
+                } else {
+                    r.name.clone()
+                }
+            })
             .collect();
         chart
             .configure_mesh()
@@ -127,15 +151,25 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
         for (i, (r, ratio)) in rows.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             let c = colour(&r.run, &r.name);
-            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y + 0.2), (*ratio, y + 0.8)], c.filled())))?;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y + 0.2), (*ratio, y + 0.8)],
+                c.filled(),
+            )))?;
             chart.draw_series(std::iter::once(Text::new(
                 format!("{ratio:.2}x  ({:.0} instructions)", r.instructions),
                 (ratio + max * 0.01, y + 0.62),
                 ("sans-serif", 12),
             )))?;
         }
-        chart.draw_series(std::iter::once(PathElement::new(vec![(1.0, 0.0), (1.0, n as f64)], ADMITTED.stroke_width(1))))?;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(1.0, 0.0), (1.0, n as f64)],
+            ADMITTED.stroke_width(1),
+        )))?;
         root.present()?;
     }
-    Ok(with_comment(svg, &prov, "Figures: docs/src/img/performance.tsv, written by the same command"))
+    Ok(with_comment(
+        svg,
+        &prov,
+        "Figures: docs/src/img/performance.tsv, written by the same command",
+    ))
 }
