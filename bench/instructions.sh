@@ -9,7 +9,8 @@
 #   bench/instructions.sh [N]      N calls per scenario (default 20000)
 # Env: THROTTLE_SERVER (a redis-server), THROTTLE_MODULE (the module; default: the release
 # build), BENCH_SCENARIOS (a file of extra `name|command[|setup]` lines), BENCH_ONLY (a regular
-# expression: only the scenarios whose name matches, plus the SET and floor baselines).
+# expression: only the scenarios whose name matches, plus the SET and floor baselines),
+# BENCH_RESULTS (a file: the table also as `name<TAB>instructions` lines; scripts/plots-perf.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -47,7 +48,11 @@ count() { # $1 command words, $2 setup
   # shellcheck disable=SC2086
   redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
   local calls
-  calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\),.*/\1/p' | awk '{s+=$1} END {print s}')
+  # A script's own redis.call()s are counted in INFO commandstats too (GET, TIME, SET): divide
+  # by the EVALSHA calls alone, not by every command executed.
+  local stat='[^:]*'
+  if [[ $cmd == EVALSHA* ]]; then stat=evalsha; fi
+  calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$stat:calls=\([0-9]*\),.*/\1/p" | awk '{s+=$1} END {print s}')
   redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" || true
   local total
@@ -83,6 +88,7 @@ printf '\nInstructions per call (callgrind, server call() only, hot key, %s call
 printf '%-26s %12s %8s %8s\n' command instructions xSET xfloor
 declare -A IR
 set_ir=""; floor_ir=""
+if [ -n "${BENCH_RESULTS:-}" ]; then : > "$BENCH_RESULTS"; fi
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd setup <<<"$s"
   if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY || $name == SET* || $name == "module floor"* ]]; then continue; fi
@@ -90,6 +96,7 @@ for s in "${SCENARIOS[@]}"; do
   IR[$name]=$ir
   [ -z "$set_ir" ] && set_ir=$ir
   [[ $name == "module floor"* ]] && floor_ir=$ir
+  if [ -n "${BENCH_RESULTS:-}" ]; then printf '%s\t%s\n' "$name" "$ir" >> "$BENCH_RESULTS"; fi
   printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$(python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
 done
 if [ -n "${BENCH_ONLY:-}" ]; then exit 0; fi

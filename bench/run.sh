@@ -9,15 +9,7 @@ cd "$(dirname "$0")/.."
 
 MODULE=$(pwd)/target/release/libredis_throttle.so
 # The floor (bench/floor.c), built here against the redis-module crate's redismodule.h.
-FLOOR=$(pwd)/target/bench/floor.so
-header=$(cargo metadata --format-version 1 2>/dev/null | python3 -c '
-import json, os, sys
-for p in json.load(sys.stdin)["packages"]:
-    if p["name"] == "redis-module":
-        print(os.path.join(os.path.dirname(p["manifest_path"]), "src", "include")); break')
-[ -f "$header/redismodule.h" ] || { echo "bench: redismodule.h not found (cargo metadata)" >&2; exit 1; }
-mkdir -p "$(dirname "$FLOOR")"
-cc -O2 -fPIC -shared -I"$header" bench/floor.c -o "$FLOOR"
+FLOOR=$(bench/floor.sh)
 REQUESTS=${REQUESTS:-400000}
 KEYS=${KEYS:-100000}
 PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
