@@ -334,6 +334,11 @@ local function ceil_ms(m, u) return u > 0 and m + 1 or m end
 local function kind_of(stored)
   local b = byte(stored)
   if b == 1 or b == 2 then return 'window' end
+  if b == 80 then -- 'P' and a TAT: a pacer's key (CL.PACE, module only), never read here
+    local m = parse_i64(sub(stored, 2))
+    if m and m >= MIN_TAT_M then return 'pace' end
+    return nil
+  end
   local m = parse_i64(stored)
   if not m then return nil end
   if m >= MIN_TAT_M then return 'throttle' end
@@ -2059,8 +2064,8 @@ local function all(keys, args)
       local b = decisions[binding]
       if not denied then
         binding, denied = s, true
-      elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
-        binding = s -- the longest retry_after binds; none (never) is the longest
+      elseif b.rm ~= nil and (d.rm == nil or reply_time(b.rm, b.ru, millis) < reply_time(d.rm, d.ru, millis)) then
+        binding = s -- the longest retry_after as replied binds (the first of equals); none (never) is the longest
       end
     elseif not denied and d[3] < decisions[binding][3] then
       binding = s

@@ -393,8 +393,16 @@ impl Gen {
         match self.rng.random_range(0..100) {
             0..=2 => return Plant::List,
             3..=6 => {
-                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5"];
+                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5", b"P", b"P12", b"P-1700000000000000000"];
                 return Plant::Value(self.pick(junk).to_vec(), Some(now_ms + 100_000));
+            }
+            7..=9 => {
+                // A pacer's key (CL.PACE's `P` and TAT, a queue up to an hour long): WRONGTYPE
+                // for every limiter, the twin's as the module's, its queue left as it is.
+                let tat = now_ns + self.rng.random_range(0..3_600_000_000_000);
+                let mut value = b"P".to_vec();
+                value.extend_from_slice(tat.to_string().as_bytes());
+                return Plant::Value(value, Some(tat.div_euclid(MS) + 1));
             }
             _ => {}
         }
@@ -759,6 +767,7 @@ fn the_twin_matches_the_module_call_for_call() {
                 Plant::List => "list".to_string(),
                 Plant::Value(b, _) => match b.first() {
                     Some(1) => "exact log".into(),
+                    Some(b'P') if b.len() > 4 => "pacer".into(),
                     Some(2) => "ring".into(),
                     _ => "integer or junk".into(),
                 },
@@ -977,4 +986,65 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "10", "60"]), now_us);
     assert_eq!(replies[1], replies[0], "cl_all: WRONGTYPE on another limiter's key");
     assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): WRONGTYPE on another limiter's key");
+}
+
+/// Cases the random run reaches rarely, pinned: CL.ALL ties as the reply shows them, and a
+/// pacer's key (CL.PACE's `P` and TAT) under every limiter, single and in CL.ALL.
+#[test]
+fn ties_and_pacer_keys_match_the_module() {
+    let mut rig = Rig::start();
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let now_us = real_us + 86_400_000_000;
+    let now_ns = now_us * 1000;
+    let int = |v: &Value| match v {
+        Value::Int(i) => *i,
+        other => panic!("not an integer: {other:?}"),
+    };
+    // Two CL.THROTTLE keys (burst 1, one per 10 s) denying for 1.2 s and 1.9 s: both reply 2
+    // seconds, and the first names the call; in milliseconds the second is the longer.
+    for (slot, ahead_ms) in [(0, 11_200), (1, 11_900)] {
+        let tat = now_ns + ahead_ms * MS;
+        rig.plant(&Rig::keys(slot), &Plant::Value(tat.to_string().into_bytes(), Some(tat.div_euclid(MS) + 1)));
+    }
+    for (unit, want) in [(None, [2, 2, 1]), (Some("MS"), [1200, 1900, 2])] {
+        let mut args: Vec<String> = "THROTTLE 1 1 10 THROTTLE 1 1 10 DETAILS".split(' ').map(String::from).collect();
+        if let Some(unit) = unit {
+            args.push(unit.into());
+            args[3] = "10000".into();
+            args[7] = "10000".into();
+        }
+        let (_, replies, _) = rig.call_all(&[0, 1], &args, now_us);
+        assert_eq!(replies[1], replies[0], "cl_all (FCALL) {args:?}");
+        assert_eq!(replies[2], replies[0], "cl_all (EVALSHA) {args:?}");
+        let Value::Array(items) = &replies[0] else { panic!("{:?}", replies[0]) };
+        let Value::Array(details) = &items[6] else { panic!("{items:?}") };
+        let retry = |d: &Value| match d {
+            Value::Array(five) => int(&five[3]),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!([retry(&details[0]), retry(&details[1]), int(&items[5])], want, "{args:?}");
+    }
+    // A pacer's key: WRONGTYPE for every limiter and every CL.ALL spec, and left as it was.
+    let tat = now_ns + 5_000 * MS;
+    let pacer = Plant::Value(format!("P{tat}").into_bytes(), Some(tat.div_euclid(MS) + 1));
+    let calls: [(Algorithm, &str); 4] =
+        [(Algorithm::Throttle, "9 10 1000 MS"), (Algorithm::Window, "5 1000 MS"), (Algorithm::Bucket, "5 1 1000 MS"), (Algorithm::Counter, "5 1000 MS")];
+    for (kind, words) in calls {
+        for quantity in ["1", "0", "-1"] {
+            let keys = Rig::keys(2);
+            rig.plant(&keys, &pacer);
+            let args: Vec<String> = format!("{words} {quantity}").split(' ').map(String::from).collect();
+            let (before, replies, states) = rig.call(kind, &keys, &args, now_us);
+            for reply in &replies {
+                assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "{kind:?} {args:?}");
+            }
+            assert!(states.iter().all(|s| *s == before), "{kind:?} {args:?}: the pacer's key is left as it was");
+        }
+    }
+    rig.plant(&Rig::keys(2), &pacer);
+    let (before, replies, states) = rig.call_all(&[0, 2], &["COUNTER", "5", "10", "THROTTLE", "9", "10", "1"].map(String::from), now_us);
+    for reply in &replies {
+        assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "CL.ALL");
+    }
+    assert_eq!(states[0], before, "CL.ALL wrote nothing");
 }

@@ -1,5 +1,5 @@
-//! CL.PACE against real servers: every reply field, its stored form (a CL.THROTTLE TAT),
-//! errors that change nothing, and BLOCK: released at its slot while other clients are served,
+//! CL.PACE against real servers: every reply field, its stored form (`P` and the TAT, a form
+//! of its own that no other command reads or re-times), errors that change nothing, and BLOCK: released at its slot while other clients are served,
 //! never blocking inside MULTI/EXEC or scripts, nothing kept for clients that go away, the
 //! reservation replicated when the call is made, and eight workers spaced evenly.
 
@@ -17,9 +17,10 @@ fn unix_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
 }
 
+/// The TAT a pacer's key holds: its value is `P` and the TAT in decimal nanoseconds.
 fn tat(c: &mut redis::Connection, key: &str) -> Option<i64> {
     let v: Option<String> = redis::cmd("GET").arg(key).query(c).unwrap();
-    v.map(|v| v.parse().unwrap())
+    v.map(|v| v.strip_prefix('P').unwrap_or_else(|| panic!("a pacer's form: {v:?}")).parse().unwrap())
 }
 
 fn info_int(server: &Server, section: &str, field: &str) -> i64 {
@@ -40,7 +41,7 @@ fn every_reply_field_and_the_stored_tat() {
     let after = unix_ns();
     // One instant on 7.2+, microseconds apart on 7.0: the same replies.
     assert_eq!(replies, [[0, 0, 1, -1, 10], [0, 10, 2, -1, 20], [0, 20, 3, -1, 30], [0, 30, 4, -1, 40], [1, -1, 4, 10, 40]]);
-    // The state is CL.THROTTLE's: the TAT in ns, the key expiring at it (whole ms, rounded up).
+    // The state: `P` and the TAT in ns, the key expiring at it (whole ms, rounded up).
     let stored = tat(&mut c, "api:vendor").unwrap();
     assert!((before + 40 * MS..=after + 40 * MS).contains(&stored), "the TAT is 40 ms after the calls: {stored} vs {before}..{after}");
     let at: i64 = redis::cmd("PEXPIRETIME").arg("api:vendor").query(&mut c).unwrap();
@@ -109,20 +110,60 @@ fn in_the_acl_categories_of_a_blocking_command() {
     }
 }
 
+/// Issue 18, item 2: a pacer's queue was CL.THROTTLE's TAT, which a denied CL.THROTTLE read as
+/// a clock step and cut back, handing the last slots out again. A pacer's key now has a form of
+/// its own: every other command is WRONGTYPE on it and leaves every reservation held.
 #[test]
-fn a_pace_key_is_a_throttle_key() {
+fn no_other_command_erases_or_reissues_a_pacers_reservations() {
     let server = Server::start();
     let mut c = server.client();
-    // CL.THROTTLE at 10 per second, burst 5, takes two slots; CL.PACE on the same rate
-    // schedules after them.
-    throttle(&mut c, "CL.THROTTLE shared 4 10 1000 MS 2");
-    let r = throttle(&mut c, "CL.PACE shared 10 1000 MS");
-    // Queued: its own slot and the two CL.THROTTLE took (the first under way).
-    assert_eq!((r[0], r[2]), (0, 3));
-    assert!((199..=200).contains(&r[1]), "waits for the two slots CL.THROTTLE took: {r:?}");
-    // And CL.THROTTLE sees the three reserved slots as taken.
-    let t = throttle(&mut c, "CL.THROTTLE shared 4 10 1000 MS 0");
-    assert_eq!((t[0], t[1], t[2]), (0, 5, 2), "{t:?}");
+    let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    // 11 units at 10 per second: the queue runs 1,100 ms ahead, past CL.THROTTLE's tolerance.
+    let r = throttle(&mut c, "CL.PACE vend 10 1000 MS QUANTITY 11");
+    assert_eq!((r[0], r[1], r[2]), (0, 0, 11));
+    let held = tat(&mut c, "vend").unwrap();
+    let value: Vec<u8> = redis::cmd("GET").arg("vend").query(&mut c).unwrap();
+    assert_eq!(value, format!("P{held}").into_bytes());
+    let expiry: i64 = redis::cmd("PEXPIRETIME").arg("vend").query(&mut c).unwrap();
+    for words in [
+        "CL.THROTTLE vend 9 10 1000 MS",
+        "CL.THROTTLE vend 9 10 1000 MS 0",
+        "CL.THROTTLE vend 9 10 1000 MS -5",
+        "CL.THROTTLE vend 0 1 1 1",
+        "CL.ALL 1 vend THROTTLE 9 10 1000 MS",
+        "CL.ALL 1 vend THROTTLE 9 10 1000 QUANTITY 0 MS DETAILS",
+        "CL.ALL 1 vend THROTTLE 9 10 1000 QUANTITY -5 MS",
+        "CL.WINDOW vend 5 1000 MS",
+        "CL.BUCKET vend 5 1 1000 MS -1",
+        "CL.COUNTER vend 5 1000 MS",
+        "CL.ACQUIRE vend 5 1000 id MS",
+    ] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert_eq!(error_of(&mut c, &args), wrongtype, "{words}");
+        assert_eq!(tat(&mut c, "vend"), Some(held), "{words} left the queue as it was");
+        let at: i64 = redis::cmd("PEXPIRETIME").arg("vend").query(&mut c).unwrap();
+        assert_eq!(at, expiry, "{words} left the expiry as it was");
+    }
+    // The next caller gets the slot after the 11 reserved (1,100 ms after the first), not one
+    // of them (1,000 ms, as the cut-back TAT gave).
+    let before = unix_ns() - 1_000;
+    let next = throttle(&mut c, "CL.PACE vend 10 1000 MS MAXWAIT 5000");
+    let after = unix_ns();
+    let wait_from = |at: i64| ((held - at).max(0) + MS - 1) / MS;
+    assert_eq!(next[0], 0);
+    assert!((wait_from(after)..=wait_from(before)).contains(&next[1]), "waits for the 11 reserved slots: {next:?}");
+    assert_eq!(tat(&mut c, "vend"), Some(held + 100 * MS), "the 12th slot follows the 11th");
+
+    // The reverse: CL.PACE on CL.THROTTLE's key (a bare TAT, which is also what the previous
+    // version's pacer keys hold) is WRONGTYPE and leaves it as it was.
+    throttle(&mut c, "CL.THROTTLE gcra 4 10 1000 MS 2");
+    let before = snapshot(&mut c);
+    for words in ["CL.PACE gcra 10 1000 MS", "CL.PACE gcra 10 1000 MS QUANTITY 0", "CL.PACE gcra 10 1000 MS BLOCK"] {
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        assert_eq!(error_of(&mut c, &args), wrongtype, "{words}");
+    }
+    assert_eq!(snapshot(&mut c), before);
+    assert_eq!(throttle(&mut c, "CL.THROTTLE gcra 4 10 1000 MS 0")[2], 3, "CL.THROTTLE's key is its own still");
 }
 
 #[test]
@@ -134,6 +175,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     throttle(&mut c, "CL.BUCKET bucket 5 1 60");
     throttle(&mut c, "CL.WINDOW window 5 60");
     throttle(&mut c, "CL.ACQUIRE leases 5 60 id");
+    throttle(&mut c, "CL.THROTTLE gcra 9 10 60");
     let _: () = redis::cmd("SET").arg("junk").arg("hello").query(&mut c).unwrap();
     let _: () = redis::cmd("RPUSH").arg("list").arg("x").query(&mut c).unwrap();
     let before = snapshot(&mut c);
@@ -158,6 +200,9 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         ("CL.PACE window 10 60", wrongtype),
         ("CL.PACE leases 10 60", wrongtype),
         ("CL.PACE list 10 60 BLOCK", wrongtype),
+        ("CL.PACE gcra 10 60", wrongtype),
+        ("CL.THROTTLE p 9 10 60", wrongtype),
+        ("CL.ALL 2 counter p COUNTER 5 60 THROTTLE 9 10 60", wrongtype),
     ] {
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
         assert_eq!(error_of(&mut c, &args), want, "{words}");

@@ -119,8 +119,13 @@ fn after_the_wait_the_reply_is_as_of_the_slot() {
 }
 
 #[test]
-fn the_state_is_a_throttle_tat_and_other_limiters_are_wrongtype() {
-    assert_eq!(read(b"1700000000000000000"), Ok(Instant::from_nanos(T0)));
+fn the_state_is_a_tagged_tat_and_other_limiters_are_wrongtype() {
+    assert_eq!(read(b"P1700000000000000000"), Ok(Instant::from_nanos(T0)));
+    assert_eq!(encode(Instant::from_nanos(T0)), b"P1700000000000000000");
+    assert_eq!(read(b"1700000000000000000"), Err(Error::WrongType), "CL.THROTTLE's bare TAT (and the previous version's pacer keys)");
+    for junk in [&b"P"[..], b"P5", b"P-1", b"p1700000000000000000", b"P+1700000000000000000"] {
+        assert_eq!(read(junk), Err(Error::InvalidState("CL.PACE")), "{junk:?}");
+    }
     assert_eq!(read(b"5"), Err(Error::WrongType), "a counter's value");
     assert_eq!(read(b"-5"), Err(Error::WrongType), "a bucket's value");
     assert_eq!(read(b"\x01\0\0\0\0\0\0\0"), Err(Error::WrongType), "a window's log");
