@@ -273,7 +273,9 @@ fn block_releases_at_the_slot_while_other_clients_are_served() {
         }
         let reply = blocked.read_reply().unwrap();
         let late = unix_ns() - slot;
-        assert_eq!(reply, [0, 0, 1, -1, 100], "released with wait 0");
+        // Released with wait 0; its own slot under way, the schedule idle when it ends.
+        assert_eq!(reply[..4], [0, 0, 1, -1], "released with wait 0: {reply:?}");
+        assert!((100 - late / MS - 1..=100).contains(&reply[4]), "idle when its slot ends, as of the reply: {reply:?}, {late} ns late");
         assert!(served > 0 || ahead == 1);
         lateness.push(late);
     }
@@ -288,6 +290,64 @@ fn block_releases_at_the_slot_while_other_clients_are_served() {
     assert!(lateness[0] >= -MS, "never released before its slot: {lateness:?}");
     assert!(*lateness.last().unwrap() < 50 * MS, "released at its slot: {lateness:?}");
     wait_until("no client blocked", Duration::from_secs(5), || info_int(&server, "clients", "blocked_clients") == 0);
+}
+
+/// Issue 18, item 4: a blocked call's reply describes the schedule when it is sent, not when the
+/// call was made: a client released at its slot behind which 5 more units were reserved is told
+/// 6 queued and idle in about 600 ms (it was told "1 queued, idle in 100 ms"). And whatever
+/// happened to the key meanwhile (deleted, overwritten, another type, flushed, swapped away),
+/// the reply still counts the caller's own slot and the server carries on.
+#[test]
+fn a_blocked_reply_describes_the_schedule_when_it_is_sent() {
+    let server = Server::start();
+    let mut c = server.client();
+    let call = |key: &str| format!("CL.PACE {key} 10 1000 MS MAXWAIT 5000 BLOCK");
+    let block = |c: &mut redis::Connection, key: &str, n: i64| {
+        throttle(c, &format!("CL.PACE {key} 10 1000 MS")); // the slot that is now
+        let mut blocked = Raw::connect(&server);
+        blocked.send(&call(key));
+        wait_until("the client to block", Duration::from_secs(5), || info_int(&server, "clients", "blocked_clients") == n);
+        blocked
+    };
+    // Released by its slot, 5 units reserved behind it meanwhile.
+    let mut blocked = block(&mut c, "grow", 1);
+    let slot = tat(&mut c, "grow").unwrap() - 100 * MS;
+    throttle(&mut c, "CL.PACE grow 10 1000 MS MAXWAIT 5000 QUANTITY 5");
+    let reply = blocked.read_reply().unwrap();
+    let late = (unix_ns() - slot) / MS;
+    assert_eq!(reply[..4], [0, 0, 6, -1], "its slot and the 5 behind it: {reply:?}");
+    assert!((600 - late - 1..=600).contains(&reply[4]), "idle 600 ms after its slot, as of the reply: {reply:?}, {late} ms late");
+
+    // CLIENT UNBLOCK: the wait left and the queue as it stands.
+    let mut blocked = block(&mut c, "early", 1);
+    throttle(&mut c, "CL.PACE early 10 1000 MS MAXWAIT 5000 QUANTITY 3");
+    let n: i64 = redis::cmd("CLIENT").arg("UNBLOCK").arg(blocked.id).query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    let reply = blocked.read_reply().unwrap();
+    assert_eq!((reply[0], reply[2], reply[3]), (0, 5, -1), "the slot under way, its own and 3 behind: {reply:?}");
+    assert!((1..=100).contains(&reply[1]) && reply[4] == reply[1] + 400, "{reply:?}");
+
+    // The key changes under blocked clients: each still hears of its own slot (wait 0, one
+    // unit, idle when its slot ends), and the server stays up.
+    let changes: [(&str, &[&str]); 6] = [
+        ("deleted", &["DEL", "deleted"]),
+        ("junk", &["SET", "junk", "hello"]),
+        ("listed", &["DEL", "listed"]),
+        ("other", &["SET", "other", "1795354456188603542"]),
+        ("swapped", &["SWAPDB", "0", "1"]),
+        ("flushed", &["FLUSHALL"]),
+    ];
+    for (i, (key, change)) in changes.into_iter().enumerate() {
+        let mut blocked = block(&mut c, key, 1);
+        let _: redis::Value = redis::cmd(change[0]).arg(&change[1..]).query(&mut c).unwrap();
+        if key == "listed" {
+            let _: () = redis::cmd("RPUSH").arg("listed").arg("x").query(&mut c).unwrap();
+        }
+        let reply = blocked.read_reply().unwrap();
+        assert_eq!(reply[..4], [0, 0, 1, -1], "{key}: {reply:?}");
+        assert!((1..=100).contains(&reply[4]), "{key}: {reply:?}");
+        assert_eq!(throttle(&mut c, &format!("CL.PACE fine{i} 10 1000 MS")), [0, 0, 1, -1, 100], "the server carries on");
+    }
 }
 
 #[test]
@@ -398,7 +458,9 @@ fn the_reservation_is_replicated_when_the_call_is_made() {
     let offset = master.info_field("replication", "master_repl_offset");
     let on_master = snapshot(&mut c);
     assert_eq!(snapshot(&mut replica.client()), on_master, "the blocked call's reservation is on the replica already");
-    assert_eq!(blocked.read_reply().unwrap(), [0, 0, 1, -1, 1000]);
+    let reply = blocked.read_reply().unwrap();
+    assert_eq!(reply[..4], [0, 0, 1, -1], "{reply:?}");
+    assert!((900..=1000).contains(&reply[4]), "its slot under way, as of the reply: {reply:?}");
     assert_eq!(master.info_field("replication", "master_repl_offset"), offset, "the release writes nothing");
 }
 
@@ -429,7 +491,7 @@ fn spacing(server: &Server, workers: usize, actions: usize, block: bool) -> Admi
                                 redis::pipe().atomic().cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS"]).cmd("GET").arg("api:vendor").query(&mut c).unwrap();
                             assert_eq!(r[0], 0);
                             std::thread::sleep(Duration::from_millis(r[1] as u64));
-                            Some(tat.parse::<i64>().unwrap() - 10 * MS)
+                            Some(tat.strip_prefix('P').and_then(|t| t.parse::<i64>().ok()).unwrap() - 10 * MS)
                         };
                         let t: (i64, i64) = redis::cmd("TIME").query(&mut c).unwrap();
                         done.push((slot, t.0 * 1_000_000 + t.1));

@@ -168,16 +168,19 @@ impl Reply {
         ]
     }
 
-    /// The same admission as seen `elapsed` after the call (what `BLOCK` replies when the slot
-    /// arrives, `elapsed` = the wait: `wait` 0). Reservations made meanwhile are not counted:
-    /// the reply was decided when the call was made.
-    pub fn after(&self, elapsed: Nanos, params: &Params) -> Reply {
-        let reset_after = self.reset_after.saturating_sub(elapsed);
+    /// What a blocked call replies when it is released at `now`: `wait` the time still to its
+    /// slot (`slot`, decided when the call was made), `queued` and `reset_after` as the
+    /// schedule stands then. `tat` is the TAT the key holds at `now` (`None`: the key is gone,
+    /// or holds something else); `end` is where the call's own reservation ends, counted even
+    /// when the key was deleted, flushed or replaced meanwhile (the caller holds its slot).
+    pub fn released(slot: Instant, end: Instant, tat: Option<Instant>, now: Instant, params: &Params) -> Reply {
+        let reset_after = tat.map_or(end, |tat| tat.max(end)).saturating_since(now);
         Reply {
-            wait: self.wait.map(|w| w.saturating_sub(elapsed)),
+            limited: false,
+            wait: Some(slot.saturating_since(now)),
             queued: units(reset_after, params.emission_interval),
+            retry_after: None,
             reset_after,
-            ..*self
         }
     }
 }

@@ -105,17 +105,31 @@ fn seconds_replies_round_as_every_command() {
     assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [1, -1, 3, 1, 6], "5.5 s away: 0.5 s over MAXWAIT");
 }
 
+/// A blocked call's reply describes the schedule when it is sent (issue 18, item 4): reservations
+/// made meanwhile count, and a key deleted or replaced meanwhile still leaves the caller's own.
 #[test]
-fn after_the_wait_the_reply_is_as_of_the_slot() {
+fn a_released_call_replies_the_schedule_as_it_stands() {
     let p = parse("k 100 1000 MS").unwrap().params;
     let mut tat = Some(Instant::from_nanos(T0 + 35 * MS));
     let d = decide(tat, Instant::from_nanos(T0), &p, 2).unwrap();
     assert_eq!(d.reply.to_array(Unit::Millis), [0, 35, 6, -1, 55], "the slot under way until T0 + 5 ms counts");
-    let wait = d.reply.wait.unwrap();
-    assert_eq!(d.reply.after(wait, &p).to_array(Unit::Millis), [0, 0, 2, -1, 20], "BLOCK replies with wait 0");
-    assert_eq!(d.reply.after(Nanos::new(5 * MS).unwrap(), &p).to_array(Unit::Millis), [0, 30, 5, -1, 50], "unblocked early");
+    let slot = Instant::from_nanos(T0 + 35 * MS);
     run(&mut tat, T0, &p, 2, Unit::Millis);
-    assert_eq!(tat, Some(Instant::from_nanos(T0 + 55 * MS)));
+    let end = tat.unwrap();
+    assert_eq!(end, Instant::from_nanos(T0 + 55 * MS));
+    let at = |ms: i64| Instant::from_nanos(T0 + ms * MS);
+    let released = |tat, now| Reply::released(slot, end, tat, now, &p).to_array(Unit::Millis);
+    // Released at the slot, nobody else came: its two slots.
+    assert_eq!(released(tat, slot), [0, 0, 2, -1, 20], "BLOCK replies with wait 0");
+    // Four more units were reserved meanwhile: they are queued behind it.
+    assert_eq!(released(Some(at(95)), slot), [0, 0, 6, -1, 60]);
+    // Unblocked early (CLIENT UNBLOCK at T0 + 5 ms): the wait left, the queue as it is then.
+    assert_eq!(released(Some(at(95)), at(5)), [0, 30, 9, -1, 90], "unblocked early");
+    // The key was deleted, flushed or holds something else: its own reservation still counts.
+    assert_eq!(released(None, slot), [0, 0, 2, -1, 20]);
+    assert_eq!(released(Some(at(1)), at(40)), [0, 0, 2, -1, 15]);
+    // Released late, after its own slots ended: an idle schedule.
+    assert_eq!(released(None, at(80)), [0, 0, 0, -1, 0]);
 }
 
 #[test]
