@@ -156,6 +156,17 @@ fn a_hostile_tat_is_refused_without_overflow() {
     assert!(matches!(decide(None, Instant::from_nanos(T0), &p, -1), Err(Error::OutOfRange { name: "quantity", .. })));
 }
 
+/// A reply as the reference model gives it: nanoseconds, `-1` for none.
+fn in_nanos(r: &Reply) -> [i128; 5] {
+    [
+        i128::from(r.limited),
+        r.wait.map_or(-1, |w| w.as_nanos().into()),
+        r.queued.into(),
+        r.retry_after.map_or(-1, |w| w.as_nanos().into()),
+        r.reset_after.as_nanos().into(),
+    ]
+}
+
 fn check(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: i64) -> std::result::Result<(), TestCaseError> {
     let valid = crate::reference::pace::valid(count, period, max_wait, q);
     // Durations reach the parameters already checked by the parser (1 or 0 to 10^18 ns).
@@ -172,15 +183,7 @@ fn check(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: 
     let (want, write) = crate::reference::pace::call(tat, now, count, period, max_wait, q);
     match decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q) {
         Ok(d) => {
-            let r = d.reply;
-            let got = [
-                i128::from(r.limited),
-                r.wait.map_or(-1, |w| w.as_nanos().into()),
-                r.queued.into(),
-                r.retry_after.map_or(-1, |w| w.as_nanos().into()),
-                r.reset_after.as_nanos().into(),
-            ];
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(in_nanos(&d.reply), want);
             let got_write = match d.effect {
                 Effect::Nothing => None,
                 Effect::Store { state, expires_at } => {
@@ -215,6 +218,20 @@ proptest! {
         max_wait in prop_oneof![0i64..100_000, 0i64..=i64::MAX], q in prop_oneof![0i64..5, i64::MIN..=i64::MAX],
     ) {
         check(tat, now, count, period, max_wait, q)?;
+    }
+
+    /// A released call's reply, whatever the key holds then and whenever it is sent.
+    #[test]
+    fn a_released_reply_matches_the_reference(
+        count in 1i64..20, period in 1i64..20_000, wait in 1i64..50_000, q in 1i64..30,
+        tat in proptest::option::of(T0 - 100_000..T0 + 400_000), at in T0 - 100..T0 + 200_000,
+    ) {
+        let period = period.max(count); // at least a nanosecond per unit
+        let p = Params::new(count, Nanos::new(period).unwrap(), None).unwrap();
+        let slot = T0 + wait;
+        let end = slot + q * (period / count);
+        let r = Reply::released(Instant::from_nanos(slot), Instant::from_nanos(end), tat.map(Instant::from_nanos), Instant::from_nanos(at), &p);
+        prop_assert_eq!(in_nanos(&r), crate::reference::pace::released(slot, end, tat, at, count, period));
     }
 
     /// However calls arrive, the admitted reservations never overlap: each starts when the
