@@ -38,18 +38,27 @@ pub fn duration(value: i64, unit: Unit, name: &'static str) -> Result<Nanos> {
     unit.to_nanos(value)
 }
 
-/// The decimal text of an i64, formatted on the stack (this runs on every call).
+/// The decimal text of an i64, formatted on the stack (this runs on every call), perhaps behind
+/// a one-byte tag.
 pub struct Decimal {
-    bytes: [u8; 20],
+    bytes: [u8; 21],
     start: usize,
 }
 
 impl Decimal {
+    /// `tag` and the decimal text of `v` (CL.PACE's `P` and TAT).
+    pub fn tagged(tag: u8, v: i64) -> Decimal {
+        let mut d = Decimal::new(v);
+        d.start -= 1; // at most 20 of the 21 bytes hold the text
+        d.bytes[d.start] = tag;
+        d
+    }
+
     pub fn new(v: i64) -> Decimal {
         // Two digits per division: a TAT has 19.
         const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
             5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-        let mut d = Decimal { bytes: [0; 20], start: 20 };
+        let mut d = Decimal { bytes: [0; 21], start: 21 };
         let mut n = v.unsigned_abs();
         while n >= 100 {
             let pair = (n % 100) as usize * 2;
@@ -90,6 +99,14 @@ mod tests {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
+    }
+
+    #[test]
+    fn decimals_print_as_std_does_behind_a_tag_or_not() {
+        for v in [0i64, 7, -7, 42, 1_795_354_456_188_603_542, i64::MAX, i64::MIN] {
+            assert_eq!(Decimal::new(v).as_bytes(), v.to_string().as_bytes());
+            assert_eq!(Decimal::tagged(b'P', v).as_bytes(), format!("P{v}").as_bytes());
+        }
     }
 
     #[test]

@@ -42,10 +42,12 @@ pub enum Limiter {
     Counter(counter::Params),
 }
 
-/// What a decision stores: an integer value, or an edit of a binary one.
+/// What a decision stores: an integer value, one behind a one-byte tag (CL.PACE's `P` and
+/// TAT), or an edit of a binary one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     Integer(i64),
+    Tagged(u8, i64),
     Patch(Patch),
 }
 

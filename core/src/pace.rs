@@ -241,11 +241,7 @@ pub fn decode(value: &[u8]) -> Option<Instant> {
 
 /// The pacer's form of `tat`, as the key stores it.
 pub fn encode(tat: Instant) -> Vec<u8> {
-    let digits = crate::args::Decimal::new(tat.as_nanos());
-    let mut value = Vec::with_capacity(1 + digits.as_bytes().len());
-    value.push(TAG);
-    value.extend_from_slice(digits.as_bytes());
-    value
+    crate::args::Decimal::tagged(TAG, tat.as_nanos()).as_bytes().to_vec()
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisMod
 use throttle_core::limiter::{Algorithm, Write};
 use throttle_core::pace::{self, Params, Request};
 use throttle_core::time::NANOS_PER_MILLI;
-use throttle_core::{Effect, Error, Instant, Nanos, Patch, Result, Unit};
+use throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
 use crate::{clock, config};
@@ -49,11 +49,8 @@ fn handler(call: &Call) -> Result<Response> {
     key.load(Algorithm::Throttle)?;
     let tat = key.stored().map(|s| pace::read(s.value)).transpose()?;
     let decision = pace::decide(tat, now, &request.params, request.quantity)?;
-    // The pacer's own form (`P` and the TAT), written whole: `SET key P… PXAT ms`.
-    let effect = decision.effect.clone().map(|tat| {
-        let value = pace::encode(tat);
-        Write::Patch(Patch { len: value.len(), chunks: vec![(0, value)] })
-    });
+    // The pacer's own form (`P` and the TAT): `SET key P… PXAT ms`.
+    let effect = decision.effect.clone().map(|tat| Write::Tagged(pace::TAG, tat.as_nanos()));
     let prepared = key.prepare(&effect)?;
     key.apply(prepared)?;
     let mut reply = decision.reply;

@@ -125,6 +125,7 @@ impl Key {
             Effect::Store { state, expires_at } => {
                 let value = match state {
                     Write::Integer(v) => v.to_string().into_bytes(),
+                    Write::Tagged(tag, v) => format!("{}{v}", char::from(*tag)).into_bytes(),
                     Write::Patch(patch) => {
                         let mut value = self.value.take().unwrap_or_default();
                         patch.apply(&mut value);
