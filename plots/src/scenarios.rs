@@ -216,8 +216,8 @@ pub fn pace(connect: &dyn Fn() -> RedisResult<Connection>, run_ms: f64) -> Redis
                             std::thread::sleep(Duration::from_millis(rng.below(121)));
                         }
                         first = false;
-                        // TIME, the call, and the schedule's TAT after it (decimal ns): the
-                        // slot given is the TAT minus one unit's interval, exactly.
+                        // TIME, the call, and the schedule's TAT after it (`P` and decimal
+                        // ns): the slot given is the TAT minus one unit's interval, exactly.
                         let ((s, us), reply, tat): ((i64, i64), Value, Option<String>) =
                             redis::pipe()
                                 .atomic()
@@ -234,7 +234,9 @@ pub fn pace(connect: &dyn Fn() -> RedisResult<Connection>, run_ms: f64) -> Redis
                         if reply[0] != 0 {
                             continue; // a slot more than MAXWAIT (one period) away: ask again later
                         }
-                        let tat_ns: i64 = tat.and_then(|t| t.parse().ok()).unwrap_or(0);
+                        let tat_ns: i64 = tat
+                            .and_then(|t| t.strip_prefix('P').and_then(|t| t.parse().ok()))
+                            .unwrap_or(0);
                         let interval_ns =
                             i64::from(PACE_PERIOD_MS) * 1_000_000 / i64::from(PACE_COUNT);
                         let asked_ms = (s * 1_000_000 + us - origin) as f64 / 1000.0;
