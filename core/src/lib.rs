@@ -23,6 +23,7 @@ pub mod lease;
 pub mod limiter;
 mod limits;
 pub mod pace;
+pub mod quota;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reference;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -8,6 +8,7 @@ pub mod bucket;
 pub mod counter;
 pub mod lease;
 pub mod pace;
+pub mod quota;
 pub mod throttle;
 pub mod window;
 

