@@ -14,7 +14,7 @@ LOCAL_IMAGE ?= redis-throttle:local
 SOURCE_IMAGE ?= redis-throttle:source
 # Test files (tests/NAME.rs) that need replicas, restarts, a cluster, module unloads or servers of
 # their own (the twin's): native backend only.
-NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart twin pace docs load
+NATIVE_ONLY_TESTS ?= replication registration scripting cluster keyspace failover persistence security operate_restart twin pace docs load quota
 export NATIVE_ONLY_TESTS
 # The Functions twin (functions/throttle.lua): test files (FILE) and tests (FILE::TEST) that need the
 # module itself, skipped when the behavioural tests run against the twin (`make test-twin`).
@@ -24,7 +24,7 @@ export NATIVE_ONLY_TESTS
 # CL.PACE and CL.ACQUIRE/CL.RELEASE are the module's only: pace, lease and their tests elsewhere.
 # (security::the_largest_limits…: limits above 2^53 - 1 again.) So are INFO, CL.TOP, the
 # throttled event and the configs (operate, operate_restart); SHADOW is the twin's too.
-TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart docs load \
+TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart docs load quota \
 	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
 	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
 	replication::lease_calls_on_sets_holding_other_data_replicate_only_what_they_read \

@@ -184,6 +184,7 @@ fn describe(strings: &mut Strings, nested: &mut Vec<Vec<RedisModuleCommandArg>>,
         ArgKind::String => (STRING, None),
         ArgKind::Flag(token) => (TOKEN, Some(token)),
         ArgKind::Option(token) => (INTEGER, Some(token)),
+        ArgKind::Text(token) => (STRING, Some(token)),
         ArgKind::Spec => (ONEOF, None),
     };
     let mut arg = plain(strings, a.name, type_)?;

@@ -138,7 +138,7 @@ fn errors_name_the_limiter_and_write_nothing() {
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60", "ERR numkeys is 2 but 1 limiter specs follow the keys"),
         ("CL.ALL 2 {e}t {e}t THROTTLE 4 1 60 THROTTLE 4 1 60", "ERR limiters 1 and 2 name the same key"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 0 60", "ERR limiter 2: limit must be an integer from 1 to 999999999999999999"),
-        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 SLIDING 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'SLIDING'"),
+        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 SLIDING 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'SLIDING'"),
         ("CL.ALL 1 {e}t THROTTLE 4 1 60 BOGUS", "ERR syntax error"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 PRECISION 5", "ERR limiter 2: COUNTER does not take PRECISION"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 QUANTITY", "ERR limiter 2: syntax error"),
@@ -167,10 +167,10 @@ fn argument_errors_inside_a_spec_name_their_limiter_and_write_nothing() {
         ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 QUANTITY 1 precision 5 WINDOW 5 60", "ERR limiter 1: THROTTLE does not take PRECISION".into()),
         ("CL.ALL 2 {e}n {e}t BUCKET 5 1 60 THROTTLE 4 1 60 PRECISION 5 DETAILS", "ERR limiter 2: THROTTLE does not take PRECISION".into()),
         // After a call option the spec has ended: the word is read as the next spec's.
-        ("CL.ALL 2 {e}n {e}c WINDOW 5 60 MS PRECISION 5 COUNTER 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'".into()),
+        ("CL.ALL 2 {e}n {e}c WINDOW 5 60 MS PRECISION 5 COUNTER 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'".into()),
         ("CL.ALL 1 {e}n WINDOW 5 60 MS PRECISION 5", "ERR syntax error".into()),
         // A word no spec takes keeps its texts.
-        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'MAXWAIT'".into()),
+        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'".into()),
         ("CL.ALL 1 {e}c COUNTER 4 60 MAXWAIT 5", "ERR syntax error".into()),
     ];
     assert_errors_write_nothing(&mut c, &cases);

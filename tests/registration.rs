@@ -11,6 +11,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("cl.window", "CL.WINDOW {key} 5 60 PRECISION 10"),
     ("cl.bucket", "CL.BUCKET {key} 5 1 60"),
     ("cl.counter", "CL.COUNTER {key} 5 60 MS"),
+    ("cl.quota", "CL.QUOTA {key} 5 PER MONTH TZ Europe/Berlin MS"),
 ];
 
 #[test]

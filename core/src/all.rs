@@ -103,13 +103,13 @@ impl<'a> Request<'a> {
                 if index > numkeys {
                     return Err(Error::Syntax);
                 }
-                return Err(Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET or COUNTER, got '{}'", printable(word))));
+                return Err(Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got '{}'", printable(word))));
             };
-            let mut end = algorithm.params().count();
+            let mut end = algorithm.param_words();
             if after.len() < end {
                 return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
             }
-            let accepts = |w: &[u8]| algorithm.options().chain([&QUANTITY]).any(|a| matches!(a.kind, ArgKind::Option(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+            let accepts = |w: &[u8]| algorithm.options().chain([&QUANTITY]).any(|a| matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if w.eq_ignore_ascii_case(t.as_bytes())));
             while after.get(end).is_some_and(|w| accepts(w)) {
                 end += 2; // the option and its value (a missing value is the spec's syntax error)
             }
@@ -138,6 +138,9 @@ impl<'a> Request<'a> {
 
 /// One spec's numbers and options (after its word): the limiter and its quantity.
 fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64)> {
+    if let Algorithm::Quota = algorithm {
+        return crate::limiter::quota_spec(words, unit, [&QUANTITY].into_iter());
+    }
     let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
     let mut values = [0i64; 3];
     for (slot, word) in values.iter_mut().zip(numbers) {
@@ -150,7 +153,7 @@ fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Resul
 /// The option `word` names if some spec takes it (`QUANTITY`, `PRECISION`), as its table spells it.
 fn spec_option(word: &[u8]) -> Option<&'static str> {
     Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&QUANTITY]).find_map(|a| match a.kind {
-        ArgKind::Option(token) if word.eq_ignore_ascii_case(token.as_bytes()) => Some(token),
+        ArgKind::Option(token) | ArgKind::Text(token) if word.eq_ignore_ascii_case(token.as_bytes()) => Some(token),
         _ => None,
     })
 }

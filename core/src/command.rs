@@ -59,6 +59,8 @@ pub enum ArgKind {
     Flag(&'static str),
     /// A word followed by an integer or duration (`PRECISION p`, `QUANTITY q`).
     Option(&'static str),
+    /// A word followed by a word that is not a number (`PER unit`, `TZ zone`, `ANCHOR instant`).
+    Text(&'static str),
     /// A CL.ALL limiter spec: one of the algorithms, by its word, then its own command's
     /// parameters and options (from that command's table) and `[QUANTITY q]`.
     Spec,
@@ -89,9 +91,9 @@ impl Arg {
     fn words(&self) -> (usize, Option<usize>) {
         let (min, max) = match self.kind {
             ArgKind::Integer | ArgKind::Duration | ArgKind::String | ArgKind::Quantity | ArgKind::Flag(_) => (1, Some(1)),
-            ArgKind::Option(_) => (2, Some(2)),
+            ArgKind::Option(_) | ArgKind::Text(_) => (2, Some(2)),
             ArgKind::Spec => {
-                let words = |a: crate::limiter::Algorithm| (1 + a.params().count(), 1 + a.params().count() + 2 * a.options().count() + 2);
+                let words = |a: crate::limiter::Algorithm| (1 + a.param_words(), 1 + a.param_words() + 2 * a.options().count() + 2);
                 let min = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).0).min().unwrap_or(0);
                 let max = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).1).max();
                 (min, max)

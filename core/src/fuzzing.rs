@@ -184,6 +184,8 @@ pub fn parse(data: &[u8]) {
             match e {
                 Error::WrongArity(n) => assert_eq!(n, name),
                 Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax => {}
+                // CL.QUOTA names a bad zone or anchor with the word given.
+                Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
             }
         }

@@ -10,10 +10,12 @@
 //! | CL.WINDOW | `Window` | [`crate::window`] (sliding window) | binary, first byte `0x01` (exact log) or `0x02` (buckets) |
 //! | CL.BUCKET | `Bucket` | [`crate::bucket`] (token bucket) | minus the deficit, decimal ≤ −1 |
 //! | CL.COUNTER | `Counter` | [`crate::counter`] (fixed window) | the count, decimal, 0 ≤ count < 10^18 |
+//! | CL.QUOTA | `Quota` | [`crate::quota`] (calendar quota) | as CL.COUNTER (the key expires at the period's end) |
 //!
 //! | CL.PACE | (not a limiter of CL.ALL) | [`crate::pace`] (leaky bucket as a meter) | `P` and the TAT, decimal nanoseconds ≥ 10^18 |
 //!
-//! The stored forms are disjoint, so a key used by the wrong command is refused with WRONGTYPE
+//! The stored forms are disjoint (but CL.QUOTA's, which is CL.COUNTER's: either reads the
+//! other's count, carried into its own window or period), so a key used by the wrong command is refused with WRONGTYPE
 //! instead of being misread (and overwritten): above all a pacer's key, whose TAT is a queue of
 //! reservations that CL.THROTTLE would read as a clock step and cut back.
 
@@ -22,7 +24,7 @@ use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Parsed, Tail};
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Unit};
-use crate::{Decision, Patch, bucket, counter, pace, throttle, window};
+use crate::{Decision, Patch, bucket, counter, pace, quota, throttle, window};
 
 /// The algorithms, one per limiter command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +33,7 @@ pub enum Algorithm {
     Window,
     Bucket,
     Counter,
+    Quota,
 }
 
 /// A limiter with its validated parameters.
@@ -40,6 +43,7 @@ pub enum Limiter {
     Window(window::Params),
     Bucket(bucket::Params),
     Counter(counter::Params),
+    Quota(quota::Params),
 }
 
 /// What a decision stores: an integer value, one behind a one-byte tag (CL.PACE's `P` and
@@ -109,11 +113,30 @@ static COUNTER: Command = Command {
     args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
 };
 
+static QUOTA: Command = Command {
+    name: "cl.quota",
+    summary: "A calendar quota: at most limit units per calendar minute, hour, day, week (ISO), month or year in a time zone, optionally from a billing anchor.",
+    complexity: "O(1)",
+    since: "1.2.0",
+    flags: LIMITER_FLAGS,
+    acl_categories: LIMITER_ACL,
+    keys: Keys::One,
+    args: &[
+        Arg::integer("limit"),
+        Arg { name: "unit", kind: ArgKind::Text("PER"), optional: false, multiple: false },
+        Arg { name: "zone", kind: ArgKind::Text("TZ"), optional: true, multiple: false },
+        Arg { name: "anchor", kind: ArgKind::Text("ANCHOR"), optional: true, multiple: false },
+        crate::all::QUANTITY,
+        Arg::MS,
+        Arg::SHADOW,
+    ],
+};
+
 /// `PRECISION p` (CL.WINDOW only).
 const PRECISION: Arg = Arg::option("precision", "PRECISION");
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 4] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter];
+    pub const ALL: [Algorithm; 5] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter, Algorithm::Quota];
 
     /// Its own command's table.
     pub const fn command(self) -> &'static Command {
@@ -122,6 +145,7 @@ impl Algorithm {
             Algorithm::Window => &WINDOW,
             Algorithm::Bucket => &BUCKET,
             Algorithm::Counter => &COUNTER,
+            Algorithm::Quota => &QUOTA,
         }
     }
 
@@ -132,6 +156,7 @@ impl Algorithm {
             Algorithm::Window => "WINDOW",
             Algorithm::Bucket => "BUCKET",
             Algorithm::Counter => "COUNTER",
+            Algorithm::Quota => "QUOTA",
         }
     }
 
@@ -145,14 +170,19 @@ impl Algorithm {
         self.command().args.iter().filter(|a| !a.optional)
     }
 
-    /// Its options other than the shared quantity and unit (`PRECISION p`).
+    /// Its options other than the shared quantity and unit (`PRECISION p`, `TZ zone`).
     pub fn options(self) -> impl Iterator<Item = &'static Arg> + Clone {
-        self.command().args.iter().filter(|a| matches!(a.kind, ArgKind::Option(_)))
+        self.command().args.iter().filter(|a| a.optional && matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if t != "QUANTITY"))
+    }
+
+    /// The words its positional parameters take (`PER unit` takes two).
+    pub fn param_words(self) -> usize {
+        self.params().map(|a| if matches!(a.kind, ArgKind::Option(_) | ArgKind::Text(_)) { 2 } else { 1 }).sum()
     }
 
     /// Whether the key's expiry is part of the state (reading it costs the server a lookup).
     pub fn reads_expiry(self) -> bool {
-        matches!(self, Algorithm::Bucket | Algorithm::Counter)
+        matches!(self, Algorithm::Bucket | Algorithm::Counter | Algorithm::Quota)
     }
 
     /// The name its errors about stored state use.
@@ -162,6 +192,7 @@ impl Algorithm {
             Algorithm::Window => "CL.WINDOW",
             Algorithm::Bucket => "CL.BUCKET",
             Algorithm::Counter => "CL.COUNTER",
+            Algorithm::Quota => "CL.QUOTA",
         }
     }
 
@@ -201,6 +232,8 @@ impl Algorithm {
             }
             Algorithm::Bucket => Limiter::Bucket(bucket::Params::new(value(0), value(1), duration(value(2), unit, "interval")?)?),
             Algorithm::Counter => Limiter::Counter(counter::Params::new(value(0), duration(value(1), unit, "window")?)?),
+            // Its words are not all numbers: see `quota_spec`.
+            Algorithm::Quota => return Err(Error::Internal("CL.QUOTA is parsed from its words".into())),
         })
     }
 }
@@ -212,6 +245,7 @@ impl Limiter {
             Limiter::Window(_) => Algorithm::Window,
             Limiter::Bucket(_) => Algorithm::Bucket,
             Limiter::Counter(_) => Algorithm::Counter,
+            Limiter::Quota(_) => Algorithm::Quota,
         }
     }
 
@@ -246,6 +280,11 @@ impl Limiter {
                 let state = counter::decode(s.value, s.expires_at_ms)?;
                 counter::decide(Some(state), now, p, quantity).map(integer)
             }),
+            (Limiter::Quota(p), false) => quota::decide(None, now, p, quantity).map(integer),
+            (Limiter::Quota(p), true) => read(&|s| {
+                let state = quota::decode(s.value, s.expires_at_ms)?;
+                quota::decide(Some(state), now, p, quantity).map(integer)
+            }),
         }
         .map_err(|e| match e {
             Error::InvalidState(_) => Error::InvalidState(algorithm.state_name()),
@@ -269,6 +308,9 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Parses a call of `algorithm`'s command, its parameters within `caps`.
     pub fn parse(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
+        if let Algorithm::Quota = algorithm {
+            return Request::parse_quota(args);
+        }
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
         for (i, slot) in values.iter_mut().enumerate() {
@@ -282,6 +324,33 @@ impl<'a> Request<'a> {
     pub fn shadow(&self) -> bool {
         self.tail.has("SHADOW")
     }
+
+    /// `CL.QUOTA key limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]`.
+    fn parse_quota(args: &[&'a [u8]]) -> Result<Request<'a>> {
+        let table = Algorithm::Quota.command();
+        let arity = || Error::WrongArity(table.name);
+        let (&key, rest) = args.split_first().ok_or_else(arity)?;
+        if rest.len() < Algorithm::Quota.param_words() || table.max_words().is_some_and(|max| args.len() > max) {
+            return Err(arity());
+        }
+        let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
+        let (limiter, tail) = quota_words(rest, tail_args, None)?;
+        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, tail })
+    }
+}
+
+/// A quota's words (after its key, or its CL.ALL spec word): the limiter and the tail of the
+/// words `accepted` (`unit`: the call's, when the tail cannot set it).
+fn quota_words<'t>(words: &[&[u8]], accepted: impl Iterator<Item = &'t Arg> + Clone, unit: Option<Unit>) -> Result<(Limiter, Tail)> {
+    let words = quota::Words::split(words)?;
+    let tail = Tail::parse(words.rest(), accepted)?;
+    Ok((Limiter::Quota(words.params(unit.unwrap_or(tail.unit))?), tail))
+}
+
+/// A CL.ALL `QUOTA limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q]` spec (after its word).
+pub fn quota_spec<'t>(words: &[&[u8]], unit: Unit, accepted: impl Iterator<Item = &'t Arg> + Clone) -> Result<(Limiter, i64)> {
+    let (limiter, tail) = quota_words(words, accepted, Some(unit))?;
+    Ok((limiter, tail.quantity.unwrap_or(1)))
 }
 
 impl<S> Decision<S> {

@@ -198,9 +198,12 @@ pub struct Words<'a> {
     pub per: Per,
     pub zone: Option<&'a [u8]>,
     pub anchor: Option<&'a [u8]>,
-    /// The other words, in order (at most 8: the longest tail any caller accepts).
-    pub rest: Vec<&'a [u8]>,
+    /// The other words, in order (at most [`MAX_REST`]: longer than any tail a caller accepts).
+    rest: [&'a [u8]; MAX_REST],
+    rest_len: usize,
 }
+
+const MAX_REST: usize = 6;
 
 impl<'a> Words<'a> {
     /// Splits `words`; a missing `PER`, or `TZ`/`ANCHOR` without a value or given twice, is
@@ -214,7 +217,7 @@ impl<'a> Words<'a> {
             return Err(Error::Call("expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
         }
         let per = Per::parse(unit)?;
-        let (mut zone, mut anchor, mut rest) = (None, None, Vec::new());
+        let (mut zone, mut anchor, mut rest, mut rest_len) = (None, None, [&[][..]; MAX_REST], 0);
         let mut it = tail.iter();
         while let Some(&word) = it.next() {
             let slot = if word.eq_ignore_ascii_case(b"TZ") {
@@ -222,7 +225,8 @@ impl<'a> Words<'a> {
             } else if word.eq_ignore_ascii_case(b"ANCHOR") {
                 &mut anchor
             } else {
-                rest.push(word);
+                *rest.get_mut(rest_len).ok_or_else(|| Error::Syntax)? = word;
+                rest_len += 1;
                 continue;
             };
             if slot.is_some() {
@@ -230,7 +234,12 @@ impl<'a> Words<'a> {
             }
             *slot = Some(*it.next().ok_or_else(|| Error::Syntax)?);
         }
-        Ok(Words { limit, per, zone, anchor, rest })
+        Ok(Words { limit, per, zone, anchor, rest, rest_len })
+    }
+
+    /// The words other than the quota's own, for the caller's tail.
+    pub fn rest(&self) -> &[&'a [u8]] {
+        &self.rest[..self.rest_len]
     }
 
     /// The parameters, times of `ANCHOR` in `unit`.

@@ -7,6 +7,7 @@ mod bucket;
 mod counter;
 mod debug;
 mod pace;
+mod quota;
 mod release;
 mod throttle;
 mod top;
@@ -22,7 +23,7 @@ use crate::store::Key;
 use crate::{clock, config};
 
 /// Every command the module registers, in order (`INFO throttle` lists the counted ones so).
-pub static ALL: [&Registered; 9] = [
+pub static ALL: [&Registered; 10] = [
     &throttle::COMMAND,
     &window::COMMAND,
     &bucket::COMMAND,
@@ -32,6 +33,7 @@ pub static ALL: [&Registered; 9] = [
     &acquire::COMMAND,
     &release::COMMAND,
     &top::COMMAND,
+    &quota::COMMAND,
 ];
 /// Registered only when the module is loaded with `DEBUG-COMMANDS yes`.
 pub static DEBUG: &Registered = &debug::COMMAND;

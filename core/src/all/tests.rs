@@ -54,10 +54,10 @@ fn errors_say_what_and_which_limiter() {
     assert_eq!(error("2 a b COUNTER 1 1"), "ERR numkeys is 2 but 1 limiter specs follow the keys");
     assert_eq!(error("1 a COUNTER 1 1 COUNTER 1 1"), "ERR numkeys is 1 but 2 limiter specs follow the keys");
     assert_eq!(error("3 a b a COUNTER 1 1 COUNTER 1 1 COUNTER 1 1"), "ERR limiters 1 and 3 name the same key");
-    assert_eq!(error("1 a LEAKY 1 1"), "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'LEAKY'");
+    assert_eq!(error("1 a LEAKY 1 1"), "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'LEAKY'");
     assert_eq!(error("2 a b COUNTER 1 1 WINDOW 0 10"), "ERR limiter 2: limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
     assert_eq!(error("2 a b COUNTER 1 1 BUCKET 1 1"), "ERR limiter 2: BUCKET takes 3 numbers");
-    assert_eq!(error("2 a b COUNTER 1 1 BOGUS 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'BOGUS'");
+    assert_eq!(error("2 a b COUNTER 1 1 BOGUS 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'BOGUS'");
     assert_eq!(error("1 a COUNTER 1 1 BOGUS"), "ERR syntax error");
     assert_eq!(error("1 a COUNTER 1 1 5"), "ERR syntax error");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY"), "ERR limiter 1: syntax error");
@@ -89,10 +89,10 @@ fn an_option_the_spec_does_not_take_names_that_spec() {
     // A window takes it.
     assert!(parse("2 a b WINDOW 5 60 PRECISION 5 COUNTER 1 1").is_ok());
     // Not right after the spec (a call option between ends it): the word is no spec.
-    assert_eq!(error("2 a b WINDOW 5 60 MS PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'PRECISION'");
+    assert_eq!(error("2 a b WINDOW 5 60 MS PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'");
     assert_eq!(error("1 a WINDOW 5 60 MS PRECISION 5"), "ERR syntax error");
     // A word that is no option at all keeps the texts above.
-    assert_eq!(error("2 a b COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET or COUNTER, got 'MAXWAIT'");
+    assert_eq!(error("2 a b COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'");
     assert_eq!(error("1 a COUNTER 4 60 MAXWAIT 5"), "ERR syntax error");
 }
 
@@ -140,12 +140,16 @@ impl Key {
 
 /// A limiter with small parameters, so that random calls reach every outcome.
 fn limiter() -> impl Strategy<Value = Limiter> {
-    (0usize..4, 1i64..6, 1i64..4, 1i64..2000).prop_map(|(kind, a, b, ms)| {
+    (0usize..5, 1i64..6, 1i64..4, 1i64..2000).prop_map(|(kind, a, b, ms)| {
         let algorithm = Algorithm::ALL[kind];
         let values = match algorithm {
             Algorithm::Throttle => [a - 1, b, ms],
             Algorithm::Window | Algorithm::Counter => [a, ms, 0],
             Algorithm::Bucket => [a, b, ms],
+            Algorithm::Quota => {
+                let calendar = crate::quota::Calendar { per: crate::quota::Per::Minute, zone: crate::quota::Zone::UTC, anchor_ms: None };
+                return Limiter::Quota(crate::quota::Params::new(a, calendar).unwrap());
+            }
         };
         let tail = Tail::parse(&[], std::iter::empty()).unwrap();
         algorithm.build(&values, &tail, Unit::Millis, &Caps::DEFAULT).unwrap()

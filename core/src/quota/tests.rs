@@ -314,3 +314,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn commands_parse_quota_words() {
+    use crate::limiter::{Limiter, Request};
+    let words = |s: &'static str| s.split(' ').map(str::as_bytes).collect::<Vec<_>>();
+    let r = Request::parse(crate::limiter::Algorithm::Quota, &words("k 100 PER month TZ Europe/Berlin ANCHOR 2026-01-31T09:00:00Z QUANTITY 3 MS SHADOW"), &crate::Caps::DEFAULT).unwrap();
+    assert_eq!((r.key, r.quantity, r.unit, r.shadow()), (&b"k"[..], 3, Unit::Millis, true));
+    let Limiter::Quota(p) = r.limiter else { panic!() };
+    assert_eq!(p.calendar(), cal(Per::Month, "Europe/Berlin", Some("2026-01-31T09:00:00Z")));
+    // ANCHOR as Unix time reads in the call's unit, wherever MS is.
+    let r = Request::parse(crate::limiter::Algorithm::Quota, &words("k 1 PER DAY ANCHOR 1769850000000 MS"), &crate::Caps::DEFAULT).unwrap();
+    let Limiter::Quota(p) = r.limiter else { panic!() };
+    assert_eq!(p.calendar().anchor_ms, Some(1_769_850_000_000));
+    let err = |s: &'static str| Request::parse(crate::limiter::Algorithm::Quota, &words(s), &crate::Caps::DEFAULT).unwrap_err().to_string();
+    assert_eq!(err("k 100 PER"), "ERR wrong number of arguments for 'cl.quota' command");
+    assert_eq!(err("k 100 PER DAY 5"), "ERR syntax error");
+    assert_eq!(err("k 100 PER DAY PRECISION 5"), "ERR syntax error");
+    assert_eq!(err("k 1.5 PER DAY"), "ERR value is not an integer or out of range");
+
+    let all = |s: &'static str| crate::all::Request::parse(&words(s), &crate::Caps::DEFAULT);
+    let r = all("2 a b THROTTLE 9 10 1 QUOTA 1000000 PER MONTH TZ +05:30 QUANTITY 500 MS").unwrap();
+    assert_eq!(r.limiters[1].1, 500);
+    assert_eq!(r.limiters[1].0, Limiter::Quota(Params::new(1_000_000, cal(Per::Month, "+05:30", None)).unwrap()));
+    let err = |s: &'static str| all(s).unwrap_err().to_string();
+    assert_eq!(err("1 a QUOTA 5 PER DAY PRECISION 3"), "ERR limiter 1: QUOTA does not take PRECISION");
+    assert_eq!(err("2 a b COUNTER 5 60 TZ UTC QUOTA 5 PER DAY"), "ERR limiter 1: COUNTER does not take TZ");
+    assert_eq!(err("1 a QUOTA 5 PER DAY TZ Nowhere/Land").split(':').next(), Some("ERR limiter 1"));
+    assert_eq!(err("1 a QUOTA 5 PER"), "ERR limiter 1: QUOTA takes 3 numbers");
+}
