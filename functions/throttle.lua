@@ -8,6 +8,7 @@ Redis Functions, for servers that cannot load modules (managed Redis and Valkey)
          FCALL cl_window   1 <key> <limit> <window> [quantity] [MS] [PRECISION p] [SHADOW]
          FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [MS] [SHADOW]
          FCALL cl_counter  1 <key> <limit> <window> [quantity] [MS] [SHADOW]
+         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]
          FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
@@ -26,6 +27,7 @@ refused with an error (they are listed in the README), never answered with a wro
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
 local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack
+local match -- (CL.QUOTA's instants)
 local bound = false
 local function bind()
   floor = math.floor
@@ -34,6 +36,7 @@ local function bind()
   -- at a time. unpack: a table's values as arguments, to make one string of many bytes.)
   unpack, unpack_i8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), _G.unpack
   concat = table.concat
+  match = string.match
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
@@ -65,9 +68,15 @@ local ERR = {
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all",
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota or cl_all",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
+  -- CL.QUOTA (core/src/quota.rs), and the twin's own refusal of IANA names.
+  quota_unit = 'ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR',
+  quota_per = 'ERR expected PER unit after the limit (e.g. 1000 PER MONTH)',
+  quota_offset = "ERR bad offset '%s' for TZ: use +HH:MM or -HH:MM (at most 25:59)",
+  quota_anchor = "ERR bad ANCHOR '%s': use Unix time in the call's unit or an RFC 3339 instant such as 2026-01-31T09:00:00Z, on a whole millisecond",
+  twin_zone = "ERR TZ '%s': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)",
 }
 -- The bounds the range errors state (as text: most are beyond what a double carries exactly).
 local BOUND = {
@@ -346,7 +355,7 @@ local function kind_of(stored)
   return 'bucket'
 end
 
-local STATE_NAME = { throttle = 'CL.THROTTLE', window = 'CL.WINDOW', bucket = 'CL.BUCKET', counter = 'CL.COUNTER' }
+local STATE_NAME = { throttle = 'CL.THROTTLE', window = 'CL.WINDOW', bucket = 'CL.BUCKET', counter = 'CL.COUNTER', quota = 'CL.QUOTA' }
 
 -- The error for a stored value `own`'s decoder refused.
 local function invalid(own, stored)
@@ -600,6 +609,131 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   local c = count + q
   local d = reply(0, c)
   d.eff, d.value, d.at = 'set', int_text(c), expiry()
+  return d
+end
+
+---------------------------------------------------------------------------------------------
+-- CL.QUOTA: a calendar quota (core/src/quota.rs) in UTC or a fixed offset (Lua has no tz
+-- database: an IANA name is refused). The count (CL.COUNTER's form) on a key expiring at the
+-- period's end; a live key expiring at another instant was written under another calendar,
+-- and its count carries over. Every instant here is a whole millisecond, below 2^53.
+
+local QUOTA_PER = { MINUTE = 1, HOUR = 2, DAY = 3, WEEK = 4, MONTH = 5, YEAR = 6 }
+local MS_DAY = 86400000
+local ANCHOR_MIN, ANCHOR_MAX = -62167219200000, 253402300799999
+
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = div_floor(y, 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = div_floor(153 * mp + 2, 5) + d - 1
+  return era * 146097 + yoe * 365 + div_floor(yoe, 4) - div_floor(yoe, 100) + doy - 719468
+end
+
+local function civil_from_days(z)
+  z = z + 719468
+  local era = div_floor(z, 146097)
+  local doe = z - era * 146097
+  local yoe = div_floor(doe - div_floor(doe, 1460) + div_floor(doe, 36524) - div_floor(doe, 146096), 365)
+  local doy = doe - (365 * yoe + div_floor(yoe, 4) - div_floor(yoe, 100))
+  local mp = div_floor(5 * doy + 2, 153)
+  local d = doy - div_floor(153 * mp + 2, 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  return yoe + era * 400 + (m <= 2 and 1 or 0), m, d
+end
+
+local function days_in_month(y, m)
+  if m == 2 then return ((y % 4 == 0 and y % 100 ~= 0) or y % 400 == 0) and 29 or 28 end
+  if m == 4 or m == 6 or m == 9 or m == 11 then return 30 end
+  return 31
+end
+
+local function quota_index(per, lc)
+  local days = div_floor(lc, MS_DAY)
+  if per == 1 then return div_floor(lc, 60000) end
+  if per == 2 then return div_floor(lc, 3600000) end
+  if per == 3 then return days end
+  if per == 4 then return div_floor(days + 3, 7) end
+  local y, m = civil_from_days(days)
+  if per == 5 then return y * 12 + m - 1 end
+  return y
+end
+
+local function quota_local_start(p, index)
+  local per, pos = p.per, p.pos
+  if per == 1 then return index * 60000 + pos.ms % 60000 end
+  if per == 2 then return index * 3600000 + pos.ms % 3600000 end
+  if per == 3 then return index * MS_DAY + pos.ms end
+  if per == 4 then return (index * 7 - 3 + pos.weekday) * MS_DAY + pos.ms end
+  local y, m
+  if per == 5 then
+    y = div_floor(index, 12)
+    m = index - y * 12 + 1
+  else
+    y, m = index, pos.month
+  end
+  local dim = days_in_month(y, m)
+  return days_from_civil(y, m, pos.day < dim and pos.day or dim) * MS_DAY + pos.ms
+end
+
+-- The period [start, end) (ms) holding nm, kept on the (cached) parameters until it ends.
+local function quota_period(p, nm)
+  if p.ps and p.ps <= nm and nm < p.pe then return p.ps, p.pe end
+  local off = p.offset
+  local index = quota_index(p.per, nm + off)
+  local start = quota_local_start(p, index) - off
+  while start > nm do
+    index = index - 1
+    start = quota_local_start(p, index) - off
+  end
+  local e = quota_local_start(p, index + 1) - off
+  while e <= nm do
+    index, start = index + 1, e
+    e = quota_local_start(p, index + 1) - off
+  end
+  p.ps, p.pe = start, e
+  return start, e
+end
+
+local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+  local _, e = quota_period(p, nm)
+  local cm, cu = 0, 0
+  local live, moved = false, false
+  if stored then
+    cm, cu = parse_i64(stored)
+    if not cm or cm < 0 or cm > 999999999999 then invalid('quota', stored) end
+    local at = stamped_at(expiry_ms) -- nil: no expiry (or beyond i64 ns): lives, another period
+    live = at == nil or at > nm
+    moved = live and at ~= e
+  end
+  if not live then cm, cu = 0, 0 end
+  local count = t_capped(cm, cu)
+  local um, uu = t_sub(e, 0, nm, nu) -- until the period ends
+  local function reply(limited, c, rm, ru)
+    if c > 0 then return decision(limited, p.limit, c, rm, ru, um, uu) end
+    return decision(limited, p.limit, c, rm, ru, 0, 0)
+  end
+  local function denied(d)
+    if moved and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(cm, cu), e end
+    return d
+  end
+  if q < 0 then
+    if not live then return reply(0, 0) end
+    local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
+    if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
+    if km < 0 then km, ku = 0, 0 end
+    local c = t_capped(km, ku)
+    local d = reply(0, c)
+    if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), e end
+    return d
+  end
+  if q > p.limit then return denied(reply(1, count)) end
+  if count + q > p.limit then return denied(reply(1, count, um, uu)) end
+  if q == 0 then return reply(0, count) end
+  local c = count + q
+  local d = reply(0, c)
+  d.eff, d.value, d.at = 'set', int_text(c), e
   return d
 end
 
@@ -1752,6 +1886,130 @@ local function duration(m, u, millis, name)
   return (m * M + u) * 1000
 end
 
+-- CL.QUOTA's words (core/src/quota.rs `Words`, `Zone::parse`, `parse_anchor`).
+
+-- A word for a CL.QUOTA error: printable ASCII, at most 40 characters.
+local function quota_printable(word)
+  local out = {}
+  for i = 1, #word < 40 and #word or 40 do
+    local b = byte(word, i)
+    out[i] = (b >= 33 and b <= 126) and char(b) or '?'
+  end
+  return concat(out)
+end
+
+-- TZ: UTC, Z or a fixed offset, as milliseconds east of UTC.
+local function quota_zone(word)
+  if word == 'Z' or is_word(word, 'UTC') then return 0 end
+  local sign = byte(word)
+  if sign == 43 or sign == 45 then
+    local r = sub(word, 2)
+    local h, mi, s
+    if find(r, '^%d%d$') then h, mi, s = tonumber(r), 0, 0
+    elseif find(r, '^%d%d%d%d$') then h, mi, s = tonumber(sub(r, 1, 2)), tonumber(sub(r, 3, 4)), 0
+    elseif find(r, '^%d%d:%d%d$') then h, mi, s = tonumber(sub(r, 1, 2)), tonumber(sub(r, 4, 5)), 0
+    elseif find(r, '^%d%d:%d%d:%d%d$') then h, mi, s = tonumber(sub(r, 1, 2)), tonumber(sub(r, 4, 5)), tonumber(sub(r, 7, 8)) end
+    local secs = h and h * 3600 + mi * 60 + s
+    if not h or mi > 59 or s > 59 or secs > 93540 then fail(fmt(ERR.quota_offset, quota_printable(word))) end
+    return (sign == 45 and -secs or secs) * 1000
+  end
+  fail(fmt(ERR.twin_zone, quota_printable(word)))
+end
+
+-- ANCHOR: Unix time in the call's unit, or `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole ms.
+local function quota_anchor(word, millis)
+  local bad = function() fail(fmt(ERR.quota_anchor, quota_printable(word))) end
+  local m, u = parse_i64(word)
+  if m then
+    -- |v| within the anchor range (below 2^53 ms) or out of it: t_capped keeps the order.
+    local v = t_capped(m, u)
+    local ms = millis and v or v * 1000
+    if ms < ANCHOR_MIN or ms > ANCHOR_MAX then bad() end
+    return ms
+  end
+  local y, mo, d, h, mi, s, rest = match(word, '^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)(.*)$')
+  if not y then bad() end
+  y, mo, d, h, mi, s = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(s)
+  if mo < 1 or mo > 12 or d < 1 or d > days_in_month(y, mo) or h > 23 or mi > 59 or s > 59 then bad() end
+  local ms = 0
+  local frac, zone = match(rest, '^%.(%d+)(.*)$')
+  if frac then
+    if #frac > 9 then bad() end
+    frac = frac .. rep('0', 9 - #frac)
+    if sub(frac, 4) ~= '000000' then bad() end
+    ms, rest = tonumber(sub(frac, 1, 3)), zone
+  end
+  local offset
+  if rest == 'Z' then offset = 0
+  else
+    local sign, oh, om = match(rest, '^([+-])(%d%d):(%d%d)$')
+    if not sign then bad() end
+    oh, om = tonumber(oh), tonumber(om)
+    if oh > 23 or om > 59 then bad() end
+    offset = (oh * 60 + om) * 60000 * (sign == '-' and -1 or 1)
+  end
+  local at = days_from_civil(y, mo, d) * MS_DAY + ((h * 60 + mi) * 60 + s) * 1000 + ms - offset
+  if at < ANCHOR_MIN or at > ANCHOR_MAX then bad() end
+  return at
+end
+
+-- The parameters; `words` args[first..last]: limit PER unit, then TZ, ANCHOR and the tail
+-- (single: QUANTITY q, MS, SHADOW; spec: QUANTITY q). `millis`: the call's unit (spec only).
+local function quota_parse(args, first, last, spec, millis)
+  local lm, lu = integer(args[first])
+  if not is_word(args[first + 1], 'PER') then fail(ERR.quota_per) end
+  local per = QUOTA_PER[args[first + 2]:upper()]
+  if not per then fail(ERR.quota_unit) end
+  local zone, anchor, rest = nil, nil, {}
+  local i = first + 3
+  while i <= last do
+    local a = args[i]
+    if is_word(a, 'TZ') or is_word(a, 'ANCHOR') then
+      if i == last then fail(ERR.syntax) end
+      if is_word(a, 'TZ') then
+        if zone then fail(ERR.syntax) end
+        zone = args[i + 1]
+      else
+        if anchor then fail(ERR.syntax) end
+        anchor = args[i + 1]
+      end
+      i = i + 2
+    else
+      if #rest >= 6 then fail(ERR.syntax) end
+      rest[#rest + 1] = a
+      i = i + 1
+    end
+  end
+  local qm, qu, shadow
+  local j = 1
+  while j <= #rest do
+    local a = rest[j]
+    if qm == nil and is_word(a, 'QUANTITY') then
+      j = j + 1
+      if j > #rest then fail(ERR.syntax) end
+      qm, qu = integer(rest[j])
+    elseif not spec and not millis and is_word(a, 'MS') then millis = true
+    elseif not spec and not shadow and is_word(a, 'SHADOW') then shadow = true
+    else fail(ERR.syntax) end
+    j = j + 1
+  end
+  millis = millis or false
+  local offset = zone and quota_zone(zone) or 0
+  local anchor_ms = anchor and quota_anchor(anchor, millis)
+  if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
+  local limit = t_capped(lm, lu)
+  -- Where, within its period, a period starts (local): the anchor's fields or the calendar's.
+  local pos = { ms = 0, month = 1, day = 1, weekday = 0 }
+  if anchor_ms then
+    local lc = anchor_ms + offset
+    local days = div_floor(lc, MS_DAY)
+    local _, am, ad = civil_from_days(days)
+    pos = { ms = lc - days * MS_DAY, month = am, day = ad, weekday = (days + 3) % 7 }
+  end
+  if qm == nil then qm, qu = 0, 1 end
+  return { limit = limit, per = per, offset = offset, pos = pos, refuse = refusal(limit, 'limit') }, qm, qu, millis, shadow or false
+end
+
 -- Each command's table: its name, positional arguments and optional words (the most its tail
 -- may have), its word in a CL.ALL spec, and how its parameters are built from the positional
 -- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
@@ -1787,6 +2045,8 @@ local COMMANDS = {
       return bucket_params(a[1], a[2], a[3], a[4], interval)
     end,
   },
+  -- Its words are not all numbers (quota_parse reads them); `positional` counts `PER unit`.
+  quota = { name = 'cl.quota', positional = 3, word = 'QUOTA', zone = true },
   counter = {
     name = 'cl.counter', positional = 2, optional = 3, word = 'COUNTER',
     build = function(a, millis)
@@ -1808,6 +2068,11 @@ end
 -- Parses a single command's arguments after its key: its parameters, quantity (T), unit and
 -- SHADOW.
 local function parse(kind, args)
+  if kind == 'quota' then
+    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, MS and SHADOW.
+    if #args < 3 or #args > 11 then fail(fmt(ERR.arity, 'cl.quota')) end
+    return quota_parse(args, 1, #args, false, false)
+  end
   local command = COMMANDS[kind]
   local n = #args
   if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
@@ -1833,7 +2098,7 @@ local function read(key, with_expiry)
   return v
 end
 
-local READS_EXPIRY = { counter = true, bucket = true }
+local READS_EXPIRY = { counter = true, bucket = true, quota = true }
 
 local function read_of(kind, key)
   if kind == 'window' then return read_window(key) end
@@ -1846,6 +2111,7 @@ local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
   if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q)
   elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q)
   elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q)
+  elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q)
   else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
   -- (The call decided without an error the module would give: now the twin's own refusal.)
   if p.refuse then fail(p.refuse) end
@@ -1895,7 +2161,7 @@ local function shadowed(d)
   return d
 end
 
-local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0
+local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0
 
 -- One limiter command: FCALL cl_<kind> 1 key args...
 local function single(kind, keys, args)
@@ -1914,7 +2180,7 @@ local function single(kind, keys, args)
     p, qm, qu, millis, shadow = hit[1], hit[2], hit[3], hit[4], hit[5]
   else
     p, qm, qu, millis, shadow = parse(kind, args)
-    if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {} }, 0 end
+    if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
     PARSED[kind][ck] = { p, qm, qu, millis, shadow }
     parsed_count = parsed_count + 1
   end
@@ -1937,12 +2203,12 @@ end
 --         | COUNTER limit window [QUANTITY q]
 -- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
 
-local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter' }
+local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter', QUOTA = 'quota' }
 local ALL_MAX_KEYS = 16
 
 -- The options some spec takes (the module's spec_option): one right after a spec that does not
 -- take it is that spec's error.
-local ALL_OPTIONS = { QUANTITY = true, PRECISION = true }
+local ALL_OPTIONS = { QUANTITY = true, PRECISION = true, TZ = true, ANCHOR = true }
 
 -- An error of limiter i: every argument error names the limiter; WRONGTYPE (Redis's own key
 -- error) and a bug do not.
@@ -1971,6 +2237,10 @@ end
 
 -- A spec's numbers and options: its parameters and quantity (T).
 local function parse_spec(spec, args, millis)
+  if spec.kind == 'quota' then
+    local p, qm, qu = quota_parse(args, spec.first, spec.last, true, millis)
+    return p, qm, qu
+  end
   local command = COMMANDS[spec.kind]
   local a = positional(command, args, spec.first)
   local qm, qu, _, pm, pu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
@@ -2015,7 +2285,7 @@ local function all(keys, args)
       if last > n then fail(fmt(ERR.all_numbers, index, command.word, command.positional)) end
       while last < n do
         local option = args[last + 1]:upper()
-        if option ~= 'QUANTITY' and not (command.precision and option == 'PRECISION') then break end
+        if option ~= 'QUANTITY' and not (command.precision and option == 'PRECISION') and not (command.zone and (option == 'TZ' or option == 'ANCHOR')) then break end
         last = last + 2 -- the option and its value (a missing value is the spec's syntax error)
       end
       if last > n then last = n end
@@ -2112,7 +2382,7 @@ local function run(f, a, b, c)
 end
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
-local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter' }
+local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter', cl_quota = 'quota' }
 local function eval_dispatch(keys, argv)
   local name, args = argv[1], {}
   for i = 2, #argv do args[i - 1] = argv[i] end
@@ -2131,6 +2401,7 @@ register('cl_window', function(keys, args) return run(single, 'window', keys, ar
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
 register('cl_counter', function(keys, args) return run(single, 'counter', keys, args) end)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
+register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
 -- @library end
 -- @eval begin
 -- return run(eval_dispatch, KEYS, ARGV)

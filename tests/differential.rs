@@ -574,14 +574,19 @@ impl Rig {
     /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
     /// replies and each key's state after.
     fn call(&mut self, kind: Algorithm, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
+        self.call_named((kind.command(), kind.function()), keys, args, now_us)
+    }
+
+    /// `call` of a command and its function by name.
+    fn call_named(&mut self, (command, function): (&str, &str), keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
         pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
         pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
-        pipe.cmd(kind.command()).arg(&keys[0]).arg(args);
-        pipe.cmd("FCALL").arg(kind.function()).arg(1).arg(&keys[1]).arg(args);
-        pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(&keys[2]).arg(kind.function()).arg(args);
+        pipe.cmd(command).arg(&keys[0]).arg(args);
+        pipe.cmd("FCALL").arg(function).arg(1).arg(&keys[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(&keys[2]).arg(function).arg(args);
         for k in keys {
             pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
         }
@@ -986,6 +991,146 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "10", "60"]), now_us);
     assert_eq!(replies[1], replies[0], "cl_all: WRONGTYPE on another limiter's key");
     assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): WRONGTYPE on another limiter's key");
+
+/// CL.QUOTA's words: a calendar the twin can compute (UTC or a fixed offset), sometimes
+/// anchored, sometimes a bad word.
+fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
+    let mut w = vec![
+        if g.chance(0.05) { g.rng.random_range(0..20_000_000_000i64).to_string() } else { g.rng.random_range(1..12i64).to_string() },
+        "PER".to_string(),
+        if g.chance(0.02) { "Fortnight".to_string() } else { g.pick(&["MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR", "day"]).to_string() },
+    ];
+    if g.chance(0.6) {
+        let zone = match g.rng.random_range(0..8) {
+            0 => "UTC".to_string(),
+            1 => "Z".to_string(),
+            2 => "+05:30".to_string(),
+            3 => "-0800".to_string(),
+            4 => "+14".to_string(),
+            5 if g.chance(0.1) => "+26:00".to_string(),
+            5 => "-00:45".to_string(),
+            _ => {
+                let m = g.rng.random_range(0..=(25 * 60 + 59));
+                format!("{}{:02}:{:02}", if g.chance(0.5) { '-' } else { '+' }, m / 60, m % 60)
+            }
+        };
+        w.extend(["TZ".to_string(), zone]);
+    }
+    if g.chance(0.5) {
+        let at = now_ms + g.rng.random_range(-3_000_000_000_000i64..3_000_000_000_000);
+        let anchor = match g.rng.random_range(0..5) {
+            0 => (at / 1000).to_string(),
+            1 => at.to_string(),
+            2 => {
+                let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
+                let (y, m, d) = civil(days);
+                format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
+            }
+            3 => {
+                let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
+                let (y, m, d) = civil(days);
+                format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+01:00", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60)
+            }
+            _ if g.chance(0.8) => (at / 1000).to_string(),
+            _ => g.pick(&["2026-02-29T00:00:00Z", "2026-01-31T09:00:00.0001Z", "2026-01-31T09:00Z", "yesterday", "2028-02-29T23:59:59.999-12:00"]).to_string(),
+        };
+        w.extend(["ANCHOR".to_string(), anchor]);
+    }
+    w
+}
+
+/// The date of a day number (a test's own: the proleptic Gregorian calendar).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, doy - (153 * mp + 2) / 5 + 1)
+}
+
+#[test]
+fn the_twin_matches_the_module_on_calendar_quotas() {
+    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(3_000, |n: usize| n / 4);
+    let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * 4);
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let mut now_us = real_us + 86_400_000_000;
+    let mut rig = Rig::start();
+    const SLOTS: usize = 6;
+    // Each slot keeps its words for a while, so counts build up, then changes them on its live key.
+    let mut words: Vec<Vec<String>> = (0..SLOTS).map(|_| quota_words(&mut g, now_us / 1000)).collect();
+    let mut tally = Tally::default();
+    for step in 0..calls {
+        now_us += match g.rng.random_range(0..10) {
+            0 => 0,
+            1..=3 => g.rng.random_range(1..60_000_000),
+            4..=6 => g.rng.random_range(1..3_600_000_000),
+            7..=8 => g.rng.random_range(1..86_400_000_000 * 3),
+            _ => -g.rng.random_range(1..3_600_000_000),
+        };
+        // Within a year ahead of real time: no key expires by the server's own clock meanwhile.
+        now_us = now_us.clamp(real_us + 43_200_000_000, real_us + 300 * 86_400_000_000);
+        let slot = g.rng.random_range(0..SLOTS);
+        let keys = Rig::keys(slot);
+        if g.chance(0.1) {
+            words[slot] = quota_words(&mut g, now_us / 1000);
+        }
+        if g.chance(0.02) {
+            let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap();
+        }
+        if g.chance(0.05) {
+            // A planted count: any expiry (this period's end or not, none), or junk.
+            let value = if g.chance(0.1) { g.pick(&["junk", "-1"]) } else { g.pick(&["0", "3", "11", "999999999999999999"]) }.to_string();
+            let expiry = match g.rng.random_range(0..3) {
+                0 => None,
+                _ => Some(now_us / 1000 + g.rng.random_range(1..40 * 86_400_000)),
+            };
+            rig.plant(&keys, &Plant::Value(value.into_bytes(), expiry));
+        }
+        let mut args = words[slot].clone();
+        if g.chance(0.7) {
+            args.extend(["QUANTITY".to_string(), g.rng.random_range(-4..14i64).to_string()]);
+        }
+        if g.chance(0.4) {
+            args.push("MS".into());
+        }
+        if g.chance(0.1) {
+            args.push("SHADOW".into());
+        }
+        if g.chance(0.2) {
+            // The same quota as a CL.ALL spec (QUANTITY is the spec's; MS and SHADOW the call's).
+            let (before, replies, states) = {
+                let mut spec = vec!["QUOTA".to_string()];
+                spec.extend(args.iter().cloned());
+                rig.call_all(&[slot], &spec, now_us)
+            };
+            let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL QUOTA {} (before {before:?})", args.join(" "));
+            assert_eq!(replies[1], replies[0], "{context}");
+            assert_eq!(replies[2], replies[0], "{context}");
+            assert_eq!(states[1], states[0], "{context}");
+            assert_eq!(states[2], states[0], "{context}");
+            tally.add(format!("CL.ALL {}", if server_error(&replies[0]).is_some() { "error" } else { "decided" }));
+            continue;
+        }
+        let (before, replies, states) = rig.call_named(("CL.QUOTA", "cl_quota"), &keys, &args, now_us);
+        let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.QUOTA {} (before {before:?})", args.join(" "));
+        assert_eq!(replies[1], replies[0], "FCALL cl_quota differs: {context}");
+        assert_eq!(replies[2], replies[0], "EVALSHA cl_quota differs: {context}");
+        assert_eq!(states[1], states[0], "FCALL cl_quota stored bytes/expiry differ: {context}");
+        assert_eq!(states[2], states[0], "EVALSHA cl_quota stored bytes/expiry differ: {context}");
+        let outcome = match &replies[0] {
+            Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => "denied".to_string(),
+            Value::Array(_) => "admitted".to_string(),
+            v => format!("error {}", server_error(v).unwrap_or_default().split(' ').take(3).collect::<Vec<_>>().join(" ")),
+        };
+        tally.add(outcome);
+    }
+    eprintln!("{:#?}", tally.calls);
+    assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 20), "{:?}", tally.calls);
 }
 
 /// Cases the random run reaches rarely, pinned: CL.ALL ties as the reply shows them, and a

@@ -164,7 +164,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     let e = evalsha(&mut c, "cl_nothing k 1 1 1").unwrap_err();
     assert_eq!(
         e.detail(),
-        Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all")
+        Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota or cl_all")
     );
     // A long or binary name is echoed as the module echoes words: 32 printable bytes at most.
     let long = format!("cl_\x01{}", "x".repeat(100_000));
@@ -572,4 +572,19 @@ fn a_numkeys_fcall_refuses_gets_fcalls_error_as_the_readme_says() {
         assert!(t.to_string().contains(twin), "FCALL cl_all {words}: {t}");
     }
     assert_eq!(snapshot(&mut c), before, "no error changed any key");
+}
+
+#[test]
+fn cl_quota_takes_fixed_offsets_and_refuses_zone_names() {
+    let (_server, mut c) = pinned_twin();
+    // 2 days ahead of the real clock, so no key expires by real time: 12:00 UTC, 17:30 local.
+    let day_ms = (real_us() / 1000 / 86_400_000 + 2) * 86_400_000;
+    pin(&mut c, (day_ms + 43_200_000) * 1000);
+    // The day in +05:30 ends at 18:30 UTC: 6.5 hours away.
+    assert_eq!(fcall(&mut c, "cl_quota q 2 PER DAY TZ +05:30 MS"), [0, 2, 1, -1, 23_400_000]);
+    let at: i64 = redis::cmd("PEXPIRETIME").arg("q").query(&mut c).unwrap();
+    assert_eq!(at, day_ms + 66_600_000);
+    assert_eq!(fcall_err(&mut c, "cl_quota q 2 PER DAY TZ Europe/Berlin"), "ERR TZ 'Europe/Berlin': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)");
+    assert_eq!(fcall_err(&mut c, "cl_all 1 q QUOTA 2 PER DAY TZ Asia/Tokyo"), "ERR limiter 1: TZ 'Asia/Tokyo': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)");
+    assert_eq!(get(&mut c, "q").as_deref(), Some(&b"1"[..]), "errors change nothing");
 }

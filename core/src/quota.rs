@@ -125,9 +125,10 @@ fn printable(word: &[u8]) -> String {
     word.iter().take(40).map(|&b| if b.is_ascii_graphic() { b as char } else { '?' }).collect()
 }
 
-/// `ANCHOR instant`: Unix time in the call's unit, or an RFC 3339 instant
+/// `ANCHOR instant`: Unix time in the call's unit (years 0000 to 9999), or an RFC 3339
+/// instant exactly as `YYYY-MM-DDTHH:MM:SS[.fraction]` then `Z` or `±HH:MM`
 /// (`2026-01-31T09:00:00Z`, `2026-01-31T10:00:00+01:00`), on a whole millisecond. Returns
-/// Unix milliseconds.
+/// Unix milliseconds. (A strict grammar, so the Functions twin accepts exactly the same.)
 pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
     let bad = || {
         Error::Call(format!(
@@ -140,14 +141,56 @@ pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
             Unit::Seconds => 1000,
             Unit::Millis => 1,
         };
-        return v.checked_mul(per_unit).filter(|ms| jiff::Timestamp::from_millisecond(*ms).is_ok()).ok_or_else(bad);
+        return v.checked_mul(per_unit).filter(|ms| (ANCHOR_MIN_MS..=ANCHOR_MAX_MS).contains(ms)).ok_or_else(bad);
     }
-    let text = std::str::from_utf8(word).map_err(|_| bad())?;
-    let ts: jiff::Timestamp = text.parse().map_err(|_| bad())?;
-    if ts.subsec_nanosecond() % 1_000_000 != 0 {
-        return Err(bad());
+    rfc3339(word).ok_or_else(bad)
+}
+
+/// 0000-01-01T00:00:00Z and the last millisecond of 9999, in Unix ms.
+pub const ANCHOR_MIN_MS: i64 = -62_167_219_200_000;
+pub const ANCHOR_MAX_MS: i64 = 253_402_300_799_999;
+
+/// `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole millisecond, in Unix ms.
+fn rfc3339(w: &[u8]) -> Option<i64> {
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = w.get(r)?;
+        d.iter().all(u8::is_ascii_digit).then(|| d.iter().fold(0, |v, &b| v * 10 + i64::from(b - b'0')))
+    };
+    let at = |i: usize, c: u8| w.get(i) == Some(&c);
+    if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
+        return None;
     }
-    Ok(ts.as_millisecond())
+    let (y, mo, d, h, mi, s) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0;
+    if at(i, b'.') {
+        let digits = w[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if !(1..=9).contains(&digits) {
+            return None;
+        }
+        let frac = num(i + 1..i + 1 + digits)? * 10i64.pow(9 - digits as u32);
+        if frac % 1_000_000 != 0 {
+            return None;
+        }
+        millis = frac / 1_000_000;
+        i += 1 + digits;
+    }
+    let offset = match w.get(i..)? {
+        b"Z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            (oh * 60 + om) * 60_000 * if *sign == b'-' { -1 } else { 1 }
+        }
+        _ => return None,
+    };
+    let local = days_from_civil(y, mo, d) * MS_PER_DAY + ((h * 60 + mi) * 60 + s) * 1000 + millis;
+    Some(local - offset).filter(|ms| (ANCHOR_MIN_MS..=ANCHOR_MAX_MS).contains(ms))
 }
 
 /// Counts stay below 10^18, as CL.COUNTER's (the same stored form).

@@ -125,6 +125,14 @@ fn bad_arguments_are_named() {
     assert!(err(Zone::parse(b"+05:60")).starts_with("ERR bad offset"));
     assert!(parse_anchor(b"2026-01-31T09:00:00.0001Z", Unit::Seconds).unwrap_err().to_string().starts_with("ERR bad ANCHOR '2026-01-31T09:00:00.0001Z'"));
     assert!(parse_anchor(b"tomorrow", Unit::Seconds).is_err());
+    for lenient in ["2026-01-31T09:00Z", "2026-01-31 09:00:00Z", "2026-01-31t09:00:00z", "2026-01-31T09:00:00+0100", "2026-01-31T09:00:60Z", "2026-02-29T09:00:00Z", "2026-01-31T09:00:00.Z"] {
+        assert!(parse_anchor(lenient.as_bytes(), Unit::Seconds).is_err(), "{lenient}");
+    }
+    assert_eq!(parse_anchor(b"2026-01-31T09:00:00.5Z", Unit::Seconds), Ok(ms("2026-01-31T09:00:00.500Z")));
+    assert_eq!(parse_anchor(b"2026-01-31T09:00:00.123000000-02:30", Unit::Seconds), Ok(ms("2026-01-31T11:30:00.123Z")));
+    assert_eq!(parse_anchor(b"0000-01-01T00:00:00Z", Unit::Seconds), Ok(ANCHOR_MIN_MS));
+    assert_eq!(parse_anchor(b"9999-12-31T23:59:59.999Z", Unit::Seconds), Ok(ANCHOR_MAX_MS));
+    assert!(parse_anchor(b"253402300800", Unit::Seconds).is_err());
     assert!(parse_anchor(b"9223372036854775807", Unit::Seconds).is_err());
     assert_eq!(Per::parse(b"fortnight").unwrap_err().to_string(), "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
     let split = |s: &str| Words::split(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|_| ()).map_err(|e| e.to_string());
