@@ -266,6 +266,43 @@ pub fn counter(data: &[u8]) {
     });
 }
 
+/// CL.QUOTA against `reference::quota` (its periods from jiff's civil arithmetic, not the
+/// module's day numbers), whatever the clock does, its calendar sometimes changed on the live
+/// key (the count carries over).
+pub fn quota(data: &[u8]) {
+    use crate::quota::{Calendar, Per, Zone};
+    let mut input = Input::new(data);
+    let zones = ["UTC", "+05:30", "-08:00", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"];
+    let calendar = |input: &mut Input| Calendar {
+        per: Per::ALL[usize::from(input.byte()) % Per::ALL.len()],
+        zone: Zone::parse(zones[usize::from(input.byte()) % zones.len()].as_bytes()).expect("a zone"),
+        anchor_ms: input.byte().is_multiple_of(2).then(|| input.any(0, 4_102_444_800_000)),
+    };
+    let limit = input.small(1, 20);
+    let mut p = crate::quota::Params::new(limit, calendar(&mut input)).expect("valid quota parameters");
+    let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::quota::Model::default());
+    // Within jiff's years (the module's instants go further; the reference's do not).
+    let max_now = 4_102_444_800 * NANOS_PER_SEC;
+    for _ in 0..MAX_CALLS {
+        if input.is_empty() || !clock.advance(&mut input, 3 * 86_400 * NANOS_PER_SEC) || clock.now > max_now {
+            break;
+        }
+        if input.byte().is_multiple_of(8) {
+            p = crate::quota::Params::new(limit, calendar(&mut input)).expect("valid quota parameters");
+        }
+        let (now, q) = (clock.now, input.quantity(limit));
+        let live = key.at(now);
+        let state = live.value.as_deref().map(|v| crate::quota::decode(v, live.expires_ms).expect("a stored count decodes"));
+        let d = crate::quota::decide(state, Instant::from_nanos(now), &p, q).expect("a quota decides");
+        let peek = crate::quota::decide(state, Instant::from_nanos(now), &p, 0).expect("a quota peeks");
+        check_call("quota", limit, q, &peek, &d);
+        let (_, end) = reference::quota::period(&p.calendar(), now.div_euclid(MS));
+        let want = model.call(now.into(), limit.into(), i128::from(end) * i128::from(MS), q.into());
+        assert_eq!(reply_i128(d.reply), want, "quota reply at {now} q {q}");
+        key.store_integer(d.effect, now);
+    }
+}
+
 fn counter_state(key: &Key) -> Option<counter::State> {
     key.value.as_deref().map(|v| counter::decode(v, key.expires_ms).expect("a stored count decodes"))
 }
@@ -375,7 +412,7 @@ mod tests {
     fn kept_seeds_replay_cleanly() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 5] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window)];
+        let targets: [Target; 6] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window), ("quota", quota)];
         let mut replayed = 0;
         for (name, target) in targets {
             let Ok(dir) = std::fs::read_dir(root.join(name)) else { continue };
@@ -398,6 +435,7 @@ mod tests {
             counter(&data);
             bucket(&data);
             window(&data);
+            quota(&data);
         }
     }
 }

