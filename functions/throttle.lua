@@ -552,6 +552,14 @@ local function stamped_at(expiry_ms)
   return nil
 end
 
+-- A count (T) less the units a refund (quantity qm, qu < 0) gives back, never below zero.
+local function refunded(cm, cu, qm, qu)
+  local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
+  if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
+  if km < 0 then return 0, 0 end
+  return km, ku
+end
+
 local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   local cm, cu -- the count, T
   local closes -- ms; nil: stamped beyond any ceiling (no expiry)
@@ -589,9 +597,7 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
 
   if q < 0 then
     if not open then return reply(0, 0) end
-    local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
-    if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
-    if km < 0 then km, ku = 0, 0 end
+    local km, ku = refunded(cm, cu, qm, qu)
     local c = t_capped(km, ku)
     local d = reply(0, c)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), expiry() end
@@ -720,9 +726,7 @@ local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   end
   if q < 0 then
     if not live then return reply(0, 0) end
-    local km, ku = t_sub(cm, cu, -qm - 1, M - qu) -- count - units, units = -quantity
-    if qu == 0 then km, ku = t_sub(cm, cu, -qm, 0) end
-    if km < 0 then km, ku = 0, 0 end
+    local km, ku = refunded(cm, cu, qm, qu)
     local c = t_capped(km, ku)
     local d = reply(0, c)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), e end

@@ -1023,12 +1023,12 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
             1 => at.to_string(),
             2 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
-                let (y, m, d) = civil(days);
+                let (y, m, d) = throttle_core::quota::civil_from_days(days);
                 format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
             }
             3 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
-                let (y, m, d) = civil(days);
+                let (y, m, d) = throttle_core::quota::civil_from_days(days);
                 format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+01:00", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60)
             }
             _ if g.chance(0.8) => (at / 1000).to_string(),
@@ -1037,18 +1037,6 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
         w.extend(["ANCHOR".to_string(), anchor]);
     }
     w
-}
-
-/// The date of a day number (a test's own: the proleptic Gregorian calendar).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, doy - (153 * mp + 2) / 5 + 1)
 }
 
 #[test]
