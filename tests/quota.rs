@@ -193,3 +193,15 @@ fn info_reports_the_tz_database_and_the_calls() {
     assert_eq!(field("cl_quota_admitted").as_deref(), Some("1"));
     assert_eq!(field("cl_quota_denied").as_deref(), Some("1"));
 }
+
+#[test]
+fn a_quota_with_a_zone_survives_module_unload_and_load() {
+    let server = Server::with(Options::default().arg("--enable-module-command yes"));
+    let mut c = server.client();
+    let q = "CL.QUOTA u 5 PER DAY TZ America/New_York ANCHOR 2026-01-31T09:00:00Z";
+    assert_eq!(throttle(&mut c, q)[..3], [0, 5, 4]);
+    let _: () = redis::cmd("MODULE").arg("UNLOAD").arg("throttle").query(&mut c).unwrap();
+    let _: () = redis::cmd("MODULE").arg("LOAD").arg(harness::module_path().to_str().unwrap()).query(&mut c).unwrap();
+    assert_eq!(throttle(&mut c, q)[..3], [0, 5, 3], "the key kept its count; the reloaded module reads it");
+    assert_eq!(throttle(&mut c, "CL.QUOTA u2 5 PER WEEK TZ Asia/Kolkata")[..3], [0, 5, 4]);
+}

