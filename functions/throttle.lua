@@ -1,7 +1,7 @@
 #!lua name=throttle
 --[[
-redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER and CL.ALL as
-Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
+redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER, CL.QUOTA (UTC
+and fixed offsets) and CL.ALL as Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
   Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [MS] [SHADOW]

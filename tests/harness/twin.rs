@@ -105,7 +105,7 @@ pub fn after_launch(c: &mut Connection) {
 }
 
 const SINGLE: &[(&[u8], &str)] =
-    &[(b"CL.THROTTLE", "cl_throttle"), (b"CL.WINDOW", "cl_window"), (b"CL.BUCKET", "cl_bucket"), (b"CL.COUNTER", "cl_counter")];
+    &[(b"CL.THROTTLE", "cl_throttle"), (b"CL.WINDOW", "cl_window"), (b"CL.BUCKET", "cl_bucket"), (b"CL.COUNTER", "cl_counter"), (b"CL.QUOTA", "cl_quota")];
 
 /// A command as the twin backend sends it (unchanged without it, or for other commands).
 pub fn map(args: &[&[u8]]) -> Vec<Vec<u8>> {
