@@ -125,7 +125,7 @@ static QUOTA: Command = Command {
         Arg::integer("limit"),
         Arg { name: "unit", kind: ArgKind::Text("PER"), optional: false, multiple: false },
         Arg { name: "zone", kind: ArgKind::Text("TZ"), optional: true, multiple: false },
-        Arg { name: "anchor", kind: ArgKind::Text("ANCHOR"), optional: true, multiple: false },
+        Arg { name: "instant", kind: ArgKind::Text("ANCHOR"), optional: true, multiple: false },
         crate::all::QUANTITY,
         Arg::MS,
         Arg::SHADOW,

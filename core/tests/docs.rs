@@ -53,6 +53,17 @@ fn entries() -> Vec<Entry> {
             "WINDOW" => (vec!["key", "10", "60"], &[&["key", "100001", "60"], &["key", "10", "60", "PRECISION", "7"]]),
             "BUCKET" => (vec!["key", "10", "1", "6"], &[&["key", "1000000000", "1", "1000000000"]]),
             "COUNTER" => (vec!["key", "3", "3600"], &[]),
+            "QUOTA" => (
+                vec!["key", "1000", "PER", "MONTH"],
+                &[
+                    &["key", "1000", "EVERY", "MONTH"],
+                    &["key", "1000", "PER", "FORTNIGHT"],
+                    &["key", "1000", "PER", "MONTH", "TZ", "Mars/Olympus"],
+                    &["key", "1000", "PER", "MONTH", "TZ", "+5:30"],
+                    &["key", "1000", "PER", "MONTH", "ANCHOR", "yesterday"],
+                    &["key", "1000", "PER", "MONTH", "TZ", "UTC", "TZ", "UTC"],
+                ],
+            ),
             _ => {
                 let params = algorithm.params().map(|p| if matches!(p.kind, ArgKind::Duration) { "60" } else { "10" });
                 (std::iter::once("key").chain(params).collect(), &[])
@@ -105,7 +116,7 @@ fn syntax(table: &Command) -> String {
     for arg in table.args {
         let word = match arg.kind {
             ArgKind::Flag(token) => token.to_string(),
-            ArgKind::Option(token) => format!("{token} {}", arg.name),
+            ArgKind::Option(token) | ArgKind::Text(token) => format!("{token} {}", arg.name),
             _ => arg.name.to_string(),
         };
         words.push(match (arg.optional, arg.multiple) {
@@ -126,11 +137,12 @@ fn kind(arg: &Arg) -> String {
         ArgKind::Quantity => "an integer in any position after the positional arguments (optional)".into(),
         ArgKind::Flag(token) => format!("the word `{token}` (optional)"),
         ArgKind::Option(token) => format!("the word `{token}`, then its value (optional)"),
+        ArgKind::Text(token) => format!("the word `{token}`, then its {}{}", arg.name, if arg.optional { " (optional)" } else { "" }),
         ArgKind::Spec => {
             let specs: Vec<String> = Algorithm::ALL
                 .iter()
                 .map(|&a| {
-                    let params: Vec<&str> = a.params().map(|p| p.name).collect();
+                    let params: Vec<String> = a.params().map(|p| if token(p).is_empty() { p.name.to_string() } else { format!("{} {}", token(p), p.name) }).collect();
                     let options: Vec<String> = a.options().map(|o| format!("[{} {}]", token(o), o.name)).collect();
                     let mut s = format!("{} {}", a.word(), params.join(" "));
                     for o in options.iter().chain(std::iter::once(&format!("[{} {}]", token(&all::QUANTITY), all::QUANTITY.name))) {
@@ -147,7 +159,7 @@ fn kind(arg: &Arg) -> String {
 
 fn token(arg: &Arg) -> &'static str {
     match arg.kind {
-        ArgKind::Flag(t) | ArgKind::Option(t) => t,
+        ArgKind::Flag(t) | ArgKind::Option(t) | ArgKind::Text(t) => t,
         _ => "",
     }
 }
@@ -238,7 +250,7 @@ fn render(entry: &Entry) -> String {
     for arg in t.args {
         let name = match arg.kind {
             ArgKind::Flag(token) => token.to_string(),
-            ArgKind::Option(token) => format!("{token} {}", arg.name),
+            ArgKind::Option(token) | ArgKind::Text(token) => format!("{token} {}", arg.name),
             _ => arg.name.to_string(),
         };
         writeln!(s, "| `{name}` | {} |", kind(arg)).unwrap();
