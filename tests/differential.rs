@@ -991,6 +991,7 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "10", "60"]), now_us);
     assert_eq!(replies[1], replies[0], "cl_all: WRONGTYPE on another limiter's key");
     assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): WRONGTYPE on another limiter's key");
+}
 
 /// CL.QUOTA's words: a calendar the twin can compute (UTC or a fixed offset), sometimes
 /// anchored, sometimes a bad word.
