@@ -293,7 +293,7 @@ pub fn quota(data: &[u8]) {
         let (now, q) = (clock.now, input.quantity(limit));
         let live = key.at(now);
         let state = live.value.as_deref().map(|v| crate::quota::decode(v, live.expires_ms).expect("a stored count decodes"));
-        let d = crate::quota::decide(state, Instant::from_nanos(now), &p, q).expect("a quota decides");
+        let d = crate::quota::decide(state, Instant::from_nanos(now), &p, q).unwrap_or_else(|e| panic!("a quota decides: {e} ({p:?} at {now} ns)"));
         let peek = crate::quota::decide(state, Instant::from_nanos(now), &p, 0).expect("a quota peeks");
         check_call("quota", limit, q, &peek, &d);
         let (_, end) = reference::quota::period(&p.calendar(), now.div_euclid(MS));

@@ -565,8 +565,15 @@ pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
     let mut index = unit_index(per, zone.local(now_ms)?);
     let mut start = start_of(index)?;
     // The anchor may put the start of this unit's period after now: the period is the
-    // previous unit's. (A few steps at most, whatever the zone's transitions.)
-    for _ in 0..4 {
+    // previous unit's. Across a fold, starts resolve to their first reading, so the local
+    // unit of an instant in the repeated span may be up to the fold's length (3 hours at most
+    // in the tz database) before its period: that many minutes or hours to step over.
+    let steps = match per {
+        Per::Minute => 4 + 180,
+        Per::Hour => 4 + 3,
+        _ => 4,
+    };
+    for _ in 0..steps {
         if start <= now_ms {
             break;
         }
@@ -574,7 +581,7 @@ pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
         start = start_of(index)?;
     }
     let mut end = start_of(index + 1)?;
-    for _ in 0..4 {
+    for _ in 0..steps {
         if end > now_ms {
             break;
         }

@@ -70,6 +70,11 @@ fn dst_days_last_23_and_25_hours() {
     let day = cal(Per::Day, "America/New_York", None);
     boundaries(&day, "2027-03-14T05:00:00Z", "2027-03-15T04:00:00Z");
     boundaries(&day, "2027-11-07T04:00:00Z", "2027-11-08T05:00:00Z");
+    // Each minute the clock reads twice begins at its first reading: the last one before the
+    // clocks go back (01:59 EDT) lasts until 02:00 EST, 61 minutes (found by the fuzzer).
+    let minute = cal(Per::Minute, "America/New_York", None);
+    boundaries(&minute, "2027-11-07T05:59:00Z", "2027-11-07T07:00:00Z");
+    boundaries(&minute, "2027-11-07T05:30:00Z", "2027-11-07T05:31:00Z");
     // The hour the clock reads twice lasts two hours; the skipped one does not exist.
     let hour = cal(Per::Hour, "America/New_York", None);
     boundaries(&hour, "2027-11-07T05:00:00Z", "2027-11-07T07:00:00Z");
@@ -351,3 +356,4 @@ fn commands_parse_quota_words() {
     assert_eq!(err("1 a QUOTA 5 PER DAY TZ Nowhere/Land").split(':').next(), Some("ERR limiter 1"));
     assert_eq!(err("1 a QUOTA 5 PER"), "ERR limiter 1: QUOTA takes 3 numbers");
 }
+
