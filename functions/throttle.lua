@@ -1892,10 +1892,12 @@ end
 
 -- CL.QUOTA's words (core/src/quota.rs `Words`, `Zone::parse`, `parse_anchor`).
 
--- A word for a CL.QUOTA error: printable ASCII, at most 40 characters.
-local function quota_printable(word)
+-- A word for an error message: printable ASCII, at most `most` characters (32 unless given;
+-- CL.QUOTA's errors echo 40).
+local function printable(word, most)
+  most = most or 32
   local out = {}
-  for i = 1, #word < 40 and #word or 40 do
+  for i = 1, #word < most and #word or most do
     local b = byte(word, i)
     out[i] = (b >= 33 and b <= 126) and char(b) or '?'
   end
@@ -1914,15 +1916,15 @@ local function quota_zone(word)
     elseif find(r, '^%d%d:%d%d$') then h, mi, s = tonumber(sub(r, 1, 2)), tonumber(sub(r, 4, 5)), 0
     elseif find(r, '^%d%d:%d%d:%d%d$') then h, mi, s = tonumber(sub(r, 1, 2)), tonumber(sub(r, 4, 5)), tonumber(sub(r, 7, 8)) end
     local secs = h and h * 3600 + mi * 60 + s
-    if not h or mi > 59 or s > 59 or secs > 93540 then fail(fmt(ERR.quota_offset, quota_printable(word))) end
+    if not h or mi > 59 or s > 59 or secs > 93540 then fail(fmt(ERR.quota_offset, printable(word, 40))) end
     return (sign == 45 and -secs or secs) * 1000
   end
-  fail(fmt(ERR.twin_zone, quota_printable(word)))
+  fail(fmt(ERR.twin_zone, printable(word, 40)))
 end
 
 -- ANCHOR: Unix time in the call's unit, or `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole ms.
 local function quota_anchor(word, millis)
-  local bad = function() fail(fmt(ERR.quota_anchor, quota_printable(word))) end
+  local bad = function() fail(fmt(ERR.quota_anchor, printable(word, 40))) end
   local m, u = parse_i64(word)
   if m then
     -- |v| within the anchor range (below 2^53 ms) or out of it: t_capped keeps the order.
@@ -2227,16 +2229,6 @@ local function as_limiter(i, f, ...)
   if ok then return r1, r2, r3 end
   if r1 == failed then fail(in_limiter(i, r1)) end
   error(r1, 0)
-end
-
--- A word for an error message: printable ASCII, at most 32 characters.
-local function printable(word)
-  local out = {}
-  for i = 1, #word < 32 and #word or 32 do
-    local b = byte(word, i)
-    out[i] = (b >= 33 and b <= 126) and char(b) or '?'
-  end
-  return concat(out)
 end
 
 -- A spec's numbers and options: its parameters and quantity (T).
