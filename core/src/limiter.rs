@@ -11,7 +11,6 @@
 //! | CL.BUCKET | `Bucket` | [`crate::bucket`] (token bucket) | minus the deficit, decimal ≤ −1 |
 //! | CL.COUNTER | `Counter` | [`crate::counter`] (fixed window) | the count, decimal, 0 ≤ count < 10^18 |
 //! | CL.QUOTA | `Quota` | [`crate::quota`] (calendar quota) | as CL.COUNTER (the key expires at the period's end) |
-//!
 //! | CL.PACE | (not a limiter of CL.ALL) | [`crate::pace`] (leaky bucket as a meter) | `P` and the TAT, decimal nanoseconds ≥ 10^18 |
 //!
 //! The stored forms are disjoint (but CL.QUOTA's, which is CL.COUNTER's: either reads the
