@@ -134,7 +134,7 @@ docker-engine:
 
 # Fuzzing (cargo-fuzz, libFuzzer): each target for FUZZ_SECONDS seconds.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= parse throttle counter bucket window
+FUZZ_TARGETS ?= parse throttle counter bucket window quota
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
