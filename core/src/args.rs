@@ -12,21 +12,24 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
     };
     match digits {
         [b'0'] if !negative => return Ok(0),
-        [b'1'..=b'9', ..] => {}
+        // At most 19 digits (i64::MAX has 19): their value is below 10^19 < 2^64, so the
+        // unsigned sum below cannot wrap, and the range is checked once at the end.
+        [b'1'..=b'9', ..] if digits.len() <= 19 => {}
         _ => return Err(Error::NotAnInteger),
     }
-    // Accumulate negatively so that i64::MIN parses.
-    let mut value: i64 = 0;
+    let mut value: u64 = 0;
     for &b in digits {
-        if !b.is_ascii_digit() {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
             return Err(Error::NotAnInteger);
         }
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_sub(i64::from(b - b'0')))
-            .ok_or_else(|| Error::NotAnInteger)?;
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
     }
-    if negative { Ok(value) } else { value.checked_neg().ok_or_else(|| Error::NotAnInteger) }
+    match negative {
+        false => i64::try_from(value).map_err(|_| Error::NotAnInteger),
+        true if value <= i64::MIN.unsigned_abs() => Ok(0i64.wrapping_sub_unsigned(value)),
+        true => Err(Error::NotAnInteger),
+    }
 }
 
 /// A duration argument (`value` in `unit`): 1 to [`crate::time::MAX_DURATION`].
@@ -46,35 +49,44 @@ pub struct Decimal {
 
 impl Decimal {
     pub fn new(v: i64) -> Decimal {
-        // Two digits per division: a TAT has 19.
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
-            5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-        let mut d = Decimal { bytes: [0; 20], start: 20 };
-        let mut n = v.unsigned_abs();
-        while n >= 100 {
-            let pair = (n % 100) as usize * 2;
-            n /= 100;
-            d.start -= 2;
-            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        }
-        if n >= 10 {
-            let pair = n as usize * 2;
-            d.start -= 2;
-            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        } else {
-            d.start -= 1;
-            d.bytes[d.start] = b'0' + n as u8;
-        }
+        let mut bytes = [b'0'; 20];
+        let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
+        // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
+        // call: no loop, no index computed at run time).
+        eight(&mut bytes, 12, (n % 100_000_000) as u32);
+        eight(&mut bytes, 4, (n / 100_000_000 % 100_000_000) as u32);
+        four(&mut bytes, 0, (n / 10_000_000_000_000_000) as u32);
+        let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
+        let mut start = 20 - digits;
         if v < 0 {
-            d.start -= 1;
-            d.bytes[d.start] = b'-';
+            start -= 1;
+            bytes[start] = b'-';
         }
-        d
+        Decimal { bytes, start }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }
+}
+
+/// Two decimal digits per pair, "00" to "99".
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+    5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+/// Writes `x` (below 10^8) as eight digits at `bytes[at..at + 8]`.
+#[inline(always)]
+fn eight(bytes: &mut [u8; 20], at: usize, x: u32) {
+    four(bytes, at, x / 10_000);
+    four(bytes, at + 4, x % 10_000);
+}
+
+/// Writes `x` (below 10^4) as four digits at `bytes[at..at + 4]`.
+#[inline(always)]
+fn four(bytes: &mut [u8; 20], at: usize, x: u32) {
+    let (hi, lo) = ((x / 100) as usize * 2, (x % 100) as usize * 2);
+    bytes[at..at + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
+    bytes[at + 2..at + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
 }
 
 #[cfg(test)]
@@ -113,6 +125,18 @@ mod tests {
         fn decimals_match_std(v: i64) {
             let (d, text) = (Decimal::new(v), v.to_string());
             proptest::prop_assert_eq!(d.as_bytes(), text.as_bytes());
+        }
+
+        #[test]
+        fn integers_match_std_on_canonical_text(v: i64) {
+            proptest::prop_assert_eq!(integer(v.to_string().as_bytes()), Ok(v));
+        }
+
+        #[test]
+        fn integers_refuse_what_is_out_of_range(v in proptest::num::u64::ANY, negative: bool) {
+            // Twenty digits and more, and the 19-digit values beyond the range.
+            let text = format!("{}{v}{v}", if negative { "-" } else { "" });
+            proptest::prop_assert_eq!(integer(text.as_bytes()).ok(), text.parse::<i64>().ok().filter(|_| !text.starts_with("-0") && !text.starts_with('0')));
         }
     }
 

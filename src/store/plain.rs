@@ -17,6 +17,8 @@
 //! length; one of the same length is converted by the next call, as the module did before
 //! this table existed (the value itself is never changed).
 
+use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// 2^16 fingerprints: 512 KiB, whatever the number of keys.
@@ -25,20 +27,63 @@ const SLOTS: usize = 1 << 16;
 // Commands run on the server's main thread; relaxed atomics make the table `Sync` at no cost.
 static SEEN: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 
-/// The fingerprint of key `name` in database `db`: never 0 (an empty slot).
+/// The per-process key of [`fingerprint`]'s hash: two words from the standard library's
+/// randomly keyed hasher (seeded from the operating system's randomness), drawn once.
+static KEY: OnceLock<(u64, u64)> = OnceLock::new();
+
+fn key() -> (u64, u64) {
+    *KEY.get_or_init(|| {
+        let random = RandomState::new();
+        (random.hash_one(0u8), random.hash_one(1u8))
+    })
+}
+
+/// The fingerprint of key `name` in database `db`: never 0 (an empty slot). A keyed hash,
+/// SipHash-1-3 with a random key drawn once per process, so which key names collide cannot
+/// be worked out from outside the process. (Written out rather than through `Hasher`, whose
+/// buffering costs twice as much on this path, taken by every call.)
 pub fn fingerprint(db: i32, name: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = (db as u64).wrapping_add(name.len() as u64).wrapping_mul(K);
-    let mut chunks = name.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    let (k0, k1) = key();
+    // The database is part of the key: each database hashes names with a key of its own.
+    sip13((k0, k1 ^ u64::from(db as u32)), name) | 1
+}
+
+/// SipHash-1-3 (one compression round per word, three finalization rounds) of `bytes`.
+fn sip13((k0, k1): (u64, u64), bytes: &[u8]) -> u64 {
+    let mut v = [k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573];
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
     }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
-    (h ^ (h >> 29)) | 1
+    let mut compress = |m: u64| {
+        v[3] ^= m;
+        round(&mut v);
+        v[0] ^= m;
+    };
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        compress(u64::from_le_bytes(w));
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    // The length in the top byte, as SipHash pads.
+    last[7] = bytes.len() as u8;
+    compress(u64::from_le_bytes(last));
+    v[2] ^= 0xff;
+    for _ in 0..3 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 fn slot(fingerprint: u64) -> &'static AtomicU64 {
