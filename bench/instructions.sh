@@ -29,6 +29,20 @@ tat = math.max(tat, now); local new = tat + ei
 if now < new - dvt then return {1, 0} end
 redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
 
+# One setup step (words joined by `+`): `populate:N` N other keys (DEBUG POPULATE: strings
+# the limiters never touch); `limiters:N` N limiter keys bench:000000000000… written by the
+# module (CL.THROTTLE from a script: in its key table, as far as its 65,536 slots go);
+# `reload` (DEBUG RELOAD: every value compact again, the key table empty); else redis-cli words.
+setup() {
+  case $1 in
+    populate:*) redis-cli -p "$PORT" DEBUG POPULATE "${1#populate:}" other: 19 >/dev/null ;;
+    limiters:*) redis-cli -p "$PORT" EVAL "for i = 0, tonumber(ARGV[1]) - 1 do redis.call('CL.THROTTLE', string.format('bench:%012d', i), 99, 1, 3600) end" 0 "${1#limiters:}" >/dev/null ;;
+    reload) redis-cli -p "$PORT" DEBUG RELOAD >/dev/null ;;
+    # shellcheck disable=SC2046
+    *) redis-cli -p "$PORT" $(tr '+' ' ' <<<"$1") >/dev/null ;;
+  esac
+}
+
 # Instructions per command of `cmd` on a hot key (every call admitted and written, unless the
 # scenario says otherwise); a scenario whose words start with `-r N` runs on random keys instead
 # (redis-benchmark's __rand_int__); `setup` (redis-cli words, e.g. a CONFIG SET) runs first.
@@ -38,7 +52,7 @@ count() { # $1 command words, $2 setup
   # shellcheck disable=SC2086
   valgrind --tool=callgrind --toggle-collect=call --callgrind-out-file="$out" \
     ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
+    --enable-debug-command yes --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   local cmd=$1
@@ -46,8 +60,10 @@ count() { # $1 command words, $2 setup
     local sha; sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$LUA_GCRA")
     cmd=${cmd//__SHA__/$sha}
   fi
-  # shellcheck disable=SC2086
-  if [ -n "${2:-}" ]; then redis-cli -p "$PORT" $2 >/dev/null; fi
+  local step
+  for step in ${2:-}; do setup "$step"; done
+  # Only the benchmark counts: the setup's own commands are forgotten.
+  callgrind_control -z "$pid" >/dev/null 2>&1
   redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
   # shellcheck disable=SC2086
   redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
@@ -79,8 +95,16 @@ SCENARIOS=(
   "CL.RELEASE (no lease)|CL.RELEASE bench:hot job-1"
   # Denials (one unit per 10^9 s: every call after the first is denied): events off, then on.
   "CL.THROTTLE denied|CL.THROTTLE bench:hot 0 1 1000000000"
-  "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG SET notify-keyspace-events Ed"
-  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 99 100000000 1|CONFIG SET notify-keyspace-events Ed"
+  "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG+SET+notify-keyspace-events+Ed"
+  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 99 100000000 1|CONFIG+SET+notify-keyspace-events+Ed"
+  # At scale: a hot key among 1,000,000 other keys; random keys among 100,000 and 1,000,000
+  # limiters the module wrote (beyond the key table's 65,536 slots most are read through a
+  # nested GET); the same after DEBUG RELOAD (every value compact, the table empty: GET).
+  "CL.THROTTLE, 1M other keys|CL.THROTTLE bench:hot 99 100000000 1|populate:1000000"
+  "CL.THROTTLE, 100k limiters|-r 100000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:100000"
+  "CL.THROTTLE, 100k reloaded|-r 100000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:100000 reload"
+  "CL.THROTTLE, 1M limiters|-r 1000000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:1000000"
+  "CL.THROTTLE, 1M reloaded|-r 1000000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:1000000 reload"
 )
 if [ -f "${BENCH_SCENARIOS:-}" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$BENCH_SCENARIOS"; fi
 
