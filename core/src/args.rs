@@ -5,6 +5,7 @@ use crate::time::{Nanos, Unit};
 
 /// A base-10 signed 64-bit integer, exactly as Redis's `string2ll` accepts it: an optional
 /// `-`, no `+`, no spaces, no leading zeros, nothing after the digits.
+#[inline]
 pub fn integer(arg: &[u8]) -> Result<i64> {
     let (negative, digits) = match arg {
         [b'-', rest @ ..] => (true, rest),
@@ -27,16 +28,25 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
         }
         value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
     }
-    for word in words.chunks_exact(8) {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        value = value.wrapping_mul(100_000_000).wrapping_add(eight_digits(u64::from_le_bytes(bytes))?);
+    if !words.is_empty() {
+        value = long_tail(value, words)?;
     }
     match negative {
         false => i64::try_from(value).map_err(|_| Error::NotAnInteger),
         true if value <= i64::MIN.unsigned_abs() => Ok(0i64.wrapping_sub_unsigned(value)),
         true => Err(Error::NotAnInteger),
     }
+}
+
+/// `value` followed by `words` (a multiple of eight digits), eight at a time.
+#[inline(never)]
+fn long_tail(mut value: u64, words: &[u8]) -> Result<u64> {
+    for word in words.chunks_exact(8) {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        value = value.wrapping_mul(100_000_000).wrapping_add(eight_digits(u64::from_le_bytes(bytes))?);
+    }
+    Ok(value)
 }
 
 /// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
@@ -76,8 +86,10 @@ impl Decimal {
         // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
         // call: no loop, no index computed at run time).
         eight(&mut bytes, 12, (n % 100_000_000) as u32);
-        eight(&mut bytes, 4, (n / 100_000_000 % 100_000_000) as u32);
-        four(&mut bytes, 0, (n / 10_000_000_000_000_000) as u32);
+        if n >= 100_000_000 {
+            eight(&mut bytes, 4, (n / 100_000_000 % 100_000_000) as u32);
+            four(&mut bytes, 0, (n / 10_000_000_000_000_000) as u32);
+        }
         let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
         let mut start = 20 - digits;
         if v < 0 {
