@@ -53,40 +53,43 @@ pub fn fingerprint(db: i32, name: &[u8]) -> u64 {
 
 /// SipHash-1-3 (one compression round per word, three finalization rounds) of `bytes`.
 fn sip13((k0, k1): (u64, u64), bytes: &[u8]) -> u64 {
-    let mut v = [k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573];
-    fn round(v: &mut [u64; 4]) {
-        v[0] = v[0].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(13) ^ v[0];
-        v[0] = v[0].rotate_left(32);
-        v[2] = v[2].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(16) ^ v[2];
-        v[0] = v[0].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(21) ^ v[0];
-        v[2] = v[2].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(17) ^ v[2];
-        v[2] = v[2].rotate_left(32);
+    let (mut v0, mut v1, mut v2, mut v3) = (k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573);
+    macro_rules! round {
+        () => {
+            v0 = v0.wrapping_add(v1);
+            v1 = v1.rotate_left(13) ^ v0;
+            v0 = v0.rotate_left(32);
+            v2 = v2.wrapping_add(v3);
+            v3 = v3.rotate_left(16) ^ v2;
+            v0 = v0.wrapping_add(v3);
+            v3 = v3.rotate_left(21) ^ v0;
+            v2 = v2.wrapping_add(v1);
+            v1 = v1.rotate_left(17) ^ v2;
+            v2 = v2.rotate_left(32);
+        };
     }
-    let mut compress = |m: u64| {
-        v[3] ^= m;
-        round(&mut v);
-        v[0] ^= m;
-    };
     let mut words = bytes.chunks_exact(8);
     for word in &mut words {
         let mut w = [0u8; 8];
         w.copy_from_slice(word);
-        compress(u64::from_le_bytes(w));
+        let m = u64::from_le_bytes(w);
+        v3 ^= m;
+        round!();
+        v0 ^= m;
     }
-    let mut last = [0u8; 8];
-    last[..words.remainder().len()].copy_from_slice(words.remainder());
-    // The length in the top byte, as SipHash pads.
-    last[7] = bytes.len() as u8;
-    compress(u64::from_le_bytes(last));
-    v[2] ^= 0xff;
-    for _ in 0..3 {
-        round(&mut v);
+    // The last 0 to 7 bytes, and the length in the top byte, as SipHash pads.
+    let mut m = (bytes.len() as u64) << 56;
+    for (i, &b) in words.remainder().iter().enumerate() {
+        m |= u64::from(b) << (8 * i);
     }
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    v3 ^= m;
+    round!();
+    v0 ^= m;
+    v2 ^= 0xff;
+    round!();
+    round!();
+    round!();
+    v0 ^ v1 ^ v2 ^ v3
 }
 
 fn slot(fingerprint: u64) -> &'static AtomicU64 {
