@@ -5,7 +5,6 @@ use crate::time::{Nanos, Unit};
 
 /// A base-10 signed 64-bit integer, exactly as Redis's `string2ll` accepts it: an optional
 /// `-`, no `+`, no spaces, no leading zeros, nothing after the digits.
-#[inline]
 pub fn integer(arg: &[u8]) -> Result<i64> {
     let (negative, digits) = match arg {
         [b'-', rest @ ..] => (true, rest),
@@ -85,7 +84,11 @@ impl Decimal {
         let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
         // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
         // call: no loop, no index computed at run time).
-        eight(&mut bytes, 12, (n % 100_000_000) as u32);
+        if n < 10_000 {
+            four(&mut bytes, 16, n as u32);
+        } else {
+            eight(&mut bytes, 12, (n % 100_000_000) as u32);
+        }
         if n >= 100_000_000 {
             eight(&mut bytes, 4, (n / 100_000_000 % 100_000_000) as u32);
             four(&mut bytes, 0, (n / 10_000_000_000_000_000) as u32);
