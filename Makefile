@@ -37,7 +37,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run plots plots-perf test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -144,6 +144,18 @@ fuzz:
 bench: build
 	bench/run.sh
 	bench/instructions.sh
+
+# The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
+# module, driven through each scenario (about 40 s), and the performance chart drawn from the
+# figures `make plots-perf` measured (docs/src/img/performance.tsv).
+plots: build
+	cargo run --quiet -p redis-throttle-plots --
+
+# The performance chart's figures: instructions per call (bench/instructions.sh, callgrind) with
+# this module and with redis-cell (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or
+# REDIS_CELL=its .so); a few minutes.
+plots-perf: build
+	scripts/plots-perf.sh
 
 clean:
 	cargo clean

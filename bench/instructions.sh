@@ -9,7 +9,8 @@
 #   bench/instructions.sh [N]      N calls per scenario (default 20000)
 # Env: THROTTLE_SERVER (a redis-server), THROTTLE_MODULE (the module; default: the release
 # build), BENCH_SCENARIOS (a file of extra `name|command[|setup]` lines), BENCH_ONLY (a regular
-# expression: only the scenarios whose name matches, plus the SET and floor baselines).
+# expression: only the scenarios whose name matches, plus the SET and floor baselines),
+# BENCH_RESULTS (a file: the table also as `name<TAB>instructions` lines; scripts/plots-perf.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -22,16 +23,12 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 cleanup() { redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"; }
 trap cleanup EXIT
 
-LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
-local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
-local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
-tat = math.max(tat, now); local new = tat + ei
-if now < new - dvt then return {1, 0} end
-redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_GCRA=$(cat bench/gcra.lua)
 
 # One setup step (words joined by `+`): `populate:N` N other keys (DEBUG POPULATE: strings
 # the limiters never touch); `limiters:N` N limiter keys bench:000000000000… written by the
-# module (CL.THROTTLE from a script: in its key table, as far as its 65,536 slots go);
+# module (`CL.THROTTLE key 99 1 3600` from a script, so they live an hour: in its key
+# table, as far as its 65,536 slots go);
 # `reload` (DEBUG RELOAD: every value compact again, the key table empty); else redis-cli words.
 setup() {
   case $1 in
@@ -74,11 +71,13 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   # shellcheck disable=SC2086
   redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
   local calls
-  local only='[^:]*'
-  if [ $toggle = processCommand ]; then
-    only=$(sed 's/^-r [0-9]* //' <<<"$cmd" | awk '{print tolower($1)}')
-  fi
-  calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_${only}:calls=\([0-9]*\),.*/\1/p" | awk '{s+=$1} END {print s}')
+  # A script's own redis.call()s are counted in INFO commandstats too (GET, TIME, SET): divide
+  # by the EVALSHA calls alone, not by every command executed; so for a "(whole)" scenario,
+  # by the benchmarked command's calls (not its nested GETs).
+  local stat='[^:]*'
+  if [[ $cmd == EVALSHA* ]]; then stat=evalsha; fi
+  if [ $toggle = processCommand ]; then stat=$(sed 's/^-r [0-9]* //' <<<"$cmd" | awk '{print tolower($1)}'); fi
+  calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$stat:calls=\([0-9]*\),.*/\1/p" | awk '{s+=$1} END {print s}')
   redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" || true
   local total
@@ -125,6 +124,7 @@ printf '\nInstructions per call (callgrind, server call() only, hot key, %s call
 printf '%-26s %12s %8s %8s\n' command instructions xSET xfloor
 declare -A IR
 set_ir=""; floor_ir=""
+if [ -n "${BENCH_RESULTS:-}" ]; then : > "$BENCH_RESULTS"; fi
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd setup <<<"$s"
   if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY || $name == SET* || $name == "module floor (floor.c)" ]]; then continue; fi
@@ -132,6 +132,7 @@ for s in "${SCENARIOS[@]}"; do
   IR[$name]=$ir
   [ -z "$set_ir" ] && set_ir=$ir
   [[ $name == "module floor"* ]] && floor_ir=$ir
+  if [ -n "${BENCH_RESULTS:-}" ]; then printf '%s\t%s\n' "$name" "$ir" >> "$BENCH_RESULTS"; fi
   printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$([[ $name == *"(whole)"* ]] && echo - || python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
 done
 if [ -n "${BENCH_ONLY:-}" ]; then exit 0; fi

@@ -9,15 +9,7 @@ cd "$(dirname "$0")/.."
 
 MODULE=$(pwd)/target/release/libredis_throttle.so
 # The floor (bench/floor.c), built here against the redis-module crate's redismodule.h.
-FLOOR=$(pwd)/target/bench/floor.so
-header=$(cargo metadata --format-version 1 2>/dev/null | python3 -c '
-import json, os, sys
-for p in json.load(sys.stdin)["packages"]:
-    if p["name"] == "redis-module":
-        print(os.path.join(os.path.dirname(p["manifest_path"]), "src", "include")); break')
-[ -f "$header/redismodule.h" ] || { echo "bench: redismodule.h not found (cargo metadata)" >&2; exit 1; }
-mkdir -p "$(dirname "$FLOOR")"
-cc -O2 -fPIC -shared -I"$header" bench/floor.c -o "$FLOOR"
+FLOOR=$(bench/floor.sh)
 REQUESTS=${REQUESTS:-400000}
 KEYS=${KEYS:-100000}
 PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
@@ -30,12 +22,7 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 cli() { redis-cli -p "$PORT" "$@"; }
 
 # A GCRA in Lua, the usual fallback without a module (for reference only).
-LUA_GCRA='local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
-local t = redis.call("TIME"); local now = t[1] * 1000000 + t[2]
-local ei = tonumber(ARGV[2]) / tonumber(ARGV[1]) * 1000000; local dvt = ei * (tonumber(ARGV[3]) + 1)
-tat = math.max(tat, now); local new = tat + ei
-if now < new - dvt then return {1, 0} end
-redis.call("SET", KEYS[1], new, "PX", math.ceil((new - now) / 1000)); return {0, 1}'
+LUA_GCRA=$(cat bench/gcra.lua)
 LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
 
 # name | command with __KEY__ (every call admitted and written: the expensive path) | stat name

@@ -25,11 +25,14 @@ refused with an error (they are listed in the README), never answered with a wro
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
-local rcall, rpcall, error_reply
+local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack
 local bound = false
 local function bind()
   floor = math.floor
   byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
+  -- (struct: Redis's and Valkey's bundled library; a long ring's counts are decoded with it, 256
+  -- at a time. unpack: a table's values as arguments, to make one string of many bytes.)
+  unpack, unpack_i8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), _G.unpack
   concat = table.concat
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
@@ -89,6 +92,15 @@ local function fail(text)
   error(text, 0)
 end
 local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
+
+-- The twin's own refusals (what a double cannot carry) come after every error the module would
+-- give for the same call (any argument error, WRONGTYPE, a state it finds invalid): a limit the
+-- twin cannot reply is kept with the parameters (`refuse`) and raised once the call is decided;
+-- `twin_refusal` tells such an error from the module's.
+local function refusal(limit, name)
+  if limit > 9007199254740991 then return fmt(ERR.twin_limit, name) end
+  return nil
+end
 
 ---------------------------------------------------------------------------------------------
 -- Integers. T = (m, u): the value m * 10^6 + u, 0 <= u < 10^6, m a plain integer.
@@ -270,6 +282,28 @@ local function u32_le(v)
   return char(b0, b1, b2, (v - b2) / 256)
 end
 
+-- `s` repeated n times, by doubling (string.rep adds byte by byte: 10x slower for long runs).
+local function repeat_of(s, n)
+  if n < 32 then return rep(s, n) end
+  local out, have = s, 1
+  while have * 2 <= n do out, have = out .. out, have * 2 end
+  return out .. repeat_of(s, n - have)
+end
+
+-- The n i64 values at byte i (1-based) of s, decoded in C, as an array from 0 (plain numbers:
+-- exact below 2^53, the sign kept).
+local function i64_array(s, i, n)
+  local out, got = {}, 0
+  while got < n do
+    local take = n - got
+    if take > 256 then take = 256 end
+    local t = { unpack(take == 256 and unpack_i8 or '<' .. rep('i8', take), s, i + got * 8) }
+    for j = 1, take do out[got + j - 1] = t[j] end
+    got = got + take
+  end
+  return out
+end
+
 ---------------------------------------------------------------------------------------------
 -- The clock: one instant per call, as T (ms, ns within the ms).
 
@@ -300,6 +334,11 @@ local function ceil_ms(m, u) return u > 0 and m + 1 or m end
 local function kind_of(stored)
   local b = byte(stored)
   if b == 1 or b == 2 then return 'window' end
+  if b == 80 then -- 'P' and a TAT: a pacer's key (CL.PACE, module only), never read here
+    local m = parse_i64(sub(stored, 2))
+    if m and m >= MIN_TAT_M then return 'pace' end
+    return nil
+  end
   local m = parse_i64(stored)
   if not m then return nil end
   if m >= MIN_TAT_M then return 'throttle' end
@@ -351,11 +390,13 @@ local function gcra_params(bm, bu, cm, cu, period_ms)
   local tm, tu = t_mul_t(em, eu, lm, lu)        -- tolerance = interval * limit, at most 10^18 ns
   if tm > 1000000000000 or (tm == 1000000000000 and tu > 0) then fail(fmt(ERR.span, BOUND.throttle_span)) end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu }
+  local p = { em = em, eu = eu, limit = limit, tm = tm, tu = tu, refuse = refusal(limit, 'limit') }
   if tm < 4503599626 then
-    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path).
+    -- A tolerance below 2^52 ns (52 days): every span of a call is a plain number (fast path),
+    -- for a call before `fast_until` (ms), where no TAT it computes (at most now + twice the
+    -- tolerance) can pass i64 (the general path checks, and refuses, as the module does).
     p.ei, p.tol = em * M + eu, tm * M + tu
+    p.fast_until = MAX_M - 2 * (tm + 1) - 1
   end
   return p
 end
@@ -441,7 +482,7 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q)
       if not am or am < MIN_TAT_M then invalid('throttle', stored) end
     end
   end
-  if p.tol then return gcra_fast(p, am, au, nm, nu, q) end
+  if p.tol and nm < p.fast_until then return gcra_fast(p, am, au, nm, nu, q) end
   -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
   local cm, cu = t_add(nm, nu, p.tm, p.tu)
   if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
@@ -492,8 +533,7 @@ local COUNTER_MAX = 999999999999999999
 local function counter_params(lm, lu, window_ms)
   if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  return { limit = limit, window = window_ms }
+  return { limit = limit, window = window_ms, refuse = refusal(limit, 'limit') }
 end
 
 -- A key's expiry (`PEXPIRETIME`) as the instant the state is stamped with: nil when the key has
@@ -575,9 +615,8 @@ local function bucket_params(cm, cu, tm, tu, interval_ms)
   if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
   if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > 1000000000000 then fail(fmt(ERR.span, BOUND.bucket_span)) end
   local capacity = t_capped(cm, cu)
-  if capacity > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'capacity')) end
   -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
-  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms }
+  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms, refuse = refusal(capacity, 'capacity') }
 end
 
 local function refills(p, d) return div_ceil(d, p.tokens) end
@@ -673,7 +712,11 @@ end
 -- CL.WINDOW (core/src/window.rs): a sliding window, exact (a log of instants, layout 1) or
 -- counted per bucket of PRECISION p (a ring, layout 2).
 
-local MAX_EXACT_LIMIT, MAX_BUCKETS = 100000, 10000
+local MAX_EXACT_LIMIT = 100000
+-- The most buckets a stored ring may hold: the module's `throttle.max-buckets` at its ceiling
+-- (core/src/caps.rs, Caps::CEILING), plus one. A ring the module wrote under a raised cap is
+-- read (and regrouped into the call's own) whatever the twin's own cap is.
+local RING_MAX_SLOTS = 100001
 
 -- (The window's and the precision's ranges are checked by the caller, as the module does
 -- before the limit's.)
@@ -684,8 +727,7 @@ local function window_params(lm, lu, window_ms, precision_ms)
     fail(fmt(ERR.range_unit, 'limit', '1', BOUND.exact_limit, BOUND.exact_hint))
   end
   local limit = t_capped(lm, lu)
-  if limit > LIMIT_MAX then fail(fmt(ERR.twin_limit, 'limit')) end
-  return { limit = limit, window = window_ms, precision = precision_ms }
+  return { limit = limit, window = window_ms, precision = precision_ms, refuse = refusal(limit, 'limit') }
 end
 
 -- How a call relates to the limit once the units in the window are known.
@@ -710,40 +752,271 @@ local function emptied(p, had_units)
   return d
 end
 
+-- A CL.WINDOW key's value: the string, or for one longer than READ_WHOLE bytes (a log of
+-- more than 511 entries, a ring of more than 509 buckets) a handle { key, n (its length), s (its
+-- first READ_WHOLE bytes) }: an exact call reads such a log in ranges, a call that walks a
+-- whole value reads it whole (`whole`).
+local READ_WHOLE = 4096
+
+local function read_window(key)
+  local v = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
+  if type(v) == 'table' then
+    if v.err then fail(ERR.wrongtype) end
+    fail(fmt(ERR.internal, 'GETRANGE returned a ' .. type(v)))
+  end
+  if #v < READ_WHOLE then
+    if v == '' and rcall('EXISTS', key) == 0 then return nil end
+    return v
+  end
+  local n = rcall('STRLEN', key)
+  if n == READ_WHOLE then return v end
+  return { key = key, n = n, s = v }
+end
+
+-- A stored value as one string.
+local function whole(stored)
+  if type(stored) ~= 'table' then return stored end
+  if not stored.whole then stored.whole = rcall('GET', stored.key) end
+  return stored.whole
+end
+
 -- ---- The exact log (layout 1): header [1,0,0,0, head u32], then one i64 instant per action.
 
-local function log_parse(s)
-  local n = #s
+-- A log is a string `s` (the whole value), or for a long stored value (see `read_window`) its
+-- first READ_WHOLE bytes with `key` set: the rest is read in ranges (GETRANGE) as the call
+-- needs them, so that a call costs O(log limit + quantity) like the module's, not O(size).
+local function log_parse(s, big)
+  local n = big and big.n or #s
   if n < 8 or byte(s, 1) ~= 1 or byte(s, 2) ~= 0 or byte(s, 3) ~= 0 or byte(s, 4) ~= 0 then return nil end
   local body = n - 8
   if body % 8 ~= 0 then return nil end
   local head = le_u32(s, 5)
   if head > body / 8 then return nil end
-  return { s = s, head = head, len = body / 8 }
+  return { s = s, head = head, len = body / 8, key = big and big.key, cache = big and {} }
 end
 
 -- `rebuilt`: not what the key holds (no key, or converted from a ring), so any write is whole.
 local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 
-local function log_at(log, i) return le_t(log.s, 9 + i * 8) end
+-- Entries per piece of a long log built by the call (`pieces`: each PER entries but the last,
+-- without the header).
+local PER = 8192
 
--- The first live entry after the horizon (binary search; entries ascend).
-local function log_first_after(log, hm, hu)
+-- The bytes of a log converted from a ring (runs of equal entries, see ring_to_log), built when
+-- the call writes it: one string, or pieces of PER entries (never one long Lua string).
+local function log_built(log)
+  local rm, ru, rn = log.rm, log.ru, log.rn
+  log.runs = nil
+  if log.len <= PER then
+    local parts = { '\1\0\0\0\0\0\0\0' }
+    for i = 1, #rn do parts[#parts + 1] = repeat_of(t_le(rm[i], ru[i]), rn[i]) end
+    log.s = concat(parts)
+    return
+  end
+  -- Single entries (a ring of one action per bucket) are gathered as bytes, 32 entries to a
+  -- string, rather than each made a string of its own.
+  local pieces, cur, held = {}, {}, 0
+  local bytes, nb = {}, 0
+  local function flush()
+    if nb > 0 then cur[#cur + 1], nb = char(lua_unpack(bytes, 1, nb)), 0 end
+  end
+  for i = 1, #rn do
+    local n = rn[i]
+    if n == 1 then
+      local m, u = rm[i], ru[i]
+      if m >= 0 then
+        -- (t_le, inlined)
+        local ml = m % 65536
+        local x = ml * M + u
+        local b01 = x % 65536
+        local y = (m - ml) / 65536 * M + (x - b01) / 65536
+        local b0 = b01 % 256
+        bytes[nb + 1], bytes[nb + 2] = b0, (b01 - b0) / 256
+        for j = nb + 3, nb + 7 do
+          local r = y % 256
+          bytes[j], y = r, (y - r) / 256
+        end
+        bytes[nb + 8], nb = y, nb + 8
+      else
+        local e = t_le(m, u)
+        for j = 1, 8 do bytes[nb + j] = byte(e, j) end
+        nb = nb + 8
+      end
+      held = held + 1
+      if nb == 256 then flush() end
+      if held == PER then
+        flush()
+        pieces[#pieces + 1], cur, held = concat(cur), {}, 0
+      end
+    else
+      flush()
+      local e = t_le(rm[i], ru[i])
+      while n > 0 do
+        local take = PER - held
+        if n < take then take = n end
+        cur[#cur + 1] = repeat_of(e, take)
+        held, n = held + take, n - take
+        if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
+      end
+    end
+  end
+  flush()
+  if held > 0 then pieces[#pieces + 1] = concat(cur) end
+  log.pieces = pieces
+end
+
+-- The run of a converted log holding entry i (its runs' starts ascend).
+local function log_run(log, i)
+  local start = log.start
+  local lo, hi = 1, log.runs
+  while lo < hi do
+    local mid = lo + hi + 1
+    mid = (mid - mid % 2) / 2
+    if start[mid] <= i then lo = mid else hi = mid - 1 end
+  end
+  return lo
+end
+
+-- Bytes a (0-based) to b (exclusive) of a log's value.
+local function log_bytes(log, a, b)
+  if log.runs then log_built(log) end
+  local pieces = log.pieces
+  if pieces then
+    -- (a and b within the entries: 8 on)
+    local out = {}
+    while a < b do
+      local q = floor((a - 8) / (PER * 8))
+      local off = a - 8 - q * PER * 8
+      local e = b - a
+      if e > PER * 8 - off then e = PER * 8 - off end
+      out[#out + 1] = sub(pieces[q + 1], off + 1, off + e)
+      a = a + e
+    end
+    return concat(out)
+  end
+  if not log.key or b <= #log.s then return sub(log.s, a + 1, b) end
+  if a >= b then return '' end
+  return rcall('GETRANGE', log.key, a, b - 1)
+end
+
+-- Long values are built and written in pieces of at most CHUNK bytes (Lua's cost for one long
+-- string grows faster than its length): `parts` lists them, written as SET + APPENDs.
+local CHUNK = 65536
+
+-- Appends bytes a (0-based) to b (exclusive) of a log's value to `parts`.
+local function log_parts(log, a, b, parts)
+  while a < b do
+    local e = a + CHUNK
+    if e > b then e = b end
+    parts[#parts + 1] = log_bytes(log, a, e)
+    a = e
+  end
+end
+
+-- Appends n copies of an 8-byte entry to `parts`.
+local function repeat_parts(entry, n, parts)
+  local per = CHUNK / 8
+  local whole_piece
+  while n > 0 do
+    if n >= per then
+      whole_piece = whole_piece or repeat_of(entry, per)
+      parts[#parts + 1], n = whole_piece, n - per
+    else
+      parts[#parts + 1], n = repeat_of(entry, n), 0
+    end
+  end
+end
+
+local function log_at(log, i)
+  if log.runs then
+    local r = log_run(log, i)
+    return log.rm[r], log.ru[r]
+  end
+  local pieces = log.pieces
+  if pieces then
+    local q = floor(i / PER)
+    return le_t(pieces[q + 1], (i - q * PER) * 8 + 1)
+  end
+  if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
+  local c = log.cache[i]
+  if not c then
+    local m, u = le_t(rcall('GETRANGE', log.key, 8 + i * 8, 15 + i * 8), 1)
+    c = { m, u }
+    log.cache[i] = c
+  end
+  return c[1], c[2]
+end
+
+-- Whether the entry at byte `i` (1-based) of `s` is after the instant (hhi, hlo): its high 32
+-- bits (signed), then its low 32 bits.
+local function entry_after(s, i, hhi, hlo)
+  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
+  local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+  if b7 >= 128 then ehi = ehi - 4294967296 end
+  return ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo)
+end
+
+-- Entries a remote binary search narrows to before reading them in one range (4 KB).
+local LOG_BLOCK = 512
+
+-- The first live entry after the instant h (binary search; entries ascend), from `from` on.
+local function log_first_after(log, hm, hu, from)
   -- Entries compare as (high 32 bits, signed; low 32 bits), read straight from their bytes;
   -- the horizon is split so once.
   local h0, h1, h2, h3, h4, h5, h6, h7 = byte(t_le(hm, hu), 1, 8)
   local hhi = ((h7 * 256 + h6) * 256 + h5) * 256 + h4
   if h7 >= 128 then hhi = hhi - 4294967296 end
   local hlo = ((h3 * 256 + h2) * 256 + h1) * 256 + h0
-  local s = log.s
-  local lo, hi = log.head, log.len
+  local s, base = log.s, 9
+  local lo, hi = from or log.head, log.len
+  if log.runs then
+    -- A converted log: the first run after h, then no earlier than `from`.
+    local rm, ru = log.rm, log.ru
+    local a, b = 1, log.runs + 1
+    while a < b do
+      local mid = a + b
+      mid = (mid - mid % 2) / 2
+      if t_lt(hm, hu, rm[mid], ru[mid]) then b = mid else a = mid + 1 end
+    end
+    local i = a <= log.runs and log.start[a] or log.len
+    if i < lo then i = lo end
+    return i
+  end
+  local pieces = log.pieces
+  if pieces then
+    -- A long log built by the call: the piece, then within it.
+    while hi - lo > PER do
+      local mid = lo + hi
+      mid = (mid - mid % 2) / 2
+      local q = floor(mid / PER)
+      if entry_after(pieces[q + 1], (mid - q * PER) * 8 + 1, hhi, hlo) then hi = mid else lo = mid + 1 end
+    end
+    local q = floor(lo / PER)
+    if hi > (q + 1) * PER then q = floor((hi - 1) / PER) end
+    if floor(lo / PER) ~= q then
+      s, base = log_bytes(log, 8 + lo * 8, 8 + hi * 8), 1 - lo * 8
+    else
+      s, base = pieces[q + 1], 1 - q * PER * 8
+    end
+  elseif log.key and 8 + hi * 8 > #s then
+    -- A long log: probe single entries until the range is one block, then read the block.
+    local key = log.key
+    while hi - lo > LOG_BLOCK do
+      local mid = lo + hi
+      mid = (mid - mid % 2) / 2
+      local after
+      if 16 + mid * 8 <= #s then after = entry_after(s, 9 + mid * 8, hhi, hlo)
+      else after = entry_after(rcall('GETRANGE', key, 8 + mid * 8, 15 + mid * 8), 1, hhi, hlo) end
+      if after then hi = mid else lo = mid + 1 end
+    end
+    if 8 + hi * 8 > #s then
+      s, base = rcall('GETRANGE', key, 8 + lo * 8, 7 + hi * 8), 1 - lo * 8
+    end
+  end
   while lo < hi do
     local mid = lo + hi
     mid = (mid - mid % 2) / 2
-    local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, 9 + mid * 8, 16 + mid * 8)
-    local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-    if b7 >= 128 then ehi = ehi - 4294967296 end
-    if ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo) then hi = mid else lo = mid + 1 end
+    if entry_after(s, base + mid * 8, hhi, hlo) then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -760,26 +1033,44 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
     future = t_lt(nm, nu, m, u)
   end
   if log.rebuilt or first > live or future then
-    local kept = ''
+    local parts = { '\1\0\0\0\0\0\0\0' }
     if first < keep then
-      if future then
-        local parts = {}
+      if future and log.key then
+        -- A long log: the entries after now are the tail from the first one after now (the
+        -- log ascends), so they are rewritten at once, without a walk over every entry.
+        local after = log_first_after(log, nm, nu, first)
+        log_parts(log, 8 + first * 8, 8 + after * 8, parts)
+        repeat_parts(t_le(nm, nu), keep - after, parts)
+      elseif future then
+        -- (Entry by entry, as the module does: the same bytes even for a log out of order.)
         for i = first, keep - 1 do
           local m, u = log_at(log, i)
           if t_lt(nm, nu, m, u) then parts[#parts + 1] = t_le(nm, nu) else parts[#parts + 1] = sub(log.s, 9 + i * 8, 16 + i * 8) end
         end
-        kept = concat(parts)
       else
-        kept = sub(log.s, 9 + first * 8, 8 + keep * 8)
+        log_parts(log, 8 + first * 8, 8 + keep * 8, parts)
       end
     end
-    d.eff, d.whole = 'patch', '\1\0\0\0\0\0\0\0' .. kept .. appended
+    if type(appended) == 'table' then
+      for i = 1, #appended do parts[#parts + 1] = appended[i] end
+    elseif appended ~= '' then
+      parts[#parts + 1] = appended
+    end
+    d.eff, d.whole = 'patch', parts
     return d
   end
   local chunks = {}
   if first ~= log.head then chunks[#chunks + 1] = { 4, u32_le(first) } end
-  if count > 0 then chunks[#chunks + 1] = { 8 + keep * 8, appended } end
-  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + #appended, chunks
+  if type(appended) == 'table' then
+    local at = 8 + keep * 8
+    for i = 1, #appended do
+      chunks[#chunks + 1] = { at, appended[i] }
+      at = at + #appended[i]
+    end
+  elseif count > 0 then
+    chunks[#chunks + 1] = { 8 + keep * 8, appended }
+  end
+  d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + count * 8, chunks
   return d
 end
 
@@ -817,7 +1108,15 @@ local function exact_decide(p, log, nm, nu, q, ahead)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
-    return log_patch(log, first, log.len, rep(t_le(nm, nu), q), q, nm, nu, d)
+    local appended = t_le(nm, nu)
+    if q > 1 then
+      if q * 8 <= CHUNK then appended = repeat_of(appended, q) else
+        local parts = {}
+        repeat_parts(appended, q, parts)
+        appended = parts
+      end
+    end
+    return log_patch(log, first, log.len, appended, q, nm, nu, d)
   end
   -- Denied (until enough of the oldest actions leave), never admittable, or a peek.
   local limited = v == 'peek' and 0 or 1
@@ -842,6 +1141,21 @@ end
 
 local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
+-- The stored ring the call reads, if any (for `beyond`).
+local ring_read
+
+-- The twin's refusal of a ring it cannot compute exactly; but a ring with a count the module
+-- finds invalid (its top bit set) gets the module's error.
+local function beyond()
+  local s = ring_read
+  if s then
+    for at = 32, #s, 8 do
+      if byte(s, at) >= 128 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+    end
+  end
+  fail(fmt(ERR.twin_state, 'CL.WINDOW'))
+end
+
 -- A count (u64 read as i64) at slot offset `at` (0-based byte offset).
 local function ring_count_at(s, at)
   local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, at + 1, at + 8)
@@ -860,7 +1174,7 @@ local function ring_parse(s)
   local wm, wu = le_t(s, 17)
   local body = n - 24
   local slots = body / 8
-  if body % 8 ~= 0 or slots == 0 or slots > MAX_BUCKETS + 1 then return nil end
+  if body % 8 ~= 0 or slots == 0 or slots > RING_MAX_SLOTS then return nil end
   -- newest as a plain bucket index. One beyond 2^53 either way (never written by a limiter:
   -- beyond the year 287,000 at 1 ms) is kept as `far`, an approximation, with a sentinel that
   -- orders the same: far behind holds nothing and any new bucket starts a new ring, far ahead
@@ -873,7 +1187,9 @@ local function ring_parse(s)
   elseif wm < -9007199254 or (wm == -9007199254 and wu <= 259008) then
     newest, far = -4503599627370496, wm * M + wu
   end
-  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots }
+  -- A long ring's counts are decoded in C at once (a call reads most of them).
+  local cs = slots > 64 and i64_array(s, 25, slots) or nil
+  return { s = s, stored = true, pm = pm, pu = pu, newest = newest, far = far, far_slot = far_slot, slots = slots, cs = cs }
 end
 
 local function ring_empty(P, newest, slots)
@@ -884,9 +1200,17 @@ local function ring_slot(ring, k) return k - floor(k / ring.slots) * ring.slots 
 
 -- The count in a slot of a stored ring.
 local function ring_count_at_slot(ring, slot)
+  local cs = ring.cs
+  if cs then
+    -- (decoded at once: each count is checked as it is read, as the module reads it)
+    local c = cs[slot]
+    if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+    if c >= EXACT then beyond() end
+    return c
+  end
   local c = ring_count_at(ring.s, 24 + slot * 8)
   if c == nil then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-  if c == false then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if c == false then beyond() end
   return c
 end
 
@@ -906,16 +1230,64 @@ end
 -- Adds without passing 2^53 (a sum the twin could not carry exactly is refused).
 local function add_count(a, b)
   local s = a + b
-  if s >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if s >= EXACT then beyond() end
   return s
+end
+
+-- The ring of precision P, `slots` buckets and newest bucket `top` holding the counts moved_c
+-- in buckets moved_k (later, never earlier: a bucket that would fall off the ring's back moves
+-- to its oldest slot).
+local function ring_of_moved(P, slots, top, moved_k, moved_c)
+  local out = ring_empty(P, top, slots)
+  local first_held = top - (slots - 1)
+  for i = 1, #moved_k do
+    local k = moved_k[i]
+    if k < first_held then k = first_held end
+    local slot = ring_slot(out, k)
+    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
+  end
+  return out
 end
 
 -- The ring of a call with precision P and `slots` buckets, from a stored one of other
 -- parameters (or stamped too far ahead): each count moves to the bucket holding the last
 -- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
 local function ring_regroup(ring, P, slots, oldest, current, cap)
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   local Po, oslots = ring.pm, ring.slots
+  local cs = ring.cs
+  if cs and not ring.far and (ring.newest + 2) * Po < 4503599627370496 and (ring.newest - oslots) * Po > -4503599627370496 then
+    -- A long ring within exact range: old buckets go in runs, each run the buckets that move
+    -- to one new bucket (their sum moves at once: the module moves them one by one to the
+    -- same place), counts read from the decoded array slot by slot.
+    local newest = ring.newest
+    local k = newest - oslots + 1
+    local slot = ring_slot(ring, k)
+    local moved_k, moved_c = {}, {}
+    local top = current
+    while k <= newest do
+      local k2 = div_floor((k + 1) * Po - 1, P)
+      local kend = div_floor((k2 + 1) * P, Po) - 1
+      if kend > newest then kend = newest end
+      local sum = 0
+      for _ = k, kend do
+        local c = cs[slot]
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+        sum = sum + c
+        slot = slot + 1
+        if slot == oslots then slot = 0 end
+      end
+      if sum >= EXACT then beyond() end
+      if k2 > cap then k2 = cap end
+      if sum > 0 and k2 >= oldest then
+        moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, sum
+        if k2 > top then top = k2 end
+      end
+      k = kend + 1
+    end
+    return ring_of_moved(P, slots, top, moved_k, moved_c)
+  end
   local k0 = (ring.far or ring.newest) - oslots + 1
   local moved_k, moved_c = {}, {}
   local top = current
@@ -932,7 +1304,7 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
     else
       local r = x / P / 9223372036854775808
       if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-      if r > 0.999999999 or r < -0.999999999 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+      if r > 0.999999999 or r < -0.999999999 then beyond() end
       k2 = x > 0 and cap or oldest - 1
     end
     if k2 > cap then k2 = cap end
@@ -941,15 +1313,7 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
       if k2 > top then top = k2 end
     end
   end
-  local out = ring_empty(P, top, slots)
-  local first_held = top - (slots - 1)
-  for i = 1, #moved_k do
-    local k = moved_k[i]
-    if k < first_held then k = first_held end
-    local slot = ring_slot(out, k)
-    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
-  end
-  return out
+  return ring_of_moved(P, slots, top, moved_k, moved_c)
 end
 
 -- The i64 bytes of a plain integer (|v| < 2^53).
@@ -991,7 +1355,7 @@ end
 -- merely because its bucket numbers are larger).
 local function ring_is_ahead(ring, nm, W)
   if ring.far then return ring.far > 0 end
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
 end
 
@@ -1026,11 +1390,30 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local k0, held = ring_from(ring, oldest)
   local used, newest_used = 0, nil
   local counts = {}
-  for i = 0, held - 1 do
-    local c = ring_count(ring, k0 + i)
-    counts[i] = c
-    used = add_count(used, c)
-    if c > 0 then newest_used = k0 + i end
+  local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
+  if src then
+    -- (slot by slot from the oldest held, each count checked as ring_count checks it)
+    local slot, slots = ring_slot(ring, k0), ring.slots
+    for i = 0, held - 1 do
+      local c = src[slot] or 0
+      if stored then
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+      end
+      counts[i] = c
+      used = used + c
+      if used >= EXACT then beyond() end
+      if c > 0 then newest_used = k0 + i end
+      slot = slot + 1
+      if slot == slots then slot = 0 end
+    end
+  else
+    for i = 0, held - 1 do
+      local c = ring_count(ring, k0 + i)
+      counts[i] = c
+      used = add_count(used, c)
+      if c > 0 then newest_used = k0 + i end
+    end
   end
   local fm = newest_used and leaves(newest_used)
 
@@ -1101,11 +1484,97 @@ local function log_to_ring(p, log, nm, nu)
   local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local counts = ring.counts
-  for i = log_first_after(log, hm, hu), log.len - 1 do
-    local m, u = log_at(log, i)
-    if t_lt(nm, nu, m, u) then m = nm end
-    local slot = ring_slot(ring, div_floor(m, P))
-    counts[slot] = (counts[slot] or 0) + 1
+  local first = log_first_after(log, hm, hu)
+  if log.len - first <= 512 then
+    for i = first, log.len - 1 do
+      local m, u = log_at(log, i)
+      if t_lt(nm, nu, m, u) then m = nm end
+      local slot = ring_slot(ring, div_floor(m, P))
+      counts[slot] = (counts[slot] or 0) + 1
+    end
+  else
+    -- A long log, in order: the entries after now are its tail (they count in now's bucket);
+    -- the others are counted a bucket at a time: a search finds where each bucket's entries
+    -- end (compared with the first instant of the next bucket, as 32-bit halves), so that the
+    -- work is per bucket (a few probes), not per entry.
+    local after = log_first_after(log, nm, nu, first)
+    -- The next bucket's first instant in ns as 32-bit halves (bhi signed), and P ms in ns so
+    -- split (ph, pl), to step it a bucket at a time.
+    local pn = P * M
+    local pl = pn % 4294967296
+    local ph = (pn - pl) / 4294967296
+    local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
+    local s
+    -- Whether entry j (0-based) of the piece s is at or after the boundary.
+    local function reached(j)
+      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, j * 8 + 1, j * 8 + 8)
+      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+      if b7 >= 128 then hi = hi - 4294967296 end
+      return hi > bhi or (hi == bhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 >= blo)
+    end
+    local i = first
+    while i < after do
+      local e = i + CHUNK / 8
+      if e > after then e = after end
+      -- (read in pieces: a long log is never one Lua string)
+      s = log_bytes(log, 8 + i * 8, 8 + e * 8)
+      local n, at = e - i, 0
+      while at < n do
+        -- The first entry from `at` on in a later bucket: probed where the last bucket's count
+        -- puts it, then galloping, then bisecting (entries ascend).
+        local lo, hi = at, n
+        local probe = at + guess - 1
+        if probe >= n then probe = n - 1 end
+        if reached(probe) then
+          hi = probe
+        else
+          lo = probe + 1
+          local step = 1
+          while lo < n do
+            probe = lo + step - 1
+            if probe >= n then probe = n - 1 end
+            if reached(probe) then hi = probe break end
+            lo, step = probe + 1, step * 2
+          end
+        end
+        while lo < hi do
+          local mid = lo + hi
+          mid = (mid - mid % 2) / 2
+          if reached(mid) then hi = mid else lo = mid + 1 end
+        end
+        run = run + (lo - at)
+        if lo == n then break end
+        -- Entry lo starts a later bucket.
+        if run > 0 then
+          counts[slot] = (counts[slot] or 0) + run
+          guess = run
+        end
+        -- The next bucket's boundary one P on; the entry before it: the next bucket (the
+        -- common case, without exact arithmetic); else its own, computed.
+        local nlo, nhi = blo + pl, bhi + ph
+        if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
+        local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, lo * 8 + 1, lo * 8 + 8)
+        local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+        if b7 >= 128 then ehi = ehi - 4294967296 end
+        if k and (ehi < nhi or (ehi == nhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 < nlo)) then
+          k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
+        else
+          local k2 = div_floor(le_t(s, lo * 8 + 1), P)
+          k, slot = k2, ring_slot(ring, k2)
+          local c0, c1, c2, c3, c4, c5, c6, c7 = byte(t_le((k + 1) * P, 0), 1, 8)
+          bhi = ((c7 * 256 + c6) * 256 + c5) * 256 + c4
+          if c7 >= 128 then bhi = bhi - 4294967296 end
+          blo = ((c3 * 256 + c2) * 256 + c1) * 256 + c0
+        end
+        run, at = 1, lo + 1
+      end
+      i = e
+    end
+    if run > 0 then counts[slot] = (counts[slot] or 0) + run end
+    if after < log.len then
+      local now_slot = ring_slot(ring, div_floor(nm, P))
+      counts[now_slot] = (counts[now_slot] or 0) + log.len - after
+    end
   end
   local ahead = false
   if log.len > 0 then
@@ -1122,14 +1591,39 @@ end
 -- module reads them. Also whether the ring was stamped ahead.
 local function ring_to_log(p, ring, nm, nu)
   local P = ring.pm
-  if ring.pu ~= 0 then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+  if ring.pu ~= 0 then beyond() end
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
   local most, count = p.limit, 0
-  local newest_first = {}
-  for k = k0 + held - 1, k0, -1 do
+  -- Runs of equal entries (each an instant, T, and how many), newest first: a denial needs
+  -- no entry's bytes, so the log is built (`log_built`) only when the call writes it.
+  local rm, ru, rn = {}, {}, {}
+  local k, cs = k0 + held - 1, ring.cs
+  while k >= k0 do
     local c, em, eu
+    if cs and not far_ahead and k > k0 and (k + 1) * P - 1 < nm then
+      -- A long ring, below now: a bucket at a time, its instant stepped down by P; the
+      -- horizon only matters for the oldest bucket.
+      local slot, slots = ring_slot(ring, k), ring.slots
+      local m = (k + 1) * P - 1
+      while k > k0 do
+        c = cs[slot]
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+        if count == most then break end
+        if c > 0 then
+          local n = c < most - count and c or most - count
+          local r = #rn + 1
+          rm[r], ru[r], rn[r] = m, M - 1, n
+          count = count + n
+        end
+        m = m - P
+        slot = slot == 0 and slots - 1 or slot - 1
+        k = k - 1
+      end
+      if count == most then break end
+    end
     if far_ahead then
       -- Buckets far ahead (all of them, held from the newest down): each ends after now, so
       -- its entries go at now; its slot from the exact newest bucket's.
@@ -1142,24 +1636,47 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      newest_first[#newest_first + 1] = rep(t_le(em, eu), n)
+      local r = #rn + 1
+      rm[r], ru[r], rn[r] = em, eu, n
       count = count + n
     end
+    k = k - 1
   end
-  local parts = { '\1\0\0\0\0\0\0\0' }
-  for i = #newest_first, 1, -1 do parts[#parts + 1] = newest_first[i] end
-  local s = concat(parts)
-  return { s = s, head = 0, len = count, rebuilt = true }, ring_is_ahead(ring, nm, p.window)
+  -- Oldest first, with the index of each run's first entry.
+  local nr = #rn
+  local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, start = {} }
+  local at = 0
+  for i = 1, nr do
+    local j = nr - i + 1
+    log.rm[i], log.ru[i], log.rn[i], log.start[i] = rm[j], ru[j], rn[j], at
+    at = at + rn[j]
+  end
+  return log, ring_is_ahead(ring, nm, p.window)
 end
 
 local function window_decide(p, stored, nm, nu, q)
+  ring_read = nil
   if stored == nil then
     if p.precision then return ring_decide(p, nil, nm, nu, q) end
     return exact_decide(p, EMPTY_LOG, nm, nu, q)
   end
-  local version = byte(stored)
+  local version
+  if type(stored) == 'table' then
+    -- A long value: an exact call reads its log in ranges; anything else reads it whole.
+    if byte(stored.s) == 1 then
+      local log = log_parse(stored.s, stored)
+      if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
+      if log then
+        local converted, ahead = log_to_ring(p, log, nm, nu)
+        return ring_decide(p, converted, nm, nu, q, true, ahead)
+      end
+    end
+    stored = whole(stored)
+  end
+  version = byte(stored)
   local log = version == 1 and log_parse(stored) or nil
   local ring = version == 2 and ring_parse(stored) or nil
+  ring_read = ring and stored
   if p.precision then
     if ring then return ring_decide(p, ring, nm, nu, q) end
     if log then
@@ -1318,12 +1835,21 @@ end
 
 local READS_EXPIRY = { counter = true, bucket = true }
 
+local function read_of(kind, key)
+  if kind == 'window' then return read_window(key) end
+  return read(key, READS_EXPIRY[kind])
+end
+
 local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
   local q = t_capped(qm, qu)
-  if kind == 'throttle' then return gcra_decide(p, stored, nm, nu, qm, qu, q) end
-  if kind == 'window' then return window_decide(p, stored, nm, nu, q) end
-  if kind == 'bucket' then return bucket_decide(p, stored, expiry, nm, nu, q) end
-  return counter_decide(p, stored, expiry, nm, nu, qm, qu, q)
+  local d
+  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q)
+  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q)
+  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
+  -- (The call decided without an error the module would give: now the twin's own refusal.)
+  if p.refuse then fail(p.refuse) end
+  return d
 end
 
 local function apply(key, d, stored)
@@ -1333,17 +1859,23 @@ local function apply(key, d, stored)
     rcall('SET', key, d.value, 'PXAT', int_text(d.at))
   elseif eff == 'del' then
     if stored ~= nil then rcall('DEL', key) end
-  elseif d.whole or stored == nil or d.len < #stored then
-    local whole = d.whole
-    if not whole then -- an edit of no key, or a shrink: apply it and write the whole value
-      whole = sub(stored or '', 1, d.len)
-      if #whole < d.len then whole = whole .. rep('\0', d.len - #whole) end
+  elseif type(d.whole) == 'table' then
+    -- A value in pieces: the first with its expiry, the others appended (byte for byte the
+    -- value the module writes at once).
+    local parts = d.whole
+    rcall('SET', key, parts[1], 'PXAT', int_text(d.at))
+    for i = 2, #parts do rcall('APPEND', key, parts[i]) end
+  elseif d.whole or stored == nil or d.len < (type(stored) == 'table' and stored.n or #stored) then
+    local value = d.whole
+    if not value then -- an edit of no key, or a shrink: apply it and write the whole value
+      value = sub(whole(stored) or '', 1, d.len)
+      if #value < d.len then value = value .. rep('\0', d.len - #value) end
       for i = 1, #d.chunks do
         local c = d.chunks[i]
-        whole = sub(whole, 1, c[1]) .. c[2] .. sub(whole, c[1] + #c[2] + 1)
+        value = sub(value, 1, c[1]) .. c[2] .. sub(value, c[1] + #c[2] + 1)
       end
     end
-    rcall('SET', key, whole, 'PXAT', int_text(d.at))
+    rcall('SET', key, value, 'PXAT', int_text(d.at))
   else
     for i = 1, #d.chunks do rcall('SETRANGE', key, fmt('%d', d.chunks[i][1]), d.chunks[i][2]) end
     rcall('PEXPIREAT', key, int_text(d.at))
@@ -1388,7 +1920,7 @@ local function single(kind, keys, args)
   end
   local key = keys[1]
   local nm, nu = clock()
-  local stored, expiry = read(key, READS_EXPIRY[kind])
+  local stored, expiry = read_of(kind, key)
   local d = decide(kind, p, stored, expiry, nm, nu, qm, qu)
   apply(key, d, stored)
   -- Only a call that consumes units (quantity > 0) can be denied.
@@ -1509,11 +2041,22 @@ local function all(keys, args)
   -- effects are written only when all admit.
   local nm, nu = clock()
   local stored, expiries, decisions = {}, {}, {}
-  for s = 1, nkeys do stored[s], expiries[s] = read(keys[s], READS_EXPIRY[parsed[s].kind]) end
+  for s = 1, nkeys do stored[s], expiries[s] = read_of(parsed[s].kind, keys[s]) end
+  -- A limiter the twin refuses (beyond what a double carries) gives way to another's error
+  -- the module would give.
+  local refused
   for s = 1, nkeys do
     local it = parsed[s]
-    decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+    local ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+    if ok then
+      decisions[s] = d
+    elseif d == failed and find(d, 'the Functions twin', 1, true) then
+      refused = refused or d
+    else
+      error(d, 0)
+    end
   end
+  if refused then fail(refused) end
   local binding, denied = 1, false
   for s = 1, nkeys do
     local d = decisions[s]
@@ -1521,8 +2064,8 @@ local function all(keys, args)
       local b = decisions[binding]
       if not denied then
         binding, denied = s, true
-      elseif b.rm ~= nil and (d.rm == nil or t_lt(b.rm, b.ru, d.rm, d.ru)) then
-        binding = s -- the longest retry_after binds; none (never) is the longest
+      elseif b.rm ~= nil and (d.rm == nil or reply_time(b.rm, b.ru, millis) < reply_time(d.rm, d.ru, millis)) then
+        binding = s -- the longest retry_after as replied binds (the first of equals); none (never) is the longest
       end
     elseif not denied and d[3] < decisions[binding][3] then
       binding = s
@@ -1575,7 +2118,7 @@ local function eval_dispatch(keys, argv)
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
   local kind = EVAL_KINDS[name]
-  if kind == nil then fail(fmt(ERR.eval_name, tostring(name))) end
+  if kind == nil then fail(fmt(ERR.eval_name, name and printable(name) or 'nil')) end
   return single(kind, keys, args)
 end
 

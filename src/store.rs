@@ -184,6 +184,7 @@ impl Key {
             // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
             Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None },
             Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms) },
+            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms) },
             Write::Patch(patch) => {
                 check(patch)?;
                 let old_len = self.stored().map(|s| s.value.len());

@@ -94,6 +94,8 @@ fn pace_and_leases_route_to_the_owner_of_their_key() {
         .expect("run redis-cli -c");
     let text = String::from_utf8_lossy(&out.stdout);
     let numbers: Vec<i64> = text.split_whitespace().map(|n| n.parse().unwrap()).collect();
-    assert_eq!(numbers, [0, 0, 1, -1, 100], "{text}");
+    // Released at its slot: its own slot under way, the schedule idle when it ends.
+    assert_eq!(numbers[..4], [0, 0, 1, -1], "{text}");
+    assert!((1..=100).contains(&numbers[4]), "{text}");
     assert!(started.elapsed() >= std::time::Duration::from_millis(400), "it waited for its slot: {:?}", started.elapsed());
 }

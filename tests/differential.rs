@@ -393,8 +393,16 @@ impl Gen {
         match self.rng.random_range(0..100) {
             0..=2 => return Plant::List,
             3..=6 => {
-                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5"];
+                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5", b"P", b"P12", b"P-1700000000000000000"];
                 return Plant::Value(self.pick(junk).to_vec(), Some(now_ms + 100_000));
+            }
+            7..=9 => {
+                // A pacer's key (CL.PACE's `P` and TAT, a queue up to an hour long): WRONGTYPE
+                // for every limiter, the twin's as the module's, its queue left as it is.
+                let tat = now_ns + self.rng.random_range(0..3_600_000_000_000);
+                let mut value = b"P".to_vec();
+                value.extend_from_slice(tat.to_string().as_bytes());
+                return Plant::Value(value, Some(tat.div_euclid(MS) + 1));
             }
             _ => {}
         }
@@ -759,6 +767,7 @@ fn the_twin_matches_the_module_call_for_call() {
                 Plant::List => "list".to_string(),
                 Plant::Value(b, _) => match b.first() {
                     Some(1) => "exact log".into(),
+                    Some(b'P') if b.len() > 4 => "pacer".into(),
                     Some(2) => "ring".into(),
                     _ => "integer or junk".into(),
                 },
@@ -845,4 +854,197 @@ fn the_twin_matches_the_module_call_for_call() {
     for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
+}
+
+/// An exact log (layout 1) of `entries` with `head` dead entries in front.
+fn log_bytes(head: u32, entries: &[i64]) -> Vec<u8> {
+    let mut b = vec![1u8, 0, 0, 0];
+    b.extend_from_slice(&head.to_le_bytes());
+    entries.iter().for_each(|e| b.extend_from_slice(&e.to_le_bytes()));
+    b
+}
+
+/// A ring (layout 2) of precision `p_ns`, newest bucket `newest`, with these counts.
+fn ring_bytes(p_ns: i64, newest: i64, counts: &[i64]) -> Vec<u8> {
+    let mut b = vec![2u8, 0, 0, 0, 0, 0, 0, 0];
+    b.extend_from_slice(&p_ns.to_le_bytes());
+    b.extend_from_slice(&newest.to_le_bytes());
+    counts.iter().for_each(|c| b.extend_from_slice(&c.to_le_bytes()));
+    b
+}
+
+/// What the sized paths of the twin read and write (long logs read in ranges and written in
+/// pieces, a long log converted to buckets by search, a ring the module wrote under a raised
+/// `throttle.max-buckets`), the GCRA at the last instants an i64 of nanoseconds holds, and which
+/// error wins where the twin would refuse a call: the same replies, bytes and expiries as the
+/// module's at pinned instants. (Sizes: a few thousand entries; bench/twin.sh measures the caps.)
+#[test]
+fn long_states_the_last_instants_and_error_precedence_match_the_module() {
+    let mut rig = Rig::start();
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let now_us = real_us + 86_400_000_000 + 123_457;
+    let now = now_us * 1000;
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+    let check = |rig: &mut Rig, what: &str, kind: Algorithm, plant: &Plant, args: &[String], at_us: i64| -> Value {
+        let keys = Rig::keys(0);
+        rig.plant(&keys, plant);
+        let (before, replies, states) = rig.call(kind, &keys, args, at_us);
+        let context = format!("{what}: {} {args:?} at {at_us} µs on {} bytes", kind.command(), match &before.0 {
+            Value::BulkString(b) => b.len(),
+            _ => 0,
+        });
+        assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
+        assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
+        assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
+        assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
+        replies[0].clone()
+    };
+    let expiry = |newest: i64, window_ms: i64| Some((newest + window_ms * MS).div_euclid(MS) + 1);
+
+    // Long exact logs (3,000 entries, 24 KB: read in ranges), one window of 600 s.
+    let window = 600_000;
+    let spread = |n: i64, from: i64, to: i64| -> Vec<i64> { (0..n).map(|i| from + (to - from) * i / n).collect() };
+    let live = spread(3000, now - (window - 1000) * MS, now - MS);
+    let full = Plant::Value(log_bytes(0, &live), expiry(now, window));
+    let mut dead_then_live = spread(4000, now - 3 * window * MS, now - window * MS - MS);
+    dead_then_live.extend(spread(2000, now - (window - 1000) * MS, now - MS));
+    let dead = Plant::Value(log_bytes(0, &dead_then_live), expiry(now, window));
+    let mut stepped_entries = live[..2000].to_vec();
+    stepped_entries.extend(std::iter::repeat_n(now + 3_600_000 * MS, 1000));
+    let stepped = Plant::Value(log_bytes(0, &stepped_entries), expiry(now + 3_600_000 * MS, window));
+    let with_head = Plant::Value(log_bytes(700, &live), expiry(now, window));
+    for (what, plant) in [("full", &full), ("mostly dead", &dead), ("clock stepped back", &stepped), ("dead head", &with_head)] {
+        for args in [
+            s(&["3000", "600"]),
+            s(&["5000", "600"]),
+            s(&["5000", "600", "1500"]),
+            s(&["3000", "600", "0"]),
+            s(&["3000", "600", "-40"]),
+            s(&["5000", "600", "-2500"]),
+            s(&["3000", "600", "PRECISION", "1"]),
+            s(&["5000", "600000", "MS", "PRECISION", "60"]),
+            s(&["5000", "600", "PRECISION", "600"]),
+            s(&["3000", "300"]),
+        ] {
+            let reply = check(&mut rig, what, Algorithm::Window, plant, &args, now_us);
+            assert!(matches!(reply, Value::Array(_)), "{what} {args:?}: {reply:?}");
+        }
+    }
+
+    // A ring the module wrote with `throttle.max-buckets` raised (20,001 buckets of 30 ms over
+    // the window): read with the twin's own precision (regrouped) and without (a log).
+    let p_ms = 30;
+    let counts: Vec<i64> = (0..20_001)
+        .map(|i| match i % 7 {
+            0 => 0,
+            3 => 3,
+            _ => 1,
+        })
+        .collect();
+    let ring = Plant::Value(ring_bytes(p_ms * MS, now.div_euclid(p_ms * MS), &counts), expiry(now, window));
+    for args in [
+        s(&["30000", "600"]),
+        s(&["20000", "600"]),
+        s(&["20000", "600", "-5"]),
+        s(&["30000", "600", "PRECISION", "1"]),
+        s(&["20000", "600", "PRECISION", "1"]),
+    ] {
+        let reply = check(&mut rig, "20,001-bucket ring", Algorithm::Window, &ring, &args, now_us);
+        assert!(matches!(reply, Value::Array(_)), "ring {args:?}: {reply:?}");
+    }
+
+    // CL.THROTTLE at the last instants: the TAT past 2^63 is refused as the module refuses it;
+    // one that fits is stored exactly (pinned instants beyond 2^53 µs).
+    let last_us = i64::MAX / 1000;
+    for (at_us, args) in [
+        (last_us - 500, s(&["15", "30", "60"])),
+        (last_us - 10_000, s(&["0", "1", "5", "MS"])),
+        (last_us - 10_000, s(&["2", "1", "1", "MS", "3"])),
+        ((1 << 53) + 12_345, s(&["15", "30", "60"])),
+    ] {
+        check(&mut rig, "the last instants", Algorithm::Throttle, &Plant::Value(Vec::new(), None), &args, at_us);
+        let _: () = redis::cmd("DEL").arg(&Rig::keys(0)[..]).query(&mut rig.c).unwrap();
+    }
+
+    // Error precedence: the module's error over the twin's own refusal.
+    let huge = "9007199254740993"; // above 2^53 − 1: the twin refuses to reply it
+    let e = check(&mut rig, "a list", Algorithm::Counter, &Plant::List, &s(&[huge, "60"]), now_us);
+    assert!(matches!(&e, Value::ServerError(err) if err.code() == "WRONGTYPE"), "{e:?}");
+    let mut corrupt = counts[..100].to_vec();
+    corrupt[7] = -1;
+    let odd_precision = Plant::Value(ring_bytes(p_ms * MS + 1, now.div_euclid(p_ms * MS + 1), &corrupt), expiry(now, window));
+    let e = check(&mut rig, "a corrupt ring", Algorithm::Window, &odd_precision, &s(&["9000", "600", "PRECISION", "1"]), now_us);
+    assert_eq!(server_error(&e).as_deref(), Some("ERR key does not hold valid CL.WINDOW state"));
+    let e = check(&mut rig, "a corrupt ring", Algorithm::Window, &odd_precision, &s(&[huge, "600", "PRECISION", "1"]), now_us);
+    assert_eq!(server_error(&e).as_deref(), Some("ERR key does not hold valid CL.WINDOW state"));
+    let _: () = redis::cmd("DEL").arg(&Rig::keys(0)[..]).arg(&Rig::keys(1)[..]).query(&mut rig.c).unwrap();
+    let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "0", "60"]), now_us);
+    assert_eq!(replies[1], replies[0], "cl_all: another limiter's argument error");
+    assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): another limiter's argument error");
+    assert!(server_error(&replies[0]).is_some_and(|e| e.starts_with("ERR limiter 2:")), "{:?}", replies[0]);
+    rig.plant(&Rig::keys(1), &Plant::List);
+    let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "10", "60"]), now_us);
+    assert_eq!(replies[1], replies[0], "cl_all: WRONGTYPE on another limiter's key");
+    assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): WRONGTYPE on another limiter's key");
+}
+
+/// Cases the random run reaches rarely, pinned: CL.ALL ties as the reply shows them, and a
+/// pacer's key (CL.PACE's `P` and TAT) under every limiter, single and in CL.ALL.
+#[test]
+fn ties_and_pacer_keys_match_the_module() {
+    let mut rig = Rig::start();
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let now_us = real_us + 86_400_000_000;
+    let now_ns = now_us * 1000;
+    let int = |v: &Value| match v {
+        Value::Int(i) => *i,
+        other => panic!("not an integer: {other:?}"),
+    };
+    // Two CL.THROTTLE keys (burst 1, one per 10 s) denying for 1.2 s and 1.9 s: both reply 2
+    // seconds, and the first names the call; in milliseconds the second is the longer.
+    for (slot, ahead_ms) in [(0, 11_200), (1, 11_900)] {
+        let tat = now_ns + ahead_ms * MS;
+        rig.plant(&Rig::keys(slot), &Plant::Value(tat.to_string().into_bytes(), Some(tat.div_euclid(MS) + 1)));
+    }
+    for (unit, want) in [(None, [2, 2, 1]), (Some("MS"), [1200, 1900, 2])] {
+        let mut args: Vec<String> = "THROTTLE 1 1 10 THROTTLE 1 1 10 DETAILS".split(' ').map(String::from).collect();
+        if let Some(unit) = unit {
+            args.push(unit.into());
+            args[3] = "10000".into();
+            args[7] = "10000".into();
+        }
+        let (_, replies, _) = rig.call_all(&[0, 1], &args, now_us);
+        assert_eq!(replies[1], replies[0], "cl_all (FCALL) {args:?}");
+        assert_eq!(replies[2], replies[0], "cl_all (EVALSHA) {args:?}");
+        let Value::Array(items) = &replies[0] else { panic!("{:?}", replies[0]) };
+        let Value::Array(details) = &items[6] else { panic!("{items:?}") };
+        let retry = |d: &Value| match d {
+            Value::Array(five) => int(&five[3]),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!([retry(&details[0]), retry(&details[1]), int(&items[5])], want, "{args:?}");
+    }
+    // A pacer's key: WRONGTYPE for every limiter and every CL.ALL spec, and left as it was.
+    let tat = now_ns + 5_000 * MS;
+    let pacer = Plant::Value(format!("P{tat}").into_bytes(), Some(tat.div_euclid(MS) + 1));
+    let calls: [(Algorithm, &str); 4] =
+        [(Algorithm::Throttle, "9 10 1000 MS"), (Algorithm::Window, "5 1000 MS"), (Algorithm::Bucket, "5 1 1000 MS"), (Algorithm::Counter, "5 1000 MS")];
+    for (kind, words) in calls {
+        for quantity in ["1", "0", "-1"] {
+            let keys = Rig::keys(2);
+            rig.plant(&keys, &pacer);
+            let args: Vec<String> = format!("{words} {quantity}").split(' ').map(String::from).collect();
+            let (before, replies, states) = rig.call(kind, &keys, &args, now_us);
+            for reply in &replies {
+                assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "{kind:?} {args:?}");
+            }
+            assert!(states.iter().all(|s| *s == before), "{kind:?} {args:?}: the pacer's key is left as it was");
+        }
+    }
+    rig.plant(&Rig::keys(2), &pacer);
+    let (before, replies, states) = rig.call_all(&[0, 2], &["COUNTER", "5", "10", "THROTTLE", "9", "10", "1"].map(String::from), now_us);
+    for reply in &replies {
+        assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "CL.ALL");
+    }
+    assert_eq!(states[0], before, "CL.ALL wrote nothing");
 }

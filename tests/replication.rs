@@ -25,12 +25,9 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
             "CL.WINDOW-P" => format!("CL.WINDOW {key} 12 {} {quantity} PRECISION {}{unit}", t(600), t(60)),
             "CL.BUCKET" => format!("CL.BUCKET {key} 8 2 {} {quantity}{unit}", t(300)),
             "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
-            // A pacer at CL.THROTTLE's rate (one per 200 s): on its own keys, or on a
-            // CL.THROTTLE key (the same stored TAT).
-            "CL.PACE" => {
-                let key = if rng.random_bool(0.3) { key.replace("cl.pace", "cl.throttle") } else { key };
-                format!("CL.PACE {key} 3 {} MAXWAIT {} QUANTITY {}{unit}", t(600), t(1200), quantity.clamp(0, 3))
-            }
+            // A pacer (one per 200 s) on its own keys (a form of its own: CL.THROTTLE's keys
+            // are WRONGTYPE to it).
+            "CL.PACE" => format!("CL.PACE {key} 3 {} MAXWAIT {} QUANTITY {}{unit}", t(600), t(1200), quantity.clamp(0, 3)),
             // Leases of 1 s (they expire while the test runs: the calls prune them) or 600 s,
             // released at times; every lease key also holds a 600 s anchor (see below), so no
             // key expires while the copies are compared.

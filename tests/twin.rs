@@ -166,6 +166,14 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
         e.detail(),
         Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all")
     );
+    // A long or binary name is echoed as the module echoes words: 32 printable bytes at most.
+    let long = format!("cl_\x01{}", "x".repeat(100_000));
+    let e = redis::cmd("EVALSHA").arg(&sha).arg(1).arg("k").arg(&long).query::<Value>(&mut c).unwrap_err();
+    let echoed = format!("cl_?{}", "x".repeat(28));
+    assert_eq!(
+        e.detail(),
+        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter or cl_all").as_str())
+    );
     let all: Reply = redis::cmd("EVALSHA").arg(&sha).arg(2).arg("a1").arg("a2").arg("cl_all").arg("THROTTLE 1 1 60 COUNTER 5 60".split(' ').collect::<Vec<_>>()).query(&mut c).unwrap();
     assert_eq!(all, [0, 2, 1, -1, 60, 1]);
 }

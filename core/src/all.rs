@@ -184,8 +184,10 @@ impl Outcome {
 /// Decides every limiter against its key's state at `now`. If all admit, each keeps its effect;
 /// if any denies, nothing is written for any key. The binding limiter: among the denying ones
 /// the one with the longest `retry_after` (never counts as longest), else the one with the
-/// fewest `remaining`; the first on ties.
-pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: Instant) -> Result<Outcome> {
+/// fewest `remaining`; the first of those the reply shows as equal: `retry_after`s are
+/// compared as replied in `unit` (two denials 1.2 s and 1.9 s away both show 2 seconds, and
+/// the first names the call), not in nanoseconds.
+pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: Instant, unit: Unit) -> Result<Outcome> {
     let mut decisions = Vec::with_capacity(limiters.len());
     for (i, ((limiter, quantity), stored)) in limiters.iter().zip(stored).enumerate() {
         decisions.push(limiter.decide(*stored, now, *quantity).map_err(|e| e.in_limiter(i + 1))?);
@@ -195,7 +197,7 @@ pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: I
         // `min_by_key` keeps the first of equal keys.
         decisions.iter().enumerate().min_by_key(|(_, d)| d.reply.remaining).map_or(0, |(i, _)| i)
     } else {
-        let wait = |d: &Decision<Write>| d.reply.retry_after.map_or(i64::MAX, |r| r.as_nanos());
+        let wait = |d: &Decision<Write>| d.reply.retry_after.map_or(i64::MAX, |r| unit.reply_value(r));
         let denied = decisions.iter().enumerate().filter(|(_, d)| d.reply.limited);
         // `max_by_key` keeps the last of equal keys: reverse to keep the first.
         denied.rev().max_by_key(|(_, d)| wait(d)).map_or(0, |(i, _)| i)

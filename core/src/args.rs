@@ -72,29 +72,38 @@ pub fn duration(value: i64, unit: Unit, name: &'static str) -> Result<Nanos> {
     unit.to_nanos(value)
 }
 
-/// The decimal text of an i64, formatted on the stack (this runs on every call).
+/// The decimal text of an i64, formatted on the stack (this runs on every call), perhaps behind
+/// a one-byte tag.
 pub struct Decimal {
-    bytes: [u8; 20],
+    bytes: [u8; 21],
     start: usize,
 }
 
 impl Decimal {
+    /// `tag` and the decimal text of `v` (CL.PACE's `P` and TAT).
+    pub fn tagged(tag: u8, v: i64) -> Decimal {
+        let mut d = Decimal::new(v);
+        d.start -= 1; // at most 20 of the 21 bytes hold the text
+        d.bytes[d.start] = tag;
+        d
+    }
+
     pub fn new(v: i64) -> Decimal {
-        let mut bytes = [b'0'; 20];
+        let mut bytes = [b'0'; 21];
         let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
         // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
-        // call: no loop, no index computed at run time).
+        // call: no loop, no index computed at run time); bytes[0] is left for a sign or a tag.
         if n < 10_000 {
-            four(&mut bytes, 16, n as u32);
+            four(&mut bytes, 17, n as u32);
         } else {
-            eight(&mut bytes, 12, (n % 100_000_000) as u32);
+            eight(&mut bytes, 13, (n % 100_000_000) as u32);
         }
         if n >= 100_000_000 {
-            eight(&mut bytes, 4, (n / 100_000_000 % 100_000_000) as u32);
-            four(&mut bytes, 0, (n / 10_000_000_000_000_000) as u32);
+            eight(&mut bytes, 5, (n / 100_000_000 % 100_000_000) as u32);
+            four(&mut bytes, 1, (n / 10_000_000_000_000_000) as u32);
         }
         let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
-        let mut start = 20 - digits;
+        let mut start = 21 - digits;
         if v < 0 {
             start -= 1;
             bytes[start] = b'-';
@@ -113,14 +122,14 @@ const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425
 
 /// Writes `x` (below 10^8) as eight digits at `bytes[at..at + 8]`.
 #[inline(always)]
-fn eight(bytes: &mut [u8; 20], at: usize, x: u32) {
+fn eight(bytes: &mut [u8; 21], at: usize, x: u32) {
     four(bytes, at, x / 10_000);
     four(bytes, at + 4, x % 10_000);
 }
 
 /// Writes `x` (below 10^4) as four digits at `bytes[at..at + 4]`.
 #[inline(always)]
-fn four(bytes: &mut [u8; 20], at: usize, x: u32) {
+fn four(bytes: &mut [u8; 21], at: usize, x: u32) {
     let (hi, lo) = ((x / 100) as usize * 2, (x % 100) as usize * 2);
     bytes[at..at + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
     bytes[at + 2..at + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
@@ -139,6 +148,14 @@ mod tests {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
+    }
+
+    #[test]
+    fn decimals_print_as_std_does_behind_a_tag_or_not() {
+        for v in [0i64, 7, -7, 42, 1_795_354_456_188_603_542, i64::MAX, i64::MIN] {
+            assert_eq!(Decimal::new(v).as_bytes(), v.to_string().as_bytes());
+            assert_eq!(Decimal::tagged(b'P', v).as_bytes(), format!("P{v}").as_bytes());
+        }
     }
 
     #[test]

@@ -11,15 +11,18 @@
 //! | CL.BUCKET | `Bucket` | [`crate::bucket`] (token bucket) | minus the deficit, decimal ≤ −1 |
 //! | CL.COUNTER | `Counter` | [`crate::counter`] (fixed window) | the count, decimal, 0 ≤ count < 10^18 |
 //!
+//! | CL.PACE | (not a limiter of CL.ALL) | [`crate::pace`] (leaky bucket as a meter) | `P` and the TAT, decimal nanoseconds ≥ 10^18 |
+//!
 //! The stored forms are disjoint, so a key used by the wrong command is refused with WRONGTYPE
-//! instead of being misread (and overwritten).
+//! instead of being misread (and overwritten): above all a pacer's key, whose TAT is a queue of
+//! reservations that CL.THROTTLE would read as a clock step and cut back.
 
 use crate::args::duration;
 use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Parsed, Tail};
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Unit};
-use crate::{Decision, Patch, bucket, counter, throttle, window};
+use crate::{Decision, Patch, bucket, counter, pace, throttle, window};
 
 /// The algorithms, one per limiter command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +42,12 @@ pub enum Limiter {
     Counter(counter::Params),
 }
 
-/// What a decision stores: an integer value, or an edit of a binary one.
+/// What a decision stores: an integer value, one behind a one-byte tag (CL.PACE's `P` and
+/// TAT), or an edit of a binary one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     Integer(i64),
+    Tagged(u8, i64),
     Patch(Patch),
 }
 
@@ -218,6 +223,7 @@ impl Limiter {
             let stored = stored.as_ref().ok_or_else(|| Error::Internal("read without a value".into()))?;
             decode(stored).map_err(|e| match (e, Algorithm::owning(stored.value)) {
                 (Error::InvalidState(_), Some(owner)) if owner != algorithm => Error::WrongType,
+                (Error::InvalidState(_), None) if pace::decode(stored.value).is_some() => Error::WrongType,
                 (e, _) => e,
             })
         };
@@ -324,6 +330,15 @@ mod tests {
         assert_eq!(counter.decide(stored(b"junk"), now, 1), Err(Error::InvalidState("CL.COUNTER")));
         let throttle = parse(Algorithm::Throttle, "k 5 1 60").unwrap().limiter;
         assert_eq!(throttle.decide(stored(b"\x01\0\0\0\0\0\0\0"), now, 1), Err(Error::WrongType));
+        // A pacer's key is no limiter's: WRONGTYPE for every one, its queue left as it is.
+        for limiter in [throttle, counter, parse(Algorithm::Bucket, "k 5 1 60").unwrap().limiter, parse(Algorithm::Window, "k 5 60").unwrap().limiter] {
+            assert_eq!(limiter.decide(stored(b"P1700000000000000000"), now, 1), Err(Error::WrongType), "{limiter:?}");
+            assert_eq!(limiter.decide(stored(b"P1700000000000000000"), now, 0), Err(Error::WrongType), "{limiter:?}");
+        }
+        // `P` and anything but a TAT is nobody's.
+        for junk in [&b"P"[..], b"P5", b"P-1", b"Pabc", b"P 1700000000000000000"] {
+            assert_eq!(throttle.decide(Some(Stored { value: junk, expires_at_ms: Some(1) }), now, 1), Err(Error::InvalidState("CL.THROTTLE")));
+        }
     }
 
     #[test]

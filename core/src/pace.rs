@@ -3,12 +3,13 @@
 //! count)`, so work leaves evenly spaced however it arrives. A call reserves the next free slot
 //! `at = max(now, TAT)` if it is at most `max_wait` away, and moves the TAT on by its quantity.
 //!
-//! The state is CL.THROTTLE's: the TAT as decimal nanoseconds, on a key expiring at the TAT.
-//! The forms being the same, a CL.PACE key and a CL.THROTTLE key are **interchangeable**, not
-//! WRONGTYPE: both read the TAT as "the schedule is taken until then". With the same rate they
-//! share one schedule (CL.THROTTLE admits now what CL.PACE would schedule within its burst).
-//! Mixing rates on one key is legal but rarely meaningful, and CL.THROTTLE reads a queue longer
-//! than its own tolerance as a clock step and cuts it back (see [`crate::throttle`]).
+//! The state is the TAT as decimal nanoseconds behind the letter `P` (`P1795354456188603542`),
+//! on a key expiring at the TAT: a stored form of its own, so that no other command reads a
+//! pacer's key (CL.THROTTLE and CL.ALL answer WRONGTYPE, as CL.PACE does on their keys). It
+//! used to be CL.THROTTLE's bare TAT, and the two commands shared keys: CL.THROTTLE reads a
+//! TAT beyond its tolerance as a clock step and stores the cut-back one even when it denies,
+//! which erased a pacer's queue and handed its slots out again. A bare TAT (CL.THROTTLE's,
+//! or a pacer key the previous version wrote) is WRONGTYPE here.
 //!
 //! Two deliberate rules:
 //! - **No clock-step clamp.** A TAT far ahead is a queue of reservations other callers already
@@ -167,16 +168,19 @@ impl Reply {
         ]
     }
 
-    /// The same admission as seen `elapsed` after the call (what `BLOCK` replies when the slot
-    /// arrives, `elapsed` = the wait: `wait` 0). Reservations made meanwhile are not counted:
-    /// the reply was decided when the call was made.
-    pub fn after(&self, elapsed: Nanos, params: &Params) -> Reply {
-        let reset_after = self.reset_after.saturating_sub(elapsed);
+    /// What a blocked call replies when it is released at `now`: `wait` the time still to its
+    /// slot (`slot`, decided when the call was made), `queued` and `reset_after` as the
+    /// schedule stands then. `tat` is the TAT the key holds at `now` (`None`: the key is gone,
+    /// or holds something else); `end` is where the call's own reservation ends, counted even
+    /// when the key was deleted, flushed or replaced meanwhile (the caller holds its slot).
+    pub fn released(slot: Instant, end: Instant, tat: Option<Instant>, now: Instant, params: &Params) -> Reply {
+        let reset_after = tat.map_or(end, |tat| tat.max(end)).saturating_since(now);
         Reply {
-            wait: self.wait.map(|w| w.saturating_sub(elapsed)),
+            limited: false,
+            wait: Some(slot.saturating_since(now)),
             queued: units(reset_after, params.emission_interval),
+            retry_after: None,
             reset_after,
-            ..*self
         }
     }
 }
@@ -213,13 +217,31 @@ fn units(ahead: Nanos, ei: Nanos) -> i64 {
     (ahead.as_nanos() as u64).div_ceil(ei.as_nanos() as u64) as i64
 }
 
-/// The TAT a key holds, in CL.THROTTLE's form. Another limiter's value is WRONGTYPE; anything
-/// else is not valid state.
+/// The first byte of a pacer's stored value: no other limiter's value starts with it (see
+/// [`crate::limiter`]).
+pub const TAG: u8 = b'P';
+
+/// The TAT a pacer's key holds: `P` and the TAT as decimal nanoseconds (from 2001 on, as
+/// CL.THROTTLE's). Another limiter's value (a bare TAT included) is WRONGTYPE; anything else is
+/// not valid state.
 pub fn read(value: &[u8]) -> Result<Instant> {
-    throttle::decode(value).map_err(|_| match Algorithm::owning(value) {
-        Some(owner) if owner != Algorithm::Throttle => Error::WrongType,
-        _ => Error::InvalidState("CL.PACE"),
+    decode(value).ok_or_else(|| match Algorithm::owning(value) {
+        Some(_) => Error::WrongType,
+        None => Error::InvalidState("CL.PACE"),
     })
+}
+
+/// The TAT of a value in the pacer's form, `None` for any other value.
+pub fn decode(value: &[u8]) -> Option<Instant> {
+    match value {
+        [TAG, digits @ ..] => throttle::decode(digits).ok(),
+        _ => None,
+    }
+}
+
+/// The pacer's form of `tat`, as the key stores it.
+pub fn encode(tat: Instant) -> Vec<u8> {
+    crate::args::Decimal::tagged(TAG, tat.as_nanos()).as_bytes().to_vec()
 }
 
 #[cfg(test)]

@@ -8,10 +8,15 @@
 //! event-loop timer, so the server wakes for it. Every blocked client has one entry in
 //! [`PENDING`]; whichever comes first takes the entry, and with it the duty to stop the timer
 //! and release the server's handle (`RedisModule_UnblockClient`), exactly once:
-//! - the timer, at the slot: the reply as of the slot (`wait` 0);
+//! - the timer, at the slot: the reply callback answers `wait` 0;
 //! - `CLIENT UNBLOCK` (the timeout callback): the reply at once, with the time still to wait;
 //! - a disconnection (the disconnect callback; also `CLIENT KILL`, `CLIENT UNBLOCK … ERROR`):
 //!   no reply, and nothing is kept for the client.
+//!
+//! Either way `queued` and `reset_after` describe the schedule when the reply is sent: the key
+//! is read again then (`GET`, in the client's database), and its TAT counted with the call's
+//! own reservation, which stands even if the key was deleted, flushed, swapped away or
+//! overwritten meanwhile.
 //!
 //! Inside MULTI/EXEC, a script or a function, and for callers that may not block, the call
 //! replies at once with its wait, as blocking list commands do.
@@ -25,7 +30,7 @@ use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisMod
 use throttle_core::limiter::{Algorithm, Write};
 use throttle_core::pace::{self, Params, Request};
 use throttle_core::time::NANOS_PER_MILLI;
-use throttle_core::{Error, Instant, Nanos, Result, Unit};
+use throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
 use crate::{clock, config};
@@ -44,7 +49,8 @@ fn handler(call: &Call) -> Result<Response> {
     key.load(Algorithm::Throttle)?;
     let tat = key.stored().map(|s| pace::read(s.value)).transpose()?;
     let decision = pace::decide(tat, now, &request.params, request.quantity)?;
-    let effect = decision.effect.map(|tat| Write::Integer(tat.as_nanos()));
+    // The pacer's own form (`P` and the TAT): `SET key P… PXAT ms`.
+    let effect = decision.effect.clone().map(|tat| Write::Tagged(pace::TAG, tat.as_nanos()));
     let prepared = key.prepare(&effect)?;
     key.apply(prepared)?;
     let mut reply = decision.reply;
@@ -59,9 +65,11 @@ fn handler(call: &Call) -> Result<Response> {
         }
     }
     call.count(Class::of(request.quantity, denied, shadow));
-    match reply.wait {
-        Some(wait) if request.block && wait > Nanos::ZERO && may_block(call.ctx) => {
-            block(call.ctx, Pending { timer: 0, reply, params: request.params, unit: request.unit, now }, wait)
+    match (reply.wait, decision.effect) {
+        (Some(wait), Effect::Store { state: end, .. }) if request.block && wait > Nanos::ZERO && may_block(call.ctx) => {
+            let slot = now.checked_add(wait)?;
+            let entry = Pending { timer: 0, key: request.key.to_vec(), slot, end, params: request.params, unit: request.unit };
+            block(call.ctx, entry, wait)
         }
         _ => Ok(Response::Five(reply.to_array(request.unit))),
     }
@@ -75,21 +83,46 @@ fn may_block(ctx: *mut RedisModuleCtx) -> bool {
     flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING) == 0
 }
 
-/// A blocked client's admission, until its slot.
+/// A blocked client's admission, until its reply is sent.
 struct Pending {
     timer: RedisModuleTimerID,
-    reply: pace::Reply,
+    /// The key, read again when the reply is sent.
+    key: Vec<u8>,
+    /// When the client may act.
+    slot: Instant,
+    /// Where its reservation ends (the TAT its call stored).
+    end: Instant,
     params: Params,
     unit: Unit,
-    /// The call's instant.
-    now: Instant,
 }
 
 impl Pending {
-    /// The reply `elapsed` after the call.
-    fn reply_after(&self, elapsed: Nanos) -> [i64; 5] {
-        self.reply.after(elapsed, &self.params).to_array(self.unit)
+    /// The reply at `now`, the schedule read from the key in `ctx`'s database.
+    fn reply_at(&self, ctx: *mut RedisModuleCtx, now: Instant) -> [i64; 5] {
+        pace::Reply::released(self.slot, self.end, stored_tat(ctx, &self.key), now, &self.params).to_array(self.unit)
     }
+}
+
+/// The TAT `key` holds in `ctx`'s database (through `GET`: a key that expired is missing);
+/// `None` when it is missing or holds no pacer's state.
+fn stored_tat(ctx: *mut RedisModuleCtx, key: &[u8]) -> Option<Instant> {
+    let api = api();
+    // SAFETY: a context of a blocked client's callback; `b` takes a pointer and a length, both
+    // of `key`, alive for the call. The reply is freed below.
+    let reply = unsafe { (api.call)(ctx, c"GET".as_ptr(), c"b".as_ptr(), key.as_ptr(), key.len()) };
+    if reply.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    // SAFETY: a reply owned here.
+    let is_string = unsafe { (api.call_reply_type)(reply) } as isize == raw::REDISMODULE_REPLY_STRING;
+    // SAFETY: as above.
+    let ptr = if is_string { unsafe { (api.call_reply_string_ptr)(reply, &mut len) } } else { std::ptr::null() };
+    // SAFETY: the reply holds `len` bytes at `ptr` until it is freed.
+    let tat = (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }).and_then(pace::decode);
+    // SAFETY: freed once, after its last use.
+    unsafe { (api.free_call_reply)(reply) };
+    tat
 }
 
 /// Blocked clients by handle (callbacks all run on the server's main thread; the lock is never
@@ -133,12 +166,12 @@ fn take(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient, stop_timer:
     Some(entry)
 }
 
-/// Releases the server's handle, with the reply to send (`None`: no reply, the client is gone
-/// or already answered).
-fn unblock(bc: *mut RedisModuleBlockedClient, reply: Option<[i64; 5]>) {
-    let privdata = reply.map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)).cast::<c_void>());
-    // SAFETY: a handle not yet released (its entry was just taken); the reply box is freed
-    // by `free_reply`.
+/// Releases the server's handle, with the entry whose reply the reply callback sends (`None`:
+/// no reply, the client is gone or already answered).
+fn unblock(bc: *mut RedisModuleBlockedClient, entry: Option<Pending>) {
+    let privdata = entry.map_or(std::ptr::null_mut(), |e| Box::into_raw(Box::new(e)).cast::<c_void>());
+    // SAFETY: a handle not yet released (its entry was just taken); the box is freed by
+    // `free_reply`.
     unsafe { (api().unblock_client)(bc, privdata) };
 }
 
@@ -152,20 +185,22 @@ unsafe extern "C" fn on_timer(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     guarded(|| {
         let bc = data.cast::<RedisModuleBlockedClient>();
         if let Some(entry) = take(ctx, bc, false) {
-            let wait = entry.reply.wait.unwrap_or(Nanos::ZERO);
-            unblock(bc, Some(entry.reply_after(wait)));
+            unblock(bc, Some(entry));
         }
     });
 }
 
-/// Sends the reply the timer prepared.
+/// The slot has arrived (the timer released the client): the reply, `wait` 0, with the
+/// schedule as it stands now.
 unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
     guarded(|| {
         // SAFETY: a reply callback's context.
-        let reply = unsafe { (api().get_blocked_client_private_data)(ctx) }.cast::<[i64; 5]>();
+        let entry = unsafe { (api().get_blocked_client_private_data)(ctx) }.cast::<Pending>();
         // SAFETY: the box `unblock` made, alive until `free_reply`.
-        match unsafe { reply.as_ref() } {
-            Some(values) => reply_five(ctx, values),
+        match unsafe { entry.as_ref() } {
+            // The timer fired at or after the slot (whole milliseconds, rounded up): never
+            // reply a wait because a clock reads a little behind it.
+            Some(entry) => reply_five(ctx, &entry.reply_at(ctx, clock::now().max(entry.slot))),
             None => reply_error(ctx, &Error::Internal("a blocked CL.PACE lost its reply".into())),
         }
     });
@@ -179,7 +214,7 @@ unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut Redis
         let bc = unsafe { (api().get_blocked_client_handle)(ctx) };
         match take(ctx, bc, true) {
             Some(entry) => {
-                reply_five(ctx, &entry.reply_after(clock::now().saturating_since(entry.now)));
+                reply_five(ctx, &entry.reply_at(ctx, clock::now()));
                 unblock(bc, None);
             }
             None => reply_error(ctx, &Error::Internal("a blocked CL.PACE was unblocked twice".into())),
@@ -201,7 +236,7 @@ unsafe extern "C" fn free_reply(_ctx: *mut RedisModuleCtx, privdata: *mut c_void
     guarded(|| {
         if !privdata.is_null() {
             // SAFETY: the box `unblock` made, freed once, here.
-            drop(unsafe { Box::from_raw(privdata.cast::<[i64; 5]>()) });
+            drop(unsafe { Box::from_raw(privdata.cast::<Pending>()) });
         }
     });
 }

@@ -125,6 +125,7 @@ impl Key {
             Effect::Store { state, expires_at } => {
                 let value = match state {
                     Write::Integer(v) => v.to_string().into_bytes(),
+                    Write::Tagged(tag, v) => format!("{}{v}", char::from(*tag)).into_bytes(),
                     Write::Patch(patch) => {
                         let mut value = self.value.take().unwrap_or_default();
                         patch.apply(&mut value);
@@ -161,7 +162,9 @@ proptest! {
         limiters in proptest::collection::vec((limiter(), -2i64..5), 1..5),
         history in proptest::collection::vec((0usize..4, 0i64..3000, -1i64..4), 0..30),
         quantities_at in 0i64..3000,
+        millis in any::<bool>(),
     ) {
+        let unit = if millis { Unit::Millis } else { Unit::Seconds };
         let mut keys = vec![Key::default(); limiters.len()];
         let mut now = T0;
         // Earlier single calls build up each key's state.
@@ -175,7 +178,7 @@ proptest! {
         let at = Instant::from_nanos(now);
 
         let stored: Vec<_> = keys.iter().map(|k| k.stored(now)).collect();
-        let outcome = decide(&limiters, &stored, at).unwrap();
+        let outcome = decide(&limiters, &stored, at, unit).unwrap();
         let alone: Vec<_> = limiters.iter().zip(&stored).map(|((l, q), s)| l.decide(*s, at, *q).unwrap()).collect();
 
         let all_admit = alone.iter().all(|d| !d.reply.limited);
@@ -188,12 +191,14 @@ proptest! {
                 prop_assert_eq!(&got.effect, &Effect::Nothing, "one denies: nothing is written");
             }
         }
-        // The binding limiter, by the rule written out plainly.
+        // The binding limiter, by the rule written out plainly: retry times as the reply
+        // shows them, in the call's unit.
         let want_binding = if all_admit {
             let fewest = alone.iter().map(|d| d.reply.remaining).min().unwrap();
             alone.iter().position(|d| d.reply.remaining == fewest).unwrap()
         } else {
-            let wait = |d: &Decision<Write>| d.reply.retry_after.map_or(i64::MAX, |r| r.as_nanos());
+            let wait = |d: &Decision<Write>| d.reply.to_array(unit)[3];
+            let wait = |d: &Decision<Write>| if wait(d) == -1 { i64::MAX } else { wait(d) };
             let longest = alone.iter().filter(|d| d.reply.limited).map(wait).max().unwrap();
             alone.iter().position(|d| d.reply.limited && wait(d) == longest).unwrap()
         };
@@ -208,7 +213,7 @@ fn a_denial_anywhere_writes_nothing_anywhere() {
     let generous = Algorithm::Throttle.build(&[99, 100, 60], &tail, Unit::Seconds, &Caps::DEFAULT).unwrap();
     let now = Instant::from_nanos(T0);
     let limiters = [(generous, 1), (one_per_minute, 1)];
-    let first = decide(&limiters, &[None, None], now).unwrap();
+    let first = decide(&limiters, &[None, None], now, Unit::Seconds).unwrap();
     assert!(first.admitted());
     assert_eq!(first.binding, 1, "the counter has fewer units left");
     let mut keys = [Key::default(), Key::default()];
@@ -217,9 +222,31 @@ fn a_denial_anywhere_writes_nothing_anywhere() {
     }
     let later = Instant::from_nanos(T0 + NANOS_PER_SEC);
     let stored: Vec<_> = keys.iter().map(|k| k.stored(later.as_nanos())).collect();
-    let second = decide(&limiters, &stored, later).unwrap();
+    let second = decide(&limiters, &stored, later, Unit::Seconds).unwrap();
     assert!(!second.admitted());
     assert_eq!(second.binding, 1);
     assert_eq!(second.reply().retry_after.map(|r| r.as_nanos()), Some(59 * NANOS_PER_SEC));
     assert!(second.decisions.iter().all(|d| d.effect == Effect::Nothing));
+}
+
+/// Ties are ties as the reply shows them: two denials 1.2 s and 1.9 s away both reply a
+/// `retry_after` of 2 (seconds), and the first names the call; in milliseconds (1200 and 1900)
+/// the second is the longer. Compared in nanoseconds, the seconds reply named the second.
+#[test]
+fn ties_are_judged_on_the_replied_retry_after() {
+    let tail = Tail::parse(&[], std::iter::empty()).unwrap();
+    let throttle = |period_ms| Algorithm::Throttle.build(&[0, 1, period_ms], &tail, Unit::Millis, &Caps::DEFAULT).unwrap();
+    let limiters = [(throttle(1200), 1), (throttle(1900), 1)];
+    let now = Instant::from_nanos(T0);
+    let mut keys = [Key::default(), Key::default()];
+    for (key, d) in keys.iter_mut().zip(&decide(&limiters, &[None, None], now, Unit::Millis).unwrap().decisions) {
+        key.apply(&d.effect);
+    }
+    let stored: Vec<_> = keys.iter().map(|k| k.stored(T0)).collect();
+    let seconds = decide(&limiters, &stored, now, Unit::Seconds).unwrap();
+    assert_eq!(seconds.decisions.iter().map(|d| d.reply.to_array(Unit::Seconds)[3]).collect::<Vec<_>>(), [2, 2]);
+    assert_eq!(seconds.binding, 0, "equal as replied: the first");
+    let millis = decide(&limiters, &stored, now, Unit::Millis).unwrap();
+    assert_eq!(millis.decisions.iter().map(|d| d.reply.to_array(Unit::Millis)[3]).collect::<Vec<_>>(), [1200, 1900]);
+    assert_eq!(millis.binding, 1, "the longest");
 }

@@ -105,22 +105,41 @@ fn seconds_replies_round_as_every_command() {
     assert_eq!(run(&mut tat, T0 + 500 * MS, &p, 1, Unit::Seconds), [1, -1, 3, 1, 6], "5.5 s away: 0.5 s over MAXWAIT");
 }
 
+/// A blocked call's reply describes the schedule when it is sent (issue 18, item 4): reservations
+/// made meanwhile count, and a key deleted or replaced meanwhile still leaves the caller's own.
 #[test]
-fn after_the_wait_the_reply_is_as_of_the_slot() {
+fn a_released_call_replies_the_schedule_as_it_stands() {
     let p = parse("k 100 1000 MS").unwrap().params;
     let mut tat = Some(Instant::from_nanos(T0 + 35 * MS));
     let d = decide(tat, Instant::from_nanos(T0), &p, 2).unwrap();
     assert_eq!(d.reply.to_array(Unit::Millis), [0, 35, 6, -1, 55], "the slot under way until T0 + 5 ms counts");
-    let wait = d.reply.wait.unwrap();
-    assert_eq!(d.reply.after(wait, &p).to_array(Unit::Millis), [0, 0, 2, -1, 20], "BLOCK replies with wait 0");
-    assert_eq!(d.reply.after(Nanos::new(5 * MS).unwrap(), &p).to_array(Unit::Millis), [0, 30, 5, -1, 50], "unblocked early");
+    let slot = Instant::from_nanos(T0 + 35 * MS);
     run(&mut tat, T0, &p, 2, Unit::Millis);
-    assert_eq!(tat, Some(Instant::from_nanos(T0 + 55 * MS)));
+    let end = tat.unwrap();
+    assert_eq!(end, Instant::from_nanos(T0 + 55 * MS));
+    let at = |ms: i64| Instant::from_nanos(T0 + ms * MS);
+    let released = |tat, now| Reply::released(slot, end, tat, now, &p).to_array(Unit::Millis);
+    // Released at the slot, nobody else came: its two slots.
+    assert_eq!(released(tat, slot), [0, 0, 2, -1, 20], "BLOCK replies with wait 0");
+    // Four more units were reserved meanwhile: they are queued behind it.
+    assert_eq!(released(Some(at(95)), slot), [0, 0, 6, -1, 60]);
+    // Unblocked early (CLIENT UNBLOCK at T0 + 5 ms): the wait left, the queue as it is then.
+    assert_eq!(released(Some(at(95)), at(5)), [0, 30, 9, -1, 90], "unblocked early");
+    // The key was deleted, flushed or holds something else: its own reservation still counts.
+    assert_eq!(released(None, slot), [0, 0, 2, -1, 20]);
+    assert_eq!(released(Some(at(1)), at(40)), [0, 0, 2, -1, 15]);
+    // Released late, after its own slots ended: an idle schedule.
+    assert_eq!(released(None, at(80)), [0, 0, 0, -1, 0]);
 }
 
 #[test]
-fn the_state_is_a_throttle_tat_and_other_limiters_are_wrongtype() {
-    assert_eq!(read(b"1700000000000000000"), Ok(Instant::from_nanos(T0)));
+fn the_state_is_a_tagged_tat_and_other_limiters_are_wrongtype() {
+    assert_eq!(read(b"P1700000000000000000"), Ok(Instant::from_nanos(T0)));
+    assert_eq!(encode(Instant::from_nanos(T0)), b"P1700000000000000000");
+    assert_eq!(read(b"1700000000000000000"), Err(Error::WrongType), "CL.THROTTLE's bare TAT (and the previous version's pacer keys)");
+    for junk in [&b"P"[..], b"P5", b"P-1", b"p1700000000000000000", b"P+1700000000000000000"] {
+        assert_eq!(read(junk), Err(Error::InvalidState("CL.PACE")), "{junk:?}");
+    }
     assert_eq!(read(b"5"), Err(Error::WrongType), "a counter's value");
     assert_eq!(read(b"-5"), Err(Error::WrongType), "a bucket's value");
     assert_eq!(read(b"\x01\0\0\0\0\0\0\0"), Err(Error::WrongType), "a window's log");
@@ -135,6 +154,17 @@ fn a_hostile_tat_is_refused_without_overflow() {
     assert!(d.reply.limited);
     assert_eq!(d.effect, Effect::Nothing);
     assert!(matches!(decide(None, Instant::from_nanos(T0), &p, -1), Err(Error::OutOfRange { name: "quantity", .. })));
+}
+
+/// A reply as the reference model gives it: nanoseconds, `-1` for none.
+fn in_nanos(r: &Reply) -> [i128; 5] {
+    [
+        i128::from(r.limited),
+        r.wait.map_or(-1, |w| w.as_nanos().into()),
+        r.queued.into(),
+        r.retry_after.map_or(-1, |w| w.as_nanos().into()),
+        r.reset_after.as_nanos().into(),
+    ]
 }
 
 fn check(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: i64) -> std::result::Result<(), TestCaseError> {
@@ -153,15 +183,7 @@ fn check(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: 
     let (want, write) = crate::reference::pace::call(tat, now, count, period, max_wait, q);
     match decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q) {
         Ok(d) => {
-            let r = d.reply;
-            let got = [
-                i128::from(r.limited),
-                r.wait.map_or(-1, |w| w.as_nanos().into()),
-                r.queued.into(),
-                r.retry_after.map_or(-1, |w| w.as_nanos().into()),
-                r.reset_after.as_nanos().into(),
-            ];
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(in_nanos(&d.reply), want);
             let got_write = match d.effect {
                 Effect::Nothing => None,
                 Effect::Store { state, expires_at } => {
@@ -196,6 +218,20 @@ proptest! {
         max_wait in prop_oneof![0i64..100_000, 0i64..=i64::MAX], q in prop_oneof![0i64..5, i64::MIN..=i64::MAX],
     ) {
         check(tat, now, count, period, max_wait, q)?;
+    }
+
+    /// A released call's reply, whatever the key holds then and whenever it is sent.
+    #[test]
+    fn a_released_reply_matches_the_reference(
+        count in 1i64..20, period in 1i64..20_000, wait in 1i64..50_000, q in 1i64..30,
+        tat in proptest::option::of(T0 - 100_000..T0 + 400_000), at in T0 - 100..T0 + 200_000,
+    ) {
+        let period = period.max(count); // at least a nanosecond per unit
+        let p = Params::new(count, Nanos::new(period).unwrap(), None).unwrap();
+        let slot = T0 + wait;
+        let end = slot + q * (period / count);
+        let r = Reply::released(Instant::from_nanos(slot), Instant::from_nanos(end), tat.map(Instant::from_nanos), Instant::from_nanos(at), &p);
+        prop_assert_eq!(in_nanos(&r), crate::reference::pace::released(slot, end, tat, at, count, period));
     }
 
     /// However calls arrive, the admitted reservations never overlap: each starts when the

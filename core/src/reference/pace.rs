@@ -29,3 +29,13 @@ pub fn call(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, 
     let ahead = new_tat - now;
     ([0, wait, ceil(ahead, ei), -1, ahead], (q > 0).then_some(new_tat))
 }
+
+/// The reply of a blocked call released at `now` (its slot at `slot`, its reservation ending at
+/// `end`), the key holding `tat` then (`None`: gone or not a pacer's): the wait left, and the
+/// schedule counted to the later of the TAT and its own end.
+pub fn released(slot: i64, end: i64, tat: Option<i64>, now: i64, count: i64, period: i64) -> [i128; 5] {
+    let (slot, end, now, ei) = (i128::from(slot), i128::from(end), i128::from(now), i128::from(period / count));
+    let idle = tat.map_or(end, |t| i128::from(t).max(end));
+    let ahead = (idle - now).max(0);
+    [0, (slot - now).max(0), ceil(ahead, ei), -1, ahead]
+}

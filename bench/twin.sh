@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# The Functions twin's exact window at the caps, against the module, on one server: server time
+# per call (INFO commandstats usec_per_call, and SLOWLOG at threshold 0 for the largest single
+# call), never wall clock. Each scenario plants the same bytes for the module and the twin,
+# then makes the same call on each, REPEAT times.
+#
+#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server)
+#
+# Scenarios (the caps: a 100,000-entry exact log, 10,000 buckets; a ring of 100,001 buckets
+# the module writes after `throttle.max-buckets` was raised to its ceiling):
+#   denied exact      a full 100,000-entry log (entries spread over the window), denied
+#   admitted exact    a log of 99,999 entries, admitted (one SETRANGE appended)
+#   clock step        a full log whose newest 50,000 entries lie an hour ahead (the clock
+#                     stepped back): the denial rewrites them at now
+#   log -> buckets    a full log read with PRECISION (10,000 buckets), denied
+#   buckets -> log    a full 10,000-bucket ring read without PRECISION, denied
+#   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
+#                     and without PRECISION (converted)
+#   cl_all x16        cl_all over 16 full logs, denied
+# Then the twin's cl_throttle on a hot key against the module's CL.THROTTLE and the plain Lua
+# GCRA script (bench/run.sh's) users fall back on, admitted and denied: redis-benchmark (50
+# clients, pipeline 16), PAIRS alternating rounds, server µs per call from INFO commandstats,
+# the median of each round's ratio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODULE=$(pwd)/target/release/libredis_throttle.so
+[ -f "$MODULE" ] || { echo "bench/twin.sh: build the module first (make build)" >&2; exit 1; }
+PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+DIR=$(mktemp -d)
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+  --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log" --busy-reply-threshold 10000
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
+
+PORT=$PORT REPEAT=${REPEAT:-20} python3 - <<'PY'
+import os, socket, struct, time
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.f = self.s.makefile("rb")
+    def send(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.s.sendall(b"".join(out))
+    def read(self):
+        line = self.f.readline()
+        t, rest = line[:1], line[1:-2]
+        if t == b"+": return rest.decode()
+        if t == b"-": return Exception(rest.decode())
+        if t == b":": return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0: return None
+            data = self.f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError(line)
+    def __call__(self, *args):
+        self.send(*args)
+        return self.read()
+
+c = Conn(int(os.environ["PORT"]))
+REPEAT = int(os.environ["REPEAT"])
+NS = 1_000_000_000
+WINDOW = 3600
+
+def now_ns():
+    s, us = c("TIME")
+    return int(s) * NS + int(us) * 1000
+
+def log(entries, head=0):
+    return bytes([1, 0, 0, 0]) + struct.pack("<I", head) + b"".join(struct.pack("<q", e) for e in entries)
+
+def ring(p_ns, newest, counts):
+    return bytes([2] + [0] * 7) + struct.pack("<qq", p_ns, newest) + b"".join(struct.pack("<q", x) for x in counts)
+
+def spread(n, start, end):
+    return [start + (end - start) * i // n for i in range(n)]
+
+def stats():
+    out = {}
+    for line in c("INFO", "commandstats").decode().split("\r\n"):
+        if line.startswith("cmdstat_"):
+            name, rest = line[8:].split(":", 1)
+            f = dict(kv.split("=") for kv in rest.split(","))
+            out[name] = (int(f["calls"]), int(f["usec"]))
+    return out
+
+def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
+    """Server µs per call (commandstats) and the largest single call (SLOWLOG) of each; the
+    planted value is made afresh for each side (relative to the server's clock)."""
+    res = {}
+    for name, cmd, stat in (("module", module_cmd, module_cmd[0].lower()), ("twin", twin_cmd, "fcall")):
+        value = make(now_ns())
+        c("CONFIG", "SET", "slowlog-log-slower-than", "0")
+        c("CONFIG", "SET", "slowlog-max-len", "1000")
+        c("SLOWLOG", "RESET")
+        c("CONFIG", "RESETSTAT")
+        for i in range(REPEAT):
+            if fresh or i == 0:
+                for k in range(keys):
+                    c("SET", "b:%d" % k, value)
+            r = c(*cmd)
+            if i == 0:
+                first = r
+            if isinstance(r, Exception):
+                raise SystemExit(f"{name}: {' '.join(map(str, cmd[:4]))}...: {r}")
+        calls, usec = stats()[stat]
+        worst = max(e[2] for e in c("SLOWLOG", "GET", "1000") if e[3][0].lower() == stat.encode())
+        res[name] = (usec / calls, worst, first)
+    c("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+    return res
+
+rows = []
+def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
+    if all_spec:
+        ks = ["b:%d" % k for k in range(keys)]
+        mcmd = ["CL.ALL", keys] + ks + all_spec * keys
+        tcmd = ["FCALL", "cl_all", keys] + ks + all_spec * keys
+    else:
+        mcmd = ["CL.WINDOW", "b:0"] + margs
+        tcmd = ["FCALL", "cl_window", 1, "b:0"] + margs
+    r = measure(make, mcmd, tcmd, keys, fresh)
+    (mu, mw, mr), (tu, tw, tr) = r["module"], r["twin"]
+    # (the two sides run at different instants: their replies agree on the decision)
+    assert mr[0] == tr[0], f"{label}: module replied {mr}, twin {tr}"
+    rows.append((label, mu, tu, tw))
+    print(f"{label:34} module {mu:9.1f} µs   twin {tu:9.1f} µs   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} ms   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
+
+H = WINDOW * NS
+full = lambda n: log(spread(100_000, n - H + 60 * NS, n - NS))
+scenario("denied exact, 100,000 entries", full, [100000, WINDOW])
+scenario("admitted exact, 99,999 entries", lambda n: log(spread(99_999, n - H + 60 * NS, n - NS)), [100000, WINDOW], fresh=True)
+scenario("clock step, 50,000 ahead", lambda n: log(spread(50_000, n - H + 60 * NS, n - NS) + [n + H] * 50_000), [100000, WINDOW], fresh=True)
+scenario("log -> buckets (10,000), denied", full, [100000, WINDOW * 1000, "MS", "PRECISION", 360])
+# A full ring at 10,000 buckets (precision 360 ms over the hour), 10 per bucket.
+P = 360_000_000
+scenario("buckets -> log, 10,000 buckets", lambda n: ring(P, n // P, [10] * 10_001), [100000, WINDOW])
+P2 = 36_000_000
+scenario("ring 100,001 -> 10,000 buckets", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW * 1000, "MS", "PRECISION", 360])
+scenario("ring 100,001 -> exact log", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW])
+scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
+PY
+
+# ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
+cli() { redis-cli -p "$PORT" "$@"; }
+LUA_GCRA=$(cat bench/gcra.lua)
+LUA_SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
+usec() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
+one() { # $1 stat, then the command: µs per call on a hot key
+  local stat=$1; shift
+  cli DEL hot >/dev/null; cli CONFIG RESETSTAT >/dev/null
+  redis-benchmark -p "$PORT" -n "${N:-20000}" -c 50 -P 16 -q "$@" >/dev/null 2>&1
+  usec "$stat"
+}
+median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.2f}')" "$@"; }
+for mode in admitted denied; do
+  if [ "$mode" = admitted ]; then targs="99 100000000 1"; largs="1000000 1 1000000000"; else targs="0 1 3600"; largs="1 3600 0"; fi
+  r_mod=(); r_lua=(); m=(); t=(); l=()
+  for _ in $(seq "${PAIRS:-5}"); do
+    # shellcheck disable=SC2086
+    mu=$(one cl.throttle CL.THROTTLE hot $targs); tu=$(one fcall FCALL cl_throttle 1 hot $targs); lu=$(one evalsha EVALSHA "$LUA_SHA" 1 hot $largs)
+    m+=("$mu"); t+=("$tu"); l+=("$lu")
+    r_mod+=("$(python3 -c "print($tu/$mu)")"); r_lua+=("$(python3 -c "print($tu/$lu)")")
+  done
+  printf 'cl_throttle %-8s  module %6s µs  twin %6s µs  Lua GCRA %6s µs (medians)   twin/module %5sx   twin/Lua GCRA %5sx (median of %s rounds)\n' \
+    "$mode" "$(median "${m[@]}")" "$(median "${t[@]}")" "$(median "${l[@]}")" "$(median "${r_mod[@]}")" "$(median "${r_lua[@]}")" "${PAIRS:-5}"
+done

@@ -1,0 +1,206 @@
+//! `make plots`: drives a throwaway redis-server with the module through the manual's scenarios
+//! and draws them as SVG (docs/src/img/): algorithms.svg, pace.svg, llm-budget.svg, and
+//! performance.svg from the figures `make plots-perf` measured (docs/src/img/performance.tsv).
+//!
+//! Usage: redis-throttle-plots [--out DIR] [--module PATH] [--only NAME,NAME] where the names are
+//! algorithms, pace, llm-budget, performance.
+
+mod draw;
+mod perf;
+mod scenarios;
+mod server;
+
+use std::path::{Path, PathBuf};
+
+use draw::Provenance;
+use server::Server;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const ALL: [&str; 4] = ["algorithms", "pace", "llm-budget", "performance"];
+
+/// The civil date (UTC) of a Unix time, as YYYY-MM-DD (Howard Hinnant's days_from_civil inverse).
+fn utc_date(unix_s: i64) -> String {
+    let z = unix_s.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn write(out: &Path, name: &str, svg: &str) -> Res<()> {
+    let path = out.join(name);
+    std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("plots: wrote {}", path.display());
+    Ok(())
+}
+
+/// Runs the named scenarios against a fresh server and writes their pictures into `out`.
+pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
+    std::fs::create_dir_all(out)?;
+    if only.contains(&"performance") {
+        let tsv = out.join("performance.tsv");
+        let text = std::fs::read_to_string(&tsv)
+            .map_err(|e| format!("{}: {e} (run `make plots-perf`)", tsv.display()))?;
+        write(out, "performance.svg", &perf::chart(&perf::parse(&text)?)?)?;
+    }
+    if !only.iter().any(|n| *n != "performance") {
+        return Ok(());
+    }
+    let server = Server::start(module)?;
+    let mut con = server.connect()?;
+    let (now, _): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
+    let prov = Provenance {
+        command: std::env::var("PLOTS_COMMAND").unwrap_or_else(|_| "make plots".into()),
+        server: format!("{} with redis-throttle", server.version()?),
+        date: utc_date(now),
+    };
+    if only.contains(&"algorithms") {
+        let run = scenarios::algorithms(&mut con)?;
+        write(out, "algorithms.svg", &draw::algorithms(&run, &prov)?)?;
+    }
+    if only.contains(&"pace") {
+        let slots = scenarios::pace(&|| server.connect(), 1000.0)?;
+        write(out, "pace.svg", &draw::pace(&slots, &prov)?)?;
+    }
+    if only.contains(&"llm-budget") {
+        let calls = scenarios::llm_day(&mut con)?;
+        write(out, "llm-budget.svg", &draw::llm(&calls, &prov)?)?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let mut out = workspace().join("docs/src/img");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map_or_else(|_| workspace().join("target"), PathBuf::from);
+    let mut module = std::env::var("THROTTLE_MODULE").map_or_else(
+        |_| target.join("release/libredis_throttle.so"),
+        PathBuf::from,
+    );
+    let mut only: Vec<String> = ALL.iter().map(|s| s.to_string()).collect();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next()) {
+            ("--out", Some(v)) => out = PathBuf::from(v),
+            ("--module", Some(v)) => module = PathBuf::from(v),
+            ("--only", Some(v)) => only = v.split(',').map(String::from).collect(),
+            _ => {
+                eprintln!(
+                    "usage: redis-throttle-plots [--out DIR] [--module PATH] [--only {}]",
+                    ALL.join(",")
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    if let Some(bad) = only.iter().find(|n| !ALL.contains(&n.as_str())) {
+        eprintln!("plots: unknown picture {bad:?} (known: {})", ALL.join(", "));
+        std::process::exit(2);
+    }
+    let only: Vec<&str> = only.iter().map(String::as_str).collect();
+    if let Err(e) = run(&out, &module, &only) {
+        eprintln!("plots: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc_date(0), "1970-01-01");
+        assert_eq!(super::utc_date(951_782_400), "2000-02-29");
+        assert_eq!(super::utc_date(1_795_478_400), "2026-11-24");
+    }
+}
+
+/// `make plots` still works: the scenarios against a real server, drawn (the long day of the
+/// LLM budget aside). The module is built first, as the integration tests' harness does.
+#[cfg(test)]
+mod real_server {
+    use super::*;
+
+    fn module() -> PathBuf {
+        if let Ok(path) = std::env::var("THROTTLE_MODULE") {
+            return PathBuf::from(path);
+        }
+        let status = std::process::Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--lib",
+                "--quiet",
+                "-p",
+                "redis-throttle",
+            ])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build for the module");
+        assert!(status.success(), "building the module failed");
+        std::env::var("CARGO_TARGET_DIR")
+            .map_or_else(|_| workspace().join("target"), PathBuf::from)
+            .join("release/libredis_throttle.so")
+    }
+
+    #[test]
+    fn the_scenarios_run_and_draw() {
+        let server = Server::start(&module()).expect("start redis-server with the module");
+        let prov = Provenance {
+            command: "cargo test".into(),
+            server: server.version().unwrap(),
+            date: utc_date(0),
+        };
+        let mut con = server.connect().unwrap();
+
+        let run = scenarios::algorithms(&mut con).unwrap();
+        for (alg, calls) in scenarios::ALGORITHMS.iter().zip(&run.calls) {
+            // The burst of twenty: the first ten admitted by every algorithm, and no more than
+            // ten (GCRA: plus one per 100 ms the burst took to send).
+            let burst = &calls[..20];
+            assert!(burst[..10].iter().all(|c| c.reply[0] == 0), "{}", alg.name);
+            let took = burst[19].t_ms - burst[0].t_ms;
+            let extra = if alg.name == "CL.THROTTLE" {
+                (took / 100.0).ceil() as usize
+            } else {
+                0
+            };
+            let admitted = burst.iter().filter(|c| c.reply[0] == 0).count();
+            assert!(
+                admitted <= 10 + extra,
+                "{}: {admitted} admitted in {took} ms",
+                alg.name
+            );
+        }
+        let svg = draw::algorithms(&run, &prov).unwrap();
+        assert!(
+            svg.contains("<!-- made by `cargo test` against Redis")
+                || svg.contains("<!-- made by `cargo test` against Valkey")
+        );
+
+        let slots = scenarios::pace(&|| server.connect(), 300.0).unwrap();
+        assert!(slots.len() >= 8, "{} slots", slots.len());
+        let interval = f64::from(scenarios::PACE_PERIOD_MS) / f64::from(scenarios::PACE_COUNT);
+        for w in slots.windows(2) {
+            // Slots read from the TAT (µs): never closer than one interval, whatever the workers do.
+            assert!(
+                w[1].slot_ms - w[0].slot_ms > interval - 0.002,
+                "{} then {}",
+                w[0].slot_ms,
+                w[1].slot_ms
+            );
+        }
+        assert!(draw::pace(&slots, &prov).unwrap().contains("</svg>"));
+    }
+}
