@@ -25,16 +25,37 @@ trap cleanup EXIT
 
 LUA_GCRA=$(cat bench/gcra.lua)
 
+# One setup step (words joined by `+`): `populate:N` N other keys (DEBUG POPULATE: strings
+# the limiters never touch); `limiters:N` N limiter keys bench:000000000000… written by the
+# module (`CL.THROTTLE key 99 1 3600` from a script, so they live an hour: in its key
+# table, as far as its 65,536 slots go);
+# `reload` (DEBUG RELOAD: every value compact again, the key table empty); else redis-cli words.
+setup() {
+  case $1 in
+    populate:*) redis-cli -p "$PORT" DEBUG POPULATE "${1#populate:}" other: 19 >/dev/null ;;
+    limiters:*) redis-cli -p "$PORT" EVAL "for i = 0, tonumber(ARGV[1]) - 1 do redis.call('CL.THROTTLE', string.format('bench:%012d', i), 99, 1, 3600) end" 0 "${1#limiters:}" >/dev/null ;;
+    reload) redis-cli -p "$PORT" DEBUG RELOAD >/dev/null ;;
+    # shellcheck disable=SC2046
+    *) redis-cli -p "$PORT" $(tr '+' ' ' <<<"$1") >/dev/null ;;
+  esac
+}
+
 # Instructions per command of `cmd` on a hot key (every call admitted and written, unless the
 # scenario says otherwise); a scenario whose words start with `-r N` runs on random keys instead
 # (redis-benchmark's __rand_int__); `setup` (redis-cli words, e.g. a CONFIG SET) runs first.
-count() { # $1 command words, $2 setup
+count() { # $1 command words, $2 setup, $3 the scenario's name
   local out="$DIR/callgrind.out"
   rm -f "$out"
   # shellcheck disable=SC2086
-  valgrind --tool=callgrind --toggle-collect=call --callgrind-out-file="$out" \
+  # `call()` is entered again by a nested command (RM_Call: the GET that reads a compact value),
+  # which toggles collection off inside it; the scenarios marked "(whole)" count from
+  # `processCommand` instead (never nested: the command's lookup and checks included, for the
+  # floor as for the module), and divide by the benchmarked command's own calls.
+  local toggle=call
+  [[ ${3:-} == *"(whole)"* ]] && toggle=processCommand
+  valgrind --tool=callgrind --toggle-collect=$toggle --callgrind-out-file="$out" \
     ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
+    --enable-debug-command yes --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   local cmd=$1
@@ -42,16 +63,20 @@ count() { # $1 command words, $2 setup
     local sha; sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$LUA_GCRA")
     cmd=${cmd//__SHA__/$sha}
   fi
-  # shellcheck disable=SC2086
-  if [ -n "${2:-}" ]; then redis-cli -p "$PORT" $2 >/dev/null; fi
+  local step
+  for step in ${2:-}; do setup "$step"; done
+  # Only the benchmark counts: the setup's own commands are forgotten.
+  callgrind_control -z "$pid" >/dev/null 2>&1
   redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
   # shellcheck disable=SC2086
   redis-benchmark -p "$PORT" -n "$N" -c 4 -P 16 -q $cmd >/dev/null 2>&1
   local calls
   # A script's own redis.call()s are counted in INFO commandstats too (GET, TIME, SET): divide
-  # by the EVALSHA calls alone, not by every command executed.
+  # by the EVALSHA calls alone, not by every command executed; so for a "(whole)" scenario,
+  # by the benchmarked command's calls (not its nested GETs).
   local stat='[^:]*'
   if [[ $cmd == EVALSHA* ]]; then stat=evalsha; fi
+  if [ $toggle = processCommand ]; then stat=$(sed 's/^-r [0-9]* //' <<<"$cmd" | awk '{print tolower($1)}'); fi
   calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$stat:calls=\([0-9]*\),.*/\1/p" | awk '{s+=$1} END {print s}')
   redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" || true
@@ -81,8 +106,19 @@ SCENARIOS=(
   "CL.RELEASE (no lease)|CL.RELEASE bench:hot job-1"
   # Denials (one unit per 10^9 s: every call after the first is denied): events off, then on.
   "CL.THROTTLE denied|CL.THROTTLE bench:hot 0 1 1000000000"
-  "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG SET notify-keyspace-events Ed"
-  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 99 100000000 1|CONFIG SET notify-keyspace-events Ed"
+  "CL.THROTTLE denied, events|CL.THROTTLE bench:hot 0 1 1000000000|CONFIG+SET+notify-keyspace-events+Ed"
+  "CL.THROTTLE admitted, events|CL.THROTTLE bench:hot 99 100000000 1|CONFIG+SET+notify-keyspace-events+Ed"
+  # At scale, counted from processCommand ("(whole)": nested GETs included): the floor and a
+  # hot key for reference, a hot key among 1,000,000 other keys; random keys among 100,000 and
+  # 1,000,000 limiters the module wrote (beyond the key table's 65,536 slots many are read
+  # through a nested GET); the same after DEBUG RELOAD (every value compact, the table empty).
+  "module floor (whole)|FLOOR.TOUCH bench:hot"
+  "CL.THROTTLE (whole)|CL.THROTTLE bench:hot 99 100000000 1"
+  "CL.THROTTLE, 1M other keys (whole)|CL.THROTTLE bench:hot 99 100000000 1|populate:1000000"
+  "CL.THROTTLE, 100k limiters (whole)|-r 100000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:100000"
+  "CL.THROTTLE, 100k reloaded (whole)|-r 100000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:100000 reload"
+  "CL.THROTTLE, 1M limiters (whole)|-r 1000000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:1000000"
+  "CL.THROTTLE, 1M reloaded (whole)|-r 1000000 CL.THROTTLE bench:__rand_int__ 99 1 3600|limiters:1000000 reload"
 )
 if [ -f "${BENCH_SCENARIOS:-}" ]; then while IFS= read -r line; do [ -n "$line" ] && SCENARIOS+=("$line"); done < "$BENCH_SCENARIOS"; fi
 
@@ -93,13 +129,13 @@ set_ir=""; floor_ir=""
 if [ -n "${BENCH_RESULTS:-}" ]; then : > "$BENCH_RESULTS"; fi
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name cmd setup <<<"$s"
-  if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY || $name == SET* || $name == "module floor"* ]]; then continue; fi
-  ir=$(count "$cmd" "${setup:-}")
+  if [ -n "${BENCH_ONLY:-}" ] && ! [[ $name =~ $BENCH_ONLY || $name == SET* || $name == "module floor (floor.c)" ]]; then continue; fi
+  ir=$(count "$cmd" "${setup:-}" "$name")
   IR[$name]=$ir
   [ -z "$set_ir" ] && set_ir=$ir
   [[ $name == "module floor"* ]] && floor_ir=$ir
   if [ -n "${BENCH_RESULTS:-}" ]; then printf '%s\t%s\n' "$name" "$ir" >> "$BENCH_RESULTS"; fi
-  printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$(python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
+  printf '%-26s %12s %8s %8s\n' "$name" "$ir" "$([[ $name == *"(whole)"* ]] && echo - || python3 -c "print(f'{$ir/$set_ir:.2f}x')")" "$(python3 -c "print(f'{$ir/${floor_ir:-$ir}:.2f}x')")"
 done
 if [ -n "${BENCH_ONLY:-}" ]; then exit 0; fi
 single=${IR[CL.THROTTLE]}

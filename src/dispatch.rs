@@ -25,6 +25,7 @@ const ON_STACK: usize = 16;
 
 impl<'a> Call<'a> {
     /// The arguments after the command name, as byte strings (binary safe).
+    #[inline]
     pub fn args(&self) -> Args<'a> {
         let words = self.argv.get(1..).unwrap_or(&[]);
         if words.len() > ON_STACK {
@@ -69,6 +70,7 @@ impl<'a> std::ops::Deref for Args<'a> {
 }
 
 /// The bytes of a Redis string, borrowed for the duration of the call.
+#[inline]
 pub fn bytes<'a>(s: *const RedisModuleString) -> &'a [u8] {
     let mut len = 0usize;
     // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails on them.

@@ -217,6 +217,9 @@ impl Key {
                     return Err(Error::Internal("cannot delete the key".into()));
                 }
                 self.value = Value::Missing;
+                // The name no longer holds what this process wrote: a value put there later is
+                // read through GET (the table's entry would match one of the same length).
+                plain::forget(self.fingerprint());
                 self.replicate(Replicated::Del)?;
                 self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")]);
                 Ok(())

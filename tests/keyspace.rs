@@ -117,3 +117,42 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     let throttled = |key: &str| ("throttled".to_string(), key.to_string());
     assert_eq!(drain(&on_master), vec![throttled("full"), throttled("pace")], "calls that change nothing announce no write");
 }
+
+/// Which reads convert a compact value, exactly as the docs list them ("Encodings"): the module
+/// reads a short value in place (which converts an integer to a plain string) only under a
+/// name whose value it wrote itself, with the length it wrote. Its own delete (a refund to
+/// full) forgets the name; a removal by another client (DEL, UNLINK, GETDEL, RENAME, MOVE)
+/// does not, so a value of the very same length written there next is converted by the next
+/// call, even a peek (the value itself never changes). Each case: CL.THROTTLE writes a TAT
+/// (19 digits), the key goes, `SET` writes another 19-digit TAT, a peek reads it.
+#[test]
+fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
+    let server = Server::start();
+    let mut c = server.client();
+    let encoding = |c: &mut redis::Connection, key: &str| -> String { redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap() };
+    let cases: [(&str, &[&str], &str); 6] = [
+        ("own-delete", &["CL.THROTTLE own-delete 5 1 60 -10"], "int"),
+        ("del", &["DEL del"], "raw"),
+        ("unlink", &["UNLINK unlink"], "raw"),
+        ("getdel", &["GETDEL getdel"], "raw"),
+        ("rename", &["RENAME rename rename:elsewhere"], "raw"),
+        ("move", &["MOVE move 1"], "raw"),
+    ];
+    for (key, remove, after_peek) in cases {
+        assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {key} 5 1 60"))[0], 0, "{key}");
+        for words in remove {
+            let args: Vec<&str> = words.split_whitespace().collect();
+            let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(&mut c).unwrap();
+        }
+        let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut c).unwrap();
+        assert_eq!(exists, 0, "{key}: removed");
+        let now = harness::server_ms(&mut c);
+        let tat = (now + 30_000) * 1_000_000;
+        let _: () = redis::cmd("SET").arg(key).arg(tat.to_string()).arg("PXAT").arg(now + 30_000).query(&mut c).unwrap();
+        assert_eq!(encoding(&mut c, key), "int", "{key}");
+        let peek = throttle(&mut c, &format!("CL.THROTTLE {key} 5 1 60 0"));
+        assert_eq!(peek[0], 0, "{key}");
+        assert_eq!(encoding(&mut c, key), after_peek, "{key}: the encoding after a peek, as the docs say");
+        assert_eq!(harness::get_bytes(&mut c, key), tat.to_string().into_bytes(), "{key}: the value never changes");
+    }
+}

@@ -12,21 +12,55 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
     };
     match digits {
         [b'0'] if !negative => return Ok(0),
-        [b'1'..=b'9', ..] => {}
+        // At most 19 digits (i64::MAX has 19): their value is below 10^19 < 2^64, so the
+        // unsigned sum below cannot wrap, and the range is checked once at the end.
+        [b'1'..=b'9', ..] if digits.len() <= 19 => {}
         _ => return Err(Error::NotAnInteger),
     }
-    // Accumulate negatively so that i64::MIN parses.
-    let mut value: i64 = 0;
-    for &b in digits {
-        if !b.is_ascii_digit() {
+    // The leading digits one by one, then eight at a time (a TAT has 19).
+    let (head, words) = digits.split_at(digits.len() % 8);
+    let mut value: u64 = 0;
+    for &b in head {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
             return Err(Error::NotAnInteger);
         }
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_sub(i64::from(b - b'0')))
-            .ok_or_else(|| Error::NotAnInteger)?;
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
     }
-    if negative { Ok(value) } else { value.checked_neg().ok_or_else(|| Error::NotAnInteger) }
+    if !words.is_empty() {
+        value = long_tail(value, words)?;
+    }
+    match negative {
+        false => i64::try_from(value).map_err(|_| Error::NotAnInteger),
+        true if value <= i64::MIN.unsigned_abs() => Ok(0i64.wrapping_sub_unsigned(value)),
+        true => Err(Error::NotAnInteger),
+    }
+}
+
+/// `value` followed by `words` (a multiple of eight digits), eight at a time.
+#[inline(never)]
+fn long_tail(mut value: u64, words: &[u8]) -> Result<u64> {
+    for word in words.chunks_exact(8) {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        value = value.wrapping_mul(100_000_000).wrapping_add(eight_digits(u64::from_le_bytes(bytes))?);
+    }
+    Ok(value)
+}
+
+/// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
+/// all checked at once: each byte's high nibble is 3, and stays 3 when 6 is added (a byte
+/// at 0xFA or above fails the first test, so a carry between bytes never hides one).
+fn eight_digits(word: u64) -> Result<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    if word & HIGH != ZEROS || word.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
+        return Err(Error::NotAnInteger);
+    }
+    let v = word.wrapping_sub(ZEROS);
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8) & 0x00FF_00FF_00FF_00FF;
+    let v = v.wrapping_mul(100).wrapping_add(v >> 16) & 0x0000_FFFF_0000_FFFF;
+    Ok(v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF)
 }
 
 /// A duration argument (`value` in `unit`): 1 to [`crate::time::MAX_DURATION`].
@@ -55,35 +89,50 @@ impl Decimal {
     }
 
     pub fn new(v: i64) -> Decimal {
-        // Two digits per division: a TAT has 19.
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
-            5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-        let mut d = Decimal { bytes: [0; 21], start: 21 };
-        let mut n = v.unsigned_abs();
-        while n >= 100 {
-            let pair = (n % 100) as usize * 2;
-            n /= 100;
-            d.start -= 2;
-            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-        }
-        if n >= 10 {
-            let pair = n as usize * 2;
-            d.start -= 2;
-            d.bytes[d.start..d.start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        let mut bytes = [b'0'; 21];
+        let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
+        // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
+        // call: no loop, no index computed at run time); bytes[0] is left for a sign or a tag.
+        if n < 10_000 {
+            four(&mut bytes, 17, n as u32);
         } else {
-            d.start -= 1;
-            d.bytes[d.start] = b'0' + n as u8;
+            eight(&mut bytes, 13, (n % 100_000_000) as u32);
         }
+        if n >= 100_000_000 {
+            eight(&mut bytes, 5, (n / 100_000_000 % 100_000_000) as u32);
+            four(&mut bytes, 1, (n / 10_000_000_000_000_000) as u32);
+        }
+        let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
+        let mut start = 21 - digits;
         if v < 0 {
-            d.start -= 1;
-            d.bytes[d.start] = b'-';
+            start -= 1;
+            bytes[start] = b'-';
         }
-        d
+        Decimal { bytes, start }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }
+}
+
+/// Two decimal digits per pair, "00" to "99".
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+    5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+/// Writes `x` (below 10^8) as eight digits at `bytes[at..at + 8]`.
+#[inline(always)]
+fn eight(bytes: &mut [u8; 21], at: usize, x: u32) {
+    four(bytes, at, x / 10_000);
+    four(bytes, at + 4, x % 10_000);
+}
+
+/// Writes `x` (below 10^4) as four digits at `bytes[at..at + 4]`.
+#[inline(always)]
+fn four(bytes: &mut [u8; 21], at: usize, x: u32) {
+    let (hi, lo) = ((x / 100) as usize * 2, (x % 100) as usize * 2);
+    bytes[at..at + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
+    bytes[at + 2..at + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
 }
 
 #[cfg(test)]
@@ -130,6 +179,26 @@ mod tests {
         fn decimals_match_std(v: i64) {
             let (d, text) = (Decimal::new(v), v.to_string());
             proptest::prop_assert_eq!(d.as_bytes(), text.as_bytes());
+        }
+
+        #[test]
+        fn integers_match_std_on_canonical_text(v: i64) {
+            proptest::prop_assert_eq!(integer(v.to_string().as_bytes()), Ok(v));
+        }
+
+        #[test]
+        fn a_byte_that_is_not_a_digit_is_refused_anywhere(v in 1_000_000_000_000_000_000i64.., at in 0usize..19, b: u8) {
+            let mut text = v.to_string().into_bytes();
+            text[at] = b;
+            let expected = std::str::from_utf8(&text).ok().and_then(|t| t.parse::<i64>().ok()).filter(|n| n.to_string().as_bytes() == &text[..]);
+            proptest::prop_assert_eq!(integer(&text).ok(), expected);
+        }
+
+        #[test]
+        fn integers_refuse_what_is_out_of_range(v in proptest::num::u64::ANY, negative: bool) {
+            // Twenty digits and more, and the 19-digit values beyond the range.
+            let text = format!("{}{v}{v}", if negative { "-" } else { "" });
+            proptest::prop_assert_eq!(integer(text.as_bytes()).ok(), text.parse::<i64>().ok().filter(|_| !text.starts_with("-0") && !text.starts_with('0')));
         }
     }
 
