@@ -30,6 +30,13 @@ use redis::{Connection, RedisResult, Value};
 
 pub type Reply = [i64; 5];
 
+/// The workspace's root (the module's crate), also from the tests of a member crate
+/// (`client/tests` includes this harness by path).
+pub fn workspace_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().find(|p| p.join("functions/throttle.lua").is_file()).unwrap_or(manifest)
+}
+
 /// Path of the module, built once per test binary (cargo test does not build cdylibs).
 pub fn module_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -37,9 +44,9 @@ pub fn module_path() -> PathBuf {
         if let Ok(path) = std::env::var("THROTTLE_MODULE") {
             return PathBuf::from(path);
         }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = workspace_root();
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--quiet"])
+            .args(["build", "--release", "--lib", "--quiet", "-p", "redis-throttle"])
             .current_dir(root)
             .status()
             .expect("run cargo build for the module");
