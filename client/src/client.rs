@@ -127,7 +127,8 @@ impl Throttle {
             .set_connection_timeout(Some(config.deadline.max(Duration::from_millis(100))))
             .set_response_timeout(None)
             .set_number_of_retries(usize::MAX / 2)
-            .set_max_delay(config.breaker.probe_interval.max(Duration::from_millis(10)));
+            .set_min_delay(Duration::from_millis(5))
+            .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
         let manager = ConnectionManager::new_with_config(client, manager_config).await.map_err(Error::Connect)?;
         Throttle::with_conn(Conn::Manager(manager), config).await
     }

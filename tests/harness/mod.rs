@@ -254,6 +254,18 @@ impl Server {
         self.restart("");
     }
 
+    /// Starts a killed server again, on the same port and folder with the same options.
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none() && self.container.is_none(), "relaunch follows kill");
+        self.launch().unwrap_or_else(|log| panic!("{log}"));
+    }
+
+    /// The server process's id (INFO server `process_id`).
+    pub fn pid(&self) -> u32 {
+        let info: String = redis::cmd("INFO").arg("server").query(&mut self.client()).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse().ok()).expect("process_id in INFO")
+    }
+
     /// Kills the server with SIGKILL (no persistence on the way out).
     pub fn kill(&mut self) {
         self.container = None; // dropping the container removes it
