@@ -327,7 +327,7 @@ fn is_outage(e: &RedisError) -> bool {
 /// Decides calls with `throttle-core` in `store` (the test kit, or the `Local` failure policy).
 fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
-    let (numbers, binding) = store.decide(&limiters, now).map_err(Error::Memory)?;
+    let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
     let mut decision = Decision::new(numbers[binding], source);
     if all {
         decision.binding = binding;

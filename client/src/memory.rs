@@ -79,15 +79,24 @@ impl Store {
         self.keys.get(key).filter(|e| e.expires_ms.is_none_or(|at| now_ms <= at))
     }
 
-    /// Decides every limiter against its key at `now`, all or nothing (one limiter is the
-    /// single command), applies the effects when all admit, and returns each one's numbers and
-    /// the binding index.
-    pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
+    /// Decides every limiter against its key at `now`, as CL.ALL does when `all` (all or
+    /// nothing), else as the single command does (one call), applies the effects, and returns
+    /// each one's numbers and the binding index.
+    pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
         let outcome = {
             let stored: Vec<Option<Stored<'_>>> =
                 calls.iter().map(|(_, key, _)| self.live(key, now).map(|e| Stored { value: &e.value, expires_at_ms: e.expires_ms })).collect();
-            let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
-            throttle_core::all::decide(&limiters, &stored, now)?
+            match (all, calls, stored.as_slice()) {
+                // The single command keeps the effect of a denial (a GCRA TAT clamped after its
+                // parameters changed); CL.ALL writes nothing when any limiter denies.
+                (false, [(limiter, _, quantity)], [stored]) => {
+                    throttle_core::all::Outcome { decisions: vec![limiter.decide(*stored, now, *quantity)?], binding: 0 }
+                }
+                _ => {
+                    let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
+                    throttle_core::all::decide(&limiters, &stored, now)?
+                }
+            }
         };
         let numbers = outcome.decisions.iter().map(|d| Numbers::from_core(&d.reply)).collect();
         for ((_, key, _), decision) in calls.iter().zip(outcome.decisions) {
