@@ -128,7 +128,7 @@ impl fmt::Display for PolicyError {
 impl std::error::Error for PolicyError {}
 
 fn millis(d: Duration, name: &str) -> Result<i64, PolicyError> {
-    if d.subsec_nanos() % 1_000_000 != 0 || d.is_zero() {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) || d.is_zero() {
         return Err(PolicyError::Invalid(format!("{name} must be a positive whole number of milliseconds, got {d:?}")));
     }
     i64::try_from(d.as_millis()).map_err(|_| PolicyError::Invalid(format!("{name} is too long: {d:?}")))
