@@ -55,6 +55,14 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// Why a request got no reply to use.
+pub(crate) enum Failed {
+    /// The server cannot answer now: the failure policy applies.
+    Down(Reason),
+    /// The server answered with an error.
+    Refused(RedisError),
+}
+
 /// Which implementation of the limiters the server offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -258,29 +266,13 @@ impl Throttle {
         {
             return Ok(Decision::new(numbers, Source::DenyCache));
         }
-        let permit = inner.breaker.permit();
-        if permit == Permit::Skip {
-            return self.fallback(calls, all, Reason::BreakerOpen);
-        }
         let cmd = if single { single_command(inner.backend, first_policy, first_key, quantity) } else { all_command(inner.backend, calls) };
         let sent = std::time::Instant::now();
-        let reply = tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, first_key)).await;
-        let value = match reply {
-            Ok(Ok(value)) => value,
-            Ok(Err(e)) if !is_outage(&e) => {
-                inner.breaker.success();
-                return Err(Error::Server(e));
-            }
-            Ok(Err(e)) => {
-                inner.breaker.failure(permit);
-                return self.fallback(calls, all, Reason::Connection(e.to_string()));
-            }
-            Err(_) => {
-                inner.breaker.failure(permit);
-                return self.fallback(calls, all, Reason::Timeout);
-            }
+        let value = match self.request(cmd, first_key).await {
+            Ok(value) => value,
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            Err(Failed::Down(reason)) => return self.fallback(calls, all, reason),
         };
-        inner.breaker.success();
         let decision = if single {
             Decision::new(Numbers::from_reply(five(&value)?), Source::Server)
         } else {
@@ -294,6 +286,33 @@ impl Throttle {
             }
         }
         Ok(decision)
+    }
+
+    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker.
+    pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
+        let inner = &*self.inner;
+        let permit = inner.breaker.permit();
+        if permit == Permit::Skip {
+            return Err(Failed::Down(Reason::BreakerOpen));
+        }
+        match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
+            Ok(Ok(value)) => {
+                inner.breaker.success();
+                Ok(value)
+            }
+            Ok(Err(e)) if !is_outage(&e) => {
+                inner.breaker.success();
+                Err(Failed::Refused(e))
+            }
+            Ok(Err(e)) => {
+                inner.breaker.failure(permit);
+                Err(Failed::Down(Reason::Connection(e.to_string())))
+            }
+            Err(_) => {
+                inner.breaker.failure(permit);
+                Err(Failed::Down(Reason::Timeout))
+            }
+        }
     }
 
     /// The failure policy's answer, marked degraded with `reason`.
@@ -428,7 +447,7 @@ fn integer(v: &Value) -> Option<i64> {
     }
 }
 
-fn five(value: &Value) -> Result<[i64; 5], Error> {
+pub(crate) fn five(value: &Value) -> Result<[i64; 5], Error> {
     let bad = || Error::Invalid(format!("expected five integers, got {value:?}"));
     let Value::Array(items) = value else { return Err(bad()) };
     let ints: Vec<i64> = items.iter().take(5).map(integer).collect::<Option<_>>().ok_or_else(bad)?;

@@ -8,6 +8,8 @@
 //! - A bounded deny cache keyed by (policy, key), a per-call deadline with an explicit
 //!   [`FailurePolicy`] (fail closed, fail open, or local limiting by `throttle-core`), and a
 //!   circuit breaker.
+//! - Leases as RAII guards ([`Throttle::acquire`] → [`Lease`]) and reservations for hot keys
+//!   ([`Throttle::reserve`] → [`Reservation`]).
 //! - [`Throttle::in_memory`]: the test kit, making the module's decisions with a [`ManualClock`].
 //!
 //! Every algorithm is `throttle-core`'s, the code the module runs.
@@ -16,11 +18,15 @@ mod breaker;
 mod cache;
 mod client;
 mod decision;
+mod lease;
 mod memory;
 pub mod policy;
+mod reserve;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
+pub use lease::Lease;
+pub use reserve::Reservation;
 pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
 pub use memory::{Clock, ManualClock, SystemClock};
 pub use policy::{Policy, PolicyError, Rate};
