@@ -109,6 +109,8 @@ pub struct Throttle {
 
 struct Inner {
     conn: Conn,
+    /// For connections of their own (blocking calls), when the client was made from a URL.
+    client: Option<redis::Client>,
     backend: Backend,
     config: Config,
     cache: Option<DenyCache>,
@@ -137,8 +139,12 @@ impl Throttle {
             .set_number_of_retries(usize::MAX / 2)
             .set_min_delay(Duration::from_millis(5))
             .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
-        let manager = ConnectionManager::new_with_config(client, manager_config).await.map_err(Error::Connect)?;
-        Throttle::with_conn(Conn::Manager(manager), config).await
+        let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
+        let mut throttle = Throttle::with_conn(Conn::Manager(manager), config).await?;
+        if let Some(inner) = Arc::get_mut(&mut throttle.inner) {
+            inner.client = Some(client);
+        }
+        Ok(throttle)
     }
 
     /// Uses a multiplexed connection the caller already has.
@@ -166,7 +172,7 @@ impl Throttle {
 
     fn build(conn: Conn, backend: Backend, config: Config) -> Throttle {
         let cache = (config.deny_cache > 0 && backend != Backend::Memory).then(|| DenyCache::new(config.deny_cache));
-        let inner = Inner { conn, backend, config, cache, breaker: Breaker::new(config.breaker), local: Mutex::new(Store::new(config.local_keys)) };
+        let inner = Inner { conn, client: None, backend, config, cache, breaker: Breaker::new(config.breaker), local: Mutex::new(Store::new(config.local_keys)) };
         Throttle { inner: Arc::new(inner) }
     }
 
@@ -313,6 +319,17 @@ impl Throttle {
                 Err(Failed::Down(Reason::Timeout))
             }
         }
+    }
+
+    /// Sends `cmd` on the shared connection with no deadline or breaker (the caller bounds it).
+    pub(crate) async fn send_shared(&self, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+        send(&self.inner.conn, cmd, key).await
+    }
+
+    /// A new connection of its own, for a blocking call (never the shared one).
+    pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
+        let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;
+        client.get_multiplexed_async_connection().await.map_err(Error::Connect)
     }
 
     /// The failure policy's answer, marked degraded with `reason`.

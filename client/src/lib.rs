@@ -20,12 +20,14 @@ mod client;
 mod decision;
 mod lease;
 mod memory;
+mod pace;
 pub mod policy;
 mod reserve;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
 pub use lease::Lease;
+pub use pace::{Paced, Wait};
 pub use reserve::Reservation;
 pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
 pub use memory::{Clock, ManualClock, SystemClock};
