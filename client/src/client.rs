@@ -326,6 +326,14 @@ impl Throttle {
         send(&self.inner.conn, cmd, key).await
     }
 
+    /// Sends `cmd` to any node (a cluster's random primary) within the deadline.
+    pub(crate) async fn send_any(&self, cmd: Cmd) -> Result<Value, Error> {
+        match tokio::time::timeout(self.inner.config.deadline, send_any(&self.inner.conn, cmd)).await {
+            Ok(r) => r.map_err(Error::Server),
+            Err(_) => Err(Error::Invalid("no reply within the deadline".into())),
+        }
+    }
+
     /// A new connection of its own, for a blocking call (never the shared one).
     pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
         let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;

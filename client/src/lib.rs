@@ -17,6 +17,7 @@
 mod breaker;
 mod cache;
 mod client;
+mod dashboard;
 mod decision;
 mod lease;
 mod memory;

@@ -85,6 +85,13 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
     let wait = d.retry_after().unwrap();
     assert!(wait > ms(9_900) && wait <= ms(10_000), "{wait:?}");
 
+    // Dashboards: CL.TOP lists the denied key, INFO throttle counts the denial.
+    let top = client.top(5).await.unwrap();
+    assert_eq!(top.first(), Some(&(b"k".to_vec(), 1)), "{top:?}");
+    let info = client.info().await.unwrap();
+    assert_eq!(info.get("cl_throttle_denied").map(String::as_str), Some("2"), "the never-admitted call and this one: {info:?}");
+    assert_eq!(info.get("mode").map(String::as_str), Some("enforce"));
+
     // A key of another kind: the server's error, not a degraded answer.
     redis::cmd("SET").arg("plain").arg("x").query::<()>(&mut server.client()).unwrap();
     let counter = Policy::parse("5/s counter").unwrap();
