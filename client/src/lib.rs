@@ -19,6 +19,7 @@ mod cache;
 mod client;
 mod dashboard;
 mod decision;
+mod held;
 mod lease;
 mod memory;
 mod pace;
@@ -27,6 +28,7 @@ mod reserve;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
+pub use held::HeldPolicies;
 pub use lease::Lease;
 pub use pace::{Paced, Wait};
 pub use reserve::Reservation;

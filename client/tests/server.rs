@@ -204,3 +204,29 @@ async fn distinct_denied_keys_stay_within_the_cache_bound() {
     assert!(client.deny_cache_len() <= client.deny_cache_capacity(), "{} > {}", client.deny_cache_len(), client.deny_cache_capacity());
     assert!(client.deny_cache_capacity() <= 1_024);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_held_in_redis_follow_edits_and_keep_the_last_good_one() {
+    let server = Server::start();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    let hset = |value: &str| redis::cmd("HSET").arg("throttle:policies").arg("api").arg(value).query::<()>(&mut server.client()).unwrap();
+    hset("2/m counter");
+    let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
+    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()));
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !ok() {
+            assert!(start.elapsed() < Duration::from_secs(1), "{what} did not arrive within a second");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    hset("2/m countr");
+    wait("the invalid edit's report", &|| !held.errors().is_empty());
+    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()), "the last good policy stays");
+    assert!(held.errors()[0].2.contains("countr"), "{:?}", held.errors());
+    hset("5/m counter");
+    wait("the edit", &|| held.get("api") == Some(Policy::parse("5/m counter").unwrap()));
+    assert!(held.errors().is_empty());
+    redis::cmd("HDEL").arg("throttle:policies").arg("api").query::<()>(&mut server.client()).unwrap();
+    wait("the removal", &|| held.get("api").is_none());
+}
