@@ -248,6 +248,12 @@ impl Throttle {
     }
 
     async fn decide(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
+        let decision = self.decide_unrecorded(calls, all).await?;
+        record(&decision);
+        Ok(decision)
+    }
+
+    async fn decide_unrecorded(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
         let inner = &*self.inner;
         let Some(&(first_policy, first_key, quantity)) = calls.first() else {
             return Err(Error::Invalid("check_all needs at least one policy".into()));
@@ -301,8 +307,10 @@ impl Throttle {
         if permit == Permit::Skip {
             return Err(Failed::Down(Reason::BreakerOpen));
         }
+        let sent = std::time::Instant::now();
         match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
             Ok(Ok(value)) => {
+                metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 inner.breaker.success();
                 Ok(value)
             }
@@ -356,6 +364,22 @@ impl Throttle {
                 memory_decision(&mut store, &local, SystemClock.now(), all, Source::Degraded { reason, policy: failure })
             }
         }
+    }
+}
+
+/// Counts a decision through the `metrics` facade (a no-op until the application installs a
+/// recorder): `throttle_client_allowed_total`, `…_denied_total` (never-admitted included),
+/// `…_deny_cache_hits_total`, `…_degraded_total`.
+fn record(decision: &Decision) {
+    if decision.allowed() {
+        metrics::counter!("throttle_client_allowed_total").increment(1);
+    } else {
+        metrics::counter!("throttle_client_denied_total").increment(1);
+    }
+    match decision.source {
+        Source::Server => {}
+        Source::DenyCache => metrics::counter!("throttle_client_deny_cache_hits_total").increment(1),
+        Source::Degraded { .. } => metrics::counter!("throttle_client_degraded_total").increment(1),
     }
 }
 
