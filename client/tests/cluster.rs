@@ -19,12 +19,6 @@ fn redirects(node: &harness::Server) -> u64 {
         .sum()
 }
 
-fn calls(node: &harness::Server, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut node.client()).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|rest| rest.split(',').next()).map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_go_to_their_keys_primary() {
     let cluster = Cluster::start(3, 0);
@@ -40,7 +34,7 @@ async fn calls_go_to_their_keys_primary() {
         assert_eq!((d.verdict, d.source), (Verdict::Allowed, Source::Server));
     }
     // Every node served some: the keys spread over the slots.
-    assert!(cluster.nodes.iter().all(|n| calls(n, "cl.throttle") > 0));
+    assert!(cluster.nodes.iter().all(|n| n.command_calls("cl.throttle") > 0));
 
     let (a, b) = (Policy::parse("10/s").unwrap(), Policy::parse("100/h window").unwrap());
     for i in 0..100 {
@@ -61,10 +55,10 @@ async fn calls_go_to_their_keys_primary() {
     assert!(cluster.nodes.iter().map(redirects).sum::<u64>() > after, "unrouted CL.ALL calls are redirected");
 
     // Keys in different slots: refused before sending, with the hash-tag advice.
-    let sent: u64 = cluster.nodes.iter().map(|n| calls(n, "cl.all")).sum();
+    let sent: u64 = cluster.nodes.iter().map(|n| n.command_calls("cl.all")).sum();
     match client.check_all(&[(&a, b"user1", 1), (&b, b"user2", 1)]).await {
         Err(e @ Error::CrossSlot { .. }) => assert!(e.to_string().contains("hash tag"), "{e}"),
         other => panic!("expected CrossSlot, got {other:?}"),
     }
-    assert_eq!(cluster.nodes.iter().map(|n| calls(n, "cl.all")).sum::<u64>(), sent, "nothing was sent");
+    assert_eq!(cluster.nodes.iter().map(|n| n.command_calls("cl.all")).sum::<u64>(), sent, "nothing was sent");
 }

@@ -28,6 +28,12 @@ async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+async fn join_all(mut tasks: tokio::task::JoinSet<()>) {
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_guards_release_renew_and_expire() {
     let server = Server::start();
@@ -110,9 +116,7 @@ async fn never_more_holders_than_the_limit() {
             }
         });
     }
-    while let Some(r) = tasks.join_next().await {
-        r.unwrap();
-    }
+    join_all(tasks).await;
     assert!(most.load(Ordering::SeqCst) <= 4, "{} holders at once", most.load(Ordering::SeqCst));
     assert!(acquired.load(Ordering::SeqCst) >= 20, "the slots were used");
 }
@@ -138,9 +142,7 @@ async fn reservations_never_admit_more_than_the_server_granted() {
             }
         });
     }
-    while let Some(r) = tasks.join_next().await {
-        r.unwrap();
-    }
+    join_all(tasks).await;
     let count = || -> i64 { redis::cmd("GET").arg("hot").query::<Option<i64>>(&mut server.client()).unwrap().unwrap_or(0) };
     // Unused units go back: the server's count settles at what was spent.
     let spent = admitted.load(Ordering::SeqCst);
@@ -170,9 +172,7 @@ async fn reservations_never_admit_more_than_the_server_granted() {
             }
         });
     }
-    while let Some(r) = tasks.join_next().await {
-        r.unwrap();
-    }
+    join_all(tasks).await;
     let server_count: i64 = redis::cmd("GET").arg("tight").query(&mut server.client()).unwrap();
     assert!(server_count <= 100, "{server_count}");
     assert_eq!(admitted.load(Ordering::SeqCst), server_count, "every unit admitted was granted by the server");

@@ -15,13 +15,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// `calls` of `cmdstat_<command>` in INFO commandstats (0 when never called).
-pub fn calls(server: &Server, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.client()).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|rest| rest.split(',').next()).map_or(0, |n| n.parse().unwrap())
-}
-
 fn twin_server() -> Server {
     let server = Server::with(Options::default().without_module());
     twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
@@ -110,7 +103,7 @@ async fn the_twin_is_detected_and_decides_as_the_module() {
     assert_eq!((on_module.backend(), on_twin.backend()), (Backend::Module, Backend::Twin));
     let expected = sequence(&on_module).await;
     assert_eq!(sequence(&on_twin).await, expected);
-    assert!(calls(&twin, "fcall") > 0 && calls(&twin, "cl.throttle") == 0);
+    assert!(twin.command_calls("fcall") > 0 && twin.command_calls("cl.throttle") == 0);
 
     // check_all through the twin's cl_all, as through CL.ALL.
     let (a, b) = (Policy::parse("5/s").unwrap(), Policy::parse("2/h counter").unwrap());
@@ -169,7 +162,7 @@ async fn repeated_denials_inside_retry_after_make_one_server_call() {
         assert_eq!(d.source, Source::DenyCache);
         assert!(d.retry_after().unwrap() <= first.retry_after().unwrap());
     }
-    assert_eq!(calls(&server, "cl.counter"), 3, "two admitted, one denied: the 10,000 repeats never reached the server");
+    assert_eq!(server.command_calls("cl.counter"), 3, "two admitted, one denied: the 10,000 repeats never reached the server");
 
     // A smaller request, a changed policy, and a peek are not answered by the cache.
     let raised = Policy::parse("3/m counter").unwrap();

@@ -494,6 +494,13 @@ impl Server {
         info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or("").trim().to_string()
     }
 
+    /// How many times `command` (lower case, e.g. `cl.throttle`) ran here: `calls` of
+    /// INFO commandstats, 0 when never.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let stats = self.info_field("commandstats", &format!("cmdstat_{command}"));
+        stats.strip_prefix("calls=").and_then(|rest| rest.split(',').next()).map_or(0, |n| n.parse().expect("a count"))
+    }
+
     /// Whether this server is a master now (`ROLE`).
     pub fn is_master(&self) -> bool {
         let role: Vec<Value> = match self.try_client().and_then(|mut c| redis::cmd("ROLE").query(&mut c)) {
