@@ -30,6 +30,13 @@ use redis::{Connection, RedisResult, Value};
 
 pub type Reply = [i64; 5];
 
+/// The workspace's root (the module's crate), also from the tests of a member crate
+/// (`client/tests` includes this harness by path).
+pub fn workspace_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().find(|p| p.join("functions/throttle.lua").is_file()).unwrap_or(manifest)
+}
+
 /// Path of the module, built once per test binary (cargo test does not build cdylibs).
 pub fn module_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -37,9 +44,9 @@ pub fn module_path() -> PathBuf {
         if let Ok(path) = std::env::var("THROTTLE_MODULE") {
             return PathBuf::from(path);
         }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = workspace_root();
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--quiet"])
+            .args(["build", "--release", "--lib", "--quiet", "-p", "redis-throttle"])
             .current_dir(root)
             .status()
             .expect("run cargo build for the module");
@@ -245,6 +252,18 @@ impl Server {
         assert!(self.options.config_file.is_some(), "a server started with a config file");
         self.config_only = true;
         self.restart("");
+    }
+
+    /// Starts a killed server again, on the same port and folder with the same options.
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none() && self.container.is_none(), "relaunch follows kill");
+        self.launch().unwrap_or_else(|log| panic!("{log}"));
+    }
+
+    /// The server process's id (INFO server `process_id`).
+    pub fn pid(&self) -> u32 {
+        let info: String = redis::cmd("INFO").arg("server").query(&mut self.client()).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse().ok()).expect("process_id in INFO")
     }
 
     /// Kills the server with SIGKILL (no persistence on the way out).
@@ -473,6 +492,13 @@ impl Server {
         let info: String = redis::cmd("INFO").arg(section).query(&mut self.client()).unwrap_or_default();
         let prefix = format!("{field}:");
         info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or("").trim().to_string()
+    }
+
+    /// How many times `command` (lower case, e.g. `cl.throttle`) ran here: `calls` of
+    /// INFO commandstats, 0 when never.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let stats = self.info_field("commandstats", &format!("cmdstat_{command}"));
+        stats.strip_prefix("calls=").and_then(|rest| rest.split(',').next()).map_or(0, |n| n.parse().expect("a count"))
     }
 
     /// Whether this server is a master now (`ROLE`).

@@ -41,7 +41,7 @@ pub fn backend() -> Option<Form> {
 }
 
 fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    super::workspace_root()
 }
 
 /// A form of the twin as `scripts/twin.sh` generates it from the one source; `test` gives the

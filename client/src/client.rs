@@ -1,0 +1,520 @@
+//! The client: one value, cheap to clone, that sends each decision to the server it detected
+//! (module or Functions twin), within a deadline, and answers by its failure policy when the
+//! server cannot.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Cmd, RedisError, Value};
+use throttle_core::Instant as CoreInstant;
+
+use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::cache::DenyCache;
+use crate::decision::{Decision, FailurePolicy, Numbers, Reason, Source};
+use crate::memory::{Clock, ManualClock, Store, SystemClock};
+use crate::policy::Policy;
+
+/// What the client could not do.
+#[derive(Debug)]
+pub enum Error {
+    /// The server has neither the module nor the Functions library `throttle` (at connect).
+    NoLimiter(String),
+    /// The server answered with an error (WRONGTYPE, an argument the server refuses): the
+    /// server is up, so the failure policy does not apply.
+    Server(RedisError),
+    /// Connecting failed.
+    Connect(RedisError),
+    /// Keys of one CL.ALL call in different hash slots of a cluster: refused before sending.
+    CrossSlot { first: Vec<u8>, other: Vec<u8> },
+    /// A call the client refuses before sending (no policies, a reply of an unexpected shape).
+    Invalid(String),
+    /// The in-memory backend refused the call as the server would have (`ERR …`, `WRONGTYPE …`).
+    Memory(throttle_core::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NoLimiter(text) => write!(f, "{text}"),
+            Error::Server(e) => write!(f, "the server refused the call: {e}"),
+            Error::Connect(e) => write!(f, "cannot connect: {e}"),
+            Error::CrossSlot { first, other } => write!(
+                f,
+                "keys {:?} and {:?} are in different hash slots: one CL.ALL call must keep its keys in one slot; use a hash tag, e.g. rl:{{user42}}:s and rl:{{user42}}:h",
+                String::from_utf8_lossy(first),
+                String::from_utf8_lossy(other)
+            ),
+            Error::Invalid(text) => write!(f, "{text}"),
+            Error::Memory(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Why a request got no reply to use.
+pub(crate) enum Failed {
+    /// The server cannot answer now: the failure policy applies.
+    Down(Reason),
+    /// The server answered with an error.
+    Refused(RedisError),
+}
+
+/// Which implementation of the limiters the server offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The module (`CL.THROTTLE` …).
+    Module,
+    /// The Functions twin (`FCALL cl_throttle` …).
+    Twin,
+    /// No server: `throttle-core` in this process (the test kit).
+    Memory,
+}
+
+/// How a client behaves; [`Config::default`] suits a service.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// How long a call waits for the server before its failure policy answers.
+    pub deadline: Duration,
+    pub failure: FailurePolicy,
+    /// The most denials the deny cache holds; 0 turns it off.
+    pub deny_cache: usize,
+    pub breaker: BreakerConfig,
+    /// The most keys the `Local` failure policy (and the test kit) hold.
+    pub local_keys: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { deadline: Duration::from_millis(50), failure: FailurePolicy::FailClosed, deny_cache: 100_000, breaker: BreakerConfig::default(), local_keys: 100_000 }
+    }
+}
+
+#[derive(Clone)]
+enum Conn {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+    Cluster(ClusterConnection),
+    Memory(Arc<Mutex<Store>>, Arc<dyn Clock>),
+}
+
+/// A rate-limiting client. Clones share the connection, the deny cache and the breaker.
+#[derive(Clone)]
+pub struct Throttle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    /// For connections of their own (blocking calls), when the client was made from a URL.
+    client: Option<redis::Client>,
+    backend: Backend,
+    config: Config,
+    cache: Option<DenyCache>,
+    breaker: Breaker,
+    /// The `Local` failure policy's limiters.
+    local: Mutex<Store>,
+}
+
+/// One limiter of a call: the policy, the key and the units.
+type Call<'a> = (&'a Policy, &'a [u8], i64);
+
+impl Throttle {
+    /// Connects to `url` with a [`ConnectionManager`] (reconnecting in the background) and the
+    /// default [`Config`].
+    pub async fn connect(url: &str) -> Result<Throttle, Error> {
+        Throttle::connect_with(url, Config::default()).await
+    }
+
+    pub async fn connect_with(url: &str, config: Config) -> Result<Throttle, Error> {
+        let client = redis::Client::open(url).map_err(Error::Connect)?;
+        // Reconnect quickly (the breaker's probe finds the server back within its interval);
+        // the per-call deadline is ours, not the connection's.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.deadline.max(Duration::from_millis(100))))
+            .set_response_timeout(None)
+            .set_number_of_retries(usize::MAX / 2)
+            .set_min_delay(Duration::from_millis(5))
+            .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
+        let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
+        let mut throttle = Throttle::with_conn(Conn::Manager(manager), config).await?;
+        if let Some(inner) = Arc::get_mut(&mut throttle.inner) {
+            inner.client = Some(client);
+        }
+        Ok(throttle)
+    }
+
+    /// Uses a multiplexed connection the caller already has.
+    pub async fn from_multiplexed(conn: MultiplexedConnection, config: Config) -> Result<Throttle, Error> {
+        Throttle::with_conn(Conn::Multiplexed(conn), config).await
+    }
+
+    /// Uses a connection manager the caller already has.
+    pub async fn from_manager(conn: ConnectionManager, config: Config) -> Result<Throttle, Error> {
+        Throttle::with_conn(Conn::Manager(conn), config).await
+    }
+
+    /// Uses a cluster connection: every call goes to the primary of its key's slot (CL.ALL to
+    /// its first key's), and keys of one call in different slots are refused before sending.
+    pub async fn from_cluster(conn: ClusterConnection, config: Config) -> Result<Throttle, Error> {
+        Throttle::with_conn(Conn::Cluster(conn), config).await
+    }
+
+    /// The test kit: no server, `throttle-core` deciding exactly as the module does, at the
+    /// times of `clock`.
+    pub fn in_memory(clock: ManualClock, config: Config) -> Throttle {
+        let store = Arc::new(Mutex::new(Store::new(config.local_keys)));
+        Throttle::build(Conn::Memory(store, Arc::new(clock)), Backend::Memory, config)
+    }
+
+    fn build(conn: Conn, backend: Backend, config: Config) -> Throttle {
+        let cache = (config.deny_cache > 0 && backend != Backend::Memory).then(|| DenyCache::new(config.deny_cache));
+        let inner = Inner { conn, client: None, backend, config, cache, breaker: Breaker::new(config.breaker), local: Mutex::new(Store::new(config.local_keys)) };
+        Throttle { inner: Arc::new(inner) }
+    }
+
+    async fn with_conn(conn: Conn, config: Config) -> Result<Throttle, Error> {
+        let backend = detect(&conn).await?;
+        tracing::info!(?backend, "redis-throttle: connected");
+        Ok(Throttle::build(conn, backend, config))
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Whether the circuit breaker is open (calls answered by the failure policy).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    /// Denials the deny cache holds now.
+    pub fn deny_cache_len(&self) -> usize {
+        self.inner.cache.as_ref().map_or(0, DenyCache::len)
+    }
+
+    /// The deny cache's bound (entries); 0 when it is off.
+    pub fn deny_cache_capacity(&self) -> usize {
+        self.inner.cache.as_ref().map_or(0, DenyCache::capacity)
+    }
+
+    /// The test kit only: what `key` holds (its bytes and absolute expiry in Unix ms), exactly
+    /// as the module would store it; `None` for a missing key or another backend.
+    pub fn stored(&self, key: impl AsRef<[u8]>) -> Option<(Vec<u8>, Option<i64>)> {
+        match &self.inner.conn {
+            Conn::Memory(store, clock) => store.lock().unwrap_or_else(|e| e.into_inner()).get(key.as_ref(), clock.now()),
+            _ => None,
+        }
+    }
+
+    /// Keys the `Local` failure policy holds now.
+    pub fn local_len(&self) -> usize {
+        self.inner.local.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// One unit of `key` under `policy`.
+    pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.check_n(policy, key, 1).await
+    }
+
+    /// `quantity` units of `key` under `policy`.
+    pub async fn check_n(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<Decision, Error> {
+        self.decide(&[(policy, key.as_ref(), i64::from(quantity))], false).await
+    }
+
+    /// The decision as if `key` were checked, consuming nothing.
+    pub async fn peek(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.decide(&[(policy, key.as_ref(), 0)], false).await
+    }
+
+    /// Gives `quantity` units back (never beyond full).
+    pub async fn refund(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<Decision, Error> {
+        self.decide(&[(policy, key.as_ref(), -i64::from(quantity))], false).await
+    }
+
+    /// Several limiters decided at one instant, all or nothing (`CL.ALL … DETAILS`): the
+    /// decision is the binding policy's, `binding` its index, `each` every policy's numbers.
+    /// In a cluster every key must be in one hash slot.
+    pub async fn check_all(&self, calls: &[(&Policy, &[u8], u32)]) -> Result<Decision, Error> {
+        let calls: Vec<Call<'_>> = calls.iter().map(|&(p, k, q)| (p, k, i64::from(q))).collect();
+        self.decide(&calls, true).await
+    }
+
+    async fn decide(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
+        let decision = self.decide_unrecorded(calls, all).await?;
+        record(&decision);
+        Ok(decision)
+    }
+
+    async fn decide_unrecorded(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let Some(&(first_policy, first_key, quantity)) = calls.first() else {
+            return Err(Error::Invalid("check_all needs at least one policy".into()));
+        };
+        if calls.len() > throttle_core::all::MAX_KEYS {
+            return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
+        }
+        if let Conn::Memory(store, clock) = &inner.conn {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            return memory_decision(&mut store, calls, clock.now(), all, Source::Server);
+        }
+        if let Conn::Cluster(_) = &inner.conn
+            && let Some(&(_, other, _)) = calls.iter().find(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key))
+        {
+            return Err(Error::CrossSlot { first: first_key.to_vec(), other: other.to_vec() });
+        }
+        let single = calls.len() == 1 && !all;
+        if single
+            && quantity > 0
+            && let Some(cache) = &inner.cache
+            && let Some(numbers) = cache.lookup(&first_policy.params(), first_key, quantity, std::time::Instant::now())
+        {
+            return Ok(Decision::new(numbers, Source::DenyCache));
+        }
+        let cmd = if single { single_command(inner.backend, first_policy, first_key, quantity) } else { all_command(inner.backend, calls) };
+        let sent = std::time::Instant::now();
+        let value = match self.request(cmd, first_key).await {
+            Ok(value) => value,
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            Err(Failed::Down(reason)) => return self.fallback(calls, all, reason),
+        };
+        let decision = if single {
+            Decision::new(Numbers::from_reply(five(&value)?), Source::Server)
+        } else {
+            all_decision(&value, calls.len())?
+        };
+        if single && let Some(cache) = &inner.cache {
+            if quantity > 0 {
+                cache.insert(&first_policy.params(), first_key, quantity, sent, &decision.numbers());
+            } else if quantity < 0 {
+                cache.forget(&first_policy.params(), first_key);
+            }
+        }
+        Ok(decision)
+    }
+
+    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker.
+    pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
+        let inner = &*self.inner;
+        let permit = inner.breaker.permit();
+        if permit == Permit::Skip {
+            return Err(Failed::Down(Reason::BreakerOpen));
+        }
+        let sent = std::time::Instant::now();
+        match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
+            Ok(Ok(value)) => {
+                metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
+                inner.breaker.success();
+                Ok(value)
+            }
+            Ok(Err(e)) if !is_outage(&e) => {
+                inner.breaker.success();
+                Err(Failed::Refused(e))
+            }
+            Ok(Err(e)) => {
+                inner.breaker.failure(permit);
+                Err(Failed::Down(Reason::Connection(e.to_string())))
+            }
+            Err(_) => {
+                inner.breaker.failure(permit);
+                Err(Failed::Down(Reason::Timeout))
+            }
+        }
+    }
+
+    /// Sends `cmd` on the shared connection with no deadline or breaker (the caller bounds it).
+    pub(crate) async fn send_shared(&self, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+        send(&self.inner.conn, cmd, key).await
+    }
+
+    /// Sends `cmd` to any node (a cluster's random primary) within the deadline.
+    pub(crate) async fn send_any(&self, cmd: Cmd) -> Result<Value, Error> {
+        match tokio::time::timeout(self.inner.config.deadline, send_any(&self.inner.conn, cmd)).await {
+            Ok(r) => r.map_err(Error::Server),
+            Err(_) => Err(Error::Invalid("no reply within the deadline".into())),
+        }
+    }
+
+    /// A new connection of its own, for a blocking call (never the shared one).
+    pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
+        let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;
+        client.get_multiplexed_async_connection().await.map_err(Error::Connect)
+    }
+
+    /// The failure policy's answer, marked degraded with `reason`.
+    fn fallback(&self, calls: &[Call<'_>], all: bool, reason: Reason) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let failure = inner.config.failure;
+        tracing::debug!(?reason, ?failure, "redis-throttle: degraded decision");
+        let policy = calls[0].0;
+        match failure {
+            FailurePolicy::FailClosed => Ok(Decision::degraded(policy, false, inner.breaker.config().probe_interval, reason, failure)),
+            FailurePolicy::FailOpen => Ok(Decision::degraded(policy, true, Duration::ZERO, reason, failure)),
+            FailurePolicy::Local { share } => {
+                let divided = calls.iter().map(|(p, _, _)| p.divided(share)).collect::<Result<Vec<_>, _>>().map_err(|e| Error::Invalid(e.to_string()))?;
+                let local: Vec<Call<'_>> = divided.iter().zip(calls).map(|(p, &(_, k, q))| (p, k, q)).collect();
+                let mut store = inner.local.lock().unwrap_or_else(|e| e.into_inner());
+                memory_decision(&mut store, &local, SystemClock.now(), all, Source::Degraded { reason, policy: failure })
+            }
+        }
+    }
+}
+
+/// Counts a decision through the `metrics` facade (a no-op until the application installs a
+/// recorder): `throttle_client_allowed_total`, `…_denied_total` (never-admitted included),
+/// `…_deny_cache_hits_total`, `…_degraded_total`.
+fn record(decision: &Decision) {
+    if decision.allowed() {
+        metrics::counter!("throttle_client_allowed_total").increment(1);
+    } else {
+        metrics::counter!("throttle_client_denied_total").increment(1);
+    }
+    match decision.source {
+        Source::Server => {}
+        Source::DenyCache => metrics::counter!("throttle_client_deny_cache_hits_total").increment(1),
+        Source::Degraded { .. } => metrics::counter!("throttle_client_degraded_total").increment(1),
+    }
+}
+
+/// Whether an error means the server cannot answer now (as opposed to an error reply).
+fn is_outage(e: &RedisError) -> bool {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return true;
+    }
+    matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound)
+        || matches!(e.code(), Some("LOADING" | "BUSY" | "CLUSTERDOWN" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS"))
+}
+
+/// Decides calls with `throttle-core` in `store` (the test kit, or the `Local` failure policy).
+fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
+    let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
+    let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
+    let mut decision = Decision::new(numbers[binding], source);
+    if all {
+        decision.binding = binding;
+        decision.each = numbers;
+    }
+    Ok(decision)
+}
+
+async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+    match conn {
+        Conn::Manager(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Multiplexed(c) => cmd.query_async(&mut c.clone()).await,
+        Conn::Cluster(c) => {
+            // Routed by the key, never by the first argument (CL.ALL's is `numkeys`).
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
+            c.clone().route_command(cmd, route).await
+        }
+        Conn::Memory(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+    }
+}
+
+/// Module or twin: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`.
+async fn detect(conn: &Conn) -> Result<Backend, Error> {
+    let info = send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
+    if matches!(&info, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil))) {
+        return Ok(Backend::Module);
+    }
+    let functions = send_any(conn, redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").clone()).await;
+    if let Ok(Value::Array(libraries)) = &functions
+        && !libraries.is_empty()
+    {
+        return Ok(Backend::Twin);
+    }
+    Err(Error::NoLimiter(
+        "the server has neither the redis-throttle module (COMMAND INFO cl.throttle is empty) nor its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)".into(),
+    ))
+}
+
+/// A command for no key in particular (any node of a cluster).
+async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
+    match conn {
+        Conn::Cluster(c) => c.clone().route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await,
+        other => send(other, cmd, b"").await,
+    }
+}
+
+fn push_params(cmd: &mut Cmd, policy: &Policy) {
+    for v in policy.command().1 {
+        cmd.arg(v);
+    }
+    if let Some(p) = policy.precision_ms() {
+        cmd.arg("PRECISION").arg(p);
+    }
+}
+
+fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
+    let word = policy.command().0;
+    let mut cmd = match backend {
+        Backend::Twin => {
+            let mut c = redis::cmd("FCALL");
+            c.arg(format!("cl_{}", word.to_ascii_lowercase())).arg(1);
+            c
+        }
+        _ => redis::cmd(&format!("CL.{word}")),
+    };
+    cmd.arg(key);
+    push_params(&mut cmd, policy);
+    cmd.arg(quantity).arg("MS");
+    cmd
+}
+
+fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
+    let mut cmd = match backend {
+        Backend::Twin => {
+            let mut c = redis::cmd("FCALL");
+            c.arg("cl_all");
+            c
+        }
+        _ => redis::cmd("CL.ALL"),
+    };
+    cmd.arg(calls.len());
+    for (_, key, _) in calls {
+        cmd.arg(*key);
+    }
+    for (policy, _, quantity) in calls {
+        cmd.arg(policy.command().0);
+        push_params(&mut cmd, policy);
+        cmd.arg("QUANTITY").arg(*quantity);
+    }
+    cmd.arg("MS").arg("DETAILS");
+    cmd
+}
+
+fn integer(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+pub(crate) fn five(value: &Value) -> Result<[i64; 5], Error> {
+    let bad = || Error::Invalid(format!("expected five integers, got {value:?}"));
+    let Value::Array(items) = value else { return Err(bad()) };
+    let ints: Vec<i64> = items.iter().take(5).map(integer).collect::<Option<_>>().ok_or_else(bad)?;
+    ints.try_into().map_err(|_| bad())
+}
+
+/// CL.ALL … DETAILS: `[five of the binding limiter…, index, [[five]…]]`.
+fn all_decision(value: &Value, count: usize) -> Result<Decision, Error> {
+    let bad = || Error::Invalid(format!("expected CL.ALL's reply with DETAILS, got {value:?}"));
+    let Value::Array(items) = value else { return Err(bad()) };
+    let index = items.get(5).and_then(integer).ok_or_else(bad)?;
+    let Some(Value::Array(details)) = items.get(6) else { return Err(bad()) };
+    let each = details.iter().map(|d| five(d).map(Numbers::from_reply)).collect::<Result<Vec<_>, _>>()?;
+    if each.len() != count {
+        return Err(bad());
+    }
+    let mut decision = Decision::new(Numbers::from_reply(five(value)?), Source::Server);
+    decision.binding = usize::try_from(index - 1).map_err(|_| bad())?;
+    decision.each = each;
+    Ok(decision)
+}

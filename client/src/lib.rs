@@ -1,0 +1,37 @@
+//! `redis-throttle-client`: the caller's half of redis-throttle.
+//!
+//! - Typed [`Policy`]s, built by constructors that cannot be misread
+//!   (`Rate::per_second(20)` is twenty per second) or parsed from a spec string (`"20/s burst 5"`).
+//! - A [`Decision`] with `Duration`s at millisecond precision, the binding policy of several, and
+//!   its [`Source`]: the server, the local deny cache, or a degraded path with the reason.
+//! - Module or Functions twin, detected at connect; a server with neither is an error.
+//! - A bounded deny cache keyed by (policy, key), a per-call deadline with an explicit
+//!   [`FailurePolicy`] (fail closed, fail open, or local limiting by `throttle-core`), and a
+//!   circuit breaker.
+//! - Leases as RAII guards ([`Throttle::acquire`] → [`Lease`]) and reservations for hot keys
+//!   ([`Throttle::reserve`] → [`Reservation`]).
+//! - [`Throttle::in_memory`]: the test kit, making the module's decisions with a [`ManualClock`].
+//!
+//! Every algorithm is `throttle-core`'s, the code the module runs.
+
+mod breaker;
+mod cache;
+mod client;
+mod dashboard;
+mod decision;
+mod held;
+mod lease;
+mod memory;
+mod pace;
+pub mod policy;
+mod reserve;
+
+pub use breaker::BreakerConfig;
+pub use client::{Backend, Config, Error, Throttle};
+pub use held::HeldPolicies;
+pub use lease::Lease;
+pub use pace::{Paced, Wait};
+pub use reserve::Reservation;
+pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
+pub use memory::{Clock, ManualClock, SystemClock};
+pub use policy::{Policy, PolicyError, Rate};
