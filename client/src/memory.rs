@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use throttle_core::limiter::{Limiter, Stored, Write};
-use throttle_core::time::NANOS_PER_MILLI;
+use throttle_core::time::{NANOS_PER_MILLI, Unit};
 use throttle_core::{Effect, Instant};
 
 use crate::decision::Numbers;
@@ -94,7 +94,8 @@ impl Store {
                 }
                 _ => {
                     let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
-                    throttle_core::all::decide(&limiters, &stored, now)?
+                    // Replies are in milliseconds (the client's calls use MS): ties are judged as replied.
+                    throttle_core::all::decide(&limiters, &stored, now, Unit::Millis)?
                 }
             }
         };
@@ -109,6 +110,8 @@ impl Store {
                     let expires_ms = Some(expires_at.ceil_millis());
                     let value = match state {
                         Write::Integer(v) => v.to_string().into_bytes(),
+                        // CL.PACE's form: the tag byte, then the integer.
+                        Write::Tagged(tag, v) => [&[tag][..], v.to_string().as_bytes()].concat(),
                         Write::Patch(patch) => {
                             let mut value = self.live(key, now).map(|e| e.value.clone()).unwrap_or_default();
                             patch.apply(&mut value);

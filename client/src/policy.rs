@@ -332,6 +332,8 @@ impl FromStr for Policy {
             Algorithm::Window => Params::Window { limit: count, window_ms: period_ms, precision_ms },
             Algorithm::Bucket => Params::Bucket { capacity: burst.unwrap_or(count), tokens: count, interval_ms: period_ms },
             Algorithm::Counter => Params::Counter { limit: count, window_ms: period_ms },
+            // Not a word of this grammar yet (a calendar quota needs PER, TZ and ANCHOR).
+            Algorithm::Quota => return Err(error("quota", "calendar quotas are not in the spec grammar yet")),
         };
         Policy::from_params(params).map_err(|e| match e {
             PolicyError::Invalid(text) => error("", &text),
