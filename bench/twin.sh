@@ -16,6 +16,7 @@
 #   buckets -> log    a full 10,000-bucket ring read without PRECISION, denied
 #   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
 #                     and without PRECISION (converted)
+#   ring admitted     the same ring with two buckets empty, read without PRECISION: admitted, the log written
 #   cl_all x16        cl_all over 16 full logs, denied
 # Then the twin's cl_throttle on a hot key against the module's CL.THROTTLE and the plain Lua
 # GCRA script (bench/run.sh's) users fall back on, admitted and denied: redis-benchmark (50
@@ -33,7 +34,7 @@ ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --app
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
 
-PORT=$PORT REPEAT=${REPEAT:-20} python3 - <<'PY'
+PORT=$PORT REPEAT=${REPEAT:-20} ONLY=${ONLY:-} python3 - <<'PY'
 import os, socket, struct, time
 
 class Conn:
@@ -118,7 +119,10 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
     return res
 
 rows = []
+ONLY = os.environ.get("ONLY", "")
 def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
+    if ONLY and ONLY not in label:
+        return
     if all_spec:
         ks = ["b:%d" % k for k in range(keys)]
         mcmd = ["CL.ALL", keys] + ks + all_spec * keys
@@ -145,9 +149,11 @@ scenario("buckets -> log, 10,000 buckets", lambda n: ring(P, n // P, [10] * 10_0
 P2 = 36_000_000
 scenario("ring 100,001 -> 10,000 buckets", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW * 1000, "MS", "PRECISION", 360])
 scenario("ring 100,001 -> exact log", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW])
+scenario("ring 100,001 -> exact log, admitted", lambda n: ring(P2, n // P2, [1] * 99_999 + [0, 0]), [100000, WINDOW], fresh=True)
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
 
+[ -n "${ONLY:-}" ] && exit 0
 # ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
 cli() { redis-cli -p "$PORT" "$@"; }
 LUA_GCRA=$(cat bench/gcra.lua)
