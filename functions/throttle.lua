@@ -971,11 +971,19 @@ local function log_built(log)
       local lo = ((b3 * 256 + b2) * 256 + b1) * 256 + b0
       local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
       if b7 >= 128 then hi = hi - 4294967296 end
-      for _ = 1, rb[i] do
-        args[na + 1], args[na + 2], na = lo, hi, na + 2
+      local left = rb[i]
+      while left > 0 do
+        -- (as many as fit in the batch and in the piece)
+        local take = (256 - na) / 2
+        if PER - held - na / 2 < take then take = PER - held - na / 2 end
+        if left < take then take = left end
+        for j = na + 1, na + 2 * take, 2 do
+          args[j], args[j + 1] = lo, hi
+          lo, hi = lo + sl, hi + sh
+          if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+        end
+        na, left = na + 2 * take, left - take
         if na == 256 or held + na / 2 == PER then flush() end
-        lo, hi = lo + sl, hi + sh
-        if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
       end
     else
       flush()
@@ -1755,7 +1763,22 @@ local function ring_to_log(p, ring, nm, nu)
       -- horizon only matters for the oldest bucket.
       local slot, slots = ring_slot(ring, k), ring.slots
       local m = (k + 1) * P - 1
+      local s, blk, blk_n, try_at = ring.s, nil, nil, k
       while k > k0 do
+        local r = #rn
+        if k <= try_at and r > 0 and slot >= 64 and k - 64 >= k0 and rm[r] == m + P and ru[r] == M - 1
+          and count + 64 * rn[r] <= most then
+          -- A run of equal counts goes on: its next 64 buckets compared as bytes at once (in C).
+          local n = rn[r]
+          if blk_n ~= n then blk, blk_n = repeat_of(int_le(n), 64), n end
+          if sub(s, 24 + (slot - 63) * 8 + 1, 24 + (slot + 1) * 8) == blk then
+            rm[r], rb[r], count = m - 63 * P, rb[r] + 64, count + 64 * n
+            m, slot, k, try_at = m - 64 * P, slot - 64, k - 64, k - 64
+          else
+            try_at = k - 64
+          end
+        end
+        if k == k0 then break end
         c = cs[slot]
         if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
         if c >= EXACT then beyond() end
