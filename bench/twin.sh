@@ -4,7 +4,8 @@
 # call), never wall clock. Each scenario plants the same bytes for the module and the twin,
 # then makes the same call on each, REPEAT times.
 #
-#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server)
+#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server; ONLY=<part of a
+#                            scenario's name> for that scenario alone, without cl_throttle)
 #
 # Scenarios (the caps: a 100,000-entry exact log, 10,000 buckets; a ring of 100,001 buckets
 # the module writes after `throttle.max-buckets` was raised to its ceiling):
