@@ -18,6 +18,8 @@
 #   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
 #                     and without PRECISION (converted)
 #   ring admitted     the same ring with two buckets empty, read without PRECISION: admitted, the log written
+#   ring mixed        a 100,001-bucket ring of counts 0-2 at random read without PRECISION (the
+#                     bucket-by-bucket worst case), admitted
 #   cl_all x16        cl_all over 16 full logs, denied
 # Then the twin's cl_throttle on a hot key against the module's CL.THROTTLE and the plain Lua
 # GCRA script (bench/run.sh's) users fall back on, admitted and denied: redis-benchmark (50
@@ -151,6 +153,9 @@ P2 = 36_000_000
 scenario("ring 100,001 -> 10,000 buckets", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW * 1000, "MS", "PRECISION", 360])
 scenario("ring 100,001 -> exact log", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW])
 scenario("ring 100,001 -> exact log, admitted", lambda n: ring(P2, n // P2, [1] * 99_999 + [0, 0]), [100000, WINDOW], fresh=True)
+RAND = __import__("random").Random(1)
+MIXED = [RAND.randint(0, 2) for _ in range(100_001)]
+scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW], fresh=True)
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
 

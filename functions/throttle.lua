@@ -963,14 +963,38 @@ local function log_built(log)
   local pn = P * M
   local sl = pn % 4294967296
   local sh = (pn - sl) / 4294967296
+  -- The 32-bit halves (lo, hi signed) of the instant (pm, pu), stepped on from run to run (runs
+  -- ascend) while the step fits a double exactly, else made from the instant's bytes.
+  local lo, hi, pm, pu
   for i = 1, #rn do
     local n, m, u = rn[i], rm[i], ru[i]
-    if n == 1 and pn < EXACT then
-      -- rb[i] entries, m + jP for j = 0.. (m from the first's bytes, then stepped by P)
+    if lo and (m > pm or (m == pm and u >= pu)) and m - pm < 9000000000 then
+      local d = (m - pm) * M + (u - pu)
+      local dl = d % 4294967296
+      lo, hi = lo + dl, hi + (d - dl) / 4294967296
+      if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+    else
       local b0, b1, b2, b3, b4, b5, b6, b7 = byte(t_le(m, u), 1, 8)
-      local lo = ((b3 * 256 + b2) * 256 + b1) * 256 + b0
-      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+      lo = ((b3 * 256 + b2) * 256 + b1) * 256 + b0
+      hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
       if b7 >= 128 then hi = hi - 4294967296 end
+    end
+    pm, pu = m + rb[i] * P, u  -- (lo, hi stepped past the run's last bucket, below)
+    if pn >= EXACT then
+      lo = nil
+      flush()
+      for _ = 1, rb[i] do
+        local e, left = t_le(m, u), n
+        while left > 0 do
+          local take = PER - held
+          if left < take then take = left end
+          add(repeat_of(e, take), take)
+          left = left - take
+        end
+        m = m + P
+      end
+    elseif n == 1 then
+      -- rb[i] entries, m + jP for j = 0.., stepped by P
       local left = rb[i]
       while left > 0 do
         -- (as many as fit in the batch and in the piece)
@@ -988,14 +1012,15 @@ local function log_built(log)
     else
       flush()
       for _ = 1, rb[i] do
-        local e, left = t_le(m, u), n
+        local e, left = pack('<I4i4', lo, hi), n
         while left > 0 do
           local take = PER - held
           if left < take then take = left end
           add(repeat_of(e, take), take)
           left = left - take
         end
-        m = m + P
+        lo, hi = lo + sl, hi + sh
+        if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
       end
     end
   end
@@ -1754,7 +1779,7 @@ local function ring_to_log(p, ring, nm, nu)
   -- Runs, newest first: rb consecutive buckets of rn entries each, at rm + jP (T: rm, ru) for
   -- j = 0 .. rb - 1 (a run of one bucket: rn equal entries). A denial needs no entry's bytes,
   -- so the log is built (`log_built`) only when the call writes it.
-  local rm, ru, rn, rb = {}, {}, {}, {}
+  local rm, ru, rn, rb, nr = {}, {}, {}, {}, 0
   local k, cs = k0 + held - 1, ring.cs
   while k >= k0 do
     local c, em, eu
@@ -1765,7 +1790,7 @@ local function ring_to_log(p, ring, nm, nu)
       local m = (k + 1) * P - 1
       local s, blk, blk_n, try_at = ring.s, nil, nil, k
       while k > k0 do
-        local r = #rn
+        local r = nr
         if k <= try_at and r > 0 and slot >= 64 and k - 64 >= k0 and rm[r] == m + P and ru[r] == M - 1
           and count + 64 * rn[r] <= most then
           -- A run of equal counts goes on: its next 64 buckets compared as bytes at once (in C).
@@ -1785,13 +1810,13 @@ local function ring_to_log(p, ring, nm, nu)
         if count == most then break end
         if c > 0 then
           local n = c < most - count and c or most - count
-          local r = #rn
+          local r = nr
           if r > 0 and rn[r] == n and rm[r] == m + P and ru[r] == M - 1 then
             -- (the next older bucket of a run of equal counts)
             rm[r], rb[r] = m, rb[r] + 1
           else
             r = r + 1
-            rm[r], ru[r], rn[r], rb[r] = m, M - 1, n, 1
+            rm[r], ru[r], rn[r], rb[r], nr = m, M - 1, n, 1, r
           end
           count = count + n
         end
@@ -1813,14 +1838,13 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      local r = #rn + 1
-      rm[r], ru[r], rn[r], rb[r] = em, eu, n, 1
+      local r = nr + 1
+      rm[r], ru[r], rn[r], rb[r], nr = em, eu, n, 1, r
       count = count + n
     end
     k = k - 1
   end
   -- Oldest first, with the index of each run's first entry.
-  local nr = #rn
   local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
   local at = 0
   local lm, lu, ln, lb, ls = log.rm, log.ru, log.rn, log.rb, log.start
