@@ -951,6 +951,14 @@ local function log_built(log)
     cur[#cur + 1], held = str, held + n
     if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
   end
+  local function add_copies(e, n) -- n copies of the entry e, piece by piece
+    while n > 0 do
+      local take = PER - held
+      if n < take then take = n end
+      add(repeat_of(e, take), take)
+      n = n - take
+    end
+  end
   -- Distinct entries (one per bucket) are packed in C from their 32-bit halves, 128 at a time.
   local args, na = {}, 0
   local function flush()
@@ -984,13 +992,7 @@ local function log_built(log)
       lo = nil
       flush()
       for _ = 1, rb[i] do
-        local e, left = t_le(m, u), n
-        while left > 0 do
-          local take = PER - held
-          if left < take then take = left end
-          add(repeat_of(e, take), take)
-          left = left - take
-        end
+        add_copies(t_le(m, u), n)
         m = m + P
       end
     elseif n == 1 then
@@ -1012,13 +1014,7 @@ local function log_built(log)
     else
       flush()
       for _ = 1, rb[i] do
-        local e, left = pack('<I4i4', lo, hi), n
-        while left > 0 do
-          local take = PER - held
-          if left < take then take = left end
-          add(repeat_of(e, take), take)
-          left = left - take
-        end
+        add_copies(pack('<I4i4', lo, hi), n)
         lo, hi = lo + sl, hi + sh
         if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
       end
