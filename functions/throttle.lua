@@ -1011,6 +1011,16 @@ local function log_built(log)
         na, left = na + 2 * take, left - take
         if na == 256 or held + na / 2 == PER then flush() end
       end
+    elseif n <= 16 then
+      -- (a few copies of each entry join the batch: no flush between uneven buckets)
+      for _ = 1, rb[i] do
+        for _ = 1, n do
+          args[na + 1], args[na + 2], na = lo, hi, na + 2
+          if na == 256 or held + na / 2 == PER then flush() end
+        end
+        lo, hi = lo + sl, hi + sh
+        if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+      end
     else
       flush()
       for _ = 1, rb[i] do
