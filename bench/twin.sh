@@ -4,7 +4,8 @@
 # call), never wall clock. Each scenario plants the same bytes for the module and the twin,
 # then makes the same call on each, REPEAT times.
 #
-#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server)
+#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server; ONLY=<part of a
+#                            scenario's name> for that scenario alone, without cl_throttle)
 #
 # Scenarios (the caps: a 100,000-entry exact log, 10,000 buckets; a ring of 100,001 buckets
 # the module writes after `throttle.max-buckets` was raised to its ceiling):
@@ -16,6 +17,9 @@
 #   buckets -> log    a full 10,000-bucket ring read without PRECISION, denied
 #   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
 #                     and without PRECISION (converted)
+#   ring admitted     the same ring with two buckets empty, read without PRECISION: admitted, the log written
+#   ring mixed        a 100,001-bucket ring of counts 0-2 at random read without PRECISION (the
+#                     bucket-by-bucket worst case), admitted
 #   cl_all x16        cl_all over 16 full logs, denied
 # Then the twin's cl_throttle on a hot key against the module's CL.THROTTLE and the plain Lua
 # GCRA script (bench/run.sh's) users fall back on, admitted and denied: redis-benchmark (50
@@ -33,7 +37,7 @@ ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --app
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
 
-PORT=$PORT REPEAT=${REPEAT:-20} python3 - <<'PY'
+PORT=$PORT REPEAT=${REPEAT:-20} ONLY=${ONLY:-} python3 - <<'PY'
 import os, socket, struct, time
 
 class Conn:
@@ -118,7 +122,10 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
     return res
 
 rows = []
+ONLY = os.environ.get("ONLY", "")
 def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
+    if ONLY and ONLY not in label:
+        return
     if all_spec:
         ks = ["b:%d" % k for k in range(keys)]
         mcmd = ["CL.ALL", keys] + ks + all_spec * keys
@@ -145,9 +152,14 @@ scenario("buckets -> log, 10,000 buckets", lambda n: ring(P, n // P, [10] * 10_0
 P2 = 36_000_000
 scenario("ring 100,001 -> 10,000 buckets", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW * 1000, "MS", "PRECISION", 360])
 scenario("ring 100,001 -> exact log", lambda n: ring(P2, n // P2, [1] * 100_001), [100000, WINDOW])
+scenario("ring 100,001 -> exact log, admitted", lambda n: ring(P2, n // P2, [1] * 99_999 + [0, 0]), [100000, WINDOW], fresh=True)
+RAND = __import__("random").Random(1)
+MIXED = [RAND.randint(0, 2) for _ in range(100_001)]
+scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW], fresh=True)
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
 
+[ -n "${ONLY:-}" ] && exit 0
 # ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
 cli() { redis-cli -p "$PORT" "$@"; }
 LUA_GCRA=$(cat bench/gcra.lua)

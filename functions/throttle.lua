@@ -26,7 +26,7 @@ refused with an error (they are listed in the README), never answered with a wro
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
-local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack
+local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack, pack, pack_pairs
 local match -- (CL.QUOTA's instants)
 local bound = false
 local function bind()
@@ -35,6 +35,7 @@ local function bind()
   -- (struct: Redis's and Valkey's bundled library; a long ring's counts are decoded with it, 256
   -- at a time. unpack: a table's values as arguments, to make one string of many bytes.)
   unpack, unpack_i8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), _G.unpack
+  pack, pack_pairs = struct.pack, '<' .. rep('I4i4', 128)
   concat = table.concat
   match = string.match
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
@@ -940,67 +941,102 @@ local EMPTY_LOG = { s = '', head = 0, len = 0, rebuilt = true }
 -- without the header).
 local PER = 8192
 
--- The bytes of a log converted from a ring (runs of equal entries, see ring_to_log), built when
--- the call writes it: one string, or pieces of PER entries (never one long Lua string).
+-- The bytes of a log converted from a ring (runs, see ring_to_log), built when the call writes
+-- it: one string, or pieces of PER entries (never one long Lua string).
 local function log_built(log)
-  local rm, ru, rn = log.rm, log.ru, log.rn
+  local rm, ru, rn, rb, P = log.rm, log.ru, log.rn, log.rb, log.step
   log.runs = nil
-  if log.len <= PER then
-    local parts = { '\1\0\0\0\0\0\0\0' }
-    for i = 1, #rn do parts[#parts + 1] = repeat_of(t_le(rm[i], ru[i]), rn[i]) end
-    log.s = concat(parts)
-    return
-  end
-  -- Single entries (a ring of one action per bucket) are gathered as bytes, 32 entries to a
-  -- string, rather than each made a string of its own.
   local pieces, cur, held = {}, {}, 0
-  local bytes, nb = {}, 0
-  local function flush()
-    if nb > 0 then cur[#cur + 1], nb = char(lua_unpack(bytes, 1, nb)), 0 end
+  local function add(str, n) -- n whole entries, never past the piece's end
+    cur[#cur + 1], held = str, held + n
+    if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
   end
+  local function add_copies(e, n) -- n copies of the entry e, piece by piece
+    while n > 0 do
+      local take = PER - held
+      if n < take then take = n end
+      add(repeat_of(e, take), take)
+      n = n - take
+    end
+  end
+  -- Distinct entries (one per bucket) are packed in C from their 32-bit halves, 128 at a time.
+  local args, na = {}, 0
+  local function flush()
+    if na > 0 then
+      local n = na / 2
+      add(pack(n == 128 and pack_pairs or '<' .. rep('I4i4', n), lua_unpack(args, 1, na)), n)
+      na = 0
+    end
+  end
+  local pn = P * M
+  local sl = pn % 4294967296
+  local sh = (pn - sl) / 4294967296
+  -- The 32-bit halves (lo, hi signed) of the instant (pm, pu), stepped on from run to run (runs
+  -- ascend) while the step fits a double exactly, else made from the instant's bytes.
+  local lo, hi, pm, pu
   for i = 1, #rn do
-    local n = rn[i]
-    if n == 1 then
-      local m, u = rm[i], ru[i]
-      if m >= 0 then
-        -- (t_le, inlined)
-        local ml = m % 65536
-        local x = ml * M + u
-        local b01 = x % 65536
-        local y = (m - ml) / 65536 * M + (x - b01) / 65536
-        local b0 = b01 % 256
-        bytes[nb + 1], bytes[nb + 2] = b0, (b01 - b0) / 256
-        for j = nb + 3, nb + 7 do
-          local r = y % 256
-          bytes[j], y = r, (y - r) / 256
-        end
-        bytes[nb + 8], nb = y, nb + 8
-      else
-        local e = t_le(m, u)
-        for j = 1, 8 do bytes[nb + j] = byte(e, j) end
-        nb = nb + 8
+    local n, m, u = rn[i], rm[i], ru[i]
+    if lo and (m > pm or (m == pm and u >= pu)) and m - pm < 9000000000 then
+      local d = (m - pm) * M + (u - pu)
+      local dl = d % 4294967296
+      lo, hi = lo + dl, hi + (d - dl) / 4294967296
+      if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+    else
+      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(t_le(m, u), 1, 8)
+      lo = ((b3 * 256 + b2) * 256 + b1) * 256 + b0
+      hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+      if b7 >= 128 then hi = hi - 4294967296 end
+    end
+    pm, pu = m + rb[i] * P, u  -- (lo, hi stepped past the run's last bucket, below)
+    if pn >= EXACT then
+      lo = nil
+      flush()
+      for _ = 1, rb[i] do
+        add_copies(t_le(m, u), n)
+        m = m + P
       end
-      held = held + 1
-      if nb == 256 then flush() end
-      if held == PER then
-        flush()
-        pieces[#pieces + 1], cur, held = concat(cur), {}, 0
+    elseif n == 1 then
+      -- rb[i] entries, m + jP for j = 0.., stepped by P
+      local left = rb[i]
+      while left > 0 do
+        -- (as many as fit in the batch and in the piece)
+        local take = (256 - na) / 2
+        if PER - held - na / 2 < take then take = PER - held - na / 2 end
+        if left < take then take = left end
+        for j = na + 1, na + 2 * take, 2 do
+          args[j], args[j + 1] = lo, hi
+          lo, hi = lo + sl, hi + sh
+          if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+        end
+        na, left = na + 2 * take, left - take
+        if na == 256 or held + na / 2 == PER then flush() end
+      end
+    elseif n <= 16 then
+      -- (a few copies of each entry join the batch: no flush between uneven buckets)
+      for _ = 1, rb[i] do
+        for _ = 1, n do
+          args[na + 1], args[na + 2], na = lo, hi, na + 2
+          if na == 256 or held + na / 2 == PER then flush() end
+        end
+        lo, hi = lo + sl, hi + sh
+        if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
       end
     else
       flush()
-      local e = t_le(rm[i], ru[i])
-      while n > 0 do
-        local take = PER - held
-        if n < take then take = n end
-        cur[#cur + 1] = repeat_of(e, take)
-        held, n = held + take, n - take
-        if held == PER then pieces[#pieces + 1], cur, held = concat(cur), {}, 0 end
+      for _ = 1, rb[i] do
+        add_copies(pack('<I4i4', lo, hi), n)
+        lo, hi = lo + sl, hi + sh
+        if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
       end
     end
   end
   flush()
   if held > 0 then pieces[#pieces + 1] = concat(cur) end
-  log.pieces = pieces
+  if #pieces <= 1 and log.len <= PER then
+    log.s = '\1\0\0\0\0\0\0\0' .. (pieces[1] or '')
+  else
+    log.pieces = pieces
+  end
 end
 
 -- The run of a converted log holding entry i (its runs' starts ascend).
@@ -1068,7 +1104,8 @@ end
 local function log_at(log, i)
   if log.runs then
     local r = log_run(log, i)
-    return log.rm[r], log.ru[r]
+    local j = i - log.start[r]
+    return log.rm[r] + (j - j % log.rn[r]) / log.rn[r] * log.step, log.ru[r]
   end
   local pieces = log.pieces
   if pieces then
@@ -1108,15 +1145,24 @@ local function log_first_after(log, hm, hu, from)
   local s, base = log.s, 9
   local lo, hi = from or log.head, log.len
   if log.runs then
-    -- A converted log: the first run after h, then no earlier than `from`.
-    local rm, ru = log.rm, log.ru
+    -- A converted log: the first run whose newest entry is after h, the first of its buckets
+    -- after h, then no earlier than `from`.
+    local rm, ru, rb, P = log.rm, log.ru, log.rb, log.step
     local a, b = 1, log.runs + 1
     while a < b do
       local mid = a + b
       mid = (mid - mid % 2) / 2
-      if t_lt(hm, hu, rm[mid], ru[mid]) then b = mid else a = mid + 1 end
+      if t_lt(hm, hu, rm[mid] + (rb[mid] - 1) * P, ru[mid]) then b = mid else a = mid + 1 end
     end
-    local i = a <= log.runs and log.start[a] or log.len
+    local i = log.len
+    if a <= log.runs then
+      -- bucket j's entries, at rm + jP, are after h iff jP > x, or jP >= x when ru > hu
+      local x, j = hm - rm[a], 0
+      if x >= 0 then
+        if ru[a] > hu then j = div_ceil(x, P) else j = div_floor(x, P) + 1 end
+      end
+      i = log.start[a] + j * log.rn[a]
+    end
     if i < lo then i = lo end
     return i
   end
@@ -1664,6 +1710,8 @@ local function log_to_ring(p, log, nm, nu)
         local probe = at + guess - 1
         if probe >= n then probe = n - 1 end
         if reached(probe) then
+          -- (as predicted, the common case: the entry before it is still in this bucket)
+          if probe == at or not reached(probe - 1) then lo = probe end
           hi = probe
         else
           lo = probe + 1
@@ -1734,9 +1782,10 @@ local function ring_to_log(p, ring, nm, nu)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
   local most, count = p.limit, 0
-  -- Runs of equal entries (each an instant, T, and how many), newest first: a denial needs
-  -- no entry's bytes, so the log is built (`log_built`) only when the call writes it.
-  local rm, ru, rn = {}, {}, {}
+  -- Runs, newest first: rb consecutive buckets of rn entries each, at rm + jP (T: rm, ru) for
+  -- j = 0 .. rb - 1 (a run of one bucket: rn equal entries). A denial needs no entry's bytes,
+  -- so the log is built (`log_built`) only when the call writes it.
+  local rm, ru, rn, rb, nr = {}, {}, {}, {}, 0
   local k, cs = k0 + held - 1, ring.cs
   while k >= k0 do
     local c, em, eu
@@ -1745,15 +1794,36 @@ local function ring_to_log(p, ring, nm, nu)
       -- horizon only matters for the oldest bucket.
       local slot, slots = ring_slot(ring, k), ring.slots
       local m = (k + 1) * P - 1
+      local s, blk, blk_n, try_at = ring.s, nil, nil, k
       while k > k0 do
+        local r = nr
+        if k <= try_at and r > 0 and slot >= 64 and k - 64 >= k0 and rm[r] == m + P and ru[r] == M - 1
+          and count + 64 * rn[r] <= most then
+          -- A run of equal counts goes on: its next 64 buckets compared as bytes at once (in C).
+          local n = rn[r]
+          if blk_n ~= n then blk, blk_n = repeat_of(int_le(n), 64), n end
+          if sub(s, 24 + (slot - 63) * 8 + 1, 24 + (slot + 1) * 8) == blk then
+            rm[r], rb[r], count = m - 63 * P, rb[r] + 64, count + 64 * n
+            m, slot, k, try_at = m - 64 * P, slot - 64, k - 64, k - 64
+          else
+            try_at = k - 64
+          end
+        end
+        if k == k0 then break end
         c = cs[slot]
         if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
         if c >= EXACT then beyond() end
         if count == most then break end
         if c > 0 then
           local n = c < most - count and c or most - count
-          local r = #rn + 1
-          rm[r], ru[r], rn[r] = m, M - 1, n
+          local r = nr
+          if r > 0 and rn[r] == n and rm[r] == m + P and ru[r] == M - 1 then
+            -- (the next older bucket of a run of equal counts)
+            rm[r], rb[r] = m, rb[r] + 1
+          else
+            r = r + 1
+            rm[r], ru[r], rn[r], rb[r], nr = m, M - 1, n, 1, r
+          end
           count = count + n
         end
         m = m - P
@@ -1774,20 +1844,20 @@ local function ring_to_log(p, ring, nm, nu)
     if not t_lt(hm, hu, em, eu) or count == most then break end
     local n = c < most - count and c or most - count
     if n > 0 then
-      local r = #rn + 1
-      rm[r], ru[r], rn[r] = em, eu, n
+      local r = nr + 1
+      rm[r], ru[r], rn[r], rb[r], nr = em, eu, n, 1, r
       count = count + n
     end
     k = k - 1
   end
   -- Oldest first, with the index of each run's first entry.
-  local nr = #rn
-  local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, start = {} }
+  local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
   local at = 0
+  local lm, lu, ln, lb, ls = log.rm, log.ru, log.rn, log.rb, log.start
   for i = 1, nr do
     local j = nr - i + 1
-    log.rm[i], log.ru[i], log.rn[i], log.start[i] = rm[j], ru[j], rn[j], at
-    at = at + rn[j]
+    lm[i], lu[i], ln[i], lb[i], ls[i] = rm[j], ru[j], rn[j], rb[j], at
+    at = at + rn[j] * rb[j]
   end
   return log, ring_is_ahead(ring, nm, p.window)
 end

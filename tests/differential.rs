@@ -937,13 +937,19 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     }
 
     // A ring the module wrote with `throttle.max-buckets` raised (20,001 buckets of 30 ms over
-    // the window): read with the twin's own precision (regrouped) and without (a log).
+    // the window): read with the twin's own precision (regrouped) and without (a log; runs of
+    // buckets with equal counts, 1 and 3, become stepped runs of entries, and long runs of equal
+    // counts are compared 64 buckets at a time).
     let p_ms = 30;
     let counts: Vec<i64> = (0..20_001)
-        .map(|i| match i % 7 {
-            0 => 0,
-            3 => 3,
-            _ => 1,
+        .map(|i| match i {
+            1000..1300 => 1,
+            1300..1500 => 2,
+            _ => match i % 7 {
+                0 => 0,
+                3 | 4 => 3,
+                _ => 1,
+            },
         })
         .collect();
     let ring = Plant::Value(ring_bytes(p_ms * MS, now.div_euclid(p_ms * MS), &counts), expiry(now, window));
