@@ -26,6 +26,7 @@ export NATIVE_ONLY_TESTS
 # throttled event and the configs (operate, operate_restart); SHADOW is the twin's too.
 TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lease operate operate_restart docs load quota \
 	keyspace::pace_and_leases_announce_what_their_replicated_commands_announce \
+	keyspace::reads_convert_a_reused_name_only_in_the_cases_the_docs_list \
 	security::pace_and_leases_obey_key_patterns_categories_and_read_only_replicas \
 	replication::lease_calls_on_sets_holding_other_data_replicate_only_what_they_read \
 	memory::under_noeviction_a_lease_can_still_be_released \
