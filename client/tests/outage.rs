@@ -71,6 +71,11 @@ async fn back_on_server(client: &Throttle, policy: &Policy, since: Instant) -> D
     }
 }
 
+/// The server's side of getting back: a relaunched server's first connection (and the
+/// connection manager's reconnect) took up to ~50 ms on a loaded 2-core machine; the client's
+/// promise is the probe interval plus one deadline.
+const RECONNECT_SLACK: Duration = Duration::from_millis(100);
+
 fn config(failure: FailurePolicy) -> Config {
     Config { deadline: DEADLINE, failure, breaker: BreakerConfig { failures: 3, probe_interval: PROBE }, ..Config::default() }
 }
@@ -106,7 +111,7 @@ async fn a_paused_server_fails_closed_within_the_deadline_and_is_found_again() {
     signal(pid, "CONT");
     let back = back_on_server(&client, &policy, Instant::now()).await;
     eprintln!("back on the server after {back:?}");
-    assert!(back <= PROBE + DEADLINE + Duration::from_millis(20), "back on the server after {back:?}");
+    assert!(back <= PROBE + DEADLINE + RECONNECT_SLACK, "back on the server after {back:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,5 +142,5 @@ async fn a_killed_server_falls_back_to_local_limits_and_is_found_again() {
     server.relaunch();
     let back = back_on_server(&client, &policy, Instant::now()).await;
     eprintln!("back on the server after {back:?}");
-    assert!(back <= PROBE + DEADLINE + Duration::from_millis(20), "back on the server after {back:?}");
+    assert!(back <= PROBE + DEADLINE + RECONNECT_SLACK, "back on the server after {back:?}");
 }
