@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisError, Value};
 use throttle_core::Instant as CoreInstant;
+use throttle_core::limiter::Algorithm;
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::cache::DenyCache;
@@ -270,6 +271,13 @@ impl Throttle {
         {
             return Err(Error::CrossSlot { first: first_key.to_vec(), other: other.to_vec() });
         }
+        if inner.backend == Backend::Twin
+            && let Some((policy, zone)) = calls.iter().find_map(|(p, _, _)| p.named_zone().map(|z| (p, z)))
+        {
+            return Err(Error::Invalid(format!(
+                "policy \"{policy}\" follows the time zone {zone}, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"
+            )));
+        }
         let single = calls.len() == 1 && !all;
         if single
             && quantity > 0
@@ -443,11 +451,8 @@ async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
 }
 
 fn push_params(cmd: &mut Cmd, policy: &Policy) {
-    for v in policy.command().1 {
-        cmd.arg(v);
-    }
-    if let Some(p) = policy.precision_ms() {
-        cmd.arg("PRECISION").arg(p);
+    for word in policy.command().1 {
+        cmd.arg(word);
     }
 }
 
@@ -463,6 +468,10 @@ fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) 
     };
     cmd.arg(key);
     push_params(&mut cmd, policy);
+    // CL.QUOTA takes its quantity as an option (its positional words end with PER unit).
+    if policy.algorithm() == Algorithm::Quota {
+        cmd.arg("QUANTITY");
+    }
     cmd.arg(quantity).arg("MS");
     cmd
 }

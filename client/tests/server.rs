@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use harness::twin::{self, Form};
 use harness::{Options, Server};
+use redis_throttle_client::policy::Quota;
 use redis_throttle_client::{Backend, Config, Error, Policy, Source, Throttle, Verdict};
 
 fn ms(n: u64) -> Duration {
@@ -112,6 +113,49 @@ async fn the_twin_is_detected_and_decides_as_the_module() {
         assert_eq!((d.verdict, d.binding, d.each.len()), (Verdict::Allowed, 1, 2));
         assert_eq!((d.each[0].remaining, d.each[1].remaining), (4, 1));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_quotas_on_the_module_and_the_twin() {
+    let module = Server::start();
+    let twin = twin_server();
+    let on_module = Throttle::connect(&module.url()).await.unwrap();
+    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    let daily = Policy::quota(Quota::per_day(3).tz("+05:30").unwrap()).unwrap();
+    assert_eq!(daily, Policy::parse("3/day quota tz +05:30").unwrap());
+    let burst = Policy::parse("2/s").unwrap();
+    for (client, server) in [(&on_module, &module), (&on_twin, &twin)] {
+        for remaining in [2, 1, 0] {
+            let d = client.check(&daily, "q").await.unwrap();
+            assert_eq!((d.verdict, d.limit, d.remaining), (Verdict::Allowed, 3, remaining));
+        }
+        let d = client.check(&daily, "q").await.unwrap();
+        // Denied until the next local midnight in +05:30, which is also when the key expires.
+        let wait = d.retry_after().unwrap();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(86_400), "{wait:?}");
+        assert_eq!(wait, d.reset_after);
+        let expires_at = harness::pexpiretime(&mut server.client(), "q");
+        let local_ms = (expires_at + 19_800_000) % 86_400_000;
+        assert_eq!(local_ms, 0, "the key expires at local midnight: {expires_at}");
+        assert_eq!(client.check_n(&daily, "q", 4).await.unwrap().verdict, Verdict::Never);
+        assert_eq!(client.refund(&daily, "q", 1).await.unwrap().remaining, 1);
+        // In CL.ALL: two per second and the day's quota, decided together.
+        let d = client.check_all(&[(&burst, b"{u}:s", 1), (&daily, b"{u}:q", 1)]).await.unwrap();
+        assert_eq!((d.verdict, d.each[1].remaining), (Verdict::Allowed, 2));
+    }
+    assert_eq!(module.command_calls("cl.quota"), 6);
+
+    // An IANA zone needs the module's tz database: the twin has none, and the client says so
+    // before sending.
+    let berlin = Policy::parse("1000/day quota tz Europe/Berlin").unwrap();
+    assert!(on_module.check(&berlin, "b").await.unwrap().allowed());
+    let sent = twin.command_calls("fcall");
+    match on_twin.check(&berlin, "b").await {
+        Err(Error::Invalid(text)) => assert!(text.contains("Europe/Berlin") && text.contains("Functions twin") && text.contains("fixed offset"), "{text}"),
+        other => panic!("expected a clear error, got {other:?}"),
+    }
+    assert!(matches!(on_twin.check_all(&[(&burst, b"{u}:s", 1), (&berlin, b"{u}:b", 1)]).await, Err(Error::Invalid(_))));
+    assert_eq!(twin.command_calls("fcall"), sent, "nothing sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
