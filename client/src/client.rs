@@ -350,6 +350,11 @@ impl Throttle {
         }
     }
 
+    /// The `redis::Client` a URL made (for connections of their own), if any.
+    pub(crate) fn url_client(&self) -> Option<redis::Client> {
+        self.inner.client.clone()
+    }
+
     /// A new connection of its own, for a blocking call (never the shared one).
     pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
         let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;

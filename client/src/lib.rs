@@ -28,7 +28,7 @@ mod reserve;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
-pub use held::HeldPolicies;
+pub use held::{HeldPolicies, Refresh};
 pub use lease::Lease;
 pub use pace::{Paced, Wait};
 pub use reserve::Reservation;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use harness::twin::{self, Form};
 use harness::{Options, Server};
 use redis_throttle_client::policy::Quota;
-use redis_throttle_client::{Backend, Config, Error, Policy, Source, Throttle, Verdict};
+use redis_throttle_client::{Backend, Config, Error, HeldPolicies, Policy, Refresh, Source, Throttle, Verdict};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -242,21 +242,20 @@ async fn distinct_denied_keys_stay_within_the_cache_bound() {
     assert!(client.deny_cache_capacity() <= 1_024);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policies_held_in_redis_follow_edits_and_keep_the_last_good_one() {
-    let server = Server::start();
-    let client = Throttle::connect(&server.url()).await.unwrap();
+/// Edits of the hash reach `held` within a second (each wait measured and returned); an
+/// invalid edit keeps the last good policy and is reported; a removal removes.
+fn edits_arrive(server: &Server, held: &HeldPolicies) -> Vec<Duration> {
     let hset = |value: &str| redis::cmd("HSET").arg("throttle:policies").arg("api").arg(value).query::<()>(&mut server.client()).unwrap();
-    hset("2/m counter");
-    let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
-    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()));
-    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+    let mut waits = Vec::new();
+    let mut wait = |what: &str, ok: &dyn Fn() -> bool| {
         let start = std::time::Instant::now();
         while !ok() {
             assert!(start.elapsed() < Duration::from_secs(1), "{what} did not arrive within a second");
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(1));
         }
+        waits.push(start.elapsed());
     };
+    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()));
     hset("2/m countr");
     wait("the invalid edit's report", &|| !held.errors().is_empty());
     assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()), "the last good policy stays");
@@ -264,6 +263,55 @@ async fn policies_held_in_redis_follow_edits_and_keep_the_last_good_one() {
     hset("5/m counter");
     wait("the edit", &|| held.get("api") == Some(Policy::parse("5/m counter").unwrap()));
     assert!(held.errors().is_empty());
+    hset("1000/month quota tz Europe/Berlin");
+    wait("the quota", &|| held.get("api") == Some(Policy::parse("1000/month quota tz Europe/Berlin").unwrap()));
     redis::cmd("HDEL").arg("throttle:policies").arg("api").query::<()>(&mut server.client()).unwrap();
     wait("the removal", &|| held.get("api").is_none());
+    waits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_policies_follow_edits_through_invalidation_messages() {
+    let server = Server::start();
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    // Polled only every minute: only an invalidation message can bring an edit within a second.
+    let held = client.held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(held.refresh(), &Refresh::Tracking);
+    let waits = edits_arrive(&server, &held);
+    eprintln!("edits arrived through invalidation after {waits:?}");
+
+    // The connection lost (CLIENT KILL of every other client): the client reconnects, tracks
+    // again, and reads what changed meanwhile.
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let mut admin = server.client();
+    redis::cmd("CLIENT").arg("KILL").arg("SKIPME").arg("yes").arg("TYPE").arg("normal").exec(&mut admin).unwrap();
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("3/m counter").query::<()>(&mut admin).unwrap();
+    let start = std::time::Instant::now();
+    while held.get("api") != Some(Policy::parse("3/m counter").unwrap()) {
+        assert!(start.elapsed() < Duration::from_secs(2), "the edit after a reconnect did not arrive: {:?}", held.get("api"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("after the connection was killed: {:?}", start.elapsed());
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("4/m counter").query::<()>(&mut admin).unwrap();
+    let start = std::time::Instant::now();
+    while held.get("api") != Some(Policy::parse("4/m counter").unwrap()) {
+        assert!(start.elapsed() < Duration::from_secs(1), "tracking did not resume");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_policies_are_polled_where_tracking_is_refused() {
+    // An ACL that refuses CLIENT TRACKING (as some managed services do).
+    let server = Server::with(Options::default().arg("--user default on nopass ~* &* +@all -client|tracking"));
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
+    match held.refresh() {
+        Refresh::Polling(reason) => assert!(reason.contains("NOPERM") || reason.contains("tracking"), "{reason}"),
+        other => panic!("expected polling, got {other:?}"),
+    }
+    let waits = edits_arrive(&server, &held);
+    eprintln!("edits arrived by polling every 100 ms after {waits:?}");
 }
