@@ -11,6 +11,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::{Cmd, RedisError, Value};
 use throttle_core::Instant as CoreInstant;
 use throttle_core::limiter::Algorithm;
+use tracing::Instrument;
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::cache::DenyCache;
@@ -308,31 +309,40 @@ impl Throttle {
         Ok(decision)
     }
 
-    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker.
+    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker,
+    /// inside a `tracing` span `redis_throttle.call` (debug level) with the command's name, and
+    /// its `outcome` (`ok`, `refused`, `connection`, `timeout`, `breaker_open`) recorded.
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
+        let span = tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
+        let (result, outcome) = self.request_unspanned(cmd, key).instrument(span.clone()).await;
+        span.record("outcome", outcome);
+        result
+    }
+
+    async fn request_unspanned(&self, cmd: Cmd, key: &[u8]) -> (Result<Value, Failed>, &'static str) {
         let inner = &*self.inner;
         let permit = inner.breaker.permit();
         if permit == Permit::Skip {
-            return Err(Failed::Down(Reason::BreakerOpen));
+            return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
         match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 inner.breaker.success();
-                Ok(value)
+                (Ok(value), "ok")
             }
             Ok(Err(e)) if !is_outage(&e) => {
                 inner.breaker.success();
-                Err(Failed::Refused(e))
+                (Err(Failed::Refused(e)), "refused")
             }
             Ok(Err(e)) => {
                 inner.breaker.failure(permit);
-                Err(Failed::Down(Reason::Connection(e.to_string())))
+                (Err(Failed::Down(Reason::Connection(e.to_string()))), "connection")
             }
             Err(_) => {
                 inner.breaker.failure(permit);
-                Err(Failed::Down(Reason::Timeout))
+                (Err(Failed::Down(Reason::Timeout)), "timeout")
             }
         }
     }
@@ -393,6 +403,19 @@ fn record(decision: &Decision) {
         Source::Server => {}
         Source::DenyCache => metrics::counter!("throttle_client_deny_cache_hits_total").increment(1),
         Source::Degraded { .. } => metrics::counter!("throttle_client_degraded_total").increment(1),
+    }
+}
+
+/// A command's name for its span: `CL.THROTTLE`, or the function an `FCALL` calls.
+fn command_name(cmd: &Cmd) -> String {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        _ => None,
+    });
+    match args.next() {
+        Some(name) if name.eq_ignore_ascii_case("FCALL") => args.next().unwrap_or(name),
+        Some(name) => name,
+        None => String::new(),
     }
 }
 
