@@ -17,7 +17,7 @@ use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::cache::DenyCache;
 use crate::decision::{Decision, FailurePolicy, Numbers, Reason, Source};
 use crate::memory::{Clock, ManualClock, Store, SystemClock};
-use crate::policy::Policy;
+use crate::policy::{Params, Policy};
 
 /// What the client could not do.
 #[derive(Debug)]
@@ -478,26 +478,54 @@ async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
     }
 }
 
+/// A policy's words after the key (times in ms), written straight into the command (this is
+/// on every call's path: no intermediate strings).
 fn push_params(cmd: &mut Cmd, policy: &Policy) {
-    for word in policy.command().1 {
-        cmd.arg(word);
+    match policy.params() {
+        Params::Throttle { max_burst, count, period_ms } => {
+            cmd.arg(max_burst).arg(count).arg(period_ms);
+        }
+        Params::Window { limit, window_ms, precision_ms } => {
+            cmd.arg(limit).arg(window_ms);
+            if let Some(p) = precision_ms {
+                cmd.arg("PRECISION").arg(p);
+            }
+        }
+        Params::Bucket { capacity, tokens, interval_ms } => {
+            cmd.arg(capacity).arg(tokens).arg(interval_ms);
+        }
+        Params::Counter { limit, window_ms } => {
+            cmd.arg(limit).arg(window_ms);
+        }
+        Params::Quota(_) => {
+            for word in policy.command().1 {
+                cmd.arg(word);
+            }
+        }
     }
 }
 
 fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
-    let word = policy.command().0;
+    let algorithm = policy.algorithm();
     let mut cmd = match backend {
         Backend::Twin => {
             let mut c = redis::cmd("FCALL");
-            c.arg(format!("cl_{}", word.to_ascii_lowercase())).arg(1);
+            let function = match algorithm {
+                Algorithm::Throttle => "cl_throttle",
+                Algorithm::Window => "cl_window",
+                Algorithm::Bucket => "cl_bucket",
+                Algorithm::Counter => "cl_counter",
+                Algorithm::Quota => "cl_quota",
+            };
+            c.arg(function).arg(1);
             c
         }
-        _ => redis::cmd(&format!("CL.{word}")),
+        _ => redis::cmd(algorithm.command().name),
     };
     cmd.arg(key);
     push_params(&mut cmd, policy);
     // CL.QUOTA takes its quantity as an option (its positional words end with PER unit).
-    if policy.algorithm() == Algorithm::Quota {
+    if algorithm == Algorithm::Quota {
         cmd.arg("QUANTITY");
     }
     cmd.arg(quantity).arg("MS");
@@ -536,8 +564,11 @@ fn integer(v: &Value) -> Option<i64> {
 pub(crate) fn five(value: &Value) -> Result<[i64; 5], Error> {
     let bad = || Error::Invalid(format!("expected five integers, got {value:?}"));
     let Value::Array(items) = value else { return Err(bad()) };
-    let ints: Vec<i64> = items.iter().take(5).map(integer).collect::<Option<_>>().ok_or_else(bad)?;
-    ints.try_into().map_err(|_| bad())
+    let mut out = [0; 5];
+    for (slot, item) in out.iter_mut().zip(items.get(..5).ok_or_else(bad)?) {
+        *slot = integer(item).ok_or_else(bad)?;
+    }
+    Ok(out)
 }
 
 /// CL.ALL … DETAILS: `[five of the binding limiter…, index, [[five]…]]`.

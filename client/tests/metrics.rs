@@ -129,7 +129,7 @@ async fn decisions_are_counted() {
     assert_eq!(counts.get("throttle_client_allowed_total"), 3);
     // A span per server call (none for the deny cache's answers), with its outcome.
     let calls = spans.calls();
-    assert_eq!(calls[..3], ["CL.COUNTER ok", "CL.COUNTER ok", "CL.COUNTER ok"], "{calls:?}");
-    assert!(matches!(calls[3].as_str(), "CL.COUNTER connection" | "CL.COUNTER timeout"), "{calls:?}");
+    assert_eq!(calls[..3], ["cl.counter ok", "cl.counter ok", "cl.counter ok"], "{calls:?}");
+    assert!(matches!(calls[3].as_str(), "cl.counter connection" | "cl.counter timeout"), "{calls:?}");
     assert_eq!(calls.len(), 4, "{calls:?}");
 }
