@@ -22,6 +22,14 @@ fn twin_server() -> Server {
     server
 }
 
+/// A server with the module, one with only the twin, and a client of each.
+async fn module_and_twin() -> (Server, Server, Throttle, Throttle) {
+    let (module, twin) = (Server::start(), twin_server());
+    let on_module = Throttle::connect(&module.url()).await.unwrap();
+    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    (module, twin, on_module, on_twin)
+}
+
 /// The decisions a sequence of calls gets, times dropped where the server's clock moves
 /// between calls (kept: verdicts, limits, remaining).
 async fn sequence(client: &Throttle) -> Vec<(Verdict, i64, i64)> {
@@ -97,10 +105,7 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_twin_is_detected_and_decides_as_the_module() {
-    let module = Server::start();
-    let twin = twin_server();
-    let on_module = Throttle::connect(&module.url()).await.unwrap();
-    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    let (module, twin, on_module, on_twin) = module_and_twin().await;
     assert_eq!((on_module.backend(), on_twin.backend()), (Backend::Module, Backend::Twin));
     let expected = sequence(&on_module).await;
     assert_eq!(sequence(&on_twin).await, expected);
@@ -117,10 +122,7 @@ async fn the_twin_is_detected_and_decides_as_the_module() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calendar_quotas_on_the_module_and_the_twin() {
-    let module = Server::start();
-    let twin = twin_server();
-    let on_module = Throttle::connect(&module.url()).await.unwrap();
-    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    let (module, twin, on_module, on_twin) = module_and_twin().await;
     let daily = Policy::quota(Quota::per_day(3).tz("+05:30").unwrap()).unwrap();
     assert_eq!(daily, Policy::parse("3/day quota tz +05:30").unwrap());
     let burst = Policy::parse("2/s").unwrap();
