@@ -280,8 +280,21 @@ async fn held_policies_follow_edits_through_invalidation_messages() {
     // Polled only every minute: only an invalidation message can bring an edit within a second.
     let held = client.held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
     assert_eq!(held.refresh(), &Refresh::Tracking);
+    // Another process's client: every client is told.
+    let other = Throttle::connect(&server.url()).await.unwrap().held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
     let waits = edits_arrive(&server, &held);
     eprintln!("edits arrived through invalidation after {waits:?}");
+    let start = std::time::Instant::now();
+    while other.get("api").is_some() {
+        assert!(start.elapsed() < Duration::from_secs(1), "the other client did not see the removal within a second");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("7/m counter").query::<()>(&mut server.client()).unwrap();
+    let start = std::time::Instant::now();
+    while other.get("api") != Some(Policy::parse("7/m counter").unwrap()) || held.get("api") != other.get("api") {
+        assert!(start.elapsed() < Duration::from_secs(1), "both clients within a second");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 
     // The connection lost (CLIENT KILL of every other client): the client reconnects, tracks
     // again, and reads what changed meanwhile.
