@@ -105,7 +105,7 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_twin_is_detected_and_decides_as_the_module() {
-    let (module, twin, on_module, on_twin) = module_and_twin().await;
+    let (_module, twin, on_module, on_twin) = module_and_twin().await;
     assert_eq!((on_module.backend(), on_twin.backend()), (Backend::Module, Backend::Twin));
     let expected = sequence(&on_module).await;
     assert_eq!(sequence(&on_twin).await, expected);
