@@ -141,10 +141,12 @@ fuzz:
 
 # Timings (bench/run.sh: noisy, ratios to SET and to the module floor in one run), then exact
 # instructions per call (bench/instructions.sh, callgrind; needs valgrind): the floor, CL.PACE
-# and the leases against it, and denials with keyspace events off and on.
+# and the leases against it, and denials with keyspace events off and on; then the client
+# crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh).
 bench: build
 	bench/run.sh
 	bench/instructions.sh
+	bench/client.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

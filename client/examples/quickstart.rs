@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis_throttle_client::{Config, FailurePolicy, ManualClock, Policy, Rate, Throttle};
+use redis_throttle_client::{Config, FailurePolicy, ManualClock, Policy, Quota, Rate, Throttle};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +25,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hour = Policy::parse("1000/h window")?;
     let d = client.check_all(&[(&policy, b"quickstart:{user7}:s", 1), (&hour, b"quickstart:{user7}:h", 1)]).await?;
     println!("check_all: {:?}, binding policy #{}, remaining {}", d.verdict, d.binding, d.remaining);
+
+    // A calendar quota: 100,000 units per month from the 1st, Berlin time; 500 taken at once.
+    let monthly = Policy::quota(Quota::per_month(100_000).tz("Europe/Berlin")?)?;
+    assert_eq!(monthly, "100000/month quota tz Europe/Berlin".parse()?);
+    let d = client.check_n(&monthly, "quickstart:tenant9", 500).await?;
+    println!("monthly quota: {:?}, remaining {}, period ends in {:?}", d.verdict, d.remaining, d.reset_after);
 
     // The test kit: the module's decisions in memory, with a clock you move.
     let clock = ManualClock::at_unix_ms(1_700_000_000_000);

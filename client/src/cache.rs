@@ -53,7 +53,9 @@ impl DenyCache {
         let (hash, shard) = self.slot(params, key);
         let map = shard.lock().unwrap_or_else(|e| e.into_inner());
         let d = map.get(&hash)?;
-        if d.params != *params || *d.key != *key || quantity < d.quantity || now >= d.until {
+        // A quantity above the limit is never admitted: the server says so (`Verdict::Never`),
+        // not a wait.
+        if d.params != *params || *d.key != *key || quantity < d.quantity || quantity > d.limit || now >= d.until {
             return None;
         }
         Some(Numbers {
@@ -126,6 +128,7 @@ mod tests {
         assert!(cache.lookup(&p, b"k", 2, t).is_some());
         assert!(cache.lookup(&p, b"k", 3, t + Duration::from_millis(99)).is_some());
         assert!(cache.lookup(&p, b"k", 1, t).is_none(), "a smaller request may be admitted");
+        assert!(cache.lookup(&p, b"k", 6, t).is_none(), "above the limit: never admitted, which the server answers");
         assert!(cache.lookup(&p, b"k", 2, t + Duration::from_millis(100)).is_none());
         assert!(cache.lookup(&p, b"other", 2, t).is_none());
         let raised = Params::Counter { limit: 6, window_ms: 1000 };

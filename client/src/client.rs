@@ -10,12 +10,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisError, Value};
 use throttle_core::Instant as CoreInstant;
+use throttle_core::limiter::Algorithm;
+use tracing::Instrument;
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::cache::DenyCache;
 use crate::decision::{Decision, FailurePolicy, Numbers, Reason, Source};
 use crate::memory::{Clock, ManualClock, Store, SystemClock};
-use crate::policy::Policy;
+use crate::policy::{Params, Policy};
 
 /// What the client could not do.
 #[derive(Debug)]
@@ -270,6 +272,13 @@ impl Throttle {
         {
             return Err(Error::CrossSlot { first: first_key.to_vec(), other: other.to_vec() });
         }
+        if inner.backend == Backend::Twin
+            && let Some((policy, zone)) = calls.iter().find_map(|(p, _, _)| p.named_zone().map(|z| (p, z)))
+        {
+            return Err(Error::Invalid(format!(
+                "policy \"{policy}\" follows the time zone {zone}, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"
+            )));
+        }
         let single = calls.len() == 1 && !all;
         if single
             && quantity > 0
@@ -300,31 +309,40 @@ impl Throttle {
         Ok(decision)
     }
 
-    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker.
+    /// Sends `cmd` (routed by `key` in a cluster) within the deadline, through the breaker,
+    /// inside a `tracing` span `redis_throttle.call` (debug level) with the command's name, and
+    /// its `outcome` (`ok`, `refused`, `connection`, `timeout`, `breaker_open`) recorded.
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
+        let span = tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
+        let (result, outcome) = self.request_unspanned(cmd, key).instrument(span.clone()).await;
+        span.record("outcome", outcome);
+        result
+    }
+
+    async fn request_unspanned(&self, cmd: Cmd, key: &[u8]) -> (Result<Value, Failed>, &'static str) {
         let inner = &*self.inner;
         let permit = inner.breaker.permit();
         if permit == Permit::Skip {
-            return Err(Failed::Down(Reason::BreakerOpen));
+            return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
         match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 inner.breaker.success();
-                Ok(value)
+                (Ok(value), "ok")
             }
             Ok(Err(e)) if !is_outage(&e) => {
                 inner.breaker.success();
-                Err(Failed::Refused(e))
+                (Err(Failed::Refused(e)), "refused")
             }
             Ok(Err(e)) => {
                 inner.breaker.failure(permit);
-                Err(Failed::Down(Reason::Connection(e.to_string())))
+                (Err(Failed::Down(Reason::Connection(e.to_string()))), "connection")
             }
             Err(_) => {
                 inner.breaker.failure(permit);
-                Err(Failed::Down(Reason::Timeout))
+                (Err(Failed::Down(Reason::Timeout)), "timeout")
             }
         }
     }
@@ -340,6 +358,11 @@ impl Throttle {
             Ok(r) => r.map_err(Error::Server),
             Err(_) => Err(Error::Invalid("no reply within the deadline".into())),
         }
+    }
+
+    /// The `redis::Client` a URL made (for connections of their own), if any.
+    pub(crate) fn url_client(&self) -> Option<redis::Client> {
+        self.inner.client.clone()
     }
 
     /// A new connection of its own, for a blocking call (never the shared one).
@@ -380,6 +403,19 @@ fn record(decision: &Decision) {
         Source::Server => {}
         Source::DenyCache => metrics::counter!("throttle_client_deny_cache_hits_total").increment(1),
         Source::Degraded { .. } => metrics::counter!("throttle_client_degraded_total").increment(1),
+    }
+}
+
+/// A command's name for its span: `CL.THROTTLE`, or the function an `FCALL` calls.
+fn command_name(cmd: &Cmd) -> String {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        _ => None,
+    });
+    match args.next() {
+        Some(name) if name.eq_ignore_ascii_case("FCALL") => args.next().unwrap_or(name),
+        Some(name) => name,
+        None => String::new(),
     }
 }
 
@@ -442,27 +478,56 @@ async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
     }
 }
 
+/// A policy's words after the key (times in ms), written straight into the command (this is
+/// on every call's path: no intermediate strings).
 fn push_params(cmd: &mut Cmd, policy: &Policy) {
-    for v in policy.command().1 {
-        cmd.arg(v);
-    }
-    if let Some(p) = policy.precision_ms() {
-        cmd.arg("PRECISION").arg(p);
+    match policy.params() {
+        Params::Throttle { max_burst, count, period_ms } => {
+            cmd.arg(max_burst).arg(count).arg(period_ms);
+        }
+        Params::Window { limit, window_ms, precision_ms } => {
+            cmd.arg(limit).arg(window_ms);
+            if let Some(p) = precision_ms {
+                cmd.arg("PRECISION").arg(p);
+            }
+        }
+        Params::Bucket { capacity, tokens, interval_ms } => {
+            cmd.arg(capacity).arg(tokens).arg(interval_ms);
+        }
+        Params::Counter { limit, window_ms } => {
+            cmd.arg(limit).arg(window_ms);
+        }
+        Params::Quota(_) => {
+            for word in policy.command().1 {
+                cmd.arg(word);
+            }
+        }
     }
 }
 
 fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
-    let word = policy.command().0;
+    let algorithm = policy.algorithm();
     let mut cmd = match backend {
         Backend::Twin => {
             let mut c = redis::cmd("FCALL");
-            c.arg(format!("cl_{}", word.to_ascii_lowercase())).arg(1);
+            let function = match algorithm {
+                Algorithm::Throttle => "cl_throttle",
+                Algorithm::Window => "cl_window",
+                Algorithm::Bucket => "cl_bucket",
+                Algorithm::Counter => "cl_counter",
+                Algorithm::Quota => "cl_quota",
+            };
+            c.arg(function).arg(1);
             c
         }
-        _ => redis::cmd(&format!("CL.{word}")),
+        _ => redis::cmd(algorithm.command().name),
     };
     cmd.arg(key);
     push_params(&mut cmd, policy);
+    // CL.QUOTA takes its quantity as an option (its positional words end with PER unit).
+    if algorithm == Algorithm::Quota {
+        cmd.arg("QUANTITY");
+    }
     cmd.arg(quantity).arg("MS");
     cmd
 }
@@ -499,8 +564,11 @@ fn integer(v: &Value) -> Option<i64> {
 pub(crate) fn five(value: &Value) -> Result<[i64; 5], Error> {
     let bad = || Error::Invalid(format!("expected five integers, got {value:?}"));
     let Value::Array(items) = value else { return Err(bad()) };
-    let ints: Vec<i64> = items.iter().take(5).map(integer).collect::<Option<_>>().ok_or_else(bad)?;
-    ints.try_into().map_err(|_| bad())
+    let mut out = [0; 5];
+    for (slot, item) in out.iter_mut().zip(items.get(..5).ok_or_else(bad)?) {
+        *slot = integer(item).ok_or_else(bad)?;
+    }
+    Ok(out)
 }
 
 /// CL.ALL … DETAILS: `[five of the binding limiter…, index, [[five]…]]`.

@@ -1,7 +1,8 @@
 //! `redis-throttle-client`: the caller's half of redis-throttle.
 //!
 //! - Typed [`Policy`]s, built by constructors that cannot be misread
-//!   (`Rate::per_second(20)` is twenty per second) or parsed from a spec string (`"20/s burst 5"`).
+//!   (`Rate::per_second(20)` is twenty per second, `Quota::per_month(100_000)` a calendar
+//!   month's allowance) or parsed from a spec string (`"20/s burst 5"`, `"100000/month quota"`).
 //! - A [`Decision`] with `Duration`s at millisecond precision, the binding policy of several, and
 //!   its [`Source`]: the server, the local deny cache, or a degraded path with the reason.
 //! - Module or Functions twin, detected at connect; a server with neither is an error.
@@ -28,10 +29,10 @@ mod reserve;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
-pub use held::HeldPolicies;
+pub use held::{HeldPolicies, Refresh};
 pub use lease::Lease;
 pub use pace::{Paced, Wait};
 pub use reserve::Reservation;
 pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
 pub use memory::{Clock, ManualClock, SystemClock};
-pub use policy::{Policy, PolicyError, Rate};
+pub use policy::{Policy, PolicyError, Quota, Rate};

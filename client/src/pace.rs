@@ -15,6 +15,9 @@ use crate::policy::Rate;
 pub enum Wait {
     /// Reserve the slot, then sleep here until it comes (plus up to a millisecond of jitter).
     Sleep,
+    /// As `Sleep`, plus a random jitter up to this long (never earlier than the slot), so
+    /// processes given neighbouring slots do not wake in lockstep.
+    SleepWithJitter(Duration),
     /// `CL.PACE … BLOCK` on a dedicated connection: the server replies when the slot comes.
     Block,
 }
@@ -30,6 +33,19 @@ pub enum Paced {
 
 fn ms(v: i64) -> Duration {
     Duration::from_millis(u64::try_from(v).unwrap_or(0))
+}
+
+/// A random duration below `most` (whole microseconds; zero when `most` is under one).
+fn jitter(most: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let most_us = u64::try_from(most.as_micros()).unwrap_or(u64::MAX);
+    if most_us == 0 {
+        return Duration::ZERO;
+    }
+    // A randomly keyed hasher (std's per-process random keys, stepped per instance).
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    Duration::from_micros(h.finish() % most_us)
 }
 
 impl Throttle {
@@ -48,7 +64,7 @@ impl Throttle {
         let started = std::time::Instant::now();
         let limit = max_wait + self.config().deadline;
         let value = match how {
-            Wait::Sleep => tokio::time::timeout(self.config().deadline, self.send_shared(cmd, key)).await,
+            Wait::Sleep | Wait::SleepWithJitter(_) => tokio::time::timeout(self.config().deadline, self.send_shared(cmd, key)).await,
             Wait::Block => {
                 cmd.arg("BLOCK");
                 let mut conn = self.blocking_connection().await?;
@@ -62,9 +78,13 @@ impl Throttle {
             return Ok(Paced::Refused { retry_after: ms(reply[3]) });
         }
         let wait = ms(reply[1]);
-        if how == Wait::Sleep && !wait.is_zero() {
-            let jitter = Duration::from_micros(u64::from(std::process::id() ^ started.elapsed().subsec_nanos()) % 1000);
-            tokio::time::sleep(wait + jitter).await;
+        let most = match how {
+            Wait::Sleep => Duration::from_millis(1),
+            Wait::SleepWithJitter(most) => most,
+            Wait::Block => Duration::ZERO,
+        };
+        if how != Wait::Block && !wait.is_zero() {
+            tokio::time::sleep(wait + jitter(most)).await;
         }
         Ok(Paced::Go { waited: started.elapsed(), queued: reply[2] })
     }

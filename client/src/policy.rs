@@ -7,13 +7,23 @@
 //!
 //! ```text
 //! spec      := rate [word ...]                 words in any order, each at most once
-//! rate      := COUNT "/" [AMOUNT] UNIT          20/s   1000/h   5/10s   100/500ms
-//! UNIT      := ms | s | sec | m | min | h | hour | d | day   (plurals accepted)
-//! word      := throttle | window | bucket | counter         the algorithm (default: throttle)
+//! rate      := COUNT "/" [AMOUNT] UNIT          20/s   1000/h   5/10s   100/500ms   100000/month
+//! UNIT      := ms | s | sec | m | min | h | hour | d | day | w | wk | week   (plurals accepted)
+//!            | mo | month | y | yr | year       calendar units: quota only
+//! word      := throttle | window | bucket | counter | quota   the algorithm (default: throttle)
 //!            | burst N                          throttle: units admitted at once (default COUNT)
 //!                                               bucket: its capacity (default COUNT)
 //!            | precision AMOUNT UNIT            window only: count per bucket of this length
+//!            | tz ZONE                          quota only: an IANA name (Europe/Berlin) or a
+//!                                               fixed offset (+05:30); default UTC
+//!            | anchor INSTANT                   quota only: the billing instant periods start
+//!                                               from, RFC 3339 (2026-01-31T09:00:00Z) or Unix ms
 //! ```
+//!
+//! A `w` is 7 days of 24 hours for the other algorithms; a `quota`'s period is one calendar
+//! unit (`min`, `h`, `d`, `w`, `mo`, `y`: no amount, no `ms` or `s`), following the calendar in
+//! its zone (a day from local midnight, 23 or 25 hours across DST; a week from Monday; a month
+//! from the 1st), as `CL.QUOTA` does.
 //!
 //! | spec | policy |
 //! |---|---|
@@ -23,6 +33,9 @@
 //! | `1000000/h window precision 1m` | the same, counted per minute |
 //! | `10/s bucket burst 100` | token bucket of 100, refilled by 10 every second |
 //! | `5000/d counter` | fixed window of a day |
+//! | `100000/month quota` | calendar quota, per UTC month (`CL.QUOTA k 100000 PER MONTH … MS`) |
+//! | `1000/day quota tz Europe/Berlin` | per day from Berlin's midnight |
+//! | `1000/month quota anchor 2026-01-31T09:00:00Z` | per month from the 31st (the last day of shorter months), 09:00 UTC |
 //!
 //! Words are case-insensitive. An error names the word it could not use.
 
@@ -32,6 +45,8 @@ use std::time::Duration;
 
 use throttle_core::caps::Caps;
 use throttle_core::limiter::{Algorithm, Limiter, Request};
+pub use throttle_core::quota::{Per, Zone};
+use throttle_core::time::Unit;
 
 /// A rate: `count` units per `period`. `Rate::per_second(20)` is twenty per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +84,79 @@ impl Rate {
     }
 }
 
+/// A calendar quota (`CL.QUOTA`): at most `limit` units per calendar period.
+/// `Quota::per_month(100_000)` is a hundred thousand per UTC calendar month;
+/// `.tz("Europe/Berlin")?` follows Berlin's calendar, `.anchor("2026-01-31T09:00:00Z")?`
+/// starts each period at the billing instant's position in it. Build the policy with
+/// [`Policy::quota`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: i64,
+    per: Per,
+    zone: Zone,
+    anchor_ms: Option<i64>,
+}
+
+impl Quota {
+    /// `limit` units per calendar `per` (UTC, no anchor).
+    pub const fn per(limit: i64, per: Per) -> Quota {
+        Quota { limit, per, zone: Zone::UTC, anchor_ms: None }
+    }
+    /// `limit` units per calendar minute.
+    pub const fn per_minute(limit: i64) -> Quota {
+        Quota::per(limit, Per::Minute)
+    }
+    /// `limit` units per calendar hour.
+    pub const fn per_hour(limit: i64) -> Quota {
+        Quota::per(limit, Per::Hour)
+    }
+    /// `limit` units per calendar day (local midnight to local midnight).
+    pub const fn per_day(limit: i64) -> Quota {
+        Quota::per(limit, Per::Day)
+    }
+    /// `limit` units per ISO week (from Monday).
+    pub const fn per_week(limit: i64) -> Quota {
+        Quota::per(limit, Per::Week)
+    }
+    /// `limit` units per calendar month (from the 1st).
+    pub const fn per_month(limit: i64) -> Quota {
+        Quota::per(limit, Per::Month)
+    }
+    /// `limit` units per calendar year.
+    pub const fn per_year(limit: i64) -> Quota {
+        Quota::per(limit, Per::Year)
+    }
+    /// Periods follow the calendar of `zone`: an IANA name (`Europe/Berlin`, from the tz
+    /// database compiled into `throttle-core`, as the module's), `UTC`, or a fixed offset
+    /// (`+05:30`).
+    pub fn tz(self, zone: &str) -> Result<Quota, PolicyError> {
+        let zone = Zone::parse(zone.as_bytes()).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
+        Ok(Quota { zone, ..self })
+    }
+    /// Periods start at the billing instant's position in them (an RFC 3339 instant such as
+    /// `2026-01-31T09:00:00Z`, on a whole millisecond).
+    pub fn anchor(self, instant: &str) -> Result<Quota, PolicyError> {
+        let ms = throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
+        Ok(self.anchor_unix_ms(ms))
+    }
+    /// As [`Quota::anchor`], the instant in Unix milliseconds.
+    pub const fn anchor_unix_ms(self, unix_ms: i64) -> Quota {
+        Quota { anchor_ms: Some(unix_ms), ..self }
+    }
+    pub const fn limit(&self) -> i64 {
+        self.limit
+    }
+    pub const fn period(&self) -> Per {
+        self.per
+    }
+    pub const fn zone(&self) -> Zone {
+        self.zone
+    }
+    pub const fn anchor_ms(&self) -> Option<i64> {
+        self.anchor_ms
+    }
+}
+
 /// A policy's algorithm and parameters, exactly as they are sent (times in milliseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Params {
@@ -80,6 +168,8 @@ pub enum Params {
     Bucket { capacity: i64, tokens: i64, interval_ms: i64 },
     /// `CL.COUNTER key limit window MS` (fixed window).
     Counter { limit: i64, window_ms: i64 },
+    /// `CL.QUOTA key limit PER unit [TZ zone] [ANCHOR unix_ms] MS` (calendar quota).
+    Quota(Quota),
 }
 
 /// A validated policy. Two policies are equal exactly when their parameters are, and the deny
@@ -137,18 +227,7 @@ fn millis(d: Duration, name: &str) -> Result<i64, PolicyError> {
 impl Policy {
     /// Builds a policy from its exact parameters, validated as the module validates them.
     pub fn from_params(params: Params) -> Result<Policy, PolicyError> {
-        let (algorithm, words): (Algorithm, Vec<String>) = match params {
-            Params::Throttle { max_burst, count, period_ms } => (Algorithm::Throttle, vec![max_burst.to_string(), count.to_string(), period_ms.to_string()]),
-            Params::Window { limit, window_ms, precision_ms } => {
-                let mut w = vec![limit.to_string(), window_ms.to_string()];
-                if let Some(p) = precision_ms {
-                    w.extend(["PRECISION".to_string(), p.to_string()]);
-                }
-                (Algorithm::Window, w)
-            }
-            Params::Bucket { capacity, tokens, interval_ms } => (Algorithm::Bucket, vec![capacity.to_string(), tokens.to_string(), interval_ms.to_string()]),
-            Params::Counter { limit, window_ms } => (Algorithm::Counter, vec![limit.to_string(), window_ms.to_string()]),
-        };
+        let (algorithm, words) = command_words(&params);
         let mut args: Vec<&[u8]> = vec![b"k"];
         args.extend(words.iter().map(String::as_bytes));
         args.push(b"MS");
@@ -156,6 +235,11 @@ impl Policy {
         // of its own (narrower) caps.
         let request = Request::parse(algorithm, &args, &Caps::CEILING).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
         Ok(Policy { params, limiter: LimiterKey(request.limiter) })
+    }
+
+    /// A calendar quota (`CL.QUOTA`): `Policy::quota(Quota::per_month(100_000))`.
+    pub fn quota(quota: Quota) -> Result<Policy, PolicyError> {
+        Policy::from_params(Params::Quota(quota))
     }
 
     /// GCRA (`CL.THROTTLE`): `rate`, with as many units at once as the rate's count.
@@ -217,6 +301,7 @@ impl Policy {
             Params::Throttle { max_burst, .. } => max_burst + 1,
             Params::Window { limit, .. } | Params::Counter { limit, .. } => limit,
             Params::Bucket { capacity, .. } => capacity,
+            Params::Quota(q) => q.limit,
         }
     }
 
@@ -230,50 +315,113 @@ impl Policy {
             Params::Window { limit, window_ms, precision_ms } => Params::Window { limit: part(limit), window_ms, precision_ms },
             Params::Bucket { capacity, tokens, interval_ms } => Params::Bucket { capacity: part(capacity), tokens: part(tokens), interval_ms },
             Params::Counter { limit, window_ms } => Params::Counter { limit: part(limit), window_ms },
+            Params::Quota(q) => Params::Quota(Quota { limit: part(q.limit), ..q }),
         })
     }
 
-    /// The command's name and its positional parameters (times in milliseconds).
-    pub(crate) fn command(&self) -> (&'static str, Vec<i64>) {
-        match self.params {
-            Params::Throttle { max_burst, count, period_ms } => ("THROTTLE", vec![max_burst, count, period_ms]),
-            Params::Window { limit, window_ms, .. } => ("WINDOW", vec![limit, window_ms]),
-            Params::Bucket { capacity, tokens, interval_ms } => ("BUCKET", vec![capacity, tokens, interval_ms]),
-            Params::Counter { limit, window_ms } => ("COUNTER", vec![limit, window_ms]),
-        }
+    /// The command's word (`THROTTLE`, … as in CL.ALL specs) and its parameter words after
+    /// the key (times in milliseconds), before the quantity and `MS`.
+    pub(crate) fn command(&self) -> (&'static str, Vec<String>) {
+        let (algorithm, words) = command_words(&self.params);
+        (algorithm.word(), words)
     }
 
-    /// `PRECISION p` of a window, in milliseconds.
-    pub(crate) fn precision_ms(&self) -> Option<i64> {
+    /// The IANA zone a quota names (which the Functions twin cannot follow).
+    pub fn named_zone(&self) -> Option<&'static str> {
         match self.params {
-            Params::Window { precision_ms, .. } => precision_ms,
+            Params::Quota(Quota { zone: Zone::Named(name), .. }) => Some(name),
             _ => None,
         }
     }
+}
+
+/// A policy's algorithm and its command's words after the key (times in milliseconds).
+fn command_words(params: &Params) -> (Algorithm, Vec<String>) {
+    match *params {
+        Params::Throttle { max_burst, count, period_ms } => (Algorithm::Throttle, vec![max_burst.to_string(), count.to_string(), period_ms.to_string()]),
+        Params::Window { limit, window_ms, precision_ms } => {
+            let mut w = vec![limit.to_string(), window_ms.to_string()];
+            if let Some(p) = precision_ms {
+                w.extend(["PRECISION".to_string(), p.to_string()]);
+            }
+            (Algorithm::Window, w)
+        }
+        Params::Bucket { capacity, tokens, interval_ms } => (Algorithm::Bucket, vec![capacity.to_string(), tokens.to_string(), interval_ms.to_string()]),
+        Params::Counter { limit, window_ms } => (Algorithm::Counter, vec![limit.to_string(), window_ms.to_string()]),
+        Params::Quota(q) => {
+            let mut w = vec![q.limit.to_string(), "PER".into(), q.per.word().into()];
+            if let Some(zone) = zone_text(q.zone) {
+                w.extend(["TZ".into(), zone]);
+            }
+            if let Some(ms) = q.anchor_ms {
+                w.extend(["ANCHOR".into(), ms.to_string()]);
+            }
+            (Algorithm::Quota, w)
+        }
+    }
+}
+
+/// A zone as `TZ` takes it; `None` for UTC (the default).
+fn zone_text(zone: Zone) -> Option<String> {
+    match zone {
+        Zone::Fixed(0) => None,
+        Zone::Fixed(s) => {
+            let (sign, a) = (if s < 0 { '-' } else { '+' }, s.unsigned_abs());
+            let (h, m, sec) = (a / 3600, a / 60 % 60, a % 60);
+            Some(if sec == 0 { format!("{sign}{h:02}:{m:02}") } else { format!("{sign}{h:02}:{m:02}:{sec:02}") })
+        }
+        Zone::Named(name) => Some(name.to_string()),
+    }
+}
+
+/// An instant in Unix ms as RFC 3339 in UTC (`2026-01-31T09:00:00Z`, `.123` when not on a
+/// whole second), as `anchor` takes it.
+fn instant_text(ms: i64) -> String {
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, mo, d) = throttle_core::quota::civil_from_days(days);
+    let (h, mi, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
+    let fraction = if milli == 0 { String::new() } else { format!(".{milli:03}") };
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{fraction}Z")
 }
 
 fn strip_code(text: &str) -> String {
     text.strip_prefix("ERR ").unwrap_or(text).to_string()
 }
 
-/// A duration word of the grammar (`AMOUNT UNIT`, the amount optional when `amount_optional`):
-/// its milliseconds.
-fn duration_word(word: &str, amount_optional: bool) -> Option<i64> {
+/// A span of the grammar, `[AMOUNT] UNIT`: its amount, its length in milliseconds when the
+/// unit has a fixed one, and the calendar unit it names, if any.
+struct Span {
+    amount: i64,
+    unit_ms: Option<i64>,
+    per: Option<Per>,
+}
+
+fn span(word: &str, amount_optional: bool) -> Option<Span> {
     let split = word.find(|c: char| !c.is_ascii_digit()).unwrap_or(word.len());
     let (amount, unit) = word.split_at(split);
     let amount: i64 = match amount {
         "" if amount_optional => 1,
         a => a.parse().ok().filter(|&a| a > 0)?,
     };
-    let unit_ms: i64 = match unit.to_ascii_lowercase().as_str() {
-        "ms" | "msec" | "millisecond" | "milliseconds" => 1,
-        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
-        "h" | "hr" | "hour" | "hours" => 3_600_000,
-        "d" | "day" | "days" => 86_400_000,
+    let (unit_ms, per) = match unit.to_ascii_lowercase().as_str() {
+        "ms" | "msec" | "millisecond" | "milliseconds" => (Some(1), None),
+        "s" | "sec" | "secs" | "second" | "seconds" => (Some(1_000), None),
+        "m" | "min" | "mins" | "minute" | "minutes" => (Some(60_000), Some(Per::Minute)),
+        "h" | "hr" | "hour" | "hours" => (Some(3_600_000), Some(Per::Hour)),
+        "d" | "day" | "days" => (Some(86_400_000), Some(Per::Day)),
+        "w" | "wk" | "week" | "weeks" => (Some(7 * 86_400_000), Some(Per::Week)),
+        "mo" | "month" | "months" => (None, Some(Per::Month)),
+        "y" | "yr" | "year" | "years" => (None, Some(Per::Year)),
         _ => return None,
     };
-    amount.checked_mul(unit_ms)
+    Some(Span { amount, unit_ms, per })
+}
+
+/// A duration word of the grammar (`AMOUNT UNIT`, the amount optional when `amount_optional`):
+/// its milliseconds (`None` for a calendar unit of no fixed length).
+fn duration_word(word: &str, amount_optional: bool) -> Option<i64> {
+    let s = span(word, amount_optional)?;
+    s.amount.checked_mul(s.unit_ms?)
 }
 
 impl FromStr for Policy {
@@ -285,21 +433,25 @@ impl FromStr for Policy {
         let rate = words.next().ok_or_else(|| error("", "empty: expected a rate such as 20/s"))?;
         let (count, period) = rate.split_once('/').ok_or_else(|| error(rate, "expected a rate COUNT/UNIT such as 20/s or 1000/h"))?;
         let count: i64 = count.parse().ok().filter(|&c| c > 0).ok_or_else(|| error(rate, "the count before '/' must be a positive integer"))?;
-        let period_ms = duration_word(period, true).ok_or_else(|| error(rate, "the period after '/' must be a unit (ms, s, m, h, d), optionally after an amount (10s)"))?;
+        let period = span(period, true)
+            .ok_or_else(|| error(rate, "the period after '/' must be a unit (ms, s, m, h, d, w; mo, y for a quota), optionally after an amount (10s)"))?;
 
         let mut algorithm: Option<Algorithm> = None;
         let mut burst: Option<i64> = None;
         let mut precision_ms: Option<i64> = None;
+        let mut zone: Option<(&str, Zone)> = None;
+        let mut anchor: Option<(&str, i64)> = None;
         while let Some(word) = words.next() {
             match word.to_ascii_lowercase().as_str() {
-                name @ ("throttle" | "gcra" | "window" | "bucket" | "counter") => {
+                name @ ("throttle" | "gcra" | "window" | "bucket" | "counter" | "quota") => {
                     if algorithm.is_some() {
-                        return Err(error(word, "a second algorithm: give one of throttle, window, bucket, counter"));
+                        return Err(error(word, "a second algorithm: give one of throttle, window, bucket, counter, quota"));
                     }
                     algorithm = Some(match name {
                         "window" => Algorithm::Window,
                         "bucket" => Algorithm::Bucket,
                         "counter" => Algorithm::Counter,
+                        "quota" => Algorithm::Quota,
                         _ => Algorithm::Throttle,
                     });
                 }
@@ -317,7 +469,22 @@ impl FromStr for Policy {
                     let d = words.next().ok_or_else(|| error(word, "expects a duration after it, such as 1s"))?;
                     precision_ms = Some(duration_word(d, false).ok_or_else(|| error(d, "precision must be a duration such as 500ms, 1s or 1m"))?);
                 }
-                _ => return Err(error(word, "unknown word: expected throttle, window, bucket, counter, burst or precision")),
+                "tz" => {
+                    if zone.is_some() {
+                        return Err(error(word, "given twice"));
+                    }
+                    let z = words.next().ok_or_else(|| error(word, "expects a zone after it, such as Europe/Berlin or +05:30"))?;
+                    zone = Some((z, Zone::parse(z.as_bytes()).map_err(|e| error(z, &strip_code(&e.to_string())))?));
+                }
+                "anchor" => {
+                    if anchor.is_some() {
+                        return Err(error(word, "given twice"));
+                    }
+                    let a = words.next().ok_or_else(|| error(word, "expects an instant after it, such as 2026-01-31T09:00:00Z"))?;
+                    let ms = throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis).map_err(|e| error(a, &strip_code(&e.to_string())))?;
+                    anchor = Some((a, ms));
+                }
+                _ => return Err(error(word, "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor")),
             }
         }
         let algorithm = algorithm.unwrap_or(Algorithm::Throttle);
@@ -327,13 +494,34 @@ impl FromStr for Policy {
         if precision_ms.is_some() && algorithm != Algorithm::Window {
             return Err(error("precision", "applies to window only"));
         }
+        if algorithm != Algorithm::Quota {
+            if let Some((z, _)) = zone {
+                return Err(error(z, "tz applies to quota only (a calendar quota: add the word quota)"));
+            }
+            if let Some((a, _)) = anchor {
+                return Err(error(a, "anchor applies to quota only (a calendar quota: add the word quota)"));
+            }
+        }
+        let period_ms = match (algorithm, period.unit_ms) {
+            (Algorithm::Quota, _) => 0,
+            (_, Some(unit_ms)) => period.amount.checked_mul(unit_ms).ok_or_else(|| error(rate, "the period is too long"))?,
+            (_, None) => return Err(error(rate, "a month or a year has no fixed length: add the word quota for a calendar period")),
+        };
         let params = match algorithm {
             Algorithm::Throttle => Params::Throttle { max_burst: burst.unwrap_or(count) - 1, count, period_ms },
             Algorithm::Window => Params::Window { limit: count, window_ms: period_ms, precision_ms },
             Algorithm::Bucket => Params::Bucket { capacity: burst.unwrap_or(count), tokens: count, interval_ms: period_ms },
             Algorithm::Counter => Params::Counter { limit: count, window_ms: period_ms },
-            // Not a word of this grammar yet (a calendar quota needs PER, TZ and ANCHOR).
-            Algorithm::Quota => return Err(error("quota", "calendar quotas are not in the spec grammar yet")),
+            Algorithm::Quota => {
+                let per = period
+                    .per
+                    .filter(|_| period.amount == 1)
+                    .ok_or_else(|| error(rate, "a quota's period is one calendar unit: min, h, d, w, mo or y, without an amount (1000/d quota)"))?;
+                let mut quota = Quota::per(count, per);
+                quota.zone = zone.map_or(Zone::UTC, |(_, z)| z);
+                quota.anchor_ms = anchor.map(|(_, ms)| ms);
+                Params::Quota(quota)
+            }
         };
         Policy::from_params(params).map_err(|e| match e {
             PolicyError::Invalid(text) => error("", &text),
@@ -384,6 +572,24 @@ impl fmt::Display for Policy {
                 Ok(())
             }
             Params::Counter { limit, window_ms } => write!(f, "{limit}/{} counter", period_text(window_ms)),
+            Params::Quota(q) => {
+                let unit = match q.per {
+                    Per::Minute => "min",
+                    Per::Hour => "h",
+                    Per::Day => "day",
+                    Per::Week => "week",
+                    Per::Month => "month",
+                    Per::Year => "year",
+                };
+                write!(f, "{}/{unit} quota", q.limit)?;
+                if let Some(zone) = zone_text(q.zone) {
+                    write!(f, " tz {zone}")?;
+                }
+                match q.anchor_ms {
+                    Some(ms) => write!(f, " anchor {}", instant_text(ms)),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -428,7 +634,7 @@ mod tests {
     #[test]
     fn errors_name_the_bad_word() {
         let err = |spec: &str| Policy::parse(spec).unwrap_err().to_string();
-        assert_eq!(err("20/s brust 5"), r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, burst or precision"#);
+        assert_eq!(err("20/s brust 5"), r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor"#);
         assert!(err("20/fortnight").contains(r#""20/fortnight": the period"#), "{}", err("20/fortnight"));
         assert!(err("x/s").contains(r#""x/s": the count"#));
         assert!(err("20").contains(r#""20": expected a rate"#));
@@ -456,5 +662,51 @@ mod tests {
         assert_eq!(p.params(), Params::Throttle { max_burst: 11, count: 25, period_ms: 1000 });
         let p = Policy::parse("3/s window").unwrap().divided(10).unwrap();
         assert_eq!(p.limit(), 1);
+    }
+
+    #[test]
+    fn quotas_follow_the_calendar_words() {
+        let q = |spec: &str| Policy::parse(spec).unwrap();
+        assert_eq!(q("100000/month quota"), Policy::quota(Quota::per_month(100_000)).unwrap());
+        assert_eq!(q("100000/mo QUOTA"), Policy::quota(Quota::per_month(100_000)).unwrap());
+        assert_eq!(q("1000/day quota tz Europe/Berlin"), Policy::quota(Quota::per_day(1000).tz("Europe/Berlin").unwrap()).unwrap());
+        assert_eq!(q("5/min quota tz +05:30"), Policy::quota(Quota::per_minute(5).tz("+05:30").unwrap()).unwrap());
+        assert_eq!(q("7/w quota"), Policy::quota(Quota::per_week(7)).unwrap());
+        assert_eq!(q("9/y quota"), Policy::quota(Quota::per_year(9)).unwrap());
+        let anchored = Policy::quota(Quota::per_month(1000).anchor("2026-01-31T09:00:00Z").unwrap()).unwrap();
+        assert_eq!(q("1000/month quota anchor 2026-01-31T09:00:00Z"), anchored);
+        assert_eq!(q("1000/month quota anchor 2026-01-31T10:00:00+01:00"), anchored, "the same instant");
+        assert_eq!(q("1000/month quota anchor 1769850000000"), anchored, "Unix ms");
+        // What is sent: the command's own words, times in ms.
+        assert_eq!(anchored.command(), ("QUOTA", vec!["1000".into(), "PER".into(), "MONTH".into(), "ANCHOR".into(), "1769850000000".into()]));
+        assert_eq!(q("1000/day quota tz Europe/Berlin").command().1[3..], ["TZ".to_string(), "Europe/Berlin".into()]);
+        assert_eq!(q("5/min quota tz -00:30").command().1[3..], ["TZ".to_string(), "-00:30".into()]);
+        assert_eq!(q("1000/day quota tz Europe/Berlin").named_zone(), Some("Europe/Berlin"));
+        assert_eq!(q("1000/day quota tz +01:00").named_zone(), None);
+        // A week is seven days for the other algorithms.
+        assert_eq!(q("3/w counter").params(), Params::Counter { limit: 3, window_ms: 604_800_000 });
+        for spec in ["100000/month quota", "1000/day quota tz Europe/Berlin", "5/min quota tz +05:30", "1/h quota anchor 2026-02-03T04:05:06.789Z", "2/week quota tz -03:00 anchor 2026-01-01T00:00:00Z"] {
+            let p = q(spec);
+            assert_eq!(p.to_string(), spec.replace("/mo ", "/month "));
+            assert_eq!(Policy::parse(&p.to_string()).unwrap(), p, "{spec}");
+        }
+        assert_eq!(q("1000/month quota").divided(4).unwrap(), q("250/month quota"));
+    }
+
+    #[test]
+    fn quota_errors_name_the_bad_word() {
+        let err = |spec: &str| Policy::parse(spec).unwrap_err().to_string();
+        assert!(err("1000/month").contains(r#""1000/month": a month or a year has no fixed length: add the word quota"#), "{}", err("1000/month"));
+        assert!(err("1000/2d quota").contains(r#""1000/2d": a quota's period is one calendar unit"#));
+        assert!(err("1000/s quota").contains(r#""1000/s": a quota's period is one calendar unit"#));
+        assert!(err("1000/d quota tz Mars/Olympus").contains(r#""Mars/Olympus": unknown time zone 'Mars/Olympus' for TZ"#), "{}", err("1000/d quota tz Mars/Olympus"));
+        assert!(err("1000/d quota anchor yesterday").contains(r#""yesterday": bad ANCHOR 'yesterday'"#));
+        assert!(err("1000/d tz +01:00").contains(r#""+01:00": tz applies to quota only"#));
+        assert!(err("1000/d counter anchor 0").contains(r#""0": anchor applies to quota only"#));
+        assert!(err("1000/d quota tz").contains(r#""tz": expects a zone"#));
+        assert!(err("1000/d quota tz UTC tz UTC").contains(r#""tz": given twice"#));
+        assert!(err("1000/d quota burst 5").contains("applies to throttle and bucket only"));
+        assert!(Policy::quota(Quota::per_day(0)).unwrap_err().to_string().contains("limit must be"));
+        assert!(Quota::per_day(1).tz("Nowhere").is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Decisions are counted through the `metrics` facade: allowed, denied, deny-cache hits,
-//! degraded, and the server's latency, as a recorder installed by the application sees them.
+//! degraded, and the server's latency, as a recorder installed by the application sees them;
+//! every server call runs in a `tracing` span naming its command and outcome.
 
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
@@ -58,10 +59,58 @@ impl Recorder for &'static Counts {
     }
 }
 
+/// A `tracing` subscriber keeping each span's name and fields (`name command=… outcome=…`).
+#[derive(Default)]
+struct Spans(Mutex<Vec<(String, BTreeMap<String, String>)>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_string(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+}
+
+impl tracing::Subscriber for &'static Spans {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut fields = BTreeMap::new();
+        span.record(&mut Fields(&mut fields));
+        let mut spans = self.0.lock().unwrap();
+        spans.push((span.metadata().name().to_string(), fields));
+        tracing::span::Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let mut spans = self.0.lock().unwrap();
+        if let Some((_, fields)) = spans.get_mut(id.into_u64() as usize - 1) {
+            values.record(&mut Fields(fields));
+        }
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+impl Spans {
+    /// The calls' spans, as `command outcome`.
+    fn calls(&self) -> Vec<String> {
+        let spans = self.0.lock().unwrap();
+        spans.iter().filter(|(name, _)| name == "redis_throttle.call").map(|(_, f)| format!("{} {}", f["command"], f.get("outcome").map_or("-", String::as_str))).collect()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_are_counted() {
     let counts: &'static Counts = Box::leak(Box::default());
     metrics::set_global_recorder(counts).unwrap();
+    let spans: &'static Spans = Box::leak(Box::default());
+    tracing::subscriber::set_global_default(spans).unwrap();
     let mut server = Server::start();
     let config = Config { deadline: Duration::from_millis(50), failure: FailurePolicy::FailOpen, breaker: BreakerConfig { failures: 100, ..BreakerConfig::default() }, ..Config::default() };
     let client = Throttle::connect_with(&server.url(), config).await.unwrap();
@@ -78,4 +127,9 @@ async fn decisions_are_counted() {
     assert!(d.is_degraded() && d.allowed());
     assert_eq!(counts.get("throttle_client_degraded_total"), 1);
     assert_eq!(counts.get("throttle_client_allowed_total"), 3);
+    // A span per server call (none for the deny cache's answers), with its outcome.
+    let calls = spans.calls();
+    assert_eq!(calls[..3], ["cl.counter ok", "cl.counter ok", "cl.counter ok"], "{calls:?}");
+    assert!(matches!(calls[3].as_str(), "cl.counter connection" | "cl.counter timeout"), "{calls:?}");
+    assert_eq!(calls.len(), 4, "{calls:?}");
 }

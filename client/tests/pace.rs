@@ -40,6 +40,12 @@ async fn paced_calls_leave_evenly_spaced() {
         }
         assert!(done[3] >= Duration::from_millis(295), "{how:?}: {done:?}");
     }
+    // With a jitter of up to 40 ms: never before its slot (k × 100 ms).
+    let done = spaced(&client, "jitter", Wait::SleepWithJitter(Duration::from_millis(40))).await;
+    for (k, at) in done.iter().enumerate() {
+        assert!(*at >= Duration::from_millis(100 * k as u64), "slot {k} left at {at:?}: {done:?}");
+    }
+    eprintln!("with a 40 ms jitter, four paced calls left at {done:?}");
 
     // While blocking calls wait on the server, the shared connection keeps answering.
     let policy = Policy::parse("100/s").unwrap();

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use harness::twin::{self, Form};
 use harness::{Options, Server};
-use redis_throttle_client::{Backend, Config, Error, Policy, Source, Throttle, Verdict};
+use redis_throttle_client::policy::Quota;
+use redis_throttle_client::{Backend, Config, Error, HeldPolicies, Policy, Refresh, Source, Throttle, Verdict};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -19,6 +20,14 @@ fn twin_server() -> Server {
     let server = Server::with(Options::default().without_module());
     twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
     server
+}
+
+/// A server with the module, one with only the twin, and a client of each.
+async fn module_and_twin() -> (Server, Server, Throttle, Throttle) {
+    let (module, twin) = (Server::start(), twin_server());
+    let on_module = Throttle::connect(&module.url()).await.unwrap();
+    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    (module, twin, on_module, on_twin)
 }
 
 /// The decisions a sequence of calls gets, times dropped where the server's clock moves
@@ -96,10 +105,7 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_twin_is_detected_and_decides_as_the_module() {
-    let module = Server::start();
-    let twin = twin_server();
-    let on_module = Throttle::connect(&module.url()).await.unwrap();
-    let on_twin = Throttle::connect(&twin.url()).await.unwrap();
+    let (_module, twin, on_module, on_twin) = module_and_twin().await;
     assert_eq!((on_module.backend(), on_twin.backend()), (Backend::Module, Backend::Twin));
     let expected = sequence(&on_module).await;
     assert_eq!(sequence(&on_twin).await, expected);
@@ -112,6 +118,46 @@ async fn the_twin_is_detected_and_decides_as_the_module() {
         assert_eq!((d.verdict, d.binding, d.each.len()), (Verdict::Allowed, 1, 2));
         assert_eq!((d.each[0].remaining, d.each[1].remaining), (4, 1));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_quotas_on_the_module_and_the_twin() {
+    let (module, twin, on_module, on_twin) = module_and_twin().await;
+    let daily = Policy::quota(Quota::per_day(3).tz("+05:30").unwrap()).unwrap();
+    assert_eq!(daily, Policy::parse("3/day quota tz +05:30").unwrap());
+    let burst = Policy::parse("2/s").unwrap();
+    for (client, server) in [(&on_module, &module), (&on_twin, &twin)] {
+        for remaining in [2, 1, 0] {
+            let d = client.check(&daily, "q").await.unwrap();
+            assert_eq!((d.verdict, d.limit, d.remaining), (Verdict::Allowed, 3, remaining));
+        }
+        let d = client.check(&daily, "q").await.unwrap();
+        // Denied until the next local midnight in +05:30, which is also when the key expires.
+        let wait = d.retry_after().unwrap();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(86_400), "{wait:?}");
+        assert_eq!(wait, d.reset_after);
+        let expires_at = harness::pexpiretime(&mut server.client(), "q");
+        let local_ms = (expires_at + 19_800_000) % 86_400_000;
+        assert_eq!(local_ms, 0, "the key expires at local midnight: {expires_at}");
+        assert_eq!(client.check_n(&daily, "q", 4).await.unwrap().verdict, Verdict::Never);
+        assert_eq!(client.refund(&daily, "q", 1).await.unwrap().remaining, 1);
+        // In CL.ALL: two per second and the day's quota, decided together.
+        let d = client.check_all(&[(&burst, b"{u}:s", 1), (&daily, b"{u}:q", 1)]).await.unwrap();
+        assert_eq!((d.verdict, d.each[1].remaining), (Verdict::Allowed, 2));
+    }
+    assert_eq!(module.command_calls("cl.quota"), 6);
+
+    // An IANA zone needs the module's tz database: the twin has none, and the client says so
+    // before sending.
+    let berlin = Policy::parse("1000/day quota tz Europe/Berlin").unwrap();
+    assert!(on_module.check(&berlin, "b").await.unwrap().allowed());
+    let sent = twin.command_calls("fcall");
+    match on_twin.check(&berlin, "b").await {
+        Err(Error::Invalid(text)) => assert!(text.contains("Europe/Berlin") && text.contains("Functions twin") && text.contains("fixed offset"), "{text}"),
+        other => panic!("expected a clear error, got {other:?}"),
+    }
+    assert!(matches!(on_twin.check_all(&[(&burst, b"{u}:s", 1), (&berlin, b"{u}:b", 1)]).await, Err(Error::Invalid(_))));
+    assert_eq!(twin.command_calls("fcall"), sent, "nothing sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,21 +244,20 @@ async fn distinct_denied_keys_stay_within_the_cache_bound() {
     assert!(client.deny_cache_capacity() <= 1_024);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policies_held_in_redis_follow_edits_and_keep_the_last_good_one() {
-    let server = Server::start();
-    let client = Throttle::connect(&server.url()).await.unwrap();
+/// Edits of the hash reach `held` within a second (each wait measured and returned); an
+/// invalid edit keeps the last good policy and is reported; a removal removes.
+fn edits_arrive(server: &Server, held: &HeldPolicies) -> Vec<Duration> {
     let hset = |value: &str| redis::cmd("HSET").arg("throttle:policies").arg("api").arg(value).query::<()>(&mut server.client()).unwrap();
-    hset("2/m counter");
-    let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
-    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()));
-    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+    let mut waits = Vec::new();
+    let mut wait = |what: &str, ok: &dyn Fn() -> bool| {
         let start = std::time::Instant::now();
         while !ok() {
             assert!(start.elapsed() < Duration::from_secs(1), "{what} did not arrive within a second");
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(1));
         }
+        waits.push(start.elapsed());
     };
+    assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()));
     hset("2/m countr");
     wait("the invalid edit's report", &|| !held.errors().is_empty());
     assert_eq!(held.get("api"), Some(Policy::parse("2/m counter").unwrap()), "the last good policy stays");
@@ -220,6 +265,68 @@ async fn policies_held_in_redis_follow_edits_and_keep_the_last_good_one() {
     hset("5/m counter");
     wait("the edit", &|| held.get("api") == Some(Policy::parse("5/m counter").unwrap()));
     assert!(held.errors().is_empty());
+    hset("1000/month quota tz Europe/Berlin");
+    wait("the quota", &|| held.get("api") == Some(Policy::parse("1000/month quota tz Europe/Berlin").unwrap()));
     redis::cmd("HDEL").arg("throttle:policies").arg("api").query::<()>(&mut server.client()).unwrap();
     wait("the removal", &|| held.get("api").is_none());
+    waits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_policies_follow_edits_through_invalidation_messages() {
+    let server = Server::start();
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    // Polled only every minute: only an invalidation message can bring an edit within a second.
+    let held = client.held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(held.refresh(), &Refresh::Tracking);
+    // Another process's client: every client is told.
+    let other = Throttle::connect(&server.url()).await.unwrap().held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
+    let waits = edits_arrive(&server, &held);
+    eprintln!("edits arrived through invalidation after {waits:?}");
+    let start = std::time::Instant::now();
+    while other.get("api").is_some() {
+        assert!(start.elapsed() < Duration::from_secs(1), "the other client did not see the removal within a second");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("7/m counter").query::<()>(&mut server.client()).unwrap();
+    let start = std::time::Instant::now();
+    while other.get("api") != Some(Policy::parse("7/m counter").unwrap()) || held.get("api") != other.get("api") {
+        assert!(start.elapsed() < Duration::from_secs(1), "both clients within a second");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    // The connection lost (CLIENT KILL of every other client): the client reconnects, tracks
+    // again, and reads what changed meanwhile.
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let mut admin = server.client();
+    redis::cmd("CLIENT").arg("KILL").arg("SKIPME").arg("yes").arg("TYPE").arg("normal").exec(&mut admin).unwrap();
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("3/m counter").query::<()>(&mut admin).unwrap();
+    let start = std::time::Instant::now();
+    while held.get("api") != Some(Policy::parse("3/m counter").unwrap()) {
+        assert!(start.elapsed() < Duration::from_secs(2), "the edit after a reconnect did not arrive: {:?}", held.get("api"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("after the connection was killed: {:?}", start.elapsed());
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("4/m counter").query::<()>(&mut admin).unwrap();
+    let start = std::time::Instant::now();
+    while held.get("api") != Some(Policy::parse("4/m counter").unwrap()) {
+        assert!(start.elapsed() < Duration::from_secs(1), "tracking did not resume");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_policies_are_polled_where_tracking_is_refused() {
+    // An ACL that refuses CLIENT TRACKING (as some managed services do).
+    let server = Server::with(Options::default().arg("--user default on nopass ~* &* +@all -client|tracking"));
+    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
+    match held.refresh() {
+        Refresh::Polling(reason) => assert!(reason.contains("NOPERM") || reason.contains("tracking"), "{reason}"),
+        other => panic!("expected polling, got {other:?}"),
+    }
+    let waits = edits_arrive(&server, &held);
+    eprintln!("edits arrived by polling every 100 ms after {waits:?}");
 }

@@ -1,7 +1,8 @@
 //! The test kit (`Throttle::in_memory`, `throttle-core` with a manual clock) against the
 //! module: the same random calls (every algorithm, parameters changed on live keys, peeks,
-//! refunds, quantities above the limit, CL.ALL) at the same instants give the same decisions,
-//! and the kit's keys hold the module's bytes and absolute expiries.
+//! refunds, quantities above the limit, CL.ALL, calendar quotas in zones and from anchors) at
+//! the same instants give the same decisions, and the kit's keys hold the module's bytes and
+//! absolute expiries.
 //!
 //! One instant, no tolerance: the module's clock is pinned (`CL.DEBUG CLOCK`, loaded with
 //! `DEBUG-COMMANDS yes`) to the kit's before every call. The pinned clock runs a day ahead of
@@ -20,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use redis_throttle_client::{Config, ManualClock, Policy, Throttle};
 
 const CALLS: usize = 3_000;
-const KEYS: [&str; 6] = ["t", "t2", "w", "wp", "b", "c"];
+const KEYS: [&str; 8] = ["t", "t2", "w", "wp", "b", "c", "q", "q2"];
 
 fn policies() -> Vec<(Policy, &'static str)> {
     [
@@ -35,6 +36,14 @@ fn policies() -> Vec<(Policy, &'static str)> {
         ("1/700ms bucket burst 2", "b"),
         ("4/2s counter", "c"),
         ("3/1s counter", "c"),
+        // Calendar quotas: minutes cross many boundaries in a run; an anchor off the second,
+        // an offset and an IANA zone; a changed period on a live key carries its count.
+        ("5/min quota", "q"),
+        ("6/min quota anchor 2026-01-01T00:00:17.250Z", "q"),
+        ("4/min quota tz +05:30", "q"),
+        ("30/h quota tz Asia/Kolkata", "q2"),
+        ("25/h quota", "q2"),
+        ("40/day quota tz Europe/Berlin", "q2"),
     ]
     .into_iter()
     .map(|(spec, key)| (Policy::parse(spec).unwrap(), key))
