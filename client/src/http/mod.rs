@@ -545,7 +545,7 @@ impl Shared {
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
-                    let binding = Some(entries.len() - 1);
+                    let binding = entries.len().checked_sub(1);
                     return Admission::Refuse(self.refusal(&d, limit.name.clone(), &entries, binding));
                 }
                 Err(e) => {
