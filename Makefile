@@ -150,6 +150,7 @@ fuzz:
 bench: build
 	bench/run.sh
 	bench/instructions.sh
+	bench/http.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

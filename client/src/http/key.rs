@@ -32,6 +32,7 @@ pub struct Key(pub(crate) KeyKind);
 
 #[derive(Clone)]
 pub(crate) enum KeyKind {
+    #[cfg(feature = "axum")]
     PeerIp,
     ForwardedFor(usize),
     Header(HeaderName),
@@ -43,6 +44,7 @@ pub(crate) enum KeyKind {
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
+            #[cfg(feature = "axum")]
             KeyKind::PeerIp => write!(f, "Key::peer_ip()"),
             KeyKind::ForwardedFor(n) => write!(f, "Key::forwarded_for({n})"),
             KeyKind::Header(h) => write!(f, "Key::header({h:?})"),
@@ -56,6 +58,7 @@ impl std::fmt::Debug for Key {
 /// Why a key could not be read at all (a configuration error, not a request without a key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum KeyError {
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     NoConnectInfo,
 }
 
@@ -99,11 +102,15 @@ impl Key {
     }
 
     pub(crate) fn needs_peer(&self) -> bool {
-        matches!(self.0, KeyKind::PeerIp)
+        #[cfg(feature = "axum")]
+        return matches!(self.0, KeyKind::PeerIp);
+        #[cfg(not(feature = "axum"))]
+        false
     }
 
     pub(crate) fn extract(&self, req: &RequestParts<'_>) -> Result<Option<String>, KeyError> {
         Ok(match &self.0 {
+            #[cfg(feature = "axum")]
             KeyKind::PeerIp => Some(peer_ip(req.extensions).ok_or(KeyError::NoConnectInfo)?.to_string()),
             KeyKind::ForwardedFor(n) => forwarded_for(req.headers, *n).map(|ip| ip.to_string()),
             KeyKind::Header(name) => req.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string),
@@ -117,11 +124,6 @@ impl Key {
 #[cfg(feature = "axum")]
 fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip())
-}
-
-#[cfg(not(feature = "axum"))]
-fn peer_ip(_: &Extensions) -> Option<IpAddr> {
-    None
 }
 
 /// The `trusted`-th `X-Forwarded-For` entry from the right, over every field line in order.
