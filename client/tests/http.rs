@@ -214,16 +214,6 @@ fn holders(server: &Server, key: &str) -> i64 {
     redis::cmd("ZCOUNT").arg(key).arg(format!("({now}")).arg("+inf").query(&mut server.client()).unwrap()
 }
 
-async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_last_as_long_as_the_response_body() {
     let server = Server::start();
@@ -267,7 +257,7 @@ async fn leases_last_as_long_as_the_response_body() {
     // The client goes away mid-stream: the body is dropped, the lease released.
     drop(body);
     connection.abort();
-    wait_for("the cancelled stream's lease to be released", || holders(&server, "rl:streams:/stream") == 0).await;
+    harness::wait_until("the cancelled stream's lease to be released", Duration::from_secs(3), || holders(&server, "rl:streams:/stream") == 0);
     let (response, _connection) = start(addr, "/stream", &[]).await;
     assert_eq!(response.status(), 200, "the slot is free again");
     drop(response);
@@ -283,7 +273,7 @@ async fn leases_last_as_long_as_the_response_body() {
     }
     assert!(most.load(Ordering::SeqCst) <= 3, "{} in flight at once", most.load(Ordering::SeqCst));
     assert!(admitted >= 3, "{admitted} admitted");
-    wait_for("every finished response's lease to be released", || holders(&server, "rl:workers:/work") == 0).await;
+    harness::wait_until("every finished response's lease to be released", Duration::from_secs(3), || holders(&server, "rl:workers:/work") == 0);
 }
 
 const DEADLINE: Duration = Duration::from_millis(30);
