@@ -38,7 +38,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run plots plots-perf test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run demo plots plots-perf test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -51,6 +51,11 @@ build: deps
 # A local redis-server with the module loaded, in the foreground.
 run: build
 	redis-server --port $(PORT) --save "" --appendonly no --loadmodule $(abspath $(MODULE))
+
+# The HTTP layer's example service (client/examples/http) on a throwaway server with the module:
+# a burst of requests, each response's status and rate-limit fields.
+demo: build
+	@scripts/demo.sh
 
 # Unit and property tests of the algorithms, integration tests against real servers, then the
 # behavioural tests against containers (skipped with a notice when no Docker engine answers,
@@ -147,6 +152,7 @@ bench: build
 	bench/run.sh
 	bench/instructions.sh
 	bench/client.sh
+	bench/http.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

@@ -23,6 +23,8 @@ pub struct Lease {
     lost: Arc<AtomicBool>,
     renew: Option<tokio::task::JoinHandle<()>>,
     released: bool,
+    /// Slots left when it was taken (CL.ACQUIRE's `remaining`).
+    remaining: i64,
 }
 
 impl std::fmt::Debug for Lease {
@@ -89,7 +91,7 @@ impl Throttle {
                 }
             })
         };
-        Ok(Ok(Lease { client: self.clone(), key, id, lost, renew: Some(renew), released: false }))
+        Ok(Ok(Lease { client: self.clone(), key, id, lost, renew: Some(renew), released: false, remaining: decision.remaining }))
     }
 }
 
@@ -100,6 +102,11 @@ impl Lease {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The slots left when this lease was taken.
+    pub fn remaining(&self) -> i64 {
+        self.remaining
     }
 
     /// Whether the server is known to no longer hold this lease (a renewal found it gone).

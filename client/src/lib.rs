@@ -21,6 +21,8 @@ mod client;
 mod dashboard;
 mod decision;
 mod held;
+#[cfg(feature = "http")]
+pub mod http;
 mod lease;
 mod memory;
 mod pace;

@@ -1,0 +1,332 @@
+//! The HTTP layer (feature `axum`) between a real HTTP client (hyper) and a real axum server on
+//! loopback, deciding on real redis-servers: the module and the Functions twin alone. Each field
+//! equals what the reply implies at that instant; a refusal is a problem document naming the
+//! binding limit; 32 concurrent clients never get more than the limit; a forged
+//! `X-Forwarded-For` entry does not change the key; a cancelled streaming response releases its
+//! lease; with the server paused, responses come within the deadline with the failure policy's
+//! status.
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use harness::twin::{self, Form};
+use harness::{Options, Server};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use redis_throttle_client::http::{ConfigError, Key, Limit, RateLimit, RateLimitReport};
+use redis_throttle_client::{BreakerConfig, Config, FailurePolicy, Policy, Throttle};
+use tokio::net::TcpStream;
+
+fn policy(spec: &str) -> Policy {
+    Policy::parse(spec).unwrap()
+}
+
+/// Serves the router (with the peer's address) on a free loopback port.
+async fn serve(make_service: axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, make_service).await.unwrap() });
+    addr
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map_or("", |v| v.to_str().unwrap())
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// A request on a connection of its own; the whole response.
+async fn send(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let response = start(addr, path, headers).await.0;
+    let (parts, body) = response.into_parts();
+    Reply { status: parts.status, headers: parts.headers, body: body.collect().await.unwrap().to_bytes() }
+}
+
+/// A request whose response head has arrived; the connection lives as long as the task.
+async fn start(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut request = Request::get(path).header("host", "localhost");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    (sender.send_request(request.body(Empty::<Bytes>::new()).unwrap()).await.unwrap(), task)
+}
+
+fn twin_server() -> Server {
+    let server = Server::with(Options::default().without_module());
+    twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
+    server
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Puts the layer's report (shadow limits included) into a header the test can read.
+async fn surface(response: axum::response::Response) -> axum::response::Response {
+    let mut response = response;
+    let shadow: Vec<String> = response
+        .extensions()
+        .get::<RateLimitReport>()
+        .map(|r| r.outcomes.iter().filter(|o| o.shadow).map(|o| format!("{}={}", o.policy, if o.allowed { "allowed" } else { "denied" })).collect())
+        .unwrap_or_default();
+    response.headers_mut().insert("x-test-shadow", shadow.join(",").parse().unwrap());
+    response
+}
+
+async fn fields_and_refusals(server: &Server) {
+    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let per_ip = Limit::rate("per-ip", policy("1/h burst 5")).key(Key::forwarded_for(1));
+    let tenant = HeaderName::from_static("x-tenant");
+    let limits = RateLimit::new(throttle.clone())
+        .route("/a", [per_ip.clone(), Limit::rate("shadow-ip", policy("1/h burst 1")).key(Key::forwarded_for(1)).shadow()])
+        .route("/b", [per_ip.clone(), Limit::rate("per-tenant", policy("1/h burst 2")).key(Key::header(tenant))])
+        .route("/c", [Limit::rate("per-route", policy("1/h burst 7")).key(Key::route())])
+        .route("/peer", [Limit::rate("peer", policy("10/s"))]);
+    // A peer-IP key (the default) fails when the layer is built, not on each request.
+    assert_eq!(RateLimit::new(throttle.clone()).limit(Limit::rate("x", policy("1/s"))).layer().err(), Some(ConfigError::NeedsConnectInfo));
+    let layer = limits.with_connect_info().layer().unwrap();
+    let ok = || async { "ok" };
+    let app = Router::new().route("/a", get(ok)).route("/b", get(ok)).route("/c", get(ok)).route("/peer", get(ok)).layer(layer).layer(axum::middleware::map_response(surface));
+    let addr = serve(app.into_make_service_with_connect_info::<SocketAddr>()).await;
+
+    // Five admitted, each with the numbers of the reply; the client's forged entries (left of
+    // the rightmost) do not change the key.
+    let forged = ["9.9.9.9", "6.6.6.6, 9.9.9.9", "9.9.9.9", "1.1.1.1,9.9.9.9", "7.7.7.7, 8.8.8.8, 9.9.9.9"];
+    for (i, xff) in (1..=5u64).zip(forged) {
+        let r = send(addr, "/a", &[("x-forwarded-for", xff)]).await;
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(r.header("ratelimit-policy"), r#""per-ip";q=5;w=18000"#);
+        // GCRA at 1/h: after i units the limiter is full again in i hours, less the
+        // milliseconds since the first (under a second: rounded up, exactly i hours).
+        assert_eq!(r.header("ratelimit"), format!(r#""per-ip";r={};t={}"#, 5 - i, i * 3600), "request {i}");
+        assert_eq!((r.header("x-ratelimit-limit"), r.header("x-ratelimit-remaining")), ("5", &*(5 - i).to_string()));
+        let reset: u64 = r.header("x-ratelimit-reset").parse().unwrap();
+        assert!(reset.abs_diff(now_secs() + i * 3600) <= 1, "X-RateLimit-Reset {reset} is now + {i} h");
+        assert!(r.header("retry-after").is_empty());
+        // The shadow limit (burst 1) denies from the second request on, and is not enforced.
+        assert_eq!(r.header("x-test-shadow"), if i == 1 { "shadow-ip=allowed" } else { "shadow-ip=denied" });
+    }
+    let r = send(addr, "/a", &[("x-forwarded-for", "5.5.5.5, 9.9.9.9")]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("content-type"), "application/problem+json");
+    let problem = r.json();
+    assert_eq!(problem["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"], serde_json::json!(["per-ip"]));
+    assert_eq!(r.header("retry-after"), "3600", "one emission interval, rounded up");
+    assert_eq!(r.header("ratelimit"), r#""per-ip";r=0;t=18000"#);
+    // The rightmost entry is the key: another client is counted apart.
+    let r = send(addr, "/a", &[("x-forwarded-for", "9.9.9.9, 4.4.4.4")]).await;
+    assert_eq!((r.status, r.header("ratelimit")), (StatusCode::OK, r#""per-ip";r=4;t=3600"#));
+    // No X-Forwarded-For: the shared key of keyless requests.
+    assert_eq!(send(addr, "/a", &[]).await.status, 200);
+    assert_eq!(redis::cmd("EXISTS").arg("rl:per-ip").query::<i64>(&mut server.client()).unwrap(), 1);
+
+    // Two limits through CL.ALL: the binding one is named, and a refusal consumes neither.
+    let (ip, t) = (("x-forwarded-for", "3.3.3.3"), ("x-tenant", "acme"));
+    for i in 1..=2u64 {
+        let r = send(addr, "/b", &[ip, t]).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("ratelimit-policy"), r#""per-ip";q=5;w=18000, "per-tenant";q=2;w=7200"#);
+        assert_eq!(r.header("ratelimit"), format!(r#""per-ip";r={};t={}, "per-tenant";r={};t={}"#, 5 - i, i * 3600, 2 - i, i * 3600));
+        assert_eq!(r.header("x-ratelimit-limit"), "2", "the binding limit: the fewest remaining");
+    }
+    let r = send(addr, "/b", &[ip, t]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["violated-policies"], serde_json::json!(["per-tenant"]));
+    assert_eq!(r.header("retry-after"), "3600");
+    let r = send(addr, "/a", &[ip]).await;
+    assert_eq!(r.header("ratelimit"), r#""per-ip";r=2;t=10800"#, "the refused CL.ALL consumed nothing");
+
+    // The peer IP through ConnectInfo.
+    assert_eq!(send(addr, "/peer", &[]).await.status, 200);
+    assert_eq!(redis::cmd("EXISTS").arg("rl:peer:127.0.0.1").query::<i64>(&mut server.client()).unwrap(), 1);
+
+    // 32 concurrent clients: exactly the limit admitted.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        tasks.spawn(async move { send(addr, "/c", &[]).await.status });
+    }
+    let mut admitted = 0;
+    while let Some(status) = tasks.join_next().await {
+        let status = status.unwrap();
+        assert!(status == 200 || status == 429, "{status}");
+        admitted += usize::from(status == 200);
+    }
+    assert_eq!(admitted, 7, "a burst of 7 admits 7 of 32 concurrent requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_equal_the_reply_and_refusals_name_the_binding_limit() {
+    let module = Server::start();
+    fields_and_refusals(&module).await;
+    let twin = twin_server();
+    fields_and_refusals(&twin).await;
+    // Leases are the module's: a concurrency limit on the twin is refused at build.
+    let throttle = Throttle::connect(&twin.url()).await.unwrap();
+    let limits = RateLimit::new(throttle).limit(Limit::concurrent("jobs", 2, Duration::from_secs(5)).key(Key::route()));
+    assert!(matches!(limits.layer().err(), Some(ConfigError::LeasesNeedTheModule(_))));
+}
+
+/// A body that sends a line every 20 ms, forever.
+struct Ticks(Pin<Box<tokio::time::Sleep>>);
+
+impl http_body::Body for Ticks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        std::task::ready!(self.0.as_mut().poll(cx));
+        self.0.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(20));
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"tick\n")))))
+    }
+}
+
+fn holders(server: &Server, key: &str) -> i64 {
+    let now = harness::server_ms(&mut server.client());
+    redis::cmd("ZCOUNT").arg(key).arg(format!("({now}")).arg("+inf").query(&mut server.client()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_last_as_long_as_the_response_body() {
+    let server = Server::start();
+    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let work = {
+        let (in_flight, most) = (in_flight.clone(), most.clone());
+        move || {
+            let (in_flight, most) = (in_flight.clone(), most.clone());
+            async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            "done"
+            }
+        }
+    };
+    let stream = || async { axum::body::Body::new(Ticks(Box::pin(tokio::time::sleep(Duration::ZERO)))) };
+    let limits = RateLimit::new(throttle)
+        .route("/stream", [Limit::concurrent("streams", 1, Duration::from_secs(2)).key(Key::route())])
+        .route("/work", [Limit::concurrent("workers", 3, Duration::from_secs(2)).key(Key::route())]);
+    let app = Router::new().route("/stream", get(stream)).route("/work", get(work));
+    let addr = serve(limits.into_make_service(app).unwrap()).await;
+
+    // A streamed response holds its lease while it streams.
+    let (response, connection) = start(addr, "/stream", &[]).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["ratelimit-policy"], r#""streams";q=1;qu="concurrent-requests""#);
+    assert_eq!(response.headers()["ratelimit"], r#""streams";r=0"#);
+    let mut body = response.into_body();
+    for _ in 0..3 {
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "tick\n");
+    }
+    assert_eq!(holders(&server, "rl:streams:/stream"), 1);
+    let r = send(addr, "/stream", &[]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["violated-policies"], serde_json::json!(["streams"]));
+    assert!(r.header("retry-after").parse::<u64>().unwrap() >= 1);
+    // The client goes away mid-stream: the body is dropped, the lease released.
+    drop(body);
+    connection.abort();
+    harness::wait_until("the cancelled stream's lease to be released", Duration::from_secs(3), || holders(&server, "rl:streams:/stream") == 0);
+    let (response, _connection) = start(addr, "/stream", &[]).await;
+    assert_eq!(response.status(), 200, "the slot is free again");
+    drop(response);
+
+    // 32 concurrent clients never have more than 3 requests in flight; a finished body releases.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        tasks.spawn(async move { send(addr, "/work", &[]).await.status });
+    }
+    let mut admitted = 0;
+    while let Some(status) = tasks.join_next().await {
+        admitted += usize::from(status.unwrap() == 200);
+    }
+    assert!(most.load(Ordering::SeqCst) <= 3, "{} in flight at once", most.load(Ordering::SeqCst));
+    assert!(admitted >= 3, "{admitted} admitted");
+    harness::wait_until("every finished response's lease to be released", Duration::from_secs(3), || holders(&server, "rl:workers:/work") == 0);
+}
+
+const DEADLINE: Duration = Duration::from_millis(30);
+
+fn signal(pid: u32, sig: &str) {
+    assert!(Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success());
+}
+
+struct Resume(u32);
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-CONT").arg(self.0.to_string()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
+    let server = Server::start();
+    let config = |failure| Config { deadline: DEADLINE, failure, breaker: BreakerConfig { failures: 3, probe_interval: Duration::from_millis(1500) }, ..Config::default() };
+    let app = || Router::new().route("/", get(|| async { "ok" })).route("/lease", get(|| async { "ok" }));
+    let limits = |t: Throttle| {
+        RateLimit::new(t)
+            .route("/", [Limit::rate("per-ip", policy("100/s")).key(Key::forwarded_for(1))])
+            .route("/lease", [Limit::concurrent("jobs", 5, Duration::from_secs(5)).key(Key::route())])
+    };
+    let closed = serve(limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailClosed)).await.unwrap()).into_make_service(app()).unwrap()).await;
+    let open = serve(limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailOpen)).await.unwrap()).into_make_service(app()).unwrap()).await;
+    let ip = [("x-forwarded-for", "2.2.2.2")];
+    assert_eq!(send(closed, "/", &ip).await.status, 200);
+    assert_eq!(send(open, "/", &ip).await.status, 200);
+
+    let pid = server.pid();
+    signal(pid, "STOP");
+    let _resume = Resume(pid);
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let start = Instant::now();
+        let r = send(closed, if i % 2 == 0 { "/" } else { "/lease" }, &ip).await;
+        slowest = slowest.max(start.elapsed());
+        assert_eq!(r.status, 503, "fail closed: {:?}", r.body);
+        assert_eq!(r.header("content-type"), "application/problem+json");
+        assert_eq!(r.json()["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
+        assert_eq!(r.header("retry-after"), "2", "the breaker's probe interval, rounded up");
+        assert!(r.header("ratelimit").is_empty(), "no numbers the server did not give");
+
+        let start = Instant::now();
+        let r = send(open, "/", &ip).await;
+        slowest = slowest.max(start.elapsed());
+        assert_eq!(r.status, 200, "fail open");
+        assert!(["timeout", "breaker-open"].contains(&r.header("x-ratelimit-degraded")), "{:?}", r.headers);
+        assert!(r.header("ratelimit").is_empty());
+    }
+    eprintln!("slowest response with the server paused: {slowest:?}");
+    // The deadline, plus a connection and a request on loopback (a few ms on a busy 2-core machine).
+    assert!(slowest <= DEADLINE + Duration::from_millis(40), "slowest {slowest:?}");
+}
