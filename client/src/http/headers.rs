@@ -7,7 +7,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::policy::{Params, Policy};
+use crate::policy::{Params, Per, Policy};
 
 /// Which rate-limit fields responses carry; combine with `|`. The default is
 /// `DRAFT_11 | GITHUB`. The drafts name their fields alike with different syntax, so at most
@@ -64,6 +64,16 @@ pub(crate) fn window_secs(policy: &Policy) -> u64 {
         Params::Throttle { max_burst, count, period_ms } => u(max_burst + 1).saturating_mul(u(period_ms)).div_ceil(u(count)),
         Params::Window { window_ms, .. } | Params::Counter { window_ms, .. } => u(window_ms),
         Params::Bucket { capacity, tokens, interval_ms } => u(capacity).div_ceil(u(tokens)).saturating_mul(u(interval_ms)),
+        // A calendar period's length varies (DST days, months, leap years): its nominal length,
+        // a month and a year at their Gregorian averages (30.436875 and 365.2425 days).
+        Params::Quota(quota) => match quota.period() {
+            Per::Minute => 60_000,
+            Per::Hour => 3_600_000,
+            Per::Day => 86_400_000,
+            Per::Week => 604_800_000,
+            Per::Month => 2_629_746_000,
+            Per::Year => 31_556_952_000,
+        },
     };
     ms.div_ceil(1000).max(1)
 }
@@ -236,6 +246,8 @@ mod tests {
         assert_eq!(window_secs(&Policy::parse("10000/h window").unwrap()), 3600);
         assert_eq!(window_secs(&Policy::parse("10/m bucket burst 25").unwrap()), 180);
         assert_eq!(window_secs(&Policy::parse("1/h burst 10").unwrap()), 36_000);
+        assert_eq!(window_secs(&Policy::parse("1000/day quota tz Europe/Berlin").unwrap()), 86_400, "a day's nominal length, DST or not");
+        assert_eq!(window_secs(&Policy::parse("100000/month quota").unwrap()), 2_629_746, "a Gregorian average month");
     }
 
     #[test]
