@@ -878,6 +878,21 @@ fn ring_bytes(p_ns: i64, newest: i64, counts: &[i64]) -> Vec<u8> {
     b
 }
 
+/// A rig, and the instant its calls are pinned at: a day from now, 123,457 µs into a second.
+fn rig_tomorrow() -> (Rig, i64) {
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    (Rig::start(), real_us + 86_400_000_000 + 123_457)
+}
+
+fn words(v: &[&str]) -> Vec<String> {
+    v.iter().map(|a| a.to_string()).collect()
+}
+
+/// n instants spread evenly from `from` (included) to `to` (excluded).
+fn spread(n: i64, from: i64, to: i64) -> Vec<i64> {
+    (0..n).map(|i| from + (to - from) * i / n).collect()
+}
+
 /// What the sized paths of the twin read and write (long logs read in ranges and written in
 /// pieces, a long log converted to buckets by search, a ring the module wrote under a raised
 /// `throttle.max-buckets`), the GCRA at the last instants an i64 of nanoseconds holds, and which
@@ -885,11 +900,9 @@ fn ring_bytes(p_ns: i64, newest: i64, counts: &[i64]) -> Vec<u8> {
 /// module's at pinned instants. (Sizes: a few thousand entries; bench/twin.sh measures the caps.)
 #[test]
 fn long_states_the_last_instants_and_error_precedence_match_the_module() {
-    let mut rig = Rig::start();
-    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
-    let now_us = real_us + 86_400_000_000 + 123_457;
+    let (mut rig, now_us) = rig_tomorrow();
     let now = now_us * 1000;
-    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+    let s = words;
     let check = |rig: &mut Rig, what: &str, kind: Algorithm, plant: &Plant, args: &[String], at_us: i64| -> Value {
         let keys = Rig::keys(0);
         rig.plant(&keys, plant);
@@ -908,7 +921,6 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
 
     // Long exact logs (3,000 entries, 24 KB: read in ranges), one window of 600 s.
     let window = 600_000;
-    let spread = |n: i64, from: i64, to: i64| -> Vec<i64> { (0..n).map(|i| from + (to - from) * i / n).collect() };
     let live = spread(3000, now - (window - 1000) * MS, now - MS);
     let full = Plant::Value(log_bytes(0, &live), expiry(now, window));
     let mut dead_then_live = spread(4000, now - 3 * window * MS, now - window * MS - MS);
@@ -1010,14 +1022,11 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
 /// bytes and expiries. (bench/twin.sh measures these calls.)
 #[test]
 fn conversions_and_repairs_at_the_caps_match_the_module() {
-    let mut rig = Rig::start();
-    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
-    let now_us = real_us + 86_400_000_000 + 123_457;
+    let (mut rig, now_us) = rig_tomorrow();
     let now = now_us * 1000;
-    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+    let s = words;
     let hour = 3_600_000 * MS;
     let expiry = |newest: i64| Some((newest + hour).div_euclid(MS) + 1);
-    let spread = |n: i64, from: i64, to: i64| -> Vec<i64> { (0..n).map(|i| from + (to - from) * i / n).collect() };
     let mut check = |what: &str, plant: &Plant, args: &[String]| {
         let keys = Rig::keys(0);
         rig.plant(&keys, plant);
