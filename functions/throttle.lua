@@ -1737,11 +1737,10 @@ local function log_to_ring(p, log, nm, nu)
     local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
     local s
     -- Whether entry j (0-based) of the piece s is at or after the boundary.
+    -- (its 32-bit halves decoded in C)
     local function reached(j)
-      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, j * 8 + 1, j * 8 + 8)
-      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-      if b7 >= 128 then hi = hi - 4294967296 end
-      return hi > bhi or (hi == bhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 >= blo)
+      local lo, hi = unpack('<I4i4', s, j * 8 + 1)
+      return hi > bhi or (hi == bhi and lo >= blo)
     end
     local i = first
     while i < after do
@@ -1786,10 +1785,8 @@ local function log_to_ring(p, log, nm, nu)
         -- common case, without exact arithmetic); else its own, computed.
         local nlo, nhi = blo + pl, bhi + ph
         if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
-        local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, lo * 8 + 1, lo * 8 + 8)
-        local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-        if b7 >= 128 then ehi = ehi - 4294967296 end
-        if k and (ehi < nhi or (ehi == nhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 < nlo)) then
+        local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
+        if k and (ehi < nhi or (ehi == nhi and elo < nlo)) then
           k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
         else
           local k2 = div_floor(le_t(s, lo * 8 + 1), P)
