@@ -1140,10 +1140,8 @@ end
 -- Whether the entry at byte `i` (1-based) of `s` is after the instant (hhi, hlo): its high 32
 -- bits (signed), then its low 32 bits.
 local function entry_after(s, i, hhi, hlo)
-  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
-  local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-  if b7 >= 128 then ehi = ehi - 4294967296 end
-  return ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo)
+  local elo, ehi = unpack('<I4i4', s, i) -- (decoded in C)
+  return ehi > hhi or (ehi == hhi and elo > hlo)
 end
 
 -- Entries a remote binary search narrows to before reading them in one range (4 KB).
