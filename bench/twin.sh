@@ -13,7 +13,8 @@
 #   admitted exact    a log of 99,999 entries, admitted (one SETRANGE appended)
 #   clock step        a full log whose newest 50,000 entries lie an hour ahead (the clock
 #                     stepped back): the denial rewrites them at now
-#   log -> buckets    a full log read with PRECISION (10,000 buckets), denied
+#   log -> buckets    a full log read with PRECISION (10,000 buckets), denied; and admitted
+#                     (a limit one higher: the ring written)
 #   buckets -> log    a full 10,000-bucket ring read without PRECISION, denied
 #   ring 100,001      a 100,001-bucket ring read with PRECISION at 10,000 buckets (regrouped)
 #                     and without PRECISION (converted)
@@ -133,9 +134,13 @@ def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
     else:
         mcmd = ["CL.WINDOW", "b:0"] + margs
         tcmd = ["FCALL", "cl_window", 1, "b:0"] + margs
-    r = measure(make, mcmd, tcmd, keys, fresh)
-    (mu, mw, mr), (tu, tw, tr) = r["module"], r["twin"]
-    # (the two sides run at different instants: their replies agree on the decision)
+    # (the two sides run at different instants: their replies must agree on the decision; a
+    # value planted in one bucket and called in the next may not, then the scenario runs again)
+    for attempt in range(3):
+        r = measure(make, mcmd, tcmd, keys, fresh)
+        (mu, mw, mr), (tu, tw, tr) = r["module"], r["twin"]
+        if mr[0] == tr[0]:
+            break
     assert mr[0] == tr[0], f"{label}: module replied {mr}, twin {tr}"
     rows.append((label, mu, tu, tw))
     print(f"{label:34} module {mu:9.1f} µs   twin {tu:9.1f} µs   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} ms   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
@@ -146,6 +151,7 @@ scenario("denied exact, 100,000 entries", full, [100000, WINDOW])
 scenario("admitted exact, 99,999 entries", lambda n: log(spread(99_999, n - H + 60 * NS, n - NS)), [100000, WINDOW], fresh=True)
 scenario("clock step, 50,000 ahead", lambda n: log(spread(50_000, n - H + 60 * NS, n - NS) + [n + H] * 50_000), [100000, WINDOW], fresh=True)
 scenario("log -> buckets (10,000), denied", full, [100000, WINDOW * 1000, "MS", "PRECISION", 360])
+scenario("log -> buckets (10,000), admitted", full, [100001, WINDOW * 1000, "MS", "PRECISION", 360], fresh=True)
 # A full ring at 10,000 buckets (precision 360 ms over the hour), 10 per bucket.
 P = 360_000_000
 scenario("buckets -> log, 10,000 buckets", lambda n: ring(P, n // P, [10] * 10_001), [100000, WINDOW])

@@ -28,6 +28,7 @@ refused with an error (they are listed in the README), never answered with a wro
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
 local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack, pack, pack_pairs
 local match -- (CL.QUOTA's instants)
+local setmetatable -- (a long ring's lazily decoded counts)
 local bound = false
 local function bind()
   floor = math.floor
@@ -39,6 +40,7 @@ local function bind()
   concat = table.concat
   match = string.match
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
+  setmetatable = _G.setmetatable
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
 end
@@ -292,6 +294,12 @@ local function u32_le(v)
   return char(b0, b1, b2, (v - b2) / 256)
 end
 
+-- The i64 bytes of a plain integer (|v| < 2^53).
+local function int_le(v)
+  local m = floor(v / M)
+  return t_le(m, v - m * M)
+end
+
 -- `s` repeated n times, by doubling (string.rep adds byte by byte: 10x slower for long runs).
 local function repeat_of(s, n)
   if n < 32 then return rep(s, n) end
@@ -302,16 +310,21 @@ end
 
 -- The n i64 values at byte i (1-based) of s, decoded in C, as an array from 0 (plain numbers:
 -- exact below 2^53, the sign kept).
+-- Decoded lazily, 256 values at a time, as the call first reads one of them (a call that skips
+-- runs of equal counts by comparing their bytes decodes only the blocks it reads).
 local function i64_array(s, i, n)
-  local out, got = {}, 0
-  while got < n do
-    local take = n - got
+  local blocks = {}
+  return setmetatable({}, { __index = function(out, slot)
+    if type(slot) ~= 'number' or slot < 0 or slot >= n then return nil end
+    local b = slot - slot % 256
+    if blocks[b] then return nil end
+    blocks[b] = true
+    local take = n - b
     if take > 256 then take = 256 end
-    local t = { unpack(take == 256 and unpack_i8 or '<' .. rep('i8', take), s, i + got * 8) }
-    for j = 1, take do out[got + j - 1] = t[j] end
-    got = got + take
-  end
-  return out
+    local t = { unpack(take == 256 and unpack_i8 or '<' .. rep('i8', take), s, i + b * 8) }
+    for j = 1, take do out[b + j - 1] = t[j] end
+    return t[slot - b + 1]
+  end })
 end
 
 ---------------------------------------------------------------------------------------------
@@ -976,7 +989,9 @@ local function log_built(log)
   local lo, hi, pm, pu
   for i = 1, #rn do
     local n, m, u = rn[i], rm[i], ru[i]
-    if lo and (m > pm or (m == pm and u >= pu)) and m - pm < 9000000000 then
+    if lo and m == pm and u == pu then
+      -- (the run starts at the bucket after the last: lo, hi are its instant already)
+    elseif lo and (m > pm or (m == pm and u >= pu)) and m - pm < 9000000000 then
       local d = (m - pm) * M + (u - pu)
       local dl = d % 4294967296
       lo, hi = lo + dl, hi + (d - dl) / 4294967296
@@ -1125,10 +1140,8 @@ end
 -- Whether the entry at byte `i` (1-based) of `s` is after the instant (hhi, hlo): its high 32
 -- bits (signed), then its low 32 bits.
 local function entry_after(s, i, hhi, hlo)
-  local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 7)
-  local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-  if b7 >= 128 then ehi = ehi - 4294967296 end
-  return ehi > hhi or (ehi == hhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 > hlo)
+  local elo, ehi = unpack('<I4i4', s, i) -- (decoded in C)
+  return ehi > hhi or (ehi == hhi and elo > hlo)
 end
 
 -- Entries a remote binary search narrows to before reading them in one range (4 KB).
@@ -1215,6 +1228,24 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
   if keep > first then
     local m, u = log_at(log, keep - 1)
     future = t_lt(nm, nu, m, u)
+  end
+  if future and log.key and first == 0 and log.head == 0 and not log.rebuilt then
+    -- A long stored log with no dead entry: the rewrite leaves every entry up to now where it
+    -- is, so only the tail after now is written (SETRANGE), as entries at now.
+    local after = log_first_after(log, nm, nu, 0)
+    local parts, chunks, at = {}, {}, 8 + after * 8
+    repeat_parts(t_le(nm, nu), keep - after, parts)
+    if type(appended) == 'table' then
+      for i = 1, #appended do parts[#parts + 1] = appended[i] end
+    elseif count > 0 then
+      parts[#parts + 1] = appended
+    end
+    for i = 1, #parts do
+      chunks[i] = { at, parts[i] }
+      at = at + #parts[i]
+    end
+    d.eff, d.len, d.chunks = 'patch', 8 + keep * 8 + count * 8, chunks
+    return d
   end
   if log.rebuilt or first > live or future then
     local parts = { '\1\0\0\0\0\0\0\0' }
@@ -1449,16 +1480,28 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
     local slot = ring_slot(ring, k)
     local moved_k, moved_c = {}, {}
     local top = current
+    -- (last: the last count read; blk: `blk_n` copies of its bytes, to compare a run with)
+    local s, last, blk, blk_c, blk_n = ring.s, nil, nil, nil, nil
     while k <= newest do
       local k2 = div_floor((k + 1) * Po - 1, P)
       local kend = div_floor((k2 + 1) * P, Po) - 1
       if kend > newest then kend = newest end
-      local sum = 0
-      for _ = k, kend do
+      local sum, n = 0, kend - k + 1
+      if last and n >= 4 and slot + n <= oslots then
+        if blk_c ~= last or blk_n ~= n then blk, blk_c, blk_n = repeat_of(int_le(last), n), last, n end
+        -- A run whose counts all equal the last one read (compared as bytes, in C): not decoded.
+        if sub(s, 24 + slot * 8 + 1, 24 + (slot + n) * 8) == blk then
+          sum, n = last * n, 0
+          slot = slot + kend - k + 1
+          if slot == oslots then slot = 0 end
+        end
+      end
+      for _ = 1, n do
         local c = cs[slot]
         if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
         if c >= EXACT then beyond() end
         sum = sum + c
+        last = c
         slot = slot + 1
         if slot == oslots then slot = 0 end
       end
@@ -1500,21 +1543,20 @@ local function ring_regroup(ring, P, slots, oldest, current, cap)
   return ring_of_moved(P, slots, top, moved_k, moved_c)
 end
 
--- The i64 bytes of a plain integer (|v| < 2^53).
-local function int_le(v)
-  local m = floor(v / M)
-  return t_le(m, v - m * M)
-end
-
 -- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
 local function ring_patch(ring, newest, edits, d)
   if not ring.stored then
     local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
     local counts = ring.counts
     for i = 1, #edits do counts[ring_slot(ring, edits[i][1])] = edits[i][2] end
-    for slot = 0, ring.slots - 1 do
-      local c = counts[slot]
-      parts[#parts + 1] = (c == nil or c == 0) and '\0\0\0\0\0\0\0\0' or int_le(c)
+    -- (packed in C, 256 counts at a time: every count is below 2^53, exact as an i8)
+    local slots, slot, vals = ring.slots, 0, {}
+    while slot < slots do
+      local take = slots - slot
+      if take > 256 then take = 256 end
+      for j = 1, take do vals[j] = counts[slot + j - 1] or 0 end
+      parts[#parts + 1] = pack(take == 256 and unpack_i8 or '<' .. rep('i8', take), lua_unpack(vals, 1, take))
+      slot = slot + take
     end
     d.eff, d.whole = 'patch', concat(parts)
     return d
@@ -1543,6 +1585,15 @@ local function ring_is_ahead(ring, nm, W)
   return ring.newest > div_floor(nm, ring.pm) + div_ceil(W, ring.pm)
 end
 
+-- When bucket k of precision P stops counting in a window of W (ms).
+local function bucket_leaves(P, W, k)
+  local e = (k + 1) * P
+  if e > MAX_MS or e < -MAX_MS then fail(ERR.too_large) end
+  e = e + W
+  if e > MAX_MS then fail(ERR.too_large) end
+  return e
+end
+
 -- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
 -- whether the log held actions after now.
 local function ring_decide(p, ring, nm, nu, q, converted, ahead)
@@ -1563,13 +1614,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
       ring = ring_regroup(ring, P, slots, oldest, current, cap)
     end
   end
-  local function leaves(k) -- ms when bucket k stops counting
-    local e = (k + 1) * P
-    if e > MAX_MS or e < -MAX_MS then fail(ERR.too_large) end
-    e = e + W
-    if e > MAX_MS then fail(ERR.too_large) end
-    return e
-  end
+  local function leaves(k) return bucket_leaves(P, W, k) end
 
   local k0, held = ring_from(ring, oldest)
   local used, newest_used = 0, nil
@@ -1690,11 +1735,10 @@ local function log_to_ring(p, log, nm, nu)
     local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
     local s
     -- Whether entry j (0-based) of the piece s is at or after the boundary.
+    -- (its 32-bit halves decoded in C)
     local function reached(j)
-      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, j * 8 + 1, j * 8 + 8)
-      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-      if b7 >= 128 then hi = hi - 4294967296 end
-      return hi > bhi or (hi == bhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 >= blo)
+      local lo, hi = unpack('<I4i4', s, j * 8 + 1)
+      return hi > bhi or (hi == bhi and lo >= blo)
     end
     local i = first
     while i < after do
@@ -1739,10 +1783,8 @@ local function log_to_ring(p, log, nm, nu)
         -- common case, without exact arithmetic); else its own, computed.
         local nlo, nhi = blo + pl, bhi + ph
         if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
-        local b0, b1, b2, b3, b4, b5, b6, b7 = byte(s, lo * 8 + 1, lo * 8 + 8)
-        local ehi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
-        if b7 >= 128 then ehi = ehi - 4294967296 end
-        if k and (ehi < nhi or (ehi == nhi and ((b3 * 256 + b2) * 256 + b1) * 256 + b0 < nlo)) then
+        local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
+        if k and (ehi < nhi or (ehi == nhi and elo < nlo)) then
           k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
         else
           local k2 = div_floor(le_t(s, lo * 8 + 1), P)
@@ -1770,6 +1812,33 @@ local function log_to_ring(p, log, nm, nu)
   return ring, ahead
 end
 
+-- The decision of a call with PRECISION on a long exact log that writes nothing (a denial, a
+-- peek, a quantity above the limit; the log holds nothing after now), without building the
+-- ring: nil for any other call (log_to_ring then converts it). The ring would hold every live
+-- entry (between the oldest bucket that counts and now's), so its units are the live entries,
+-- its newest bucket in use the newest entry's, and the bucket whose leaving frees enough units
+-- the one of the live entry that many from the oldest (the log ascends, as log_to_ring reads a
+-- long log). O(log entries), where the conversion is O(buckets).
+local function log_as_ring_reply(p, log, nm, nu, q)
+  if log.len == 0 then return nil end
+  local hm, hu = t_sub(nm, nu, p.window, 0)
+  local first = log_first_after(log, hm, hu)
+  local used = log.len - first
+  if used <= 512 then return nil end
+  local lm, lu = log_at(log, log.len - 1)
+  if t_lt(nm, nu, lm, lu) then return nil end
+  local P, W = p.precision, p.window
+  local fm = bucket_leaves(P, W, div_floor(lm, P))
+  local v = verdict(q, used, p.limit)
+  if v == 'refund' or v == 'admit' then return nil end
+  local rm
+  if v == 'denied' then
+    local em = log_at(log, first + used - (p.limit - q) - 1)
+    rm = bucket_leaves(P, W, div_floor(em, P))
+  end
+  return window_reply(p, v == 'peek' and 0 or 1, used, nm, nu, fm, 0, rm, 0)
+end
+
 -- A ring read by a call without PRECISION: each bucket still counting under its own precision
 -- becomes as many entries at its last instant (k+1)p - 1 ns, or at now for a bucket not over
 -- yet, newest first until the limit (the older would leave first); entries at or before
@@ -1795,15 +1864,18 @@ local function ring_to_log(p, ring, nm, nu)
       local slot, slots = ring_slot(ring, k), ring.slots
       local m = (k + 1) * P - 1
       local s, blk, blk_n, try_at = ring.s, nil, nil, k
+      -- The newest run (r) in locals while it grows: cn entries in each of cb buckets, the
+      -- oldest at cm (cn = -1: none that a bucket here extends); written back when it closes.
+      local r, cn, cm, cb = nr, -1, nil, 0
+      if r > 0 and ru[r] == M - 1 then cn, cm, cb = rn[r], rm[r], rb[r] end
       while k > k0 do
-        local r = nr
-        if k <= try_at and r > 0 and slot >= 64 and k - 64 >= k0 and rm[r] == m + P and ru[r] == M - 1
-          and count + 64 * rn[r] <= most then
-          -- A run of equal counts goes on: its next 64 buckets compared as bytes at once (in C).
-          local n = rn[r]
-          if blk_n ~= n then blk, blk_n = repeat_of(int_le(n), 64), n end
+        while k <= try_at and cn > 0 and slot >= 64 and k - 64 >= k0 and cm == m + P
+          and count + 64 * cn <= most do
+          -- A run of equal counts goes on: its next 64 buckets compared as bytes at once (in C),
+          -- again while they match (their counts are then never decoded).
+          if blk_n ~= cn then blk, blk_n = repeat_of(int_le(cn), 64), cn end
           if sub(s, 24 + (slot - 63) * 8 + 1, 24 + (slot + 1) * 8) == blk then
-            rm[r], rb[r], count = m - 63 * P, rb[r] + 64, count + 64 * n
+            cm, cb, count = m - 63 * P, cb + 64, count + 64 * cn
             m, slot, k, try_at = m - 64 * P, slot - 64, k - 64, k - 64
           else
             try_at = k - 64
@@ -1816,20 +1888,23 @@ local function ring_to_log(p, ring, nm, nu)
         if count == most then break end
         if c > 0 then
           local n = c < most - count and c or most - count
-          local r = nr
-          if r > 0 and rn[r] == n and rm[r] == m + P and ru[r] == M - 1 then
+          if n == cn and cm == m + P then
             -- (the next older bucket of a run of equal counts)
-            rm[r], rb[r] = m, rb[r] + 1
+            cm, cb = m, cb + 1
           else
+            if cn > 0 then rm[r], rb[r] = cm, cb end
             r = r + 1
-            rm[r], ru[r], rn[r], rb[r], nr = m, M - 1, n, 1, r
+            ru[r], rn[r] = M - 1, n
+            cn, cm, cb = n, m, 1
           end
           count = count + n
         end
         m = m - P
-        slot = slot == 0 and slots - 1 or slot - 1
+        if slot == 0 then slot = slots - 1 else slot = slot - 1 end
         k = k - 1
       end
+      if cn > 0 then rm[r], rb[r] = cm, cb end
+      nr = r
       if count == most then break end
     end
     if far_ahead then
@@ -1875,6 +1950,8 @@ local function window_decide(p, stored, nm, nu, q)
       local log = log_parse(stored.s, stored)
       if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
       if log then
+        local d = log_as_ring_reply(p, log, nm, nu, q)
+        if d then return d end
         local converted, ahead = log_to_ring(p, log, nm, nu)
         return ring_decide(p, converted, nm, nu, q, true, ahead)
       end
@@ -1888,6 +1965,8 @@ local function window_decide(p, stored, nm, nu, q)
   if p.precision then
     if ring then return ring_decide(p, ring, nm, nu, q) end
     if log then
+      local d = log_as_ring_reply(p, log, nm, nu, q)
+      if d then return d end
       local converted, ahead = log_to_ring(p, log, nm, nu)
       return ring_decide(p, converted, nm, nu, q, true, ahead)
     end

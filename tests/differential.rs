@@ -878,6 +878,21 @@ fn ring_bytes(p_ns: i64, newest: i64, counts: &[i64]) -> Vec<u8> {
     b
 }
 
+/// A rig, and the instant its calls are pinned at: a day from now, 123,457 µs into a second.
+fn rig_tomorrow() -> (Rig, i64) {
+    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    (Rig::start(), real_us + 86_400_000_000 + 123_457)
+}
+
+fn words(v: &[&str]) -> Vec<String> {
+    v.iter().map(|a| a.to_string()).collect()
+}
+
+/// n instants spread evenly from `from` (included) to `to` (excluded).
+fn spread(n: i64, from: i64, to: i64) -> Vec<i64> {
+    (0..n).map(|i| from + (to - from) * i / n).collect()
+}
+
 /// What the sized paths of the twin read and write (long logs read in ranges and written in
 /// pieces, a long log converted to buckets by search, a ring the module wrote under a raised
 /// `throttle.max-buckets`), the GCRA at the last instants an i64 of nanoseconds holds, and which
@@ -885,11 +900,9 @@ fn ring_bytes(p_ns: i64, newest: i64, counts: &[i64]) -> Vec<u8> {
 /// module's at pinned instants. (Sizes: a few thousand entries; bench/twin.sh measures the caps.)
 #[test]
 fn long_states_the_last_instants_and_error_precedence_match_the_module() {
-    let mut rig = Rig::start();
-    let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
-    let now_us = real_us + 86_400_000_000 + 123_457;
+    let (mut rig, now_us) = rig_tomorrow();
     let now = now_us * 1000;
-    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+    let s = words;
     let check = |rig: &mut Rig, what: &str, kind: Algorithm, plant: &Plant, args: &[String], at_us: i64| -> Value {
         let keys = Rig::keys(0);
         rig.plant(&keys, plant);
@@ -908,7 +921,6 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
 
     // Long exact logs (3,000 entries, 24 KB: read in ranges), one window of 600 s.
     let window = 600_000;
-    let spread = |n: i64, from: i64, to: i64| -> Vec<i64> { (0..n).map(|i| from + (to - from) * i / n).collect() };
     let live = spread(3000, now - (window - 1000) * MS, now - MS);
     let full = Plant::Value(log_bytes(0, &live), expiry(now, window));
     let mut dead_then_live = spread(4000, now - 3 * window * MS, now - window * MS - MS);
@@ -927,6 +939,9 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
             s(&["3000", "600", "-40"]),
             s(&["5000", "600", "-2500"]),
             s(&["3000", "600", "PRECISION", "1"]),
+            s(&["2000", "600", "PRECISION", "7"]),
+            s(&["1990", "600", "PRECISION", "7", "2"]),
+            s(&["1000", "600", "PRECISION", "7", "1001"]),
             s(&["5000", "600000", "MS", "PRECISION", "60"]),
             s(&["5000", "600", "PRECISION", "600"]),
             s(&["3000", "300"]),
@@ -997,6 +1012,61 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "10", "60"]), now_us);
     assert_eq!(replies[1], replies[0], "cl_all: WRONGTYPE on another limiter's key");
     assert_eq!(replies[2], replies[0], "cl_all (EVALSHA): WRONGTYPE on another limiter's key");
+}
+
+/// The conversions and repairs at the caps (a 100,000-entry log read with `PRECISION` or
+/// stepped an hour ahead, a 100,001-bucket ring the module writes under the largest
+/// `throttle.max-buckets` read as a log or regrouped, a 10,000-bucket ring read as a log):
+/// the twin's shortcuts there (a denial on a log read as buckets answered from the log, runs of
+/// equal counts compared as bytes, a stepped tail rewritten at once) give the module's replies,
+/// bytes and expiries. (bench/twin.sh measures these calls.)
+#[test]
+fn conversions_and_repairs_at_the_caps_match_the_module() {
+    let (mut rig, now_us) = rig_tomorrow();
+    let now = now_us * 1000;
+    let s = words;
+    let hour = 3_600_000 * MS;
+    let expiry = |newest: i64| Some((newest + hour).div_euclid(MS) + 1);
+    let mut check = |what: &str, plant: &Plant, args: &[String]| {
+        let keys = Rig::keys(0);
+        rig.plant(&keys, plant);
+        let (_, replies, states) = rig.call(Algorithm::Window, &keys, args, now_us);
+        assert!(matches!(replies[0], Value::Array(_)), "{what} {args:?}: {:?}", replies[0]);
+        assert_eq!(replies[1], replies[0], "FCALL reply: {what} {args:?}");
+        assert_eq!(replies[2], replies[0], "EVALSHA reply: {what} {args:?}");
+        // (Compared without printing 800 KB values.)
+        assert!(states[1] == states[0], "FCALL stored bytes/expiry: {what} {args:?}");
+        assert!(states[2] == states[0], "EVALSHA stored bytes/expiry: {what} {args:?}");
+    };
+    let buckets = |q: &str| s(&["100000", "3600000", "MS", "PRECISION", "360", q]);
+
+    let full = Plant::Value(log_bytes(0, &spread(100_000, now - hour + 60_000 * MS, now - MS)), expiry(now));
+    for args in [buckets("1"), buckets("0"), buckets("100001"), buckets("-10"), s(&["100001", "3600000", "MS", "PRECISION", "360"])] {
+        check("a full 100,000-entry log read as 10,000 buckets", &full, &args);
+    }
+    let mut ahead = spread(50_000, now - hour + 60_000 * MS, now - MS);
+    ahead.extend(std::iter::repeat_n(now + hour, 50_000));
+    let ahead = Plant::Value(log_bytes(0, &ahead), expiry(now + hour));
+    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "0"]), buckets("1")] {
+        check("a full log, its newest 50,000 entries an hour ahead", &ahead, &args);
+    }
+
+    let p = 36 * MS;
+    let ring = |counts: &[i64]| Plant::Value(ring_bytes(p, now.div_euclid(p), counts), expiry(now));
+    let ones = ring(&vec![1; 100_001]);
+    for args in [s(&["100000", "3600"]), s(&["99000", "3600", "0"]), buckets("1")] {
+        check("a 100,001-bucket ring of ones", &ones, &args);
+    }
+    let mut two_empty = vec![1; 100_001];
+    two_empty[99_999..].fill(0);
+    check("a 100,001-bucket ring, two buckets empty, read as a log", &ring(&two_empty), &s(&["100000", "3600"]));
+    let mut rng = StdRng::seed_from_u64(18);
+    let mixed = ring(&(0..100_001).map(|_| rng.random_range(0..=2)).collect::<Vec<i64>>());
+    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "-7"])] {
+        check("a 100,001-bucket ring of counts 0-2 read as a log", &mixed, &args);
+    }
+    let tens = Plant::Value(ring_bytes(360 * MS, now.div_euclid(360 * MS), &[10; 10_001]), expiry(now));
+    check("a full 10,000-bucket ring read as a log", &tens, &s(&["100000", "3600"]));
 }
 
 /// CL.QUOTA's words: a calendar the twin can compute (UTC or a fixed offset), sometimes
