@@ -236,9 +236,23 @@ async fn leases_last_as_long_as_the_response_body() {
     let stream = || async { axum::body::Body::new(Ticks(Box::pin(tokio::time::sleep(Duration::ZERO)))) };
     let limits = RateLimit::new(throttle)
         .route("/stream", [Limit::concurrent("streams", 1, Duration::from_secs(2)).key(Key::route())])
-        .route("/work", [Limit::concurrent("workers", 3, Duration::from_secs(2)).key(Key::route())]);
-    let app = Router::new().route("/stream", get(stream)).route("/work", get(work));
+        .route("/work", [Limit::concurrent("workers", 3, Duration::from_secs(2)).key(Key::route())])
+        .route("/both", [Limit::rate("hourly", policy("10/h counter")).key(Key::route()), Limit::concurrent("one", 1, Duration::from_secs(2)).key(Key::route())]);
+    let app = Router::new().route("/stream", get(stream)).route("/work", get(work)).route("/both", get(stream));
     let addr = serve(limits.into_make_service(app).unwrap()).await;
+
+    // A request the concurrency limit refuses was not served: its rate unit is given back.
+    let (response, _held) = start(addr, "/both", &[]).await;
+    assert_eq!(response.status(), 200);
+    let counted = |server: &Server| -> String { redis::cmd("GET").arg("rl:hourly:/both").query(&mut server.client()).unwrap() };
+    assert_eq!(counted(&server), "1");
+    for _ in 0..3 {
+        let r = send(addr, "/both", &[]).await;
+        assert_eq!(r.status, 429);
+        assert_eq!(r.json()["violated-policies"], serde_json::json!(["one"]));
+    }
+    assert_eq!(counted(&server), "1", "refused requests took no rate units");
+    drop(response);
 
     // A streamed response holds its lease while it streams.
     let (response, connection) = start(addr, "/stream", &[]).await;

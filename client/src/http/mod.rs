@@ -542,6 +542,7 @@ impl Shared {
                 }
                 Ok(Err(d)) => {
                     drop(leases);
+                    self.refund_rate(&rate, decision.as_ref()).await;
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
@@ -560,6 +561,20 @@ impl Shared {
         }
         headers::write(&mut fields, self.headers, &entries, binding, self.partition_keys);
         Admission::Pass { fields, leases, report }
+    }
+
+    /// A request a concurrency limit refused was not served: the units its rate limits took are
+    /// given back (only what the server took; a degraded decision took nothing there).
+    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>) {
+        if !admitted.is_some_and(|d| d.allowed() && d.source == Source::Server) {
+            return;
+        }
+        for (limit, key) in rate {
+            let Kind::Rate(policy) = &limit.kind else { continue };
+            if let Err(e) = self.throttle.refund(policy, key, 1).await {
+                tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be refunded");
+            }
+        }
     }
 
     fn report_shadow(&self, keyed: &[(&Limit, Vec<u8>)], d: &Decision, report: &mut RateLimitReport) {
