@@ -179,6 +179,33 @@ impl Algorithm {
         self.params().map(|a| if matches!(a.kind, ArgKind::Option(_) | ArgKind::Text(_)) { 2 } else { 1 }).sum()
     }
 
+    /// How many positional arguments follow the key, when every one is an integer or a
+    /// duration (at most three); `None` for CL.QUOTA, whose words are not all numbers.
+    /// Derived from the command's table once, at compile time.
+    pub const fn positional_integers(self) -> Option<usize> {
+        const fn count(command: &Command) -> Option<usize> {
+            let mut i = 0;
+            while i < command.args.len() {
+                let arg = &command.args[i];
+                if arg.optional || arg.multiple {
+                    break;
+                }
+                if !matches!(arg.kind, ArgKind::Integer | ArgKind::Duration) {
+                    return None;
+                }
+                i += 1;
+            }
+            if i <= 3 { Some(i) } else { None }
+        }
+        match self {
+            Algorithm::Throttle => const { count(&THROTTLE) },
+            Algorithm::Window => const { count(&WINDOW) },
+            Algorithm::Bucket => const { count(&BUCKET) },
+            Algorithm::Counter => const { count(&COUNTER) },
+            Algorithm::Quota => const { count(&QUOTA) },
+        }
+    }
+
     /// Whether the key's expiry is part of the state (reading it costs the server a lookup).
     pub fn reads_expiry(self) -> bool {
         matches!(self, Algorithm::Bucket | Algorithm::Counter | Algorithm::Quota)
@@ -309,6 +336,20 @@ impl<'a> Request<'a> {
     pub fn parse(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
         if let Algorithm::Quota = algorithm {
             return Request::parse_quota(args);
+        }
+        // The common shape, the key and the positional integers alone (no options): the very
+        // result `Parsed::parse` gives for it (the arity holds, the words are parsed in order,
+        // the tail is empty), without walking the table's options.
+        if let Some(count) = algorithm.positional_integers()
+            && let [key, words @ ..] = args
+            && words.len() == count
+        {
+            let mut values = [0i64; 3];
+            for (slot, word) in values.iter_mut().zip(words) {
+                *slot = crate::args::integer(word)?;
+            }
+            let limiter = algorithm.build(&values, &Tail::EMPTY, Unit::Seconds, caps)?;
+            return Ok(Request { key, limiter, quantity: 1, unit: Unit::Seconds, tail: Tail::EMPTY });
         }
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
