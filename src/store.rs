@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use throttle_core::limiter::{Algorithm, Stored, Write};
@@ -328,17 +329,27 @@ impl Key {
     fn replicate(&self, command: Replicated<'_>) -> Result<()> {
         let replicate = api().replicate;
         let (ctx, name) = (self.ctx, self.name);
-        // SAFETY (every arm): each format matches the arguments passed with it: `s` the key
-        // name, `b` a pointer and a length, `c` a NUL-terminated literal.
+        // SAFETY (every arm): each format matches the arguments passed with it: `s` a server
+        // string (the key name, a word of `WORDS`), `b` a pointer and a length, `c` a
+        // NUL-terminated literal.
         let (what, status) = match command {
             Replicated::Set { value, at_ms: Some(at) } => {
                 let at = Decimal::new(at);
                 let at = at.as_bytes();
-                let args = (value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len());
-                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, args.0, args.1, args.2, args.3, args.4) })
+                let pxat = WORDS.pxat.load(Relaxed);
+                let status = match pxat.is_null() {
+                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbsb".as_ptr(), name, value.as_ptr(), value.len(), pxat, at.as_ptr(), at.len()) },
+                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len()) },
+                };
+                ("SET", status)
             }
             Replicated::Set { value, at_ms: None } => {
-                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) })
+                let keepttl = WORDS.keepttl.load(Relaxed);
+                let status = match keepttl.is_null() {
+                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbs".as_ptr(), name, value.as_ptr(), value.len(), keepttl) },
+                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) },
+                };
+                ("SET", status)
             }
             Replicated::SetRange { offset, bytes } => {
                 let offset = Decimal::new(i64::try_from(offset).unwrap_or(i64::MAX));
@@ -371,6 +382,28 @@ impl Key {
     fn announce_one(&self, class: c_int, event: &CStr) {
         // SAFETY: a valid context, key name and event name.
         unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+    }
+}
+
+/// The constant words of the replicated commands, made once as server strings when the module
+/// loads (null before): `RedisModule_Replicate` takes a server string (`s`) by its reference
+/// count, where it copies a C string (`c`) into a new object, freed again, on every call.
+struct Words {
+    pxat: AtomicPtr<RedisModuleString>,
+    keepttl: AtomicPtr<RedisModuleString>,
+}
+
+static WORDS: Words = Words { pxat: AtomicPtr::new(std::ptr::null_mut()), keepttl: AtomicPtr::new(std::ptr::null_mut()) };
+
+/// Makes the words of `WORDS` (from `init`; they live as long as the process).
+pub fn make_words() {
+    let api = api();
+    for (slot, word) in [(&WORDS.pxat, "PXAT"), (&WORDS.keepttl, "KEEPTTL")] {
+        if slot.load(Relaxed).is_null() {
+            // SAFETY: a null context is allowed (the string is not auto-freed: it lives on);
+            // `word` is `len` readable bytes.
+            slot.store(unsafe { (api.create_string)(std::ptr::null_mut(), word.as_ptr().cast(), word.len()) }, Relaxed);
+        }
     }
 }
 
