@@ -43,7 +43,8 @@ pub struct Key {
     key: *mut RedisModuleKey,
     value: Value,
     expires_at_ms: Option<i64>,
-    fingerprint: std::cell::OnceCell<u64>,
+    /// The key's fingerprint for `plain`, 0 until computed (a fingerprint is never 0).
+    fingerprint: std::cell::Cell<u64>,
 }
 
 /// The value as read when the key was loaded.
@@ -67,7 +68,7 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::OnceCell::new() };
+        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) };
         // SAFETY: an open key.
         match unsafe { (api.key_type)(key.key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(key),
@@ -131,11 +132,16 @@ impl Key {
 
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
     fn fingerprint(&self) -> u64 {
-        *self.fingerprint.get_or_init(|| {
-            // SAFETY: the command's context.
-            let db = unsafe { (api().get_selected_db)(self.ctx) };
-            plain::fingerprint(db, crate::dispatch::bytes(self.name))
-        })
+        match self.fingerprint.get() {
+            0 => {
+                // SAFETY: the command's context.
+                let db = unsafe { (api().get_selected_db)(self.ctx) };
+                let fingerprint = plain::fingerprint(db, crate::dispatch::bytes(self.name));
+                self.fingerprint.set(fingerprint);
+                fingerprint
+            }
+            fingerprint => fingerprint,
+        }
     }
 
     /// What the key held when loaded, for a limiter to decide on.

@@ -28,7 +28,7 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::OnceCell::new() };
+        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) };
         // SAFETY: an open key.
         match unsafe { (api().key_type)(key.key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_ZSET => Ok(key),
