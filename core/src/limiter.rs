@@ -278,44 +278,49 @@ impl Limiter {
     /// Decides a call consuming `quantity` units at `now` without writing anything. A value
     /// that belongs to another algorithm is WRONGTYPE.
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
-        let algorithm = self.algorithm();
-        let read = |decode: &dyn Fn(&Stored<'_>) -> Result<Decision<Write>>| -> Result<Decision<Write>> {
-            let stored = stored.as_ref().ok_or_else(|| Error::Internal("read without a value".into()))?;
-            decode(stored).map_err(|e| match (e, Algorithm::owning(stored.value)) {
-                (Error::InvalidState(_), Some(owner)) if owner != algorithm => Error::WrongType,
-                (Error::InvalidState(_), None) if pace::decode(stored.value).is_some() => Error::WrongType,
-                (e, _) => e,
-            })
-        };
         let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
-        match (self, stored.is_some()) {
-            (Limiter::Throttle(p), false) => throttle::decide(None, now, p, quantity).map(|d| integer(d.map(Instant::as_nanos))),
-            (Limiter::Throttle(p), true) => read(&|s| {
-                let tat = throttle::decode(s.value)?;
-                throttle::decide(Some(tat), now, p, quantity).map(|d| integer(d.map(Instant::as_nanos)))
-            }),
-            (Limiter::Window(p), false) => window::decide(None, now, p, quantity).map(|d| d.map(Write::Patch)),
-            (Limiter::Window(p), true) => read(&|s| window::decide(Some(s.value), now, p, quantity).map(|d| d.map(Write::Patch))),
-            (Limiter::Bucket(p), false) => bucket::decide(None, now, p, quantity).map(integer),
-            (Limiter::Bucket(p), true) => read(&|s| {
-                let state = bucket::decode(s.value, s.expires_at_ms)?;
-                bucket::decide(Some(state), now, p, quantity).map(integer)
-            }),
-            (Limiter::Counter(p), false) => counter::decide(None, now, p, quantity).map(integer),
-            (Limiter::Counter(p), true) => read(&|s| {
-                let state = counter::decode(s.value, s.expires_at_ms)?;
-                counter::decide(Some(state), now, p, quantity).map(integer)
-            }),
-            (Limiter::Quota(p), false) => quota::decide(None, now, p, quantity).map(integer),
-            (Limiter::Quota(p), true) => read(&|s| {
-                let state = quota::decode(s.value, s.expires_at_ms)?;
-                quota::decide(Some(state), now, p, quantity).map(integer)
-            }),
+        let decided = match self {
+            Limiter::Throttle(p) => match stored {
+                None => throttle::decide(None, now, p, quantity),
+                Some(s) => throttle::decode(s.value).and_then(|tat| throttle::decide(Some(tat), now, p, quantity)),
+            }
+            .map(|d| integer(d.map(Instant::as_nanos))),
+            Limiter::Window(p) => window::decide(stored.map(|s| s.value), now, p, quantity).map(|d| d.map(Write::Patch)),
+            Limiter::Bucket(p) => match stored {
+                None => bucket::decide(None, now, p, quantity),
+                Some(s) => bucket::decode(s.value, s.expires_at_ms).and_then(|state| bucket::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+            Limiter::Counter(p) => match stored {
+                None => counter::decide(None, now, p, quantity),
+                Some(s) => counter::decode(s.value, s.expires_at_ms).and_then(|state| counter::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+            Limiter::Quota(p) => match stored {
+                None => quota::decide(None, now, p, quantity),
+                Some(s) => quota::decode(s.value, s.expires_at_ms).and_then(|state| quota::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+        };
+        decided.map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))
+    }
+}
+
+impl Algorithm {
+    /// An error of deciding on `stored` as this algorithm: a value that is not its state
+    /// (`InvalidState`) is WRONGTYPE when it is another limiter's or a pacer's, else invalid
+    /// state named after this algorithm's command; any other error as it is.
+    #[cold]
+    fn state_error(self, e: Error, stored: Option<&[u8]>) -> Error {
+        let Error::InvalidState(_) = e else { return e };
+        match stored {
+            Some(value) => match Algorithm::owning(value) {
+                Some(owner) if owner != self => Error::WrongType,
+                None if pace::decode(value).is_some() => Error::WrongType,
+                _ => Error::InvalidState(self.state_name()),
+            },
+            None => Error::InvalidState(self.state_name()),
         }
-        .map_err(|e| match e {
-            Error::InvalidState(_) => Error::InvalidState(algorithm.state_name()),
-            e => e,
-        })
     }
 }
 
