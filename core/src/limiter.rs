@@ -333,7 +333,8 @@ pub struct Request<'a> {
     pub quantity: i64,
     /// The unit of the call's times.
     pub unit: Unit,
-    pub tail: Tail,
+    /// `SHADOW`: a denial is answered as an admission.
+    shadow: bool,
 }
 
 impl<'a> Request<'a> {
@@ -354,7 +355,7 @@ impl<'a> Request<'a> {
                 *slot = crate::args::integer(word)?;
             }
             let limiter = algorithm.build(&values, &Tail::EMPTY, Unit::Seconds, caps)?;
-            return Ok(Request { key, limiter, quantity: 1, unit: Unit::Seconds, tail: Tail::EMPTY });
+            return Ok(Request { key, limiter, quantity: 1, unit: Unit::Seconds, shadow: false });
         }
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
@@ -362,12 +363,12 @@ impl<'a> Request<'a> {
             *slot = parsed.integer(i);
         }
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
-        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, tail: parsed.tail })
+        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, shadow: parsed.tail.has("SHADOW") })
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
     pub fn shadow(&self) -> bool {
-        self.tail.has("SHADOW")
+        self.shadow
     }
 
     /// `CL.QUOTA key limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]`.
@@ -380,7 +381,7 @@ impl<'a> Request<'a> {
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
         let (limiter, tail) = quota_words(rest, tail_args, None)?;
-        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, tail })
+        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, shadow: tail.has("SHADOW") })
     }
 }
 
