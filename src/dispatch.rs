@@ -25,15 +25,20 @@ const ON_STACK: usize = 16;
 
 impl<'a> Call<'a> {
     /// The arguments after the command name, as byte strings (binary safe).
-    #[inline]
+    #[inline(always)] // built in the caller's frame: no copy of the array when returned
     pub fn args(&self) -> Args<'a> {
         let words = self.argv.get(1..).unwrap_or(&[]);
         if words.len() > ON_STACK {
             return Args::Heap(words.iter().map(|&s| bytes(s)).collect());
         }
+        let string_ptr_len = api().string_ptr_len;
         let mut items = [&[][..]; ON_STACK];
         for (slot, &s) in items.iter_mut().zip(words) {
-            *slot = bytes(s);
+            let mut len = 0usize;
+            // SAFETY: argv strings are valid until the command returns; StringPtrLen never
+            // fails on them, and its bytes live as long as the argument.
+            let ptr = unsafe { string_ptr_len(s, &mut len) };
+            *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
         }
         Args::Stack(items, words.len())
     }

@@ -41,6 +41,8 @@ pub struct Key {
     ctx: *mut RedisModuleCtx,
     name: *mut RedisModuleString,
     key: *mut RedisModuleKey,
+    /// The key held nothing when opened.
+    empty: bool,
     value: Value,
     expires_at_ms: Option<i64>,
     /// The key's fingerprint for `plain`, 0 until computed (a fingerprint is never 0).
@@ -68,12 +70,17 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) };
         // SAFETY: an open key.
-        match unsafe { (api.key_type)(key.key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(key),
-            _ => Err(Error::WrongType),
-        }
+        let empty = match unsafe { (api.key_type)(key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => true,
+            raw::REDISMODULE_KEYTYPE_STRING => false,
+            _ => {
+                // SAFETY: the handle just opened, closed once.
+                unsafe { (api.close_key)(key) };
+                return Err(Error::WrongType);
+            }
+        };
+        Ok(Key { ctx: call.ctx, name, key, empty, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) })
     }
 
     /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
@@ -81,8 +88,7 @@ impl Key {
     /// compactly stored value as it is.
     pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
-        // SAFETY: an open key.
-        if unsafe { (api.key_type)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY {
+        if self.empty {
             return Ok(());
         }
         // SAFETY: an open string key.
