@@ -195,9 +195,9 @@ impl Key {
         }
         let prepared = match state {
             // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
-            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None },
-            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms) },
-            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms) },
+            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None, instant: false },
+            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms), instant: *v == expires_at.as_nanos() },
+            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms), instant: false },
             Write::Patch(patch) => {
                 check(patch)?;
                 let old_len = self.stored().map(|s| s.value.len());
@@ -237,8 +237,18 @@ impl Key {
                 self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")]);
                 Ok(())
             }
-            Prepared::Integer { text, expires_ms } => self.write_whole(text.as_bytes(), expires_ms),
-            Prepared::Whole { value, expires_ms } => self.write_whole(&value, expires_ms),
+            Prepared::Integer { text, expires_ms: None, .. } => self.write_whole(text.as_bytes(), None),
+            Prepared::Integer { text, expires_ms: Some(ms), instant } => {
+                // A TAT that is its own expiry: the milliseconds' text made from the TAT's.
+                let at = match instant {
+                    true => text.ceil_millis(),
+                    false => None,
+                };
+                let at = at.unwrap_or_else(|| Decimal::new(ms));
+                self.write_whole(text.as_bytes(), Some((ms, at.as_bytes())))
+            }
+            Prepared::Whole { value, expires_ms: None } => self.write_whole(&value, None),
+            Prepared::Whole { value, expires_ms: Some(ms) } => self.write_whole(&value, Some((ms, Decimal::new(ms).as_bytes()))),
             Prepared::Patch { patch, expires_ms } => {
                 let buf = self.writable(patch.len)?;
                 for (offset, bytes) in &patch.chunks {
@@ -263,19 +273,20 @@ impl Key {
 
     /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
     /// KEEPTTL` when the expiry stays.
-    fn write_whole(&mut self, value: &[u8], expires_ms: Option<i64>) -> Result<()> {
+    /// `expires`: the expiry in Unix milliseconds and its decimal text.
+    fn write_whole(&mut self, value: &[u8], expires: Option<(i64, &[u8])>) -> Result<()> {
         self.writable(value.len())?.copy_from_slice(value);
-        let Some(expires_ms) = expires_ms else {
-            self.replicate(Replicated::Set { value, at_ms: None })?;
+        let Some((expires_ms, at)) = expires else {
+            self.replicate(Replicated::Set { value, at: None })?;
             self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set")]);
             return Ok(());
         };
         if let Err(e) = self.set_expiry(expires_ms) {
             // The replica keeps its own expiry, as the master did.
-            self.replicate(Replicated::Set { value, at_ms: None })?;
+            self.replicate(Replicated::Set { value, at: None })?;
             return Err(e);
         }
-        self.replicate(Replicated::Set { value, at_ms: Some(expires_ms) })?;
+        self.replicate(Replicated::Set { value, at: Some(at) })?;
         self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set"), (raw::REDISMODULE_NOTIFY_GENERIC, c"expire")]);
         Ok(())
     }
@@ -345,9 +356,7 @@ impl Key {
         // string (the key name, a word of `WORDS`), `b` a pointer and a length, `c` a
         // NUL-terminated literal.
         let (what, status) = match command {
-            Replicated::Set { value, at_ms: Some(at) } => {
-                let at = Decimal::new(at);
-                let at = at.as_bytes();
+            Replicated::Set { value, at: Some(at) } => {
                 let pxat = WORDS.pxat.load(Relaxed);
                 let status = match pxat.is_null() {
                     false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbsb".as_ptr(), name, value.as_ptr(), value.len(), pxat, at.as_ptr(), at.len()) },
@@ -355,7 +364,7 @@ impl Key {
                 };
                 ("SET", status)
             }
-            Replicated::Set { value, at_ms: None } => {
+            Replicated::Set { value, at: None } => {
                 let keepttl = WORDS.keepttl.load(Relaxed);
                 let status = match keepttl.is_null() {
                     false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbs".as_ptr(), name, value.as_ptr(), value.len(), keepttl) },
@@ -460,8 +469,8 @@ impl Drop for Key {
 
 /// A command that reproduces a write on replicas and in the AOF.
 enum Replicated<'a> {
-    /// `SET key value PXAT at_ms`, or `SET key value KEEPTTL`.
-    Set { value: &'a [u8], at_ms: Option<i64> },
+    /// `SET key value PXAT at` (`at`: the milliseconds' decimal text), or `SET key value KEEPTTL`.
+    Set { value: &'a [u8], at: Option<&'a [u8]> },
     SetRange { offset: usize, bytes: &'a [u8] },
     PexpireAt { at_ms: i64 },
     Del,
@@ -473,7 +482,8 @@ pub enum Prepared<'e> {
     Delete,
     /// An integer state, replicated as `SET key value PXAT ms` (`KEEPTTL` for `None`: the
     /// expiry stays).
-    Integer { text: Decimal, expires_ms: Option<i64> },
+    /// `instant`: the value is the expiry's instant in nanoseconds (a TAT).
+    Integer { text: Decimal, expires_ms: Option<i64>, instant: bool },
     /// The whole value, replicated as `SET key value PXAT ms`.
     Whole { value: Cow<'e, [u8]>, expires_ms: Option<i64> },
     /// An in-place edit of a value at least as long, replicated as `SETRANGE`s and `PEXPIREAT`.

@@ -114,6 +114,33 @@ impl Decimal {
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }
+
+    /// The text of `⌈v / 10^6⌉` (a nanosecond instant's milliseconds, as `Instant::ceil_millis`)
+    /// for the non-negative `v` this is the text of, made from that text: its digits but the
+    /// last six, plus one when any of those is not 0. `None` for a negative or tagged text.
+    pub fn ceil_millis(&self) -> Option<Decimal> {
+        if !self.bytes[self.start].is_ascii_digit() {
+            return None;
+        }
+        // The last six digits (unused places hold '0'), read as one word.
+        let mut last = [0u8; 8];
+        last.copy_from_slice(&self.bytes[13..21]);
+        let round_up = u64::from_le_bytes(last) >> 16 != 0x3030_3030_3030;
+        // The digits sit at the end of `bytes`: shifted six places right, the last six drop.
+        let mut bytes = self.bytes;
+        bytes.copy_within(0..15, 6);
+        let mut start = if self.start < 15 { self.start + 6 } else { 20 }; // below 10^6: "0" or "1"
+        if round_up {
+            let mut at = 20;
+            while at > 0 && bytes[at] == b'9' {
+                bytes[at] = b'0';
+                at -= 1; // stops within bytes[0..7], which hold '0'
+            }
+            bytes[at] += 1;
+            start = start.min(at);
+        }
+        Some(Decimal { bytes, start })
+    }
 }
 
 /// Two decimal digits per pair, "00" to "99".
@@ -182,7 +209,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ceil_millis_of_a_decimal_is_the_decimal_of_its_ceil_millis() {
+        for v in [0i64, 1, 999_999, 1_000_000, 1_000_001, 9_999_999, 999_999_999, 999_999_999_999, 1_795_354_456_188_603_542, 1_795_354_456_188_000_000, 9_223_372_036_854_000_001, i64::MAX] {
+            let expected = crate::time::Instant::from_nanos(v).ceil_millis();
+            assert_eq!(Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()), Some(expected.to_string().into_bytes()), "{v}");
+        }
+        assert!(Decimal::new(-5).ceil_millis().is_none());
+        assert!(Decimal::tagged(b'P', 5).ceil_millis().is_none());
+    }
+
     proptest::proptest! {
+        #[test]
+        fn ceil_millis_matches_the_instants(v in 0i64..) {
+            let expected = crate::time::Instant::from_nanos(v).ceil_millis().to_string();
+            proptest::prop_assert_eq!(Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()), Some(expected.into_bytes()));
+        }
+
         #[test]
         fn decimals_match_std(v: i64) {
             let (d, text) = (Decimal::new(v), v.to_string());
