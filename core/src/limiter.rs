@@ -376,7 +376,9 @@ impl<'a> Request<'a> {
         let table = Algorithm::Quota.command();
         let arity = || Error::WrongArity(table.name);
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
-        if rest.len() < Algorithm::Quota.param_words() || table.max_words().is_some_and(|max| args.len() > max) {
+        // (As in `Parsed::parse`: the longest call the table allows matters only for a call of
+        // more words than the table has arguments, each taking at least one word.)
+        if rest.len() < Algorithm::Quota.param_words() || (args.len() > 1 + table.args.len() && table.max_words().is_some_and(|max| args.len() > max)) {
             return Err(arity());
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
