@@ -163,9 +163,17 @@ pub const ANCHOR_MAX_MS: i64 = 253_402_300_799_999;
 
 /// `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole millisecond, in Unix ms.
 fn rfc3339(w: &[u8]) -> Option<i64> {
+    // At most nine digits (a fraction): their value fits, so no step can overflow.
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let d = w.get(r)?;
-        d.iter().all(u8::is_ascii_digit).then(|| d.iter().fold(0, |v, &b| v * 10 + i64::from(b - b'0')))
+        let mut v = 0i64;
+        for &b in w.get(r)? {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            v = v.wrapping_mul(10).wrapping_add(i64::from(digit));
+        }
+        Some(v)
     };
     let at = |i: usize, c: u8| w.get(i) == Some(&c);
     if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
