@@ -343,19 +343,8 @@ impl<'a> Request<'a> {
         if let Algorithm::Quota = algorithm {
             return Request::parse_quota(args);
         }
-        // The common shape, the key and the positional integers alone (no options): the very
-        // result `Parsed::parse` gives for it (the arity holds, the words are parsed in order,
-        // the tail is empty), without walking the table's options.
-        if let Some(count) = algorithm.positional_integers()
-            && let [key, words @ ..] = args
-            && words.len() == count
-        {
-            let mut values = [0i64; 3];
-            for (slot, word) in values.iter_mut().zip(words) {
-                *slot = crate::args::integer(word)?;
-            }
-            let limiter = algorithm.build(&values, &Tail::EMPTY, Unit::Seconds, caps)?;
-            return Ok(Request { key, limiter, quantity: 1, unit: Unit::Seconds, shadow: false });
+        if let Some(request) = Request::parse_common(algorithm, args, caps)? {
+            return Ok(request);
         }
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
@@ -364,6 +353,35 @@ impl<'a> Request<'a> {
         }
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
         Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, shadow: parsed.tail.has("SHADOW") })
+    }
+
+    /// The common shapes, without walking the table: the key, the positional integers, then
+    /// at most `MS` and a bare quantity, in either order. Gives what `Parsed::parse` gives for
+    /// them (the arity holds; the words are parsed in the same order, so the same error comes
+    /// first), or `None` for any other shape, which the table then parses.
+    fn parse_common(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Option<Request<'a>>> {
+        let Some(count) = algorithm.positional_integers() else { return Ok(None) };
+        let [key, words @ ..] = args else { return Ok(None) };
+        if !(count..=count + 2).contains(&words.len()) {
+            return Ok(None);
+        }
+        let (fixed, tail) = words.split_at(count);
+        let mut values = [0i64; 3];
+        for (slot, word) in values.iter_mut().zip(fixed) {
+            *slot = crate::args::integer(word)?;
+        }
+        let (mut unit, mut quantity) = (Unit::Seconds, None);
+        for &word in tail {
+            if word.eq_ignore_ascii_case(b"MS") && unit == Unit::Seconds {
+                unit = Unit::Millis;
+            } else if !word.first().is_some_and(u8::is_ascii_alphabetic) && quantity.is_none() {
+                quantity = Some(crate::args::integer(word)?);
+            } else {
+                return Ok(None);
+            }
+        }
+        let limiter = algorithm.build(&values, &Tail::EMPTY, unit, caps)?;
+        Ok(Some(Request { key, limiter, quantity: quantity.unwrap_or(1), unit, shadow: false }))
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -504,6 +522,30 @@ mod tests {
         for table in tables {
             let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
             assert!(table.args[first_option..].iter().all(|a| a.optional || a.multiple), "{}: a required argument after an option", table.name);
+        }
+    }
+
+    /// The common shapes parsed without the table give exactly what the table gives.
+    #[test]
+    fn common_shapes_parse_as_the_table_does() {
+        let by_table = |algorithm: Algorithm, s: &str| -> Result<(Limiter, i64, Unit, bool)> {
+            let words = args(s);
+            let parsed = Parsed::parse(algorithm.command(), &words)?;
+            let values = [parsed.integer(0), parsed.integer(1), parsed.integer(2)];
+            let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, &Caps::DEFAULT)?;
+            Ok((limiter, parsed.tail.quantity.unwrap_or(1), parsed.tail.unit, parsed.tail.has("SHADOW")))
+        };
+        let tails = ["", "MS", "ms", "3", "-2", "0", "3 MS", "MS 3", "1.5", "MS MS", "3 3", "MS 1.5", "x", "SHADOW", "MS SHADOW", "05", "+3", "QUANTITY 3"];
+        for algorithm in [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter] {
+            let count = algorithm.positional_integers().unwrap();
+            for positional in ["5 1 60", "0 1 60", "x 1 60", "5 x 60", "5 1 1.5", "100000000 100000000 1", "5 1 0"] {
+                let positional: Vec<&str> = positional.split(' ').take(count).collect();
+                for tail in tails {
+                    let s = format!("k {} {tail}", positional.join(" "));
+                    let fast = Request::parse(algorithm, &args(&s), &Caps::DEFAULT).map(|r| (r.limiter, r.quantity, r.unit, r.shadow));
+                    assert_eq!(fast, by_table(algorithm, &s), "{algorithm:?} {s}");
+                }
+            }
         }
     }
 
