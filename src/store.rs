@@ -136,6 +136,14 @@ impl Key {
         outcome
     }
 
+    /// The key's name is `name` (the argument's bytes, already read for parsing): its
+    /// fingerprint for `plain` is made from them, without reading the name again.
+    pub fn named(&mut self, name: &[u8]) {
+        // SAFETY: the command's context.
+        let db = unsafe { (api().get_selected_db)(self.ctx) };
+        self.fingerprint.set(plain::fingerprint(db, name));
+    }
+
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
     fn fingerprint(&self) -> u64 {
         match self.fingerprint.get() {

@@ -45,6 +45,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     let request = Request::parse(algorithm, &call.args(), &config::caps())?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
+    key.named(request.key);
     key.load(algorithm)?;
     let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
     let prepared = key.prepare(&decision.effect)?;
