@@ -43,6 +43,23 @@ impl<'a> Call<'a> {
         Args::Stack(items, words.len())
     }
 
+    /// The arguments after the command name in `buf`, filled where it lives (no copy of the
+    /// array, as returning [`Args`] makes); `None` when there are more than `N`.
+    #[inline(always)]
+    pub fn args_in<'b, const N: usize>(&self, buf: &'b mut [&'a [u8]; N]) -> Option<&'b [&'a [u8]]> {
+        let words = self.argv.get(1..).unwrap_or(&[]);
+        let buf = buf.get_mut(..words.len())?;
+        let string_ptr_len = api().string_ptr_len;
+        for (slot, &s) in buf.iter_mut().zip(words) {
+            let mut len = 0usize;
+            // SAFETY: argv strings are valid until the command returns; StringPtrLen never
+            // fails on them, and its bytes live as long as the argument.
+            let ptr = unsafe { string_ptr_len(s, &mut len) };
+            *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
+        }
+        Some(buf)
+    }
+
     /// Argument `i` after the command name as Redis holds it (to open a key by its name).
     pub fn word(&self, i: usize) -> Result<*mut RedisModuleString> {
         self.argv.get(i + 1).copied().ok_or_else(|| Error::Internal(format!("no argument {i}")))
