@@ -32,6 +32,7 @@ pub fn now() -> Instant {
 
 /// The real-time clock in Unix microseconds, as the server reads it (`clock_gettime`; the
 /// standard library's `SystemTime` adds a checked subtraction of the epoch on every call).
+#[allow(clippy::useless_conversion)] // `time_t` and `c_long` are 32 bits on some targets
 fn real_time_micros() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME exists on every target.
