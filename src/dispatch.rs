@@ -31,15 +31,8 @@ impl<'a> Call<'a> {
         if words.len() > ON_STACK {
             return Args::Heap(words.iter().map(|&s| bytes(s)).collect());
         }
-        let string_ptr_len = api().string_ptr_len;
         let mut items = [&[][..]; ON_STACK];
-        for (slot, &s) in items.iter_mut().zip(words) {
-            let mut len = 0usize;
-            // SAFETY: argv strings are valid until the command returns; StringPtrLen never
-            // fails on them, and its bytes live as long as the argument.
-            let ptr = unsafe { string_ptr_len(s, &mut len) };
-            *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
-        }
+        read_into(words, &mut items);
         Args::Stack(items, words.len())
     }
 
@@ -49,14 +42,7 @@ impl<'a> Call<'a> {
     pub fn args_in<'b, const N: usize>(&self, buf: &'b mut [&'a [u8]; N]) -> Option<&'b [&'a [u8]]> {
         let words = self.argv.get(1..).unwrap_or(&[]);
         let buf = buf.get_mut(..words.len())?;
-        let string_ptr_len = api().string_ptr_len;
-        for (slot, &s) in buf.iter_mut().zip(words) {
-            let mut len = 0usize;
-            // SAFETY: argv strings are valid until the command returns; StringPtrLen never
-            // fails on them, and its bytes live as long as the argument.
-            let ptr = unsafe { string_ptr_len(s, &mut len) };
-            *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
-        }
+        read_into(words, buf);
         Some(buf)
     }
 
@@ -88,6 +74,20 @@ impl<'a> std::ops::Deref for Args<'a> {
             Args::Stack(items, len) => &items[..*len],
             Args::Heap(items) => items,
         }
+    }
+}
+
+/// The bytes of each of `words` (argument strings) in `slots`, as many as both hold (the API
+/// pointer read once).
+#[inline(always)]
+fn read_into<'a>(words: &[*mut RedisModuleString], slots: &mut [&'a [u8]]) {
+    let string_ptr_len = api().string_ptr_len;
+    for (slot, &s) in slots.iter_mut().zip(words) {
+        let mut len = 0usize;
+        // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails
+        // on them, and its bytes live as long as the argument.
+        let ptr = unsafe { string_ptr_len(s, &mut len) };
+        *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
     }
 }
 
