@@ -80,7 +80,7 @@ impl<'a> std::ops::Deref for Args<'a> {
 /// The bytes of each of `words` (argument strings) in `slots`, as many as both hold (the API
 /// pointer read once).
 #[inline(always)]
-fn read_into<'a>(words: &[*mut RedisModuleString], slots: &mut [&'a [u8]]) {
+fn read_into(words: &[*mut RedisModuleString], slots: &mut [&[u8]]) {
     let string_ptr_len = api().string_ptr_len;
     for (slot, &s) in slots.iter_mut().zip(words) {
         let mut len = 0usize;
