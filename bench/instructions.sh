@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make bench, part 2: CPU per call as INSTRUCTIONS, counted by callgrind, so the figures are
-# exact and repeat from run to run whatever else the machine does (the timing table of
-# bench/run.sh moves with the load). Each scenario runs in its own redis-server under
+# make bench, part 2: CPU per call as INSTRUCTIONS, counted by callgrind, so the figures do not
+# depend on the machine's speed (the timing table of bench/run.sh moves with the load); on a
+# loaded machine runs of one build still differed by up to ~2% (170 instructions a call), so
+# compare builds over several runs. Each scenario runs in its own redis-server under
 # `valgrind --tool=callgrind --toggle-collect=call`: only the server's `call()` (one command's
 # execution, as INFO commandstats times it, networking excluded) is counted, then divided by
 # the number of commands executed.

@@ -51,6 +51,7 @@ pub struct Api {
     pub info_add_field_long_long: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_longlong) -> c_int>,
     pub info_add_field_cstring: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int>,
     pub free_string: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString),
+    pub create_string: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, usize) -> *mut RedisModuleString,
     /// Sorted sets (the lease sets of CL.ACQUIRE and CL.RELEASE).
     pub zset_add: unsafe extern "C" fn(*mut RedisModuleKey, f64, *mut RedisModuleString, *mut c_int) -> c_int,
     pub zset_rem: unsafe extern "C" fn(*mut RedisModuleKey, *mut RedisModuleString, *mut c_int) -> c_int,
@@ -132,6 +133,7 @@ pub fn resolve() -> Result<(), &'static str> {
         info_add_field_long_long: optional!(RedisModule_InfoAddFieldLongLong),
         info_add_field_cstring: optional!(RedisModule_InfoAddFieldCString),
         free_string: required!(RedisModule_FreeString),
+        create_string: required!(RedisModule_CreateString),
         zset_add: required!(RedisModule_ZsetAdd),
         zset_rem: required!(RedisModule_ZsetRem),
         zset_score: required!(RedisModule_ZsetScore),

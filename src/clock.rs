@@ -4,7 +4,6 @@
 //! of the server's clock and of `TIME` (which the Functions twin reads).
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 use throttle_core::Instant;
 
 use crate::api::api;
@@ -26,10 +25,19 @@ pub fn now() -> Instant {
         _ if pinned != NOT_PINNED => pinned,
         // SAFETY: a server function without arguments, callable from any command.
         Some(cached) => unsafe { cached() },
-        None => {
-            let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-            i64::try_from(since_epoch.as_micros()).unwrap_or(i64::MAX)
-        }
+        None => real_time_micros(),
     };
     Instant::from_nanos(micros.saturating_mul(1_000))
+}
+
+/// The real-time clock in Unix microseconds, as the server reads it (`clock_gettime`; the
+/// standard library's `SystemTime` adds a checked subtraction of the epoch on every call).
+#[allow(clippy::useless_conversion)] // `time_t` and `c_long` are 32 bits on some targets
+fn real_time_micros() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME exists on every target.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) } != 0 || ts.tv_sec < 0 {
+        return 0;
+    }
+    i64::from(ts.tv_sec).saturating_mul(1_000_000).saturating_add(i64::from(ts.tv_nsec) / 1_000)
 }

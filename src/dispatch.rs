@@ -25,17 +25,25 @@ const ON_STACK: usize = 16;
 
 impl<'a> Call<'a> {
     /// The arguments after the command name, as byte strings (binary safe).
-    #[inline]
+    #[inline(always)] // built in the caller's frame: no copy of the array when returned
     pub fn args(&self) -> Args<'a> {
         let words = self.argv.get(1..).unwrap_or(&[]);
         if words.len() > ON_STACK {
             return Args::Heap(words.iter().map(|&s| bytes(s)).collect());
         }
         let mut items = [&[][..]; ON_STACK];
-        for (slot, &s) in items.iter_mut().zip(words) {
-            *slot = bytes(s);
-        }
+        read_into(words, &mut items);
         Args::Stack(items, words.len())
+    }
+
+    /// The arguments after the command name in `buf`, filled where it lives (no copy of the
+    /// array, as returning [`Args`] makes); `None` when there are more than `N`.
+    #[inline(always)]
+    pub fn args_in<'b, const N: usize>(&self, buf: &'b mut [&'a [u8]; N]) -> Option<&'b [&'a [u8]]> {
+        let words = self.argv.get(1..).unwrap_or(&[]);
+        let buf = buf.get_mut(..words.len())?;
+        read_into(words, buf);
+        Some(buf)
     }
 
     /// Argument `i` after the command name as Redis holds it (to open a key by its name).
@@ -66,6 +74,20 @@ impl<'a> std::ops::Deref for Args<'a> {
             Args::Stack(items, len) => &items[..*len],
             Args::Heap(items) => items,
         }
+    }
+}
+
+/// The bytes of each of `words` (argument strings) in `slots`, as many as both hold (the API
+/// pointer read once).
+#[inline(always)]
+fn read_into(words: &[*mut RedisModuleString], slots: &mut [&[u8]]) {
+    let string_ptr_len = api().string_ptr_len;
+    for (slot, &s) in slots.iter_mut().zip(words) {
+        let mut len = 0usize;
+        // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails
+        // on them, and its bytes live as long as the argument.
+        let ptr = unsafe { string_ptr_len(s, &mut len) };
+        *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
     }
 }
 

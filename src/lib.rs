@@ -63,6 +63,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         unsafe { register_info(ctx.ctx, Some(operate::info)) };
     }
     operate::seed();
+    store::make_words();
     store::watch_dataset(ctx.ctx);
     Status::Ok
 }

@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use throttle_core::limiter::{Algorithm, Stored, Write};
@@ -40,9 +41,12 @@ pub struct Key {
     ctx: *mut RedisModuleCtx,
     name: *mut RedisModuleString,
     key: *mut RedisModuleKey,
+    /// The key held nothing when opened.
+    empty: bool,
     value: Value,
     expires_at_ms: Option<i64>,
-    fingerprint: std::cell::OnceCell<u64>,
+    /// The key's fingerprint for `plain`, 0 until computed (a fingerprint is never 0).
+    fingerprint: std::cell::Cell<u64>,
 }
 
 /// The value as read when the key was loaded.
@@ -66,12 +70,17 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::OnceCell::new() };
         // SAFETY: an open key.
-        match unsafe { (api.key_type)(key.key) } as isize {
-            raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_STRING => Ok(key),
-            _ => Err(Error::WrongType),
-        }
+        let empty = match unsafe { (api.key_type)(key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => true,
+            raw::REDISMODULE_KEYTYPE_STRING => false,
+            _ => {
+                // SAFETY: the handle just opened, closed once.
+                unsafe { (api.close_key)(key) };
+                return Err(Error::WrongType);
+            }
+        };
+        Ok(Key { ctx: call.ctx, name, key, empty, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) })
     }
 
     /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
@@ -79,8 +88,7 @@ impl Key {
     /// compactly stored value as it is.
     pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
-        // SAFETY: an open key.
-        if unsafe { (api.key_type)(self.key) } as isize == raw::REDISMODULE_KEYTYPE_EMPTY {
+        if self.empty {
             return Ok(());
         }
         // SAFETY: an open string key.
@@ -128,13 +136,26 @@ impl Key {
         outcome
     }
 
+    /// The key's name is `name` (the argument's bytes, already read for parsing): its
+    /// fingerprint for `plain` is made from them, without reading the name again.
+    pub fn named(&mut self, name: &[u8]) {
+        // SAFETY: the command's context.
+        let db = unsafe { (api().get_selected_db)(self.ctx) };
+        self.fingerprint.set(plain::fingerprint(db, name));
+    }
+
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
     fn fingerprint(&self) -> u64 {
-        *self.fingerprint.get_or_init(|| {
-            // SAFETY: the command's context.
-            let db = unsafe { (api().get_selected_db)(self.ctx) };
-            plain::fingerprint(db, crate::dispatch::bytes(self.name))
-        })
+        match self.fingerprint.get() {
+            0 => {
+                // SAFETY: the command's context.
+                let db = unsafe { (api().get_selected_db)(self.ctx) };
+                let fingerprint = plain::fingerprint(db, crate::dispatch::bytes(self.name));
+                self.fingerprint.set(fingerprint);
+                fingerprint
+            }
+            fingerprint => fingerprint,
+        }
     }
 
     /// What the key held when loaded, for a limiter to decide on.
@@ -182,9 +203,9 @@ impl Key {
         }
         let prepared = match state {
             // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
-            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None },
-            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms) },
-            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms) },
+            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None, instant: false },
+            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms), instant: *v == expires_at.as_nanos() },
+            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms), instant: false },
             Write::Patch(patch) => {
                 check(patch)?;
                 let old_len = self.stored().map(|s| s.value.len());
@@ -224,8 +245,18 @@ impl Key {
                 self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")]);
                 Ok(())
             }
-            Prepared::Integer { text, expires_ms } => self.write_whole(text.as_bytes(), expires_ms),
-            Prepared::Whole { value, expires_ms } => self.write_whole(&value, expires_ms),
+            Prepared::Integer { text, expires_ms: None, .. } => self.write_whole(text.as_bytes(), None),
+            Prepared::Integer { text, expires_ms: Some(ms), instant } => {
+                // A TAT that is its own expiry: the milliseconds' text made from the TAT's.
+                let at = match instant {
+                    true => text.ceil_millis(),
+                    false => None,
+                };
+                let at = at.unwrap_or_else(|| Decimal::new(ms));
+                self.write_whole(text.as_bytes(), Some((ms, at.as_bytes())))
+            }
+            Prepared::Whole { value, expires_ms: None } => self.write_whole(&value, None),
+            Prepared::Whole { value, expires_ms: Some(ms) } => self.write_whole(&value, Some((ms, Decimal::new(ms).as_bytes()))),
             Prepared::Patch { patch, expires_ms } => {
                 let buf = self.writable(patch.len)?;
                 for (offset, bytes) in &patch.chunks {
@@ -250,19 +281,20 @@ impl Key {
 
     /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
     /// KEEPTTL` when the expiry stays.
-    fn write_whole(&mut self, value: &[u8], expires_ms: Option<i64>) -> Result<()> {
+    /// `expires`: the expiry in Unix milliseconds and its decimal text.
+    fn write_whole(&mut self, value: &[u8], expires: Option<(i64, &[u8])>) -> Result<()> {
         self.writable(value.len())?.copy_from_slice(value);
-        let Some(expires_ms) = expires_ms else {
-            self.replicate(Replicated::Set { value, at_ms: None })?;
+        let Some((expires_ms, at)) = expires else {
+            self.replicate(Replicated::Set { value, at: None })?;
             self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set")]);
             return Ok(());
         };
         if let Err(e) = self.set_expiry(expires_ms) {
             // The replica keeps its own expiry, as the master did.
-            self.replicate(Replicated::Set { value, at_ms: None })?;
+            self.replicate(Replicated::Set { value, at: None })?;
             return Err(e);
         }
-        self.replicate(Replicated::Set { value, at_ms: Some(expires_ms) })?;
+        self.replicate(Replicated::Set { value, at: Some(at) })?;
         self.announce(&[(raw::REDISMODULE_NOTIFY_STRING, c"set"), (raw::REDISMODULE_NOTIFY_GENERIC, c"expire")]);
         Ok(())
     }
@@ -328,17 +360,25 @@ impl Key {
     fn replicate(&self, command: Replicated<'_>) -> Result<()> {
         let replicate = api().replicate;
         let (ctx, name) = (self.ctx, self.name);
-        // SAFETY (every arm): each format matches the arguments passed with it: `s` the key
-        // name, `b` a pointer and a length, `c` a NUL-terminated literal.
+        // SAFETY (every arm): each format matches the arguments passed with it: `s` a server
+        // string (the key name, a word of `WORDS`), `b` a pointer and a length, `c` a
+        // NUL-terminated literal.
         let (what, status) = match command {
-            Replicated::Set { value, at_ms: Some(at) } => {
-                let at = Decimal::new(at);
-                let at = at.as_bytes();
-                let args = (value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len());
-                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, args.0, args.1, args.2, args.3, args.4) })
+            Replicated::Set { value, at: Some(at) } => {
+                let pxat = WORDS.pxat.load(Relaxed);
+                let status = match pxat.is_null() {
+                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbsb".as_ptr(), name, value.as_ptr(), value.len(), pxat, at.as_ptr(), at.len()) },
+                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len()) },
+                };
+                ("SET", status)
             }
-            Replicated::Set { value, at_ms: None } => {
-                ("SET", unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) })
+            Replicated::Set { value, at: None } => {
+                let keepttl = WORDS.keepttl.load(Relaxed);
+                let status = match keepttl.is_null() {
+                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbs".as_ptr(), name, value.as_ptr(), value.len(), keepttl) },
+                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) },
+                };
+                ("SET", status)
             }
             Replicated::SetRange { offset, bytes } => {
                 let offset = Decimal::new(i64::try_from(offset).unwrap_or(i64::MAX));
@@ -371,6 +411,28 @@ impl Key {
     fn announce_one(&self, class: c_int, event: &CStr) {
         // SAFETY: a valid context, key name and event name.
         unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+    }
+}
+
+/// The constant words of the replicated commands, made once as server strings when the module
+/// loads (null before): `RedisModule_Replicate` takes a server string (`s`) by its reference
+/// count, where it copies a C string (`c`) into a new object, freed again, on every call.
+struct Words {
+    pxat: AtomicPtr<RedisModuleString>,
+    keepttl: AtomicPtr<RedisModuleString>,
+}
+
+static WORDS: Words = Words { pxat: AtomicPtr::new(std::ptr::null_mut()), keepttl: AtomicPtr::new(std::ptr::null_mut()) };
+
+/// Makes the words of `WORDS` (from `init`; they live as long as the process).
+pub fn make_words() {
+    let api = api();
+    for (slot, word) in [(&WORDS.pxat, "PXAT"), (&WORDS.keepttl, "KEEPTTL")] {
+        if slot.load(Relaxed).is_null() {
+            // SAFETY: a null context is allowed (the string is not auto-freed: it lives on);
+            // `word` is `len` readable bytes.
+            slot.store(unsafe { (api.create_string)(std::ptr::null_mut(), word.as_ptr().cast(), word.len()) }, Relaxed);
+        }
     }
 }
 
@@ -415,8 +477,8 @@ impl Drop for Key {
 
 /// A command that reproduces a write on replicas and in the AOF.
 enum Replicated<'a> {
-    /// `SET key value PXAT at_ms`, or `SET key value KEEPTTL`.
-    Set { value: &'a [u8], at_ms: Option<i64> },
+    /// `SET key value PXAT at` (`at`: the milliseconds' decimal text), or `SET key value KEEPTTL`.
+    Set { value: &'a [u8], at: Option<&'a [u8]> },
     SetRange { offset: usize, bytes: &'a [u8] },
     PexpireAt { at_ms: i64 },
     Del,
@@ -428,7 +490,8 @@ pub enum Prepared<'e> {
     Delete,
     /// An integer state, replicated as `SET key value PXAT ms` (`KEEPTTL` for `None`: the
     /// expiry stays).
-    Integer { text: Decimal, expires_ms: Option<i64> },
+    /// `instant`: the value is the expiry's instant in nanoseconds (a TAT).
+    Integer { text: Decimal, expires_ms: Option<i64>, instant: bool },
     /// The whole value, replicated as `SET key value PXAT ms`.
     Whole { value: Cow<'e, [u8]>, expires_ms: Option<i64> },
     /// An in-place edit of a value at least as long, replicated as `SETRANGE`s and `PEXPIREAT`.

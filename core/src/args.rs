@@ -91,15 +91,15 @@ impl Decimal {
     pub fn new(v: i64) -> Decimal {
         let mut bytes = [b'0'; 21];
         let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
-        // Fixed positions, eight digits at a time in 32-bit arithmetic (this runs on every
+        // Fixed positions, eight digits at a time in one 64-bit word each (this runs on every
         // call: no loop, no index computed at run time); bytes[0] is left for a sign or a tag.
         if n < 10_000 {
             four(&mut bytes, 17, n as u32);
         } else {
-            eight(&mut bytes, 13, (n % 100_000_000) as u32);
+            bytes[13..21].copy_from_slice(&eight(n % 100_000_000));
         }
         if n >= 100_000_000 {
-            eight(&mut bytes, 5, (n / 100_000_000 % 100_000_000) as u32);
+            bytes[5..13].copy_from_slice(&eight(n / 100_000_000 % 100_000_000));
             four(&mut bytes, 1, (n / 10_000_000_000_000_000) as u32);
         }
         let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
@@ -114,17 +114,52 @@ impl Decimal {
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }
+
+    /// The text of `⌈v / 10^6⌉` (a nanosecond instant's milliseconds, as `Instant::ceil_millis`)
+    /// for the non-negative `v` this is the text of, made from that text: its digits but the
+    /// last six, plus one when any of those is not 0. `None` for a negative or tagged text.
+    pub fn ceil_millis(&self) -> Option<Decimal> {
+        if !self.bytes[self.start].is_ascii_digit() {
+            return None;
+        }
+        // The last six digits (unused places hold '0'), read as one word.
+        let mut last = [0u8; 8];
+        last.copy_from_slice(&self.bytes[13..21]);
+        let round_up = u64::from_le_bytes(last) >> 16 != 0x3030_3030_3030;
+        // The digits sit at the end of `bytes`: shifted six places right, the last six drop.
+        let mut bytes = self.bytes;
+        bytes.copy_within(0..15, 6);
+        let mut start = if self.start < 15 { self.start + 6 } else { 20 }; // below 10^6: "0" or "1"
+        if round_up {
+            let mut at = 20;
+            while at > 0 && bytes[at] == b'9' {
+                bytes[at] = b'0';
+                at -= 1; // stops within bytes[0..7], which hold '0'
+            }
+            bytes[at] += 1;
+            start = start.min(at);
+        }
+        Some(Decimal { bytes, start })
+    }
 }
 
 /// Two decimal digits per pair, "00" to "99".
 const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
     5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
 
-/// Writes `x` (below 10^8) as eight digits at `bytes[at..at + 8]`.
+/// `x` (below 10^8) as eight ASCII digits, computed in one word: its two four-digit halves in
+/// 32-bit lanes, split into two-digit 16-bit lanes (÷100 as a multiply and a shift, exact below
+/// 10^4), then into digits in bytes (÷10 likewise, exact below 100). No lane overflows into the
+/// next: 9999 × 10486 < 2^27 and 99 × 103 < 2^14.
 #[inline(always)]
-fn eight(bytes: &mut [u8; 21], at: usize, x: u32) {
-    four(bytes, at, x / 10_000);
-    four(bytes, at + 4, x % 10_000);
+fn eight(x: u64) -> [u8; 8] {
+    // (Wrapping operations: none can wrap, as above; they spare the overflow checks.)
+    let v = (x / 10_000) | ((x % 10_000) << 32);
+    let q = (v.wrapping_mul(10_486) >> 20) & 0x0000_007F_0000_007F;
+    let v = q | (v.wrapping_sub(q.wrapping_mul(100)) << 16);
+    let q = (v.wrapping_mul(103) >> 10) & 0x000F_000F_000F_000F;
+    let v = q | (v.wrapping_sub(q.wrapping_mul(10)) << 8);
+    (v | 0x3030_3030_3030_3030).to_le_bytes()
 }
 
 /// Writes `x` (below 10^4) as four digits at `bytes[at..at + 4]`.
@@ -174,7 +209,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ceil_millis_of_a_decimal_is_the_decimal_of_its_ceil_millis() {
+        for v in [0i64, 1, 999_999, 1_000_000, 1_000_001, 9_999_999, 999_999_999, 999_999_999_999, 1_795_354_456_188_603_542, 1_795_354_456_188_000_000, 9_223_372_036_854_000_001, i64::MAX] {
+            let expected = crate::time::Instant::from_nanos(v).ceil_millis();
+            assert_eq!(Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()), Some(expected.to_string().into_bytes()), "{v}");
+        }
+        assert!(Decimal::new(-5).ceil_millis().is_none());
+        assert!(Decimal::tagged(b'P', 5).ceil_millis().is_none());
+    }
+
     proptest::proptest! {
+        #[test]
+        fn ceil_millis_matches_the_instants(v in 0i64..) {
+            let expected = crate::time::Instant::from_nanos(v).ceil_millis().to_string();
+            proptest::prop_assert_eq!(Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()), Some(expected.into_bytes()));
+        }
+
         #[test]
         fn decimals_match_std(v: i64) {
             let (d, text) = (Decimal::new(v), v.to_string());

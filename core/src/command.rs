@@ -215,7 +215,7 @@ pub struct Tail {
 }
 
 impl Tail {
-    const EMPTY: Tail = Tail { quantity: None, unit: Unit::Seconds, flags: [None; 3], values: [None; 2] };
+    pub const EMPTY: Tail = Tail { quantity: None, unit: Unit::Seconds, flags: [None; 3], values: [None; 2] };
 
     /// Parses `words` against the optional arguments `accepted` (from a table). An unknown or
     /// repeated word is a syntax error.

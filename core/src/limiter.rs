@@ -179,6 +179,33 @@ impl Algorithm {
         self.params().map(|a| if matches!(a.kind, ArgKind::Option(_) | ArgKind::Text(_)) { 2 } else { 1 }).sum()
     }
 
+    /// How many positional arguments follow the key, when every one is an integer or a
+    /// duration (at most three); `None` for CL.QUOTA, whose words are not all numbers.
+    /// Derived from the command's table once, at compile time.
+    pub const fn positional_integers(self) -> Option<usize> {
+        const fn count(command: &Command) -> Option<usize> {
+            let mut i = 0;
+            while i < command.args.len() {
+                let arg = &command.args[i];
+                if arg.optional || arg.multiple {
+                    break;
+                }
+                if !matches!(arg.kind, ArgKind::Integer | ArgKind::Duration) {
+                    return None;
+                }
+                i += 1;
+            }
+            if i <= 3 { Some(i) } else { None }
+        }
+        match self {
+            Algorithm::Throttle => const { count(&THROTTLE) },
+            Algorithm::Window => const { count(&WINDOW) },
+            Algorithm::Bucket => const { count(&BUCKET) },
+            Algorithm::Counter => const { count(&COUNTER) },
+            Algorithm::Quota => const { count(&QUOTA) },
+        }
+    }
+
     /// Whether the key's expiry is part of the state (reading it costs the server a lookup).
     pub fn reads_expiry(self) -> bool {
         matches!(self, Algorithm::Bucket | Algorithm::Counter | Algorithm::Quota)
@@ -251,44 +278,49 @@ impl Limiter {
     /// Decides a call consuming `quantity` units at `now` without writing anything. A value
     /// that belongs to another algorithm is WRONGTYPE.
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
-        let algorithm = self.algorithm();
-        let read = |decode: &dyn Fn(&Stored<'_>) -> Result<Decision<Write>>| -> Result<Decision<Write>> {
-            let stored = stored.as_ref().ok_or_else(|| Error::Internal("read without a value".into()))?;
-            decode(stored).map_err(|e| match (e, Algorithm::owning(stored.value)) {
-                (Error::InvalidState(_), Some(owner)) if owner != algorithm => Error::WrongType,
-                (Error::InvalidState(_), None) if pace::decode(stored.value).is_some() => Error::WrongType,
-                (e, _) => e,
-            })
-        };
         let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
-        match (self, stored.is_some()) {
-            (Limiter::Throttle(p), false) => throttle::decide(None, now, p, quantity).map(|d| integer(d.map(Instant::as_nanos))),
-            (Limiter::Throttle(p), true) => read(&|s| {
-                let tat = throttle::decode(s.value)?;
-                throttle::decide(Some(tat), now, p, quantity).map(|d| integer(d.map(Instant::as_nanos)))
-            }),
-            (Limiter::Window(p), false) => window::decide(None, now, p, quantity).map(|d| d.map(Write::Patch)),
-            (Limiter::Window(p), true) => read(&|s| window::decide(Some(s.value), now, p, quantity).map(|d| d.map(Write::Patch))),
-            (Limiter::Bucket(p), false) => bucket::decide(None, now, p, quantity).map(integer),
-            (Limiter::Bucket(p), true) => read(&|s| {
-                let state = bucket::decode(s.value, s.expires_at_ms)?;
-                bucket::decide(Some(state), now, p, quantity).map(integer)
-            }),
-            (Limiter::Counter(p), false) => counter::decide(None, now, p, quantity).map(integer),
-            (Limiter::Counter(p), true) => read(&|s| {
-                let state = counter::decode(s.value, s.expires_at_ms)?;
-                counter::decide(Some(state), now, p, quantity).map(integer)
-            }),
-            (Limiter::Quota(p), false) => quota::decide(None, now, p, quantity).map(integer),
-            (Limiter::Quota(p), true) => read(&|s| {
-                let state = quota::decode(s.value, s.expires_at_ms)?;
-                quota::decide(Some(state), now, p, quantity).map(integer)
-            }),
+        let decided = match self {
+            Limiter::Throttle(p) => match stored {
+                None => throttle::decide(None, now, p, quantity),
+                Some(s) => throttle::decode(s.value).and_then(|tat| throttle::decide(Some(tat), now, p, quantity)),
+            }
+            .map(|d| integer(d.map(Instant::as_nanos))),
+            Limiter::Window(p) => window::decide(stored.map(|s| s.value), now, p, quantity).map(|d| d.map(Write::Patch)),
+            Limiter::Bucket(p) => match stored {
+                None => bucket::decide(None, now, p, quantity),
+                Some(s) => bucket::decode(s.value, s.expires_at_ms).and_then(|state| bucket::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+            Limiter::Counter(p) => match stored {
+                None => counter::decide(None, now, p, quantity),
+                Some(s) => counter::decode(s.value, s.expires_at_ms).and_then(|state| counter::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+            Limiter::Quota(p) => match stored {
+                None => quota::decide(None, now, p, quantity),
+                Some(s) => quota::decode(s.value, s.expires_at_ms).and_then(|state| quota::decide(Some(state), now, p, quantity)),
+            }
+            .map(integer),
+        };
+        decided.map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))
+    }
+}
+
+impl Algorithm {
+    /// An error of deciding on `stored` as this algorithm: a value that is not its state
+    /// (`InvalidState`) is WRONGTYPE when it is another limiter's or a pacer's, else invalid
+    /// state named after this algorithm's command; any other error as it is.
+    #[cold]
+    fn state_error(self, e: Error, stored: Option<&[u8]>) -> Error {
+        let Error::InvalidState(_) = e else { return e };
+        match stored {
+            Some(value) => match Algorithm::owning(value) {
+                Some(owner) if owner != self => Error::WrongType,
+                None if pace::decode(value).is_some() => Error::WrongType,
+                _ => Error::InvalidState(self.state_name()),
+            },
+            None => Error::InvalidState(self.state_name()),
         }
-        .map_err(|e| match e {
-            Error::InvalidState(_) => Error::InvalidState(algorithm.state_name()),
-            e => e,
-        })
     }
 }
 
@@ -301,7 +333,8 @@ pub struct Request<'a> {
     pub quantity: i64,
     /// The unit of the call's times.
     pub unit: Unit,
-    pub tail: Tail,
+    /// `SHADOW`: a denial is answered as an admission.
+    shadow: bool,
 }
 
 impl<'a> Request<'a> {
@@ -310,18 +343,50 @@ impl<'a> Request<'a> {
         if let Algorithm::Quota = algorithm {
             return Request::parse_quota(args);
         }
+        if let Some(request) = Request::parse_common(algorithm, args, caps)? {
+            return Ok(request);
+        }
         let parsed = Parsed::parse(algorithm.command(), args)?;
         let mut values = [0i64; 3];
         for (i, slot) in values.iter_mut().enumerate() {
             *slot = parsed.integer(i);
         }
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
-        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, tail: parsed.tail })
+        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, shadow: parsed.tail.has("SHADOW") })
+    }
+
+    /// The common shapes, without walking the table: the key, the positional integers, then
+    /// at most `MS` and a bare quantity, in either order. Gives what `Parsed::parse` gives for
+    /// them (the arity holds; the words are parsed in the same order, so the same error comes
+    /// first), or `None` for any other shape, which the table then parses.
+    fn parse_common(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Option<Request<'a>>> {
+        let Some(count) = algorithm.positional_integers() else { return Ok(None) };
+        let [key, words @ ..] = args else { return Ok(None) };
+        if !(count..=count + 2).contains(&words.len()) {
+            return Ok(None);
+        }
+        let (fixed, tail) = words.split_at(count);
+        let mut values = [0i64; 3];
+        for (slot, word) in values.iter_mut().zip(fixed) {
+            *slot = crate::args::integer(word)?;
+        }
+        let (mut unit, mut quantity) = (Unit::Seconds, None);
+        for &word in tail {
+            if word.eq_ignore_ascii_case(b"MS") && unit == Unit::Seconds {
+                unit = Unit::Millis;
+            } else if !word.first().is_some_and(u8::is_ascii_alphabetic) && quantity.is_none() {
+                quantity = Some(crate::args::integer(word)?);
+            } else {
+                return Ok(None);
+            }
+        }
+        let limiter = algorithm.build(&values, &Tail::EMPTY, unit, caps)?;
+        Ok(Some(Request { key, limiter, quantity: quantity.unwrap_or(1), unit, shadow: false }))
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
     pub fn shadow(&self) -> bool {
-        self.tail.has("SHADOW")
+        self.shadow
     }
 
     /// `CL.QUOTA key limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]`.
@@ -329,12 +394,14 @@ impl<'a> Request<'a> {
         let table = Algorithm::Quota.command();
         let arity = || Error::WrongArity(table.name);
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
-        if rest.len() < Algorithm::Quota.param_words() || table.max_words().is_some_and(|max| args.len() > max) {
+        // (As in `Parsed::parse`: the longest call the table allows matters only for a call of
+        // more words than the table has arguments, each taking at least one word.)
+        if rest.len() < Algorithm::Quota.param_words() || (args.len() > 1 + table.args.len() && table.max_words().is_some_and(|max| args.len() > max)) {
             return Err(arity());
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
         let (limiter, tail) = quota_words(rest, tail_args, None)?;
-        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, tail })
+        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, shadow: tail.has("SHADOW") })
     }
 }
 
@@ -455,6 +522,30 @@ mod tests {
         for table in tables {
             let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
             assert!(table.args[first_option..].iter().all(|a| a.optional || a.multiple), "{}: a required argument after an option", table.name);
+        }
+    }
+
+    /// The common shapes parsed without the table give exactly what the table gives.
+    #[test]
+    fn common_shapes_parse_as_the_table_does() {
+        let by_table = |algorithm: Algorithm, s: &str| -> Result<(Limiter, i64, Unit, bool)> {
+            let words = args(s);
+            let parsed = Parsed::parse(algorithm.command(), &words)?;
+            let values = [parsed.integer(0), parsed.integer(1), parsed.integer(2)];
+            let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, &Caps::DEFAULT)?;
+            Ok((limiter, parsed.tail.quantity.unwrap_or(1), parsed.tail.unit, parsed.tail.has("SHADOW")))
+        };
+        let tails = ["", "MS", "ms", "3", "-2", "0", "3 MS", "MS 3", "1.5", "MS MS", "3 3", "MS 1.5", "x", "SHADOW", "MS SHADOW", "05", "+3", "QUANTITY 3"];
+        for algorithm in [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter] {
+            let count = algorithm.positional_integers().unwrap();
+            for positional in ["5 1 60", "0 1 60", "x 1 60", "5 x 60", "5 1 1.5", "100000000 100000000 1", "5 1 0"] {
+                let positional: Vec<&str> = positional.split(' ').take(count).collect();
+                for tail in tails {
+                    let s = format!("k {} {tail}", positional.join(" "));
+                    let fast = Request::parse(algorithm, &args(&s), &Caps::DEFAULT).map(|r| (r.limiter, r.quantity, r.unit, r.shadow));
+                    assert_eq!(fast, by_table(algorithm, &s), "{algorithm:?} {s}");
+                }
+            }
         }
     }
 

@@ -154,7 +154,17 @@ pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
         };
         return v.checked_mul(per_unit).filter(|ms| (ANCHOR_MIN_MS..=ANCHOR_MAX_MS).contains(ms)).ok_or_else(bad);
     }
-    rfc3339(word).ok_or_else(bad)
+    // The last instant parsed, as given (a hot quota names one anchor on every call).
+    if let Some(ms) = LAST_ANCHOR_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|&(_, _, ms)| ms)) {
+        return Ok(ms);
+    }
+    let ms = rfc3339(word).ok_or_else(bad)?;
+    let mut copy = [0u8; ANCHOR_WORD_MAX];
+    if let Some(slot) = copy.get_mut(..word.len()) {
+        slot.copy_from_slice(word);
+        LAST_ANCHOR_WORD.with_borrow_mut(|last| *last = Some((copy, word.len(), ms)));
+    }
+    Ok(ms)
 }
 
 /// 0000-01-01T00:00:00Z and the last millisecond of 9999, in Unix ms.
@@ -163,9 +173,17 @@ pub const ANCHOR_MAX_MS: i64 = 253_402_300_799_999;
 
 /// `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole millisecond, in Unix ms.
 fn rfc3339(w: &[u8]) -> Option<i64> {
+    // At most nine digits (a fraction): their value fits, so no step can overflow.
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let d = w.get(r)?;
-        d.iter().all(u8::is_ascii_digit).then(|| d.iter().fold(0, |v, &b| v * 10 + i64::from(b - b'0')))
+        let mut v = 0i64;
+        for &b in w.get(r)? {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            v = v.wrapping_mul(10).wrapping_add(i64::from(digit));
+        }
+        Some(v)
     };
     let at = |i: usize, c: u8| w.get(i) == Some(&c);
     if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
@@ -375,7 +393,13 @@ thread_local! {
     /// zone. (Thread locals here hold no heap data: a thread-local destructor would keep the
     /// module's library mapped after `MODULE UNLOAD`.)
     static LAST_ZONE_WORD: RefCell<Option<([u8; ZONE_WORD_MAX], usize, Zone)>> = const { RefCell::new(None) };
+    /// The last RFC 3339 `ANCHOR` instant `parse_anchor` read, as given, and its Unix ms (the
+    /// same whatever the call's unit).
+    static LAST_ANCHOR_WORD: RefCell<Option<([u8; ANCHOR_WORD_MAX], usize, i64)>> = const { RefCell::new(None) };
 }
+
+/// The longest RFC 3339 anchor: `YYYY-MM-DDTHH:MM:SS.fffffffff+HH:MM`, 35 bytes.
+const ANCHOR_WORD_MAX: usize = 40;
 
 const ZONE_WORD_MAX: usize = 64;
 

@@ -42,9 +42,21 @@ pub static DEBUG: &Registered = &debug::COMMAND;
 /// read the key, decide, apply, count, reply. Shadow mode changes only the reply of a denial:
 /// what is stored is what enforcing stores.
 fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
-    let request = Request::parse(algorithm, &call.args(), &config::caps())?;
+    // Every single-limiter call fits the stack (CL.QUOTA's longest has 12 words); a longer one
+    // gets its arity error from the table.
+    let mut stack = [&[][..]; 12];
+    let heap;
+    let words: &[&[u8]] = match call.args_in(&mut stack) {
+        Some(words) => words,
+        None => {
+            heap = call.args();
+            &heap
+        }
+    };
+    let request = Request::parse(algorithm, words, &config::caps())?;
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
+    key.named(request.key);
     key.load(algorithm)?;
     let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
     let prepared = key.prepare(&decision.effect)?;

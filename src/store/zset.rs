@@ -28,9 +28,10 @@ impl Key {
         if key.is_null() {
             return Err(Error::Internal("cannot open key".into()));
         }
-        let key = Key { ctx: call.ctx, name, key, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::OnceCell::new() };
         // SAFETY: an open key.
-        match unsafe { (api().key_type)(key.key) } as isize {
+        let kind = unsafe { (api().key_type)(key) } as isize;
+        let key = Key { ctx: call.ctx, name, key, empty: kind == raw::REDISMODULE_KEYTYPE_EMPTY, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) };
+        match kind {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_ZSET => Ok(key),
             _ => Err(Error::WrongType),
         }
