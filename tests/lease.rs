@@ -107,14 +107,16 @@ fn a_crashed_holders_slot_frees_itself() {
 fn expired_leases_are_removed_with_bounded_work_per_call() {
     let server = Server::start();
     let mut c = server.client();
-    // 100 short leases and 5 long ones.
+    // 100 short leases and 5 long ones. The short ones last a second, so that none ends while
+    // the others are still being taken on a loaded machine (100 ms did once: a call then removed it).
     for i in 0..100 {
-        throttle(&mut c, &format!("CL.ACQUIRE big 1000 100 short-{i} MS"));
+        throttle(&mut c, &format!("CL.ACQUIRE big 1000 1000 short-{i} MS"));
     }
     for i in 0..5 {
         throttle(&mut c, &format!("CL.ACQUIRE big 1000 60000 long-{i} MS"));
     }
-    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(leases(&mut c, "big").len(), 105, "every short lease still held when the last was taken");
+    std::thread::sleep(Duration::from_millis(1050));
     // Each call removes at most 32 expired leases, and still counts only the live ones.
     let card = |c: &mut redis::Connection| -> i64 { redis::cmd("ZCARD").arg("big").query(c).unwrap() };
     let mut sizes = vec![card(&mut c)];
