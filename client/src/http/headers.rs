@@ -166,6 +166,9 @@ pub struct Refusal {
     pub retry_after: Option<u64>,
     /// What went wrong, for `NoKey` and `Error`.
     pub detail: Option<String>,
+    /// The request is a gRPC call (`content-type: application/grpc…`): the default response is
+    /// [`Refusal::grpc_response`], since gRPC clients do not read HTTP statuses or bodies.
+    pub grpc: bool,
 }
 
 /// The problem types of draft-ietf-httpapi-ratelimit-headers-11 §5.
@@ -212,6 +215,64 @@ impl Refusal {
     }
 }
 
+/// gRPC's percent-encoding of `grpc-message`: bytes outside printable ASCII, and `%`.
+fn grpc_percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Refusal {
+    /// The gRPC status of `kind`: `RESOURCE_EXHAUSTED` (8) for a limit's refusal, `UNAVAILABLE`
+    /// (14) when the server cannot answer and the failure policy refuses, `INVALID_ARGUMENT` (3)
+    /// for a call without a key, `INTERNAL` (13) when the layer cannot decide.
+    pub fn grpc_code(&self) -> u16 {
+        match self.kind {
+            RefusalKind::QuotaExceeded => 8,
+            RefusalKind::ReducedCapacity => 14,
+            RefusalKind::NoKey => 3,
+            RefusalKind::Error => 13,
+        }
+    }
+
+    /// The refusal of a gRPC call: a trailers-only response (HTTP 200, `content-type:
+    /// application/grpc`, `grpc-status`, `grpc-message`, no body), which every gRPC client reads
+    /// as the call's status. `Retry-After` (and the rate-limit fields the layer adds) reach the
+    /// client as metadata; `grpc-retry-pushback-ms` carries the same wait for gRPC clients whose
+    /// retry policy retries that status (gRFC A6).
+    pub fn grpc_response(&self) -> Response<Bytes> {
+        let message = match (self.kind, &self.detail) {
+            (RefusalKind::QuotaExceeded, _) => format!("quota exceeded: {}", self.violated.join(", ")),
+            (RefusalKind::ReducedCapacity, _) => "temporary reduced capacity: the rate limit cannot be decided".to_string(),
+            (_, Some(detail)) => detail.clone(),
+            (_, None) => "the rate limit cannot be decided".to_string(),
+        };
+        let mut response = Response::new(Bytes::new());
+        let headers = response.headers_mut();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(HeaderName::from_static("grpc-status"), self.grpc_code().into());
+        headers.insert(HeaderName::from_static("grpc-message"), value(grpc_percent_encode(&message)));
+        if let Some(secs) = self.retry_after {
+            headers.insert(HeaderName::from_static("grpc-retry-pushback-ms"), secs.saturating_mul(1000).into());
+        }
+        response
+    }
+}
+
+/// A gRPC call: `content-type: application/grpc`, `application/grpc+proto`, `application/grpc;…`
+/// (gRPC-Web's `application/grpc-web…` excluded: its statuses travel in the body).
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
+        ct.strip_prefix("application/grpc").is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,11 +313,33 @@ mod tests {
 
     #[test]
     fn a_problem_names_its_type_and_policies() {
-        let r = Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec!["per-\"ip".into()], retry_after: Some(1), detail: None };
+        let r = Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec!["per-\"ip".into()], retry_after: Some(1), detail: None, grpc: false };
         let p = r.problem();
         assert_eq!(p.status(), 429);
         assert_eq!(p.headers()["content-type"], "application/problem+json");
         let body = String::from_utf8(p.body().to_vec()).unwrap();
         assert_eq!(body, r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["per-\"ip"]}"#);
+    }
+
+    #[test]
+    fn a_grpc_refusal_is_a_trailers_only_status() {
+        let r = Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec!["per-key".into()], retry_after: Some(3), detail: None, grpc: true };
+        let g = r.grpc_response();
+        assert_eq!(g.status(), 200, "gRPC statuses travel in grpc-status, over HTTP 200");
+        assert_eq!((&g.headers()["content-type"], &g.headers()["grpc-status"]), (&HeaderValue::from_static("application/grpc"), &HeaderValue::from_static("8")));
+        assert_eq!(g.headers()["grpc-message"], "quota exceeded: per-key");
+        assert_eq!(g.headers()["grpc-retry-pushback-ms"], "3000");
+        assert!(g.body().is_empty(), "trailers-only: no message");
+        let down = Refusal { kind: RefusalKind::ReducedCapacity, status: StatusCode::SERVICE_UNAVAILABLE, ..r.clone() };
+        assert_eq!(down.grpc_response().headers()["grpc-status"], "14");
+        let keyless = Refusal { kind: RefusalKind::NoKey, status: StatusCode::BAD_REQUEST, retry_after: None, detail: Some("no key for \"per-key\" (100% é)".into()), ..r };
+        let g = keyless.grpc_response();
+        assert_eq!(g.headers()["grpc-status"], "3");
+        assert_eq!(g.headers()["grpc-message"], "no key for \"per-key\" (100%25 %C3%A9)", "percent-encoded as gRPC says");
+        assert!(!g.headers().contains_key("grpc-retry-pushback-ms"));
+
+        let ct = |v: &'static str| HeaderMap::from_iter([(http::header::CONTENT_TYPE, HeaderValue::from_static(v))]);
+        assert!(is_grpc(&ct("application/grpc")) && is_grpc(&ct("application/grpc+proto")));
+        assert!(!is_grpc(&ct("application/grpc-web")) && !is_grpc(&ct("application/json")) && !is_grpc(&HeaderMap::new()));
     }
 }

@@ -21,6 +21,10 @@
 //!   plus optional jitter), refusals as RFC 9457 problem details: 429 `quota-exceeded`, 503
 //!   `temporary-reduced-capacity` when the server cannot answer and the failure policy refuses.
 //!   A degraded admission carries `X-RateLimit-Degraded` (the reason) instead of the fields.
+//! - gRPC calls (`content-type: application/grpc`, such as a tonic server's) are refused the way
+//!   gRPC clients read it: a trailers-only status ([`Refusal::grpc_response`]:
+//!   `RESOURCE_EXHAUSTED`, `UNAVAILABLE`), the fields and `Retry-After` as metadata. The route
+//!   of a gRPC call is its method's path (`/package.Service/Method`).
 
 mod body;
 mod headers;
@@ -218,8 +222,9 @@ impl RateLimit {
         self
     }
 
-    /// Builds refusals with `f` instead of [`Refusal::problem`]. `Retry-After` and the rate-limit
-    /// fields are added to what `f` returns unless it sets them.
+    /// Builds refusals with `f` instead of [`Refusal::problem`] (and, for gRPC calls,
+    /// [`Refusal::grpc_response`]: `f` sees which in [`Refusal::grpc`]). `Retry-After` and the
+    /// rate-limit fields are added to what `f` returns unless it sets them.
     pub fn respond_with(mut self, f: impl Fn(&Refusal) -> Response<Bytes> + Send + Sync + 'static) -> RateLimit {
         self.respond = Some(Arc::new(f));
         self
@@ -447,6 +452,7 @@ impl Shared {
                         violated: vec![p.limit.name.clone()],
                         retry_after: None,
                         detail: Some(format!("the request has no key for the rate limit {:?} ({:?})", p.limit.name, p.limit.key)),
+                        grpc: false,
                     });
                 }
                 Err(KeyError::NoConnectInfo) => {
@@ -481,11 +487,12 @@ impl Shared {
         if plan.is_empty() {
             return Admission::Pass { fields: http::HeaderMap::new(), leases: Vec::new(), report: RateLimitReport::default() };
         }
+        let grpc = headers::is_grpc(&request.headers);
         let parts = RequestParts { method: &request.method, uri: &request.uri, headers: &request.headers, extensions: &request.extensions, route };
         let keyed = (|| Ok((self.keyed(&plan.rate, &parts)?, self.keyed(&plan.shadow_rate, &parts)?, self.keyed(&plan.concurrent, &parts)?)))();
         let (rate, shadow, concurrent) = match keyed {
             Ok(k) => k,
-            Err(refusal) => return Admission::Refuse(self.refuse(refusal, &[], None)),
+            Err(refusal) => return Admission::Refuse(self.refuse(refusal, grpc, &[], None)),
         };
         let (enforced, shadowed) = tokio::join!(self.decide(&rate), self.decide(&shadow));
         let mut report = RateLimitReport::default();
@@ -502,7 +509,7 @@ impl Shared {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "redis-throttle: the rate limit could not be decided");
-                return Admission::Refuse(self.refuse(error_refusal(e.to_string()), &[], None));
+                return Admission::Refuse(self.refuse(error_refusal(e.to_string()), grpc, &[], None));
             }
         };
         let mut degraded: Option<&Reason> = None;
@@ -520,7 +527,7 @@ impl Shared {
             }
             if !d.allowed() {
                 let name = rate.get(d.binding).map_or_else(String::new, |(l, _)| l.name.clone());
-                return Admission::Refuse(self.refusal(d, name, &entries, binding));
+                return Admission::Refuse(self.refusal(d, name, grpc, &entries, binding));
             }
         }
 
@@ -547,11 +554,11 @@ impl Shared {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
                     let binding = entries.len().checked_sub(1);
-                    return Admission::Refuse(self.refusal(&d, limit.name.clone(), &entries, binding));
+                    return Admission::Refuse(self.refusal(&d, limit.name.clone(), grpc, &entries, binding));
                 }
                 Err(e) => {
                     tracing::error!(error = %e, limit = %limit.name, "redis-throttle: the concurrency limit could not be decided");
-                    return Admission::Refuse(self.refuse(error_refusal(e.to_string()), &[], None));
+                    return Admission::Refuse(self.refuse(error_refusal(e.to_string()), grpc, &[], None));
                 }
             }
         }
@@ -591,7 +598,7 @@ impl Shared {
     }
 
     /// A refusal for a denying (or failing-closed) decision.
-    fn refusal(&self, d: &Decision, name: String, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
+    fn refusal(&self, d: &Decision, name: String, grpc: bool, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
         let wait = match d.verdict {
             Verdict::Denied { retry_after } => retry_after,
             // Never admitted as asked: come back no sooner than a full window.
@@ -599,16 +606,18 @@ impl Shared {
         };
         let retry_after = Some(ceil_secs(wait).max(1) + if self.jitter > 0 { random(self.jitter) } else { 0 });
         let refusal = if d.is_degraded() {
-            Refusal { kind: RefusalKind::ReducedCapacity, status: StatusCode::SERVICE_UNAVAILABLE, violated: vec![name], retry_after, detail: None }
+            Refusal { kind: RefusalKind::ReducedCapacity, status: StatusCode::SERVICE_UNAVAILABLE, violated: vec![name], retry_after, detail: None, grpc: false }
         } else {
-            Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec![name], retry_after, detail: None }
+            Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec![name], retry_after, detail: None, grpc: false }
         };
-        self.refuse(refusal, entries, binding)
+        self.refuse(refusal, grpc, entries, binding)
     }
 
-    fn refuse(&self, refusal: Refusal, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
+    fn refuse(&self, mut refusal: Refusal, grpc: bool, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
+        refusal.grpc = grpc;
         let mut response = match &self.respond {
             Some(f) => f(&refusal),
+            None if grpc => refusal.grpc_response(),
             None => refusal.problem(),
         };
         let mut fields = http::HeaderMap::new();
@@ -624,7 +633,7 @@ impl Shared {
 }
 
 fn error_refusal(detail: String) -> Refusal {
-    Refusal { kind: RefusalKind::Error, status: StatusCode::INTERNAL_SERVER_ERROR, violated: Vec::new(), retry_after: None, detail: Some(detail) }
+    Refusal { kind: RefusalKind::Error, status: StatusCode::INTERNAL_SERVER_ERROR, violated: Vec::new(), retry_after: None, detail: Some(detail), grpc: false }
 }
 
 fn shadow_denied(name: &str, key: &[u8]) {
@@ -698,6 +707,20 @@ mod tests {
         if let LimitedBody::Full { data } = r.into_body() {
             assert_eq!(data.unwrap(), "slow down: tight");
         }
+    }
+
+    #[tokio::test]
+    async fn grpc_calls_are_refused_with_a_grpc_status() {
+        let limit = Limit::rate("per-key", Policy::parse("1/h").unwrap()).key(Key::route());
+        let layer = RateLimit::new(throttle()).limit(limit).layer().unwrap();
+        let grpc = [("content-type", "application/grpc")];
+        assert_eq!(call(&layer, &grpc).await.status(), 200);
+        let r = call(&layer, &grpc).await;
+        assert_eq!((r.status(), &r.headers()["grpc-status"], &r.headers()["content-type"]), (StatusCode::OK, &HeaderValue::from_static("8"), &HeaderValue::from_static("application/grpc")));
+        assert_eq!((&r.headers()["retry-after"], &r.headers()["ratelimit"]), (&HeaderValue::from_static("3600"), &HeaderValue::from_static("\"per-key\";r=0;t=3600")));
+        // The same limit refuses a plain HTTP request with a problem document.
+        let r = call(&layer, &[]).await;
+        assert_eq!((r.status(), &r.headers()["content-type"]), (StatusCode::TOO_MANY_REQUESTS, &HeaderValue::from_static("application/problem+json")));
     }
 
     #[test]
