@@ -1733,6 +1733,11 @@ local function log_to_ring(p, log, nm, nu)
     local pl = pn % 4294967296
     local ph = (pn - pl) / 4294967296
     local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
+    -- The boundary and the next one also as doubles (bd, nd: within a few thousand ns of the
+    -- exact values), and entries read as doubles (within 1024): compared exactly only when
+    -- within NEAR.
+    local NEAR = 16384
+    local bd, nd = bhi * 4294967296 + blo, nil
     local s
     -- Whether entry j (0-based) of the piece s is at or after the boundary.
     -- (its 32-bit halves decoded in C)
@@ -1749,13 +1754,16 @@ local function log_to_ring(p, log, nm, nu)
       local n, at = e - i, 0
       while at < n do
         -- The first entry from `at` on in a later bucket: probed where the last bucket's count
-        -- puts it, then galloping, then bisecting (entries ascend).
+        -- puts it (that entry and the one before it read at once, as doubles), then galloping,
+        -- then bisecting (entries ascend).
         local lo, hi = at, n
         local probe = at + guess - 1
         if probe >= n then probe = n - 1 end
-        if reached(probe) then
+        local xa, xb, xb_at = nil, nil, probe
+        if probe > at then xa, xb = unpack('<i8i8', s, probe * 8 - 7) else xb = unpack('<i8', s, probe * 8 + 1) end
+        if xb > bd + NEAR or (xb >= bd - NEAR and reached(probe)) then
           -- (as predicted, the common case: the entry before it is still in this bucket)
-          if probe == at or not reached(probe - 1) then lo = probe end
+          if probe == at or xa < bd - NEAR or (xa <= bd + NEAR and not reached(probe - 1)) then lo = probe end
           hi = probe
         else
           lo = probe + 1
@@ -1781,11 +1789,22 @@ local function log_to_ring(p, log, nm, nu)
         end
         -- The next bucket's boundary one P on; the entry before it: the next bucket (the
         -- common case, without exact arithmetic); else its own, computed.
-        local nlo, nhi = blo + pl, bhi + ph
-        if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
-        local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
-        if k and (ehi < nhi or (ehi == nhi and elo < nlo)) then
-          k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
+        local x = lo == xb_at and xb or unpack('<i8', s, lo * 8 + 1)
+        local ahead = true
+        if k then
+          if x < nd - NEAR then
+            ahead = false
+          elseif x <= nd + NEAR then
+            local nlo, nhi = blo + pl, bhi + ph
+            if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
+            local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
+            ahead = not (ehi < nhi or (ehi == nhi and elo < nlo))
+          end
+        end
+        if not ahead then
+          blo, bhi = blo + pl, bhi + ph
+          if blo >= 4294967296 then blo, bhi = blo - 4294967296, bhi + 1 end
+          k, slot = k + 1, slot + 1 == ring.slots and 0 or slot + 1
         else
           local k2 = div_floor(le_t(s, lo * 8 + 1), P)
           k, slot = k2, ring_slot(ring, k2)
@@ -1794,6 +1813,8 @@ local function log_to_ring(p, log, nm, nu)
           if c7 >= 128 then bhi = bhi - 4294967296 end
           blo = ((c3 * 256 + c2) * 256 + c1) * 256 + c0
         end
+        bd = bhi * 4294967296 + blo
+        nd = bd + pn
         run, at = 1, lo + 1
       end
       i = e

@@ -1044,6 +1044,15 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     for args in [buckets("1"), buckets("0"), buckets("100001"), buckets("-10"), s(&["100001", "3600000", "MS", "PRECISION", "360"])] {
         check("a full 100,000-entry log read as 10,000 buckets", &full, &args);
     }
+    // Entries on and a few ns either side of every bucket boundary (the twin compares them as
+    // doubles first, exactly when near).
+    let edge = 360_000 * MS;
+    let first_edge = (now - hour).div_euclid(edge) + 2;
+    let edges: Vec<i64> = (first_edge..first_edge + 9_990).flat_map(|k| (-4..=4).map(move |o| k * edge + o)).collect();
+    let edges = Plant::Value(log_bytes(0, &edges), expiry(now));
+    for args in [buckets("1"), buckets("0"), s(&["50000", "3600000", "MS", "PRECISION", "360"])] {
+        check("a long log on the bucket boundaries read as 10,000 buckets", &edges, &args);
+    }
     let mut ahead = spread(50_000, now - hour + 60_000 * MS, now - MS);
     ahead.extend(std::iter::repeat_n(now + hour, 50_000));
     let ahead = Plant::Value(log_bytes(0, &ahead), expiry(now + hour));
