@@ -26,7 +26,7 @@ refused with an error (they are listed in the README), never answered with a wro
 
 -- At FUNCTION LOAD only `redis` exists; the standard library is bound at the first call.
 local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, error, pcall
-local rcall, rpcall, error_reply, unpack, unpack_i8, lua_unpack, pack, pack_pairs
+local rcall, rpcall, error_reply, unpack, unpack_i8, unpack_u8, lua_unpack, pack, pack_pairs
 local match -- (CL.QUOTA's instants)
 local setmetatable -- (a long ring's lazily decoded counts)
 local bound = false
@@ -35,7 +35,7 @@ local function bind()
   byte, char, sub, fmt, find, rep = string.byte, string.char, string.sub, string.format, string.find, string.rep
   -- (struct: Redis's and Valkey's bundled library; a long ring's counts are decoded with it, 256
   -- at a time. unpack: a table's values as arguments, to make one string of many bytes.)
-  unpack, unpack_i8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), _G.unpack
+  unpack, unpack_i8, unpack_u8, lua_unpack = struct.unpack, '<' .. rep('i8', 256), '<' .. rep('I8', 256), _G.unpack
   pack, pack_pairs = struct.pack, '<' .. rep('I4i4', 128)
   concat = table.concat
   match = string.match
@@ -1733,6 +1733,11 @@ local function log_to_ring(p, log, nm, nu)
     local pl = pn % 4294967296
     local ph = (pn - pl) / 4294967296
     local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
+    -- The boundary and the next one also as doubles (bd, nd: within a few thousand ns of the
+    -- exact values), and entries read as doubles (within 1024): compared exactly only when
+    -- within NEAR.
+    local NEAR = 16384
+    local bd, nd = bhi * 4294967296 + blo, nil
     local s
     -- Whether entry j (0-based) of the piece s is at or after the boundary.
     -- (its 32-bit halves decoded in C)
@@ -1749,13 +1754,16 @@ local function log_to_ring(p, log, nm, nu)
       local n, at = e - i, 0
       while at < n do
         -- The first entry from `at` on in a later bucket: probed where the last bucket's count
-        -- puts it, then galloping, then bisecting (entries ascend).
+        -- puts it (that entry and the one before it read at once, as doubles), then galloping,
+        -- then bisecting (entries ascend).
         local lo, hi = at, n
         local probe = at + guess - 1
         if probe >= n then probe = n - 1 end
-        if reached(probe) then
+        local xa, xb, xb_at = nil, nil, probe
+        if probe > at then xa, xb = unpack('<i8i8', s, probe * 8 - 7) else xb = unpack('<i8', s, probe * 8 + 1) end
+        if xb > bd + NEAR or (xb >= bd - NEAR and reached(probe)) then
           -- (as predicted, the common case: the entry before it is still in this bucket)
-          if probe == at or not reached(probe - 1) then lo = probe end
+          if probe == at or xa < bd - NEAR or (xa <= bd + NEAR and not reached(probe - 1)) then lo = probe end
           hi = probe
         else
           lo = probe + 1
@@ -1781,11 +1789,22 @@ local function log_to_ring(p, log, nm, nu)
         end
         -- The next bucket's boundary one P on; the entry before it: the next bucket (the
         -- common case, without exact arithmetic); else its own, computed.
-        local nlo, nhi = blo + pl, bhi + ph
-        if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
-        local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
-        if k and (ehi < nhi or (ehi == nhi and elo < nlo)) then
-          k, slot, blo, bhi = k + 1, slot + 1 == ring.slots and 0 or slot + 1, nlo, nhi
+        local x = lo == xb_at and xb or unpack('<i8', s, lo * 8 + 1)
+        local ahead = true
+        if k then
+          if x < nd - NEAR then
+            ahead = false
+          elseif x <= nd + NEAR then
+            local nlo, nhi = blo + pl, bhi + ph
+            if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
+            local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
+            ahead = not (ehi < nhi or (ehi == nhi and elo < nlo))
+          end
+        end
+        if not ahead then
+          blo, bhi = blo + pl, bhi + ph
+          if blo >= 4294967296 then blo, bhi = blo - 4294967296, bhi + 1 end
+          k, slot = k + 1, slot + 1 == ring.slots and 0 or slot + 1
         else
           local k2 = div_floor(le_t(s, lo * 8 + 1), P)
           k, slot = k2, ring_slot(ring, k2)
@@ -1794,6 +1813,8 @@ local function log_to_ring(p, log, nm, nu)
           if c7 >= 128 then bhi = bhi - 4294967296 end
           blo = ((c3 * 256 + c2) * 256 + c1) * 256 + c0
         end
+        bd = bhi * 4294967296 + blo
+        nd = bd + pn
         run, at = 1, lo + 1
       end
       i = e
@@ -1837,6 +1858,164 @@ local function log_as_ring_reply(p, log, nm, nu, q)
     rm = bucket_leaves(P, W, div_floor(em, P))
   end
   return window_reply(p, v == 'peek' and 0 or 1, used, nm, nu, fm, 0, rm, 0)
+end
+
+-- Runs after which a long ring read without PRECISION has its log's bytes built at once
+-- (ring_log_bytes) instead: a ring of uneven counts has nearly a run per bucket, and runs cost
+-- far more per bucket than bytes built bucket by bucket.
+local EAGER_RUNS = 1024
+
+-- The log ring_to_log reads from a long ring (`cs`, not far ahead, P ms in ns below 2^53), its
+-- bytes built bucket by bucket: newest first, the counts read (and checked) as ring_to_log
+-- reads them until the limit, then the entries oldest first, packed in C 128 at a time from
+-- their 32-bit halves stepped by P, in pieces of PER entries as log_built makes them.
+-- Counts are decoded in C 256 at a time as unsigned (`block`): a run of them within one block
+-- whose sum is below 2^53 holds only valid counts (a negative one reads as 2^63 or more), and
+-- is taken whole when it keeps the total within the limit (and the limit was not reached
+-- before it: then only the next count is read); any other is read count by count.
+local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held)
+  local P, cs, slots, s = ring.pm, ring.cs, ring.slots, ring.s
+  local most, count = p.limit, 0
+  local kn = k0 + held - 1
+  local blocks = {}
+  local function block(b) -- the counts of slots b.. (b a multiple of 256), from 1
+    local t = blocks[b]
+    if not t then
+      local take = slots - b
+      if take > 256 then take = 256 end
+      t = { unpack(take == 256 and unpack_u8 or '<' .. rep('I8', take), s, 25 + b * 8) }
+      blocks[b] = t
+    end
+    return t
+  end
+  -- (only the oldest bucket can end at or before the horizon, and only buckets from now's
+  -- on end after now: the others need no exact comparison)
+  local kb = div_floor(nm, P) - 1
+  local k, kc, nc = kn, nil, 0
+  local exact_left = 0 -- buckets still to read count by count
+  while k >= k0 do
+    local slot = ring_slot(ring, k)
+    if exact_left == 0 and count < most and k > k0 and k <= kb then
+      -- Buckets k down to the block's start (never k0), summed at once.
+      local b = slot - slot % 256
+      local len = slot - b + 1
+      if len > k - k0 then len = k - k0 end
+      local t = block(b)
+      local jb = slot - b + 1
+      local ja, sum = jb - len + 1, 0
+      for j = ja, jb do sum = sum + t[j] end
+      if sum < EXACT and count + sum <= most then
+        count, k = count + sum, k - len
+        kc, nc = k + 1, t[ja]
+      else
+        exact_left = len
+      end
+    else
+      local c = cs[slot]
+      if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+      if c >= EXACT then beyond() end
+      if count == most then break end
+      if k == k0 or k > kb then
+        local em, eu = (k + 1) * P - 1, M - 1
+        if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+        if not t_lt(hm, hu, em, eu) then break end
+      end
+      local n = c < most - count and c or most - count
+      kc, nc, count = k, n, count + n
+      if exact_left > 0 then exact_left = exact_left - 1 end
+      k = k - 1
+    end
+  end
+  local log = { s = '', head = 0, len = count, rebuilt = true }
+  local pieces, cur, put = {}, {}, 0 -- (put: entries in cur)
+  local args, na, lim = {}, 0, 256   -- (lim: na at which the batch is packed)
+  local function flush()
+    if na > 0 then
+      local n = na / 2
+      cur[#cur + 1], put = pack(n == 128 and pack_pairs or '<' .. rep('I4i4', n), lua_unpack(args, 1, na)), put + n
+      if put == PER then pieces[#pieces + 1], cur, put = concat(cur), {}, 0 end
+      na = 0
+    end
+    lim = 2 * (PER - put)
+    if lim > 256 then lim = 256 end
+  end
+  local function add_copies(e, n) -- n copies of the entry e, piece by piece (after a flush)
+    while n > 0 do
+      local take = PER - put
+      if n < take then take = n end
+      cur[#cur + 1], put, n = repeat_of(e, take), put + take, n - take
+      if put == PER then pieces[#pieces + 1], cur, put = concat(cur), {}, 0 end
+    end
+    flush()
+  end
+  if kc then
+    k = kc
+    local slot = ring_slot(ring, kc)
+    if k <= kb then
+      -- Buckets ending before now: entries at (k+1)P - 1 ns, stepped by P as 32-bit halves,
+      -- a block's counts at a time (the oldest bucket's own: nc).
+      local pn = P * M
+      local sl = pn % 4294967296
+      local sh = (pn - sl) / 4294967296
+      local b0, b1, b2, b3, b4, b5, b6, b7 = byte(t_le((k + 1) * P - 1, M - 1), 1, 8)
+      local lo = ((b3 * 256 + b2) * 256 + b1) * 256 + b0
+      local hi = ((b7 * 256 + b6) * 256 + b5) * 256 + b4
+      if b7 >= 128 then hi = hi - 4294967296 end
+      local last = kb < kn and kb or kn
+      while k <= last do
+        local b = slot - slot % 256
+        local t = block(b)
+        local ja = slot - b + 1
+        local jb = ja + (last - k)
+        local top = slots - b
+        if top > 256 then top = 256 end
+        if jb > top then jb = top end
+        local kept = t[ja]
+        if k == kc then t[ja] = nc end
+        for j = ja, jb do
+          local c = t[j]
+          if c == 1 then
+            args[na + 1], args[na + 2], na = lo, hi, na + 2
+            if na == lim then flush() end
+          elseif c > 16 then
+            flush()
+            add_copies(pack('<I4i4', lo, hi), c)
+          elseif c > 0 then
+            for _ = 1, c do
+              args[na + 1], args[na + 2], na = lo, hi, na + 2
+              if na == lim then flush() end
+            end
+          end
+          lo, hi = lo + sl, hi + sh
+          if lo >= 4294967296 then lo, hi = lo - 4294967296, hi + 1 end
+        end
+        t[ja] = kept
+        k, slot = k + jb - ja + 1, slot + jb - ja + 1
+        if slot == slots then slot = 0 end
+      end
+      flush()
+    end
+    -- Buckets from now's on: entries at now, or at the bucket's last instant if earlier.
+    while k <= kn do
+      local c = k == kc and nc or cs[slot]
+      if c > 0 then
+        local em, eu = (k + 1) * P - 1, M - 1
+        if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+        add_copies(t_le(em, eu), c)
+      end
+      slot = slot + 1
+      if slot == slots then slot = 0 end
+      k = k + 1
+    end
+  end
+  flush()
+  if put > 0 then pieces[#pieces + 1] = concat(cur) end
+  if #pieces <= 1 and count <= PER then
+    log.s = '\1\0\0\0\0\0\0\0' .. (pieces[1] or '')
+  else
+    log.pieces = pieces
+  end
+  return log
 end
 
 -- A ring read by a call without PRECISION: each bucket still counting under its own precision
@@ -1894,6 +2073,9 @@ local function ring_to_log(p, ring, nm, nu)
           else
             if cn > 0 then rm[r], rb[r] = cm, cb end
             r = r + 1
+            if r > EAGER_RUNS and P * M < EXACT then
+              return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held), ring_is_ahead(ring, nm, p.window)
+            end
             ru[r], rn[r] = M - 1, n
             cn, cm, cb = n, m, 1
           end

@@ -1044,6 +1044,15 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     for args in [buckets("1"), buckets("0"), buckets("100001"), buckets("-10"), s(&["100001", "3600000", "MS", "PRECISION", "360"])] {
         check("a full 100,000-entry log read as 10,000 buckets", &full, &args);
     }
+    // Entries on and a few ns either side of every bucket boundary (the twin compares them as
+    // doubles first, exactly when near).
+    let edge = 360_000 * MS;
+    let first_edge = (now - hour).div_euclid(edge) + 2;
+    let edges: Vec<i64> = (first_edge..first_edge + 9_990).flat_map(|k| (-4..=4).map(move |o| k * edge + o)).collect();
+    let edges = Plant::Value(log_bytes(0, &edges), expiry(now));
+    for args in [buckets("1"), buckets("0"), s(&["50000", "3600000", "MS", "PRECISION", "360"])] {
+        check("a long log on the bucket boundaries read as 10,000 buckets", &edges, &args);
+    }
     let mut ahead = spread(50_000, now - hour + 60_000 * MS, now - MS);
     ahead.extend(std::iter::repeat_n(now + hour, 50_000));
     let ahead = Plant::Value(log_bytes(0, &ahead), expiry(now + hour));
@@ -1062,11 +1071,35 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     check("a 100,001-bucket ring, two buckets empty, read as a log", &ring(&two_empty), &s(&["100000", "3600"]));
     let mut rng = StdRng::seed_from_u64(18);
     let mixed = ring(&(0..100_001).map(|_| rng.random_range(0..=2)).collect::<Vec<i64>>());
-    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "-7"])] {
+    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "-7"]), s(&["50000", "3600"]), s(&["50000", "3600", "0"])] {
         check("a 100,001-bucket ring of counts 0-2 read as a log", &mixed, &args);
+    }
+    // (Uneven counts, some above 16 copies of an entry; the limit reached within a bucket.)
+    let uneven: Vec<i64> = (0..100_001).map(|_| if rng.random_range(0..4) == 0 { rng.random_range(17..40) } else { rng.random_range(0..=3) }).collect();
+    for args in [s(&["100000", "3600"]), s(&["99999", "3600", "3"])] {
+        check("a 100,001-bucket ring of uneven counts read as a log", &ring(&uneven), &args);
+    }
+    // (Its newest 500 buckets after now: their entries are logged at now.)
+    let later = Plant::Value(ring_bytes(p, now.div_euclid(p) + 500, &uneven), expiry(now + 500 * p));
+    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "0"])] {
+        check("a 100,001-bucket ring of uneven counts, its newest buckets after now, read as a log", &later, &args);
     }
     let tens = Plant::Value(ring_bytes(360 * MS, now.div_euclid(360 * MS), &[10; 10_001]), expiry(now));
     check("a full 10,000-bucket ring read as a log", &tens, &s(&["100000", "3600"]));
+    // A negative count among uneven ones: the module's error where a call reads it, none where
+    // the limit is reached before it.
+    let slot_of = |back: i64| (now.div_euclid(p) - back).rem_euclid(100_001) as usize;
+    for (back, limit, refused) in [(100, "100000", true), (5_000, "100000", true), (20_000, "100000", false), (5_000, "1000", false)] {
+        let mut bad = uneven.clone();
+        bad[slot_of(back)] = -1;
+        let keys = Rig::keys(0);
+        rig.plant(&keys, &ring(&bad));
+        let (_, replies, states) = rig.call(Algorithm::Window, &keys, &s(&[limit, "3600"]), now_us);
+        assert_eq!(matches!(replies[0], Value::ServerError(_)), refused, "a negative count {back} buckets back, limit {limit}: {:?}", replies[0]);
+        assert_eq!(replies[1], replies[0], "FCALL reply: a negative count {back} buckets back, limit {limit}");
+        assert_eq!(replies[2], replies[0], "EVALSHA reply: a negative count {back} buckets back, limit {limit}");
+        assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: a negative count {back} buckets back, limit {limit}");
+    }
 }
 
 /// CL.QUOTA's words: a calendar the twin can compute (UTC or a fixed offset), sometimes
