@@ -44,7 +44,7 @@ impl Params {
             .checked_mul_nanos(limit as u64)
             .ok()
             .filter(|t| *t <= MAX_DURATION)
-            .ok_or(Error::SpanTooLong("(max_burst + 1) * period / count"))?;
+            .ok_or_else(|| Error::SpanTooLong("(max_burst + 1) * period / count"))?;
         Ok(Params { emission_interval, limit, tolerance })
     }
 
