@@ -277,6 +277,7 @@ impl Limiter {
 
     /// Decides a call consuming `quantity` units at `now` without writing anything. A value
     /// that belongs to another algorithm is WRONGTYPE.
+    #[inline]
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
         let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
         let decided = match self {

@@ -64,6 +64,7 @@ impl Params {
         (free.div_euclid(self.emission_interval.as_nanos())).clamp(0, self.limit)
     }
 
+    #[inline]
     fn reply(&self, limited: bool, ttl: Nanos, retry_after: Option<Nanos>) -> Reply {
         Reply { limited, limit: self.limit, remaining: self.remaining(ttl), retry_after, reset_after: ttl }
     }
@@ -121,6 +122,7 @@ pub const MIN_TAT: i64 = 1_000_000_000_000_000_000;
 
 /// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch (from
 /// 2001 on: smaller values are other limiters').
+#[inline]
 pub fn decode(stored: &[u8]) -> Result<Instant> {
     crate::args::integer(stored)
         .ok()
