@@ -61,7 +61,7 @@ enum Value {
 impl Key {
     /// Opens argument `word` (after the command name) as a key, for reading and writing.
     /// WRONGTYPE unless it is missing or a string.
-    #[inline]
+    #[inline(always)]
     pub fn open(call: &Call, word: usize) -> Result<Key> {
         let name = call.word(word)?;
         let api = api();
@@ -87,7 +87,7 @@ impl Key {
     /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
     /// process wrote (a plain string, see `plain`), else copied through `GET`, which leaves a
     /// compactly stored value as it is.
-    #[inline]
+    #[inline(always)]
     pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
         if self.empty {
@@ -193,7 +193,7 @@ impl Key {
     }
 
     /// Checks that `effect` can be applied to this key, and what applying it writes.
-    #[inline]
+    #[inline(always)]
     pub fn prepare<'e>(&self, effect: &'e Effect<Write>) -> Result<Prepared<'e>> {
         let (state, expires_at) = match effect {
             Effect::Nothing => return Ok(Prepared::Nothing),
@@ -286,7 +286,7 @@ impl Key {
     /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
     /// KEEPTTL` when the expiry stays.
     /// `expires`: the expiry in Unix milliseconds and its decimal text.
-    #[inline]
+    #[inline(always)]
     fn write_whole(&mut self, value: &[u8], expires: Option<(i64, &[u8])>) -> Result<()> {
         self.writable(value.len())?.copy_from_slice(value);
         let Some((expires_ms, at)) = expires else {
@@ -306,7 +306,7 @@ impl Key {
 
     /// The value resized to `len` (growth zero-filled), writable in place. A missing key is
     /// created as a plain string.
-    #[inline]
+    #[inline(always)]
     fn writable(&mut self, len: usize) -> Result<&mut [u8]> {
         let api = api();
         let resize = |to: usize| {
@@ -345,7 +345,7 @@ impl Key {
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
         let api = api();
         let status = match api.set_abs_expire {
