@@ -232,6 +232,7 @@ impl Key {
     /// the value read by `load` is gone. Should a server call fail after bytes were written
     /// (`prepare` rules out every known cause), what was written is still replicated, so that
     /// replicas never diverge, and the call answers an error.
+    #[inline(always)]
     pub fn apply(&mut self, prepared: Prepared<'_>) -> Result<()> {
         let api = api();
         match prepared {
@@ -364,6 +365,7 @@ impl Key {
     }
 
     /// Propagates a command on this key to replicas and the AOF, with absolute times.
+    #[inline(always)]
     fn replicate(&self, command: Replicated<'_>) -> Result<()> {
         let replicate = api().replicate;
         let (ctx, name) = (self.ctx, self.name);
@@ -407,6 +409,7 @@ impl Key {
     }
 
     /// Keyspace events of a write, then the signal for WATCH and client tracking.
+    #[inline(always)]
     fn announce(&self, events: &[(c_int, &CStr)]) {
         for &(class, event) in events {
             self.announce_one(class, event);
