@@ -148,6 +148,7 @@ impl Key {
     }
 
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
+    #[inline(always)]
     fn fingerprint(&self) -> u64 {
         match self.fingerprint.get() {
             0 => {

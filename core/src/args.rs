@@ -5,6 +5,7 @@ use crate::time::{Nanos, Unit};
 
 /// A base-10 signed 64-bit integer, exactly as Redis's `string2ll` accepts it: an optional
 /// `-`, no `+`, no spaces, no leading zeros, nothing after the digits.
+#[inline]
 pub fn integer(arg: &[u8]) -> Result<i64> {
     let (negative, digits) = match arg {
         [b'-', rest @ ..] => (true, rest),
@@ -88,6 +89,7 @@ impl Decimal {
         d
     }
 
+    #[inline(always)]
     pub fn new(v: i64) -> Decimal {
         let mut bytes = [b'0'; 21];
         let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
@@ -118,6 +120,7 @@ impl Decimal {
     /// The text of `⌈v / 10^6⌉` (a nanosecond instant's milliseconds, as `Instant::ceil_millis`)
     /// for the non-negative `v` this is the text of, made from that text: its digits but the
     /// last six, plus one when any of those is not 0. `None` for a negative or tagged text.
+    #[inline(always)]
     pub fn ceil_millis(&self) -> Option<Decimal> {
         if !self.bytes[self.start].is_ascii_digit() {
             return None;

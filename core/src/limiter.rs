@@ -236,6 +236,7 @@ impl Algorithm {
 
     /// Builds a limiter from its positional integers (durations in `unit`) and options, within
     /// the argument `caps`.
+    #[inline(always)]
     pub fn build(self, values: &[i64], tail: &Tail, unit: Unit, caps: &Caps) -> Result<Limiter> {
         let value = |i: usize| values.get(i).copied().unwrap_or(0);
         Ok(match self {

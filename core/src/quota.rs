@@ -338,6 +338,7 @@ pub struct State {
 }
 
 /// Reads a stored count and its key's absolute expiry (`None`: no expiry, a mismatch).
+#[inline]
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (count, expires_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.QUOTA")?;
     if count > MAX_LIMIT {
@@ -348,6 +349,7 @@ pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
 
 /// Decides a call consuming `quantity` units at `now`. 0 peeks (nothing written); a negative
 /// quantity refunds, never below zero.
+#[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     let period = period(&params.calendar, now)?;
     let live = state.filter(|s| s.expires_at > now);

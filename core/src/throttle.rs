@@ -72,6 +72,7 @@ impl Params {
 
 /// Decides a call consuming `quantity` units at `now` against the stored `tat`.
 /// `quantity` 0 peeks; a negative quantity refunds, never beyond full.
+#[inline(always)]
 pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
     // A TAT beyond `now + tolerance` (a clock stepped back) reads as exactly empty. When
     // `now + tolerance` overflows, every TAT is below it.
