@@ -49,6 +49,26 @@ fn long_tail(mut value: u64, words: &[u8]) -> Result<u64> {
     Ok(value)
 }
 
+/// The number of decimal digits of `n` (1 for 0), from its bit length and one comparison
+/// (`ilog10` is a call and a chain of comparisons on this path, taken by every call).
+#[inline(always)]
+fn digits(n: u64) -> usize {
+    const POW10: [u64; 20] = {
+        let mut p = [1u64; 20];
+        let mut i = 1;
+        while i < 20 {
+            p[i] = p[i - 1] * 10;
+            i += 1;
+        }
+        p
+    };
+    // `n | 1` has as many digits as `n` (a power of ten above 1 is even) and is never 0.
+    let m = n | 1;
+    // ⌊bits · log10(2)⌋ (1233 / 4096 ≈ 0.30103), at most 19: the digits are `t` or `t + 1`.
+    let t = ((64 - m.leading_zeros()) as usize * 1233) >> 12;
+    t + usize::from(m >= POW10[t])
+}
+
 /// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
 /// all checked at once: each byte's high nibble is 3, and stays 3 when 6 is added (a byte
 /// at 0xFA or above fails the first test, so a carry between bytes never hides one).
@@ -104,7 +124,7 @@ impl Decimal {
             bytes[5..13].copy_from_slice(&eight(n / 100_000_000 % 100_000_000));
             four(&mut bytes, 1, (n / 10_000_000_000_000_000) as u32);
         }
-        let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
+        let digits = digits(n);
         let mut start = 21 - digits;
         if v < 0 {
             start -= 1;
@@ -186,6 +206,19 @@ mod tests {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
+    }
+
+    #[test]
+    fn digits_count_as_std_does_at_every_power_of_ten() {
+        let mut p = 1u64;
+        for _ in 0..20 {
+            for n in [p - 1, p, p + 1, p.saturating_mul(2), p.saturating_mul(9)] {
+                assert_eq!(digits(n), n.checked_ilog10().map_or(1, |l| l as usize + 1), "{n}");
+            }
+            p = p.saturating_mul(10);
+        }
+        assert_eq!(digits(u64::MAX), 20);
+        assert_eq!(digits(i64::MIN.unsigned_abs()), 19);
     }
 
     #[test]
