@@ -69,6 +69,19 @@ fn digits(n: u64) -> usize {
     t + usize::from(m >= POW10[t])
 }
 
+/// Whether `word` is the keyword `lower` (lowercase ASCII letters) in any case, exactly as
+/// `word.eq_ignore_ascii_case(lower)`: a byte ORed with 0x20 equals a lowercase letter only
+/// when it is that letter or its capital. One OR and one comparison a byte (the standard
+/// comparison lowercases both sides), for the keywords every call of some commands reads.
+#[inline(always)]
+pub fn keyword<const N: usize>(word: &[u8], lower: &[u8; N]) -> bool {
+    debug_assert!(lower.iter().all(u8::is_ascii_lowercase));
+    match <&[u8; N]>::try_from(word) {
+        Ok(word) => word.iter().zip(lower).all(|(&b, &l)| b | 0x20 == l),
+        Err(_) => false,
+    }
+}
+
 /// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
 /// all checked at once: each byte's high nibble is 3, and stays 3 when 6 is added (a byte
 /// at 0xFA or above fails the first test, so a carry between bytes never hides one).
@@ -206,6 +219,19 @@ mod tests {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
+    }
+
+    #[test]
+    fn keywords_match_as_eq_ignore_ascii_case_does() {
+        // Every byte against each letter of a keyword, and lengths around it.
+        for b in 0..=255u8 {
+            for (word, lower) in [([b, b'z'], b"tz"), ([b'T', b], b"tz")] {
+                assert_eq!(keyword(&word, lower), word.eq_ignore_ascii_case(lower), "{word:?}");
+            }
+        }
+        for word in [&b""[..], b"t", b"tzz", b"anchor", b"ANCHOR", b"Anch0r", b"anchor "] {
+            assert_eq!(keyword(word, b"anchor"), word.eq_ignore_ascii_case(b"anchor"), "{word:?}");
+        }
     }
 
     #[test]

@@ -66,9 +66,18 @@ impl Per {
     }
 
     pub fn parse(word: &[u8]) -> Result<Per> {
-        Per::ALL.into_iter().find(|p| word.eq_ignore_ascii_case(p.word().as_bytes())).ok_or_else(|| Error::OutOfRange {
-            name: "unit",
-            range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"),
+        use crate::args::keyword;
+        // The words of `Per::word`, in any case (a test checks the two agree).
+        Ok(match word {
+            w if keyword(w, b"minute") => Per::Minute,
+            w if keyword(w, b"hour") => Per::Hour,
+            w if keyword(w, b"day") => Per::Day,
+            w if keyword(w, b"week") => Per::Week,
+            w if keyword(w, b"month") => Per::Month,
+            w if keyword(w, b"year") => Per::Year,
+            _ => {
+                return Err(Error::OutOfRange { name: "unit", range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR") });
+            }
         })
     }
 }
@@ -286,16 +295,16 @@ impl<'a> Words<'a> {
             return Err(Error::Syntax);
         };
         let limit = crate::args::integer(limit)?;
-        if !per.eq_ignore_ascii_case(b"PER") {
+        if !crate::args::keyword(per, b"per") {
             return Err(Error::Call("expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
         }
         let per = Per::parse(unit)?;
         let (mut zone, mut anchor, mut rest, mut rest_len) = (None, None, [&[][..]; MAX_REST], 0);
         let mut it = tail.iter();
         while let Some(&word) = it.next() {
-            let slot = if word.eq_ignore_ascii_case(b"TZ") {
+            let slot = if crate::args::keyword(word, b"tz") {
                 &mut zone
-            } else if word.eq_ignore_ascii_case(b"ANCHOR") {
+            } else if crate::args::keyword(word, b"anchor") {
                 &mut anchor
             } else {
                 *rest.get_mut(rest_len).ok_or_else(|| Error::Syntax)? = word;
