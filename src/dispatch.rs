@@ -142,6 +142,7 @@ pub(crate) use entry;
 /// Runs `handler` and sends its reply, or the error's text. For a command whose keys are
 /// counted (`numkeys key…`, registered with `getkeys-api`), a server asking where the keys
 /// are (Cluster routing on Redis 7.0) gets their positions instead.
+#[inline(always)]
 pub fn run(
     ctx: *mut RedisModuleCtx,
     argv: *mut *mut RedisModuleString,

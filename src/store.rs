@@ -61,6 +61,7 @@ enum Value {
 impl Key {
     /// Opens argument `word` (after the command name) as a key, for reading and writing.
     /// WRONGTYPE unless it is missing or a string.
+    #[inline(always)]
     pub fn open(call: &Call, word: usize) -> Result<Key> {
         let name = call.word(word)?;
         let api = api();
@@ -86,6 +87,7 @@ impl Key {
     /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
     /// process wrote (a plain string, see `plain`), else copied through `GET`, which leaves a
     /// compactly stored value as it is.
+    #[inline(always)]
     pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
         if self.empty {
@@ -138,6 +140,7 @@ impl Key {
 
     /// The key's name is `name` (the argument's bytes, already read for parsing): its
     /// fingerprint for `plain` is made from them, without reading the name again.
+    #[inline]
     pub fn named(&mut self, name: &[u8]) {
         // SAFETY: the command's context.
         let db = unsafe { (api().get_selected_db)(self.ctx) };
@@ -145,6 +148,7 @@ impl Key {
     }
 
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
+    #[inline(always)]
     fn fingerprint(&self) -> u64 {
         match self.fingerprint.get() {
             0 => {
@@ -190,6 +194,7 @@ impl Key {
     }
 
     /// Checks that `effect` can be applied to this key, and what applying it writes.
+    #[inline(always)]
     pub fn prepare<'e>(&self, effect: &'e Effect<Write>) -> Result<Prepared<'e>> {
         let (state, expires_at) = match effect {
             Effect::Nothing => return Ok(Prepared::Nothing),
@@ -228,6 +233,7 @@ impl Key {
     /// the value read by `load` is gone. Should a server call fail after bytes were written
     /// (`prepare` rules out every known cause), what was written is still replicated, so that
     /// replicas never diverge, and the call answers an error.
+    #[inline(always)]
     pub fn apply(&mut self, prepared: Prepared<'_>) -> Result<()> {
         let api = api();
         match prepared {
@@ -282,6 +288,7 @@ impl Key {
     /// Writes the whole value and its expiry: `SET key value PXAT ms`, or `SET key value
     /// KEEPTTL` when the expiry stays.
     /// `expires`: the expiry in Unix milliseconds and its decimal text.
+    #[inline(always)]
     fn write_whole(&mut self, value: &[u8], expires: Option<(i64, &[u8])>) -> Result<()> {
         self.writable(value.len())?.copy_from_slice(value);
         let Some((expires_ms, at)) = expires else {
@@ -301,6 +308,7 @@ impl Key {
 
     /// The value resized to `len` (growth zero-filled), writable in place. A missing key is
     /// created as a plain string.
+    #[inline(always)]
     fn writable(&mut self, len: usize) -> Result<&mut [u8]> {
         let api = api();
         let resize = |to: usize| {
@@ -339,6 +347,7 @@ impl Key {
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
     }
 
+    #[inline(always)]
     fn set_expiry(&self, expires_ms: i64) -> Result<()> {
         let api = api();
         let status = match api.set_abs_expire {
@@ -357,6 +366,7 @@ impl Key {
     }
 
     /// Propagates a command on this key to replicas and the AOF, with absolute times.
+    #[inline(always)]
     fn replicate(&self, command: Replicated<'_>) -> Result<()> {
         let replicate = api().replicate;
         let (ctx, name) = (self.ctx, self.name);
@@ -400,6 +410,7 @@ impl Key {
     }
 
     /// Keyspace events of a write, then the signal for WATCH and client tracking.
+    #[inline(always)]
     fn announce(&self, events: &[(c_int, &CStr)]) {
         for &(class, event) in events {
             self.announce_one(class, event);

@@ -5,6 +5,7 @@ use crate::time::{Nanos, Unit};
 
 /// A base-10 signed 64-bit integer, exactly as Redis's `string2ll` accepts it: an optional
 /// `-`, no `+`, no spaces, no leading zeros, nothing after the digits.
+#[inline]
 pub fn integer(arg: &[u8]) -> Result<i64> {
     let (negative, digits) = match arg {
         [b'-', rest @ ..] => (true, rest),
@@ -48,6 +49,39 @@ fn long_tail(mut value: u64, words: &[u8]) -> Result<u64> {
     Ok(value)
 }
 
+/// The number of decimal digits of `n` (1 for 0), from its bit length and one comparison
+/// (`ilog10` is a call and a chain of comparisons on this path, taken by every call).
+#[inline(always)]
+fn digits(n: u64) -> usize {
+    const POW10: [u64; 20] = {
+        let mut p = [1u64; 20];
+        let mut i = 1;
+        while i < 20 {
+            p[i] = p[i - 1] * 10;
+            i += 1;
+        }
+        p
+    };
+    // `n | 1` has as many digits as `n` (a power of ten above 1 is even) and is never 0.
+    let m = n | 1;
+    // ⌊bits · log10(2)⌋ (1233 / 4096 ≈ 0.30103), at most 19: the digits are `t` or `t + 1`.
+    let t = ((64 - m.leading_zeros()) as usize * 1233) >> 12;
+    t + usize::from(m >= POW10[t])
+}
+
+/// Whether `word` is the keyword `lower` (lowercase ASCII letters) in any case, exactly as
+/// `word.eq_ignore_ascii_case(lower)`: a byte ORed with 0x20 equals a lowercase letter only
+/// when it is that letter or its capital. One OR and one comparison a byte (the standard
+/// comparison lowercases both sides), for the keywords every call of some commands reads.
+#[inline(always)]
+pub fn keyword<const N: usize>(word: &[u8], lower: &[u8; N]) -> bool {
+    debug_assert!(lower.iter().all(u8::is_ascii_lowercase));
+    match <&[u8; N]>::try_from(word) {
+        Ok(word) => word.iter().zip(lower).all(|(&b, &l)| b | 0x20 == l),
+        Err(_) => false,
+    }
+}
+
 /// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
 /// all checked at once: each byte's high nibble is 3, and stays 3 when 6 is added (a byte
 /// at 0xFA or above fails the first test, so a carry between bytes never hides one).
@@ -88,6 +122,7 @@ impl Decimal {
         d
     }
 
+    #[inline(always)]
     pub fn new(v: i64) -> Decimal {
         let mut bytes = [b'0'; 21];
         let n = v.unsigned_abs(); // at most 19 digits: 9223372036854775808
@@ -102,7 +137,7 @@ impl Decimal {
             bytes[5..13].copy_from_slice(&eight(n / 100_000_000 % 100_000_000));
             four(&mut bytes, 1, (n / 10_000_000_000_000_000) as u32);
         }
-        let digits = n.checked_ilog10().map_or(1, |log| log as usize + 1);
+        let digits = digits(n);
         let mut start = 21 - digits;
         if v < 0 {
             start -= 1;
@@ -118,6 +153,7 @@ impl Decimal {
     /// The text of `⌈v / 10^6⌉` (a nanosecond instant's milliseconds, as `Instant::ceil_millis`)
     /// for the non-negative `v` this is the text of, made from that text: its digits but the
     /// last six, plus one when any of those is not 0. `None` for a negative or tagged text.
+    #[inline(always)]
     pub fn ceil_millis(&self) -> Option<Decimal> {
         if !self.bytes[self.start].is_ascii_digit() {
             return None;
@@ -183,6 +219,32 @@ mod tests {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
+    }
+
+    #[test]
+    fn keywords_match_as_eq_ignore_ascii_case_does() {
+        // Every byte against each letter of a keyword, and lengths around it.
+        for b in 0..=255u8 {
+            for (word, lower) in [([b, b'z'], b"tz"), ([b'T', b], b"tz")] {
+                assert_eq!(keyword(&word, lower), word.eq_ignore_ascii_case(lower), "{word:?}");
+            }
+        }
+        for word in [&b""[..], b"t", b"tzz", b"anchor", b"ANCHOR", b"Anch0r", b"anchor "] {
+            assert_eq!(keyword(word, b"anchor"), word.eq_ignore_ascii_case(b"anchor"), "{word:?}");
+        }
+    }
+
+    #[test]
+    fn digits_count_as_std_does_at_every_power_of_ten() {
+        let mut p = 1u64;
+        for _ in 0..20 {
+            for n in [p - 1, p, p + 1, p.saturating_mul(2), p.saturating_mul(9)] {
+                assert_eq!(digits(n), n.checked_ilog10().map_or(1, |l| l as usize + 1), "{n}");
+            }
+            p = p.saturating_mul(10);
+        }
+        assert_eq!(digits(u64::MAX), 20);
+        assert_eq!(digits(i64::MIN.unsigned_abs()), 19);
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub struct State {
 /// one is not a bucket's state. A deficit above the capacity is accepted (the parameters
 /// changed: it is capped when deciding), and so is a key without an expiry (or with one
 /// beyond the nanosecond range): it is full too far ahead, and deciding pulls it back.
+#[inline]
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (negated, full_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, i64::MIN, "CL.BUCKET")?;
     match negated.checked_neg() {
@@ -189,6 +190,7 @@ impl Now {
 
 /// Decides a call drawing `quantity` tokens at `now` from the stored bucket, if any.
 /// `quantity` 0 peeks; a negative quantity puts tokens back, never beyond `capacity`.
+#[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     let had_state = state.is_some_and(|s| s.full_at > now);
     let bucket = Now::of(state, now, params)?;

@@ -28,6 +28,7 @@ pub struct State {
 /// Reads a stored count and its key's absolute expiry in milliseconds. A negative count is
 /// not a counter's state; a count without an expiry (or with one beyond the nanosecond
 /// range) closes too far ahead, and deciding pulls it back.
+#[inline]
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (count, closes_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.COUNTER")?;
     if count > MAX_LIMIT {
@@ -73,6 +74,7 @@ impl Params {
 
 /// Decides a call consuming `quantity` units at `now` against the open window, if any.
 /// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
+#[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     // A window closing more than one window from now (stamped before the clock stepped back,
     // under a longer window, or without an expiry) closes one window from now: no user is

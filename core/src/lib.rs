@@ -54,6 +54,7 @@ pub struct Reply {
 
 impl Reply {
     /// The reply as sent: `[limited, limit, remaining, retry_after, reset_after]`.
+    #[inline]
     pub fn to_array(&self, unit: Unit) -> [i64; 5] {
         [
             i64::from(self.limited),

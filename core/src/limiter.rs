@@ -236,6 +236,7 @@ impl Algorithm {
 
     /// Builds a limiter from its positional integers (durations in `unit`) and options, within
     /// the argument `caps`.
+    #[inline(always)]
     pub fn build(self, values: &[i64], tail: &Tail, unit: Unit, caps: &Caps) -> Result<Limiter> {
         let value = |i: usize| values.get(i).copied().unwrap_or(0);
         Ok(match self {
@@ -277,6 +278,7 @@ impl Limiter {
 
     /// Decides a call consuming `quantity` units at `now` without writing anything. A value
     /// that belongs to another algorithm is WRONGTYPE.
+    #[inline]
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
         let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
         let decided = match self {

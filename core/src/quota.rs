@@ -66,9 +66,18 @@ impl Per {
     }
 
     pub fn parse(word: &[u8]) -> Result<Per> {
-        Per::ALL.into_iter().find(|p| word.eq_ignore_ascii_case(p.word().as_bytes())).ok_or_else(|| Error::OutOfRange {
-            name: "unit",
-            range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"),
+        use crate::args::keyword;
+        // The words of `Per::word`, in any case (a test checks the two agree).
+        Ok(match word {
+            w if keyword(w, b"minute") => Per::Minute,
+            w if keyword(w, b"hour") => Per::Hour,
+            w if keyword(w, b"day") => Per::Day,
+            w if keyword(w, b"week") => Per::Week,
+            w if keyword(w, b"month") => Per::Month,
+            w if keyword(w, b"year") => Per::Year,
+            _ => {
+                return Err(Error::OutOfRange { name: "unit", range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR") });
+            }
         })
     }
 }
@@ -147,16 +156,17 @@ pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
             printable(word)
         ))
     };
+    // The last RFC 3339 instant parsed, as given (a hot quota names one anchor on every call),
+    // looked up first: a word it holds is never an integer, so the order changes no answer.
+    if let Some(ms) = LAST_ANCHOR_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|&(_, _, ms)| ms)) {
+        return Ok(ms);
+    }
     if let Ok(v) = crate::args::integer(word) {
         let per_unit = match unit {
             Unit::Seconds => 1000,
             Unit::Millis => 1,
         };
         return v.checked_mul(per_unit).filter(|ms| (ANCHOR_MIN_MS..=ANCHOR_MAX_MS).contains(ms)).ok_or_else(bad);
-    }
-    // The last instant parsed, as given (a hot quota names one anchor on every call).
-    if let Some(ms) = LAST_ANCHOR_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|&(_, _, ms)| ms)) {
-        return Ok(ms);
     }
     let ms = rfc3339(word).ok_or_else(bad)?;
     let mut copy = [0u8; ANCHOR_WORD_MAX];
@@ -285,16 +295,16 @@ impl<'a> Words<'a> {
             return Err(Error::Syntax);
         };
         let limit = crate::args::integer(limit)?;
-        if !per.eq_ignore_ascii_case(b"PER") {
+        if !crate::args::keyword(per, b"per") {
             return Err(Error::Call("expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
         }
         let per = Per::parse(unit)?;
         let (mut zone, mut anchor, mut rest, mut rest_len) = (None, None, [&[][..]; MAX_REST], 0);
         let mut it = tail.iter();
         while let Some(&word) = it.next() {
-            let slot = if word.eq_ignore_ascii_case(b"TZ") {
+            let slot = if crate::args::keyword(word, b"tz") {
                 &mut zone
-            } else if word.eq_ignore_ascii_case(b"ANCHOR") {
+            } else if crate::args::keyword(word, b"anchor") {
                 &mut anchor
             } else {
                 *rest.get_mut(rest_len).ok_or_else(|| Error::Syntax)? = word;
@@ -337,6 +347,7 @@ pub struct State {
 }
 
 /// Reads a stored count and its key's absolute expiry (`None`: no expiry, a mismatch).
+#[inline]
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     let (count, expires_at) = crate::limits::integer_with_expiry(stored, expires_at_ms, 0, "CL.QUOTA")?;
     if count > MAX_LIMIT {
@@ -347,6 +358,7 @@ pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
 
 /// Decides a call consuming `quantity` units at `now`. 0 peeks (nothing written); a negative
 /// quantity refunds, never below zero.
+#[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     let period = period(&params.calendar, now)?;
     let live = state.filter(|s| s.expires_at > now);

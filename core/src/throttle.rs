@@ -44,7 +44,7 @@ impl Params {
             .checked_mul_nanos(limit as u64)
             .ok()
             .filter(|t| *t <= MAX_DURATION)
-            .ok_or(Error::SpanTooLong("(max_burst + 1) * period / count"))?;
+            .ok_or_else(|| Error::SpanTooLong("(max_burst + 1) * period / count"))?;
         Ok(Params { emission_interval, limit, tolerance })
     }
 
@@ -64,6 +64,7 @@ impl Params {
         (free.div_euclid(self.emission_interval.as_nanos())).clamp(0, self.limit)
     }
 
+    #[inline]
     fn reply(&self, limited: bool, ttl: Nanos, retry_after: Option<Nanos>) -> Reply {
         Reply { limited, limit: self.limit, remaining: self.remaining(ttl), retry_after, reset_after: ttl }
     }
@@ -71,6 +72,7 @@ impl Params {
 
 /// Decides a call consuming `quantity` units at `now` against the stored `tat`.
 /// `quantity` 0 peeks; a negative quantity refunds, never beyond full.
+#[inline(always)]
 pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
     // A TAT beyond `now + tolerance` (a clock stepped back) reads as exactly empty. When
     // `now + tolerance` overflows, every TAT is below it.
@@ -121,6 +123,7 @@ pub const MIN_TAT: i64 = 1_000_000_000_000_000_000;
 
 /// The stored form: redis-cell's, the TAT as decimal nanoseconds since the Unix epoch (from
 /// 2001 on: smaller values are other limiters').
+#[inline]
 pub fn decode(stored: &[u8]) -> Result<Instant> {
     crate::args::integer(stored)
         .ok()

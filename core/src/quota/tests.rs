@@ -140,6 +140,15 @@ fn bad_arguments_are_named() {
     assert!(parse_anchor(b"253402300800", Unit::Seconds).is_err());
     assert!(parse_anchor(b"9223372036854775807", Unit::Seconds).is_err());
     assert_eq!(Per::parse(b"fortnight").unwrap_err().to_string(), "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
+    // Each unit's word in any case parses to it, and nothing else does.
+    for per in Per::ALL {
+        let word = per.word();
+        for text in [word.to_string(), word.to_lowercase(), format!("{}{}", &word[..1], word[1..].to_lowercase())] {
+            assert_eq!(Per::parse(text.as_bytes()), Ok(per), "{text}");
+        }
+        assert!(Per::parse(&word.as_bytes()[1..]).is_err());
+        assert!(Per::parse(format!("{word}S").as_bytes()).is_err());
+    }
     let split = |s: &str| Words::split(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|_| ()).map_err(|e| e.to_string());
     assert_eq!(split("10 EVERY DAY"), Err("ERR expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
     assert_eq!(split("10 PER DAY TZ UTC TZ UTC"), Err("ERR syntax error".into()));
