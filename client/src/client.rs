@@ -368,7 +368,10 @@ impl Throttle {
     /// A new connection of its own, for a blocking call (never the shared one).
     pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
         let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;
-        client.get_multiplexed_async_connection().await.map_err(Error::Connect)
+        // No response timeout of the redis crate's (500 ms by default): a blocked CL.PACE waits
+        // up to its MAXWAIT by design, and `pace` bounds it by MAXWAIT plus the deadline.
+        let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(self.inner.config.deadline)).set_response_timeout(None);
+        client.get_multiplexed_async_connection_with_config(&config).await.map_err(Error::Connect)
     }
 
     /// The failure policy's answer, marked degraded with `reason`.

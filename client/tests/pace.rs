@@ -66,6 +66,15 @@ async fn paced_calls_leave_evenly_spaced() {
     }
     blocked.await.unwrap();
 
+    // A blocked call waits as long as its slot is away, past the redis crate's default
+    // response timeout (500 ms): the server replies at the slot, 1.5 s from now.
+    let start = Instant::now();
+    for _ in 0..2 {
+        let paced = client.pace("far", Rate::per_minute(40), Duration::from_secs(3), Wait::Block).await.unwrap();
+        assert!(matches!(paced, Paced::Go { .. }), "{paced:?}");
+    }
+    assert!(start.elapsed() >= Duration::from_millis(1400), "the second slot is 1.5 s after the first: {:?}", start.elapsed());
+
     // No slot within MAXWAIT: refused, with when one frees.
     client.pace("busy", Rate::per_second(1), Duration::ZERO, Wait::Sleep).await.unwrap();
     match client.pace("busy", Rate::per_second(1), Duration::ZERO, Wait::Sleep).await.unwrap() {
