@@ -2,7 +2,8 @@
 //! ever crossing into the server (an unwinding panic would abort redis-server).
 
 use std::ffi::CString;
-use std::os::raw::c_int;
+use std::mem::MaybeUninit;
+use std::os::raw::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
@@ -37,13 +38,19 @@ impl<'a> Call<'a> {
     }
 
     /// The arguments after the command name in `buf`, filled where it lives (no copy of the
-    /// array, as returning [`Args`] makes); `None` when there are more than `N`.
+    /// array, as returning [`Args`] makes, and no slot written twice: the buffer starts
+    /// uninitialized); `None` when there are more than `N`.
     #[inline(always)]
-    pub fn args_in<'b, const N: usize>(&self, buf: &'b mut [&'a [u8]; N]) -> Option<&'b [&'a [u8]]> {
+    pub fn args_in<'b, const N: usize>(&self, buf: &'b mut [MaybeUninit<&'a [u8]>; N]) -> Option<&'b [&'a [u8]]> {
         let words = self.argv.get(1..).unwrap_or(&[]);
         let buf = buf.get_mut(..words.len())?;
-        read_into(words, buf);
-        Some(buf)
+        let string_ptr_len = api().string_ptr_len;
+        for (slot, &s) in buf.iter_mut().zip(words) {
+            slot.write(bytes_with(string_ptr_len, s));
+        }
+        // SAFETY: the loop wrote every one of the `words.len()` slots (`buf` has exactly that
+        // many), and `MaybeUninit<T>` has `T`'s layout.
+        Some(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<&'a [u8]>(), buf.len()) })
     }
 
     /// Argument `i` after the command name as Redis holds it (to open a key by its name).
@@ -83,20 +90,25 @@ impl<'a> std::ops::Deref for Args<'a> {
 fn read_into(words: &[*mut RedisModuleString], slots: &mut [&[u8]]) {
     let string_ptr_len = api().string_ptr_len;
     for (slot, &s) in slots.iter_mut().zip(words) {
-        let mut len = 0usize;
-        // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails
-        // on them, and its bytes live as long as the argument.
-        let ptr = unsafe { string_ptr_len(s, &mut len) };
-        *slot = if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } };
+        *slot = bytes_with(string_ptr_len, s);
     }
 }
 
 /// The bytes of a Redis string, borrowed for the duration of the call.
 #[inline]
 pub fn bytes<'a>(s: *const RedisModuleString) -> &'a [u8] {
+    bytes_with(api().string_ptr_len, s)
+}
+
+/// The server's `RedisModule_StringPtrLen`.
+type StringPtrLen = unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char;
+
+/// `bytes`, with the server's `StringPtrLen` already at hand.
+#[inline(always)]
+fn bytes_with<'a>(string_ptr_len: StringPtrLen, s: *const RedisModuleString) -> &'a [u8] {
     let mut len = 0usize;
     // SAFETY: argv strings are valid until the command returns; StringPtrLen never fails on them.
-    let ptr = unsafe { (api().string_ptr_len)(s, &mut len) };
+    let ptr = unsafe { string_ptr_len(s, &mut len) };
     // SAFETY: `ptr` points at `len` bytes that live as long as the argument.
     if ptr.is_null() { &[] } else { unsafe { std::slice::from_raw_parts(ptr.cast(), len) } }
 }

@@ -102,18 +102,13 @@ pub fn seed() {
 /// one call reading the server's flags and nothing else.
 pub fn denied(call: &Call, word: usize, key: &[u8]) {
     top().record(key);
-    let api = api();
-    let Some(flags) = api.get_notify_keyspace_events else { return };
-    // SAFETY: a server function without arguments.
-    let flags = unsafe { flags() };
     let module = raw::REDISMODULE_NOTIFY_MODULE as c_int;
-    let channels = (raw::REDISMODULE_NOTIFY_KEYSPACE | raw::REDISMODULE_NOTIFY_KEYEVENT) as c_int;
-    if flags & module == 0 || flags & channels == 0 {
+    if crate::store::published_classes() & module == 0 {
         return;
     }
     if let Ok(name) = call.word(word) {
         // SAFETY: the command's context and one of its argument strings.
-        unsafe { (api.notify_keyspace_event)(call.ctx, module, c"throttled".as_ptr(), name) };
+        unsafe { (api().notify_keyspace_event)(call.ctx, module, c"throttled".as_ptr(), name) };
     }
 }
 

@@ -52,8 +52,10 @@ pub struct Key {
 /// The value as read when the key was loaded.
 enum Value {
     Missing,
-    /// Redis's own bytes (`RedisModule_StringDMA`), valid until the value is written.
-    Borrowed(*const u8, usize),
+    /// Redis's own bytes (`RedisModule_StringDMA` in WRITE mode), valid until the key is
+    /// closed or resized: read by `stored`, and written in place by `writable` when the new
+    /// value has the same length.
+    Borrowed(*mut u8, usize),
     /// A copy of a value that may be compactly encoded, read without converting it.
     Copied([u8; COMPACT_UP_TO], usize),
 }
@@ -97,12 +99,16 @@ impl Key {
         let len = unsafe { (api.value_length)(self.key) };
         self.value = if len > COMPACT_UP_TO || plain::contains(self.fingerprint(), len) {
             let mut got = 0usize;
-            // SAFETY: an open string key; READ mode never fails on one.
-            let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_READ as c_int) };
+            // WRITE mode, so that the write which usually follows reuses the pointer (one server
+            // call less). It changes nothing here: Redis copies a value only when it is shared or
+            // compact, and this one is a plain string (long, or one this process wrote; a
+            // compact value of that very length is converted by either mode: see `plain`).
+            // SAFETY: an open string key, opened for writing.
+            let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
             if ptr.is_null() {
                 return Err(Error::WrongType);
             }
-            Value::Borrowed(ptr.cast_const().cast(), got)
+            Value::Borrowed(ptr.cast(), got)
         } else {
             self.copy_through_get()?
         };
@@ -167,7 +173,7 @@ impl Key {
         let value = match &self.value {
             Value::Missing => return None,
             // SAFETY: Redis's bytes of the open key, unchanged until `apply` writes.
-            Value::Borrowed(ptr, len) => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Value::Borrowed(ptr, len) => unsafe { std::slice::from_raw_parts(ptr.cast_const(), *len) },
             Value::Copied(bytes, len) => &bytes[..*len],
         };
         Some(Stored { value, expires_at_ms: self.expires_at_ms })
@@ -320,6 +326,14 @@ impl Key {
         };
         let old = match self.value {
             Value::Missing => 0,
+            Value::Borrowed(ptr, old) if old == len => {
+                // The same length (a TAT rewritten): the bytes `load` borrowed for writing.
+                self.value = Value::Missing;
+                plain::insert(self.fingerprint(), len);
+                // SAFETY: Redis's `len` bytes of the value, from `StringDMA` in WRITE mode on this
+                // open key, which has not been resized since; nothing else borrows them (`&mut self`).
+                return Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
+            }
             Value::Borrowed(_, len) | Value::Copied(_, len) => len,
         };
         if !self.exists() {
@@ -412,16 +426,42 @@ impl Key {
     /// Keyspace events of a write, then the signal for WATCH and client tracking.
     #[inline(always)]
     fn announce(&self, events: &[(c_int, &CStr)]) {
+        let api = api();
+        let flags = published_classes();
         for &(class, event) in events {
-            self.announce_one(class, event);
+            if flags & class != 0 {
+                // SAFETY: a valid context, key name and event name.
+                unsafe { (api.notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+            }
         }
         // SAFETY: a valid context and key name.
-        unsafe { (api().signal_modified_key)(self.ctx, self.name) };
+        unsafe { (api.signal_modified_key)(self.ctx, self.name) };
     }
 
     fn announce_one(&self, class: c_int, event: &CStr) {
-        // SAFETY: a valid context, key name and event name.
-        unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+        if published_classes() & class != 0 {
+            // SAFETY: a valid context, key name and event name.
+            unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
+        }
+    }
+}
+
+/// The event classes the server's `notify-keyspace-events` publishes (on a channel, `K` or
+/// `E`): the module announces only those, as the SPEC asks of its events ("no cost when
+/// off"). Each announcement the server is not asked for would still walk the modules'
+/// keyspace subscriptions, about 100 instructions, twice on every admitted call (`set`,
+/// `expire`). So a module subscribed to keyspace events sees this module's writes when, and
+/// only when, `notify-keyspace-events` names their class. Servers without the flags' reader
+/// (before 6.0) get every event.
+#[inline(always)]
+pub fn published_classes() -> c_int {
+    let Some(flags) = api().get_notify_keyspace_events else { return !0 };
+    // SAFETY: a server function without arguments.
+    let flags = unsafe { flags() };
+    let channels = (raw::REDISMODULE_NOTIFY_KEYSPACE | raw::REDISMODULE_NOTIFY_KEYEVENT) as c_int;
+    match flags & channels {
+        0 => 0,
+        _ => flags,
     }
 }
 

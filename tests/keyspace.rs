@@ -73,6 +73,46 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     assert_eq!(drain(&on_master), throttled, "calls that change nothing announce no write");
 }
 
+/// The module sends a write's events only for the classes `notify-keyspace-events` publishes
+/// (it skips the rest, which costs nothing): a subscriber sees, class by class, exactly what the
+/// replicated commands announce on a module-less replica with the same flags.
+#[test]
+fn each_class_is_announced_exactly_as_the_servers_flags_ask() {
+    let master = Server::start();
+    let replica = master.replica(Options::default().without_module());
+    let on_master = subscribe(&master);
+    let on_replica = subscribe(&replica);
+    let mut c = master.client();
+    let classes = [
+        ("E$", &["set", "setrange"][..]), // strings only: no `expire`, no `del`
+        ("Eg", &["del", "expire"][..]),   // generic only: no `set`, no `setrange`
+        ("Ed", &[][..]),                  // module events only: no write is announced
+        ("", &[][..]),                    // events off
+    ];
+    for (round, (flags, expected)) in classes.into_iter().enumerate() {
+        for server in [&master, &replica] {
+            let _: () = redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", flags]).query(&mut server.client()).unwrap();
+        }
+        let (t, w) = (format!("t{round}"), format!("w{round}"));
+        for words in [
+            format!("CL.THROTTLE {t} 2 1 60"),    // SET … PXAT
+            format!("CL.THROTTLE {t} 2 1 60 -5"), // refunded to full: DEL
+            format!("CL.WINDOW {w} 5 60"),        // a new log: SET … PXAT
+            format!("CL.WINDOW {w} 5 60 2"),      // SETRANGE and PEXPIREAT
+        ] {
+            throttle(&mut c, &words);
+        }
+        master.wait_replicated(&replica);
+        let from_module = drain(&on_master);
+        let from_commands = drain(&on_replica);
+        assert_eq!(from_module, from_commands, "with {flags:?}, the master's events are the replica's");
+        let mut seen: Vec<&str> = from_module.iter().map(|(e, _)| e.as_str()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, expected, "with {flags:?}: {from_module:?}");
+    }
+}
+
 #[test]
 fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     let master = Server::start();

@@ -29,7 +29,12 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
         value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
     }
     if !words.is_empty() {
-        value = long_tail(value, words)?;
+        // A `match`, not `ok_or`: that would build the error (which has drop glue) and drop
+        // it on every call.
+        value = match long_tail(value, words) {
+            Some(value) => value,
+            None => return Err(Error::NotAnInteger),
+        };
     }
     match negative {
         false => i64::try_from(value).map_err(|_| Error::NotAnInteger),
@@ -38,15 +43,16 @@ pub fn integer(arg: &[u8]) -> Result<i64> {
     }
 }
 
-/// `value` followed by `words` (a multiple of eight digits), eight at a time.
-#[inline(never)]
-fn long_tail(mut value: u64, words: &[u8]) -> Result<u64> {
+/// `value` followed by `words` (a multiple of eight digits), eight at a time; `None` if a
+/// byte is not a digit. (An `Option`, not a `Result`: it comes back in registers.)
+#[inline(always)]
+fn long_tail(mut value: u64, words: &[u8]) -> Option<u64> {
     for word in words.chunks_exact(8) {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(word);
         value = value.wrapping_mul(100_000_000).wrapping_add(eight_digits(u64::from_le_bytes(bytes))?);
     }
-    Ok(value)
+    Some(value)
 }
 
 /// The number of decimal digits of `n` (1 for 0), from its bit length and one comparison
@@ -85,16 +91,16 @@ pub fn keyword<const N: usize>(word: &[u8], lower: &[u8; N]) -> bool {
 /// The value of eight ASCII digits loaded little-endian (the first digit in the low byte),
 /// all checked at once: each byte's high nibble is 3, and stays 3 when 6 is added (a byte
 /// at 0xFA or above fails the first test, so a carry between bytes never hides one).
-fn eight_digits(word: u64) -> Result<u64> {
+fn eight_digits(word: u64) -> Option<u64> {
     const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     const ZEROS: u64 = 0x3030_3030_3030_3030;
     if word & HIGH != ZEROS || word.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
-        return Err(Error::NotAnInteger);
+        return None;
     }
     let v = word.wrapping_sub(ZEROS);
     let v = v.wrapping_mul(10).wrapping_add(v >> 8) & 0x00FF_00FF_00FF_00FF;
     let v = v.wrapping_mul(100).wrapping_add(v >> 16) & 0x0000_FFFF_0000_FFFF;
-    Ok(v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF)
+    Some(v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF)
 }
 
 /// A duration argument (`value` in `unit`): 1 to [`crate::time::MAX_DURATION`].
@@ -146,6 +152,7 @@ impl Decimal {
         Decimal { bytes, start }
     }
 
+    #[inline(always)]
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[self.start..]
     }

@@ -27,6 +27,7 @@ pub struct Params {
 }
 
 impl Params {
+    #[inline(always)]
     pub fn new(max_burst: i64, count: i64, period: Nanos) -> Result<Params> {
         // The tolerance, at least one nanosecond per unit of the limit, is at most MAX_DURATION.
         if !(0..MAX_DURATION.as_nanos()).contains(&max_burst) {
@@ -59,6 +60,7 @@ impl Params {
     }
 
     /// Units a limiter whose TAT is `ttl` ahead of now could still admit.
+    #[inline]
     fn remaining(&self, ttl: Nanos) -> i64 {
         let free = self.tolerance.as_nanos() - ttl.as_nanos();
         (free.div_euclid(self.emission_interval.as_nanos())).clamp(0, self.limit)

@@ -44,7 +44,7 @@ pub static DEBUG: &Registered = &debug::COMMAND;
 fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     // Every single-limiter call fits the stack (CL.QUOTA's longest has 12 words); a longer one
     // gets its arity error from the table.
-    let mut stack = [&[][..]; 12];
+    let mut stack = [const { std::mem::MaybeUninit::uninit() }; 12];
     let heap;
     let words: &[&[u8]] = match call.args_in(&mut stack) {
         Some(words) => words,
