@@ -5,7 +5,8 @@
 # then makes the same call on each, REPEAT times.
 #
 #   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server; ONLY=<part of a
-#                            scenario's name> for that scenario alone, without cl_throttle)
+#                            scenario's name> for that scenario alone, without cl_throttle;
+#                            ONLY=cl_throttle for the cl_throttle part alone)
 #
 # Scenarios (the caps: a 100,000-entry exact log, 10,000 buckets; a ring of 100,001 buckets
 # the module writes after `throttle.max-buckets` was raised to its ceiling):
@@ -165,7 +166,7 @@ scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n 
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
 
-[ -n "${ONLY:-}" ] && exit 0
+[ -n "${ONLY:-}" ] && [ "$ONLY" != cl_throttle ] && exit 0
 # ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
 cli() { redis-cli -p "$PORT" "$@"; }
 LUA_GCRA=$(cat bench/gcra.lua)
