@@ -455,15 +455,17 @@ end
 -- The decimal text of an instant (m, u) with m > 0, as t_text writes it, without a format
 -- per call: the milliseconds' digits are kept for the next call in the same millisecond, the
 -- nanoseconds' six are two entries of a table of '000' to '999'.
+-- (`instant_ms` makes m the current millisecond; the hot path inlines instant_text.)
 local D3, text_m, text_m_digits
-local function instant_text(m, u)
-  if m ~= text_m then
-    if not D3 then
-      D3 = {}
-      for i = 0, 999 do D3[i] = fmt('%03d', i) end
-    end
-    text_m, text_m_digits = m, fmt('%d', m)
+local function instant_ms(m)
+  if not D3 then
+    D3 = {}
+    for i = 0, 999 do D3[i] = fmt('%03d', i) end
   end
+  text_m, text_m_digits = m, fmt('%d', m)
+end
+local function instant_text(m, u)
+  if m ~= text_m then instant_ms(m) end
   local lo = u % 1000
   return text_m_digits .. D3[(u - lo) / 1000] .. D3[lo]
 end
@@ -2746,6 +2748,7 @@ end
 -- numbers (gcra_step) and writes and replies as `single` would; any other call (the first of
 -- its words, an error, another stored value, an instant beyond `fast_until`) goes to `single`.
 local HOT, hot_count = {}, 0
+local at_ms, at_text -- the last expiry (ms) written, and its text
 
 -- `single`, then the call's parameters kept for the hot path (they parsed: the call succeeded).
 local function throttle_single(keys, args)
@@ -2787,29 +2790,39 @@ local function cl_throttle(keys, args)
           am, au = tat_of(stored)
         end
         if am or stored == false then
-          local tol, ei, limit, q, millis = e[1], e[2], e[3], e[4], e[5]
-          local limited, remaining, retry, span, write = gcra_step(tol, ei, limit, am, au, nm, nu, q)
-          local sm, su = ns_t(span)
+          local limit, millis = e[3], e[5]
+          local limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+          -- (ns_t, t_add, instant_text and reply_time inlined: a Lua call costs more than each)
+          local su = span % M
+          local sm = (span - su) / M
           if write then
             if span ~= 0 then
-              local xm, xu = t_add(nm, nu, sm, su)
-              local text = instant_text(xm, xu)
+              local xm, xu = nm + sm, nu + su
+              if xu >= M then xm, xu = xm + 1, xu - M end
+              if xm ~= text_m then instant_ms(xm) end
+              local lo = xu % 1000
+              local text = text_m_digits .. D3[(xu - lo) / 1000] .. D3[lo]
               last_tat, last_am, last_au = text, xm, xu
-              rcall('SET', key, text, 'PXAT', int_text(xu > 0 and xm + 1 or xm))
+              local at = xu > 0 and xm + 1 or xm
+              if at ~= at_ms then at_ms, at_text = at, int_text(at) end
+              rcall('SET', key, text, 'PXAT', at_text)
             elseif stored then
               rcall('DEL', key)
             end
           end
-          local retry_after = -1
-          if limited == 1 then
-            -- (SHADOW: a denial replied as an admission; only a call consuming units is denied)
-            if e[6] then limited = 0
-            elseif retry then
-              local rm, ru = ns_t(retry)
-              retry_after = reply_time(rm, ru, millis)
-            end
+          -- Reply times (reply_time): milliseconds rounded up, or whole milliseconds' seconds
+          -- rounded up; `unit` in ns.
+          local unit, retry_after = millis and M or 1000000000, -1
+          if limited == 1 and e[6] then
+            limited = 0 -- SHADOW: a denial replied as an admission (only a call consuming units is denied)
+          elseif retry then
+            if not millis then retry = retry - retry % M end
+            local rr = retry % unit
+            retry_after = (retry - rr) / unit + (rr > 0 and 1 or 0)
           end
-          return { limited, limit, remaining, retry_after, reply_time(sm, su, millis) }
+          local reset = millis and span or span - su
+          local rr = reset % unit
+          return { limited, limit, remaining, retry_after, (reset - rr) / unit + (rr > 0 and 1 or 0) }
         end
       end
     end
