@@ -2749,6 +2749,9 @@ end
 -- its words, an error, another stored value, an instant beyond `fast_until`) goes to `single`.
 local HOT, hot_count = {}, 0
 local at_ms, at_text -- the last expiry (ms) written, and its text
+-- The reply, one table for every call (Redis reads it when the call returns and keeps nothing):
+-- no table to allocate and collect per call.
+local REPLY = { 0, 0, 0, 0, 0 }
 
 -- `single`, then the call's parameters kept for the hot path (they parsed: the call succeeded).
 local function throttle_single(keys, args)
@@ -2822,7 +2825,9 @@ local function cl_throttle(keys, args)
           end
           local reset = millis and span or span - su
           local rr = reset % unit
-          return { limited, limit, remaining, retry_after, (reset - rr) / unit + (rr > 0 and 1 or 0) }
+          local r = REPLY
+          r[1], r[2], r[3], r[4], r[5] = limited, limit, remaining, retry_after, (reset - rr) / unit + (rr > 0 and 1 or 0)
+          return r
         end
       end
     end
