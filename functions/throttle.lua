@@ -2753,30 +2753,31 @@ local at_ms, at_text -- the last expiry (ms) written, and its text
 -- no table to allocate and collect per call.
 local REPLY = { 0, 0, 0, 0, 0 }
 
--- `single`, then the call's parameters kept for the hot path (they parsed: the call succeeded).
+-- `single` for words not seen before, then what the hot path keeps for them (they parsed: the
+-- call succeeded): its parameters, or false when it cannot take them (a tolerance of 2^52 ns
+-- or more), so that their next calls go to `single` at once.
 local function throttle_single(keys, args)
   local reply = single('throttle', keys, args)
   local p, qm, qu, millis, shadow = parse('throttle', args)
-  if p.tol and not p.refuse then
-    if hot_count >= 512 then HOT, hot_count = {}, 0 end
-    local n = #args
-    local node = HOT[n]
-    if not node then node = {}; HOT[n] = node end
-    for i = 1, n - 1 do
-      local next_node = node[args[i]]
-      if not next_node then next_node = {}; node[args[i]] = next_node end
-      node = next_node
-    end
-    node[args[n]] = { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until }
-    hot_count = hot_count + 1
+  if hot_count >= 512 then HOT, hot_count = {}, 0 end
+  local n = #args
+  local node = HOT[n]
+  if not node then node = {}; HOT[n] = node end
+  for i = 1, n - 1 do
+    local next_node = node[args[i]]
+    if not next_node then next_node = {}; node[args[i]] = next_node end
+    node = next_node
   end
+  node[args[n]] = p.tol and not p.refuse and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
+  hot_count = hot_count + 1
   return reply
 end
 
 local function cl_throttle(keys, args)
+  local e -- the words' entry: nil when not seen, false when not for the hot path
   if bound and #keys == 1 then
     local n = #args
-    local e = HOT[n]
+    e = HOT[n]
     for i = 1, n do
       if not e then break end
       e = e[args[i]]
@@ -2832,7 +2833,8 @@ local function cl_throttle(keys, args)
       end
     end
   end
-  return run(throttle_single, keys, args)
+  if e == nil then return run(throttle_single, keys, args) end
+  return run(single, 'throttle', keys, args)
 end
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
