@@ -2533,6 +2533,7 @@ local function shadowed(d)
 end
 
 local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0
+local single_params -- the last call's parsed parameters (cl_throttle's hot path keeps them)
 
 -- One limiter command: FCALL cl_<kind> 1 key args...
 local function single(kind, keys, args)
@@ -2552,9 +2553,11 @@ local function single(kind, keys, args)
   else
     p, qm, qu, millis, shadow = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
-    PARSED[kind][ck] = { p, qm, qu, millis, shadow }
+    hit = { p, qm, qu, millis, shadow }
+    PARSED[kind][ck] = hit
     parsed_count = parsed_count + 1
   end
+  single_params = hit
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read_of(kind, key)
@@ -2753,12 +2756,12 @@ local at_ms, at_text -- the last expiry (ms) written, and its text
 -- no table to allocate and collect per call.
 local REPLY = { 0, 0, 0, 0, 0 }
 
--- `single` for words not seen before, then what the hot path keeps for them (they parsed: the
--- call succeeded): its parameters, or false when it cannot take them (a tolerance of 2^52 ns
--- or more), so that their next calls go to `single` at once.
+-- `single` for words not seen before, then what the hot path keeps for them (the call
+-- succeeded: `single` parsed them): their parameters, or false when it cannot take them (a
+-- tolerance of 2^52 ns or more), so that their next calls go to `single` at once.
 local function throttle_single(keys, args)
   local reply = single('throttle', keys, args)
-  local p, qm, qu, millis, shadow = parse('throttle', args)
+  local p, qm, qu, millis, shadow = lua_unpack(single_params, 1, 5)
   if hot_count >= 512 then HOT, hot_count = {}, 0 end
   local n = #args
   local node = HOT[n]
