@@ -12,6 +12,8 @@
 # build), BENCH_SCENARIOS (a file of extra `name|command[|setup]` lines), BENCH_ONLY (a regular
 # expression: only the scenarios whose name matches, plus the SET and floor baselines),
 # BENCH_RESULTS (a file: the table also as `name<TAB>instructions` lines; scripts/plots-perf.sh).
+# The Functions twin's cl_throttle against the plain Lua GCRA script, counted whole:
+#   BENCH_SCENARIOS=bench/twin-instructions.txt BENCH_ONLY='cl_throttle|Lua GCRA .*whole' bench/instructions.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -60,6 +62,8 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   local pid=$!
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   local cmd=$1
+  # A scenario calling the Functions twin loads it (TWIN: another version of the library).
+  if [[ $cmd == FCALL* ]]; then redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < "${TWIN:-functions/throttle.lua}" >/dev/null; fi
   if [[ $cmd == *EVALSHA* ]]; then
     local sha; sha=$(redis-cli -p "$PORT" SCRIPT LOAD "$LUA_GCRA")
     cmd=${cmd//__SHA__/$sha}

@@ -5,7 +5,9 @@
 # then makes the same call on each, REPEAT times.
 #
 #   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server; ONLY=<part of a
-#                            scenario's name> for that scenario alone, without cl_throttle)
+#                            scenario's name> for that scenario alone, without cl_throttle;
+#                            ONLY=cl_throttle for the cl_throttle part alone; TWIN=<file> another
+#                            version of the library, e.g. to compare with `git show REV:functions/throttle.lua`)
 #
 # Scenarios (the caps: a 100,000-entry exact log, 10,000 buckets; a ring of 100,001 buckets
 # the module writes after `throttle.max-buckets` was raised to its ceiling):
@@ -36,7 +38,7 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR
 ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
   --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log" --busy-reply-threshold 10000
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < functions/throttle.lua >/dev/null
+redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < "${TWIN:-functions/throttle.lua}" >/dev/null
 
 PORT=$PORT REPEAT=${REPEAT:-20} ONLY=${ONLY:-} python3 - <<'PY'
 import os, socket, struct, time
@@ -165,7 +167,7 @@ scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n 
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
 PY
 
-[ -n "${ONLY:-}" ] && exit 0
+[ -n "${ONLY:-}" ] && [ "$ONLY" != cl_throttle ] && exit 0
 # ---- cl_throttle against the module and a plain Lua GCRA (admitted and denied).
 cli() { redis-cli -p "$PORT" "$@"; }
 LUA_GCRA=$(cat bench/gcra.lua)

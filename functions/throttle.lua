@@ -331,11 +331,15 @@ end
 -- The clock: one instant per call, as T (ms, ns within the ms).
 
 -- @clock begin
+-- (The seconds' text is compared with the last call's, one pointer as Lua strings are interned,
+-- and converted only when it changed.)
+local clock_s, clock_ms
 local function clock()
   local t = rcall('TIME')
-  local s, us = t[1] + 0, t[2] + 0 -- (Lua turns the replied digits into numbers)
+  local s, us = t[1], t[2] + 0 -- (Lua turns the replied digits into numbers)
+  if s ~= clock_s then clock_s, clock_ms = s, s * 1000 end
   local sub_ms = us % 1000
-  return s * 1000 + (us - sub_ms) / 1000, sub_ms * 1000
+  return clock_ms + (us - sub_ms) / 1000, sub_ms * 1000
 end
 -- @clock end
 
@@ -434,10 +438,43 @@ end
 -- are interned, so the comparison is one pointer), and skips parsing it.
 local last_tat, last_am, last_au
 
--- The fast path of gcra_decide (tolerance below 2^52 ns, the hot path of CL.THROTTLE): spans
--- relative to now as plain numbers; the same rules, step for step.
-local function gcra_fast(p, am, au, nm, nu, q)
-  local tol, ei, limit = p.tol, p.ei, p.limit
+-- A stored TAT's value (T), or nil when the text is not a valid TAT.
+local function tat_of(stored)
+  if stored == last_tat then return last_am, last_au end
+  -- Nineteen digits (every TAT from 2001 to 2286) in one match; else the general parse.
+  local _, _, hi, lo = find(stored, '^([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$')
+  local am, au
+  if hi then am, au = hi + 0, lo + 0 end
+  if not hi or am > MAX_M or (am == MAX_M and au > MAX_U) then
+    am, au = parse_i64(stored)
+    if not am or am < MIN_TAT_M then return nil end
+  end
+  return am, au
+end
+
+-- The decimal text of an instant (m, u) with m > 0, as t_text writes it, without a format
+-- per call: the milliseconds' digits are kept for the next call in the same millisecond, the
+-- nanoseconds' six are two entries of a table of '000' to '999'.
+-- (`instant_ms` makes m the current millisecond; the hot path inlines instant_text.)
+local D3, text_m, text_m_digits
+local function instant_ms(m)
+  if not D3 then
+    D3 = {}
+    for i = 0, 999 do D3[i] = fmt('%03d', i) end
+  end
+  text_m, text_m_digits = m, fmt('%d', m)
+end
+local function instant_text(m, u)
+  if m ~= text_m then instant_ms(m) end
+  local lo = u % 1000
+  return text_m_digits .. D3[(u - lo) / 1000] .. D3[lo]
+end
+
+-- One call in plain numbers, for a tolerance below 2^52 ns (the hot path of CL.THROTTLE):
+-- gcra_decide's rules, step for step, with every span relative to now. The TAT (am, au; am nil
+-- for none), now and the quantity q; returns limited (0/1), remaining, the retry span (nil when
+-- none), the span from now to the TAT after the call, and whether that TAT is written.
+local function gcra_step(tol, ei, limit, am, au, nm, nu, q)
   local ttl, stepped = 0, false
   if am then
     local dm = am - nm -- the TAT's offset from now, clamped to [0, tolerance]
@@ -448,7 +485,6 @@ local function gcra_fast(p, am, au, nm, nu, q)
       if off > tol then stepped, ttl = true, tol elseif off > 0 then ttl = off end
     end
   end
-  -- span: the TAT after the call, relative to now; retry: when denied and admittable
   local limited, span, retry, write = 0, ttl, nil, false
   if q < 0 then
     span, write = 0, true
@@ -460,19 +496,24 @@ local function gcra_fast(p, am, au, nm, nu, q)
   else
     span, write = ttl + ei * q, q ~= 0
   end
+  -- remaining = floor((tolerance - span) / interval), within [0, limit] as tolerance = interval * limit
   local free = tol - span
-  local sm = span % M
-  local d = decision(limited, limit, limit - (free - free % ei) / ei, nil, nil, (span - sm) / M, sm)
-  if retry then
-    local ru = retry % M
-    d.rm, d.ru = (retry - ru) / M, ru
-  end
+  return limited, (free - free % ei) / ei, retry, span, write
+end
+
+-- The fast path of gcra_decide (tolerance below 2^52 ns), as a decision.
+local function gcra_fast(p, am, au, nm, nu, q)
+  local limit = p.limit
+  local limited, remaining, retry, span, write = gcra_step(p.tol, p.ei, limit, am, au, nm, nu, q)
+  local sm, su = ns_t(span)
+  local d = decision(limited, limit, limit - remaining, nil, nil, sm, su)
+  if retry then d.rm, d.ru = ns_t(retry) end
   if write then
     if span == 0 then
       d.eff = 'del'
     else
-      local xm, xu = t_add(nm, nu, (span - sm) / M, sm)
-      local text = t_text(xm, xu)
+      local xm, xu = t_add(nm, nu, sm, su)
+      local text = instant_text(xm, xu)
       last_tat, last_am, last_au = text, xm, xu
       d.eff, d.value, d.at = 'set', text, xu > 0 and xm + 1 or xm
     end
@@ -494,16 +535,9 @@ end
 
 local function gcra_decide(p, stored, nm, nu, qm, qu, q)
   local am, au -- the TAT
-  if stored == last_tat and stored then
-    am, au = last_am, last_au
-  elseif stored then
-    -- Nineteen digits (every TAT from 2001 to 2286) in one match; else the general parse.
-    local _, _, hi, lo = find(stored, '^([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$')
-    if hi then am, au = hi + 0, lo + 0 end
-    if not hi or am > MAX_M or (am == MAX_M and au > MAX_U) then
-      am, au = parse_i64(stored)
-      if not am or am < MIN_TAT_M then invalid('throttle', stored) end
-    end
+  if stored then
+    am, au = tat_of(stored)
+    if not am then invalid('throttle', stored) end
   end
   if p.tol and nm < p.fast_until then return gcra_fast(p, am, au, nm, nu, q) end
   -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
@@ -2499,6 +2533,7 @@ local function shadowed(d)
 end
 
 local PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0
+local single_params -- the last call's parsed parameters (cl_throttle's hot path keeps them)
 
 -- One limiter command: FCALL cl_<kind> 1 key args...
 local function single(kind, keys, args)
@@ -2518,9 +2553,11 @@ local function single(kind, keys, args)
   else
     p, qm, qu, millis, shadow = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
-    PARSED[kind][ck] = { p, qm, qu, millis, shadow }
+    hit = { p, qm, qu, millis, shadow }
+    PARSED[kind][ck] = hit
     parsed_count = parsed_count + 1
   end
+  single_params = hit
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read_of(kind, key)
@@ -2708,6 +2745,101 @@ local function run(f, a, b, c)
   return error_reply(fmt(ERR.internal, tostring(res)))
 end
 
+-- FCALL cl_throttle's hot path: a call whose words were seen before (its parameters kept in a
+-- tree of tables keyed by the word count, then each word: no string is built to look them up)
+-- with a tolerance below 2^52 ns, on a key holding nothing or a TAT, decides here in plain
+-- numbers (gcra_step) and writes and replies as `single` would; any other call (the first of
+-- its words, an error, another stored value, an instant beyond `fast_until`) goes to `single`.
+local HOT, hot_count = {}, 0
+local at_ms, at_text -- the last expiry (ms) written, and its text
+-- The reply, one table for every call (Redis reads it when the call returns and keeps nothing):
+-- no table to allocate and collect per call.
+local REPLY = { 0, 0, 0, 0, 0 }
+
+-- `single` for words not seen before, then what the hot path keeps for them (the call
+-- succeeded: `single` parsed them): their parameters, or false when it cannot take them (a
+-- tolerance of 2^52 ns or more), so that their next calls go to `single` at once.
+local function throttle_single(keys, args)
+  local reply = single('throttle', keys, args)
+  local p, qm, qu, millis, shadow = lua_unpack(single_params, 1, 5)
+  if hot_count >= 512 then HOT, hot_count = {}, 0 end
+  local n = #args
+  local node = HOT[n]
+  if not node then node = {}; HOT[n] = node end
+  for i = 1, n - 1 do
+    local next_node = node[args[i]]
+    if not next_node then next_node = {}; node[args[i]] = next_node end
+    node = next_node
+  end
+  node[args[n]] = p.tol and not p.refuse and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
+  hot_count = hot_count + 1
+  return reply
+end
+
+local function cl_throttle(keys, args)
+  local e -- the words' entry: nil when not seen, false when not for the hot path
+  if bound and #keys == 1 then
+    local n = #args
+    e = HOT[n]
+    for i = 1, n do
+      if not e then break end
+      e = e[args[i]]
+    end
+    if e then
+      local nm, nu = clock()
+      if nm < e[7] then
+        local key = keys[1]
+        local stored = rpcall('GET', key)
+        local am, au
+        if stored == last_tat then
+          am, au = last_am, last_au
+        elseif type(stored) == 'string' then
+          am, au = tat_of(stored)
+        end
+        if am or stored == false then
+          local limit, millis = e[3], e[5]
+          local limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+          -- (ns_t, t_add, instant_text and reply_time inlined: a Lua call costs more than each)
+          local su = span % M
+          local sm = (span - su) / M
+          if write then
+            if span ~= 0 then
+              local xm, xu = nm + sm, nu + su
+              if xu >= M then xm, xu = xm + 1, xu - M end
+              if xm ~= text_m then instant_ms(xm) end
+              local lo = xu % 1000
+              local text = text_m_digits .. D3[(xu - lo) / 1000] .. D3[lo]
+              last_tat, last_am, last_au = text, xm, xu
+              local at = xu > 0 and xm + 1 or xm
+              if at ~= at_ms then at_ms, at_text = at, int_text(at) end
+              rcall('SET', key, text, 'PXAT', at_text)
+            elseif stored then
+              rcall('DEL', key)
+            end
+          end
+          -- Reply times (reply_time): milliseconds rounded up, or whole milliseconds' seconds
+          -- rounded up; `unit` in ns.
+          local unit, retry_after = millis and M or 1000000000, -1
+          if limited == 1 and e[6] then
+            limited = 0 -- SHADOW: a denial replied as an admission (only a call consuming units is denied)
+          elseif retry then
+            if not millis then retry = retry - retry % M end
+            local rr = retry % unit
+            retry_after = (retry - rr) / unit + (rr > 0 and 1 or 0)
+          end
+          local reset = millis and span or span - su
+          local rr = reset % unit
+          local r = REPLY
+          r[1], r[2], r[3], r[4], r[5] = limited, limit, remaining, retry_after, (reset - rr) / unit + (rr > 0 and 1 or 0)
+          return r
+        end
+      end
+    end
+  end
+  if e == nil then return run(throttle_single, keys, args) end
+  return run(single, 'throttle', keys, args)
+end
+
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
 local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter', cl_quota = 'quota' }
 local function eval_dispatch(keys, argv)
@@ -2723,7 +2855,7 @@ end
 local function register(name, callback)
   redis.register_function { function_name = name, callback = callback }
 end
-register('cl_throttle', function(keys, args) return run(single, 'throttle', keys, args) end)
+register('cl_throttle', cl_throttle)
 register('cl_window', function(keys, args) return run(single, 'window', keys, args) end)
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
 register('cl_counter', function(keys, args) return run(single, 'counter', keys, args) end)

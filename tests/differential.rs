@@ -1291,3 +1291,97 @@ fn ties_and_pacer_keys_match_the_module() {
     }
     assert_eq!(states[0], before, "CL.ALL wrote nothing");
 }
+
+/// FCALL cl_throttle's hot path (words seen before, a tolerance below 2^52 ns, a key holding
+/// nothing or a TAT: decided in plain numbers, not through `single`): calls repeated on the same
+/// words and keys at pinned instants, through every branch (admitted, denied, the last unit,
+/// peeks, refunds down to an empty key, a quantity above the limit, SHADOW, MS, the clock
+/// stepped back, TATs of other texts and of other parameters, states the hot path leaves to
+/// `single`: invalid, pacers, other kinds, lists) and words it never takes (a tolerance beyond
+/// 2^52 ns): the same replies, bytes and expiries as the module's, call for call.
+#[test]
+fn cl_throttle_repeated_on_the_same_words_matches_the_module() {
+    let (mut rig, start_us) = rig_tomorrow();
+    let keys = Rig::keys(0);
+    let sets: Vec<Vec<String>> = [
+        &["0", "1", "10"][..],
+        &["4", "1", "10"],
+        &["4", "1", "10", "2"],
+        &["4", "1", "10", "0"],
+        &["4", "1", "10", "-3"],
+        &["4", "1", "10", "7"],
+        &["4", "1", "10", "SHADOW"],
+        &["4", "1", "10", "3", "shadow"],
+        &["9", "3", "1500", "MS"],
+        &["9", "3", "1500", "ms", "2", "SHADOW"],
+        &["99", "100000000", "1"],
+        &["15", "30", "60"],
+        &["2", "1", "100000000"],
+        &["0", "1", "1000000000000", "MS"],
+    ]
+    .iter()
+    .map(|w| words(w))
+    .collect();
+    // (µs from the previous call; a negative step is the clock stepped back)
+    let steps: [i64; 16] = [0, 0, 1, 999, 1000, 500_000, 3_000_000, 0, 2_999_999, 10_000_000, -20_000_000, 0, 1, 3_600_000_000, 7, 0];
+    let now_ns = |us: i64| us * 1000;
+    let plants = |now_us: i64| -> Vec<(&'static str, Plant)> {
+        let tat = |ns: i64| Plant::Value(ns.to_string().into_bytes(), Some(ns.div_euclid(MS) + 1));
+        let now = now_ns(now_us);
+        // (ahead by a whole ms or s, and 1 ns either side, and just past 1500 ms MS's tolerance less
+        // one unit: the reply times' rounding)
+        let mut v: Vec<(&'static str, Plant)> = [1, 999_999, 1_000_000, 1_000_001, 999_999_999, 1_000_000_000, 1_000_000_001, 4_500_000_001, 4_501_000_000, 5_000_000_123]
+            .into_iter()
+            .map(|ahead| ("a TAT just ahead", tat(now + ahead)))
+            .collect();
+        v.extend([
+            ("a TAT a day ahead", tat(now + 86_400_000_000_000)),
+            ("a TAT 60 days ahead", tat(now + 60 * 86_400_000_000_000)),
+            ("a TAT 60 days ago", Plant::Value((now - 60 * 86_400_000_000_000).to_string().into_bytes(), None)),
+            ("a TAT in the past", Plant::Value((now - 1).to_string().into_bytes(), None)),
+            ("a TAT before 2001 (18 digits)", Plant::Value(b"999999999999999999".to_vec(), None)),
+            ("a leading zero", Plant::Value(format!("0{now}").into_bytes(), None)),
+            ("a pacer", Plant::Value(format!("P{now}").into_bytes(), None)),
+            ("a counter", Plant::Value(b"12".to_vec(), None)),
+            ("junk", Plant::Value(b"12x".to_vec(), None)),
+            ("a list", Plant::List),
+        ]);
+        v
+    };
+    let mut now_us = start_us;
+    let mut checked = 0;
+    let mut check = |rig: &mut Rig, what: &str, args: &[String], now_us: i64| {
+        let (before, replies, states) = rig.call(Algorithm::Throttle, &keys, args, now_us);
+        let context = format!("{what}: CL.THROTTLE {args:?} at {now_us} µs on {before:?}");
+        assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
+        assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
+        assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
+        assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
+        checked += 1;
+    };
+    for args in &sets {
+        let _: () = redis::cmd("DEL").arg(&keys[..]).query(&mut rig.c).unwrap();
+        for step in steps {
+            now_us += step;
+            check(&mut rig, "a run", args, now_us);
+        }
+        for i in 0..plants(now_us).len() {
+            // (planted relative to the instant of its first call)
+            let (what, plant) = plants(now_us).swap_remove(i);
+            rig.plant(&keys, &plant);
+            for step in [0, 0, 1, 2_000_000] {
+                now_us += step;
+                check(&mut rig, what, args, now_us);
+            }
+        }
+    }
+    // Every set on one key in turn: each call reads a TAT another set's call wrote.
+    let _: () = redis::cmd("DEL").arg(&keys[..]).query(&mut rig.c).unwrap();
+    for round in 0..3 {
+        for args in &sets {
+            now_us += 250_000 * round;
+            check(&mut rig, "sets in turn", args, now_us);
+        }
+    }
+    assert!(checked > 400, "{checked} calls checked");
+}
