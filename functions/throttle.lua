@@ -1434,7 +1434,11 @@ end
 
 -- The count of bucket k (one the ring holds).
 local function ring_count(ring, k)
-  if not ring.stored then return ring.counts[ring_slot(ring, k)] or 0 end
+  if not ring.stored then
+    local c = ring.counts[ring_slot(ring, k)] or 0
+    if ring.bytes then c = ring_count_at(c, 0) end
+    return c
+  end
   return ring_count_at_slot(ring, ring_slot(ring, k))
 end
 
@@ -1549,8 +1553,18 @@ end
 -- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
 local function ring_patch(ring, newest, edits, d)
   if not ring.stored then
-    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
     local counts = ring.counts
+    if ring.bytes then
+      -- (every count's bytes already there: the header goes before slot 0, at -3 to -1)
+      for i = 1, #edits do
+        local c = edits[i][2]
+        counts[ring_slot(ring, edits[i][1])] = COUNT_LE[c] or int_le(c)
+      end
+      counts[-3], counts[-2], counts[-1] = RING_HEAD, t_le(ring.pm, 0), int_le(newest)
+      d.eff, d.whole = 'patch', concat(counts, '', -3, ring.slots - 1)
+      return d
+    end
+    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
     for i = 1, #edits do counts[ring_slot(ring, edits[i][1])] = edits[i][2] end
     -- (a count below 256 as its bytes made once: COUNT_LE)
     local small, zero = COUNT_LE, COUNT_LE[0]
@@ -1711,8 +1725,9 @@ end
 
 -- An exact log read by a call with PRECISION: each action still counting goes to the bucket
 -- holding it, floor(min(t, now) / p), all between the oldest that counts and now's. Also
--- whether the log held an action after now.
-local function log_to_ring(p, log, nm, nu)
+-- whether the log held an action after now. For an admission (q) on a long log, the counts
+-- are kept as their bytes (`ring.bytes`): the ring is written whole, without packing them.
+local function log_to_ring(p, log, nm, nu, q)
   local P = p.precision
   local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
   local hm, hu = t_sub(nm, nu, p.window, 0)
@@ -1734,6 +1749,8 @@ local function log_to_ring(p, log, nm, nu)
     -- order, so x < bd means e < B and x > bd means e > B; only x == bd is decided exactly.
     local after = log_first_after(log, nm, nu, first)
     local slots = ring.slots
+    local enc = verdict(q, log.len - first, p.limit) == 'admit' and COUNT_LE
+    local function put(slot, c) counts[slot] = enc and (enc[c] or int_le(c)) or c end
     -- The bucket being counted (its slot), from entry `at` of the piece s on (no entry before
     -- `at` is in it; `run` of its entries came before, in earlier pieces), ends at bm ms (bd
     -- ns, as a double); g: the last count, where the next bucket's first entry is looked for.
@@ -1744,7 +1761,7 @@ local function log_to_ring(p, log, nm, nu)
       local x = unpack('<i8', s, j * 8 + 1)
       return x > bd or (x == bd and le_t(s, j * 8 + 1) >= bm)
     end
-    local up = unpack
+    local up, ms = unpack, M
     local i = first
     while i < after do
       local e = i + CHUNK / 8
@@ -1764,20 +1781,24 @@ local function log_to_ring(p, log, nm, nu)
           -- entries read by one call). (Entry `at` is after the last bucket's end: in this
           -- bucket or a later one, which the next comparison finds.) Never past the ring's
           -- last slot (the wrap is taken below).
-          local o, last = (at + g) * 8 - 7, n * 8 - 23
-          local room = slots - slot
-          while o <= last and room > 0 do
+          local o, last, g8, vg, vg1 = (at + g) * 8 - 7, n * 8 - 23, g * 8, g, g + 1
+          if enc then vg, vg1 = enc[g] or int_le(g), enc[g + 1] or int_le(g + 1) end
+          for _ = slot + 1, slots do
+            if o > last then break end
             local xa, xb, xc = up('<i8i8i8', s, o)
             if xa >= bd then break end
             if xb > bd then
-              counts[slot], o = g, o + g * 8
+              counts[slot] = vg
+              o = o + g8
             elseif xb < bd and xc > bd then
-              counts[slot], o = g + 1, o + g * 8 + 8
+              counts[slot] = vg1
+              o = o + g8 + 8
             else
               break
             end
-            slot, bm, room = slot + 1, bm + P, room - 1
-            bd = bm * M
+            slot = slot + 1
+            bm = bm + P
+            bd = bm * ms
           end
           at = (o + 7) / 8 - g
           if slot == slots then slot = 0 end
@@ -1800,7 +1821,7 @@ local function log_to_ring(p, log, nm, nu)
         if lo == n then break end
         -- Entry lo starts a later bucket: the next one, or its own, computed.
         if run > 0 then
-          counts[slot] = run
+          put(slot, run)
           g = run
         end
         if unpack('<i8', s, lo * 8 + 1) < (bm + P) * M then
@@ -1814,10 +1835,19 @@ local function log_to_ring(p, log, nm, nu)
       end
       i = e
     end
-    if run > 0 then counts[slot] = run end
+    if run > 0 then put(slot, run) end
     if after < log.len then
       local now_slot = ring_slot(ring, div_floor(nm, P))
-      counts[now_slot] = (counts[now_slot] or 0) + log.len - after
+      local c = counts[now_slot] or 0
+      if enc and c ~= 0 then c = ring_count_at(c, 0) end
+      put(now_slot, c + log.len - after)
+    end
+    if enc then
+      local zero = enc[0]
+      for i = 0, slots - 1 do
+        if not counts[i] then counts[i] = zero end
+      end
+      ring.bytes = true
     end
   end
   local ahead = false
@@ -2131,7 +2161,7 @@ local function window_decide(p, stored, nm, nu, q)
       if log then
         local d = log_as_ring_reply(p, log, nm, nu, q)
         if d then return d end
-        local converted, ahead = log_to_ring(p, log, nm, nu)
+        local converted, ahead = log_to_ring(p, log, nm, nu, q)
         return ring_decide(p, converted, nm, nu, q, true, ahead)
       end
     end
@@ -2146,7 +2176,7 @@ local function window_decide(p, stored, nm, nu, q)
     if log then
       local d = log_as_ring_reply(p, log, nm, nu, q)
       if d then return d end
-      local converted, ahead = log_to_ring(p, log, nm, nu)
+      local converted, ahead = log_to_ring(p, log, nm, nu, q)
       return ring_decide(p, converted, nm, nu, q, true, ahead)
     end
   else
