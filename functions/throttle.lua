@@ -1751,6 +1751,9 @@ local function log_to_ring(p, log, nm, nu, q)
     local slots = ring.slots
     local enc = verdict(q, log.len - first, p.limit) == 'admit' and COUNT_LE
     local function put(slot, c) counts[slot] = enc and (enc[c] or int_le(c)) or c end
+    -- (every slot set first, in order: the table's array part holds them all)
+    local zero = enc and enc[0] or 0
+    for i = 0, slots - 1 do counts[i] = zero end
     -- The bucket being counted (its slot), from entry `at` of the piece s on (no entry before
     -- `at` is in it; `run` of its entries came before, in earlier pieces), ends at bm ms (bd
     -- ns, as a double); g: the last count, where the next bucket's first entry is looked for.
@@ -1838,17 +1841,11 @@ local function log_to_ring(p, log, nm, nu, q)
     if run > 0 then put(slot, run) end
     if after < log.len then
       local now_slot = ring_slot(ring, div_floor(nm, P))
-      local c = counts[now_slot] or 0
-      if enc and c ~= 0 then c = ring_count_at(c, 0) end
+      local c = counts[now_slot]
+      if enc then c = ring_count_at(c, 0) end
       put(now_slot, c + log.len - after)
     end
-    if enc then
-      local zero = enc[0]
-      for i = 0, slots - 1 do
-        if not counts[i] then counts[i] = zero end
-      end
-      ring.bytes = true
-    end
+    ring.bytes = enc and true
   end
   local ahead = false
   if log.len > 0 then
