@@ -1634,9 +1634,9 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local used, newest_used = 0, nil
   local counts = {}
   local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
-  if converted and q >= 0 and verdict(q, ring.used, p.limit) ~= 'denied' then
-    -- A ring converted from a log holds every live entry (log_to_ring says how many, and
-    -- the bucket of the newest): its counts are read here only by a refund or a denial.
+  if converted and ring.used and q >= 0 and verdict(q, ring.used, p.limit) ~= 'denied' then
+    -- A ring converted from a long log holds every live entry (log_to_ring says how many,
+    -- and the bucket of the newest): its counts are read here only by a refund or a denial.
     used, newest_used = ring.used, ring.newest_used
   elseif src then
     -- (slot by slot from the oldest held, each count checked as ring_count checks it)
@@ -1851,9 +1851,11 @@ local function log_to_ring(p, log, nm, nu, q)
   if log.len > 0 then
     local m, u = log_at(log, log.len - 1)
     ahead = t_lt(nm, nu, m, u)
-    if log.len > first then ring.newest_used = div_floor(ahead and nm or m, P) end
+    if log.len - first > 512 then
+      -- (a long log, read in order: see ring_decide)
+      ring.used, ring.newest_used = log.len - first, div_floor(ahead and nm or m, P)
+    end
   end
-  ring.used = log.len - first
   return ring, ahead
 end
 

@@ -1084,6 +1084,13 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     for args in [buckets("1"), buckets("0"), buckets("-10"), s(&["50000", "3600000", "MS", "PRECISION", "360"])] {
         check("a long log of random gaps read as 10,000 buckets", &random, &args);
     }
+    // A short log in descending order (no limiter writes one, a hostile state): read with
+    // PRECISION by a call that writes nothing, the module's reply (the twin counts such a
+    // log entry by entry, as the module does, and takes no shortcut from its order).
+    let descending = Plant::Value(log_bytes(0, &(0..32).map(|i| now - 156_637_429 - i * 830_000_000).collect::<Vec<i64>>()), expiry(now));
+    for q in ["6", "0", "1"] {
+        check("a short descending log read with PRECISION", &descending, &s(&["4", "14", q, "PRECISION", "1"]));
+    }
     let mut ahead = spread(50_000, now - hour + 60_000 * MS, now - MS);
     ahead.extend(std::iter::repeat_n(now + hour, 50_000));
     let ahead = Plant::Value(log_bytes(0, &ahead), expiry(now + hour));
