@@ -29,6 +29,7 @@ local floor, byte, char, sub, fmt, find, rep, concat, tonumber, tostring, type, 
 local rcall, rpcall, error_reply, unpack, unpack_i8, unpack_u8, lua_unpack, pack, pack_pairs
 local match -- (CL.QUOTA's instants)
 local setmetatable -- (a long ring's lazily decoded counts)
+local COUNT_LE -- the i64 bytes of each count below 256
 local bound = false
 local function bind()
   floor = math.floor
@@ -41,6 +42,8 @@ local function bind()
   match = string.match
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   setmetatable = _G.setmetatable
+  COUNT_LE = {}
+  for c = 0, 255 do COUNT_LE[c] = char(c) .. '\0\0\0\0\0\0\0' end
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
 end
@@ -1465,7 +1468,11 @@ end
 
 -- The count of bucket k (one the ring holds).
 local function ring_count(ring, k)
-  if not ring.stored then return ring.counts[ring_slot(ring, k)] or 0 end
+  if not ring.stored then
+    local c = ring.counts[ring_slot(ring, k)] or 0
+    if ring.bytes then c = ring_count_at(c, 0) end
+    return c
+  end
   return ring_count_at_slot(ring, ring_slot(ring, k))
 end
 
@@ -1580,17 +1587,24 @@ end
 -- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
 local function ring_patch(ring, newest, edits, d)
   if not ring.stored then
-    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
     local counts = ring.counts
+    if ring.bytes then
+      -- (every count's bytes already there: the header goes before slot 0, at -3 to -1)
+      for i = 1, #edits do
+        local c = edits[i][2]
+        counts[ring_slot(ring, edits[i][1])] = COUNT_LE[c] or int_le(c)
+      end
+      counts[-3], counts[-2], counts[-1] = RING_HEAD, t_le(ring.pm, 0), int_le(newest)
+      d.eff, d.whole = 'patch', concat(counts, '', -3, ring.slots - 1)
+      return d
+    end
+    local parts = { RING_HEAD, t_le(ring.pm, 0), int_le(newest) }
     for i = 1, #edits do counts[ring_slot(ring, edits[i][1])] = edits[i][2] end
-    -- (packed in C, 256 counts at a time: every count is below 2^53, exact as an i8)
-    local slots, slot, vals = ring.slots, 0, {}
-    while slot < slots do
-      local take = slots - slot
-      if take > 256 then take = 256 end
-      for j = 1, take do vals[j] = counts[slot + j - 1] or 0 end
-      parts[#parts + 1] = pack(take == 256 and unpack_i8 or '<' .. rep('i8', take), lua_unpack(vals, 1, take))
-      slot = slot + take
+    -- (a count below 256 as its bytes made once: COUNT_LE)
+    local small, zero = COUNT_LE, COUNT_LE[0]
+    for slot = 0, ring.slots - 1 do
+      local c = counts[slot]
+      parts[slot + 4] = c and (small[c] or int_le(c)) or zero
     end
     d.eff, d.whole = 'patch', concat(parts)
     return d
@@ -1654,7 +1668,11 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local used, newest_used = 0, nil
   local counts = {}
   local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
-  if src then
+  if converted and ring.used and q >= 0 and verdict(q, ring.used, p.limit) ~= 'denied' then
+    -- A ring converted from a long log holds every live entry (log_to_ring says how many,
+    -- and the bucket of the newest): its counts are read here only by a refund or a denial.
+    used, newest_used = ring.used, ring.newest_used
+  elseif src then
     -- (slot by slot from the oldest held, each count checked as ring_count checks it)
     local slot, slots = ring_slot(ring, k0), ring.slots
     for i = 0, held - 1 do
@@ -1741,8 +1759,9 @@ end
 
 -- An exact log read by a call with PRECISION: each action still counting goes to the bucket
 -- holding it, floor(min(t, now) / p), all between the oldest that counts and now's. Also
--- whether the log held an action after now.
-local function log_to_ring(p, log, nm, nu)
+-- whether the log held an action after now. For an admission (q) on a long log, the counts
+-- are kept as their bytes (`ring.bytes`): the ring is written whole, without packing them.
+local function log_to_ring(p, log, nm, nu, q)
   local P = p.precision
   local ring = ring_empty(P, div_floor(nm, P), div_ceil(p.window, P) + 1)
   local hm, hu = t_sub(nm, nu, p.window, 0)
@@ -1757,28 +1776,29 @@ local function log_to_ring(p, log, nm, nu)
     end
   else
     -- A long log, in order: the entries after now are its tail (they count in now's bucket);
-    -- the others are counted a bucket at a time: a search finds where each bucket's entries
-    -- end (compared with the first instant of the next bucket, as 32-bit halves), so that the
-    -- work is per bucket (a few probes), not per entry.
+    -- the others are counted a bucket at a time, so that the work is per bucket, not per
+    -- entry. Bucket boundaries are whole ms, so an entry's bucket is that of its whole ms. An
+    -- entry e and a boundary B are compared as doubles first (x and bd, each the double
+    -- nearest to it, read in C by struct.unpack and made by one product): rounding keeps the
+    -- order, so x < bd means e < B and x > bd means e > B; only x == bd is decided exactly.
     local after = log_first_after(log, nm, nu, first)
-    -- The next bucket's first instant in ns as 32-bit halves (bhi signed), and P ms in ns so
-    -- split (ph, pl), to step it a bucket at a time.
-    local pn = P * M
-    local pl = pn % 4294967296
-    local ph = (pn - pl) / 4294967296
-    local bhi, blo, k, slot, run, guess = -4294967297, 0, nil, nil, 0, 1
-    -- The boundary and the next one also as doubles (bd, nd: within a few thousand ns of the
-    -- exact values), and entries read as doubles (within 1024): compared exactly only when
-    -- within NEAR.
-    local NEAR = 16384
-    local bd, nd = bhi * 4294967296 + blo, nil
+    local slots = ring.slots
+    local enc = verdict(q, log.len - first, p.limit) == 'admit' and COUNT_LE
+    local function put(slot, c) counts[slot] = enc and (enc[c] or int_le(c)) or c end
+    -- (every slot set first, in order: the table's array part holds them all)
+    local zero = enc and enc[0] or 0
+    for i = 0, slots - 1 do counts[i] = zero end
+    -- The bucket being counted (its slot), from entry `at` of the piece s on (no entry before
+    -- `at` is in it; `run` of its entries came before, in earlier pieces), ends at bm ms (bd
+    -- ns, as a double); g: the last count, where the next bucket's first entry is looked for.
+    local slot, bm, bd, run, g = nil, nil, nil, 0, 1
     local s
-    -- Whether entry j (0-based) of the piece s is at or after the boundary.
-    -- (its 32-bit halves decoded in C)
+    -- Whether entry j (0-based) of the piece is at or after the end of bucket k.
     local function reached(j)
-      local lo, hi = unpack('<I4i4', s, j * 8 + 1)
-      return hi > bhi or (hi == bhi and lo >= blo)
+      local x = unpack('<i8', s, j * 8 + 1)
+      return x > bd or (x == bd and le_t(s, j * 8 + 1) >= bm)
     end
+    local up, ms = unpack, M
     local i = first
     while i < after do
       local e = i + CHUNK / 8
@@ -1786,28 +1806,48 @@ local function log_to_ring(p, log, nm, nu)
       -- (read in pieces: a long log is never one Lua string)
       s = log_bytes(log, 8 + i * 8, 8 + e * 8)
       local n, at = e - i, 0
+      if not bm then
+        local k = div_floor(le_t(s, 1), P)
+        slot, bm = ring_slot(ring, k), (k + 1) * P
+        bd = bm * M
+      end
       while at < n do
-        -- The first entry from `at` on in a later bucket: probed where the last bucket's count
-        -- puts it (that entry and the one before it read at once, as doubles), then galloping,
-        -- then bisecting (entries ascend).
-        local lo, hi = at, n
-        local probe = at + guess - 1
-        if probe >= n then probe = n - 1 end
-        local xa, xb, xb_at = nil, nil, probe
-        if probe > at then xa, xb = unpack('<i8i8', s, probe * 8 - 7) else xb = unpack('<i8', s, probe * 8 + 1) end
-        if xb > bd + NEAR or (xb >= bd - NEAR and reached(probe)) then
-          -- (as predicted, the common case: the entry before it is still in this bucket)
-          if probe == at or xa < bd - NEAR or (xa <= bd + NEAR and not reached(probe - 1)) then lo = probe end
-          hi = probe
-        else
-          lo = probe + 1
-          local step = 1
-          while lo < n do
-            probe = lo + step - 1
-            if probe >= n then probe = n - 1 end
-            if reached(probe) then hi = probe break end
-            lo, step = probe + 1, step * 2
+        if run == 0 then
+          -- Buckets of g or g + 1 entries, bucket after bucket, as long as the entry g or g + 1
+          -- on from a bucket's first is after its end and the one before it is not (the three
+          -- entries read by one call). (Entry `at` is after the last bucket's end: in this
+          -- bucket or a later one, which the next comparison finds.) Never past the ring's
+          -- last slot (the wrap is taken below).
+          local o, last, g8, vg, vg1 = (at + g) * 8 - 7, n * 8 - 23, g * 8, g, g + 1
+          if enc then vg, vg1 = enc[g] or int_le(g), enc[g + 1] or int_le(g + 1) end
+          for _ = slot + 1, slots do
+            if o > last then break end
+            local xa, xb, xc = up('<i8i8i8', s, o)
+            if xa >= bd then break end
+            if xb > bd then
+              counts[slot] = vg
+              o = o + g8
+            elseif xb < bd and xc > bd then
+              counts[slot] = vg1
+              o = o + g8 + 8
+            else
+              break
+            end
+            slot = slot + 1
+            bm = bm + P
+            bd = bm * ms
           end
+          at = (o + 7) / 8 - g
+          if slot == slots then slot = 0 end
+        end
+        -- The first entry from `at` on after the bucket's end: galloping from the guess, then
+        -- bisecting (entries ascend).
+        local lo, hi, step = at, n, g
+        while lo < n do
+          local probe = lo + step - 1
+          if probe >= n then probe = n - 1 end
+          if reached(probe) then hi = probe break end
+          lo, step = probe + 1, step * 2
         end
         while lo < hi do
           local mid = lo + hi
@@ -1816,53 +1856,39 @@ local function log_to_ring(p, log, nm, nu)
         end
         run = run + (lo - at)
         if lo == n then break end
-        -- Entry lo starts a later bucket.
+        -- Entry lo starts a later bucket: the next one, or its own, computed.
         if run > 0 then
-          counts[slot] = (counts[slot] or 0) + run
-          guess = run
+          put(slot, run)
+          g = run
         end
-        -- The next bucket's boundary one P on; the entry before it: the next bucket (the
-        -- common case, without exact arithmetic); else its own, computed.
-        local x = lo == xb_at and xb or unpack('<i8', s, lo * 8 + 1)
-        local ahead = true
-        if k then
-          if x < nd - NEAR then
-            ahead = false
-          elseif x <= nd + NEAR then
-            local nlo, nhi = blo + pl, bhi + ph
-            if nlo >= 4294967296 then nlo, nhi = nlo - 4294967296, nhi + 1 end
-            local elo, ehi = unpack('<I4i4', s, lo * 8 + 1)
-            ahead = not (ehi < nhi or (ehi == nhi and elo < nlo))
-          end
-        end
-        if not ahead then
-          blo, bhi = blo + pl, bhi + ph
-          if blo >= 4294967296 then blo, bhi = blo - 4294967296, bhi + 1 end
-          k, slot = k + 1, slot + 1 == ring.slots and 0 or slot + 1
+        if unpack('<i8', s, lo * 8 + 1) < (bm + P) * M then
+          slot, bm = slot + 1 == slots and 0 or slot + 1, bm + P
         else
-          local k2 = div_floor(le_t(s, lo * 8 + 1), P)
-          k, slot = k2, ring_slot(ring, k2)
-          local c0, c1, c2, c3, c4, c5, c6, c7 = byte(t_le((k + 1) * P, 0), 1, 8)
-          bhi = ((c7 * 256 + c6) * 256 + c5) * 256 + c4
-          if c7 >= 128 then bhi = bhi - 4294967296 end
-          blo = ((c3 * 256 + c2) * 256 + c1) * 256 + c0
+          local k = div_floor(le_t(s, lo * 8 + 1), P)
+          slot, bm = ring_slot(ring, k), (k + 1) * P
         end
-        bd = bhi * 4294967296 + blo
-        nd = bd + pn
-        run, at = 1, lo + 1
+        bd = bm * M
+        run, at = 0, lo
       end
       i = e
     end
-    if run > 0 then counts[slot] = (counts[slot] or 0) + run end
+    if run > 0 then put(slot, run) end
     if after < log.len then
       local now_slot = ring_slot(ring, div_floor(nm, P))
-      counts[now_slot] = (counts[now_slot] or 0) + log.len - after
+      local c = counts[now_slot]
+      if enc then c = ring_count_at(c, 0) end
+      put(now_slot, c + log.len - after)
     end
+    ring.bytes = enc and true
   end
   local ahead = false
   if log.len > 0 then
     local m, u = log_at(log, log.len - 1)
     ahead = t_lt(nm, nu, m, u)
+    if log.len - first > 512 then
+      -- (a long log, read in order: see ring_decide)
+      ring.used, ring.newest_used = log.len - first, div_floor(ahead and nm or m, P)
+    end
   end
   return ring, ahead
 end
@@ -2168,7 +2194,7 @@ local function window_decide(p, stored, nm, nu, q)
       if log then
         local d = log_as_ring_reply(p, log, nm, nu, q)
         if d then return d end
-        local converted, ahead = log_to_ring(p, log, nm, nu)
+        local converted, ahead = log_to_ring(p, log, nm, nu, q)
         return ring_decide(p, converted, nm, nu, q, true, ahead)
       end
     end
@@ -2183,7 +2209,7 @@ local function window_decide(p, stored, nm, nu, q)
     if log then
       local d = log_as_ring_reply(p, log, nm, nu, q)
       if d then return d end
-      local converted, ahead = log_to_ring(p, log, nm, nu)
+      local converted, ahead = log_to_ring(p, log, nm, nu, q)
       return ring_decide(p, converted, nm, nu, q, true, ahead)
     end
   else

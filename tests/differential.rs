@@ -1053,6 +1053,44 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     for args in [buckets("1"), buckets("0"), s(&["50000", "3600000", "MS", "PRECISION", "360"])] {
         check("a long log on the bucket boundaries read as 10,000 buckets", &edges, &args);
     }
+    // Buckets of 10 entries, one in two at random with an 11th a ns before its end (as a
+    // double, the same as the end).
+    let mut rng = StdRng::seed_from_u64(8);
+    let bucket = 360 * MS;
+    let first_bucket = (now - hour).div_euclid(bucket) + 2;
+    let last_ns: Vec<i64> = (first_bucket..first_bucket + 9_000)
+        .flat_map(|k| (0..10).map(move |j| k * bucket + j * 20 * MS).chain(rng.random_bool(0.5).then_some((k + 1) * bucket - 1)))
+        .collect();
+    let last_ns = Plant::Value(log_bytes(0, &last_ns), expiry(now));
+    for args in [buckets("1"), buckets("0")] {
+        check("a long log with entries a ns before a bucket's end read as 10,000 buckets", &last_ns, &args);
+    }
+    // Gaps drawn at random: buckets of 0 to a few hundred entries, runs of empty buckets,
+    // repeated instants, entries on a boundary and a ns either side (the twin predicts each
+    // bucket's count from the last one and searches where the prediction fails).
+    let (mut t, mut random) = (now - hour + 1, Vec::new());
+    while random.len() < 100_000 && t < now {
+        random.push(t);
+        t += match rng.random_range(0..10) {
+            0 => 0,
+            1 => bucket - t.rem_euclid(bucket) + rng.random_range(-1..=1),
+            2 if rng.random_range(0..50) == 0 => rng.random_range(0..3_000 * MS),
+            2 => rng.random_range(0..3 * MS),
+            _ => rng.random_range(0..60 * MS),
+        }
+        .max(0);
+    }
+    let random = Plant::Value(log_bytes(0, &random), expiry(now));
+    for args in [buckets("1"), buckets("0"), buckets("-10"), s(&["50000", "3600000", "MS", "PRECISION", "360"])] {
+        check("a long log of random gaps read as 10,000 buckets", &random, &args);
+    }
+    // A short log in descending order (no limiter writes one, a hostile state): read with
+    // PRECISION by a call that writes nothing, the module's reply (the twin counts such a
+    // log entry by entry, as the module does, and takes no shortcut from its order).
+    let descending = Plant::Value(log_bytes(0, &(0..32).map(|i| now - 156_637_429 - i * 830_000_000).collect::<Vec<i64>>()), expiry(now));
+    for q in ["6", "0", "1"] {
+        check("a short descending log read with PRECISION", &descending, &s(&["4", "14", q, "PRECISION", "1"]));
+    }
     let mut ahead = spread(50_000, now - hour + 60_000 * MS, now - MS);
     ahead.extend(std::iter::repeat_n(now + hour, 50_000));
     let ahead = Plant::Value(log_bytes(0, &ahead), expiry(now + hour));
