@@ -34,7 +34,7 @@ fi
 version=$(${THROTTLE_SERVER:-redis-server} --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 cell_version=""
 if [ -n "$cell" ]; then
-  cell_version=" (redis-cell $(git -C "${REDIS_CELL_SRC:-.}" describe --tags --always 2>/dev/null || echo "$cell") on a server of its own)"
+  cell_version=" (redis-cell $(git -C "${REDIS_CELL_SRC:-$(dirname "$cell")}" describe --tags --always 2>/dev/null || echo "$cell") on a server of its own)"
 fi
 {
   echo "# command: make plots-perf"
