@@ -42,8 +42,14 @@ local function bind()
   match = string.match
   tonumber, tostring, type, error, pcall = _G.tonumber, _G.tostring, _G.type, _G.error, _G.pcall
   setmetatable = _G.setmetatable
-  COUNT_LE = {}
-  for c = 0, 255 do COUNT_LE[c] = char(c) .. '\0\0\0\0\0\0\0' end
+  -- Made as they are first asked for, not here: the EVAL form runs this on every call.
+  COUNT_LE = setmetatable({}, { __index = function(t, c)
+    if c >= 0 and c <= 255 then
+      local bytes = char(c) .. '\0\0\0\0\0\0\0'
+      t[c] = bytes
+      return bytes
+    end
+  end })
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
 end
@@ -462,8 +468,13 @@ end
 local D3, text_m, text_m_digits
 local function instant_ms(m)
   if not D3 then
-    D3 = {}
-    for i = 0, 999 do D3[i] = fmt('%03d', i) end
+    -- Each entry made as it is first asked for: the EVAL form starts afresh on every call,
+    -- where making all 1,000 would cost it about 150 µs.
+    D3 = setmetatable({}, { __index = function(t, i)
+      local text = fmt('%03d', i)
+      t[i] = text
+      return text
+    end })
   end
   text_m, text_m_digits = m, fmt('%d', m)
 end
