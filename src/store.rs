@@ -426,20 +426,22 @@ impl Key {
     /// Keyspace events of a write, then the signal for WATCH and client tracking.
     #[inline(always)]
     fn announce(&self, events: &[(c_int, &CStr)]) {
-        let api = api();
         let flags = published_classes();
         for &(class, event) in events {
-            if flags & class != 0 {
-                // SAFETY: a valid context, key name and event name.
-                unsafe { (api.notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
-            }
+            self.notify(flags, class, event);
         }
         // SAFETY: a valid context and key name.
-        unsafe { (api.signal_modified_key)(self.ctx, self.name) };
+        unsafe { (api().signal_modified_key)(self.ctx, self.name) };
     }
 
     fn announce_one(&self, class: c_int, event: &CStr) {
-        if published_classes() & class != 0 {
+        self.notify(published_classes(), class, event);
+    }
+
+    /// The keyspace event `event` of `class`, if `flags` (from `published_classes`) publish it.
+    #[inline(always)]
+    fn notify(&self, flags: c_int, class: c_int, event: &CStr) {
+        if flags & class != 0 {
             // SAFETY: a valid context, key name and event name.
             unsafe { (api().notify_keyspace_event)(self.ctx, class, event.as_ptr(), self.name) };
         }

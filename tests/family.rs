@@ -297,6 +297,9 @@ fn reads_leave_the_value_as_it_was() {
         ("app:int2", "12345", "CL.BUCKET app:int2 5 1 60"),
         ("app:text", "hello world", "CL.WINDOW app:text 5 60"),
         ("app:tat-like", "hello world, nineteen", "CL.COUNTER app:tat-like 5 60"),
+        // Longer than any compact string: read in place (for writing, which must not copy it).
+        ("app:long", "a value of sixty bytes, longer than Redis keeps compactly...", "CL.THROTTLE app:long 0 1 60"),
+        ("app:long2", "a value of sixty bytes, longer than Redis keeps compactly...", "CL.WINDOW app:long2 5 60"),
     ] {
         let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut c).unwrap();
         let before = encoding_and_memory(&mut c, key);
