@@ -52,7 +52,7 @@ build: deps
 run: build
 	redis-server --port $(PORT) --save "" --appendonly no --loadmodule $(abspath $(MODULE))
 
-# The HTTP layer's example service (client/examples/http) on a throwaway server with the module:
+# The HTTP layer's example service (clients/rust/examples/http) on a throwaway server with the module:
 # a burst of requests, each response's status and rate-limit fields.
 demo: build
 	@scripts/demo.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: the client crate's own costs (client/examples/overhead.rs) against a throwaway
+# make bench: the client crate's own costs (clients/rust/examples/overhead.rs) against a throwaway
 # redis-server with the module: a check through the client vs the same CL.THROTTLE through a
 # raw `redis` connection (one at a time, and from 64 tasks), a deny-cache hit, a local decision.
 set -euo pipefail
@@ -15,5 +15,5 @@ ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --app
   --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-printf '\nThe client crate (client/examples/overhead.rs, release)\n'
+printf '\nThe client crate (clients/rust/examples/overhead.rs, release)\n'
 REDIS_URL="redis://127.0.0.1:$PORT/" "${CARGO_TARGET_DIR:-target}/release/examples/overhead"

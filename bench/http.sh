@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: the HTTP layer's cost (client/examples/http_bench.rs) on a throwaway server with the
+# make bench: the HTTP layer's cost (clients/rust/examples/http_bench.rs) on a throwaway server with the
 # module: sequential latency with and without the layer, and requests per second (without, with,
 # and with 90% of the requests denied from the deny cache).
 set -euo pipefail

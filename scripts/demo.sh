@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: a throwaway redis-server with the module (as `make run` serves it), the example
-# service of the HTTP layer (client/examples/http), a burst of requests, and each response's
+# service of the HTTP layer (clients/rust/examples/http), a burst of requests, and each response's
 # status and rate-limit fields.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -31,7 +31,7 @@ use redis::{Connection, RedisResult, Value};
 pub type Reply = [i64; 5];
 
 /// The workspace's root (the module's crate), also from the tests of a member crate
-/// (`client/tests` includes this harness by path).
+/// (`clients/rust/tests` includes this harness by path).
 pub fn workspace_root() -> &'static Path {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.ancestors().find(|p| p.join("functions/throttle.lua").is_file()).unwrap_or(manifest)

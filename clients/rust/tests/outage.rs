@@ -2,7 +2,7 @@
 //! within the deadline + 5 ms at p99, marked degraded with the chosen failure policy, never a
 //! silent allow; once the server is back the client is on it again within one probe interval.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::process::Command;

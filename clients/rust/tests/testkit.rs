@@ -10,7 +10,7 @@
 //! instead the test expires a key on the server when the pinned clock passes its expiry (the
 //! kit forgets it then), as a server whose clock is the pinned one would.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! Decisions carry the server's numbers in milliseconds; the deny cache saves the round trips
 //! it claims (counted by the server's own INFO commandstats) and stays within its bound.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! lease; with the server paused, responses come within the deadline with the failure policy's
 //! status.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::future::Future;

@@ -3,7 +3,7 @@
 //! hold more than the limit. Reservations: the server's own count never exceeds the limit while
 //! 64 tasks spend them, and unused units go back.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! the server blocks; a blocking call waits on a connection of its own, so calls on the shared
 //! connection are not stuck behind it.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::time::{Duration, Instant};

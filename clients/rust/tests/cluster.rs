@@ -3,7 +3,7 @@
 //! route it by `numkeys`), and keys of one CL.ALL call in different slots are refused before
 //! anything is sent.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use harness::Cluster;

@@ -2,7 +2,7 @@
 //! degraded, and the server's latency, as a recorder installed by the application sees them;
 //! every server call runs in a `tracing` span naming its command and outcome.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! The README's example cannot rot: `cargo run -p redis-throttle-client --example quickstart`
 //! against a server with the module (as against `make run`'s), its output checked.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
 use std::process::Command;

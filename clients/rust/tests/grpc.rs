@@ -5,7 +5,7 @@
 //! `retry-after` as the reply implies, and never reaches the method; with the server gone and
 //! the failure policy refusing, `UNAVAILABLE`.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../../tests/harness/mod.rs"]
 mod harness;
 #[path = "../examples/grpc/greeter.rs"]
 mod greeter;
