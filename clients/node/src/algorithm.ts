@@ -1,0 +1,32 @@
+import type { Limiter } from './throttle.js';
+
+/** The algorithm a host-library adapter sends: `counter` (fixed window), `window` (exact sliding window), `gcra` (CL.THROTTLE). */
+export type Algorithm = 'counter' | 'window' | 'gcra';
+
+/** `limit` units per `windowMs` as one limiter of the chosen algorithm. */
+export function limiter(algorithm: Algorithm, key: string, limit: number, windowMs: number, quantity?: number): Limiter {
+  if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`redis-throttle: the limit must be a whole number of at least 1, got ${limit}`);
+  if (!Number.isInteger(windowMs) || windowMs < 1) throw new RangeError(`redis-throttle: the window must be a whole number of milliseconds of at least 1, got ${windowMs}`);
+  const q = quantity === undefined ? {} : { quantity };
+  switch (algorithm) {
+    case 'counter':
+      return { key, algorithm: 'counter', limit, windowMs, ...q };
+    case 'window':
+      return { key, algorithm: 'window', limit, windowMs, ...q };
+    case 'gcra':
+      // limit at once (max_burst = limit - 1), refilling limit per windowMs.
+      return { key, algorithm: 'throttle', maxBurst: limit - 1, count: limit, periodMs: windowMs, ...q };
+    default:
+      throw new RangeError(`redis-throttle: algorithm must be 'counter', 'window' or 'gcra', got ${JSON.stringify(algorithm)}`);
+  }
+}
+
+/**
+ * Every refund of the adapters goes through here (express-rate-limit's decrement,
+ * rate-limiter-flexible's reward): a negative quantity of the same limiter, which the server
+ * caps at full. (A bounded refund, `HELD t`, is not on the server yet; when it is, this is the one
+ * place that sends it.)
+ */
+export function refund(l: Limiter, units: number): Limiter {
+  return { ...l, quantity: -Math.abs(units) };
+}

@@ -1,0 +1,71 @@
+/**
+ * A store for @fastify/rate-limit on redis-throttle:
+ * `fastify.register(rateLimit, { max: 100, timeWindow: 60_000, store: redisThrottleStore(redis) })`.
+ * By default a fixed window (CL.COUNTER), the plugin's meaning; `algorithm: 'window'` for the exact
+ * sliding window, `'gcra'` for GCRA.
+ */
+import { type Algorithm, limiter } from './algorithm.js';
+import { Throttle } from './throttle.js';
+
+export interface FastifyStoreOptions {
+  /** Key prefix, as the plugin's `nameSpace`; default `fastify-rate-limit-`. */
+  nameSpace?: string;
+  /** 'counter' (default), 'window' or 'gcra'. */
+  algorithm?: Algorithm;
+}
+
+type Callback = (err: Error | null, result?: { current: number; ttl: number }) => void;
+
+/** The store interface @fastify/rate-limit calls (`new Store(options)`, `incr`, `child`). */
+export interface FastifyRateLimitStore {
+  incr(key: string, cb: Callback, max: number, ban?: number): void;
+  child(routeOptions: { timeWindow?: number | string; routeInfo?: { method?: string; url?: string } }): FastifyRateLimitStore;
+}
+
+const parseWindow = (w: unknown): number => (typeof w === 'number' && Number.isFinite(w) && w > 0 ? Math.trunc(w) : 60_000);
+
+/**
+ * The class to pass as the plugin's `store` option, sending through `client` (node-redis v4/v5 or
+ * ioredis, standalone or cluster).
+ */
+export function redisThrottleStore(client: object, options: FastifyStoreOptions = {}): new (pluginOptions: { timeWindow?: unknown }) => FastifyRateLimitStore {
+  const throttle = new Throttle(client);
+  const algorithm = options.algorithm ?? 'counter';
+  limiter(algorithm, 'x', 1, 1);
+  const base = options.nameSpace ?? 'fastify-rate-limit-';
+
+  class RedisThrottleFastifyStore implements FastifyRateLimitStore {
+    readonly timeWindow: number;
+    readonly prefix: string;
+    constructor(pluginOptions: { timeWindow?: unknown }, prefix = base) {
+      this.timeWindow = parseWindow(pluginOptions?.timeWindow);
+      this.prefix = prefix;
+    }
+
+    incr(key: string, cb: Callback, max: number): void {
+      let l;
+      try {
+        l = limiter(algorithm, this.prefix + key, max, this.timeWindow);
+      } catch (e) {
+        cb(e as Error);
+        return;
+      }
+      throttle.decide(l).then(
+        (d) => {
+          // A denial took nothing: the plugin denies when current > max.
+          if (d.limited) cb(null, { current: max + 1, ttl: d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs });
+          else cb(null, { current: d.limit - d.remaining, ttl: d.resetAfterMs });
+        },
+        (e: Error) => cb(e),
+      );
+    }
+
+    child(routeOptions: { timeWindow?: unknown; routeInfo?: { method?: string; url?: string } }): FastifyRateLimitStore {
+      const r = routeOptions.routeInfo ?? {};
+      return new RedisThrottleFastifyStore(routeOptions, `${this.prefix}${r.method ?? ''}${r.url ?? ''}-`);
+    }
+  }
+  return RedisThrottleFastifyStore;
+}
+
+export default redisThrottleStore;

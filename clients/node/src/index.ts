@@ -1,0 +1,24 @@
+/**
+ * redis-throttle: the redis-throttle commands (the module's `CL.*`, or the Functions twin's
+ * `FCALL cl_*` where the module is absent, detected once) through the caller's own Redis client:
+ * node-redis (v4/v5, `sendCommand`) or ioredis (`call`), standalone or cluster. Every time is in
+ * milliseconds (each call sends `MS`).
+ */
+export { slot, crossSlot } from './slot.js';
+export { Throttle, ThrottleError } from './throttle.js';
+export type {
+  Decision,
+  AllDecision,
+  PaceDecision,
+  Limiter,
+  ThrottleParams,
+  WindowParams,
+  BucketParams,
+  CounterParams,
+  QuotaParams,
+  AcquireParams,
+  PaceParams,
+  Backend,
+  RedisLike,
+  ThrottleOptions,
+} from './throttle.js';

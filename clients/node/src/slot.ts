@@ -1,0 +1,36 @@
+/** Redis Cluster's hash slot of a key (CRC16/XMODEM of the key, or of its `{hash tag}`, mod 16384). */
+
+const TABLE = (() => {
+  const t = new Uint16Array(256);
+  for (let i = 0; i < 256; i++) {
+    let c = i << 8;
+    for (let j = 0; j < 8; j++) c = c & 0x8000 ? ((c << 1) ^ 0x1021) & 0xffff : (c << 1) & 0xffff;
+    t[i] = c;
+  }
+  return t;
+})();
+
+function bytes(key: string | Uint8Array): Uint8Array {
+  return typeof key === 'string' ? new TextEncoder().encode(key) : key;
+}
+
+/** The slot Redis Cluster puts `key` in. */
+export function slot(key: string | Uint8Array): number {
+  let b = bytes(key);
+  const open = b.indexOf(0x7b); // '{'
+  if (open >= 0) {
+    const close = b.indexOf(0x7d, open + 1); // '}'
+    if (close > open + 1) b = b.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const x of b) crc = ((crc << 8) & 0xffff) ^ (TABLE[((crc >> 8) ^ x) & 0xff] as number);
+  return crc & 16383;
+}
+
+/** The first two keys (by index) that fall in different slots, or undefined when all share one. */
+export function crossSlot(keys: ReadonlyArray<string | Uint8Array>): [number, number] | undefined {
+  if (keys.length < 2) return undefined;
+  const first = slot(keys[0] as string);
+  for (let i = 1; i < keys.length; i++) if (slot(keys[i] as string) !== first) return [0, i];
+  return undefined;
+}

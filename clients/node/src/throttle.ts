@@ -1,0 +1,327 @@
+import { crossSlot, slot } from './slot.js';
+
+/** A rate-limiting decision. Times in milliseconds; `-1` where the server says "none". */
+export interface Decision {
+  /** true when the call was denied (nothing was taken). */
+  limited: boolean;
+  /** The most units a full limiter admits at once (`X-RateLimit-Limit`). */
+  limit: number;
+  /** Units that could still be admitted now, after this call. */
+  remaining: number;
+  /** Denied: ms until the same call would be admitted; -1 when admitted, or never admissible. */
+  retryAfterMs: number;
+  /** ms until the limiter is full again (0: it is). */
+  resetAfterMs: number;
+}
+
+/** CL.ALL's decision: the binding limiter's numbers, its index (0-based), and every limiter's own. */
+export interface AllDecision extends Decision {
+  binding: number;
+  details: Decision[];
+}
+
+/** CL.PACE's reply. */
+export interface PaceDecision {
+  limited: boolean;
+  /** ms to wait before acting (0 = now). */
+  waitMs: number;
+  /** Units reserved ahead of now after this call. */
+  queued: number;
+  retryAfterMs: number;
+  resetAfterMs: number;
+}
+
+type Int = number | bigint;
+export interface ThrottleParams { maxBurst: Int; count: Int; periodMs: Int; quantity?: Int }
+export interface WindowParams { limit: Int; windowMs: Int; precisionMs?: Int; quantity?: Int }
+export interface BucketParams { capacity: Int; tokens: Int; intervalMs: Int; quantity?: Int }
+export interface CounterParams { limit: Int; windowMs: Int; quantity?: Int }
+export interface QuotaParams {
+  limit: Int;
+  per: 'MINUTE' | 'HOUR' | 'DAY' | 'WEEK' | 'MONTH' | 'YEAR';
+  /** IANA name (module) or a fixed offset such as +01:00 (module and twin). */
+  tz?: string;
+  /** A billing anchor instant, as CL.QUOTA's ANCHOR takes it. */
+  anchor?: string;
+  quantity?: Int;
+}
+export interface AcquireParams { limit: Int; leaseMs: Int; id: string }
+export interface PaceParams { count: Int; periodMs: Int; maxWaitMs?: Int; quantity?: Int }
+
+/** One limiter of a CL.ALL call. */
+export type Limiter =
+  | ({ key: string; algorithm: 'throttle' } & ThrottleParams)
+  | ({ key: string; algorithm: 'window' } & WindowParams)
+  | ({ key: string; algorithm: 'bucket' } & BucketParams)
+  | ({ key: string; algorithm: 'counter' } & CounterParams)
+  | ({ key: string; algorithm: 'quota' } & QuotaParams);
+
+export type Backend = 'module' | 'twin';
+
+/** node-redis (client or cluster, v4/v5) or ioredis (Redis or Cluster): anything with `sendCommand` or `call`. */
+export type RedisLike = object;
+
+export interface ThrottleOptions {
+  /** Skip detection: 'module' sends CL.*, 'twin' sends FCALL cl_*. */
+  backend?: Backend;
+}
+
+/** An error from the server (its text unchanged, e.g. `ERR limit must be …`, `WRONGTYPE …`) or from the caller side before sending. */
+export class ThrottleError extends Error {
+  override readonly name = 'ThrottleError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+type Send = (key: string | undefined, args: string[]) => Promise<unknown>;
+
+interface Transport {
+  send: Send;
+  cluster: boolean;
+}
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+function transport(client: any): Transport {
+  if (client == null || typeof client !== 'object') throw new TypeError('redis-throttle: expected a node-redis or ioredis client');
+  // ioredis: Redis and Cluster both have `call`; Cluster has `isCluster`.
+  if (typeof client.call === 'function' && typeof client.defineCommand === 'function') {
+    if (client.isCluster === true) return { cluster: true, send: ioredisClusterSend(client) };
+    return { cluster: false, send: (_key, args) => client.call(args[0], ...args.slice(1)) };
+  }
+  if (typeof client.sendCommand === 'function') {
+    // node-redis cluster: sendCommand(firstKey, isReadonly, args, options); it has `masters`.
+    if ('masters' in client || typeof client.getMasters === 'function') {
+      return { cluster: true, send: (key, args) => client.sendCommand(key, false, args) };
+    }
+    return { cluster: false, send: (_key, args) => client.sendCommand(args) };
+  }
+  throw new TypeError('redis-throttle: expected a node-redis client (sendCommand) or an ioredis client (call)');
+}
+
+/** ioredis routes a command it does not know (CL.*) to a random node and follows MOVED: give it the slot instead. */
+function ioredisClusterSend(cluster: any): Send {
+  let Command: any;
+  return async (key, args) => {
+    if (key === undefined) return cluster.call(args[0], ...args.slice(1));
+    if (Command === undefined) {
+      try {
+        const mod: any = await import('ioredis');
+        Command = mod.Command ?? mod.default?.Command ?? null;
+      } catch {
+        Command = null;
+      }
+    }
+    if (!Command) return cluster.call(args[0], ...args.slice(1));
+    const command = new Command(args[0], args.slice(1), { replyEncoding: 'utf8' });
+    command.slot = slot(key);
+    cluster.sendCommand(command);
+    return command.promise;
+  };
+}
+
+function asError(e: unknown): ThrottleError {
+  if (e instanceof ThrottleError) return e;
+  const message = e instanceof Error ? e.message : String(e);
+  return new ThrottleError(message, { cause: e });
+}
+
+function int(v: unknown, what: string): number {
+  if (typeof v === 'number' && Number.isInteger(v)) return v;
+  if (typeof v === 'bigint') return Number(v);
+  if (typeof v === 'string' && /^-?\d+$/.test(v)) return Number(v);
+  throw new ThrottleError(`redis-throttle: expected an integer for ${what}, got ${JSON.stringify(v)}`);
+}
+
+function decision(reply: unknown): Decision {
+  if (!Array.isArray(reply) || reply.length < 5) throw new ThrottleError(`redis-throttle: expected five integers, got ${JSON.stringify(reply)}`);
+  return {
+    limited: int(reply[0], 'limited') === 1,
+    limit: int(reply[1], 'limit'),
+    remaining: int(reply[2], 'remaining'),
+    retryAfterMs: int(reply[3], 'retry_after'),
+    resetAfterMs: int(reply[4], 'reset_after'),
+  };
+}
+
+const s = (v: Int): string => (typeof v === 'bigint' ? v.toString() : String(v));
+
+const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
+
+/** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
+function params(l: Limiter): string[] {
+  switch (l.algorithm) {
+    case 'throttle':
+      return [s(l.maxBurst), s(l.count), s(l.periodMs)];
+    case 'window':
+      return l.precisionMs === undefined ? [s(l.limit), s(l.windowMs)] : [s(l.limit), s(l.windowMs), 'PRECISION', s(l.precisionMs)];
+    case 'bucket':
+      return [s(l.capacity), s(l.tokens), s(l.intervalMs)];
+    case 'counter':
+      return [s(l.limit), s(l.windowMs)];
+    case 'quota': {
+      const w = [s(l.limit), 'PER', l.per];
+      if (l.tz !== undefined) w.push('TZ', l.tz);
+      if (l.anchor !== undefined) w.push('ANCHOR', l.anchor);
+      return w;
+    }
+    default:
+      throw new ThrottleError(`redis-throttle: unknown algorithm ${JSON.stringify((l as { algorithm: unknown }).algorithm)}`);
+  }
+}
+
+/**
+ * The commands, one method each, through the caller's Redis client. Whether the server has the
+ * module or only the Functions twin is asked once, at the first call (and again after a failed
+ * detection).
+ */
+export class Throttle {
+  readonly #t: Transport;
+  #backend: Promise<Backend> | undefined;
+
+  constructor(client: RedisLike, options: ThrottleOptions = {}) {
+    this.#t = transport(client);
+    if (options.backend !== undefined) this.#backend = Promise.resolve(options.backend);
+  }
+
+  /** Whether the client is a cluster client (keys routed by slot; CL.ALL's keys must share one). */
+  get cluster(): boolean {
+    return this.#t.cluster;
+  }
+
+  /** 'module' or 'twin', detected once: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`. */
+  backend(): Promise<Backend> {
+    if (this.#backend === undefined) {
+      const p = this.#detect();
+      this.#backend = p;
+      p.catch(() => {
+        if (this.#backend === p) this.#backend = undefined;
+      });
+    }
+    return this.#backend;
+  }
+
+  async #detect(): Promise<Backend> {
+    let info: unknown;
+    try {
+      info = await this.#t.send(undefined, ['COMMAND', 'INFO', 'cl.throttle']);
+    } catch (e) {
+      throw asError(e);
+    }
+    if (Array.isArray(info) && info.some((x) => x != null)) return 'module';
+    let libs: unknown;
+    try {
+      libs = await this.#t.send(undefined, ['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']);
+    } catch {
+      libs = undefined;
+    }
+    if (Array.isArray(libs) && libs.length > 0) return 'twin';
+    throw new ThrottleError(
+      'redis-throttle: the server has neither the redis-throttle module (COMMAND INFO cl.throttle is empty) nor its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)',
+    );
+  }
+
+  async #call(key: string, args: string[]): Promise<unknown> {
+    try {
+      return await this.#t.send(key, args);
+    } catch (e) {
+      throw asError(e);
+    }
+  }
+
+  /** CL.<name> key … or FCALL cl_<name> 1 key …, then quantity (positional or QUANTITY) and MS. */
+  async #single(name: 'throttle' | 'window' | 'bucket' | 'counter' | 'quota', key: string, words: string[], quantity: Int | undefined): Promise<Decision> {
+    const backend = await this.backend();
+    const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
+    const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
+    return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+  }
+
+  /** GCRA (redis-cell's CL.THROTTLE): max_burst + 1 at once, then `count` per `periodMs`. */
+  throttle(key: string, p: ThrottleParams): Promise<Decision> {
+    return this.#single('throttle', key, params({ key, algorithm: 'throttle', ...p }), p.quantity);
+  }
+
+  /** Sliding window: at most `limit` units in any span of `windowMs` (exact, or bucketed by `precisionMs`). */
+  window(key: string, p: WindowParams): Promise<Decision> {
+    return this.#single('window', key, params({ key, algorithm: 'window', ...p }), p.quantity);
+  }
+
+  /** Token bucket: `capacity` tokens, `tokens` more every whole `intervalMs`. */
+  bucket(key: string, p: BucketParams): Promise<Decision> {
+    return this.#single('bucket', key, params({ key, algorithm: 'bucket', ...p }), p.quantity);
+  }
+
+  /** Fixed window: at most `limit` per `windowMs`, the window opening at its first action. */
+  counter(key: string, p: CounterParams): Promise<Decision> {
+    return this.#single('counter', key, params({ key, algorithm: 'counter', ...p }), p.quantity);
+  }
+
+  /** Calendar quota: at most `limit` per calendar `per`. */
+  quota(key: string, p: QuotaParams): Promise<Decision> {
+    return this.#single('quota', key, params({ key, algorithm: 'quota', ...p }), p.quantity);
+  }
+
+  /** Several limiters decided at one instant, all or nothing (CL.ALL … MS DETAILS). In a cluster the keys must share a slot (hash tags). */
+  async all(limiters: readonly Limiter[]): Promise<AllDecision> {
+    if (limiters.length === 0) throw new ThrottleError('redis-throttle: all() needs at least one limiter');
+    const keys = limiters.map((l) => l.key);
+    if (this.#t.cluster) {
+      const cross = crossSlot(keys);
+      if (cross) {
+        throw new ThrottleError(
+          `redis-throttle: the keys of one CL.ALL decision must share a hash slot in a cluster: ${JSON.stringify(keys[cross[0]])} and ${JSON.stringify(keys[cross[1]])} do not (use a hash tag such as rl:{user42}:second and rl:{user42}:hour); nothing was sent`,
+        );
+      }
+    }
+    const backend = await this.backend();
+    const args = backend === 'module' ? ['CL.ALL', String(limiters.length)] : ['FCALL', 'cl_all', String(limiters.length)];
+    args.push(...keys);
+    for (const l of limiters) {
+      args.push(l.algorithm.toUpperCase(), ...params(l));
+      if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
+    }
+    args.push('MS', 'DETAILS');
+    const reply = await this.#call(keys[0] as string, args);
+    const top = decision(reply);
+    const r = reply as unknown[];
+    const details = r[6];
+    if (!Array.isArray(details) || details.length !== limiters.length) {
+      throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
+    }
+    return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
+  }
+
+  /** A lease for `id` among at most `limit` live leases (CL.ACQUIRE; the module only). */
+  async acquire(key: string, p: AcquireParams): Promise<Decision> {
+    if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
+    return decision(await this.#call(key, ['CL.ACQUIRE', key, s(p.limit), s(p.leaseMs), p.id, 'MS']));
+  }
+
+  /** Gives `id`'s lease back: true if it held a live one (CL.RELEASE; the module only). */
+  async release(key: string, id: string): Promise<boolean> {
+    if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
+    return int(await this.#call(key, ['CL.RELEASE', key, id]), 'CL.RELEASE reply') === 1;
+  }
+
+  /** Reserves the next free slot of `count` per `periodMs` within `maxWaitMs` (CL.PACE; the module only). */
+  async pace(key: string, p: PaceParams): Promise<PaceDecision> {
+    if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
+    const args = ['CL.PACE', key, s(p.count), s(p.periodMs)];
+    if (p.maxWaitMs !== undefined) args.push('MAXWAIT', s(p.maxWaitMs));
+    if (p.quantity !== undefined) args.push('QUANTITY', s(p.quantity));
+    args.push('MS');
+    const d = decision(await this.#call(key, args));
+    return { limited: d.limited, waitMs: d.limit, queued: d.remaining, retryAfterMs: d.retryAfterMs, resetAfterMs: d.resetAfterMs };
+  }
+
+  /** One limiter by its algorithm name (what the host-library adapters use). */
+  decide(l: Limiter): Promise<Decision> {
+    return this.#single(l.algorithm, l.key, params(l), l.quantity);
+  }
+
+  /** A raw command on `key`'s node (errors as ThrottleError). */
+  command(key: string, args: string[]): Promise<unknown> {
+    return this.#call(key, args);
+  }
+}

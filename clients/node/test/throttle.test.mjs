@@ -1,0 +1,138 @@
+// The core, Throttle, against the module, the twin alone and a 3-primary cluster, through
+// node-redis and ioredis.
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import { Throttle, ThrottleError, slot } from 'redis-throttle';
+import { KINDS, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
+
+after(closeAll);
+
+for (const kind of KINDS) {
+  for (const [lib, connect] of [['node-redis', nodeRedis], ['ioredis', ioredis]]) {
+    describe(`${kind} through ${lib}`, () => {
+      test('1,000 concurrent decisions against a limit of 5 admit exactly 5, for every algorithm', async () => {
+        const t = new Throttle(await connect(kind));
+        assert.equal(await t.backend(), kind === 'twin' ? 'twin' : 'module');
+        for (const algorithm of ['counter', 'window', 'throttle', 'bucket']) {
+          const key = unique(algorithm);
+          const call = {
+            counter: () => t.counter(key, { limit: 5, windowMs: 60_000 }),
+            window: () => t.window(key, { limit: 5, windowMs: 60_000 }),
+            throttle: () => t.throttle(key, { maxBurst: 4, count: 5, periodMs: 60_000 }),
+            bucket: () => t.bucket(key, { capacity: 5, tokens: 5, intervalMs: 60_000 }),
+          }[algorithm];
+          const all = await Promise.all(Array.from({ length: 1000 }, call));
+          const admitted = all.filter((d) => !d.limited);
+          assert.equal(admitted.length, 5, algorithm);
+          assert.deepEqual(admitted.map((d) => d.remaining).sort(), [0, 1, 2, 3, 4], algorithm);
+          for (const d of all.filter((d) => d.limited)) {
+            assert.equal(d.limit, 5);
+            assert.ok(d.retryAfterMs > 0 && d.retryAfterMs <= 60_000, `${algorithm} retry ${d.retryAfterMs}`);
+          }
+        }
+      });
+
+      test('bad arguments give the server error and write nothing', async () => {
+        const client = await connect(kind);
+        const t = new Throttle(client);
+        const key = unique('bad');
+        await assert.rejects(t.window(key, { limit: 0, windowMs: 1000 }), (e) => e instanceof ThrottleError && /^ERR limit must be an integer from 1/.test(e.message));
+        await assert.rejects(t.counter(key, { limit: 3, windowMs: 0 }), (e) => e instanceof ThrottleError && /^ERR window must be/.test(e.message));
+        const exists = lib === 'ioredis' ? await client.exists(key) : await client.exists(key);
+        assert.equal(Number(exists), 0);
+      });
+
+      test("a key holding another application's data is refused and left as it was", async () => {
+        const client = await connect(kind);
+        const t = new Throttle(client);
+        const hash = `{${unique('h')}}`;
+        const str = unique('s');
+        if (lib === 'ioredis') {
+          await client.hset(hash, 'field', 'value');
+          await client.set(str, 'hello world');
+        } else {
+          await client.hSet(hash, 'field', 'value');
+          await client.set(str, 'hello world');
+        }
+        await assert.rejects(t.counter(hash, { limit: 5, windowMs: 1000 }), (e) => e instanceof ThrottleError && e.message.startsWith('WRONGTYPE'));
+        await assert.rejects(t.throttle(str, { maxBurst: 4, count: 5, periodMs: 1000 }), (e) => e instanceof ThrottleError && /^ERR key does not hold valid CL.THROTTLE state/.test(e.message));
+        const h = lib === 'ioredis' ? await client.hgetall(hash) : await client.hGetAll(hash);
+        assert.deepEqual({ ...h }, { field: 'value' });
+        assert.equal(await client.get(str), 'hello world');
+      });
+
+      test('all(): one decision over hash-tagged keys; the binding limiter and every limiter', async () => {
+        const t = new Throttle(await connect(kind));
+        const tag = unique('u');
+        const second = `rl:{${tag}}:s`;
+        const hour = `rl:{${tag}}:h`;
+        const limiters = [
+          { key: second, algorithm: 'counter', limit: 3, windowMs: 1000 },
+          { key: hour, algorithm: 'window', limit: 2, windowMs: 3_600_000 },
+        ];
+        const d1 = await t.all(limiters);
+        assert.equal(d1.limited, false);
+        assert.equal(d1.binding, 1);
+        assert.equal(d1.details.length, 2);
+        assert.deepEqual(d1.details.map((d) => d.remaining), [2, 1]);
+        await t.all(limiters);
+        const d3 = await t.all(limiters);
+        assert.equal(d3.limited, true);
+        assert.equal(d3.binding, 1);
+        // All or nothing: the counter was not charged by the denied call.
+        const peek = await t.counter(second, { limit: 3, windowMs: 1000, quantity: 0 });
+        assert.equal(peek.remaining, 1);
+      });
+
+      if (kind === 'cluster') {
+        test('keys of one decision in different slots are refused before sending', async () => {
+          const t = new Throttle(await connect(kind));
+          let a = unique('a');
+          let b = unique('b');
+          while (slot(a) === slot(b)) b += 'x';
+          await assert.rejects(
+            t.all([
+              { key: a, algorithm: 'counter', limit: 3, windowMs: 1000 },
+              { key: b, algorithm: 'counter', limit: 3, windowMs: 1000 },
+            ]),
+            (e) => e instanceof ThrottleError && /share a hash slot/.test(e.message) && !/CROSSSLOT/.test(e.message),
+          );
+        });
+      }
+
+      if (kind === 'twin') {
+        test('the module-only commands are refused with a clear error', async () => {
+          const t = new Throttle(await connect(kind));
+          await assert.rejects(t.acquire(unique('l'), { limit: 2, leaseMs: 1000, id: 'a' }), /Functions twin \(no module\): CL.ACQUIRE/);
+          await assert.rejects(t.pace(unique('p'), { count: 10, periodMs: 1000 }), /Functions twin/);
+        });
+      } else {
+        test('leases and pacing', async () => {
+          const t = new Throttle(await connect(kind));
+          const key = unique('lease');
+          assert.equal((await t.acquire(key, { limit: 1, leaseMs: 60_000, id: 'a' })).limited, false);
+          const b = await t.acquire(key, { limit: 1, leaseMs: 60_000, id: 'b' });
+          assert.equal(b.limited, true);
+          assert.ok(b.retryAfterMs > 0);
+          assert.equal(await t.release(key, 'a'), true);
+          assert.equal(await t.release(key, 'a'), false);
+          assert.equal((await t.acquire(key, { limit: 1, leaseMs: 60_000, id: 'b' })).limited, false);
+          const p = unique('pace');
+          const first = await t.pace(p, { count: 10, periodMs: 1000 });
+          const second = await t.pace(p, { count: 10, periodMs: 1000 });
+          assert.equal(first.waitMs, 0);
+          assert.ok(second.waitMs > 0 && second.waitMs <= 100, `wait ${second.waitMs}`);
+        });
+      }
+    });
+  }
+}
+
+test('slot() is Redis Cluster\'s: CLUSTER KEYSLOT agrees', async () => {
+  const c = await nodeRedis('cluster');
+  for (const key of ['a', 'user:1000', 'rl:{user42}:s', '{}x', 'x{}{y}', 'ünïcode']) {
+    const master = c.masters[0];
+    const node = await c.nodeClient(master);
+    assert.equal(slot(key), Number(await node.sendCommand(['CLUSTER', 'KEYSLOT', key])), key);
+  }
+});
