@@ -5,8 +5,7 @@ export type Algorithm = 'counter' | 'window' | 'gcra';
 
 /** `limit` units per `windowMs` as one limiter of the chosen algorithm. */
 export function limiter(algorithm: Algorithm, key: string, limit: number, windowMs: number, quantity?: number): Limiter {
-  if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`redis-throttle: the limit must be a whole number of at least 1, got ${limit}`);
-  if (!Number.isInteger(windowMs) || windowMs < 1) throw new RangeError(`redis-throttle: the window must be a whole number of milliseconds of at least 1, got ${windowMs}`);
+  // Values go to the server as they are: a limit or window it refuses gets its own error.
   const q = quantity === undefined ? {} : { quantity };
   switch (algorithm) {
     case 'counter':

@@ -1,0 +1,101 @@
+// express-rate-limit with RedisThrottleStore: a real Express app, driven by fetch.
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import express from 'express';
+import { rateLimit } from 'express-rate-limit';
+import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
+import { KINDS, burst, closeAll, nodeRedis, ioredis, unique } from './common.mjs';
+
+after(closeAll);
+
+export async function serve(app) {
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  after(() => new Promise((r) => server.close(() => r())));
+  return `http://127.0.0.1:${server.address().port}`;
+}
+
+function storeFor(kind, client, extra = {}) {
+  const prefix = unique('erl') + ':';
+  if (kind === 'cluster') {
+    return new RedisThrottleStore({ prefix, ...extra, sendCommandCluster: ({ key, isReadOnly, command }) => client.sendCommand(key, isReadOnly, command) });
+  }
+  return new RedisThrottleStore({ prefix, ...extra, sendCommand: (...args) => client.sendCommand(args) });
+}
+
+for (const kind of KINDS) {
+  describe(`express-rate-limit on ${kind}`, () => {
+    for (const algorithm of kind === 'module' ? [undefined, 'window', 'gcra'] : [undefined]) {
+      test(`1,000 concurrent requests against a limit of 5 admit exactly 5 (${algorithm ?? 'default: fixed window'}), with the library's headers`, async () => {
+        const client = await nodeRedis(kind);
+        const app = express();
+        app.use(rateLimit({ windowMs: 60_000, limit: 5, standardHeaders: 'draft-6', legacyHeaders: true, store: storeFor(kind, client, algorithm ? { algorithm } : {}) }));
+        app.get('/', (_req, res) => res.send('ok'));
+        const url = await serve(app);
+        const replies = await burst(url, 1000);
+        const ok = replies.filter((r) => r.status === 200);
+        const limited = replies.filter((r) => r.status === 429);
+        assert.equal(ok.length, 5);
+        assert.equal(limited.length, 995);
+        assert.deepEqual(ok.map((r) => Number(r.headers.get('ratelimit-remaining'))).sort(), [0, 1, 2, 3, 4]);
+        for (const r of [...ok, limited[0]]) {
+          assert.equal(r.headers.get('ratelimit-limit'), '5');
+          assert.equal(r.headers.get('x-ratelimit-limit'), '5');
+          const reset = Number(r.headers.get('ratelimit-reset'));
+          assert.ok(reset >= 1 && reset <= 60, `reset ${reset}`);
+        }
+        const retry = Number(limited[0].headers.get('retry-after'));
+        assert.ok(retry >= 1 && retry <= 60, `retry-after ${retry}`);
+        assert.equal(limited[0].headers.get('ratelimit-remaining'), '0');
+      });
+    }
+
+    test('skipFailedRequests refunds the failed requests and not the denied ones', async () => {
+      const client = await nodeRedis(kind);
+      const store = storeFor(kind, client);
+      const app = express();
+      app.use(rateLimit({ windowMs: 60_000, limit: 3, skipFailedRequests: true, store }));
+      app.get('/fail', (_req, res) => res.status(500).send('no'));
+      app.get('/', (_req, res) => res.send('ok'));
+      const url = await serve(app);
+      // Failed requests are given back: they never use the limit up.
+      for (let i = 0; i < 6; i++) assert.equal((await fetch(`${url}/fail`)).status, 500);
+      await new Promise((r) => setTimeout(r, 50));
+      const statuses = [];
+      for (let i = 0; i < 5; i++) {
+        statuses.push((await fetch(url)).status);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
+      await new Promise((r) => setTimeout(r, 50));
+      // The two 429s (failed responses) were refunded by nothing: still 3 used.
+      const info = await store.get('::ffff:127.0.0.1').then((i) => (i.totalHits > 0 ? i : store.get('127.0.0.1')));
+      assert.equal(info.totalHits, 3);
+    });
+
+    test("the store's errors: the server's text, and passOnStoreError lets requests through", async () => {
+      const client = await nodeRedis(kind);
+      const app = express();
+      // A limit the server refuses: every increment fails with the server's error.
+      app.use(rateLimit({ windowMs: 60_000, limit: 0, passOnStoreError: true, store: storeFor(kind, client), validate: false }));
+      app.get('/', (_req, res) => res.send('ok'));
+      const url = await serve(app);
+      const r = await fetch(url);
+      assert.equal(r.status, 200);
+      const store = storeFor(kind, client);
+      store.init({ windowMs: 60_000, limit: 0 });
+      await assert.rejects(store.increment('k'), /^ThrottleError: ERR limit must be an integer from 1/);
+    });
+  });
+}
+
+test('ioredis through sendCommand, as rate-limit-redis documents it', async () => {
+  const client = await ioredis('module');
+  const app = express();
+  app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new RedisThrottleStore({ prefix: unique('io') + ':', sendCommand: (command, ...args) => client.call(command, ...args) }) }));
+  app.get('/', (_req, res) => res.send('ok'));
+  const url = await serve(app);
+  const replies = await burst(url, 200);
+  assert.equal(replies.filter((r) => r.status === 200).length, 5);
+});

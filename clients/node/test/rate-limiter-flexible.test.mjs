@@ -1,0 +1,116 @@
+// rate-limiter-flexible with RateLimiterRedisThrottle and RateLimiterUnionAtomic.
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import express from 'express';
+import { RateLimiterRes } from 'rate-limiter-flexible';
+import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle/rate-limiter-flexible';
+import { KINDS, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
+import { serve } from './express.test.mjs';
+
+after(closeAll);
+
+for (const kind of KINDS) {
+  describe(`rate-limiter-flexible on ${kind}`, () => {
+    test('an Express app: 1,000 concurrent requests against 5 points admit exactly 5; 429 with Retry-After', async () => {
+      const limiter = new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), keyPrefix: unique('rlf'), points: 5, duration: 60 });
+      const app = express();
+      app.use((req, res, next) =>
+        limiter
+          .consume(req.ip)
+          .then((r) => {
+            res.set('X-RateLimit-Remaining', String(r.remainingPoints));
+            next();
+          })
+          .catch((r) => {
+            if (!(r instanceof RateLimiterRes)) return next(r);
+            res.set('Retry-After', String(Math.ceil(r.msBeforeNext / 1000)));
+            res.status(429).send('Too Many Requests');
+          }),
+      );
+      app.get('/', (_req, res) => res.send('ok'));
+      const replies = await burst(await serve(app), 1000);
+      const ok = replies.filter((r) => r.status === 200);
+      assert.equal(ok.length, 5);
+      assert.deepEqual(ok.map((r) => Number(r.headers.get('x-ratelimit-remaining'))).sort(), [0, 1, 2, 3, 4]);
+      const denied = replies.filter((r) => r.status === 429);
+      assert.equal(denied.length, 995);
+      const retry = Number(denied[0].headers.get('retry-after'));
+      assert.ok(retry >= 1 && retry <= 60);
+    });
+
+    test('consume, reward, penalty, get, block, delete keep their documented meaning', async () => {
+      const limiter = new RateLimiterRedisThrottle({ storeClient: await ioredis(kind), keyPrefix: unique('m'), points: 3, duration: 60 });
+      const key = 'user1';
+      assert.equal(await limiter.get(key), null);
+      const r1 = await limiter.consume(key);
+      assert.equal(r1.remainingPoints, 2);
+      assert.equal(r1.consumedPoints, 1);
+      assert.equal(r1.isFirstInDuration, true);
+      await limiter.consume(key, 2);
+      const denied = await limiter.consume(key).then(() => assert.fail('admitted'), (r) => r);
+      assert.ok(denied instanceof RateLimiterRes);
+      assert.equal(denied.remainingPoints, 0);
+      assert.ok(denied.consumedPoints > 3);
+      assert.ok(denied.msBeforeNext > 0 && denied.msBeforeNext <= 60_000);
+      const rewarded = await limiter.reward(key, 2);
+      assert.equal(rewarded.remainingPoints, 2);
+      assert.equal((await limiter.get(key)).consumedPoints, 1);
+      const fined = await limiter.penalty(key, 1);
+      assert.equal(fined.remainingPoints, 1);
+      await limiter.block(key, 30);
+      const blocked = await limiter.consume(key).then(() => assert.fail('admitted while blocked'), (r) => r);
+      assert.ok(blocked.msBeforeNext > 29_000 && blocked.msBeforeNext <= 30_000, `${blocked.msBeforeNext}`);
+      assert.equal(await limiter.delete(key), true);
+      assert.equal(await limiter.delete(key), false);
+      assert.equal((await limiter.consume(key)).remainingPoints, 2);
+    });
+
+    test('blockDuration blocks a key that went over its points, for gcra too', async () => {
+      for (const algorithm of ['counter', 'gcra']) {
+        const limiter = new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), keyPrefix: unique('b'), points: 2, duration: 1, blockDuration: 20, algorithm });
+        await limiter.consume('k');
+        await limiter.consume('k');
+        const r = await limiter.consume('k').then(() => assert.fail('admitted'), (e) => e);
+        assert.equal(r.msBeforeNext, 20_000, algorithm);
+        await new Promise((res) => setTimeout(res, 1100));
+        // The window has passed, the block has not.
+        const again = await limiter.consume('k').then(() => assert.fail(`admitted during the block (${algorithm})`), (e) => e);
+        assert.ok(again.msBeforeNext > 15_000, `${algorithm}: ${again.msBeforeNext}`);
+      }
+    });
+
+    test('RateLimiterUnionAtomic: several limiters by one CL.ALL, all or nothing', async () => {
+      const client = await nodeRedis(kind);
+      const perSecond = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('s'), points: 5, duration: 1 });
+      const perMinute = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('min'), points: 3, duration: 60 });
+      const union = new RateLimiterUnionAtomic(perSecond, perMinute);
+      const key = '{user7}';
+      const all = await Promise.all(Array.from({ length: 200 }, () => union.consume(key).then(() => true, (e) => e)));
+      assert.equal(all.filter((x) => x === true).length, 3);
+      const rejected = all.find((x) => x !== true);
+      assert.deepEqual(Object.keys(rejected), [perMinute.keyPrefix]);
+      // The denied calls took nothing from the per-second limiter.
+      assert.equal((await perSecond.get(key)).consumedPoints, 3);
+    });
+
+    if (kind === 'cluster') {
+      test('RateLimiterUnionAtomic refuses keys in different slots before sending', async () => {
+        const client = await nodeRedis(kind);
+        const a = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'a', points: 5, duration: 1 });
+        const b = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'bb', points: 5, duration: 1 });
+        await assert.rejects(new RateLimiterUnionAtomic(a, b).consume('user7'), /share a hash slot/);
+      });
+    }
+  });
+}
+
+test('bad options give the server error; another application\'s key is refused untouched', async () => {
+  const client = await nodeRedis('module');
+  const bad = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('bad'), points: 5, duration: 1e10 });
+  await assert.rejects(bad.consume('k'), /^ThrottleError: ERR window must be an integer/);
+  const prefix = unique('other');
+  await client.hSet(`${prefix}:k`, 'a', '1');
+  const limiter = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: prefix, points: 5, duration: 1 });
+  await assert.rejects(limiter.consume('k'), /^ThrottleError: WRONGTYPE/);
+  assert.deepEqual({ ...(await client.hGetAll(`${prefix}:k`)) }, { a: '1' });
+});
