@@ -22,6 +22,8 @@ export interface RedisThrottleStoreOptions {
   algorithm?: Algorithm;
   /** The limit when express-rate-limit's `limit` is a function (the store needs it on the server). */
   limit?: number;
+  /** ms to wait for Redis before the call fails (express-rate-limit's passOnStoreError then applies); default 1000. */
+  timeoutMs?: number;
 }
 
 interface ClientRateLimitInfo {
@@ -57,7 +59,7 @@ export class RedisThrottleStore {
           sendCommand: (key: string | undefined, isReadOnly: boolean, args: string[]) =>
             (sendCommandCluster as SendCommandClusterFn)({ ...(key === undefined ? {} : { key }), isReadOnly, command: args }),
         };
-    this.#throttle = new Throttle(client);
+    this.#throttle = new Throttle(client, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
     this.prefix = options.prefix ?? 'rl:';
     this.#algorithm = options.algorithm ?? 'counter';
     this.#limit = options.limit;

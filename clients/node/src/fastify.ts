@@ -12,6 +12,8 @@ export interface FastifyStoreOptions {
   nameSpace?: string;
   /** 'counter' (default), 'window' or 'gcra'. */
   algorithm?: Algorithm;
+  /** ms to wait for Redis before the call fails (the plugin's skipOnError then applies); default 1000. */
+  timeoutMs?: number;
 }
 
 type Callback = (err: Error | null, result?: { current: number; ttl: number }) => void;
@@ -29,7 +31,7 @@ const parseWindow = (w: unknown): number => (typeof w === 'number' && Number.isF
  * ioredis, standalone or cluster).
  */
 export function redisThrottleStore(client: object, options: FastifyStoreOptions = {}): new (pluginOptions: { timeWindow?: unknown }) => FastifyRateLimitStore {
-  const throttle = new Throttle(client);
+  const throttle = new Throttle(client, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
   const algorithm = options.algorithm ?? 'counter';
   limiter(algorithm, 'x', 1, 1);
   const base = options.nameSpace ?? 'fastify-rate-limit-';

@@ -12,6 +12,8 @@ export interface RedisThrottleStorageOptions {
   prefix?: string;
   /** 'window' (default), 'counter' or 'gcra'. */
   algorithm?: Algorithm;
+  /** ms to wait for Redis before the call fails; default 1000. */
+  timeoutMs?: number;
 }
 
 /** @nestjs/throttler's ThrottlerStorageRecord. */
@@ -31,7 +33,7 @@ export class RedisThrottleStorage {
 
   /** `client`: a node-redis (v4/v5) or ioredis client, standalone or cluster. */
   constructor(client: object, options: RedisThrottleStorageOptions = {}) {
-    this.#throttle = new Throttle(client);
+    this.#throttle = new Throttle(client, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
     this.#prefix = options.prefix ?? 'throttler:';
     this.#algorithm = options.algorithm ?? 'window';
     limiter(this.#algorithm, 'x', 1, 1);

@@ -27,6 +27,8 @@ export interface RateLimiterRedisThrottleOptions {
   /** Accepted for RateLimiterRedis compatibility; the client kind is detected. */
   useRedisPackage?: boolean;
   execEvenly?: boolean;
+  /** ms to wait for Redis before the call fails (then insuranceLimiter answers); default 1000. */
+  timeoutMs?: number;
   [other: string]: unknown;
 }
 
@@ -49,7 +51,7 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
     super();
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
     if (opts.execEvenly) throw new TypeError('redis-throttle: execEvenly is not supported (use algorithm "gcra", which spaces admissions)');
-    this.#throttle = new Throttle(opts.storeClient);
+    this.#throttle = new Throttle(opts.storeClient, opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs });
     this.#algorithm = opts.algorithm ?? 'counter';
     this.keyPrefix = opts.keyPrefix ?? 'rlflx';
     this.points = opts.points ?? 4;

@@ -64,6 +64,12 @@ export type RedisLike = object;
 export interface ThrottleOptions {
   /** Skip detection: 'module' sends CL.*, 'twin' sends FCALL cl_*. */
   backend?: Backend;
+  /**
+   * Milliseconds to wait for a reply before failing the call with a ThrottleError (default
+   * 1000; 0 = wait forever), so a paused or unreachable server reaches the host library's
+   * failure option. The command may still be applied if the server answers later.
+   */
+  timeoutMs?: number;
 }
 
 /** An error from the server (its text unchanged, e.g. `ERR limit must be …`, `WRONGTYPE …`) or from the caller side before sending. */
@@ -178,9 +184,11 @@ function params(l: Limiter): string[] {
 export class Throttle {
   readonly #t: Transport;
   #backend: Promise<Backend> | undefined;
+  readonly #timeoutMs: number;
 
   constructor(client: RedisLike, options: ThrottleOptions = {}) {
     this.#t = transport(client);
+    this.#timeoutMs = options.timeoutMs ?? 1000;
     if (options.backend !== undefined) this.#backend = Promise.resolve(options.backend);
   }
 
@@ -204,14 +212,14 @@ export class Throttle {
   async #detect(): Promise<Backend> {
     let info: unknown;
     try {
-      info = await this.#t.send(undefined, ['COMMAND', 'INFO', 'cl.throttle']);
+      info = await this.#timed(this.#t.send(undefined, ['COMMAND', 'INFO', 'cl.throttle']));
     } catch (e) {
       throw asError(e);
     }
     if (Array.isArray(info) && info.some((x) => x != null)) return 'module';
     let libs: unknown;
     try {
-      libs = await this.#t.send(undefined, ['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']);
+      libs = await this.#timed(this.#t.send(undefined, ['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']));
     } catch {
       libs = undefined;
     }
@@ -221,9 +229,19 @@ export class Throttle {
     );
   }
 
+  #timed<T>(p: Promise<T>): Promise<T> {
+    if (!(this.#timeoutMs > 0)) return p;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ThrottleError(`redis-throttle: no reply from Redis within ${this.#timeoutMs} ms`)), this.#timeoutMs);
+    });
+    p.catch(() => undefined);
+    return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+  }
+
   async #call(key: string, args: string[]): Promise<unknown> {
     try {
-      return await this.#t.send(key, args);
+      return await this.#timed(this.#t.send(key, args));
     } catch (e) {
       throw asError(e);
     }

@@ -55,3 +55,16 @@ export async function burst(url, count, init = {}) {
 }
 
 export const KINDS = ['module', 'twin', 'cluster'];
+
+const servers = [];
+/** Listens with an Express (or node http) app on a free port; closed by closeAll(). */
+export async function serve(app) {
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  servers.push(server);
+  return `http://127.0.0.1:${server.address().port}`;
+}
+export async function closeServers() {
+  await Promise.all(servers.splice(0).map((s) => new Promise((r) => { s.closeAllConnections?.(); s.close(() => r()); })));
+}

@@ -4,17 +4,10 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
-import { KINDS, burst, closeAll, nodeRedis, ioredis, unique } from './common.mjs';
+import { KINDS, burst, closeAll, closeServers, nodeRedis, ioredis, serve, unique } from './common.mjs';
 
 after(closeAll);
-
-export async function serve(app) {
-  const server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  after(() => new Promise((r) => server.close(() => r())));
-  return `http://127.0.0.1:${server.address().port}`;
-}
+after(closeServers);
 
 function storeFor(kind, client, extra = {}) {
   const prefix = unique('erl') + ':';

@@ -4,10 +4,10 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { RateLimiterRes } from 'rate-limiter-flexible';
 import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle/rate-limiter-flexible';
-import { KINDS, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
-import { serve } from './express.test.mjs';
+import { KINDS, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
 
 after(closeAll);
+after(closeServers);
 
 for (const kind of KINDS) {
   describe(`rate-limiter-flexible on ${kind}`, () => {

@@ -136,3 +136,13 @@ test('slot() is Redis Cluster\'s: CLUSTER KEYSLOT agrees', async () => {
     assert.equal(slot(key), Number(await node.sendCommand(['CLUSTER', 'KEYSLOT', key])), key);
   }
 });
+
+test('CommonJS: every entry point loads with require()', async () => {
+  const { createRequire } = await import('node:module');
+  const require = createRequire(import.meta.url);
+  assert.equal(typeof require('redis-throttle').Throttle, 'function');
+  assert.equal(typeof require('redis-throttle/express-rate-limit').RedisThrottleStore, 'function');
+  assert.equal(typeof require('redis-throttle/rate-limiter-flexible').RateLimiterUnionAtomic, 'function');
+  assert.equal(typeof require('redis-throttle/nestjs').RedisThrottleStorage, 'function');
+  assert.equal(typeof require('redis-throttle/fastify').redisThrottleStore, 'function');
+});
