@@ -38,7 +38,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run demo plots plots-perf test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run demo plots plots-perf test test-node test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -63,7 +63,14 @@ demo: build
 test: build
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
+	@$(MAKE) --no-print-directory test-node
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
+# tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
+# 3-primary cluster, servers started by clients/node/test/run.mjs).
+test-node: build
+	@cd clients/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) npm test
 
 # The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
 print-twin-excluded:
@@ -153,6 +160,7 @@ bench: build
 	bench/instructions.sh
 	bench/client.sh
 	bench/http.sh
+	bench/node.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

@@ -20,6 +20,7 @@ have_libclang() {
   return 1
 }
 have_libclang || missing+=(libclang-dev)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (https://rustup.rs) first" >&2; exit 1; }
 
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -1,0 +1,134 @@
+// Redis CPU per request (INFO commandstats) and requests per second of the same Express,
+// rate-limiter-flexible, NestJS and Fastify apps, with the Redis store each replaces and with
+// redis-throttle's (on the module, and on the Functions twin alone), in one run.
+// Usage (bench/node.sh): node bench/run.mjs [requests per case]
+import 'reflect-metadata';
+import { createClient } from 'redis';
+import IORedis from 'ioredis';
+import express from 'express';
+import { rateLimit } from 'express-rate-limit';
+import { RedisStore } from 'rate-limit-redis';
+import { RateLimiterRedis } from 'rate-limiter-flexible';
+import Fastify from 'fastify';
+import fastifyRateLimit from '@fastify/rate-limit';
+import { Controller, Get, Module } from '@nestjs/common';
+import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
+import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
+import { RateLimiterRedisThrottle } from 'redis-throttle/rate-limiter-flexible';
+import { RedisThrottleStorage } from 'redis-throttle/nestjs';
+import { redisThrottleStore } from 'redis-throttle/fastify';
+import { startServer, stopServer } from '../test/harness.mjs';
+
+const N = Number(process.argv[2] ?? 4000);
+const CONCURRENCY = 32;
+const LIMIT = 100_000; // CL.WINDOW's largest exact limit; above the requests sent
+
+async function commandUsec(c) {
+  const info = String(await c.sendCommand(['INFO', 'commandstats']));
+  let usec = 0;
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) if (!['info', 'config'].includes(m[1])) usec += Number(m[3]);
+  return usec;
+}
+
+async function drive(url) {
+  let sent = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (sent < N) {
+        sent++;
+        const r = await fetch(url);
+        await r.arrayBuffer();
+        if (r.status !== 200) throw new Error(`status ${r.status}`);
+      }
+    }),
+  );
+  return N / ((performance.now() - t0) / 1000);
+}
+
+const listen = (app) => new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+
+async function expressApp(store) {
+  const app = express();
+  app.use(rateLimit({ windowMs: 60_000, limit: LIMIT, store, validate: false }));
+  app.get('/', (_q, r) => r.send('ok'));
+  const s = await listen(app);
+  return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
+}
+
+async function rlfApp(limiter) {
+  const app = express();
+  app.use((q, r, next) => limiter.consume(q.ip).then(() => next(), () => r.status(429).end()));
+  app.get('/', (_q, r) => r.send('ok'));
+  const s = await listen(app);
+  return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
+}
+
+async function nestApp(storage) {
+  class C { hello() { return 'ok'; } }
+  Get()(C.prototype, 'hello', Object.getOwnPropertyDescriptor(C.prototype, 'hello'));
+  Controller()(C);
+  class M {}
+  Module({ imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: LIMIT }], storage })], controllers: [C], providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }] })(M);
+  const app = await NestFactory.create(M, { logger: false });
+  await app.listen(0, '127.0.0.1');
+  return { url: `http://127.0.0.1:${app.getHttpServer().address().port}/`, close: () => app.close() };
+}
+
+async function fastifyApp(opts) {
+  const f = Fastify();
+  await f.register(fastifyRateLimit, { max: LIMIT, timeWindow: 60_000, ...opts });
+  f.get('/', async () => 'ok');
+  return { url: `${await f.listen({ port: 0, host: '127.0.0.1' })}/`, close: () => f.close() };
+}
+
+const mod = await startServer({ kind: 'module' });
+const twin = await startServer({ kind: 'twin' });
+const rows = [];
+try {
+  const admin = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
+  const nr = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
+  for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
+  const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
+  const cases = [
+    ['express-rate-limit', 'rate-limit-redis', 'module', () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
+    ['express-rate-limit', 'redis-throttle', 'module', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
+    ['express-rate-limit', 'redis-throttle', 'twin', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.twin.sendCommand(a) }))],
+    ['rate-limiter-flexible', 'RateLimiterRedis', 'module', () => rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: LIMIT, duration: 60 }))],
+    ['rate-limiter-flexible', 'redis-throttle', 'module', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.module, keyPrefix: 'd', points: LIMIT, duration: 60 }))],
+    ['rate-limiter-flexible', 'redis-throttle', 'twin', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.twin, keyPrefix: 'd', points: LIMIT, duration: 60 }))],
+    ['@nestjs/throttler', '@nest-lab/throttler-storage-redis', 'module', () => nestApp(new ThrottlerStorageRedisService(io.module))],
+    ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module))],
+    ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin))],
+    ['@nestjs/throttler', 'redis-throttle (counter)', 'module', () => nestApp(new RedisThrottleStorage(io.module, { algorithm: 'counter', prefix: 'e:' }))],
+    ['@fastify/rate-limit', 'its Redis store', 'module', () => fastifyApp({ redis: io.module })],
+    ['@fastify/rate-limit', 'redis-throttle', 'module', () => fastifyApp({ store: redisThrottleStore(io.module) })],
+    ['@fastify/rate-limit', 'redis-throttle', 'twin', () => fastifyApp({ store: redisThrottleStore(io.twin) })],
+  ];
+  for (const [host, store, server, make] of cases) {
+    const app = await make();
+    await drive(app.url); // warm up (script loads, detection, JIT)
+    const before = await commandUsec(admin[server]);
+    const rps = await drive(app.url);
+    const usec = (await commandUsec(admin[server])) - before;
+    await app.close();
+    rows.push({ host, store, server, cpu: usec / N, rps });
+    console.error(`${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`);
+  }
+  for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.quit();
+  for (const c of Object.values(io)) c.disconnect();
+} finally {
+  stopServer(mod);
+  stopServer(twin);
+}
+console.log(`| host library | store | server | Redis CPU per request | vs the replaced store | requests/s |`);
+console.log(`|---|---|---|---|---|---|`);
+let base;
+for (const r of rows) {
+  if (!r.store.startsWith('redis-throttle')) base = r;
+  const ratio = r === base ? '1' : `${(r.cpu / base.cpu).toFixed(2)}×`;
+  console.log(`| ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r.store.startsWith('redis-throttle') ? 'module' : 'plain Redis'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${r.rps.toFixed(0)} |`);
+}
+process.exit(0);
