@@ -146,3 +146,27 @@ test('CommonJS: every entry point loads with require()', async () => {
   assert.equal(typeof require('redis-throttle/nestjs').RedisThrottleStorage, 'function');
   assert.equal(typeof require('redis-throttle/fastify').redisThrottleStore, 'function');
 });
+
+test('node-redis v4 (client and cluster) works the same', async () => {
+  const v4 = await import('redis4');
+  const { ports } = await import('./common.mjs');
+  const client = v4.createClient({ url: `redis://127.0.0.1:${ports.module}` });
+  const cluster = v4.createCluster({ rootNodes: ports.cluster.map((p) => ({ url: `redis://127.0.0.1:${p}` })) });
+  for (const c of [client, cluster]) c.on('error', () => {});
+  await client.connect();
+  await cluster.connect();
+  try {
+    for (const c of [client, cluster]) {
+      const t = new Throttle(c);
+      const key = unique('v4');
+      const all = await Promise.all(Array.from({ length: 200 }, () => t.counter(key, { limit: 5, windowMs: 60_000 })));
+      assert.equal(all.filter((d) => !d.limited).length, 5);
+      await assert.rejects(t.counter(key, { limit: 0, windowMs: 60_000 }), /^ThrottleError: ERR limit must be/);
+    }
+    assert.equal(new Throttle(cluster).cluster, true);
+    assert.equal(new Throttle(client).cluster, false);
+  } finally {
+    await client.quit();
+    await cluster.quit();
+  }
+});
