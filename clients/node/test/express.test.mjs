@@ -83,6 +83,24 @@ for (const kind of KINDS) {
   });
 }
 
+test('get() reads without counting; resetKey() starts the key afresh', async () => {
+  const client = await nodeRedis('module');
+  const limiter = rateLimit({ windowMs: 60_000, limit: 2, store: storeFor('module', client) });
+  const app = express();
+  app.use(limiter);
+  app.get('/', (_req, res) => res.send('ok'));
+  const url = await serve(app);
+  assert.deepEqual([(await fetch(url)).status, (await fetch(url)).status, (await fetch(url)).status], [200, 200, 429]);
+  const ip = ['::ffff:127.0.0.1', '127.0.0.1'];
+  const key = (await limiter.getKey(ip[0])).totalHits > 0 ? ip[0] : ip[1];
+  const info = await limiter.getKey(key);
+  assert.equal(info.totalHits, 2);
+  assert.equal((await limiter.getKey(key)).totalHits, 2);
+  assert.ok(info.resetTime.getTime() > Date.now());
+  await limiter.resetKey(key);
+  assert.equal((await fetch(url)).status, 200);
+});
+
 test('ioredis through sendCommand, as rate-limit-redis documents it', async () => {
   const client = await ioredis('module');
   const app = express();
