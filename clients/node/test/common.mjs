@@ -46,13 +46,21 @@ export async function closeAll() {
 export async function burst(url, count, init = {}) {
   return Promise.all(
     Array.from({ length: count }, () =>
-      fetch(url, init).then(async (r) => {
-        await r.arrayBuffer();
-        return { status: r.status, headers: r.headers };
-      }),
+      fetch(url, init).then(
+        async (r) => {
+          await r.arrayBuffer();
+          return { status: r.status, headers: r.headers };
+        },
+        (e) => {
+          throw new Error(`fetch ${url}: ${e.cause?.code ?? ''} ${e.cause?.message ?? e.message}`);
+        },
+      ),
     ),
   );
 }
+
+/** A reply deadline for tests that drive 1,000 concurrent requests on a shared machine. */
+export const SLOW = { timeoutMs: 15_000 };
 
 export const KINDS = ['module', 'twin', 'cluster'];
 

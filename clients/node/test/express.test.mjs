@@ -4,7 +4,7 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
-import { KINDS, burst, closeAll, closeServers, nodeRedis, ioredis, serve, unique } from './common.mjs';
+import { KINDS, SLOW, burst, closeAll, closeServers, nodeRedis, ioredis, serve, unique } from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -12,25 +12,25 @@ after(closeServers);
 function storeFor(kind, client, extra = {}) {
   const prefix = unique('erl') + ':';
   if (kind === 'cluster') {
-    return new RedisThrottleStore({ prefix, ...extra, sendCommandCluster: ({ key, isReadOnly, command }) => client.sendCommand(key, isReadOnly, command) });
+    return new RedisThrottleStore({ prefix, ...SLOW, ...extra, sendCommandCluster: ({ key, isReadOnly, command }) => client.sendCommand(key, isReadOnly, command) });
   }
-  return new RedisThrottleStore({ prefix, ...extra, sendCommand: (...args) => client.sendCommand(args) });
+  return new RedisThrottleStore({ prefix, ...SLOW, ...extra, sendCommand: (...args) => client.sendCommand(args) });
 }
 
 for (const kind of KINDS) {
   describe(`express-rate-limit on ${kind}`, () => {
     for (const algorithm of kind === 'module' ? [undefined, 'window', 'gcra'] : [undefined]) {
-      test(`1,000 concurrent requests against a limit of 5 admit exactly 5 (${algorithm ?? 'default: fixed window'}), with the library's headers`, async () => {
+      test(`${algorithm ? 200 : '1,000'} concurrent requests against a limit of 5 admit exactly 5 (${algorithm ?? 'default: fixed window'}), with the library's headers`, async () => {
         const client = await nodeRedis(kind);
         const app = express();
         app.use(rateLimit({ windowMs: 60_000, limit: 5, standardHeaders: 'draft-6', legacyHeaders: true, store: storeFor(kind, client, algorithm ? { algorithm } : {}) }));
         app.get('/', (_req, res) => res.send('ok'));
         const url = await serve(app);
-        const replies = await burst(url, 1000);
+        const replies = await burst(url, algorithm ? 200 : 1000);
         const ok = replies.filter((r) => r.status === 200);
         const limited = replies.filter((r) => r.status === 429);
         assert.equal(ok.length, 5);
-        assert.equal(limited.length, 995);
+        assert.equal(limited.length, replies.length - 5);
         assert.deepEqual(ok.map((r) => Number(r.headers.get('ratelimit-remaining'))).sort(), [0, 1, 2, 3, 4]);
         for (const r of [...ok, limited[0]]) {
           assert.equal(r.headers.get('ratelimit-limit'), '5');
@@ -104,7 +104,7 @@ test('get() reads without counting; resetKey() starts the key afresh', async () 
 test('ioredis through sendCommand, as rate-limit-redis documents it', async () => {
   const client = await ioredis('module');
   const app = express();
-  app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new RedisThrottleStore({ prefix: unique('io') + ':', sendCommand: (command, ...args) => client.call(command, ...args) }) }));
+  app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new RedisThrottleStore({ prefix: unique('io') + ':', ...SLOW, sendCommand: (command, ...args) => client.call(command, ...args) }) }));
   app.get('/', (_req, res) => res.send('ok'));
   const url = await serve(app);
   const replies = await burst(url, 200);

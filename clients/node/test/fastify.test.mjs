@@ -4,7 +4,7 @@ import { after, describe, test } from 'node:test';
 import Fastify from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import { redisThrottleStore } from 'redis-throttle/fastify';
-import { KINDS, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
+import { KINDS, SLOW, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);
 
@@ -21,7 +21,7 @@ export async function fastifyApp(store, options = {}) {
 for (const kind of KINDS) {
   describe(`@fastify/rate-limit on ${kind}`, () => {
     test('1,000 concurrent requests against max 5 admit exactly 5, with the plugin\'s headers and 429', async () => {
-      const url = await fastifyApp(redisThrottleStore(await nodeRedis(kind), { nameSpace: unique('f') + ':' }));
+      const url = await fastifyApp(redisThrottleStore(await nodeRedis(kind), { ...SLOW, nameSpace: unique('f') + ':' }));
       const replies = await burst(url, 1000);
       const ok = replies.filter((r) => r.status === 200);
       assert.equal(ok.length, 5);
@@ -45,7 +45,7 @@ for (const kind of KINDS) {
 test('ioredis, the sliding window, and a key of another application', async () => {
   const client = await ioredis('module');
   const ns = unique('fw') + ':';
-  const url = await fastifyApp(redisThrottleStore(client, { nameSpace: ns, algorithm: 'window' }), { keyGenerator: (req) => req.headers['x-user'] ?? 'anon' });
+  const url = await fastifyApp(redisThrottleStore(client, { ...SLOW, nameSpace: ns, algorithm: 'window' }), { keyGenerator: (req) => req.headers['x-user'] ?? 'anon' });
   const replies = await burst(url, 100, { headers: { 'x-user': 'u1' } });
   assert.equal(replies.filter((r) => r.status === 200).length, 5);
   await client.set(`${ns}u2`, 'not a limiter');

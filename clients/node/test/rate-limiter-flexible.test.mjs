@@ -4,7 +4,7 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { RateLimiterRes } from 'rate-limiter-flexible';
 import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle/rate-limiter-flexible';
-import { KINDS, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
+import { KINDS, SLOW, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -12,7 +12,7 @@ after(closeServers);
 for (const kind of KINDS) {
   describe(`rate-limiter-flexible on ${kind}`, () => {
     test('an Express app: 1,000 concurrent requests against 5 points admit exactly 5; 429 with Retry-After', async () => {
-      const limiter = new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), keyPrefix: unique('rlf'), points: 5, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('rlf'), points: 5, duration: 60 });
       const app = express();
       app.use((req, res, next) =>
         limiter
@@ -39,7 +39,7 @@ for (const kind of KINDS) {
     });
 
     test('consume, reward, penalty, get, block, delete keep their documented meaning', async () => {
-      const limiter = new RateLimiterRedisThrottle({ storeClient: await ioredis(kind), keyPrefix: unique('m'), points: 3, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await ioredis(kind), keyPrefix: unique('m'), points: 3, duration: 60 });
       const key = 'user1';
       assert.equal(await limiter.get(key), null);
       const r1 = await limiter.consume(key);
@@ -67,7 +67,7 @@ for (const kind of KINDS) {
 
     test('blockDuration blocks a key that went over its points, for gcra too', async () => {
       for (const algorithm of ['counter', 'gcra']) {
-        const limiter = new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), keyPrefix: unique('b'), points: 2, duration: 1, blockDuration: 20, algorithm });
+        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('b'), points: 2, duration: 1, blockDuration: 20, algorithm });
         await limiter.consume('k');
         await limiter.consume('k');
         const r = await limiter.consume('k').then(() => assert.fail('admitted'), (e) => e);
@@ -81,8 +81,8 @@ for (const kind of KINDS) {
 
     test('RateLimiterUnionAtomic: several limiters by one CL.ALL, all or nothing', async () => {
       const client = await nodeRedis(kind);
-      const perSecond = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('s'), points: 5, duration: 1 });
-      const perMinute = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('min'), points: 3, duration: 60 });
+      const perSecond = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('s'), points: 5, duration: 1 });
+      const perMinute = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('min'), points: 3, duration: 60 });
       const union = new RateLimiterUnionAtomic(perSecond, perMinute);
       const key = '{user7}';
       const all = await Promise.all(Array.from({ length: 200 }, () => union.consume(key).then(() => true, (e) => e)));
@@ -96,8 +96,8 @@ for (const kind of KINDS) {
     if (kind === 'cluster') {
       test('RateLimiterUnionAtomic refuses keys in different slots before sending', async () => {
         const client = await nodeRedis(kind);
-        const a = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'a', points: 5, duration: 1 });
-        const b = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'bb', points: 5, duration: 1 });
+        const a = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'a', points: 5, duration: 1 });
+        const b = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'bb', points: 5, duration: 1 });
         await assert.rejects(new RateLimiterUnionAtomic(a, b).consume('user7'), /share a hash slot/);
       });
     }
@@ -106,11 +106,11 @@ for (const kind of KINDS) {
 
 test('bad options give the server error; another application\'s key is refused untouched', async () => {
   const client = await nodeRedis('module');
-  const bad = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: unique('bad'), points: 5, duration: 1e10 });
+  const bad = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('bad'), points: 5, duration: 1e10 });
   await assert.rejects(bad.consume('k'), /^ThrottleError: ERR window must be an integer/);
   const prefix = unique('other');
   await client.hSet(`${prefix}:k`, 'a', '1');
-  const limiter = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: prefix, points: 5, duration: 1 });
+  const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: prefix, points: 5, duration: 1 });
   await assert.rejects(limiter.consume('k'), /^ThrottleError: WRONGTYPE/);
   assert.deepEqual({ ...(await client.hGetAll(`${prefix}:k`)) }, { a: '1' });
 });

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { Throttle, ThrottleError, slot } from 'redis-throttle';
-import { KINDS, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
+import { KINDS, SLOW, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);
 
@@ -11,7 +11,7 @@ for (const kind of KINDS) {
   for (const [lib, connect] of [['node-redis', nodeRedis], ['ioredis', ioredis]]) {
     describe(`${kind} through ${lib}`, () => {
       test('1,000 concurrent decisions against a limit of 5 admit exactly 5, for every algorithm', async () => {
-        const t = new Throttle(await connect(kind));
+        const t = new Throttle(await connect(kind), SLOW);
         assert.equal(await t.backend(), kind === 'twin' ? 'twin' : 'module');
         for (const algorithm of ['counter', 'window', 'throttle', 'bucket']) {
           const key = unique(algorithm);
@@ -34,7 +34,7 @@ for (const kind of KINDS) {
 
       test('bad arguments give the server error and write nothing', async () => {
         const client = await connect(kind);
-        const t = new Throttle(client);
+        const t = new Throttle(client, SLOW);
         const key = unique('bad');
         await assert.rejects(t.window(key, { limit: 0, windowMs: 1000 }), (e) => e instanceof ThrottleError && /^ERR limit must be an integer from 1/.test(e.message));
         await assert.rejects(t.counter(key, { limit: 3, windowMs: 0 }), (e) => e instanceof ThrottleError && /^ERR window must be/.test(e.message));
@@ -44,7 +44,7 @@ for (const kind of KINDS) {
 
       test("a key holding another application's data is refused and left as it was", async () => {
         const client = await connect(kind);
-        const t = new Throttle(client);
+        const t = new Throttle(client, SLOW);
         const hash = `{${unique('h')}}`;
         const str = unique('s');
         if (lib === 'ioredis') {
@@ -62,7 +62,7 @@ for (const kind of KINDS) {
       });
 
       test('all(): one decision over hash-tagged keys; the binding limiter and every limiter', async () => {
-        const t = new Throttle(await connect(kind));
+        const t = new Throttle(await connect(kind), SLOW);
         const tag = unique('u');
         const second = `rl:{${tag}}:s`;
         const hour = `rl:{${tag}}:h`;
@@ -86,7 +86,7 @@ for (const kind of KINDS) {
 
       if (kind === 'cluster') {
         test('keys of one decision in different slots are refused before sending', async () => {
-          const t = new Throttle(await connect(kind));
+          const t = new Throttle(await connect(kind), SLOW);
           let a = unique('a');
           let b = unique('b');
           while (slot(a) === slot(b)) b += 'x';
@@ -102,13 +102,13 @@ for (const kind of KINDS) {
 
       if (kind === 'twin') {
         test('the module-only commands are refused with a clear error', async () => {
-          const t = new Throttle(await connect(kind));
+          const t = new Throttle(await connect(kind), SLOW);
           await assert.rejects(t.acquire(unique('l'), { limit: 2, leaseMs: 1000, id: 'a' }), /Functions twin \(no module\): CL.ACQUIRE/);
           await assert.rejects(t.pace(unique('p'), { count: 10, periodMs: 1000 }), /Functions twin/);
         });
       } else {
         test('leases and pacing', async () => {
-          const t = new Throttle(await connect(kind));
+          const t = new Throttle(await connect(kind), SLOW);
           const key = unique('lease');
           assert.equal((await t.acquire(key, { limit: 1, leaseMs: 60_000, id: 'a' })).limited, false);
           const b = await t.acquire(key, { limit: 1, leaseMs: 60_000, id: 'b' });
@@ -157,14 +157,14 @@ test('node-redis v4 (client and cluster) works the same', async () => {
   await cluster.connect();
   try {
     for (const c of [client, cluster]) {
-      const t = new Throttle(c);
+      const t = new Throttle(c, SLOW);
       const key = unique('v4');
       const all = await Promise.all(Array.from({ length: 200 }, () => t.counter(key, { limit: 5, windowMs: 60_000 })));
       assert.equal(all.filter((d) => !d.limited).length, 5);
       await assert.rejects(t.counter(key, { limit: 0, windowMs: 60_000 }), /^ThrottleError: ERR limit must be/);
     }
     assert.equal(new Throttle(cluster).cluster, true);
-    assert.equal(new Throttle(client).cluster, false);
+    assert.equal(new Throttle(client, SLOW).cluster, false);
   } finally {
     await client.quit();
     await cluster.quit();
