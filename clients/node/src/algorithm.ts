@@ -4,7 +4,7 @@ import type { Limiter } from './throttle.js';
 export type Algorithm = 'counter' | 'window' | 'gcra';
 
 /** `limit` units per `windowMs` as one limiter of the chosen algorithm. */
-export function limiter(algorithm: Algorithm, key: string, limit: number, windowMs: number, quantity?: number): Limiter {
+export function limiter(algorithm: Algorithm, key: string, limit: number | bigint, windowMs: number, quantity?: number): Limiter {
   // Values go to the server as they are: a limit or window it refuses gets its own error.
   const q = quantity === undefined ? {} : { quantity };
   switch (algorithm) {
@@ -14,7 +14,7 @@ export function limiter(algorithm: Algorithm, key: string, limit: number, window
       return { key, algorithm: 'window', limit, windowMs, ...q };
     case 'gcra':
       // limit at once (max_burst = limit - 1), refilling limit per windowMs.
-      return { key, algorithm: 'throttle', maxBurst: limit - 1, count: limit, periodMs: windowMs, ...q };
+      return { key, algorithm: 'throttle', maxBurst: typeof limit === 'bigint' ? limit - 1n : limit - 1, count: limit, periodMs: windowMs, ...q };
     default:
       throw new RangeError(`redis-throttle: algorithm must be 'counter', 'window' or 'gcra', got ${JSON.stringify(algorithm)}`);
   }

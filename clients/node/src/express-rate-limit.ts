@@ -31,8 +31,8 @@ interface ClientRateLimitInfo {
   resetTime: Date | undefined;
 }
 
-/** The largest limit CL.COUNTER takes: a pure counter, express-rate-limit comparing. */
-const COUNTER_MAX = 999_999_999_999_999_999;
+/** A limit no count reaches, well inside the exact integers of JS numbers and of the twin (1e15): a pure counter, express-rate-limit comparing. */
+const COUNTER_MAX = 1_000_000_000_000_000;
 
 export class RedisThrottleStore {
   readonly prefix: string;

@@ -101,6 +101,21 @@ test('get() reads without counting; resetKey() starts the key afresh', async () 
   assert.equal((await fetch(url)).status, 200);
 });
 
+test("a limit given as a function: the store counts, express-rate-limit compares", async () => {
+  const client = await nodeRedis('module');
+  const app = express();
+  app.use(rateLimit({ windowMs: 60_000, limit: (req) => (req.get('x-plan') === 'pro' ? 4 : 2), store: storeFor('module', client), keyGenerator: (req) => req.get('x-user') }));
+  app.get('/', (_req, res) => res.send('ok'));
+  const url = await serve(app);
+  const free = await burst(url, 50, { headers: { 'x-user': 'a' } });
+  assert.equal(free.filter((r) => r.status === 200).length, 2);
+  const pro = await burst(url, 50, { headers: { 'x-user': 'b', 'x-plan': 'pro' } });
+  assert.equal(pro.filter((r) => r.status === 200).length, 4);
+  // With another algorithm the store needs the limit itself.
+  const store = storeFor('module', client, { algorithm: 'gcra' });
+  assert.throws(() => store.init({ windowMs: 1000, limit: () => 3 }), /give RedisThrottleStore a number `limit`/);
+});
+
 test('ioredis through sendCommand, as rate-limit-redis documents it', async () => {
   const client = await ioredis('module');
   const app = express();
