@@ -32,6 +32,17 @@ for (const kind of KINDS) {
         }
       });
 
+      test('quota: a calendar day in UTC, then the server refuses an unknown unit', async () => {
+        const t = new Throttle(await connect(kind), SLOW);
+        const key = unique('quota');
+        const all = await Promise.all(Array.from({ length: 20 }, () => t.quota(key, { limit: 2, per: 'DAY', tz: '+00:00' })));
+        assert.equal(all.filter((d) => !d.limited).length, 2);
+        const denied = all.find((d) => d.limited);
+        const untilMidnight = 86_400_000 - (Date.now() % 86_400_000);
+        assert.ok(Math.abs(denied.retryAfterMs - untilMidnight) < 5_000, `${denied.retryAfterMs} vs ${untilMidnight}`);
+        await assert.rejects(t.quota(unique('q'), { limit: 2, per: 'FORTNIGHT' }), (e) => e instanceof ThrottleError && e.message.startsWith('ERR'));
+      });
+
       test('bad arguments give the server error and write nothing', async () => {
         const client = await connect(kind);
         const t = new Throttle(client, SLOW);
