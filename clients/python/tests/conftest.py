@@ -100,8 +100,11 @@ class Server:
         got = self.client().config_get("dir")["dir"]
         assert Path(got).resolve() == self.dir.resolve(), f"another server answers on {self.port}"
         if self.kind == "twin":
-            code = (ROOT / "functions/throttle.lua").read_text()
-            self.client().function_load(code, replace=True)
+            self.start_functions()
+
+    def start_functions(self) -> None:
+        """FUNCTION LOAD of functions/throttle.lua (the twin)."""
+        self.client().function_load((ROOT / "functions/throttle.lua").read_text(), replace=True)
 
     def client(self, **kw) -> redis.Redis:  # type: ignore[no-untyped-def]
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)

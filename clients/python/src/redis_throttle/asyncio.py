@@ -66,6 +66,7 @@ class Throttle:
         try:
             if self._cluster:
                 c: Any = self.client
+                await c.initialize()  # a no-op once the cluster's map is read
                 return await c.execute_command(*words, target_nodes=c.get_random_node())
             return await self.client.execute_command(*words)
         except ResponseError as err:
@@ -77,6 +78,7 @@ class Throttle:
             if not self._cluster:
                 return await self.client.execute_command(*words)
             c: Any = self.client
+            await c.initialize()
             for attempt in range(_MOVED_RETRIES + 1):
                 try:
                     return await c.execute_command(*words, target_nodes=c.get_node_from_key(key))
