@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence, Tuple, Union
 
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
 Key = Union[str, bytes]
 Seconds = Union[int, float, datetime.timedelta]
@@ -28,8 +29,8 @@ NO_LIMITER = (
 )
 
 
-class ThrottleError(Exception):
-    """An error the server replied (its own text, e.g. ``ERR limit must be …``), or a call
+class ThrottleError(ResponseError):
+    """(A ``redis.ResponseError``.) An error the server replied (its own text, e.g. ``ERR limit must be …``), or a call
     refused before sending (keys of one decision in different hash slots, a module-only
     command on a server that runs the Functions twin)."""
 

@@ -19,6 +19,9 @@ from ._core import Backend, CounterLimit, Decision, WindowLimit, decision, singl
 # CL.COUNTER whose limit is never reached (the largest the Functions twin replies exactly)
 # counts the same way, and its reply carries the count (limit - remaining) and the window's end.
 COUNTER_CEILING = 2**53 - 1
+# A peek reports the time left in the window, capped at the window it is given: reads (which
+# limits gives no window) peek with the longest window CL.COUNTER takes, in seconds.
+PEEK_WINDOW = 1_000_000_000
 # CL.WINDOW's exact log takes limits up to this (the module's throttle.max-exact-limit
 # default); above it the moving window is bucketed (PRECISION = window / 1000).
 MAX_EXACT_LIMIT = 100_000
@@ -86,6 +89,9 @@ class Memory:
         self.var: contextvars.ContextVar[tuple[Seen, ...]] = contextvars.ContextVar(
             f"redis_throttle_seen_{id(self)}", default=()
         )
+        # clear() and reset() (from any thread) void the replies seen before them.
+        self.cleared: dict[str, float] = {}
+        self.reset_at = 0.0
 
     def keep(self, seen: Seen) -> None:
         rest = tuple(s for s in self.var.get() if s.key != seen.key)[-7:]
@@ -93,14 +99,21 @@ class Memory:
 
     def take(self, key: str, part: str) -> Seen | None:
         now = time.monotonic()
+        voided = max(self.reset_at, self.cleared.get(key, 0.0))
         for s in self.var.get():
-            if s.key == key and part in s.unread and now - s.at <= SEEN_FOR:
+            if s.key == key and part in s.unread and now - s.at <= SEEN_FOR and s.at > voided:
                 s.unread.discard(part)
                 return s
         return None
 
     def forget(self, key: str) -> None:
-        self.var.set(tuple(s for s in self.var.get() if s.key != key))
+        now = time.monotonic()
+        if len(self.cleared) > 1000:
+            self.cleared = {k: at for k, at in self.cleared.items() if now - at <= SEEN_FOR}
+        self.cleared[key] = now
+
+    def forget_all(self) -> None:
+        self.reset_at = time.monotonic()
 
 
 def moving_limit(limit: int, expiry: int) -> WindowLimit:

@@ -99,8 +99,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
     def _counter_peek(self, pk: str, part: str) -> s.Seen:
         seen = self.seen.take(pk, part)
         if seen is None:
-            # Window length does not matter to a peek of an existing window; a missing one is 0.
-            d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, 1, 0), pk))
+            d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, s.PEEK_WINDOW, 0), pk))
             seen = s.counter_seen(pk, d)
             seen.unread.discard(part)
             self.seen.keep(seen)
@@ -125,6 +124,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
 
     def reset(self) -> int | None:
         """Deletes every key under the prefix (SCAN, then DEL in batches)."""
+        self.seen.forget_all()
         deleted = 0
         pattern = s.scan_pattern(self.key_prefix)
         if self.cluster:
@@ -194,15 +194,14 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
 
 
 def _delete_matching(conn: Any, pattern: str) -> int:
+    """SCAN, then one DEL per key in pipelines (a cluster node refuses a DEL across slots)."""
+    keys = list(conn.scan_iter(match=pattern, count=1000))
     deleted = 0
-    batch: list[Any] = []
-    for k in conn.scan_iter(match=pattern, count=1000):
-        batch.append(k)
-        if len(batch) >= 1000:
-            deleted += int(conn.delete(*batch))
-            batch = []
-    if batch:
-        deleted += int(conn.delete(*batch))
+    for i in range(0, len(keys), 1000):
+        pipe = conn.pipeline(transaction=False)
+        for k in keys[i : i + 1000]:
+            pipe.delete(k)
+        deleted += sum(int(n) for n in pipe.execute())
     return deleted
 
 
@@ -274,7 +273,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         seen = self.seen.take(pk, part)
         if seen is None:
             backend = await self.throttle.backend()
-            d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, 1, 0), pk))
+            d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, s.PEEK_WINDOW, 0), pk))
             seen = s.counter_seen(pk, d)
             seen.unread.discard(part)
             self.seen.keep(seen)
@@ -298,21 +297,13 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
             return False
 
     async def reset(self) -> int | None:
+        self.seen.forget_all()
         deleted = 0
         pattern = s.scan_pattern(self.key_prefix)
-        if self.cluster:
-            c: Any = self.storage
-            keys: list[Any] = []
-            async for k in c.scan_iter(match=pattern, count=1000):
-                keys.append(k)
-            for k in keys:
-                deleted += int(await c.delete(k))
-        else:
-            batch: list[Any] = []
-            async for k in self.storage.scan_iter(match=pattern, count=1000):
-                batch.append(k)
-            for i in range(0, len(batch), 1000):
-                deleted += int(await self.storage.delete(*batch[i : i + 1000]))
+        c: Any = self.storage
+        keys = [k async for k in c.scan_iter(match=pattern, count=1000)]
+        for k in keys:
+            deleted += int(await c.delete(k))
         return deleted
 
     async def clear(self, key: str) -> None:
