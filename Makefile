@@ -38,7 +38,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run demo plots plots-perf test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run demo plots plots-perf test test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -64,6 +64,18 @@ test: build
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package (clients/python): a venv in target/venv-python with the pinned dev
+# requirements (clients/python/requirements-dev.txt, from PyPI) and the package, then ruff,
+# mypy --strict and pytest (its own servers: the module, the twin, a cluster).
+PYTHON_VENV := $(TARGET_DIR)/venv-python
+test-python: build
+	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
+	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
+	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
+	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests && $(abspath $(PYTHON_VENV))/bin/mypy
+	cd clients/python && THROTTLE_MODULE=$(abspath $(MODULE)) $(abspath $(PYTHON_VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
 print-twin-excluded:

@@ -9,9 +9,8 @@ import time
 from typing import Any, Iterator
 
 import redis.connection
-from fastapi import Request, Response  # (module level: FastAPI resolves the endpoint's annotations here)
-
 from conftest import free_port
+from fastapi import Request, Response  # (module level: FastAPI resolves the endpoint's annotations here)
 
 
 class RoundTrips:
@@ -46,8 +45,9 @@ def flask_app(storage_uri: str, strategy: str, limit: str = "5/minute", **option
     import redis_throttle.limits  # noqa: F401  (the one line: registers redis+throttle://)
 
     app = flask.Flask("throttled")
-    limiter = Limiter(get_remote_address, app=app, storage_uri=storage_uri, strategy=strategy,
-                      headers_enabled=True, **options)
+    limiter = Limiter(
+        get_remote_address, app=app, storage_uri=storage_uri, strategy=strategy, headers_enabled=True, **options
+    )
 
     @app.route("/")
     @limiter.limit(limit)
@@ -100,8 +100,9 @@ def serve_asgi(app: Any) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           backlog=2048, limit_concurrency=None))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", backlog=2048, limit_concurrency=None)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

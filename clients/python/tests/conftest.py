@@ -78,24 +78,48 @@ class Server:
         return f"redis://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                "--save", "", "--appendonly", "no", "--logfile", "server.log"]
+        args = [
+            SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            "server.log",
+        ]
         if self.kind == "module":
             args += ["--loadmodule", str(module_path())]
         if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                     "--cluster-node-timeout", "2000"]
-        self.proc = subprocess.Popen(args, cwd=self.dir, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ]
+        self.proc = subprocess.Popen(
+            args, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
         def up() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                log = (self.dir / "server.log").read_text(errors="replace") if (self.dir / "server.log").exists() else ""
+                log = (
+                    (self.dir / "server.log").read_text(errors="replace") if (self.dir / "server.log").exists() else ""
+                )
                 raise RuntimeError(f"redis-server exited: {log}")
             try:
                 return bool(self.client().ping())
             except redis.RedisError:
                 return False
+
         wait_until(f"redis-server on {self.port}", 20, up)
         got = self.client().config_get("dir")["dir"]
         assert Path(got).resolve() == self.dir.resolve(), f"another server answers on {self.port}"
@@ -135,8 +159,19 @@ class Server:
 class Cluster:
     def __init__(self, primaries: int = 3) -> None:
         self.nodes = [Server("module", cluster=True) for _ in range(primaries)]
-        out = subprocess.run([CLI, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                              "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60)
+        out = subprocess.run(
+            [
+                CLI,
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
         for n in self.nodes:
             wait_until("cluster_state:ok", 60, lambda n=n: n.client().cluster("info")["cluster_state"] == "ok")

@@ -72,8 +72,10 @@ def test_each_limiter_admits_its_limit_then_denies_with_times_in_seconds(sync_cl
 def test_the_reply_is_the_servers_own(sync_client, key: str, backend: str) -> None:
     t = Throttle(sync_client)
     d = t.window(key, 10, 60, quantity=4)
-    raw = sync_client.execute_command("CL.WINDOW" if backend != "twin" else "FCALL", *(
-        [key, 10, 60000, 0, "MS"] if backend != "twin" else ["cl_window", 1, key, 10, 60000, 0, "MS"]))
+    raw = sync_client.execute_command(
+        "CL.WINDOW" if backend != "twin" else "FCALL",
+        *([key, 10, 60000, 0, "MS"] if backend != "twin" else ["cl_window", 1, key, 10, 60000, 0, "MS"]),
+    )
     assert (d.limit, d.remaining) == (raw[1], raw[2]) == (10, 6)
     assert abs(d.reset_after * 1000 - raw[4]) <= 50
 
@@ -104,7 +106,11 @@ def test_bad_arguments_get_the_servers_error_and_write_nothing(sync_client, key:
     t = Throttle(sync_client)
     with pytest.raises(ThrottleError) as err:
         t.window(key, 0, 60)
-    words = ["CL.WINDOW", key, 0, 60000, 1, "MS"] if backend != "twin" else ["FCALL", "cl_window", 1, key, 0, 60000, 1, "MS"]
+    words = (
+        ["CL.WINDOW", key, 0, 60000, 1, "MS"]
+        if backend != "twin"
+        else ["FCALL", "cl_window", 1, key, 0, 60000, 1, "MS"]
+    )
     with pytest.raises(redis.ResponseError) as raw:
         sync_client.execute_command(*words)
     # The text the server sent (redis-py keeps the code apart): ours is the same, code included.
@@ -129,7 +135,9 @@ def test_a_key_holding_another_applications_data_is_refused_untouched(sync_clien
     assert sync_client.get(key + ":s") == b"not a limiter state at all"
 
 
-def test_module_only_commands_work_on_the_module_and_are_refused_on_the_twin(sync_client, key: str, backend: str) -> None:
+def test_module_only_commands_work_on_the_module_and_are_refused_on_the_twin(
+    sync_client, key: str, backend: str
+) -> None:
     t = Throttle(sync_client)
     if backend == "twin":
         for call in (lambda: t.acquire(key, 2, 10, "job"), lambda: t.release(key, "job"), lambda: t.pace(key, 10, 1)):

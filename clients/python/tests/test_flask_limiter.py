@@ -8,13 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-
 from apps import RoundTrips, flask_app, serve_flask
 
 STRATEGY = {"module": "moving-window", "twin": "fixed-window", "cluster": "sliding-window-counter"}
 
 
-def test_a_thousand_concurrent_requests_admit_exactly_five_with_the_documented_headers(storage_uri: str, backend: str) -> None:
+def test_a_thousand_concurrent_requests_admit_exactly_five_with_the_documented_headers(
+    storage_uri: str, backend: str
+) -> None:
     app = flask_app(storage_uri, STRATEGY[backend], key_prefix=f"flask{time.time_ns()}")
     began = int(time.time())
     with serve_flask(app) as url, httpx.Client(base_url=url, limits=httpx.Limits(max_connections=64)) as http:
@@ -37,8 +38,9 @@ def test_a_thousand_concurrent_requests_admit_exactly_five_with_the_documented_h
 
 @pytest.mark.parametrize("strategy", ["fixed-window", "moving-window", "sliding-window-counter"])
 def test_one_round_trip_per_request_headers_included(module_server, strategy: str) -> None:  # type: ignore[no-untyped-def]
-    app = flask_app(f"redis+throttle://127.0.0.1:{module_server.port}", strategy, limit="3/minute",
-                    key_prefix=f"rt{time.time_ns()}")
+    app = flask_app(
+        f"redis+throttle://127.0.0.1:{module_server.port}", strategy, limit="3/minute", key_prefix=f"rt{time.time_ns()}"
+    )
     with serve_flask(app) as url, httpx.Client(base_url=url) as http:
         assert http.get("/").status_code == 200  # connects and detects the server
         with RoundTrips().counting() as trips:
@@ -56,9 +58,12 @@ def _down(server, how: str) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("how", ["paused", "killed"])
 def test_in_memory_fallback_takes_over_while_redis_is_down(own_server, how: str, caplog) -> None:  # type: ignore[no-untyped-def]
-    app = flask_app(f"redis+throttle://127.0.0.1:{own_server.port}", "moving-window",
-                    in_memory_fallback=["2/minute"],
-                    storage_options={"socket_timeout": 0.3, "socket_connect_timeout": 0.3})
+    app = flask_app(
+        f"redis+throttle://127.0.0.1:{own_server.port}",
+        "moving-window",
+        in_memory_fallback=["2/minute"],
+        storage_options={"socket_timeout": 0.3, "socket_connect_timeout": 0.3},
+    )
     with serve_flask(app) as url, httpx.Client(base_url=url, timeout=10) as http:
         assert [http.get("/").status_code for _ in range(2)] == [200, 200]
         _down(own_server, how)

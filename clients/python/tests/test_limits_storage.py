@@ -72,7 +72,10 @@ async def _async_storage(uri: str, prefix: str) -> Any:
 def test_every_scheme_resolves_to_this_storage(storage_uri: str) -> None:
     assert type(storage_from_string(storage_uri)) is rtl.RedisThrottleStorage
     assert type(storage_from_string("async+" + storage_uri)) is rtl.AsyncRedisThrottleStorage
-    assert type(storage_from_string(storage_uri.replace("redis+", "rediss+"), ssl_cert_reqs=None)) is rtl.RedisThrottleStorage
+    assert (
+        type(storage_from_string(storage_uri.replace("redis+", "rediss+"), ssl_cert_reqs=None))
+        is rtl.RedisThrottleStorage
+    )
 
 
 # Fixed window

@@ -7,13 +7,14 @@ import asyncio
 import time
 
 import httpx
-
 from apps import fastapi_app, serve_asgi
 
 STRATEGY = {"module": "fixed-window", "twin": "moving-window", "cluster": "moving-window"}
 
 
-def test_a_thousand_concurrent_tasks_admit_exactly_five_with_the_documented_headers(storage_uri: str, backend: str) -> None:
+def test_a_thousand_concurrent_tasks_admit_exactly_five_with_the_documented_headers(
+    storage_uri: str, backend: str
+) -> None:
     app = fastapi_app(storage_uri, STRATEGY[backend])
 
     async def drive(url: str) -> list[httpx.Response]:

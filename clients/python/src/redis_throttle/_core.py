@@ -255,8 +255,13 @@ def all_decision(reply: Any, count: int) -> AllDecision:
     if len(details) != count:
         raise ThrottleError(f"ERR expected {count} details, got {len(details)}")
     return AllDecision(
-        head.limited, head.limit, head.remaining, head.retry_after, head.reset_after,
-        binding=_int(reply[5]) - 1, details=details,
+        head.limited,
+        head.limit,
+        head.remaining,
+        head.retry_after,
+        head.reset_after,
+        binding=_int(reply[5]) - 1,
+        details=details,
     )
 
 

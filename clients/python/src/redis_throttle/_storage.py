@@ -146,12 +146,12 @@ def oldest_start(d: Decision, tail: Any, window_s: int, wall: float) -> float | 
     count = d.limit - d.remaining
     if count <= 0 or not isinstance(tail, bytes) or len(tail) < 8 * count or len(tail) % 8:
         return None
-    newest = struct.unpack_from("<q", tail, len(tail) - 8)[0]
-    oldest = struct.unpack_from("<q", tail, len(tail) - 8 * count)[0]
+    newest: int = struct.unpack_from("<q", tail, len(tail) - 8)[0]
+    oldest: int = struct.unpack_from("<q", tail, len(tail) - 8 * count)[0]
     if not 0 < oldest <= newest:
         return None
     server_now_ns = newest + window_s * 1_000_000_000 - round(d.reset_after * 1e9)
-    return wall + (oldest - server_now_ns) / 1e9
+    return float(wall + (oldest - server_now_ns) / 1e9)
 
 
 def moving_seen(key: str, d: Decision, quantity: int, tail: Any, window_s: int) -> Seen:

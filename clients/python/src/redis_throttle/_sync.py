@@ -77,16 +77,17 @@ class Throttle:
             if self._cluster:
                 c: Any = self.client
                 return c.execute_command(*words, target_nodes=c.get_random_node())
-            return self.client.execute_command(*words)
+            plain: Any = self.client
+            return plain.execute_command(*words)
         except ResponseError as err:
             raise server_error(err) from err
 
     def execute(self, words: Sequence[Any], key: Key) -> Any:
         """Sends ``words`` (routed by ``key``'s slot in a cluster)."""
         try:
-            if not self._cluster:
-                return self.client.execute_command(*words)
             c: Any = self.client
+            if not self._cluster:
+                return c.execute_command(*words)
             for attempt in range(_MOVED_RETRIES + 1):
                 try:
                     return c.execute_command(*words, target_nodes=c.get_node_from_key(key))

@@ -30,7 +30,7 @@ from ._core import (
 )
 from ._sync import _MOVED_RETRIES, server_error
 
-__all__ = ["Throttle", "ThrottleError", "Backend"]
+__all__ = ["Backend", "Throttle", "ThrottleError"]
 
 
 class Throttle:

@@ -29,7 +29,7 @@ from ._core import Decision, ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
 
-__all__ = ["RedisThrottleStorage", "AsyncRedisThrottleStorage", "PREFIX"]
+__all__ = ["PREFIX", "AsyncRedisThrottleStorage", "RedisThrottleStorage"]
 
 PREFIX = "THROTTLE"
 """Keys are ``THROTTLE:<limits' key>`` (not limits' ``LIMITS``: its moving-window lists under
@@ -58,7 +58,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         self.cluster = cluster
         client: redis.Redis | redis.RedisCluster
         if cluster:
-            nodes = [ClusterNode(h, p) for h, p in s.cluster_nodes(url)]
+            nodes = [ClusterNode(h, p) for h, p in s.cluster_nodes(url)]  # type: ignore[no-untyped-call]
             client = redis.RedisCluster(startup_nodes=nodes, **{**s.cluster_auth(url), **options})
         elif connection_pool is not None:
             client = redis.Redis(connection_pool=connection_pool, **options)
@@ -119,7 +119,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
                 c.ping(target_nodes=redis.RedisCluster.PRIMARIES)
                 return True
             return bool(self.storage.ping())
-        except Exception:  # noqa: BLE001 (limits: any failure is "unhealthy")
+        except Exception:
             return False
 
     def reset(self) -> int | None:
@@ -293,7 +293,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
                 await c.ping(target_nodes=redis.asyncio.RedisCluster.PRIMARIES)
                 return True
             return bool(await self.storage.ping())
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False
 
     async def reset(self) -> int | None:
@@ -358,4 +358,3 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
         await self.clear(key)
-
