@@ -25,7 +25,7 @@ from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
 from . import _storage as s
-from ._core import Decision, ThrottleError
+from ._core import Backend, Decision, ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
 
@@ -91,6 +91,12 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
     # Fixed window (CL.COUNTER, counting every hit as limits does)
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
+        if self.throttle.backend is Backend.TWIN and not self.cluster:
+            pipe = self.storage.pipeline(transaction=True)
+            s.queue_plain_counter(pipe, pk, expiry, amount)
+            seen = s.plain_counter_seen(pk, pipe.execute())
+            self.seen.keep(seen)
+            return seen.count
         d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, expiry, amount), pk))
         seen = s.counter_seen(pk, d)
         self.seen.keep(seen)
@@ -264,6 +270,12 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
         backend = await self.throttle.backend()
+        if backend is Backend.TWIN and not self.cluster:
+            pipe = self.storage.pipeline(transaction=True)
+            s.queue_plain_counter(pipe, pk, expiry, amount)
+            seen = s.plain_counter_seen(pk, await pipe.execute())
+            self.seen.keep(seen)
+            return seen.count
         d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, expiry, amount), pk))
         seen = s.counter_seen(pk, d)
         self.seen.keep(seen)
