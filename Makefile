@@ -74,7 +74,7 @@ test-python: build
 	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
 	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
 	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
-	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests && $(abspath $(PYTHON_VENV))/bin/mypy
+	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests bench && $(abspath $(PYTHON_VENV))/bin/mypy
 	cd clients/python && THROTTLE_MODULE=$(abspath $(MODULE)) $(abspath $(PYTHON_VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
@@ -165,6 +165,7 @@ bench: build
 	bench/instructions.sh
 	bench/client.sh
 	bench/http.sh
+	bench/python.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

@@ -16,20 +16,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import limits.strategies as strategies  # noqa: E402
-from apps import RoundTrips  # noqa: E402
-from conftest import Server  # noqa: E402
-from limits import RateLimitItemPerMinute, RateLimitItemPerSecond  # noqa: E402
-from limits.storage import storage_from_string  # noqa: E402
+import limits.strategies as strategies
+from apps import RoundTrips
+from conftest import Server
+from limits import RateLimitItemPerMinute, RateLimitItemPerSecond
+from limits.storage import storage_from_string
 
-import redis_throttle.limits  # noqa: E402, F401
+import redis_throttle.limits  # noqa: F401
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
 
 
 def redis_usec(server: Server) -> float:
     stats = server.client().info("commandstats")
-    return sum(float(v["usec"]) for k, v in stats.items() if k.startswith("cmdstat_") and k not in ("cmdstat_info", "cmdstat_config"))
+    skip = ("cmdstat_info", "cmdstat_config")
+    return sum(float(v["usec"]) for k, v in stats.items() if k.startswith("cmdstat_") and k not in skip)
 
 
 def run(server: Server, uri: str, strategy: str, workload: str) -> tuple[float, float, float, float]:
@@ -62,14 +63,16 @@ def main() -> None:
             ("redis+throttle (twin)", twin, f"redis+throttle://127.0.0.1:{twin.port}"),
         ]
         print(f"\nlimits strategies, {N} requests (hit + get_window_stats) per cell, one client thread")
-        print(f"{'workload':<9} {'strategy':<23} {'storage':<24} {'RT/req':>6} {'Redis µs/req':>12} {'× limits':>8} {'req/s':>7} {'admitted':>8}")
+        head = ("workload", "strategy", "storage", "RT/req", "Redis us/req", "x limits", "req/s", "admitted")
+        print("{:<9} {:<23} {:<24} {:>6} {:>12} {:>8} {:>7} {:>8}".format(*head))
         for workload in ("users", "hot"):
             for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
                 base = None
                 for name, server, uri in cells:
                     rt, usec, rate, ok = run(server, uri, strategy, workload)
                     base = usec if base is None else base
-                    print(f"{workload:<9} {strategy:<23} {name:<24} {rt:>6.2f} {usec:>12.2f} {usec / base:>8.2f} {rate:>7.0f} {ok:>8.1%}")
+                    row = (workload, strategy, name, rt, usec, usec / base, rate, ok)
+                    print("{:<9} {:<23} {:<24} {:>6.2f} {:>12.2f} {:>8.2f} {:>7.0f} {:>8.1%}".format(*row))
     finally:
         module.stop()
         twin.stop()
