@@ -159,7 +159,8 @@ fuzz:
 # Timings (bench/run.sh: noisy, ratios to SET and to the module floor in one run), then exact
 # instructions per call (bench/instructions.sh, callgrind; needs valgrind): the floor, CL.PACE
 # and the leases against it, and denials with keyspace events off and on; then the client
-# crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh).
+# crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh);
+# then limits' strategies through limits' own Redis storage and through ours (bench/python.sh).
 bench: build
 	bench/run.sh
 	bench/instructions.sh
