@@ -9,4 +9,4 @@ VENV=${PYTHON_VENV:-target/venv-python}
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
-THROTTLE_MODULE=$(pwd)/target/release/libredis_throttle.so "$VENV/bin/python" clients/python/bench/limits_bench.py "${PYTHON_BENCH_REQUESTS:-4000}"
+THROTTLE_MODULE=$(pwd)/target/release/libredis_throttle.so "$VENV/bin/python" clients/python/bench/limits_bench.py "${PYTHON_BENCH_REQUESTS:-2000}"

@@ -153,13 +153,34 @@ def test_module_only_commands_work_on_the_module_and_are_refused_on_the_twin(
     assert first.wait == 0.0 and second.wait == pytest.approx(0.1, abs=0.002)
 
 
-def test_keys_of_one_decision_in_different_slots_are_refused_before_sending(sync_client, backend: str) -> None:
+def test_keys_of_one_decision_in_different_slots_are_refused_before_sending(request, backend: str) -> None:  # type: ignore[no-untyped-def]
     a, b = "user:1", "user:2"
     assert key_slot(a.encode()) != key_slot(b.encode())
-    t = Throttle(sync_client)
+    servers = (
+        request.getfixturevalue("cluster").nodes
+        if backend == "cluster"
+        else [request.getfixturevalue(f"{backend}_server")]
+    )
+    client = request.getfixturevalue("cluster").client() if backend == "cluster" else servers[0].client()
+    t = Throttle(client)
+    t.window("warm-up", 1, 1)  # detection done
+    sent = sum(n.command_calls("cl.all") + n.command_calls("fcall") for n in servers)
     with pytest.raises(ThrottleError, match="^CROSSSLOT"):
         t.all([(a, WindowLimit(5, 10)), (b, WindowLimit(5, 10))])
-    assert sync_client.exists(a) == 0 if backend != "cluster" else True
+    assert sum(n.command_calls("cl.all") + n.command_calls("fcall") for n in servers) == sent
+
+
+def test_the_server_is_asked_what_it_runs_once_then_each_call_is_one_round_trip(sync_client, key: str) -> None:
+    from apps import RoundTrips
+
+    t = Throttle(sync_client)
+    with RoundTrips().counting() as trips:
+        t.window(key, 5, 10)
+        first = trips.count
+        for _ in range(10):
+            t.window(key, 5, 10)
+    # (The first call also connects and probes the server.) Every later call: one round trip.
+    assert trips.count - first == 10
 
 
 def test_cluster_calls_go_to_their_keys_slot_cl_all_by_its_first_key(cluster) -> None:  # type: ignore[no-untyped-def]

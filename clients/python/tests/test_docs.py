@@ -17,7 +17,7 @@ def examples() -> list[str]:
 def test_the_flask_example_limits_its_route(module_server) -> None:  # type: ignore[no-untyped-def]
     code = next(c for c in examples() if "flask_limiter" in c)
     scope: dict[str, object] = {"__name__": "docs_example"}
-    exec(code.replace("localhost:6379", f"127.0.0.1:{module_server.port}"), scope)  # noqa: S102
+    exec(code.replace("localhost:6379", f"127.0.0.1:{module_server.port}"), scope)
     client = scope["app"].test_client()  # type: ignore[attr-defined]
     statuses = [client.get("/search").status_code for _ in range(6)]
     assert statuses == [200] * 5 + [429]
@@ -28,5 +28,5 @@ def test_the_client_example_runs(module_server) -> None:  # type: ignore[no-unty
     code = next(c for c in examples() if "from redis_throttle import" in c)
     module_server.client().delete("user:42:search", "rl:{user42}:minute", "rl:{user42}:day")
     code = code.replace('host="localhost", port=6379', f'host="127.0.0.1", port={module_server.port}')
-    exec(code, {"__name__": "docs_example"})  # noqa: S102
+    exec(code, {"__name__": "docs_example"})
     assert module_server.client().exists("rl:{user42}:minute", "rl:{user42}:day") == 2
