@@ -31,8 +31,9 @@ SLIDING_BUCKETS = 10
 # the same round trip up to this limit (8 bytes per entry).
 TAIL_LIMIT = 4096
 # A hit's reply answers the next read of the same key, by the same thread or task, within
-# this many seconds (and once).
-SEEN_FOR = 1.0
+# this many seconds (and once): what Flask-Limiter and slowapi read for their headers right
+# after the hit. Later reads ask the server.
+SEEN_FOR = 0.5
 
 
 def client_url(uri: str) -> tuple[str, bool, bool]:
@@ -148,7 +149,9 @@ def oldest_start(d: Decision, tail: Any, window_s: int, wall: float) -> float | 
         return None
     newest: int = struct.unpack_from("<q", tail, len(tail) - 8)[0]
     oldest: int = struct.unpack_from("<q", tail, len(tail) - 8 * count)[0]
-    if not 0 < oldest <= newest:
+    # Entries are nanoseconds since the epoch (after 2001): anything else is not an exact log
+    # (a PRECISION ring another caller wrote, read by a peek).
+    if not 10**18 < oldest <= newest:
         return None
     server_now_ns = newest + window_s * 1_000_000_000 - round(d.reset_after * 1e9)
     return float(wall + (oldest - server_now_ns) / 1e9)
