@@ -286,3 +286,15 @@ def test_errors_are_wrapped_when_asked_and_check_reports_a_dead_server() -> None
     assert not storage.check()
     with pytest.raises(StorageError):
         strategies.FixedWindowRateLimiter(storage).hit(RateLimitItemPerMinute(5))
+
+
+def test_a_client_that_decodes_replies_works_too(storage_uri: str) -> None:
+    storage = storage_from_string(storage_uri, key_prefix=f"T{uuid.uuid4().hex[:10]}", decode_responses=True)
+    limit = RateLimitItemPerMinute(3)
+    for strategy in ("moving-window", "sliding-window-counter", "fixed-window"):
+        limiter = strategies.STRATEGIES[strategy](storage)
+        assert limiter.hit(limit, strategy) and limiter.hit(limit, strategy)
+        assert limiter.get_window_stats(limit, strategy).remaining == 1
+        limiter.hit(limit, strategy)
+        assert limiter.get_window_stats(limit, strategy).remaining == 0
+        assert not limiter.test(limit, strategy)

@@ -6,6 +6,7 @@ import threading
 from typing import Any, Sequence
 
 import redis
+from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, ResponseError
 
@@ -82,15 +83,17 @@ class Throttle:
         except ResponseError as err:
             raise server_error(err) from err
 
-    def execute(self, words: Sequence[Any], key: Key) -> Any:
-        """Sends ``words`` (routed by ``key``'s slot in a cluster)."""
+    def execute(self, words: Sequence[Any], key: Key, raw: bool = False) -> Any:
+        """Sends ``words`` (routed by ``key``'s slot in a cluster); ``raw``: the reply's bytes
+        undecoded whatever the client's ``decode_responses``."""
         try:
             c: Any = self.client
+            options: dict[str, Any] = {NEVER_DECODE: True} if raw else {}
             if not self._cluster:
-                return c.execute_command(*words)
+                return c.execute_command(*words, **options)
             for attempt in range(_MOVED_RETRIES + 1):
                 try:
-                    return c.execute_command(*words, target_nodes=c.get_node_from_key(key))
+                    return c.execute_command(*words, target_nodes=c.get_node_from_key(key), **options)
                 except MovedError:
                     if attempt == _MOVED_RETRIES:
                         raise

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.client import NEVER_DECODE
 from redis.exceptions import MovedError, ResponseError
 
 from . import _core
@@ -72,16 +73,18 @@ class Throttle:
         except ResponseError as err:
             raise server_error(err) from err
 
-    async def execute(self, words: Sequence[Any], key: Key) -> Any:
-        """Sends ``words`` (routed by ``key``'s slot in a cluster)."""
+    async def execute(self, words: Sequence[Any], key: Key, raw: bool = False) -> Any:
+        """Sends ``words`` (routed by ``key``'s slot in a cluster); ``raw``: the reply's bytes
+        undecoded whatever the client's ``decode_responses``."""
         try:
-            if not self._cluster:
-                return await self.client.execute_command(*words)
             c: Any = self.client
+            options: dict[str, Any] = {NEVER_DECODE: True} if raw else {}
+            if not self._cluster:
+                return await c.execute_command(*words, **options)
             await c.initialize()
             for attempt in range(_MOVED_RETRIES + 1):
                 try:
-                    return await c.execute_command(*words, target_nodes=c.get_node_from_key(key))
+                    return await c.execute_command(*words, target_nodes=c.get_node_from_key(key), **options)
                 except MovedError:
                     if attempt == _MOVED_RETRIES:
                         raise

@@ -21,6 +21,7 @@ from limits.aio.storage import MovingWindowSupport as AioMovingWindowSupport
 from limits.aio.storage import SlidingWindowCounterSupport as AioSlidingWindowCounterSupport
 from limits.aio.storage import Storage as AioStorage
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from redis.client import NEVER_DECODE
 from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
@@ -81,7 +82,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
             return self.throttle.execute(words, key), None
         pipe = self.storage.pipeline(transaction=False)
         pipe.execute_command(*words)
-        pipe.execute_command(*tail)
+        pipe.execute_command(*tail, **{NEVER_DECODE: True})
         try:
             reply, tail_reply = pipe.execute()
         except ResponseError as err:
@@ -174,7 +175,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
 
     def _oldest(self, pk: str, d: Decision, limit: int, expiry: int) -> s.Seen:
         tail = s.tail_words(pk, limit)
-        got = self.throttle.execute(tail, pk) if tail else None
+        got = self.throttle.execute(tail, pk, raw=True) if tail else None
         return s.moving_seen(pk, d, 0, got, expiry)
 
     # Sliding window counter (CL.WINDOW with PRECISION)
@@ -260,7 +261,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
             return await self.throttle.execute(words, key), None
         pipe = self.storage.pipeline(transaction=False)
         pipe.execute_command(*words)
-        pipe.execute_command(*tail)
+        pipe.execute_command(*tail, **{NEVER_DECODE: True})
         try:
             reply, tail_reply = await pipe.execute()
         except ResponseError as err:
@@ -344,7 +345,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
             fresh = s.moving_seen(pk, d, 0, tail, expiry)
             if fresh.start is None and self.cluster:
                 t = s.tail_words(pk, limit)
-                got = await self.throttle.execute(t, pk) if t else None
+                got = await self.throttle.execute(t, pk, raw=True) if t else None
                 fresh = s.moving_seen(pk, d, 0, got, expiry)
             answer = (fresh.start if fresh.start is not None else fresh.wall + d.reset_after - expiry, fresh.count)
             if fresh.count == 0:
