@@ -273,3 +273,22 @@ def test_a_slot_that_moved_is_followed_without_running_the_call_twice(cluster) -
     assert not d.limited and d.remaining == 4
     assert target.client().exists(key) == 1
     assert owner.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+
+
+def test_the_twins_fcalls_go_to_their_first_keys_slot_in_a_cluster(cluster) -> None:  # type: ignore[no-untyped-def]
+    from conftest import ROOT
+
+    code = (ROOT / "functions/throttle.lua").read_text()
+    for n in cluster.nodes:
+        n.client().function_load(code, replace=True)
+    t = Throttle(cluster.client(), backend=Backend.TWIN)  # FCALL, though the module is there too
+    before = sum(n.command_calls("fcall") for n in cluster.nodes)
+    tags = [uuid.uuid4().hex[:8] for _ in range(20)]
+    for tag in tags:
+        # FCALL's first argument after the function is numkeys: routed by the first key instead.
+        assert not t.all([(f"{{{tag}}}:a", WindowLimit(3, 10)), (f"{{{tag}}}:b", CounterLimit(5, 10))]).limited
+        assert t.window(f"{{{tag}}}:c", 3, 10).remaining == 2
+        owner = t.client.get_node_from_key(f"{{{tag}}}:a").port
+        node = next(n for n in cluster.nodes if n.port == owner)
+        assert node.client().exists(f"{{{tag}}}:a", f"{{{tag}}}:b", f"{{{tag}}}:c") == 3
+    assert sum(n.command_calls("fcall") for n in cluster.nodes) - before == 2 * len(tags)
