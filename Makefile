@@ -38,7 +38,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
-.PHONY: all build run demo plots plots-perf test test-node test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run demo plots plots-perf test test-node test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -64,7 +64,19 @@ test: build
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@$(MAKE) --no-print-directory test-node
+	@$(MAKE) --no-print-directory test-python
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The Python package (clients/python): a venv in target/venv-python with the pinned dev
+# requirements (clients/python/requirements-dev.txt, from PyPI) and the package, then ruff,
+# mypy --strict and pytest (its own servers: the module, the twin, a cluster).
+PYTHON_VENV := $(TARGET_DIR)/venv-python
+test-python: build
+	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
+	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
+	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
+	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests bench && $(abspath $(PYTHON_VENV))/bin/mypy
+	cd clients/python && THROTTLE_MODULE=$(abspath $(MODULE)) $(abspath $(PYTHON_VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
@@ -154,13 +166,15 @@ fuzz:
 # Timings (bench/run.sh: noisy, ratios to SET and to the module floor in one run), then exact
 # instructions per call (bench/instructions.sh, callgrind; needs valgrind): the floor, CL.PACE
 # and the leases against it, and denials with keyspace events off and on; then the client
-# crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh).
+# crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh);
+# then limits' strategies through limits' own Redis storage and through ours (bench/python.sh).
 bench: build
 	bench/run.sh
 	bench/instructions.sh
 	bench/client.sh
 	bench/http.sh
 	bench/node.sh
+	bench/python.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

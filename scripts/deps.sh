@@ -21,6 +21,8 @@ have_libclang() {
 }
 have_libclang || missing+=(libclang-dev)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# clients/python's tests (make test-python) run in a venv: python3 with venv and ensurepip.
+command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3 python3-venv)
 command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (https://rustup.rs) first" >&2; exit 1; }
 
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -1,0 +1,33 @@
+"""redis-throttle for Python: a typed client for the redis-throttle module (or its Functions
+twin) over redis-py, and a storage for ``limits`` (``redis_throttle.limits``)."""
+
+from ._core import (
+    AllDecision,
+    Backend,
+    BucketLimit,
+    CounterLimit,
+    Decision,
+    Limit,
+    PaceDecision,
+    QuotaLimit,
+    ThrottleError,
+    ThrottleLimit,
+    WindowLimit,
+)
+from ._sync import Throttle
+
+__all__ = [
+    "AllDecision",
+    "Backend",
+    "BucketLimit",
+    "CounterLimit",
+    "Decision",
+    "Limit",
+    "PaceDecision",
+    "QuotaLimit",
+    "Throttle",
+    "ThrottleError",
+    "ThrottleLimit",
+    "WindowLimit",
+]
+__version__ = "0.1.0"

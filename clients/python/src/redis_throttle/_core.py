@@ -1,0 +1,289 @@
+"""What the sync and async clients share: arguments, replies, routing. No I/O here."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Tuple, Union
+
+from redis.crc import key_slot
+from redis.exceptions import ResponseError
+
+Key = Union[str, bytes]
+Seconds = Union[int, float, datetime.timedelta]
+
+MODULE_ONLY = ("CL.PACE", "CL.ACQUIRE", "CL.RELEASE")
+FUNCTIONS = {
+    "CL.THROTTLE": "cl_throttle",
+    "CL.WINDOW": "cl_window",
+    "CL.BUCKET": "cl_bucket",
+    "CL.COUNTER": "cl_counter",
+    "CL.QUOTA": "cl_quota",
+    "CL.ALL": "cl_all",
+}
+NO_LIMITER = (
+    "the server has neither the redis-throttle module (CL.THROTTLE is an unknown command) nor "
+    "its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD "
+    "libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)"
+)
+
+
+class ThrottleError(ResponseError):
+    """(A ``redis.ResponseError``.) An error the server replied (its own text, e.g. ``ERR limit must be …``), or a call
+    refused before sending (keys of one decision in different hash slots, a module-only
+    command on a server that runs the Functions twin)."""
+
+
+class Backend(enum.Enum):
+    """What the server offers: the module's commands or the Functions twin's ``FCALL``s."""
+
+    MODULE = "module"
+    TWIN = "twin"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A limiter's answer. Times are seconds (floats at millisecond precision);
+    ``retry_after`` is ``-1.0`` when the call was admitted or can never be."""
+
+    limited: bool
+    limit: int
+    remaining: int
+    retry_after: float
+    reset_after: float
+
+    @property
+    def allowed(self) -> bool:
+        return not self.limited
+
+
+@dataclass(frozen=True)
+class AllDecision(Decision):
+    """CL.ALL: the binding limiter's five fields, its 0-based ``binding`` index in the call's
+    order, and every limiter's own decision (``details``)."""
+
+    binding: int = 0
+    details: Tuple[Decision, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class PaceDecision:
+    """CL.PACE: ``wait`` seconds before acting (``-1.0`` when refused), ``queued`` units."""
+
+    limited: bool
+    wait: float
+    queued: int
+    retry_after: float
+    reset_after: float
+
+
+# Limiter specs for CL.ALL (and the arguments of the single commands).
+@dataclass(frozen=True)
+class ThrottleLimit:
+    """GCRA: ``max_burst + 1`` at once, then ``count`` per ``period``."""
+
+    max_burst: int
+    count: int
+    period: Seconds
+    quantity: int = 1
+
+    def words(self) -> list[Any]:
+        return [self.max_burst, self.count, ms(self.period)]
+
+
+@dataclass(frozen=True)
+class WindowLimit:
+    """Sliding window: ``limit`` per ``window`` (exact, or bucketed by ``precision``)."""
+
+    limit: int
+    window: Seconds
+    precision: Seconds | None = None
+    quantity: int = 1
+
+    def words(self) -> list[Any]:
+        out: list[Any] = [self.limit, ms(self.window)]
+        if self.precision is not None:
+            out += ["PRECISION", ms(self.precision)]
+        return out
+
+
+@dataclass(frozen=True)
+class BucketLimit:
+    """Token bucket: ``capacity``, ``tokens`` added every ``interval``."""
+
+    capacity: int
+    tokens: int
+    interval: Seconds
+    quantity: int = 1
+
+    def words(self) -> list[Any]:
+        return [self.capacity, self.tokens, ms(self.interval)]
+
+
+@dataclass(frozen=True)
+class CounterLimit:
+    """Fixed window: ``limit`` per ``window`` from the first counted unit."""
+
+    limit: int
+    window: Seconds
+    quantity: int = 1
+
+    def words(self) -> list[Any]:
+        return [self.limit, ms(self.window)]
+
+
+@dataclass(frozen=True)
+class QuotaLimit:
+    """Calendar quota: ``limit`` per ``per`` (MINUTE … YEAR) in ``tz``, shifted to ``anchor``
+    (an RFC 3339 instant, or Unix time in milliseconds)."""
+
+    limit: int
+    per: str
+    tz: str | None = None
+    anchor: str | int | None = None
+    quantity: int = 1
+
+    def words(self) -> list[Any]:
+        out: list[Any] = [self.limit, "PER", self.per]
+        if self.tz is not None:
+            out += ["TZ", self.tz]
+        if self.anchor is not None:
+            out += ["ANCHOR", self.anchor]
+        return out
+
+
+Limit = Union[ThrottleLimit, WindowLimit, BucketLimit, CounterLimit, QuotaLimit]
+SPEC_WORD = {
+    ThrottleLimit: "THROTTLE",
+    WindowLimit: "WINDOW",
+    BucketLimit: "BUCKET",
+    CounterLimit: "COUNTER",
+    QuotaLimit: "QUOTA",
+}
+COMMAND_OF = {
+    ThrottleLimit: "CL.THROTTLE",
+    WindowLimit: "CL.WINDOW",
+    BucketLimit: "CL.BUCKET",
+    CounterLimit: "CL.COUNTER",
+    QuotaLimit: "CL.QUOTA",
+}
+
+
+def ms(value: Seconds) -> int:
+    """Seconds (int, float or timedelta) as whole milliseconds, the unit every call sends
+    (with ``MS``). A duration that is not a whole number of milliseconds is refused."""
+    if isinstance(value, datetime.timedelta):
+        total = value // datetime.timedelta(milliseconds=1)
+        if datetime.timedelta(milliseconds=total) != value:
+            raise ThrottleError(f"ERR {value} is not a whole number of milliseconds")
+        return int(total)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ThrottleError(f"ERR a duration must be seconds (int, float or timedelta), got {value!r}")
+    millis = round(value * 1000)
+    if abs(millis - value * 1000) > 1e-6 * max(1.0, abs(value * 1000)):
+        raise ThrottleError(f"ERR {value} s is not a whole number of milliseconds")
+    return int(millis)
+
+
+def single(backend: Backend, limit: Limit, key: Key, quantity: int) -> list[Any]:
+    """The words of one limiter's call: ``CL.X key params… q MS`` or ``FCALL cl_x 1 key …``."""
+    command = COMMAND_OF[type(limit)]
+    head: list[Any] = [command] if backend is Backend.MODULE else ["FCALL", FUNCTIONS[command], 1]
+    words = head + [key] + limit.words()
+    if isinstance(limit, QuotaLimit):
+        words.append("QUANTITY")
+    return words + [quantity, "MS"]
+
+
+def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]]) -> list[Any]:
+    head: list[Any] = ["CL.ALL"] if backend is Backend.MODULE else ["FCALL", "cl_all"]
+    words = head + [len(calls)] + [key for key, _ in calls]
+    for _, limit in calls:
+        words += [SPEC_WORD[type(limit)]] + limit.words() + ["QUANTITY", limit.quantity]
+    return words + ["MS", "DETAILS"]
+
+
+def module_only(backend: Backend, command: str) -> None:
+    if backend is Backend.TWIN:
+        raise ThrottleError(
+            f"ERR {command} is the module's only: the server runs the Functions twin "
+            "(functions/throttle.lua), which has no twin of it; load the module"
+        )
+
+
+def one_slot(keys: Sequence[Key]) -> Key:
+    """The first key, after checking every key of one decision hashes to its slot."""
+    first = keys[0]
+    slot = key_slot(_b(first))
+    for other in keys[1:]:
+        if key_slot(_b(other)) != slot:
+            raise ThrottleError(
+                f"CROSSSLOT keys {first!r} and {other!r} are in different hash slots: one "
+                "decision must keep its keys in one slot; use a hash tag, e.g. rl:{user42}:s "
+                "and rl:{user42}:h"
+            )
+    return first
+
+
+def _b(key: Key) -> bytes:
+    return key.encode() if isinstance(key, str) else key
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ThrottleError(f"ERR expected an integer in the reply, got {v!r}")
+    return v
+
+
+def _secs(v: int) -> float:
+    return -1.0 if v < 0 else v / 1000.0
+
+
+def decision(reply: Any) -> Decision:
+    if not isinstance(reply, (list, tuple)) or len(reply) < 5:
+        raise ThrottleError(f"ERR expected five integers, got {reply!r}")
+    f = [_int(x) for x in reply[:5]]
+    return Decision(bool(f[0]), f[1], f[2], _secs(f[3]), _secs(f[4]))
+
+
+def all_decision(reply: Any, count: int) -> AllDecision:
+    if not isinstance(reply, (list, tuple)) or len(reply) < 7 or not isinstance(reply[6], (list, tuple)):
+        raise ThrottleError(f"ERR expected CL.ALL's reply with DETAILS, got {reply!r}")
+    head = decision(reply)
+    details = tuple(decision(d) for d in reply[6])
+    if len(details) != count:
+        raise ThrottleError(f"ERR expected {count} details, got {len(details)}")
+    return AllDecision(
+        head.limited,
+        head.limit,
+        head.remaining,
+        head.retry_after,
+        head.reset_after,
+        binding=_int(reply[5]) - 1,
+        details=details,
+    )
+
+
+def pace_decision(reply: Any) -> PaceDecision:
+    if not isinstance(reply, (list, tuple)) or len(reply) < 5:
+        raise ThrottleError(f"ERR expected five integers, got {reply!r}")
+    f = [_int(x) for x in reply[:5]]
+    return PaceDecision(bool(f[0]), _secs(f[1]), f[2], _secs(f[3]), _secs(f[4]))
+
+
+def pace_words(key: Key, count: int, period: Seconds, maxwait: Seconds | None, quantity: int, block: bool) -> list[Any]:
+    words: list[Any] = ["CL.PACE", key, count, ms(period)]
+    if maxwait is not None:
+        words += ["MAXWAIT", ms(maxwait)]
+    words += ["QUANTITY", quantity, "MS"]
+    if block:
+        words.append("BLOCK")
+    return words
+
+
+def detected(libraries: Any) -> Backend:
+    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out)."""
+    if isinstance(libraries, (list, tuple)) and len(libraries) > 0:
+        return Backend.TWIN
+    raise ThrottleError("ERR " + NO_LIMITER)

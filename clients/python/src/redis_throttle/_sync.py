@@ -1,0 +1,170 @@
+"""The synchronous client over ``redis.Redis`` or ``redis.RedisCluster``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import redis
+from redis.client import NEVER_DECODE
+from redis.cluster import RedisCluster
+from redis.exceptions import MovedError, ResponseError
+
+from . import _core
+from ._core import (
+    AllDecision,
+    Backend,
+    BucketLimit,
+    CounterLimit,
+    Decision,
+    Key,
+    Limit,
+    PaceDecision,
+    QuotaLimit,
+    Seconds,
+    ThrottleError,
+    ThrottleLimit,
+    WindowLimit,
+)
+
+# A MOVED reply (a slot that moved since the client read the cluster's map) means the
+# command did not run: safe to send again, once the client has its new map.
+_MOVED_RETRIES = 3
+
+
+def server_error(err: ResponseError) -> ThrottleError:
+    """The server's own text back (redis-py strips the ``ERR`` code off the message)."""
+    code = getattr(err, "status_code", None)
+    text = str(err)
+    if code and not text.startswith(f"{code} "):
+        text = f"{code} {text}"
+    elif not code and (not text or not text.split(" ", 1)[0].isupper()):
+        text = f"ERR {text}"
+    return ThrottleError(text)
+
+
+class Throttle:
+    """Rate limiting over a redis-py client (``redis.Redis`` or ``redis.RedisCluster``): one
+    method per command, each one round trip. Whether the server has the module or only the
+    Functions twin is detected on the first call (``backend`` forces it)."""
+
+    def __init__(self, client: redis.Redis | RedisCluster, backend: Backend | None = None) -> None:
+        self.client = client
+        self._cluster = isinstance(client, RedisCluster)
+        self._backend = backend
+        self._lock = threading.Lock()
+
+    @property
+    def backend(self) -> Backend:
+        """The module or the twin (asks the server the first time)."""
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    self._backend = self._detect()
+        return self._backend
+
+    def _detect(self) -> Backend:
+        # CL.THROTTLE with no arguments: an arity error where the module is loaded, "unknown
+        # command" where it is not (COMMAND INFO replies that redis-py cannot parse when empty).
+        try:
+            self._any("CL.THROTTLE")
+        except ThrottleError as err:
+            if "wrong number of arguments" in str(err):
+                return Backend.MODULE
+        return _core.detected(self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"))
+
+    def _any(self, *words: Any) -> Any:
+        try:
+            if self._cluster:
+                c: Any = self.client
+                return c.execute_command(*words, target_nodes=c.get_random_node())
+            plain: Any = self.client
+            return plain.execute_command(*words)
+        except ResponseError as err:
+            raise server_error(err) from err
+
+    def execute(self, words: Sequence[Any], key: Key, raw: bool = False) -> Any:
+        """Sends ``words`` (routed by ``key``'s slot in a cluster); ``raw``: the reply's bytes
+        undecoded whatever the client's ``decode_responses``."""
+        try:
+            c: Any = self.client
+            options: dict[str, Any] = {NEVER_DECODE: True} if raw else {}
+            if not self._cluster:
+                return c.execute_command(*words, **options)
+            for attempt in range(_MOVED_RETRIES + 1):
+                try:
+                    return c.execute_command(*words, target_nodes=c.get_node_from_key(key), **options)
+                except MovedError:
+                    if attempt == _MOVED_RETRIES:
+                        raise
+            raise AssertionError("unreachable")
+        except ResponseError as err:
+            raise server_error(err) from err
+
+    def decide(self, limit: Limit, key: Key, quantity: int | None = None) -> Decision:
+        """One limiter's call (``limit.quantity`` units unless ``quantity`` is given)."""
+        q = limit.quantity if quantity is None else quantity
+        return _core.decision(self.execute(_core.single(self.backend, limit, key, q), key))
+
+    def throttle(self, key: Key, max_burst: int, count: int, period: Seconds, quantity: int = 1) -> Decision:
+        """CL.THROTTLE (GCRA)."""
+        return self.decide(ThrottleLimit(max_burst, count, period), key, quantity)
+
+    def window(
+        self, key: Key, limit: int, window: Seconds, quantity: int = 1, precision: Seconds | None = None
+    ) -> Decision:
+        """CL.WINDOW (sliding window, exact or with ``precision``)."""
+        return self.decide(WindowLimit(limit, window, precision), key, quantity)
+
+    def bucket(self, key: Key, capacity: int, tokens: int, interval: Seconds, quantity: int = 1) -> Decision:
+        """CL.BUCKET (token bucket with interval refill)."""
+        return self.decide(BucketLimit(capacity, tokens, interval), key, quantity)
+
+    def counter(self, key: Key, limit: int, window: Seconds, quantity: int = 1) -> Decision:
+        """CL.COUNTER (fixed window from the first counted unit)."""
+        return self.decide(CounterLimit(limit, window), key, quantity)
+
+    def quota(
+        self,
+        key: Key,
+        limit: int,
+        per: str,
+        tz: str | None = None,
+        anchor: str | int | None = None,
+        quantity: int = 1,
+    ) -> Decision:
+        """CL.QUOTA (calendar quota)."""
+        return self.decide(QuotaLimit(limit, per, tz, anchor), key, quantity)
+
+    def all(self, calls: Sequence[tuple[Key, Limit]]) -> AllDecision:
+        """CL.ALL: every ``(key, limit)`` decided at one instant, all or nothing (each limit's
+        ``quantity``). Keys must share one hash slot in a cluster (refused before sending)."""
+        if not calls:
+            raise ThrottleError("ERR all() needs at least one (key, limit)")
+        first = _core.one_slot([k for k, _ in calls])
+        words = _core.all_command(self.backend, calls)
+        return _core.all_decision(self.execute(words, first), len(calls))
+
+    def acquire(self, key: Key, limit: int, lease: Seconds, id: str | bytes) -> Decision:
+        """CL.ACQUIRE (a lease among at most ``limit``; the module only)."""
+        _core.module_only(self.backend, "CL.ACQUIRE")
+        return _core.decision(self.execute(["CL.ACQUIRE", key, limit, _core.ms(lease), id, "MS"], key))
+
+    def release(self, key: Key, id: str | bytes) -> bool:
+        """CL.RELEASE: True if ``id`` held a live lease (the module only)."""
+        _core.module_only(self.backend, "CL.RELEASE")
+        return bool(self.execute(["CL.RELEASE", key, id], key))
+
+    def pace(
+        self,
+        key: Key,
+        count: int,
+        period: Seconds,
+        maxwait: Seconds | None = None,
+        quantity: int = 1,
+        block: bool = False,
+    ) -> PaceDecision:
+        """CL.PACE (a schedule: the wait before acting; the module only). With ``block`` the
+        server holds the reply until the slot: give it a connection of its own."""
+        _core.module_only(self.backend, "CL.PACE")
+        return _core.pace_decision(self.execute(_core.pace_words(key, count, period, maxwait, quantity, block), key))

@@ -1,0 +1,300 @@
+"""`limits`' storage contract for redis_throttle.limits, sync and `limits.aio`, on the module,
+the twin and a cluster: the behaviours limits' own suite asserts of a storage, for the three
+strategies (the sliding window counter where its semantics are the same; see the book's
+Python page for where a bucketed exact window differs from limits' weighted counter)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Callable
+
+import limits.aio.strategies as aio_strategies
+import limits.strategies as strategies
+import pytest
+import redis
+from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
+from limits.errors import StorageError
+from limits.storage import storage_from_string
+
+import redis_throttle.limits as rtl
+
+
+class Sync:
+    """Runs a coroutine-returning limiter's methods to completion (one loop per test)."""
+
+    def __init__(self, target: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.target, self.loop = target, loop
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        attr = getattr(self.target, name)
+
+        def call(*a: Any, **kw: Any) -> Any:
+            return self.loop.run_until_complete(attr(*a, **kw))
+
+        return call
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make(storage_uri: str, mode: str):  # type: ignore[no-untyped-def]
+    """make("fixed-window" | "moving-window" | "sliding-window-counter") -> a limiter; every
+    limiter of a test shares a fresh key prefix."""
+    prefix = f"T{uuid.uuid4().hex[:10]}"
+    loop = asyncio.new_event_loop()
+    made: list[Any] = []
+
+    def build(strategy: str) -> Any:
+        if mode == "sync":
+            storage = storage_from_string(storage_uri, key_prefix=prefix)
+            made.append(storage)
+            return strategies.STRATEGIES[strategy](storage)
+        storage = loop.run_until_complete(_async_storage("async+" + storage_uri, prefix))
+        made.append(storage)
+        return Sync(aio_strategies.STRATEGIES[strategy](storage), loop)
+
+    yield build
+    for storage in made:
+        if mode == "async":
+            loop.run_until_complete(storage.storage.aclose())
+    loop.close()
+
+
+async def _async_storage(uri: str, prefix: str) -> Any:
+    return storage_from_string(uri, key_prefix=prefix)
+
+
+def test_every_scheme_resolves_to_this_storage(storage_uri: str) -> None:
+    assert type(storage_from_string(storage_uri)) is rtl.RedisThrottleStorage
+    assert type(storage_from_string("async+" + storage_uri)) is rtl.AsyncRedisThrottleStorage
+    assert (
+        type(storage_from_string(storage_uri.replace("redis+", "rediss+"), ssl_cert_reqs=None))
+        is rtl.RedisThrottleStorage
+    )
+
+
+# Fixed window
+def test_fixed_window_admits_the_limit_and_reports_the_window(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("fixed-window")
+    limit = RateLimitItemPerSecond(10, 2)
+    assert limiter.hit(limit)
+    start = time.time()  # (after the first hit: its call may connect and detect the server)
+    assert all(limiter.hit(limit) for _ in range(9))
+    assert not limiter.hit(limit)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 0
+    assert stats.reset_time == pytest.approx(start + 2, abs=0.1)
+
+
+def test_fixed_window_empty_stats(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("fixed-window")
+    limit = RateLimitItemPerSecond(10, 2)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 10
+    assert stats.reset_time == pytest.approx(time.time(), abs=0.1)
+
+
+def test_fixed_window_costs_and_test(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("fixed-window")
+    limit = RateLimitItemPerMinute(10, 2)
+    assert not limiter.hit(limit, "k1", cost=11)
+    assert limiter.hit(limit, "k2", cost=5)
+    assert limiter.get_window_stats(limit, "k2").remaining == 5
+    assert not limiter.test(limit, "k2", cost=6)
+    assert not limiter.hit(limit, "k2", cost=6)
+    hourly = RateLimitItemPerHour(2, 1)
+    assert limiter.hit(hourly)
+    assert limiter.test(hourly)
+    assert limiter.hit(hourly)
+    assert not limiter.test(hourly)
+    assert not limiter.hit(hourly)
+
+
+def test_fixed_window_opens_again_when_it_ends_and_clear_resets(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("fixed-window")
+    limit = RateLimitItemPerSecond(2, 1)
+    assert limiter.hit(limit) and limiter.hit(limit) and not limiter.hit(limit)
+    time.sleep(1.05)
+    assert limiter.hit(limit)
+    limiter.clear(limit)
+    assert limiter.get_window_stats(limit).remaining == 2
+
+
+# Moving window
+def test_moving_window_empty_stats(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("moving-window")
+    limit = RateLimitItemPerSecond(10, 2)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 10
+    assert stats.reset_time == pytest.approx(time.time() + 2, abs=0.1)
+
+
+def test_moving_window_stats_reset_when_the_oldest_hit_leaves(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("moving-window")
+    limit = RateLimitItemPerMinute(2)
+    assert limiter.hit(limit, "key")
+    first = time.time()
+    time.sleep(0.3)
+    assert limiter.hit(limit, "key")
+    time.sleep(0.3)
+    assert not limiter.hit(limit, "key")
+    for _ in range(2):  # from the denied hit's reply, then from the server again
+        stats = limiter.get_window_stats(limit, "key")
+        assert stats.remaining == 0
+        assert stats.reset_time == pytest.approx(first + 60, abs=0.1)
+    # Not full: the oldest entry still sets the reset, read from the server or after a hit.
+    limit3 = RateLimitItemPerMinute(3)
+    assert limiter.hit(limit3, "k3")
+    t0 = time.time()
+    time.sleep(0.2)
+    assert limiter.hit(limit3, "k3")
+    after_hit = limiter.get_window_stats(limit3, "k3")
+    fresh = limiter.get_window_stats(limit3, "k3")
+    assert after_hit.remaining == fresh.remaining == 1
+    assert after_hit.reset_time == pytest.approx(t0 + 60, abs=0.1)
+    assert fresh.reset_time == pytest.approx(t0 + 60, abs=0.1)
+
+
+def test_moving_window_slides(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("moving-window")
+    limit = RateLimitItemPerSecond(10, 1)
+    assert limiter.hit(limit)
+    t0 = time.time()
+    assert all(limiter.hit(limit) for _ in range(4))
+    time.sleep(0.6)
+    assert all(limiter.hit(limit) for _ in range(5))
+    assert not limiter.hit(limit)
+    time.sleep(max(0.0, t0 + 1.05 - time.time()))
+    # The first five left the window; the last five are still in it.
+    assert all(limiter.hit(limit) for _ in range(5))
+    assert not limiter.hit(limit)
+
+
+def test_moving_window_costs_and_test(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("moving-window")
+    limit = RateLimitItemPerSecond(10, 2)
+    assert not limiter.hit(limit, "k1", cost=11)
+    assert limiter.hit(limit, "k2", cost=5)
+    assert all(limiter.hit(limit, "k2") for _ in range(4))
+    assert not limiter.test(limit, "k2", cost=2)
+    assert not limiter.hit(limit, "k2", cost=2)
+    assert limiter.hit(limit, "k2")
+    assert limiter.get_window_stats(limit, "k2").remaining == 0
+    five = RateLimitItemPerMinute(5)
+    limiter.hit(five, cost=5)
+    assert not limiter.hit(five, cost=2)
+    limiter.clear(five)
+    assert limiter.hit(five)
+    hourly = RateLimitItemPerHour(2, 1)
+    assert limiter.hit(hourly) and limiter.test(hourly) and limiter.hit(hourly)
+    assert not limiter.test(hourly) and not limiter.hit(hourly)
+
+
+def test_moving_window_huge_limit(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("moving-window")
+    million = RateLimitItemPerSecond(1_000_000, 2)
+    assert limiter.hit(million, cost=999_999)
+    assert limiter.get_window_stats(million).remaining == 1
+    assert limiter.hit(million)
+    assert not limiter.hit(million)
+    limiter.clear(million)
+    assert limiter.get_window_stats(million).remaining == 1_000_000
+
+
+# Sliding window counter
+def test_sliding_window_admits_the_limit_and_clear_resets(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("sliding-window-counter")
+    limit = RateLimitItemPerSecond(10, 2)
+    assert all(limiter.hit(limit) for _ in range(10))
+    assert not limiter.hit(limit)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 0
+    assert time.time() < stats.reset_time <= time.time() + 2.2
+    limiter.clear(limit)
+    assert limiter.get_window_stats(limit).remaining == 10
+
+
+def test_sliding_window_empty_stats_costs_and_test(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("sliding-window-counter")
+    limit = RateLimitItemPerSecond(10, 2)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 10 and stats.reset_time == pytest.approx(time.time(), abs=0.1)
+    per_minute = RateLimitItemPerMinute(10, 2)
+    assert not limiter.hit(per_minute, "k1", cost=11)
+    assert limiter.hit(per_minute, "k2", cost=5)
+    assert limiter.get_window_stats(per_minute, "k2").remaining == 5
+    assert not limiter.test(per_minute, "k2", cost=6)
+    assert not limiter.hit(per_minute, "k2", cost=6)
+    hourly = RateLimitItemPerHour(2, 1)
+    assert limiter.hit(hourly) and limiter.test(hourly) and limiter.hit(hourly)
+    assert not limiter.test(hourly) and not limiter.hit(hourly)
+
+
+def test_sliding_window_empties_after_the_window(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("sliding-window-counter")
+    limit = RateLimitItemPerSecond(10, 1)
+    assert limiter.hit(limit, cost=10)
+    assert not limiter.hit(limit)
+    # Units leave at the end of their bucket (a tenth of the window) after the window.
+    time.sleep(1.25)
+    stats = limiter.get_window_stats(limit)
+    assert stats.remaining == 10
+    assert stats.reset_time == pytest.approx(time.time(), abs=0.1)
+
+
+# The storage itself
+def test_check_reset_and_clear_touch_only_this_storages_keys(storage_uri: str, sync_client, backend: str) -> None:  # type: ignore[no-untyped-def]
+    prefix = f"T{uuid.uuid4().hex[:10]}"
+    storage = storage_from_string(storage_uri, key_prefix=prefix)
+    assert storage.check()
+    limiter = strategies.FixedWindowRateLimiter(storage)
+    for i in range(5):
+        limiter.hit(RateLimitItemPerMinute(10), f"user{i}")
+    others = f"{{{prefix}x}}:someone-else"
+    sync_client.set(others, "1")
+    assert storage.reset() == 5
+    assert sync_client.get(others) == b"1"
+    assert limiter.get_window_stats(RateLimitItemPerMinute(10), "user0").remaining == 10
+
+
+def test_a_key_holding_another_applications_data_is_refused_untouched(storage_uri: str, sync_client) -> None:  # type: ignore[no-untyped-def]
+    prefix = f"T{uuid.uuid4().hex[:10]}"
+    storage = storage_from_string(storage_uri, key_prefix=prefix)
+    limit = RateLimitItemPerMinute(5)
+    key = f"{prefix}:{limit.key_for('victim')}"
+    sync_client.rpush(key, "a", "b")
+    for strategy in ("moving-window", "sliding-window-counter", "fixed-window"):
+        limiter = strategies.STRATEGIES[strategy](storage)
+        with pytest.raises(redis.RedisError, match="WRONGTYPE"):
+            limiter.hit(limit, "victim")
+    assert sync_client.lrange(key, 0, -1) == [b"a", b"b"]
+    assert sync_client.ttl(key) == -1
+
+
+def test_errors_are_wrapped_when_asked_and_check_reports_a_dead_server() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    storage = storage_from_string(f"redis+throttle://127.0.0.1:{port}", wrap_exceptions=True, socket_timeout=0.2)
+    assert not storage.check()
+    with pytest.raises(StorageError):
+        strategies.FixedWindowRateLimiter(storage).hit(RateLimitItemPerMinute(5))
+
+
+def test_a_client_that_decodes_replies_works_too(storage_uri: str) -> None:
+    storage = storage_from_string(storage_uri, key_prefix=f"T{uuid.uuid4().hex[:10]}", decode_responses=True)
+    limit = RateLimitItemPerMinute(3)
+    for strategy in ("moving-window", "sliding-window-counter", "fixed-window"):
+        limiter = strategies.STRATEGIES[strategy](storage)
+        assert limiter.hit(limit, strategy) and limiter.hit(limit, strategy)
+        assert limiter.get_window_stats(limit, strategy).remaining == 1
+        limiter.hit(limit, strategy)
+        assert limiter.get_window_stats(limit, strategy).remaining == 0
+        assert not limiter.test(limit, strategy)
