@@ -24,9 +24,11 @@ pub struct Subject(pub String);
 
 type KeyFn = dyn Fn(&RequestParts<'_>) -> Option<String> + Send + Sync;
 
-/// Where a limit's key comes from. A request whose key cannot be found (no such header, too few
-/// `X-Forwarded-For` entries, no [`Subject`], the closure answered `None`) follows the layer's
-/// [`MissingKey`](super::MissingKey) rule.
+/// Where a limit's key comes from. A request whose key cannot be found (no such header or an
+/// empty one, too few `X-Forwarded-For` entries or a trusted entry that is not an address, no
+/// [`Subject`], the closure answered `None`) follows the layer's [`MissingKey`](super::MissingKey)
+/// rule. Nothing else makes a request keyless: bytes a client sends (not ASCII, malformed)
+/// either are its key or are never read.
 #[derive(Clone)]
 pub struct Key(pub(crate) KeyKind);
 
