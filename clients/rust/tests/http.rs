@@ -361,6 +361,24 @@ async fn on_a_cluster_a_route_with_several_rate_limits_is_decided_per_slot() {
         assert!(!body.contains(secret), "{secret:?} in {body}");
     }
     assert_eq!(per_ip_after("1.0.0.2".into()).await, "r=2", "given back");
+
+    // A request dropped between two slots (its client goes away while the tenant's node is
+    // paused) gives back the units of the slots before.
+    let owner = |key: &str| cluster.nodes.iter().position(|n| redis::cmd("GET").arg(key).query::<Option<String>>(&mut n.client()).is_ok()).unwrap();
+    let tenant_node = owner("rl:per-tenant:{umbrella}");
+    let ip = (1..).map(|n| format!("1.0.1.{n}")).find(|ip| owner(&format!("rl:per-ip:{{{ip}}}")) != tenant_node).unwrap();
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("WRITE").query(&mut cluster.nodes[tenant_node].client()).unwrap();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let request = Request::get("/search").header("host", "localhost").header("x-forwarded-for", &ip).header("x-tenant", "umbrella").body(Empty::<Bytes>::new()).unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sender.send_request(request)).await.is_err(), "the tenant's node is paused");
+    drop(sender);
+    conn.abort();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(per_ip_after(ip).await, "r=2", "the cancelled request's per-IP unit is given back");
 }
 
 /// A body that sends a line every 20 ms, forever.

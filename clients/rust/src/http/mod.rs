@@ -420,6 +420,33 @@ impl Decided {
     }
 }
 
+/// Units the server took for a request whose rate limits are not all decided yet: dropped with
+/// units left (the request's future was dropped between two slots), it gives them back from a
+/// task of its own.
+struct Taken {
+    throttle: Throttle,
+    /// The limit's index among the request's, its policy and its key.
+    units: Vec<(usize, Policy, Vec<u8>)>,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let units = std::mem::take(&mut self.units);
+        if units.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let throttle = self.throttle.clone();
+        runtime.spawn(async move {
+            for (_, policy, key) in units {
+                if let Err(e) = throttle.refund(&policy, &key, 1).await {
+                    tracing::warn!(error = %e, "redis-throttle: a cancelled request's rate units could not be given back");
+                }
+            }
+        });
+    }
+}
+
 /// What the layer decided for a request, in the response's extensions (shadow limits included).
 #[derive(Debug, Clone, Default)]
 pub struct RateLimitReport {
@@ -580,12 +607,14 @@ impl Shared {
     /// Decides rate limits together: one call per hash slot (CL.ALL for several limits), the
     /// slots one after another in the order of their first limit. The first slot that denies
     /// ends it, and the units the slots before it took are given back (a refund each); a slot
-    /// whose call fails gives them back too.
+    /// whose call fails gives them back too, and so does a request dropped between two slots
+    /// (its client went away): the refunds are then sent from a task of their own.
     async fn decide(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<Option<Decided>, Error> {
         if keyed.is_empty() {
             return Ok(None);
         }
         let mut decided = Decided { groups: Vec::new(), numbers: vec![None; keyed.len()] };
+        let mut taken = Taken { throttle: self.throttle.clone(), units: Vec::new() };
         for limits in self.slot_groups(keyed) {
             let calls: Vec<(&Policy, &[u8], u32)> = limits
                 .iter()
@@ -602,7 +631,7 @@ impl Shared {
             let decision = match result {
                 Ok(d) => d,
                 Err(e) => {
-                    self.give_back(keyed, &mut decided).await;
+                    self.give_back(&mut taken, &mut decided).await;
                     return Err(e);
                 }
             };
@@ -611,37 +640,39 @@ impl Shared {
                 decided.numbers[i] = Some(n);
             }
             let allowed = decision.allowed();
+            if allowed && decision.source == Source::Server {
+                for &i in &limits {
+                    if let Kind::Rate(policy) = &keyed[i].0.kind {
+                        taken.units.push((i, *policy, keyed[i].1.clone()));
+                    }
+                }
+            }
             decided.groups.push(Group { limits, decision });
             if !allowed {
-                self.give_back(keyed, &mut decided).await;
+                self.give_back(&mut taken, &mut decided).await;
                 break;
             }
         }
+        taken.units.clear(); // admitted: the units are the request's
         Ok(Some(decided))
     }
 
-    /// Gives back the units the server took for the admitting groups of `decided` (a later one
-    /// denied, or failed): one refund per limit, through [`Throttle::refund`]. Each limit's
-    /// numbers become the refund's (none when it fails: the unit stays taken, never more).
-    async fn give_back(&self, keyed: &[(&Limit, Vec<u8>)], decided: &mut Decided) {
-        for group in &decided.groups {
-            if !(group.decision.allowed() && group.decision.source == Source::Server) {
-                continue;
-            }
-            for &i in &group.limits {
-                let (limit, key) = &keyed[i];
-                let Kind::Rate(policy) = &limit.kind else { continue };
-                match self.throttle.refund(policy, key, 1).await {
-                    Ok(d) if d.source == Source::Server => {
-                        if let Some(n) = &mut decided.numbers[i] {
-                            (n.remaining, n.reset_after) = (d.remaining, d.reset_after);
-                        }
+    /// Gives back the units the server took for the admitting groups (a later one denied, or
+    /// failed): one refund per limit, through [`Throttle::refund`], each sent at most once.
+    /// Each limit's numbers become the refund's (none when it fails: the unit stays taken,
+    /// never more).
+    async fn give_back(&self, taken: &mut Taken, decided: &mut Decided) {
+        while let Some((i, policy, key)) = taken.units.pop() {
+            match self.throttle.refund(&policy, &key, 1).await {
+                Ok(d) if d.source == Source::Server => {
+                    if let Some(n) = &mut decided.numbers[i] {
+                        (n.remaining, n.reset_after) = (d.remaining, d.reset_after);
                     }
-                    Ok(_) => decided.numbers[i] = None,
-                    Err(e) => {
-                        tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be given back");
-                        decided.numbers[i] = None;
-                    }
+                }
+                Ok(_) => decided.numbers[i] = None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "redis-throttle: a refused request's rate units could not be given back");
+                    decided.numbers[i] = None;
                 }
             }
         }
