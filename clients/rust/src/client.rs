@@ -192,6 +192,11 @@ impl Throttle {
         &self.inner.config
     }
 
+    /// Whether calls go to a cluster (where one CL.ALL call keeps its keys in one hash slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.inner.conn, Conn::Cluster(_))
+    }
+
     /// Whether the circuit breaker is open (calls answered by the failure policy).
     pub fn is_degraded(&self) -> bool {
         self.inner.breaker.is_open()

@@ -22,7 +22,7 @@ use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
 use harness::twin::{self, Form};
-use harness::{Options, Server};
+use harness::{Cluster, Options, Server};
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
@@ -192,8 +192,193 @@ async fn fields_equal_the_reply_and_refusals_name_the_binding_limit() {
     fields_and_refusals(&twin).await;
     // Leases are the module's: a concurrency limit on the twin is refused at build.
     let throttle = Throttle::connect(&twin.url()).await.unwrap();
-    let limits = RateLimit::new(throttle).limit(Limit::concurrent("jobs", 2, Duration::from_secs(5)).key(Key::route()));
+    let limits = RateLimit::new(throttle.clone()).limit(Limit::concurrent("jobs", 2, Duration::from_secs(5)).key(Key::route()));
     assert!(matches!(limits.layer().err(), Some(ConfigError::LeasesNeedTheModule(_))));
+    // So is a quota in a named time zone (the twin has no zone database): not a 500 per request.
+    let limits = RateLimit::new(throttle).limit(Limit::rate("daily", policy("1000/day quota tz Europe/Berlin")).key(Key::route()));
+    assert_eq!(limits.layer().err(), Some(ConfigError::ZoneNeedsTheModule("daily".into())));
+}
+
+/// A router answering `ok` on each path, served with the layer and the peer's address.
+async fn serve_paths(limits: RateLimit, paths: &[&str]) -> SocketAddr {
+    let mut app = Router::new();
+    for path in paths {
+        app = app.route(path, get(|| async { "ok" }));
+    }
+    serve(limits.into_make_service(app).unwrap()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_ascii_never_move_a_request_to_the_shared_key() {
+    let server = Server::start();
+    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let api_key = HeaderName::from_static("x-api-key");
+    let limits = RateLimit::new(throttle)
+        .route("/ip", [Limit::rate("per-ip", policy("1/h burst 2")).key(Key::forwarded_for(1))])
+        .route("/key", [Limit::rate("per-key", policy("1/h burst 1")).key(Key::header(api_key))]);
+    let addr = serve_paths(limits, &["/ip", "/key"]).await;
+
+    // 9.9.9.9 spends its burst; the same address behind a client-written entry that is not
+    // ASCII (obs-text, valid HTTP) is still 9.9.9.9, not a keyless request.
+    for _ in 0..2 {
+        assert_eq!(send(addr, "/ip", &[("x-forwarded-for", "9.9.9.9")]).await.status, 200);
+    }
+    for xff in ["9.9.9.9", "évil, 9.9.9.9", "1.1.1.1, ÿ, 9.9.9.9", "é,,\"", "9.9.9.9"] {
+        let r = send(addr, "/ip", &[("x-forwarded-for", xff)]).await;
+        if xff == "é,,\"" {
+            // An entry that is no address, written by the trusted proxy: keyless.
+            assert_eq!(r.status, 200, "{xff}");
+            continue;
+        }
+        assert_eq!(r.status, 429, "{xff:?} is 9.9.9.9 over its limit");
+        assert_eq!(r.json()["violated-policies"], serde_json::json!(["per-ip"]));
+    }
+    // The client-written part is read on no line: X-Forwarded-For over two lines.
+    let r = send(addr, "/ip", &[("x-forwarded-for", "ünïcode"), ("x-forwarded-for", "9.9.9.9")]).await;
+    assert_eq!(r.status, 429);
+
+    // An API key that is not ASCII is a key of its own.
+    assert_eq!(send(addr, "/key", &[("x-api-key", "clé-1")]).await.status, 200);
+    assert_eq!(send(addr, "/key", &[("x-api-key", "clé-1")]).await.status, 429, "clé-1 spent its unit");
+    assert_eq!(send(addr, "/key", &[("x-api-key", "clé-2")]).await.status, 200, "clé-2 is not clé-1, nor keyless");
+    let stored: Vec<Vec<u8>> = redis::cmd("KEYS").arg("rl:per-key:*").query(&mut server.client()).unwrap();
+    let mut stored: Vec<String> = stored.into_iter().map(|k| String::from_utf8(k).unwrap()).collect();
+    stored.sort();
+    assert_eq!(stored, ["rl:per-key:clé-1", "rl:per-key:clé-2"]);
+    // No key and an empty key are one shared key: a client cannot switch between two.
+    assert_eq!(send(addr, "/key", &[]).await.status, 200);
+    assert_eq!(send(addr, "/key", &[("x-api-key", "")]).await.status, 429, "an empty key is no key");
+    assert_eq!(send(addr, "/key", &[("x-api-key", " ")]).await.status, 429, "a blank key is no key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_listed_twice_is_one_limit_and_routes_add_up() {
+    let server = Server::start();
+    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let per_ip = Limit::rate("per-ip", policy("1/h burst 5")).key(Key::forwarded_for(1));
+    let per_route = Limit::rate("per-route", policy("1/h burst 3")).key(Key::route());
+    let limits = RateLimit::new(throttle.clone())
+        .limit(per_ip.clone())
+        .limit(per_ip.clone())
+        .route("/twice", [per_ip.clone()])
+        .route("/merged", [per_ip.clone()])
+        .route("/merged", [per_route.clone()]);
+    let addr = serve_paths(limits, &["/twice", "/merged"]).await;
+    let ip = ("x-forwarded-for", "4.4.4.4");
+    for i in 1..=2u64 {
+        let r = send(addr, "/twice", &[ip]).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(r.header("ratelimit"), format!(r#""per-ip";r={};t={}"#, 5 - i, i * 3600), "one unit per request");
+    }
+    // Both `route` calls for /merged apply (and per-ip once).
+    let r = send(addr, "/merged", &[ip]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.header("ratelimit"), r#""per-ip";r=2;t=10800, "per-route";r=2;t=3600"#);
+
+    // What CL.ALL or CL.ACQUIRE would refuse on every request does not build.
+    let many: Vec<Limit> = (0..17).map(|i| Limit::rate(format!("l{i}"), policy("1/s")).key(Key::route())).collect();
+    assert_eq!(RateLimit::new(throttle.clone()).route("/many", many).layer().err(), Some(ConfigError::TooManyLimits("/many".into())));
+    for (most, lease) in [(0, Duration::from_secs(1)), (10_001, Duration::from_secs(1)), (1, Duration::ZERO), (1, Duration::from_micros(999))] {
+        let limits = RateLimit::new(throttle.clone()).limit(Limit::concurrent("jobs", most, lease).key(Key::route()));
+        assert_eq!(limits.layer().err(), Some(ConfigError::Concurrency("jobs".into())), "{most} {lease:?}");
+    }
+}
+
+/// Reads a key's value on a cluster (`None`: no such key).
+fn cluster_get(cluster: &Cluster, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(&mut cluster.client()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_route_with_several_rate_limits_is_decided_per_slot() {
+    let cluster = Cluster::start(3, 0);
+    let conn = redis::cluster::ClusterClient::new(cluster.urls()).unwrap().get_async_connection().await.unwrap();
+    let throttle = Throttle::from_cluster(conn, Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let tenant = Key::header(HeaderName::from_static("x-tenant"));
+    // The guide's example: per-IP limits on every route, a per-tenant one on /search.
+    let limits = RateLimit::new(throttle)
+        .limit(Limit::rate("per-ip", policy("3/h counter")).key(Key::forwarded_for(1)))
+        .limit(Limit::rate("per-ip-burst", policy("1/h burst 10")).key(Key::forwarded_for(1)))
+        .route("/search", [Limit::rate("per-tenant", policy("5/h counter")).key(tenant)]);
+    let addr = serve_paths(limits, &["/search", "/other"]).await;
+    let all_calls = |cluster: &Cluster| cluster.nodes.iter().map(|n| n.command_calls("cl.all")).sum::<u64>();
+
+    // Two limits of one IP share a hash tag: one CL.ALL, all or nothing.
+    let r = send(addr, "/other", &[("x-forwarded-for", "1.0.0.1")]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.header("ratelimit"), r#""per-ip";r=2;t=3600, "per-ip-burst";r=9;t=3600"#);
+    assert_eq!(all_calls(&cluster), 1);
+    assert!(cluster_get(&cluster, "rl:per-ip:{1.0.0.1}").is_some(), "the key is tagged by its IP");
+    // The per-IP limit's numbers, as a request on /other (one more unit) reports them.
+    let per_ip_after = |ip: String| async move {
+        let r = send(addr, "/other", &[("x-forwarded-for", &ip)]).await;
+        assert_eq!(r.status, 200, "{ip}");
+        r.header("ratelimit").split(';').nth(1).unwrap_or_default().to_string()
+    };
+
+    // 32 clients of one tenant from 32 addresses at once: exactly the tenant's 5 admitted, and
+    // the refused ones' per-IP units given back.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..32 {
+        tasks.spawn(async move {
+            let ip = format!("10.0.0.{i}");
+            let r = send(addr, "/search", &[("x-forwarded-for", &ip), ("x-tenant", "acme")]).await;
+            (ip, r)
+        });
+    }
+    let mut admitted = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        let (ip, r) = done.unwrap();
+        match r.status.as_u16() {
+            200 => admitted.push(ip),
+            429 => assert_eq!(r.json()["violated-policies"], serde_json::json!(["per-tenant"]), "{ip}"),
+            other => panic!("{ip}: {other} {:?}", r.body),
+        }
+    }
+    assert_eq!(admitted.len(), 5, "the tenant's limit");
+    for i in 0..32 {
+        let ip = format!("10.0.0.{i}");
+        let expected = if admitted.contains(&ip) { "r=1" } else { "r=2" };
+        assert_eq!(per_ip_after(ip.clone()).await, expected, "{ip}: a refused request's per-IP unit is given back");
+    }
+
+    // An IP over its limit is refused by its own slot first: the tenant's is not touched.
+    for _ in 0..2 {
+        assert_eq!(send(addr, "/other", &[("x-forwarded-for", "1.0.0.1")]).await.status, 200);
+    }
+    let r = send(addr, "/search", &[("x-forwarded-for", "1.0.0.1"), ("x-tenant", "globex")]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["violated-policies"], serde_json::json!(["per-ip"]));
+    assert_eq!(cluster_get(&cluster, "rl:per-tenant:{globex}"), None, "the tenant's slot was never asked");
+
+    // The server refuses a call (a key of another type): 500, and the body says nothing of the
+    // keys or of the server's error; the units taken before it are given back.
+    let _: () = redis::cmd("HSET").arg("rl:per-tenant:{initech}").arg("f").arg("v").query(&mut cluster.client()).unwrap();
+    let r = send(addr, "/search", &[("x-forwarded-for", "1.0.0.2"), ("x-tenant", "initech")]).await;
+    assert_eq!(r.status, 500);
+    let body = String::from_utf8_lossy(&r.body);
+    for secret in ["initech", "1.0.0.2", "rl:", "WRONGTYPE", "slot"] {
+        assert!(!body.contains(secret), "{secret:?} in {body}");
+    }
+    assert_eq!(per_ip_after("1.0.0.2".into()).await, "r=2", "given back");
+
+    // A request dropped between two slots (its client goes away while the tenant's node is
+    // paused) gives back the units of the slots before.
+    let owner = |key: &str| cluster.nodes.iter().position(|n| redis::cmd("GET").arg(key).query::<Option<String>>(&mut n.client()).is_ok()).unwrap();
+    let tenant_node = owner("rl:per-tenant:{umbrella}");
+    let ip = (1..).map(|n| format!("1.0.1.{n}")).find(|ip| owner(&format!("rl:per-ip:{{{ip}}}")) != tenant_node).unwrap();
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("WRITE").query(&mut cluster.nodes[tenant_node].client()).unwrap();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let request = Request::get("/search").header("host", "localhost").header("x-forwarded-for", &ip).header("x-tenant", "umbrella").body(Empty::<Bytes>::new()).unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sender.send_request(request)).await.is_err(), "the tenant's node is paused");
+    drop(sender);
+    conn.abort();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(per_ip_after(ip).await, "r=2", "the cancelled request's per-IP unit is given back");
 }
 
 /// A body that sends a line every 20 ms, forever.

@@ -11,7 +11,12 @@
 //!
 //! - Limits of every route ([`RateLimit::limit`]) and of one route template
 //!   ([`RateLimit::route`]); a request's rate limits are decided together, all or nothing
-//!   (one `CL.ALL` when there are several), and a refusal names the binding one.
+//!   (one `CL.ALL` when there are several), and a refusal names the binding one. On a cluster
+//!   the limits of one key share a hash slot (the key is a hash tag) and are decided by one
+//!   `CL.ALL`; limits in different slots are decided one slot after another, the units of the
+//!   admitting slots given back when a later one refuses (the guide states what that allows).
+//! - A configuration the layer would fail on every request does not build ([`ConfigError`]);
+//!   a 500 body never holds keys or the server's error text (they go to the log).
 //! - Concurrency limits ([`Limit::concurrent`]): a lease per request, released when the response
 //!   body ends, fails, or is dropped (a cancelled request).
 //! - Shadow limits ([`Limit::shadow`]): decided in calls of their own, reported (the
@@ -44,7 +49,8 @@ pub use body::LimitedBody;
 pub use headers::{Headers, QUOTA_EXCEEDED, Refusal, RefusalKind, TEMPORARY_REDUCED_CAPACITY};
 pub use key::{Key, RequestParts, Subject};
 
-use crate::{Decision, Error, Lease, Policy, Reason, Source, Throttle, Verdict};
+use crate::{Decision, Error, Lease, Numbers, Policy, Reason, Source, Throttle, Verdict};
+use redis::cluster_routing::Slot;
 use headers::{Entry, ceil_secs, window_secs};
 use key::KeyError;
 
@@ -120,6 +126,15 @@ pub enum ConfigError {
     Headers,
     /// `Key::forwarded_for(0)`.
     NoTrustedProxy(String),
+    /// More enforced (or shadow) rate limits on one route than one call decides
+    /// ([`throttle_core::all::MAX_KEYS`]): the route template, or `*` for every route.
+    TooManyLimits(String),
+    /// A quota that follows a named time zone on a server running the Functions twin (which
+    /// has no time zone database).
+    ZoneNeedsTheModule(String),
+    /// A concurrency limit outside what `CL.ACQUIRE` accepts (a limit of 1 to 10,000, a lease
+    /// of at least 1 ms).
+    Concurrency(String),
 }
 
 impl std::fmt::Display for ConfigError {
@@ -133,6 +148,9 @@ impl std::fmt::Display for ConfigError {
             ConfigError::LeasesNeedTheModule(n) => write!(f, "concurrency limit {n:?}: leases need the module (CL.ACQUIRE); the server runs the Functions twin"),
             ConfigError::Headers => write!(f, "at most one of Headers::DRAFT_6, DRAFT_7 and DRAFT_11: they name their fields alike"),
             ConfigError::NoTrustedProxy(n) => write!(f, "limit {n:?}: Key::forwarded_for needs at least one trusted proxy (without proxies, use Key::peer_ip)"),
+            ConfigError::TooManyLimits(route) => write!(f, "route {route:?}: at most {} enforced and {} shadow rate limits per route", throttle_core::all::MAX_KEYS, throttle_core::all::MAX_KEYS),
+            ConfigError::ZoneNeedsTheModule(n) => write!(f, "limit {n:?} follows a named time zone, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"),
+            ConfigError::Concurrency(n) => write!(f, "concurrency limit {n:?}: the limit is 1 to {} requests in flight and the lease at least 1 ms", throttle_core::lease::MAX_LIMIT),
         }
     }
 }
@@ -178,7 +196,8 @@ impl RateLimit {
     }
 
     /// Limits of one route template (axum's `MatchedPath`, `/users/{id}`; the path without
-    /// axum), in addition to those of every route.
+    /// axum), in addition to those of every route. Calls for one template add up; a limit
+    /// listed more than once for a route (on every route and again on this one) is one limit.
     pub fn route(mut self, template: impl Into<String>, limits: impl IntoIterator<Item = Limit>) -> RateLimit {
         self.routes.push((template.into(), limits.into_iter().collect()));
         self
@@ -254,15 +273,49 @@ impl RateLimit {
             if let key::KeyKind::ForwardedFor(0) = limit.key.0 {
                 return Err(ConfigError::NoTrustedProxy(limit.name.clone()));
             }
-            if matches!(limit.kind, Kind::Concurrent { .. }) && self.throttle.backend() != crate::Backend::Module {
-                return Err(ConfigError::LeasesNeedTheModule(limit.name.clone()));
+            match limit.kind {
+                Kind::Concurrent { .. } if self.throttle.backend() != crate::Backend::Module => return Err(ConfigError::LeasesNeedTheModule(limit.name.clone())),
+                Kind::Concurrent { limit: most, lease } if !(1..=throttle_core::lease::MAX_LIMIT).contains(&most) || lease < Duration::from_millis(1) => {
+                    return Err(ConfigError::Concurrency(limit.name.clone()));
+                }
+                Kind::Rate(ref policy) if policy.named_zone().is_some() && self.throttle.backend() == crate::Backend::Twin => {
+                    return Err(ConfigError::ZoneNeedsTheModule(limit.name.clone()));
+                }
+                _ => {}
             }
         }
-        let plan = |limits: Vec<Limit>| Plan::new(limits, &self.prefix);
-        let routes = self.routes.iter().map(|(t, l)| (t.clone(), plan(self.every.iter().chain(l).cloned().collect()))).collect();
+        // One plan per route template: the limits of every route, then those of each `route`
+        // call for it, each limit once (the same `Limit` listed twice is one limit).
+        let mut merged: Vec<(String, Vec<Limit>)> = Vec::new();
+        for (template, limits) in &self.routes {
+            let at = match merged.iter().position(|(t, _)| t == template) {
+                Some(at) => at,
+                None => {
+                    merged.push((template.clone(), self.every.clone()));
+                    merged.len() - 1
+                }
+            };
+            merged[at].1.extend(limits.iter().cloned());
+        }
+        let plan = |template: &str, limits: Vec<Limit>| {
+            let mut once: Vec<Limit> = Vec::with_capacity(limits.len());
+            for limit in limits {
+                if !once.iter().any(|l| l.name == limit.name) {
+                    once.push(limit);
+                }
+            }
+            let plan = Plan::new(once, &self.prefix);
+            if plan.rate.len() > throttle_core::all::MAX_KEYS || plan.shadow_rate.len() > throttle_core::all::MAX_KEYS {
+                return Err(ConfigError::TooManyLimits(template.to_string()));
+            }
+            Ok(plan)
+        };
+        let default = plan("*", self.every.clone())?;
+        let routes = merged.into_iter().map(|(t, l)| Ok((t.clone(), plan(&t, l)?))).collect::<Result<HashMap<_, _>, ConfigError>>()?;
         let shared = Shared {
+            cluster: self.throttle.is_cluster(),
             throttle: self.throttle,
-            default: plan(self.every.clone()),
+            default,
             routes,
             headers: self.headers,
             partition_keys: self.partition_keys,
@@ -318,6 +371,8 @@ impl Plan {
 
 struct Shared {
     throttle: Throttle,
+    /// Calls go to a cluster: keys carry a hash tag, rate limits are decided per hash slot.
+    cluster: bool,
     default: Plan,
     routes: HashMap<String, Plan>,
     headers: Headers,
@@ -325,6 +380,71 @@ struct Shared {
     missing: MissingKey,
     jitter: u64,
     respond: Option<Arc<Respond>>,
+}
+
+/// One hash slot's rate limits (indices into the request's keyed limits) and their decision.
+struct Group {
+    limits: Vec<usize>,
+    decision: Decision,
+}
+
+/// A request's rate limits decided: the groups decided, in order (all admitting, or the last
+/// one denying, the ones before it given back), and each limit's numbers (`None`: not decided,
+/// or its refund failed).
+struct Decided {
+    groups: Vec<Group>,
+    numbers: Vec<Option<Numbers>>,
+}
+
+impl Decided {
+    fn denying(&self) -> Option<&Group> {
+        self.groups.last().filter(|g| !g.decision.allowed())
+    }
+
+    /// The binding limit (an index into the keyed limits): the denying one, else the one with
+    /// the fewest remaining.
+    fn binding(&self) -> Option<usize> {
+        let of = |g: &Group| g.limits.get(g.decision.binding.min(g.limits.len().saturating_sub(1))).copied();
+        match self.denying() {
+            Some(g) => of(g),
+            None => self.groups.iter().min_by_key(|g| g.decision.remaining).and_then(of),
+        }
+    }
+
+    /// The first reason a group was decided without the server.
+    fn degraded(&self) -> Option<&Reason> {
+        self.groups.iter().find_map(|g| match &g.decision.source {
+            Source::Degraded { reason, .. } => Some(reason),
+            _ => None,
+        })
+    }
+}
+
+/// Units the server took for a request whose rate limits are not all decided yet: dropped with
+/// units left (the request's future was dropped between two slots), it gives them back from a
+/// task of its own.
+struct Taken {
+    throttle: Throttle,
+    /// The limit's index among the request's, its policy and its key.
+    units: Vec<(usize, Policy, Vec<u8>)>,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let units = std::mem::take(&mut self.units);
+        if units.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let throttle = self.throttle.clone();
+        runtime.spawn(async move {
+            for (_, policy, key) in units {
+                if let Err(e) = throttle.refund(&policy, &key, 1).await {
+                    tracing::warn!(error = %e, "redis-throttle: a cancelled request's rate units could not be given back");
+                }
+            }
+        });
+    }
 }
 
 /// What the layer decided for a request, in the response's extensions (shadow limits included).
@@ -443,7 +563,9 @@ impl Shared {
         let mut out = Vec::with_capacity(planned.len());
         for p in planned {
             let key = match p.limit.key.extract(parts) {
-                Ok(Some(value)) => [p.prefix.as_slice(), b":", value.as_bytes()].concat(),
+                // On a cluster the key is a hash tag: the limits of one key share a slot.
+                Ok(Some(value)) if self.cluster => [p.prefix.as_slice(), b":{", &value, b"}"].concat(),
+                Ok(Some(value)) => [p.prefix.as_slice(), b":", &value].concat(),
                 Ok(None) if self.missing == MissingKey::Shared => p.prefix.clone(),
                 Ok(None) => {
                     return Err(Refusal {
@@ -457,7 +579,7 @@ impl Shared {
                 }
                 Err(KeyError::NoConnectInfo) => {
                     tracing::error!(limit = %p.limit.name, "redis-throttle: {}", ConfigError::NeedsConnectInfo);
-                    return Err(error_refusal(ConfigError::NeedsConnectInfo.to_string()));
+                    return Err(error_refusal());
                 }
             };
             out.push((&p.limit, key));
@@ -465,19 +587,94 @@ impl Shared {
         Ok(out)
     }
 
-    /// Decides rate limits together: one call (CL.ALL for several).
-    async fn decide(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<Option<Decision>, Error> {
-        let calls: Vec<(&Policy, &[u8], u32)> = keyed
-            .iter()
-            .filter_map(|(l, k)| match &l.kind {
-                Kind::Rate(p) => Some((p, k.as_slice(), 1)),
-                Kind::Concurrent { .. } => None,
-            })
-            .collect();
-        match calls.as_slice() {
-            [] => Ok(None),
-            [(p, k, _)] => self.throttle.check(p, k).await.map(Some),
-            _ => self.throttle.check_all(&calls).await.map(Some),
+    /// The rate limits' hash-slot groups (indices into `keyed`), in the order of their first
+    /// limit: one group on a single server, one per slot on a cluster.
+    fn slot_groups(&self, keyed: &[(&Limit, Vec<u8>)]) -> Vec<Vec<usize>> {
+        if !self.cluster {
+            return vec![(0..keyed.len()).collect()];
+        }
+        let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+        for (i, (_, key)) in keyed.iter().enumerate() {
+            let slot = Slot::for_key(key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    /// Decides rate limits together: one call per hash slot (CL.ALL for several limits), the
+    /// slots one after another in the order of their first limit. The first slot that denies
+    /// ends it, and the units the slots before it took are given back (a refund each); a slot
+    /// whose call fails gives them back too, and so does a request dropped between two slots
+    /// (its client went away): the refunds are then sent from a task of their own.
+    async fn decide(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<Option<Decided>, Error> {
+        if keyed.is_empty() {
+            return Ok(None);
+        }
+        let mut decided = Decided { groups: Vec::new(), numbers: vec![None; keyed.len()] };
+        let mut taken = Taken { throttle: self.throttle.clone(), units: Vec::new() };
+        for limits in self.slot_groups(keyed) {
+            let calls: Vec<(&Policy, &[u8], u32)> = limits
+                .iter()
+                .filter_map(|&i| match &keyed[i].0.kind {
+                    Kind::Rate(p) => Some((p, keyed[i].1.as_slice(), 1)),
+                    Kind::Concurrent { .. } => None,
+                })
+                .collect();
+            let result = match calls.as_slice() {
+                [] => continue,
+                [(p, k, _)] => self.throttle.check(p, k).await,
+                _ => self.throttle.check_all(&calls).await,
+            };
+            let decision = match result {
+                Ok(d) => d,
+                Err(e) => {
+                    self.give_back(&mut taken, &mut decided).await;
+                    return Err(e);
+                }
+            };
+            let each = if decision.each.is_empty() { vec![decision.numbers()] } else { decision.each.clone() };
+            for (&i, n) in limits.iter().zip(each) {
+                decided.numbers[i] = Some(n);
+            }
+            let allowed = decision.allowed();
+            if allowed && decision.source == Source::Server {
+                for &i in &limits {
+                    if let Kind::Rate(policy) = &keyed[i].0.kind {
+                        taken.units.push((i, *policy, keyed[i].1.clone()));
+                    }
+                }
+            }
+            decided.groups.push(Group { limits, decision });
+            if !allowed {
+                self.give_back(&mut taken, &mut decided).await;
+                break;
+            }
+        }
+        taken.units.clear(); // admitted: the units are the request's
+        Ok(Some(decided))
+    }
+
+    /// Gives back the units the server took for the admitting groups (a later one denied, or
+    /// failed): one refund per limit, through [`Throttle::refund`], each sent at most once.
+    /// Each limit's numbers become the refund's (none when it fails: the unit stays taken,
+    /// never more).
+    async fn give_back(&self, taken: &mut Taken, decided: &mut Decided) {
+        while let Some((i, policy, key)) = taken.units.pop() {
+            match self.throttle.refund(&policy, &key, 1).await {
+                Ok(d) if d.source == Source::Server => {
+                    if let Some(n) = &mut decided.numbers[i] {
+                        (n.remaining, n.reset_after) = (d.remaining, d.reset_after);
+                    }
+                }
+                Ok(_) => decided.numbers[i] = None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "redis-throttle: a refused request's rate units could not be given back");
+                    decided.numbers[i] = None;
+                }
+            }
         }
     }
 
@@ -499,35 +696,37 @@ impl Shared {
         let mut entries: Vec<Entry<'_>> = Vec::new();
         let mut binding = None;
 
-        if let Some(decision) = shadowed.unwrap_or_else(|e| {
+        if let Some(decided) = shadowed.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "redis-throttle: a shadow limit could not be decided");
             None
         }) {
-            self.report_shadow(&shadow, &decision, &mut report);
+            self.report_shadow(&shadow, &decided, &mut report);
         }
-        let decision = match enforced {
+        let decided = match enforced {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "redis-throttle: the rate limit could not be decided");
-                return Admission::Refuse(self.refuse(error_refusal(e.to_string()), grpc, &[], None));
+                return Admission::Refuse(self.refuse(error_refusal(), grpc, &[], None));
             }
         };
         let mut degraded: Option<&Reason> = None;
-        if let Some(d) = &decision {
-            let each = if d.each.is_empty() { vec![d.numbers()] } else { d.each.clone() };
-            for ((limit, key), n) in rate.iter().zip(&each) {
-                let Kind::Rate(policy) = &limit.kind else { continue };
-                report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: false, allowed: n.verdict == Verdict::Allowed, limit: n.limit, remaining: n.remaining, degraded: d.is_degraded() });
+        if let Some(d) = &decided {
+            let binding_limit = d.binding();
+            for (i, ((limit, key), n)) in rate.iter().zip(&d.numbers).enumerate() {
+                let (Kind::Rate(policy), Some(n)) = (&limit.kind, n) else { continue };
+                report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: false, allowed: n.verdict == Verdict::Allowed, limit: n.limit, remaining: n.remaining, degraded: d.degraded().is_some() });
+                if binding_limit == Some(i) {
+                    binding = Some(entries.len());
+                }
                 entries.push(Entry { name: &limit.name, limit: n.limit, window: Some(window_secs(policy)), remaining: n.remaining, reset_after: n.reset_after, key });
             }
-            binding = Some(d.binding.min(entries.len().saturating_sub(1)));
-            if let Source::Degraded { reason, .. } = &d.source {
+            if let Some(reason) = d.degraded() {
                 degraded = Some(reason);
                 entries.clear(); // no numbers to show: the server was not asked
             }
-            if !d.allowed() {
-                let name = rate.get(d.binding).map_or_else(String::new, |(l, _)| l.name.clone());
-                return Admission::Refuse(self.refusal(d, name, grpc, &entries, binding));
+            if let Some(denying) = d.denying() {
+                let name = binding_limit.and_then(|i| rate.get(i)).map_or_else(String::new, |(l, _)| l.name.clone());
+                return Admission::Refuse(self.refusal(&denying.decision, name, grpc, &entries, binding));
             }
         }
 
@@ -549,7 +748,10 @@ impl Shared {
                 }
                 Ok(Err(d)) => {
                     drop(leases);
-                    self.refund_rate(&rate, decision.as_ref()).await;
+                    for group in decided.iter().flat_map(|d| &d.groups) {
+                        let limits: Vec<(&Limit, Vec<u8>)> = group.limits.iter().map(|&i| rate[i].clone()).collect();
+                        self.refund_rate(&limits, Some(&group.decision)).await;
+                    }
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
@@ -558,7 +760,7 @@ impl Shared {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, limit = %limit.name, "redis-throttle: the concurrency limit could not be decided");
-                    return Admission::Refuse(self.refuse(error_refusal(e.to_string()), grpc, &[], None));
+                    return Admission::Refuse(self.refuse(error_refusal(), grpc, &[], None));
                 }
             }
         }
@@ -584,16 +786,17 @@ impl Shared {
         }
     }
 
-    fn report_shadow(&self, keyed: &[(&Limit, Vec<u8>)], d: &Decision, report: &mut RateLimitReport) {
-        let each = if d.each.is_empty() { vec![d.numbers()] } else { d.each.clone() };
-        for (i, ((limit, key), n)) in keyed.iter().zip(&each).enumerate() {
-            // All or nothing among the shadow limits: the one that would have refused is the binding one.
-            let denied = !d.allowed() && (keyed.len() == 1 || i == d.binding);
+    fn report_shadow(&self, keyed: &[(&Limit, Vec<u8>)], d: &Decided, report: &mut RateLimitReport) {
+        // All or nothing among the shadow limits: the one that would have refused is the binding one.
+        let refusing = d.denying().and_then(|_| d.binding());
+        for (i, ((limit, key), n)) in keyed.iter().zip(&d.numbers).enumerate() {
+            let Some(n) = n else { continue };
+            let denied = refusing == Some(i);
             if denied {
                 shadow_denied(&limit.name, key);
             }
             let allowed = n.verdict == Verdict::Allowed && !denied;
-            report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: true, allowed, limit: n.limit, remaining: n.remaining, degraded: d.is_degraded() });
+            report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: true, allowed, limit: n.limit, remaining: n.remaining, degraded: d.degraded().is_some() });
         }
     }
 
@@ -632,8 +835,10 @@ impl Shared {
     }
 }
 
-fn error_refusal(detail: String) -> Refusal {
-    Refusal { kind: RefusalKind::Error, status: StatusCode::INTERNAL_SERVER_ERROR, violated: Vec::new(), retry_after: None, detail: Some(detail), grpc: false }
+/// The layer could not decide: a 500 that says only that (keys and the server's error text,
+/// which can hold them, go to the log).
+fn error_refusal() -> Refusal {
+    Refusal { kind: RefusalKind::Error, status: StatusCode::INTERNAL_SERVER_ERROR, violated: Vec::new(), retry_after: None, detail: Some("the rate limit cannot be decided".into()), grpc: false }
 }
 
 fn shadow_denied(name: &str, key: &[u8]) {
