@@ -1431,15 +1431,14 @@ fn five_of(v: &Value) -> Option<[i64; 5]> {
     ints.try_into().ok()
 }
 
-/// A call of the stray-call test: its words (after the key), whether it is a CL.ALL spec,
-/// its limit and quantity, and its calendar (a quota) or nothing (a counter).
+/// A call of the stray-call test: its words (after the key, the quantity last), whether it
+/// is a CL.ALL spec, its limit, and its calendar (a quota) or nothing (a counter).
 struct Stray {
     words: Vec<String>,
     all: bool,
     /// CL.QUOTA (else CL.COUNTER), when not a CL.ALL spec.
     quota: bool,
     limit: i64,
-    quantity: i64,
     calendar: Option<throttle_core::quota::Calendar>,
 }
 
@@ -1480,7 +1479,7 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
         words.extend([limit.to_string(), window_ms.to_string()]);
         words.extend(if all { ["QUANTITY".to_string(), quantity.to_string()] } else { [quantity.to_string(), String::new()] });
         words.retain(|w| !w.is_empty());
-        return Stray { words, all, quota: false, limit, quantity, calendar: None };
+        return Stray { words, all, quota: false, limit, calendar: None };
     }
     let per = *g.pick(&Per::ALL);
     let offset_min = if g.chance(0.5) { 0 } else { g.rng.random_range(-(14 * 60)..=(14 * 60)) };
@@ -1495,7 +1494,7 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
         words.extend(["ANCHOR".into(), a.to_string()]);
     }
     words.extend(["QUANTITY".into(), quantity.to_string()]);
-    Stray { words, all, quota: true, limit, quantity, calendar: Some(Calendar { per, zone: Zone::Fixed(offset_min * 60), anchor_ms }) }
+    Stray { words, all, quota: true, limit, calendar: Some(Calendar { per, zone: Zone::Fixed(offset_min * 60), anchor_ms }) }
 }
 
 /// Stray calls on a quota's key (item 10 of issue 27): the cases that once over-admitted, then
@@ -1519,7 +1518,6 @@ fn stray_calls_match_the_module_and_never_over_admit() {
         all: words.starts_with("COUNTER") || words.starts_with("QUOTA"),
         quota: true,
         limit: 0,
-        quantity: 0,
         calendar: None,
     };
     let fill = |rig: &mut Rig, words: &str, at: i64| (0..20).take_while(|_| q(words).run(rig, at * 1000, words)[0] == 0).count();
@@ -1572,12 +1570,11 @@ fn stray_calls_match_the_module_and_never_over_admit() {
                 stray(&mut g, now_ms)
             } else {
                 let k = &kinds[g.rng.random_range(0..kinds.len())];
-                Stray { words: k.words.clone(), all: k.all, quota: k.quota, limit: k.limit, quantity: k.quantity, calendar: k.calendar }
+                Stray { words: k.words.clone(), all: k.all, quota: k.quota, limit: k.limit, calendar: k.calendar }
             };
             // A fresh quantity for the kind's words (the last word is the quantity).
             let quantity = g.rng.random_range(0..5i64);
             *call.words.last_mut().unwrap() = quantity.to_string();
-            call.quantity = quantity;
             let context = format!("round {round} step {step} (THROTTLE_DIFF_SEED={seed}) at {now_ms} ms");
             let r = call.run(&mut rig, now_ms * 1000, &context);
             tally.add(if r[0] == 1 { "denied" } else if quantity == 0 { "peek" } else { "admitted" }.to_string());

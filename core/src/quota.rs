@@ -691,7 +691,7 @@ fn real_time(zone: &Resolver, unit: i64, position: i64, now_ms: i64) -> Result<P
             if at <= last {
                 break;
             }
-            if grid(ms_of(t.offset())) != grid(zone.offset(at - 1)?) {
+            if grid(ms_of(t.offset())) != grid(zone.offset(at.saturating_sub(1))?) {
                 start = at;
                 break;
             }
