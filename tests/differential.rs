@@ -1482,7 +1482,7 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
         return Stray { words, all, quota: false, limit, calendar: None };
     }
     let per = *g.pick(&Per::ALL);
-    let offset_min = if g.chance(0.5) { 0 } else { g.rng.random_range(-(14 * 60)..=(14 * 60)) };
+    let offset_min: i32 = if g.chance(0.5) { 0 } else { g.rng.random_range(-(14 * 60)..=(14 * 60)) };
     let anchor_ms = g.chance(0.4).then(|| now_ms + g.rng.random_range(-400 * 86_400_000i64..400 * 86_400_000));
     let mut words = if all { vec!["QUOTA".to_string()] } else { vec![] };
     words.extend([limit.to_string(), "PER".into(), per.word().into()]);
