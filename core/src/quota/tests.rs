@@ -106,6 +106,12 @@ fn dst_days_last_23_and_25_hours() {
             }
         }
     }
+    // Days around Apia's skipped day: December 29th ends at the change, the 31st begins there.
+    let day = cal(Per::Day, "Pacific/Apia", None);
+    boundaries(&day, "2011-12-29T10:00:00Z", "2011-12-30T10:00:00Z");
+    boundaries(&day, "2011-12-30T10:00:00Z", "2011-12-31T10:00:00Z");
+    // Vostok's 7-hour fold: January 31st, 1994 lasts 31 hours.
+    boundaries(&cal(Per::Day, "Antarctica/Vostok", None), "1994-01-30T17:00:00Z", "1994-02-01T00:00:00Z");
     // America/Santiago's spring change skips midnight (2027-09-05 00:00 → 01:00): the day
     // begins at 01:00.
     boundaries(&cal(Per::Day, "America/Santiago", None), "2027-09-05T04:00:00Z", "2027-09-06T03:00:00Z");
