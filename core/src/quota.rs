@@ -642,8 +642,8 @@ pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
     let mut index = unit_index(per, zone.local(now_ms)?);
     let mut start = start_of(index)?;
     // The anchor may put the start of this unit's period after now: the period is the
-    // previous unit's (a day, week, month or year is never shorter than a fold or a gap,
-    // so a few steps reach it).
+    // previous unit's; a skipped local day (Apia's 2011-12-30) is an empty unit to step
+    // over. A few steps reach the period whatever the transition.
     let steps = 4;
     for _ in 0..steps {
         if start <= now_ms {
@@ -679,7 +679,8 @@ fn real_time(zone: &Resolver, unit: i64, position: i64, now_ms: i64) -> Result<P
     let grid = |offset: i64| (position - offset).rem_euclid(unit);
     let offset = zone.offset(now_ms)?;
     // The last start of the grid of the offset in force now, at or before now.
-    let last = now_ms.checked_sub((now_ms.checked_add(offset).ok_or(Error::TooLarge)? - position).rem_euclid(unit)).ok_or(Error::TooLarge)?;
+    let local = now_ms.checked_add(offset).and_then(|l| l.checked_sub(position)).ok_or(Error::TooLarge)?;
+    let last = now_ms.checked_sub(local.rem_euclid(unit)).ok_or(Error::TooLarge)?;
     let (mut start, mut end) = (last, last.checked_add(unit).ok_or(Error::TooLarge)?);
     if let Resolver::Named(tz) = zone {
         let ts = |ms: i64| jiff::Timestamp::from_millisecond(ms).map_err(too_large);
