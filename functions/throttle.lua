@@ -632,14 +632,13 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
     closes = stamped_at(expiry_ms)
     has = true
   end
-  -- A window closing more than one window from now (stamped before the clock stepped back)
-  -- closes one window from now.
-  -- (Clocks start on the whole millisecond at or before now, nm: no reply time exceeds the
-  -- parameters.)
+  -- A stored close is never moved earlier (some call decided it: a longer window, a quota's
+  -- period, before the clock stepped back); a count without an expiry closes one window from
+  -- now. (Clocks start on the whole millisecond at or before now, nm.)
   local ceiling = nm + p.window
   if ceiling > MAX_MS then ceiling = nil end
   local stepped = false
-  if has and ceiling and (closes == nil or closes > ceiling) then closes, stepped = ceiling, true end
+  if has and ceiling and closes == nil then closes, stepped = ceiling, true end
   local open = has and (closes == nil or closes > nm)
   if not open then cm, cu = 0, 0 end
   local count = t_capped(cm, cu)
@@ -683,8 +682,9 @@ end
 ---------------------------------------------------------------------------------------------
 -- CL.QUOTA: a calendar quota (core/src/quota.rs) in UTC or a fixed offset (Lua has no tz
 -- database: an IANA name is refused). The count (CL.COUNTER's form) on a key expiring at the
--- period's end; a live key expiring at another instant was written under another calendar,
--- and its count carries over. Every instant here is a whole millisecond, below 2^53.
+-- period's end; a live key expiring at another instant was written under another calendar
+-- (or a counter's window, or before the clock stepped back): its count carries over, to the
+-- later of the two ends. Every instant here is a whole millisecond, below 2^53.
 
 local QUOTA_PER = { MINUTE = 1, HOUR = 2, DAY = 3, WEEK = 4, MONTH = 5, YEAR = 6 }
 local MS_DAY = 86400000
@@ -771,8 +771,10 @@ local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
   if stored then
     cm, cu = parse_i64(stored)
     if not cm or cm < 0 or cm > 999999999999 then invalid('quota', stored) end
-    local at = stamped_at(expiry_ms) -- nil: no expiry (or beyond i64 ns): lives, another period
+    local at = stamped_at(expiry_ms) -- nil: no expiry (or beyond i64 ns): lives, ends with this period
     live = at == nil or at > nm
+    -- A live key's later expiry stands (no call moves it earlier): the count ends then.
+    if live and at and at > e then e = at end
     moved = live and at ~= e
   end
   if not live then cm, cu = 0, 0 end

@@ -1423,3 +1423,179 @@ fn cl_throttle_repeated_on_the_same_words_matches_the_module() {
     }
     assert!(checked > 400, "{checked} calls checked");
 }
+
+/// The five integers of a limiter's reply (CL.ALL's first five), or `None` for an error.
+fn five_of(v: &Value) -> Option<[i64; 5]> {
+    let Value::Array(items) = v else { return None };
+    let ints: Vec<i64> = items.iter().take(5).map(|i| if let Value::Int(n) = i { Some(*n) } else { None }).collect::<Option<_>>()?;
+    ints.try_into().ok()
+}
+
+/// A call of the stray-call test: its words (after the key, the quantity last), whether it
+/// is a CL.ALL spec, its limit, and its calendar (a quota) or nothing (a counter).
+struct Stray {
+    words: Vec<String>,
+    all: bool,
+    /// CL.QUOTA (else CL.COUNTER), when not a CL.ALL spec.
+    quota: bool,
+    limit: i64,
+    calendar: Option<throttle_core::quota::Calendar>,
+}
+
+impl Stray {
+    /// Runs it on slot 0 at `now_us`; checks the twin (FCALL and EVALSHA) replies and stores
+    /// exactly as the module; returns the module's reply.
+    fn run(&self, rig: &mut Rig, now_us: i64, context: &str) -> [i64; 5] {
+        let (replies, states) = if self.all {
+            let mut spec = self.words.clone();
+            spec.push("MS".into());
+            let (_, replies, states) = rig.call_all(&[0], &spec, now_us);
+            (replies, states.into_iter().map(|s| s[0].clone()).collect::<Vec<_>>())
+        } else {
+            let names = if self.quota { ("CL.QUOTA", "cl_quota") } else { ("CL.COUNTER", "cl_counter") };
+            let mut args = self.words.clone();
+            args.push("MS".into());
+            let (_, replies, states) = rig.call_named(names, &Rig::keys(0), &args, now_us);
+            (replies, states.to_vec())
+        };
+        let what = format!("{context}: {}{}", if self.all { "CL.ALL " } else { "" }, self.words.join(" "));
+        assert_eq!(replies[1], replies[0], "FCALL differs: {what}");
+        assert_eq!(replies[2], replies[0], "EVALSHA differs: {what}");
+        assert_eq!(states[1], states[0], "FCALL's key differs: {what}");
+        assert_eq!(states[2], states[0], "EVALSHA's key differs: {what}");
+        five_of(&replies[0]).unwrap_or_else(|| panic!("{what}: {:?}", replies[0]))
+    }
+}
+
+/// A quota (UTC or a fixed offset, sometimes anchored) or a counter, single or as a CL.ALL spec.
+fn stray(g: &mut Gen, now_ms: i64) -> Stray {
+    use throttle_core::quota::{Calendar, Per, Zone};
+    let limit = g.rng.random_range(1..10i64);
+    let quantity = g.rng.random_range(0..5i64);
+    let all = g.chance(0.25);
+    if g.chance(0.25) {
+        let window_ms = *g.pick(&[1_000i64, 60_000, 3_600_000, 86_400_000, 40 * 86_400_000]);
+        let mut words = if all { vec!["COUNTER".to_string()] } else { vec![] };
+        words.extend([limit.to_string(), window_ms.to_string()]);
+        words.extend(if all { ["QUANTITY".to_string(), quantity.to_string()] } else { [quantity.to_string(), String::new()] });
+        words.retain(|w| !w.is_empty());
+        return Stray { words, all, quota: false, limit, calendar: None };
+    }
+    let per = *g.pick(&Per::ALL);
+    let offset_min: i32 = if g.chance(0.5) { 0 } else { g.rng.random_range(-(14 * 60)..=(14 * 60)) };
+    let anchor_ms = g.chance(0.4).then(|| now_ms + g.rng.random_range(-400 * 86_400_000i64..400 * 86_400_000));
+    let mut words = if all { vec!["QUOTA".to_string()] } else { vec![] };
+    words.extend([limit.to_string(), "PER".into(), per.word().into()]);
+    if offset_min != 0 {
+        let m = offset_min.abs();
+        words.extend(["TZ".into(), format!("{}{:02}:{:02}", if offset_min < 0 { '-' } else { '+' }, m / 60, m % 60)]);
+    }
+    if let Some(a) = anchor_ms {
+        words.extend(["ANCHOR".into(), a.to_string()]);
+    }
+    words.extend(["QUANTITY".into(), quantity.to_string()]);
+    Stray { words, all, quota: true, limit, calendar: Some(Calendar { per, zone: Zone::Fixed(offset_min * 60), anchor_ms }) }
+}
+
+/// Stray calls on a quota's key (item 10 of issue 27): the cases that once over-admitted, then
+/// random sequences of CL.QUOTA, CL.COUNTER and CL.ALL calls on one key (parameters changed
+/// call by call, the clock stepping back and forth) on the module and the twin alike. Every
+/// admitted call finds the units of every earlier admitted call whose period (a quota's
+/// calendar period, a counter's window as its reply gave it) still holds, and through which
+/// the clock never reached that period's end, counted: with its own, at most its limit.
+#[test]
+fn stray_calls_match_the_module_and_never_over_admit() {
+    const ROUNDS: usize = 24;
+    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(125, |n: usize| (n / ROUNDS).max(1));
+    let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * ROUNDS);
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+    let mut rig = Rig::start();
+    let real_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    // A UTC day ahead of real time (no key expires by the server's own clock meanwhile).
+    let day = (real_ms / 86_400_000 + 2) * 86_400_000;
+    let q = |words: &str| Stray {
+        words: words.split(' ').map(String::from).collect(),
+        all: words.starts_with("COUNTER") || words.starts_with("QUOTA"),
+        quota: true,
+        limit: 0,
+        calendar: None,
+    };
+    let fill = |rig: &mut Rig, words: &str, at: i64| (0..20).take_while(|_| q(words).run(rig, at * 1000, words)[0] == 0).count();
+    // The cases of the issue: a denied stray call under another TZ, PER or ANCHOR, a clock step
+    // back across midnight, a counter (single and as a spec) on the quota's key.
+    let strays = [
+        "5 PER DAY TZ -12:00",
+        "5 PER MINUTE",
+        &format!("5 PER DAY ANCHOR {}", day + 11 * 3_600_000) as &str,
+        "COUNTER 5 60000",
+        "QUOTA 5 PER HOUR TZ +05:30",
+    ]
+    .map(String::from);
+    for stray in &strays {
+        let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
+        assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", day + 10 * 3_600_000), 5, "{stray}");
+        let counter = stray.starts_with("COUNTER");
+        let r = if counter { q(stray).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray) } else { q(&format!("{stray} QUANTITY 1")).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray) };
+        assert_eq!(r[0], 1, "{stray}: denied");
+        assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", day + 23 * 3_600_000), 0, "{stray}: the UTC day has had its five");
+    }
+    let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
+    let midnight = day + 86_400_000;
+    assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", midnight), 5);
+    assert_eq!(q("5 PER DAY QUANTITY 1").run(&mut rig, (midnight - 1000) * 1000, "a step back")[0], 1);
+    assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", midnight + 1000), 0, "the day after a step back of 1 s has had its five");
+
+    // Random sequences.
+    let mut tally = Tally::default();
+    for round in 0..ROUNDS {
+        let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
+        let mut now_ms = day + 3 * 86_400_000 + g.rng.random_range(0..86_400_000);
+        let kinds: Vec<Stray> = (0..g.rng.random_range(1..4)).map(|_| stray(&mut g, now_ms)).collect();
+        // (its period's end, units, the latest clock since), in ms.
+        let mut admitted: Vec<(i64, i64, i64)> = Vec::new();
+        for step in 0..calls {
+            now_ms += match g.rng.random_range(0..10) {
+                0 => 0,
+                1..=3 => g.rng.random_range(1..120_000),
+                4..=5 => g.rng.random_range(1..7_200_000),
+                6..=7 => g.rng.random_range(1..3 * 86_400_000),
+                8 => -g.rng.random_range(1..5_000),
+                _ => -g.rng.random_range(1..2 * 86_400_000),
+            };
+            now_ms = now_ms.clamp(day, day + 250 * 86_400_000);
+            for a in &mut admitted {
+                a.2 = a.2.max(now_ms);
+            }
+            if g.chance(0.03) {
+                // An operator's DEL forgets every count (the way to reset a key on purpose).
+                let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
+                admitted.clear();
+            }
+            let mut call = if g.chance(0.15) {
+                stray(&mut g, now_ms)
+            } else {
+                let k = &kinds[g.rng.random_range(0..kinds.len())];
+                Stray { words: k.words.clone(), all: k.all, quota: k.quota, limit: k.limit, calendar: k.calendar }
+            };
+            // A fresh quantity for the kind's words (the last word is the quantity).
+            let quantity = g.rng.random_range(0..5i64);
+            *call.words.last_mut().unwrap() = quantity.to_string();
+            let context = format!("round {round} step {step} (THROTTLE_DIFF_SEED={seed}) at {now_ms} ms");
+            let r = call.run(&mut rig, now_ms * 1000, &context);
+            tally.add(if r[0] == 1 { "denied" } else if quantity == 0 { "peek" } else { "admitted" }.to_string());
+            if r[0] == 1 || quantity == 0 {
+                continue;
+            }
+            let end = match call.calendar {
+                Some(c) => throttle_core::quota::compute(&c, throttle_core::Instant::from_nanos(now_ms * 1_000_000)).unwrap().end.as_nanos() / 1_000_000,
+                None => now_ms + r[4],
+            };
+            let held: i64 = admitted.iter().filter(|&&(end, _, latest)| end > now_ms && latest < end).map(|a| a.1).sum();
+            assert!(held + quantity <= call.limit, "{context}: {} admitted {quantity} with {held} of earlier periods held", call.words.join(" "));
+            admitted.push((end, quantity, now_ms));
+        }
+    }
+    eprintln!("{:#?}", tally.calls);
+    assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 50), "{:?}", tally.calls);
+}

@@ -129,12 +129,164 @@ fn a_changed_period_never_admits_more_than_the_limit() {
     pin(&mut c, ms("2027-02-20T12:00:00Z"));
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH MS")[0], 1, "ten this month, whatever the day");
     // Another zone is another period: carried too.
+    // Another zone is another period: carried too, and its earlier end leaves the key's.
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH TZ Asia/Tokyo MS")[..3], [1, 10, 0]);
-    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-02-28T15:00:00Z"));
+    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-03-01T00:00:00Z"));
     // PERSIST: a key without an expiry is carried and re-timed by the next call that writes.
     let _: () = redis::cmd("PERSIST").arg("k").query(&mut c).unwrap();
-    assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH MS")[0], 1);
-    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-03-01T00:00:00Z"));
+    assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH TZ Asia/Tokyo MS")[0], 1);
+    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-02-28T15:00:00Z"));
+}
+
+/// Admits `quantity` one unit at a time until denied; returns how many were admitted.
+fn fill(c: &mut redis::Connection, words: &str, most: i64) -> i64 {
+    let mut n = 0;
+    while n <= most && throttle(c, words)[0] == 0 {
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_stray_call_never_shortens_a_calendar() {
+    let server = server();
+    let mut c = server.client();
+    let day = "CL.QUOTA k 5 PER DAY";
+    // Denied calls under another TZ, PER or ANCHOR, whose periods end before the UTC day's.
+    for (i, stray) in ["CL.QUOTA k 5 PER DAY TZ -12:00", "CL.QUOTA k 5 PER MINUTE", "CL.QUOTA k 5 PER DAY ANCHOR 2027-01-01T11:00:00Z", "CL.QUOTA k 5 PER DAY TZ Asia/Tokyo"]
+        .into_iter()
+        .enumerate()
+    {
+        let _: () = redis::cmd("DEL").arg("k").query(&mut c).unwrap();
+        let morning = ms("2027-02-10T10:00:00Z") + i as i64 * 86_400_000;
+        let midnight = ms("2027-02-11T00:00:00Z") + i as i64 * 86_400_000;
+        pin(&mut c, morning);
+        assert_eq!(fill(&mut c, day, 10), 5);
+        assert_eq!(throttle(&mut c, stray)[0], 1, "{stray}: denied (the five count under it too)");
+        assert_eq!(pexpiretime(&mut c, "k"), midnight, "{stray}: the key keeps the day's end");
+        // Later that UTC day, after the stray calendar's own period has ended.
+        pin(&mut c, midnight - 60_000);
+        assert_eq!(fill(&mut c, day, 10), 0, "{stray}: the UTC day admits nothing more");
+        assert_eq!(throttle(&mut c, &format!("{stray} QUANTITY 0"))[..3], [0, 5, 0], "{stray}: its peek counts the five until the key ends");
+        pin(&mut c, midnight);
+        assert_eq!(fill(&mut c, day, 10), 5, "{stray}: the next day starts empty");
+    }
+    // 200 in March at limit 100: a denied call anchored on the 15th.
+    let _: () = redis::cmd("DEL").arg("m").query(&mut c).unwrap();
+    pin(&mut c, ms("2027-03-10T00:00:00Z"));
+    assert_eq!(throttle(&mut c, "CL.QUOTA m 100 PER MONTH QUANTITY 100")[0], 0);
+    assert_eq!(throttle(&mut c, "CL.QUOTA m 100 PER MONTH ANCHOR 2027-01-15T00:00:00Z")[0], 1);
+    pin(&mut c, ms("2027-03-20T00:00:00Z"));
+    assert_eq!(throttle(&mut c, "CL.QUOTA m 100 PER MONTH QUANTITY 100")[0], 1, "March has had its hundred");
+    assert_eq!(pexpiretime(&mut c, "m"), ms("2027-04-01T00:00:00Z"));
+}
+
+#[test]
+fn a_clock_step_back_across_midnight_never_reopens_the_day() {
+    let server = server();
+    let mut c = server.client();
+    let day = "CL.QUOTA k 5 PER DAY";
+    let midnight = ms("2027-02-11T00:00:00Z");
+    pin(&mut c, midnight);
+    assert_eq!(fill(&mut c, day, 10), 5);
+    // The clock steps back one second: the day before, whose limit the five fill too.
+    pin(&mut c, midnight - 1000);
+    assert_eq!(throttle(&mut c, day)[..3], [1, 5, 0]);
+    assert_eq!(pexpiretime(&mut c, "k"), midnight + 86_400_000, "the denial leaves the key's end");
+    pin(&mut c, midnight + 1000);
+    assert_eq!(fill(&mut c, day, 10), 0, "February 11th has had its five");
+}
+
+#[test]
+fn a_counter_call_on_a_quota_key_never_cuts_the_quota() {
+    let server = server();
+    let mut c = server.client();
+    let month = "CL.QUOTA k 10 PER MONTH";
+    pin(&mut c, ms("2027-05-03T00:00:00Z"));
+    assert_eq!(fill(&mut c, month, 20), 10);
+    // A counter of 10 per minute on the same key, denied: the key keeps the month's end.
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 10 60")[..4], [1, 10, 0, (ms("2027-06-01T00:00:00Z") - ms("2027-05-03T00:00:00Z")) / 1000]);
+    // And as a CL.ALL spec.
+    let all: Vec<i64> = redis::cmd("CL.ALL").arg(1).arg("k").arg("COUNTER").arg(10).arg(60).query(&mut c).unwrap();
+    assert_eq!(all[0], 1);
+    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-06-01T00:00:00Z"));
+    pin(&mut c, ms("2027-05-03T00:02:00Z"));
+    assert_eq!(fill(&mut c, month, 20), 0, "May has had its ten");
+    // A counter admitting on a quota key counts into the quota's key until its end.
+    let _: () = redis::cmd("DEL").arg("k").query(&mut c).unwrap();
+    assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH QUANTITY 4")[0], 0);
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 10 60 2")[..3], [0, 10, 4]);
+    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-06-01T00:00:00Z"));
+    pin(&mut c, ms("2027-05-03T00:10:00Z"));
+    assert_eq!(fill(&mut c, month, 20), 4, "six of ten taken this month");
+}
+
+#[test]
+fn a_counter_window_is_never_cut_by_a_shorter_one() {
+    let server = server();
+    let mut c = server.client();
+    pin(&mut c, ms("2027-05-03T00:00:00Z"));
+    assert_eq!(fill(&mut c, "CL.COUNTER k 10 3600", 20), 10);
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 10 60")[..3], [1, 10, 0]);
+    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-05-03T01:00:00Z"), "the hour's window stands");
+    pin(&mut c, ms("2027-05-03T00:01:01Z"));
+    assert_eq!(fill(&mut c, "CL.COUNTER k 10 3600", 20), 0, "the hour has had its ten");
+}
+
+#[test]
+fn minutes_and_hours_last_their_length_across_any_transition() {
+    let server = server();
+    let mut c = server.client();
+    let fresh = |c: &mut redis::Connection, at: &str, words: &str| {
+        let _: () = redis::cmd("DEL").arg("t").query(c).unwrap();
+        pin(c, ms(at));
+        throttle(c, &format!("CL.QUOTA t 5 {words} MS"))
+    };
+    // New York falls back on 2027-11-07 at 06:00Z (02:00 EDT → 01:00 EST).
+    assert_eq!(fresh(&mut c, "2027-11-07T05:59:30Z", "PER MINUTE TZ America/New_York"), [0, 5, 4, -1, 30_000], "01:59:30 EDT: a minute, not 61");
+    assert_eq!(fresh(&mut c, "2027-11-07T05:30:00Z", "PER HOUR TZ America/New_York"), [0, 5, 4, -1, 1_800_000], "01:30 EDT");
+    assert_eq!(fresh(&mut c, "2027-11-07T06:30:00Z", "PER HOUR TZ America/New_York"), [0, 5, 4, -1, 1_800_000], "01:30 EST: the repeated hour is a period of its own");
+    // Lord Howe falls back half an hour on 2027-04-04 at 15:00Z (02:00 +11 → 01:30 +10:30).
+    assert_eq!(fresh(&mut c, "2027-04-03T14:59:30Z", "PER MINUTE TZ Australia/Lord_Howe"), [0, 5, 4, -1, 30_000]);
+    assert_eq!(fresh(&mut c, "2027-04-03T14:30:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 1_800_000], "the hour from 01:00 +11 ends at the change");
+    assert_eq!(fresh(&mut c, "2027-04-03T15:10:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 1_200_000], "the repeated half hour, to 02:00 +10:30");
+    assert_eq!(fresh(&mut c, "2027-04-03T15:30:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 3_600_000]);
+    // Transitions of a day and more: Kwajalein skipped 1993-08-21 (-12 → +12), Apia
+    // 2011-12-30 (-10 → +14). No error; minutes and hours as long as ever.
+    for (zone, change) in [("Pacific/Kwajalein", "1993-08-21T12:00:00Z"), ("Pacific/Apia", "2011-12-30T10:00:00Z")] {
+        for (at, unit, left) in [(-30_000, "MINUTE", 30_000), (0, "MINUTE", 60_000), (-1_000, "HOUR", 1_000), (90_000, "HOUR", 3_510_000)] {
+            let when = ms(change) + at;
+            let _: () = redis::cmd("DEL").arg("t").query(&mut c).unwrap();
+            pin(&mut c, when);
+            assert_eq!(throttle(&mut c, &format!("CL.QUOTA t 5 PER {unit} TZ {zone} MS")), [0, 5, 4, -1, left], "{zone} {unit} at {change} {at:+} ms");
+        }
+    }
+    // Vostok: +07 → -00 on 1994-01-31 at 17:00Z (a fold of 7 hours), → +05 on 2023-12-17 at 19:00Z.
+    for (at, unit) in [("1994-01-31T17:00:00Z", "MINUTE"), ("1994-01-31T20:00:30Z", "MINUTE"), ("1994-01-31T20:30:00Z", "HOUR"), ("2023-12-17T19:30:00Z", "HOUR")] {
+        let r = fresh(&mut c, at, &format!("PER {unit} TZ Antarctica/Vostok"));
+        assert!(r[..4] == [0, 5, 4, -1] && r[4] > 0 && r[4] <= if unit == "MINUTE" { 60_000 } else { 3_600_000 }, "Vostok {unit} at {at}: {r:?}");
+    }
+}
+
+#[test]
+fn an_anchor_in_the_last_hours_of_9999_is_accepted_in_any_zone() {
+    let server = server();
+    let mut c = server.client();
+    pin(&mut c, ms("2027-02-10T10:00:00Z"));
+    for (zone, anchor, left) in [
+        ("Europe/Berlin", "9999-12-31T23:59:59.999Z", 14 * 3_600_000 - 1),
+        ("America/New_York", "9999-12-31T12:00:00Z", 2 * 3_600_000),
+        ("Pacific/Kiritimati", "9999-12-31T23:00:00Z", 13 * 3_600_000),
+    ] {
+        // Daily at the anchor's local time of day (winter: CET +1, EST -5, +14).
+        let r = throttle(&mut c, &format!("CL.QUOTA n:{zone} 5 PER DAY TZ {zone} ANCHOR {anchor} MS"));
+        assert_eq!(r, [0, 5, 4, -1, left], "{zone} {anchor}");
+    }
+    // The last millisecond of 9999 (Unix ms), 10000-01-01T00:59:59.999 in Berlin: yearly on
+    // January 1st at 00:59:59.999 CET.
+    let r = throttle(&mut c, "CL.QUOTA y 5 PER YEAR TZ Europe/Berlin ANCHOR 253402300799999 MS");
+    assert_eq!(r[..4], [0, 5, 4, -1]);
+    assert_eq!(pexpiretime(&mut c, "y"), ms("2027-12-31T23:59:59.999Z"));
 }
 
 #[test]

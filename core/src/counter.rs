@@ -9,10 +9,13 @@
 //! the key's millisecond expiry is exactly the instant the window closes and no reply time
 //! exceeds the window.
 //!
-//! A window closes at most one window after the whole millisecond at or before now (it
-//! opened at or before now); a stored close beyond that (the clock stepped back, the window
-//! was shortened, or the key lost its expiry: `PERSIST`, `RESTORE key 0 …`, a `SET` without
-//! `KEEPTTL`) is read as closing there, and a call other than a peek stores it so.
+//! A stored close is never moved earlier, even one beyond a window from now (the clock
+//! stepped back, the window was shortened, or CL.QUOTA counted on the key to its period's
+//! end): some call decided it, and every unit the count holds stays counted until then, so
+//! no sequence of calls on a key admits more than a limit asked for in its window or
+//! period. A key that lost its expiry (`PERSIST`, `RESTORE key 0 …`, a `SET` without
+//! `KEEPTTL`) is read as closing one window from now, and a call other than a peek stores it
+//! so.
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Nanos};
@@ -76,15 +79,17 @@ impl Params {
 /// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
 #[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
-    // A window closing more than one window from now (stamped before the clock stepped back,
-    // under a longer window, or without an expiry) closes one window from now: no user is
-    // locked out longer.
+    // A stored close is never moved earlier: some call decided it (this window, a longer
+    // one, a CL.QUOTA period, or before the clock stepped back), and every unit counted stays
+    // counted until then. A count without an expiry (or with one beyond the nanosecond
+    // range) closes one window from now, and a call other than a peek stores that close.
+    let unbounded = state.is_some_and(|s| s.closes_at == Instant::from_nanos(i64::MAX));
     let ceiling = now.whole_milli_at_or_before().and_then(|t| t.checked_add(params.window)).ok();
-    let stepped = matches!((state, ceiling), (Some(s), Some(c)) if s.closes_at > c);
+    let stepped = unbounded && ceiling.is_some();
     let open = state
-        .map(|s| State { closes_at: ceiling.map_or(s.closes_at, |c| s.closes_at.min(c)), ..s })
+        .map(|s| State { closes_at: if unbounded { ceiling.unwrap_or(s.closes_at) } else { s.closes_at }, ..s })
         .filter(|s| s.closes_at > now);
-    // A denial stores the pulled-back close (a peek stays pure): see `throttle::decide`.
+    // A denial stores the close it set (a peek stays pure): see `throttle::decide`.
     let denied_effect = match open {
         Some(open) if stepped && quantity != 0 => Effect::Store { state: open.count, expires_at: open.closes_at },
         _ => Effect::Nothing,

@@ -10,7 +10,7 @@
 //! (for parameters that validate); `remaining` within `[0, limit]`; a retry time only when
 //! denied; a peek changes nothing; an admitted call takes at most what a peek at the same
 //! instant says remains, and exactly that many; after one call, the limiter is full again
-//! within its recovery time (GCRA: one tolerance; counter: one window; bucket: the refills of
+//! within its recovery time (GCRA: one tolerance; counter: one window, or its stored close if later; bucket: the refills of
 //! a full deficit; window: one window, two plus a bucket with `PRECISION`).
 
 use crate::reference::{self, reply_i128};
@@ -261,7 +261,10 @@ pub fn counter(data: &[u8]) {
         assert_eq!(reply_i128(d.reply), want, "counter reply at {now} q {q}");
         key.store_integer(d.effect, now);
     }
-    recovers("counter", clock.now, window_ms * MS + MS, limit, &mut key, |key, now, q| {
+    // A stored close stands (no call moves it earlier): full one window after the last call,
+    // or once a close stamped further ahead (before the clock stepped back) has passed.
+    let ahead = key.expires_ms.and_then(|ms| ms.checked_mul(MS)).map_or(0, |at| at.saturating_sub(clock.now));
+    recovers("counter", clock.now, (window_ms * MS).max(ahead) + MS, limit, &mut key, |key, now, q| {
         counter::decide(counter_state(key), Instant::from_nanos(now), &p, q)
     });
 }

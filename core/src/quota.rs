@@ -3,31 +3,38 @@
 //!
 //! # Periods
 //!
-//! A period is a span of local (wall-clock) time in the quota's zone: a day runs from local
-//! midnight to local midnight (23 or 25 hours across a DST change), a week from Monday
-//! (ISO 8601), a month from the 1st, a year from January 1st. `ANCHOR instant` moves the start
-//! to the anchor's local position within the period: its second (MINUTE), minute and second
-//! (HOUR), time of day (DAY), weekday and time (WEEK), day of month and time (MONTH), month,
-//! day and time (YEAR). An anchor day beyond a month's last day begins on its last day (an
-//! anchor on the 31st begins February on the 28th or 29th), and Feb 29 begins a non-leap
-//! year on Feb 28. A local start the clock skips (a DST gap) begins when the clock reads it
-//! as if it had not jumped (one hour later, for a one-hour gap); a local start the clock
-//! reads twice (a DST fold) begins at its first reading. Each start is thus a function of
-//! the local calendar, so periods tile time: every instant is in exactly one.
+//! A day, week, month or year is a span of local (wall-clock) time in the quota's zone: a
+//! day runs from local midnight to local midnight (23 or 25 hours across a DST change), a
+//! week from Monday (ISO 8601), a month from the 1st, a year from January 1st. `ANCHOR
+//! instant` moves the start to the anchor's local position within the period: its second
+//! (MINUTE), minute and second (HOUR), time of day (DAY), weekday and time (WEEK), day of
+//! month and time (MONTH), month, day and time (YEAR). An anchor day beyond a month's last
+//! day begins on its last day (an anchor on the 31st begins February on the 28th or 29th),
+//! and Feb 29 begins a non-leap year on Feb 28. A local start the clock skips (a DST gap)
+//! begins when the clock reads it as if it had not jumped (one hour later, for a one-hour
+//! gap); a local start the clock reads twice (a DST fold) begins at its first reading.
+//!
+//! A minute or an hour is a span of real time (see `real_time`): one begins at every
+//! instant the clock reads its start, so each lasts exactly its unit unless the offset
+//! changes by a part of it (Lord Howe's half hour), which ends the one in progress. Periods
+//! tile time: every instant is in exactly one.
 //!
 //! Zones are IANA names from the database compiled into this crate ([`TZDB_VERSION`]),
 //! never the host's, or fixed offsets (`+05:30`); the default is UTC.
 //!
 //! # Stored state
 //!
-//! The count of the current period as a decimal integer string (CL.COUNTER's form), on a key
-//! expiring at the period's end (absolute milliseconds). The expiry names the period: a live
-//! key whose expiry is not the end of the period that holds now under the call's parameters
-//! was written under other parameters (PER, TZ or ANCHOR changed), before a clock step, or
-//! has lost its expiry. Its count is then carried into the current period, which is honest:
-//! every unit it holds was admitted at or before now, so none of them can be in a later
-//! period, and carrying all of them over the current one never admits more than `limit`
-//! in it. A call that writes (not a peek) re-times the key to the current period's end.
+//! The count as a decimal integer string (CL.COUNTER's form), on a key expiring when the
+//! count ends (absolute milliseconds): the end of the period it was counted in, or later.
+//! No call moves a key's expiry earlier: a live key expiring after the current period's end
+//! was written under other parameters (PER, TZ or ANCHOR, or CL.COUNTER's window), or before
+//! the clock stepped back, and every unit it holds belongs to a period that has not ended,
+//! so the whole count stands until then. A live key expiring sooner has its count carried to
+//! the current period's end (every unit was admitted at or before now, so none is in a later
+//! period), and a key without an expiry ends with the current period. A call that writes (not
+//! a peek) stores the count to the later of the two ends. So a unit stays counted until the
+//! end of every period and window it was admitted in, and no sequence of calls on a key
+//! admits more than a limit asked for in one of its periods.
 
 use std::cell::RefCell;
 
@@ -356,17 +363,28 @@ pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
     Ok(State { count, expires_at })
 }
 
+/// A stored count without an expiry (`PERSIST`, `RESTORE key 0 …`, a `SET` without
+/// `KEEPTTL`), or with one beyond the nanosecond range: no call decided when it ends.
+const NO_EXPIRY: Instant = Instant::from_nanos(i64::MAX);
+
 /// Decides a call consuming `quantity` units at `now`. 0 peeks (nothing written); a negative
 /// quantity refunds, never below zero.
 #[inline(always)]
 pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
     let period = period(&params.calendar, now)?;
     let live = state.filter(|s| s.expires_at > now);
-    // A live key of another period (see the module's comment) carries its count over.
-    let moved = live.is_some_and(|s| s.expires_at != period.end);
+    // The count ends at the later of the key's expiry and this period's end: an expiry some
+    // call decided (another calendar's period, a counter's window, before the clock stepped
+    // back) is never moved earlier, so every unit stays counted until the end of each period
+    // it was admitted in. A key without an expiry ends with this period.
+    let end = match live {
+        Some(s) if s.expires_at != NO_EXPIRY => s.expires_at.max(period.end),
+        _ => period.end,
+    };
+    let moved = live.is_some_and(|s| s.expires_at != end);
     let count = live.map_or(0, |s| s.count);
-    let until_end = period.end.saturating_since(now);
-    let store = |count: i64| Effect::Store { state: count, expires_at: period.end };
+    let until_end = end.saturating_since(now);
+    let store = |count: i64| Effect::Store { state: count, expires_at: end };
     let denied_effect = if moved && quantity != 0 { store(count) } else { Effect::Nothing };
 
     if quantity < 0 {
@@ -450,6 +468,9 @@ pub fn period(calendar: &Calendar, now: Instant) -> Result<Period> {
 
 const MS_PER_DAY: i64 = 86_400_000;
 
+/// 400 Gregorian years (146,097 days, a whole number of weeks) in milliseconds.
+const GREGORIAN_CYCLE_MS: i64 = 146_097 * MS_PER_DAY;
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -514,9 +535,22 @@ impl Resolver {
     fn local(&self, ms: i64) -> Result<i64> {
         let offset = match self {
             Resolver::Fixed(o) => *o,
-            Resolver::Named(tz) => i64::from(tz.to_offset(jiff::Timestamp::from_millisecond(ms).map_err(too_large)?).seconds()) * 1000,
+            Resolver::Named(_) => self.offset(ms)?,
         };
         ms.checked_add(offset).ok_or_else(|| Error::TooLarge)
+    }
+
+    /// The zone's offset from UTC at the instant `ms`, in milliseconds.
+    fn offset(&self, ms: i64) -> Result<i64> {
+        let tz = match self {
+            Resolver::Fixed(o) => return Ok(*o),
+            Resolver::Named(tz) => tz,
+        };
+        // jiff's instants end on 9999-12-30 at 22:00 UTC; an ANCHOR may be up to the end of
+        // 9999. The Gregorian calendar repeats every 400 years and, that far ahead, a zone
+        // follows one yearly rule: the offset 400 years earlier is the same.
+        let ms = if ms > jiff::Timestamp::MAX.as_millisecond() { ms - GREGORIAN_CYCLE_MS } else { ms };
+        Ok(i64::from(tz.to_offset(jiff::Timestamp::from_millisecond(ms).map_err(too_large)?).seconds()) * 1000)
     }
 
     /// The instant at which the local clock reads `local` (a skipped reading: as if the
@@ -597,18 +631,20 @@ pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
         None => Position::START,
     };
     let per = calendar.per;
+    if let Some(unit) = match per {
+        Per::Minute => Some(60_000),
+        Per::Hour => Some(3_600_000),
+        _ => None,
+    } {
+        return real_time(&zone, unit, pos.ms_of_day % unit, now_ms);
+    }
     let start_of = |index: i64| zone.instant(local_start(per, index, &pos)?);
     let mut index = unit_index(per, zone.local(now_ms)?);
     let mut start = start_of(index)?;
     // The anchor may put the start of this unit's period after now: the period is the
-    // previous unit's. Across a fold, starts resolve to their first reading, so the local
-    // unit of an instant in the repeated span may be up to the fold's length (3 hours at most
-    // in the tz database) before its period: that many minutes or hours to step over.
-    let steps = match per {
-        Per::Minute => 4 + 180,
-        Per::Hour => 4 + 3,
-        _ => 4,
-    };
+    // previous unit's; a skipped local day (Apia's 2011-12-30) is an empty unit to step
+    // over. A few steps reach the period whatever the transition.
+    let steps = 4;
     for _ in 0..steps {
         if start <= now_ms {
             break;
@@ -629,6 +665,50 @@ pub fn compute(calendar: &Calendar, now: Instant) -> Result<Period> {
         return Err(Error::Internal("no calendar period holds now".into()));
     }
     let at = |ms: i64| ms.checked_mul(NANOS_PER_MILLI).map(Instant::from_nanos).ok_or_else(|| Error::TooLarge);
+    Ok(Period { start: at(start)?, end: at(end)? })
+}
+
+/// A minute or an hour (`unit` ms): a span of real time. Periods start at each instant the
+/// zone's clock reads `position` within the unit (every reading: a repeated local hour is
+/// two periods), so each lasts exactly `unit` while the offset changes by whole units (all
+/// DST changes but Lord Howe's for hours); an offset change that moves those instants
+/// (Lord Howe's half hour; a local mean time of seconds, for minutes) ends the period in
+/// progress and begins the next, which ends at the new grid's next start. So no period is
+/// longer than `unit`, whatever the length of a transition, and periods tile time.
+fn real_time(zone: &Resolver, unit: i64, position: i64, now_ms: i64) -> Result<Period> {
+    let grid = |offset: i64| (position - offset).rem_euclid(unit);
+    let offset = zone.offset(now_ms)?;
+    // The last start of the grid of the offset in force now, at or before now.
+    let local = now_ms.checked_add(offset).and_then(|l| l.checked_sub(position)).ok_or(Error::TooLarge)?;
+    let last = now_ms.checked_sub(local.rem_euclid(unit)).ok_or(Error::TooLarge)?;
+    let (mut start, mut end) = (last, last.checked_add(unit).ok_or(Error::TooLarge)?);
+    if let Resolver::Named(tz) = zone {
+        let ts = |ms: i64| jiff::Timestamp::from_millisecond(ms).map_err(too_large);
+        let ms_of = |offset: jiff::tz::Offset| i64::from(offset.seconds()) * 1000;
+        // Transitions at or before now (latest first) down to the grid's start, and after now
+        // up to its end: the latest that moved the grid begins the period, the first ends it.
+        for t in tz.preceding(ts(now_ms.saturating_add(1))?) {
+            let at = t.timestamp().as_millisecond();
+            if at <= last {
+                break;
+            }
+            if grid(ms_of(t.offset())) != grid(zone.offset(at.saturating_sub(1))?) {
+                start = at;
+                break;
+            }
+        }
+        for t in tz.following(ts(now_ms)?) {
+            let at = t.timestamp().as_millisecond();
+            if at >= end {
+                break;
+            }
+            if at > now_ms && grid(ms_of(t.offset())) != grid(offset) {
+                end = at;
+                break;
+            }
+        }
+    }
+    let at = |ms: i64| ms.checked_mul(NANOS_PER_MILLI).map(Instant::from_nanos).ok_or(Error::TooLarge);
     Ok(Period { start: at(start)?, end: at(end)? })
 }
 

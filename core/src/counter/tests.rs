@@ -167,13 +167,19 @@ proptest! {
                 if let Effect::Store { state: c, expires_at } = d.effect {
                     match q {
                         ..0 => prop_assert!(c >= 1 && c < state.count),
-                        _ if d.reply.limited => prop_assert_eq!(c, state.count, "a denial stores only a pulled-back close"),
+                        _ if d.reply.limited => prop_assert_eq!(c, state.count, "a denial stores only the close of a key without one"),
                         _ => prop_assert!(c >= 1 && c <= limit),
                     }
                     prop_assert!(expires_at > Instant::from_nanos(now));
-                    // Never beyond one window from the whole millisecond at or before now.
+                    // A stored close stands; a new one (or one for a key without an expiry) is
+                    // one window from the whole millisecond at or before now.
                     let floor = now - now.rem_euclid(NANOS_PER_MILLI);
-                    prop_assert!(i128::from(expires_at.as_nanos()) <= i128::from(floor) + i128::from(window_ms) * i128::from(NANOS_PER_MILLI));
+                    let new_close = i128::from(floor) + i128::from(window_ms) * i128::from(NANOS_PER_MILLI);
+                    if ms.is_none() || state.closes_at.as_nanos() == i64::MAX || state.closes_at <= Instant::from_nanos(now) {
+                        prop_assert!(i128::from(expires_at.as_nanos()) <= new_close);
+                    } else {
+                        prop_assert_eq!(expires_at, state.closes_at, "a stored close is never moved");
+                    }
                 }
             }
         }
@@ -186,29 +192,41 @@ proptest! {
 }
 
 #[test]
-fn a_window_closing_far_ahead_closes_one_window_from_now() {
+fn a_window_closing_far_ahead_is_never_moved_earlier() {
     let p = Params::new(3, secs(10)).unwrap();
-    // Stored an hour ahead (the clock stepped back an hour), full.
-    let mut s = Some((3, (T0 + 3600 * NANOS_PER_SEC) / NANOS_PER_MILLI));
-    assert_eq!(arr(run(&mut s, T0, &p, 1)), [1, 3, 0, 10, 10]);
-    assert_eq!(arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)), [0, 3, 2, -1, 10], "recovered in one window");
+    // Stored an hour ahead (the clock stepped back an hour, or a longer window, or CL.QUOTA
+    // counting to its period's end), full: the count holds until then, and no call moves it.
+    let close = (T0 + 3600 * NANOS_PER_SEC) / NANOS_PER_MILLI;
+    let mut s = Some((3, close));
+    assert_eq!(arr(run(&mut s, T0, &p, 1)), [1, 3, 0, 3600, 3600]);
+    assert_eq!(s, Some((3, close)), "a denial writes nothing");
+    assert_eq!(arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)), [1, 3, 0, 3590, 3590], "still counted a window later");
+    assert_eq!(arr(run(&mut s, close * NANOS_PER_MILLI, &p, 1)), [0, 3, 2, -1, 10], "a new window once it closes");
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(5_000))]
 
-    /// Whatever its stored close, after one call (denied or not) a counter admits again
-    /// within one window.
+    /// Whatever its stored close, a call never moves it earlier, and once it has passed (or
+    /// one window after the call, if later) the counter admits again.
     #[test]
-    fn any_stamped_close_recovers_within_one_window(
+    fn a_stamped_close_stands_until_it_passes(
         count in 0i64..20, offset_ms in prop_oneof![-(1i64 << 40)..(1i64 << 40), -100_000i64..100_000],
         limit in 1i64..20, window_ms in 1i64..100_000, q in 1i64..25,
     ) {
         let p = Params::new(limit, Nanos::new(window_ms * NANOS_PER_MILLI).unwrap()).unwrap();
-        let mut stored = Some((count, T0 / NANOS_PER_MILLI + offset_ms));
+        let close = T0 / NANOS_PER_MILLI + offset_ms;
+        let mut stored = Some((count, close));
         let peek = run(&mut stored, T0, &p, 0);
-        prop_assert!(peek.reset_after.as_nanos() <= window_ms * NANOS_PER_MILLI);
+        let live = close * NANOS_PER_MILLI > T0;
+        if live && count > 0 {
+            prop_assert_eq!(peek.reset_after.as_nanos(), close * NANOS_PER_MILLI - T0);
+        }
         run(&mut stored, T0, &p, q);
-        prop_assert!(!run(&mut stored, T0 + window_ms * NANOS_PER_MILLI, &p, 1).limited, "admits again one window later");
+        if live {
+            prop_assert!(stored.is_some_and(|(_, at)| at >= close), "{:?}: never moved earlier than {}", stored, close);
+        }
+        let after = stored.map_or(T0, |(_, at)| at * NANOS_PER_MILLI).max(T0 + window_ms * NANOS_PER_MILLI);
+        prop_assert!(!run(&mut stored, after, &p, 1).limited, "admits again once the close has passed");
     }
 }

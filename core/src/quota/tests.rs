@@ -70,15 +70,48 @@ fn dst_days_last_23_and_25_hours() {
     let day = cal(Per::Day, "America/New_York", None);
     boundaries(&day, "2027-03-14T05:00:00Z", "2027-03-15T04:00:00Z");
     boundaries(&day, "2027-11-07T04:00:00Z", "2027-11-08T05:00:00Z");
-    // Each minute the clock reads twice begins at its first reading: the last one before the
-    // clocks go back (01:59 EDT) lasts until 02:00 EST, 61 minutes (found by the fuzzer).
+    // Minutes and hours are real time: every reading of a start begins one, so the last
+    // minute before the clocks go back (01:59 EDT) lasts 60 s, and the hour the clock reads
+    // twice is two periods; the skipped one does not exist.
     let minute = cal(Per::Minute, "America/New_York", None);
-    boundaries(&minute, "2027-11-07T05:59:00Z", "2027-11-07T07:00:00Z");
+    boundaries(&minute, "2027-11-07T05:59:00Z", "2027-11-07T06:00:00Z");
+    boundaries(&minute, "2027-11-07T06:00:00Z", "2027-11-07T06:01:00Z");
     boundaries(&minute, "2027-11-07T05:30:00Z", "2027-11-07T05:31:00Z");
-    // The hour the clock reads twice lasts two hours; the skipped one does not exist.
     let hour = cal(Per::Hour, "America/New_York", None);
-    boundaries(&hour, "2027-11-07T05:00:00Z", "2027-11-07T07:00:00Z");
+    boundaries(&hour, "2027-11-07T05:00:00Z", "2027-11-07T06:00:00Z");
+    boundaries(&hour, "2027-11-07T06:00:00Z", "2027-11-07T07:00:00Z");
     boundaries(&hour, "2027-03-14T06:00:00Z", "2027-03-14T07:00:00Z");
+    // Lord Howe moves half an hour: the hour in progress ends at the change, and the next
+    // runs to the new clock's next full hour. Autumn 2027-04-04 02:00 +11 → 01:30 +10:30
+    // (15:00Z); spring 2027-10-03 02:00 +10:30 → 02:30 +11 (15:30Z). Minutes never move.
+    let hour = cal(Per::Hour, "Australia/Lord_Howe", None);
+    boundaries(&hour, "2027-04-03T14:00:00Z", "2027-04-03T15:00:00Z");
+    boundaries(&hour, "2027-04-03T15:00:00Z", "2027-04-03T15:30:00Z");
+    boundaries(&hour, "2027-04-03T15:30:00Z", "2027-04-03T16:30:00Z");
+    boundaries(&hour, "2027-10-02T14:30:00Z", "2027-10-02T15:30:00Z");
+    boundaries(&hour, "2027-10-02T15:30:00Z", "2027-10-02T16:00:00Z");
+    boundaries(&hour, "2027-10-02T16:00:00Z", "2027-10-02T17:00:00Z");
+    boundaries(&cal(Per::Minute, "Australia/Lord_Howe", None), "2027-04-03T14:59:00Z", "2027-04-03T15:00:00Z");
+    // Transitions of a day or more, or folds of many hours: Kwajalein skipped 1993-08-20
+    // (-12 → +12 at 12:00Z), Apia 2011-12-30 (-10 → +14 at 10:00Z), Vostok repeated 7 hours
+    // on 1994-01-31 (+07 → -00 at 17:00Z). Minutes and hours go on as in UTC.
+    for (zone, change) in [("Pacific/Kwajalein", "1993-08-21T12:00:00Z"), ("Pacific/Apia", "2011-12-30T10:00:00Z"), ("Antarctica/Vostok", "1994-01-31T17:00:00Z")] {
+        let t = ms(change);
+        for (per, unit) in [(Per::Minute, 60_000), (Per::Hour, 3_600_000)] {
+            let c = cal(per, zone, None);
+            for now in [t - unit - 1, t - 1, t, t + 1, t + 3 * 3_600_000 + 123, t + 5 * 3_600_000] {
+                let p = compute(&c, ns(now)).unwrap();
+                let start = now - now.rem_euclid(unit);
+                assert_eq!((p.start, p.end), (ns(start), ns(start + unit)), "{zone} {per:?} at {now}");
+            }
+        }
+    }
+    // Days around Apia's skipped day: December 29th ends at the change, the 31st begins there.
+    let day = cal(Per::Day, "Pacific/Apia", None);
+    boundaries(&day, "2011-12-29T10:00:00Z", "2011-12-30T10:00:00Z");
+    boundaries(&day, "2011-12-30T10:00:00Z", "2011-12-31T10:00:00Z");
+    // Vostok's 7-hour fold: January 31st, 1994 lasts 31 hours.
+    boundaries(&cal(Per::Day, "Antarctica/Vostok", None), "1994-01-30T17:00:00Z", "1994-02-01T00:00:00Z");
     // America/Santiago's spring change skips midnight (2027-09-05 00:00 → 01:00): the day
     // begins at 01:00.
     boundaries(&cal(Per::Day, "America/Santiago", None), "2027-09-05T04:00:00Z", "2027-09-06T03:00:00Z");
@@ -115,6 +148,13 @@ fn anchors_move_the_start_and_clamp_to_short_months() {
     boundaries(&cal(Per::Hour, "UTC", Some("2026-01-07T06:20:15.500Z")), "2027-02-10T06:20:15.500Z", "2027-02-10T07:20:15.500Z");
     // An anchor time the clock skips begins the day as if it had not jumped (03:30 CEST).
     boundaries(&cal(Per::Day, "Europe/Berlin", Some("2027-01-10T01:30:00Z")), "2027-03-28T01:30:00Z", "2027-03-29T00:30:00Z");
+    // An anchor in the last hours of 9999, in a zone (beyond jiff's instants): its local
+    // position, as 400 years earlier.
+    let last = cal(Per::Day, "Europe/Berlin", Some("9999-12-31T23:59:59.999Z"));
+    boundaries(&last, "2027-02-09T23:59:59.999Z", "2027-02-10T23:59:59.999Z");
+    let last = cal(Per::Week, "America/New_York", Some("9999-12-31T12:00:00Z"));
+    // 9999-12-31 is a Friday: weekly from Friday 07:00 EST.
+    boundaries(&last, "2027-02-05T12:00:00Z", "2027-02-12T12:00:00Z");
     // As Unix time: seconds by default, milliseconds with MS.
     assert_eq!(parse_anchor(b"1769850000", Unit::Seconds), Ok(ms("2026-01-31T09:00:00Z")));
     assert_eq!(parse_anchor(b"1769850000000", Unit::Millis), Ok(ms("2026-01-31T09:00:00Z")));
@@ -366,3 +406,62 @@ fn commands_parse_quota_words() {
     assert_eq!(err("1 a QUOTA 5 PER"), "ERR limiter 1: QUOTA takes 3 numbers");
 }
 
+
+/// A call of the invariant below: CL.QUOTA under a calendar, or CL.COUNTER with a window (s).
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Quota(Calendar),
+    Counter(i64),
+}
+
+fn stray_calls() -> impl Strategy<Value = Call> {
+    prop_oneof![3 => calendars().prop_map(Call::Quota), 1 => (1i64..200_000).prop_map(Call::Counter)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// No sequence of calls on one key (CL.QUOTA under any calendars, CL.COUNTER with any
+    /// windows, limits changed, the clock stepping back and forth) admits more than a limit
+    /// asked for: when a call is admitted, the units of every earlier admitted call whose
+    /// period (its calendar's, or the counter's window as its reply gave it) still holds now,
+    /// and through which the clock never reached that period's end, plus its own, are at
+    /// most its limit. (A stray call used to re-time the key to its own, earlier end.)
+    #[test]
+    fn no_sequence_admits_more_than_a_limit_asked_for(
+        start in instants(),
+        kinds in proptest::collection::vec(stray_calls(), 1..4),
+        calls in proptest::collection::vec((-2_000_000i64..3_000_000, 0i64..6, 0usize..4, 1i64..10), 1..40),
+    ) {
+        let mut key: IntegerKey = None;
+        let mut now = start;
+        // (admitted at, its period's end, units), and the latest clock since each.
+        let mut admitted: Vec<(i64, i64, i64, i64)> = Vec::new();
+        for (step_ms, q, which, limit) in calls {
+            // Mostly forward (up to about 35 days), sometimes back (up to about 23 days).
+            now += step_ms * 1_000_000;
+            for a in &mut admitted { a.3 = a.3.max(now); }
+            if key.is_some_and(|(_, at)| at * NANOS_PER_MILLI <= now) { key = None; }
+            let (limited, end) = match kinds[which % kinds.len()] {
+                Call::Quota(c) => {
+                    let p = Params::new(limit, c).unwrap();
+                    let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
+                    let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+                    carry(&mut key, d.effect);
+                    (d.reply.limited, compute(&c, Instant::from_nanos(now)).unwrap().end.as_nanos())
+                }
+                Call::Counter(window_s) => {
+                    let p = crate::counter::Params::new(limit, crate::time::Nanos::new(window_s * NANOS_PER_SEC_I).unwrap()).unwrap();
+                    let state = key.map(|(count, at)| crate::counter::decode(count.to_string().as_bytes(), Some(at)).unwrap());
+                    let d = crate::counter::decide(state, Instant::from_nanos(now), &p, q).unwrap();
+                    carry(&mut key, d.effect);
+                    (d.reply.limited, now + d.reply.reset_after.as_nanos())
+                }
+            };
+            if limited || q == 0 { continue; }
+            let held: i64 = admitted.iter().filter(|&&(_, end, _, latest)| end > now && latest < end).map(|a| a.2).sum();
+            prop_assert!(held + q <= limit, "admitted {} at {} with {} of earlier periods still held (limit {})", q, now, held, limit);
+            admitted.push((now, end, q, now));
+        }
+    }
+}

@@ -24,18 +24,15 @@ impl Model {
 
     /// The reply, and the key after the call if the call writes it.
     fn decide(&self, now: i128, limit: i128, window: i128, q: i128) -> ([i128; 5], Option<Model>) {
-        // A window closing more than one window from now (a clock stepped back, a key
-        // without an expiry) closes one window from the whole millisecond at or before now.
-        let ceiling = super::floor_ms(now) + window;
-        let stepped = self.closes_at > ceiling;
-        let open = Some(Model { closes_at: self.closes_at.min(ceiling), ..*self }).filter(|m| m.closes_at > now);
+        // A stored close stands, however far ahead (no call moves it earlier).
+        let open = Some(*self).filter(|m| m.closes_at > now);
         let count = open.map_or(0, |m| m.count);
         let reply = |limited: bool, count: i128, closes_at: Option<i128>, retry: i128| {
             let ttl = if count > 0 { closes_at.map_or(0, |at| at - now) } else { 0 };
             [limited as i128, limit, (limit - count).clamp(0, limit), retry, ttl]
         };
         let closes_at = open.map(|m| m.closes_at);
-        let denied = |retry: i128| (reply(true, count, closes_at, retry), open.filter(|_| stepped && q != 0));
+        let denied = |retry: i128| (reply(true, count, closes_at, retry), None);
         if q < 0 {
             let Some(open) = open else { return (reply(false, 0, None, -1), None) };
             let count = (open.count + q).max(0);

@@ -29,6 +29,13 @@ pub fn period(calendar: &Calendar, now_ms: i64) -> (i64, i64) {
         None => DateTime::new(2001, 1, 1, 0, 0, 0, 0).unwrap(), // a Monday, January 1st
     };
     let time = anchor.time();
+    if let Some(unit) = match calendar.per {
+        Per::Minute => Some(60_000),
+        Per::Hour => Some(3_600_000),
+        _ => None,
+    } {
+        return real_time(&tz, unit, time, now_ms);
+    }
     // The unit holding `local`, as its first civil instant, and one unit as a span.
     let (base, unit): (DateTime, Span) = match calendar.per {
         Per::Minute => (local.date().at(local.hour(), local.minute(), 0, 0), 1.minute()),
@@ -66,6 +73,41 @@ pub fn period(calendar: &Calendar, now_ms: i64) -> (i64, i64) {
     (start_of(k), start_of(k + 1))
 }
 
+/// A minute or hour as the contract states it, by brute force: a period begins at every
+/// instant the zone's clock reads the anchor's position within the unit, and at every
+/// change of offset by other than whole units; no other instant begins one.
+fn real_time(tz: &TimeZone, unit: i64, time: jiff::civil::Time, now_ms: i64) -> (i64, i64) {
+    let ms_in_unit = |t: jiff::civil::Time| {
+        let ms = i64::from(t.second()) * 1000 + i64::from(t.subsec_nanosecond()) / 1_000_000;
+        if unit == 60_000 { ms } else { i64::from(t.minute()) * 60_000 + ms }
+    };
+    let position = ms_in_unit(time);
+    let offset = |t: i64| i64::from(tz.to_offset(Timestamp::from_millisecond(t).unwrap()).seconds()) * 1000;
+    let begins = |t: i64| {
+        let reads = ms_in_unit(Timestamp::from_millisecond(t).unwrap().to_zoned(tz.clone()).datetime().time()) == position;
+        reads || (offset(t) - offset(t - 1)).rem_euclid(unit) != 0
+    };
+    // Offsets are whole seconds: readings fall on the position's millisecond of a second,
+    // changes of offset on whole seconds. Both kinds of candidates, down from now and up.
+    let sub = position % 1000;
+    let candidates = |t: i64| [t - (t - sub).rem_euclid(1000), t - t.rem_euclid(1000)];
+    let mut start = i64::MIN;
+    let mut t = now_ms;
+    while start == i64::MIN {
+        assert!(now_ms - t <= unit, "a period longer than its unit");
+        start = candidates(t).into_iter().filter(|&c| c <= now_ms && begins(c)).max().unwrap_or(i64::MIN);
+        t -= 1000;
+    }
+    let mut end = i64::MAX;
+    let mut t = now_ms + 1;
+    while end == i64::MAX {
+        assert!(t - now_ms <= unit + 1000, "a period longer than its unit");
+        end = candidates(t + 999).into_iter().filter(|&c| c > now_ms && begins(c)).min().unwrap_or(i64::MAX);
+        t += 1000;
+    }
+    (start, end)
+}
+
 /// A quota's key: its count and expiry in ns (`expires_at` 0: no key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Model {
@@ -80,6 +122,8 @@ impl Model {
             *self = Model::default();
         }
         let live = self.expires_at > now;
+        // A live key's later expiry stands: the count ends at the later of the two.
+        let end = if live { end.max(self.expires_at) } else { end };
         let count = if live { self.count } else { 0 };
         let moved = live && self.expires_at != end;
         let reply = |limited: bool, count: i128, retry: i128| {
