@@ -104,7 +104,9 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
     planted value is made afresh for each side (relative to the server's clock)."""
     res = {}
     for name, cmd, stat in (("module", module_cmd, module_cmd[0].lower()), ("twin", twin_cmd, "fcall")):
-        value = make(now_ns())
+        n = now_ns()
+        # (one maker for every key, or a list: one maker per key)
+        values = [m(n) for m in make] if isinstance(make, list) else [make(n)] * keys
         c("CONFIG", "SET", "slowlog-log-slower-than", "0")
         c("CONFIG", "SET", "slowlog-max-len", "1000")
         c("SLOWLOG", "RESET")
@@ -112,7 +114,7 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
         for i in range(REPEAT):
             if fresh or i == 0:
                 for k in range(keys):
-                    c("SET", "b:%d" % k, value)
+                    c("SET", "b:%d" % k, values[k])
             r = c(*cmd)
             if i == 0:
                 first = r
@@ -126,13 +128,14 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
 
 rows = []
 ONLY = os.environ.get("ONLY", "")
-def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
+def scenario(label, make, margs, keys=1, all_spec=None, fresh=False, all_specs=None):
     if ONLY and ONLY not in label:
         return
-    if all_spec:
+    if all_spec or all_specs:
         ks = ["b:%d" % k for k in range(keys)]
-        mcmd = ["CL.ALL", keys] + ks + all_spec * keys
-        tcmd = ["FCALL", "cl_all", keys] + ks + all_spec * keys
+        specs = all_specs or all_spec * keys
+        mcmd = ["CL.ALL", keys] + ks + specs
+        tcmd = ["FCALL", "cl_all", keys] + ks + specs
     else:
         mcmd = ["CL.WINDOW", "b:0"] + margs
         tcmd = ["FCALL", "cl_window", 1, "b:0"] + margs
@@ -165,6 +168,25 @@ RAND = __import__("random").Random(1)
 MIXED = [RAND.randint(0, 2) for _ in range(100_001)]
 scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW], fresh=True)
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
+# cl_all over 16 rings of 100,001 buckets (the module's raised cap) read as exact logs or at
+# 10,000 buckets: 15 limiters that admit and a last one that denies (the call writes nothing,
+# so the next call finds the same rings); then 16 that all admit (every ring converted, written).
+RING1 = lambda n: ring(P2, n // P2, [1] * 99_999 + [0, 0])
+RINGFULL = lambda n: ring(P2, n // P2, [1] * 100_001)
+MIXED_ADMIT = [RAND.randint(0, 2) if i % 20 else 0 for i in range(100_001)]
+RINGMIX = lambda n: ring(P2, n // P2, MIXED_ADMIT)
+EXACT_SPEC = ["WINDOW", 100000, WINDOW]
+PREC_SPEC = ["WINDOW", 100000, WINDOW * 1000, "PRECISION", 360]
+DENY = ["QUANTITY", 100000] # (the last limiter asks for the whole limit: denied)
+scenario("cl_all x16 rings -> exact log, last denies", [RING1] * 16, None, keys=16, all_specs=EXACT_SPEC * 16 + DENY)
+scenario("cl_all x16 mixed rings -> exact log, last denies", [RINGMIX] * 16, None, keys=16, all_specs=EXACT_SPEC * 16 + DENY)
+scenario("cl_all x16 rings -> 10,000 buckets, last denies", [RING1] * 16, None, keys=16, all_specs=PREC_SPEC * 16 + DENY + ["MS"])
+scenario("cl_all x16 mixed rings -> 10,000 buckets, last denies", [RINGMIX] * 16, None, keys=16, all_specs=PREC_SPEC * 16 + DENY + ["MS"])
+scenario("ring 100,001 counts 0-2 at random -> exact log, denied", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW])
+scenario("ring 100,001 mixed -> exact log, admitted", RINGMIX, [100000, WINDOW], fresh=True)
+scenario("cl_all x16 rings -> exact log, admitted", RING1, None, keys=16, all_spec=EXACT_SPEC, fresh=True)
+scenario("cl_all x16 mixed rings -> exact log, admitted", RINGMIX, None, keys=16, all_spec=EXACT_SPEC, fresh=True)
+scenario("cl_all x16 mixed rings -> 10,000 buckets, admitted", RINGMIX, None, keys=16, all_specs=PREC_SPEC * 16 + ["MS"], fresh=True)
 PY
 
 [ -n "${ONLY:-}" ] && [ "$ONLY" != cl_throttle ] && exit 0
