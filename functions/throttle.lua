@@ -84,6 +84,7 @@ local ERR = {
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
   twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
+  twin_all_converts = 'ERR cl_all would convert the CL.WINDOW state of %d keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)',
   -- CL.QUOTA (core/src/quota.rs), and the twin's own refusal of IANA names.
   quota_unit = 'ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR',
   quota_per = 'ERR expected PER unit after the limit (e.g. 1000 PER MONTH)',
@@ -1341,7 +1342,9 @@ end
 
 -- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead). `dry`: the
 -- decision is wanted for its reply only (CL.ALL before it knows every limiter admits): the
--- bytes of a converted log are not built, the decision is marked `redo` instead.
+-- bytes of a converted log are not built; `redo` instead finishes the decision when it is to
+-- be written (a function), or is true where the call must decide again (a log of runs whose
+-- bytes the call would have built at once, `eager`: see ring_to_log).
 local function exact_decide(p, log, nm, nu, q, ahead, dry)
   dry = dry and log.converted
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
@@ -1369,7 +1372,7 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     if first2 == log.len then return emptied(p, in_window > 0) end
     local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
     d.at = ceil_ms(fm, fu)
-    if dry then d.redo = true return d end
+    if dry then d.redo = log.eager or function() return log_patch(log, first2, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first2, log.len, '', 0, nm, nu, d)
   elseif v == 'admit' then
     -- Actions are logged at now (the newest entry is no later than now).
@@ -1377,7 +1380,10 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
-    if dry then d.redo = true return d end
+    if dry then
+      d.redo = log.eager or function() return exact_decide(p, log, nm, nu, q, ahead) end
+      return d
+    end
     local appended = t_le(nm, nu)
     if q > 1 then
       if q * 8 <= CHUNK then appended = repeat_of(appended, q) else
@@ -1401,7 +1407,7 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
   -- A denial rewrites entries stamped in the future (a peek stays pure).
   if stepped and q ~= 0 and fm then
     d.at = ceil_ms(fm, fu)
-    if dry then d.redo = true return d end
+    if dry then d.redo = log.eager or function() return log_patch(log, first, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first, log.len, '', 0, nm, nu, d)
   end
   return d
@@ -1663,7 +1669,7 @@ end
 
 -- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
 -- whether the log held actions after now. `dry` (see exact_decide): a ring not stored as it
--- is (converted, regrouped or new) is not written out, the decision is marked `redo`.
+-- is (converted, regrouped or new) is not written out; `redo` writes it.
 local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local P, W = p.precision, p.window
   local spanned = div_ceil(W, P)
@@ -1735,7 +1741,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
     local at = leaves(newest_left)
     local d = window_reply(p, 0, used - (units - left), nm, nu, at, 0)
     d.at = at
-    if dry and not ring.stored then d.redo = true return d end
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, ring.newest, edits, d) end return d end
     return ring_patch(ring, ring.newest, edits, d)
   elseif v == 'admit' then
     -- Actions go to now's bucket, or to the newest for a ring stamped ahead.
@@ -1755,7 +1761,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
     local at = leaves(top)
     local d = window_reply(p, 0, used + q, nm, nu, at, 0)
     d.at = at
-    if dry and not ring.stored then d.redo = true return d end
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, top, edits, d) end return d end
     return ring_patch(ring, top, edits, d)
   end
   local limited = v == 'peek' and 0 or 1
@@ -1772,7 +1778,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local d = window_reply(p, limited, used, nm, nu, fm, 0, rm, 0)
   if stepped and q ~= 0 and fm then
     d.at = fm
-    if dry and not ring.stored then d.redo = true return d end
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, ring.newest, {}, d) end return d end
     return ring_patch(ring, ring.newest, {}, d)
   end
   return d
@@ -2135,6 +2141,7 @@ local function ring_to_log(p, ring, nm, nu, dry)
   -- so the log is built (`log_built`) only when the call writes it.
   local rm, ru, rn, rb, nr = {}, {}, {}, {}, 0
   local k, cs = k0 + held - 1, ring.cs
+  local eager = false -- (dry: the runs a call that writes builds the bytes of at once)
   while k >= k0 do
     local c, em, eu
     if cs and not far_ahead and k > k0 and (k + 1) * P - 1 < nm then
@@ -2173,8 +2180,9 @@ local function ring_to_log(p, ring, nm, nu, dry)
           else
             if cn > 0 then rm[r], rb[r] = cm, cb end
             r = r + 1
-            if r > EAGER_RUNS and P * M < EXACT and not dry then
-              return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held), ring_is_ahead(ring, nm, p.window)
+            if r > EAGER_RUNS and P * M < EXACT then
+              if not dry then return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held), ring_is_ahead(ring, nm, p.window) end
+              eager = true
             end
             ru[r], rn[r] = M - 1, n
             cn, cm, cb = n, m, 1
@@ -2208,7 +2216,7 @@ local function ring_to_log(p, ring, nm, nu, dry)
     k = k - 1
   end
   -- Oldest first, with the index of each run's first entry.
-  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
+  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true, eager = eager, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
   local at = 0
   local lm, lu, ln, lb, ls = log.rm, log.ru, log.rn, log.rb, log.start
   for i = 1, nr do
@@ -2846,11 +2854,27 @@ local function all(keys, args)
   -- A cl_all that finds one (its header valid: an invalid one gets the module's error) is
   -- refused, after every error the module would give but for the ring's own counts (not read);
   -- cl_window reads such a ring alone.
+  -- Converting a long value (a ring read as a log or regrouped, a log read as buckets) is
+  -- O(its size) in Lua, up to ~7 ms at those caps: a cl_all converts at most 8 (by their
+  -- headers, whether the call writes or not), else it is refused likewise.
   local function ring_too_long(v)
     if type(v) ~= 'table' or v.n <= 24 + 10001 * 8 or v.n > 24 + RING_MAX_SLOTS * 8 then return false end
     if (v.n - 24) % 8 ~= 0 or sub(v.s, 1, 8) ~= RING_HEAD then return false end
     local pm, pu = le_t(v.s, 9)
     return pm > 0 or (pm == 0 and pu > 0)
+  end
+  local converting, conversions = {}, 0
+  for s = 1, nkeys do
+    local v, p = stored[s], parsed[s].p
+    if parsed[s].kind == 'window' and type(v) == 'table' then
+      local layout = byte(v.s)
+      local c = (layout == 1 and p.precision ~= nil) or (layout == 2 and not p.precision)
+      if layout == 2 and p.precision then
+        local pm, pu = le_t(v.s, 9)
+        c = pu ~= 0 or pm ~= p.precision or v.n ~= 24 + (div_ceil(p.window, p.precision) + 1) * 8
+      end
+      if c then converting[s], conversions = true, conversions + 1 end
+    end
   end
   -- A limiter the twin refuses (beyond what a double carries) gives way to another's error
   -- the module would give.
@@ -2860,6 +2884,9 @@ local function all(keys, args)
     local ok, d
     if it.kind == 'window' and ring_too_long(stored[s]) then
       ok, d = false, fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5))
+      failed = d
+    elseif converting[s] and conversions > 8 then
+      ok, d = false, fmt(ERR.twin_all_converts, conversions)
       failed = d
     else
       ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, true)
@@ -2889,9 +2916,12 @@ local function all(keys, args)
   end
   if not denied then
     for s = 1, nkeys do
-      if decisions[s].redo then
+      local redo = decisions[s].redo
+      if redo == true then
         local it = parsed[s]
         decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+      elseif redo then
+        decisions[s] = as_limiter(s, redo)
       end
     end
     for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end

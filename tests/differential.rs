@@ -1444,8 +1444,9 @@ fn written_by_the_module(rig: &mut Rig, key: &str, args: &[&str], calls: &[(i64,
 /// when another limiter denies, the module's replies (every limiter's, DETAILS) and every key's
 /// bytes and expiry left as they were (the twin decides such a call without converting any of
 /// them: bench/twin.sh measures it); when all admit, the module's replies, bytes and expiries.
-/// A ring of more than 10,000 buckets (the module's `throttle.max-buckets` raised) is refused by
-/// the twin's cl_all, after the module's own errors, and changes nothing; cl_window reads it.
+/// A ring of more than 10,000 buckets (the module's `throttle.max-buckets` raised), or more than
+/// 8 keys to convert, are refused by the twin's cl_all, after the module's own errors, and
+/// change nothing; cl_window reads such a ring.
 #[test]
 fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing() {
     let (mut rig, now_us) = rig_tomorrow();
@@ -1499,6 +1500,46 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     assert_eq!(replies[2], replies[0], "EVALSHA cl_all, admitted");
     assert!(states[0] != before[..4], "the module converted the keys");
     assert!(states[1] == states[0] && states[2] == states[0], "admitted: the module's bytes and expiries");
+
+    // More than 8 keys to convert: refused (after the module's errors); 8 are converted.
+    let log = &plants[2];
+    let converting = |n: usize, extra: &[&str]| {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.extend(s(&["WINDOW", "100000", "3600000", "PRECISION", "360"]));
+        }
+        v.extend(s(extra));
+        v
+    };
+    let ten: Vec<usize> = (0..10).collect();
+    for (slots, args, twin) in [
+        (&ten[..9], converting(9, &["MS"]), Some("ERR cl_all would convert the CL.WINDOW state of 9 keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)")),
+        // (the 10th key holds no counter: the module's error, found as it decides, comes first)
+        (&ten[..], converting(9, &["COUNTER", "5", "60", "MS"]), None),
+        (&ten[..8], converting(8, &["MS", "DETAILS"]), None),
+    ] {
+        for &slot in &slots[..9.min(slots.len())] {
+            rig.plant(&Rig::keys(slot), log);
+        }
+        rig.plant(&Rig::keys(9), &Plant::Value(b"x".to_vec(), None));
+        let (before, replies, states) = rig.call_all(slots, &args, now_us);
+        if twin.is_none() && slots.len() == 10 {
+            assert_eq!(server_error(&replies[0]).as_deref(), Some("ERR limiter 10: key does not hold valid CL.COUNTER state"), "the module's error");
+        }
+        match twin {
+            Some(e) => {
+                assert!(matches!(replies[0], Value::Array(_)), "the module converts 9: {:?}", replies[0]);
+                assert_eq!(server_error(&replies[1]).as_deref(), Some(e), "FCALL, 9 to convert");
+                assert_eq!(server_error(&replies[2]).as_deref(), Some(e), "EVALSHA, 9 to convert");
+                assert!(states[1] == before && states[2] == before, "the refused cl_all changed nothing");
+            }
+            None => {
+                assert_eq!(replies[1], replies[0], "FCALL {args:?}");
+                assert_eq!(replies[2], replies[0], "EVALSHA {args:?}");
+                assert!(states[1] == states[0] && states[2] == states[0], "{args:?}: the module's bytes and expiries");
+            }
+        }
+    }
 
     // A ring of 100,001 buckets, written by the module with `throttle.max-buckets` at its ceiling.
     let _: () = redis::cmd("CONFIG").arg("SET").arg("throttle.max-buckets").arg("100000").query(&mut rig.c).unwrap();
