@@ -1343,8 +1343,7 @@ end
 -- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead). `dry`: the
 -- decision is wanted for its reply only (CL.ALL before it knows every limiter admits): the
 -- bytes of a converted log are not built; `redo` instead finishes the decision when it is to
--- be written (a function), or is true where the call must decide again (a log of runs whose
--- bytes the call would have built at once, `eager`: see ring_to_log).
+-- be written (a function), or is true where the call must decide again (see ring_log_reply).
 local function exact_decide(p, log, nm, nu, q, ahead, dry)
   dry = dry and log.converted
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
@@ -1372,7 +1371,7 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     if first2 == log.len then return emptied(p, in_window > 0) end
     local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
     d.at = ceil_ms(fm, fu)
-    if dry then d.redo = log.eager or function() return log_patch(log, first2, log.len, '', 0, nm, nu, d) end return d end
+    if dry then d.redo = function() return log_patch(log, first2, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first2, log.len, '', 0, nm, nu, d)
   elseif v == 'admit' then
     -- Actions are logged at now (the newest entry is no later than now).
@@ -1381,7 +1380,7 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
     if dry then
-      d.redo = log.eager or function() return exact_decide(p, log, nm, nu, q, ahead) end
+      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead) end
       return d
     end
     local appended = t_le(nm, nu)
@@ -1407,7 +1406,7 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
   -- A denial rewrites entries stamped in the future (a peek stays pure).
   if stepped and q ~= 0 and fm then
     d.at = ceil_ms(fm, fu)
-    if dry then d.redo = log.eager or function() return log_patch(log, first, log.len, '', 0, nm, nu, d) end return d end
+    if dry then d.redo = function() return log_patch(log, first, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first, log.len, '', 0, nm, nu, d)
   end
   return d
@@ -1978,7 +1977,9 @@ local EAGER_RUNS = 1024
 -- whose sum is below 2^53 holds only valid counts (a negative one reads as 2^63 or more), and
 -- is taken whole when it keeps the total within the limit (and the limit was not reached
 -- before it: then only the next count is read); any other is read count by count.
-local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held)
+-- `counted` (a dry call, see exact_decide): only the first part, its log's length and the
+-- oldest bucket it takes (and how many of that bucket's), as a table for ring_log_reply.
+local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held, counted)
   local P, cs, slots, s = ring.pm, ring.cs, ring.slots, ring.s
   local most, count = p.limit, 0
   local kn = k0 + held - 1
@@ -2031,6 +2032,7 @@ local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held)
       k = k - 1
     end
   end
+  if counted then return { counted = true, len = count, kc = kc, nc = nc, kn = kn } end
   local log = { s = '', head = 0, len = count, rebuilt = true, converted = true }
   local pieces, cur, put = {}, {}, 0 -- (put: entries in cur)
   local args, na, lim = {}, 0, 256   -- (lim: na at which the batch is packed)
@@ -2128,7 +2130,7 @@ end
 -- yet, newest first until the limit (the older would leave first); entries at or before
 -- now - window are dropped. Buckets are read newest first and only as far as needed, as the
 -- module reads them. Also whether the ring was stamped ahead.
--- `dry` (see exact_decide): the runs only, however many (their bytes are never built).
+-- `dry` (see exact_decide): where the log's bytes would be built at once, only counted.
 local function ring_to_log(p, ring, nm, nu, dry)
   local P = ring.pm
   if ring.pu ~= 0 then beyond() end
@@ -2141,7 +2143,6 @@ local function ring_to_log(p, ring, nm, nu, dry)
   -- so the log is built (`log_built`) only when the call writes it.
   local rm, ru, rn, rb, nr = {}, {}, {}, {}, 0
   local k, cs = k0 + held - 1, ring.cs
-  local eager = false -- (dry: the runs a call that writes builds the bytes of at once)
   while k >= k0 do
     local c, em, eu
     if cs and not far_ahead and k > k0 and (k + 1) * P - 1 < nm then
@@ -2181,8 +2182,7 @@ local function ring_to_log(p, ring, nm, nu, dry)
             if cn > 0 then rm[r], rb[r] = cm, cb end
             r = r + 1
             if r > EAGER_RUNS and P * M < EXACT then
-              if not dry then return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held), ring_is_ahead(ring, nm, p.window) end
-              eager = true
+              return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held, dry), ring_is_ahead(ring, nm, p.window)
             end
             ru[r], rn[r] = M - 1, n
             cn, cm, cb = n, m, 1
@@ -2216,7 +2216,7 @@ local function ring_to_log(p, ring, nm, nu, dry)
     k = k - 1
   end
   -- Oldest first, with the index of each run's first entry.
-  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true, eager = eager, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
+  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
   local at = 0
   local lm, lu, ln, lb, ls = log.rm, log.ru, log.rn, log.rb, log.start
   for i = 1, nr do
@@ -2225,6 +2225,52 @@ local function ring_to_log(p, ring, nm, nu, dry)
     at = at + rn[j] * rb[j]
   end
   return log, ring_is_ahead(ring, nm, p.window)
+end
+
+-- A dry call's decision (see exact_decide) on a long ring read as a log whose bytes the call
+-- would build at once (ring_log_bytes, `counted`: the log's length, its oldest bucket kc with
+-- nc entries, its newest kn), as exact_decide decides on that log, without building it: the
+-- entries of bucket k lie at (k+1)p - 1 ns, or now if later, oldest first. nil for a ring
+-- stamped ahead or a refund (then the call decides on the log itself).
+local function ring_log_reply(p, ring, nm, nu, q, counted)
+  if ring_is_ahead(ring, nm, p.window) or q < 0 then return nil end
+  local P, len, kc = ring.pm, counted.len, counted.kc
+  local function entry(k)
+    local em, eu = (k + 1) * P - 1, M - 1
+    if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    return em, eu
+  end
+  local function count_of(k) return k == kc and counted.nc or ring_count(ring, k) end
+  local fm, fu
+  if len > 0 then
+    local k = counted.kn
+    while count_of(k) == 0 do k = k - 1 end
+    local em, eu = entry(k)
+    fm, fu = t_add(em, eu, p.window, 0)
+    if not t_fits(fm, fu) then fail(ERR.too_large) end
+  end
+  local v = verdict(q, len, p.limit)
+  if v == 'admit' then
+    local fm2, fu2 = t_add(nm, nu, p.window, 0)
+    if not t_fits(fm2, fu2) then fail(ERR.too_large) end
+    local d = window_reply(p, 0, len + q, nm, nu, fm2, fu2)
+    d.redo = true
+    return d
+  end
+  local rm, ru
+  if v == 'denied' then
+    -- entry len + q - limit - 1, from the oldest
+    local j, k = len + q - p.limit - 1, kc
+    local c = count_of(k)
+    while j >= c do
+      j, k = j - c, k + 1
+      c = count_of(k)
+    end
+    local em, eu = entry(k)
+    rm, ru = t_add(em, eu, p.window, 0)
+    if not t_fits(rm, ru) then fail(ERR.too_large) end
+  end
+  return window_reply(p, v == 'peek' and 0 or 1, len, nm, nu, fm, fu, rm, ru)
 end
 
 -- `dry` (see exact_decide): no stored state is converted for a decision marked `redo`.
@@ -2265,6 +2311,9 @@ local function window_decide(p, stored, nm, nu, q, dry)
     if log then return exact_decide(p, log, nm, nu, q) end
     if ring then
       local converted, ahead = ring_to_log(p, ring, nm, nu, dry)
+      if converted.counted then
+        return ring_log_reply(p, ring, nm, nu, q, converted) or window_decide(p, stored, nm, nu, q)
+      end
       return exact_decide(p, converted, nm, nu, q, ahead, dry)
     end
   end

@@ -1493,6 +1493,23 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     for (form, after) in states.iter().enumerate() {
         assert!(after == &before, "a denied cl_all left form {form}'s keys as they were (bytes and expiries)");
     }
+    // The ring read as a log (its bytes would be built at once: thousands of runs) decides the
+    // call itself: denied (the retry from the entry that must leave), never admittable, a peek;
+    // its limit below the units it holds.
+    for spec in [
+        s(&["WINDOW", "100000", "3600000", "QUANTITY", "99000", "MS", "DETAILS"]),
+        s(&["WINDOW", "5000", "3600000", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "4000", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "5001", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "0", "MS"]),
+        s(&["WINDOW", "100000", "3600000", "QUANTITY", "0", "MS"]),
+    ] {
+        let (before, replies, states) = rig.call_all(&[0], &spec, now_us);
+        assert!(matches!(&replies[0], Value::Array(_)), "{spec:?}: {:?}", replies[0]);
+        assert_eq!(replies[1], replies[0], "FCALL cl_all {spec:?}");
+        assert_eq!(replies[2], replies[0], "EVALSHA cl_all {spec:?}");
+        assert!(states[0] == before && states[1] == before && states[2] == before, "{spec:?} wrote nothing");
+    }
     // Each limiter admits: the same call without the counter converts and writes every key.
     let (_, replies, states) = rig.call_all(&[0, 1, 2, 3], &specs(false), now_us);
     assert!(matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(0)), "admitted: {:?}", replies[0]);
