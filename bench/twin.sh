@@ -110,6 +110,12 @@ def stats():
     return out
 
 CG_PID = os.environ.get("CG_PID")
+def cpu():
+    """The server process's CPU time (user + system, s): what a call costs whatever the load
+    (usec_per_call and SLOWLOG are wall time, which includes waiting for a core)."""
+    f = dict(l.split(":", 1) for l in c("INFO", "cpu").decode().split("\r\n") if ":" in l)
+    return float(f["used_cpu_user"]) + float(f["used_cpu_sys"])
+
 def instructions():
     """Instructions counted since the last call (callgrind: dumped, then zeroed)."""
     out = os.environ["CG_OUT"]
@@ -139,14 +145,16 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False, twin_refuses=False)
         c("CONFIG", "SET", "slowlog-max-len", "1000")
         c("SLOWLOG", "RESET")
         c("CONFIG", "RESETSTAT")
-        counts = []
+        counts, cpus = [], []
         for i in range(REPEAT):
             if fresh or i == 0:
                 for k in range(keys):
                     c("SET", "b:%d" % k, values[k])
             if CG_PID:
                 instructions()
+            t0 = cpu()
             r = c(*cmd)
+            cpus.append(cpu() - t0)
             if CG_PID:
                 counts.append(instructions())
             if i == 0:
@@ -156,12 +164,14 @@ def measure(make, module_cmd, twin_cmd, keys=1, fresh=False, twin_refuses=False)
         calls, usec = stats()[stat]
         worst = max(e[2] for e in c("SLOWLOG", "GET", "1000") if e[3][0].lower() == stat.encode())
         res[name] = (usec / calls, worst, first)
+        CPU[name] = (sum(cpus) / len(cpus) * 1000, max(cpus) * 1000)
         if CG_PID:
             res[name] = (sum(counts) / len(counts) / 1e6, max(counts) / 1e3, first)
     c("CONFIG", "SET", "slowlog-log-slower-than", "10000")
     return res
 
 rows = []
+CPU = {}
 ONLY = os.environ.get("ONLY", "")
 def scenario(label, make, margs, keys=1, all_spec=None, fresh=False, all_specs=None, twin_refuses=False):
     if ONLY and ONLY not in label:
@@ -187,7 +197,8 @@ def scenario(label, make, margs, keys=1, all_spec=None, fresh=False, all_specs=N
     assert twin_refuses or mr[0] == tr[0], f"{label}: module replied {mr}, twin {tr}"
     rows.append((label, mu, tu, tw))
     unit, most = ("M instr", "M instr") if CG_PID else ("µs", "ms")
-    print(f"{label:34} module {mu:9.1f} {unit}   twin {tu:9.1f} {unit}   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} {most}   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
+    print(f"{label:34} module {mu:9.1f} {unit}   twin {tu:9.1f} {unit}   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} {most}   "
+          f"CPU (ms, mean/most) module {CPU['module'][0]:.2f}/{CPU['module'][1]:.2f} twin {CPU['twin'][0]:.2f}/{CPU['twin'][1]:.2f}   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
 
 H = WINDOW * NS
 full = lambda n: log(spread(100_000, n - H + 60 * NS, n - NS))
