@@ -242,7 +242,7 @@ scenario("cl_all x16 10,000-bucket uneven rings -> exact log", RING10K, None, ke
 # refusal's own cost).
 MIX95 = [RAND.randint(0, 2) if i % 20 else 0 for i in range(100_001)]
 RINGMIX = lambda n: ring(P2, n // P2, MIX95)
-scenario("ring 100,001 counts 0-2 at random -> exact log, denied", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW])
+scenario("ring 100,001 counts 0-2 at random -> exact log, denied", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW, 50000])
 scenario("ring 100,001 counts 0-2 at random -> exact log, admitted (95,000)", RINGMIX, [100000, WINDOW], fresh=True)
 scenario("cl_all x16 rings 100,001 -> exact log, last denies", RINGMIX, None, keys=16, all_specs=EXACT_SPEC * 16 + DENY, twin_refuses=True)
 scenario("cl_all x16 rings 100,001 -> exact log, admitted", RINGMIX, None, keys=16, all_spec=EXACT_SPEC, fresh=True, twin_refuses=True)
