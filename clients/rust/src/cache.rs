@@ -175,11 +175,6 @@ impl DenyCache {
             .sum()
     }
 
-    /// The bound on [`DenyCache::bytes`]'s entries (tables sized for them included, give or take
-    /// a table's growth step).
-    pub(crate) fn byte_capacity(&self) -> usize {
-        self.bytes_per_shard * SHARDS
-    }
 }
 
 /// A duration rounded up to the next whole millisecond (as the module's `MS` replies are).

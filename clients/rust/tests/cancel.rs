@@ -41,6 +41,9 @@ impl Drop for Resume {
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// Makes one call's future from a client.
+type Make = fn(Throttle) -> Call;
+
 /// Drops the future once it has returned `Pending` `pendings` times: `true` if it ended first.
 struct CancelAfter {
     future: Call,
@@ -62,7 +65,7 @@ impl Future for CancelAfter {
 
 /// Every public future, by name, made from a client (each ignores its result: cancellation is
 /// under test, not the answers).
-fn calls() -> Vec<(&'static str, fn(Throttle) -> Call)> {
+fn calls() -> Vec<(&'static str, Make)> {
     fn policy() -> Policy {
         Policy::parse("1000/s").unwrap()
     }

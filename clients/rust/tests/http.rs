@@ -384,7 +384,7 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
             Some(Err(_)) | None => break paused_at.elapsed(),
         }
     };
-    eprintln!("cut {cut:?} after the renewals stopped (lease {lease:?})");
+    eprintln!("cut {cut:?} after SIGCONT (150 ms after SIGSTOP; lease {lease:?})");
     assert!(cut <= lease + Duration::from_millis(100), "{cut:?}");
     // The slot is another's to take once the lease has run out.
     harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || holders(&server, "rl:streams:/stream") == 0);
