@@ -238,7 +238,8 @@ impl Lease {
         self.state.renew_until.fetch_max(until, Ordering::SeqCst);
     }
 
-    /// [`Lease::extend`] by `Config::lease_max_hold`.
+    /// [`Lease::extend`] by `Config::lease_max_hold` (the HTTP layer, on each body frame).
+    #[cfg(feature = "http")]
     pub(crate) fn touch(&self) {
         self.extend(self.client.config().lease_max_hold);
     }
