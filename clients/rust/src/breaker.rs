@@ -142,3 +142,46 @@ impl Breaker {
         self.lock().open_until.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_breaker(deadline: Duration) -> Breaker {
+        let breaker = Breaker::new(BreakerConfig { failures: 1, probe_interval: Duration::ZERO }, deadline);
+        let call = breaker.permit();
+        assert_eq!(call.permit, Permit::Call);
+        call.failure();
+        assert!(breaker.is_open());
+        breaker
+    }
+
+    #[test]
+    fn a_dropped_probe_gives_its_turn_back() {
+        let breaker = open_breaker(Duration::from_secs(60));
+        let probe = breaker.permit();
+        assert!(matches!(probe.permit, Permit::Probe(_)));
+        assert_eq!(breaker.permit().permit, Permit::Skip, "one probe at a time");
+        drop(probe); // its future was cancelled
+        let next = breaker.permit();
+        assert!(matches!(next.permit, Permit::Probe(_)), "the next call probes");
+        next.success();
+        assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_probe_never_answered_is_given_up_after_its_deadline() {
+        // A probe whose future is kept but never polled again (neither answered nor dropped).
+        let breaker = open_breaker(Duration::from_millis(1));
+        let stuck = breaker.permit();
+        assert!(matches!(stuck.permit, Permit::Probe(_)));
+        std::thread::sleep(Duration::from_millis(120));
+        let next = breaker.permit();
+        assert!(matches!(next.permit, Permit::Probe(_)), "another call probes");
+        // The old probe's late report does not undo the new one's turn.
+        drop(stuck);
+        assert_eq!(breaker.permit().permit, Permit::Skip);
+        next.failure();
+        assert!(breaker.is_open());
+    }
+}
