@@ -390,3 +390,38 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
     harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || holders(&server, "rl:streams:/stream") == 0);
     assert!(other.acquire("rl:streams:/stream", 1, lease).await.unwrap().is_ok());
 }
+
+/// An HTTP client that goes away while its request is the breaker's probe (the service future
+/// is dropped mid-call): once the server is back, requests are decided by it again, not 503 for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_while_its_request_probes_leaves_the_layer_working() {
+    let server = Server::start();
+    let probe = Duration::from_millis(100);
+    let config = Config { deadline: Duration::from_secs(1), breaker: BreakerConfig { failures: 1, probe_interval: probe }, ..Config::default() };
+    let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let limits = RateLimit::new(throttle).route("/", [Limit::rate("per-route", policy("1000/s")).key(Key::route())]);
+    let addr = serve(limits.into_make_service(Router::new().route("/", get(|| async { "ok" }))).unwrap()).await;
+    assert_eq!(send(addr, "/", &[]).await.status, 200);
+
+    let pid = server.pid();
+    signal(pid, libc::SIGSTOP);
+    let resume = Resume(pid);
+    assert_eq!(send(addr, "/", &[]).await.status, 503, "no answer within the deadline: the breaker opens");
+    tokio::time::sleep(probe + Duration::from_millis(20)).await;
+    // This request is the probe; its client gives up after 200 ms and closes the connection.
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), send(addr, "/", &[])).await;
+    assert!(gave_up.is_err(), "the probe waits for the paused server");
+    drop(resume);
+    let start = Instant::now();
+    loop {
+        let r = send(addr, "/", &[]).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503);
+        assert!(start.elapsed() < Duration::from_secs(3), "503 for ever after the probe's client went away");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("200 again {:?} after SIGCONT", start.elapsed());
+}
