@@ -223,8 +223,9 @@ impl Throttle {
         Throttle { inner: Arc::new(inner) }
     }
 
+    /// Detects what the server offers within `config.connect_timeout`.
     async fn with_conn(conn: Conn, config: Config) -> Result<Throttle, Error> {
-        let backend = detect(&conn).await?;
+        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn)).await.map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
         tracing::info!(?backend, "redis-throttle: connected");
         Ok(Throttle::build(Some(Link { conn, backend }), None, config))
     }
