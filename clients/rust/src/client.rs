@@ -2,7 +2,7 @@
 //! (module or Functions twin), within a deadline, and answers by its failure policy when the
 //! server cannot.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -74,6 +74,9 @@ pub enum Backend {
     Twin,
     /// No server: `throttle-core` in this process (the test kit).
     Memory,
+    /// Not detected yet: a client made by [`Throttle::connect_degraded`] whose server has not
+    /// answered yet (its failure policy answers meanwhile).
+    Unknown,
 }
 
 /// How a client behaves; [`Config::default`] suits a service.
@@ -87,11 +90,29 @@ pub struct Config {
     pub breaker: BreakerConfig,
     /// The most keys the `Local` failure policy (and the test kit) hold.
     pub local_keys: usize,
+    /// The most bytes the deny cache holds (its entries, keys included); 0 turns it off.
+    pub deny_cache_bytes: usize,
+    /// How long [`Throttle::connect`] may take (connecting and detecting the module or the
+    /// twin) before it returns [`Error::Connect`].
+    pub connect_timeout: Duration,
+    /// How long a [`Lease`](crate::Lease) is renewed without a sign of life from its guard
+    /// ([`Lease::extend`](crate::Lease::extend)); then it is released, so a leaked guard
+    /// (`mem::forget`) frees its slot within this time.
+    pub lease_max_hold: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { deadline: Duration::from_millis(50), failure: FailurePolicy::FailClosed, deny_cache: 100_000, breaker: BreakerConfig::default(), local_keys: 100_000 }
+        Config {
+            deadline: Duration::from_millis(50),
+            failure: FailurePolicy::FailClosed,
+            deny_cache: 100_000,
+            breaker: BreakerConfig::default(),
+            local_keys: 100_000,
+            deny_cache_bytes: 32 << 20,
+            connect_timeout: Duration::from_secs(5),
+            lease_max_hold: Duration::from_secs(600),
+        }
     }
 }
 
@@ -109,11 +130,17 @@ pub struct Throttle {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+/// The connection and what it speaks to, once the server has answered.
+struct Link {
     conn: Conn,
+    backend: Backend,
+}
+
+struct Inner {
+    /// Set at connect, or later by the background connect of [`Throttle::connect_degraded`].
+    link: OnceLock<Link>,
     /// For connections of their own (blocking calls), when the client was made from a URL.
     client: Option<redis::Client>,
-    backend: Backend,
     config: Config,
     cache: Option<DenyCache>,
     breaker: Breaker,
@@ -131,21 +158,34 @@ impl Throttle {
         Throttle::connect_with(url, Config::default()).await
     }
 
+    /// Connects to `url` and detects the module or the twin, within `config.connect_timeout`:
+    /// a server that is down, refuses connections or does not answer (paused) is
+    /// [`Error::Connect`] when that time is up, never a wait for ever. To start while the
+    /// server is down instead, see [`Throttle::connect_degraded`].
     pub async fn connect_with(url: &str, config: Config) -> Result<Throttle, Error> {
         let client = redis::Client::open(url).map_err(Error::Connect)?;
-        // Reconnect quickly (the breaker's probe finds the server back within its interval);
-        // the per-call deadline is ours, not the connection's.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.deadline.max(Duration::from_millis(100))))
-            .set_response_timeout(None)
-            .set_number_of_retries(usize::MAX / 2)
-            .set_min_delay(Duration::from_millis(5))
-            .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
-        let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
-        let mut throttle = Throttle::with_conn(Conn::Manager(manager), config).await?;
-        if let Some(inner) = Arc::get_mut(&mut throttle.inner) {
-            inner.client = Some(client);
-        }
+        let link = match tokio::time::timeout(config.connect_timeout, link(&client, config)).await {
+            Ok(link) => link?,
+            Err(_) => return Err(Error::Connect(not_within(config.connect_timeout))),
+        };
+        tracing::info!(backend = ?link.backend, "redis-throttle: connected");
+        let throttle = Throttle::build(Some(link), Some(client), config);
+        Ok(throttle)
+    }
+
+    /// Returns at once, connected or not: until the server at `url` first answers (and the
+    /// module or the twin is detected), every call is answered by `config.failure` (marked
+    /// degraded, reason [`Reason::Connection`]) and [`Throttle::backend`] is
+    /// [`Backend::Unknown`]. A background task tries to connect every
+    /// `config.breaker.probe_interval` (each try bounded by `config.connect_timeout`) for as
+    /// long as a clone of the client lives. For a service that must start while Redis is down.
+    /// Only a malformed `url` is an error.
+    pub fn connect_degraded(url: &str, config: Config) -> Result<Throttle, Error> {
+        let client = redis::Client::open(url).map_err(Error::Connect)?;
+        let throttle = Throttle::build(None, Some(client.clone()), config);
+        let weak = Arc::downgrade(&throttle.inner);
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Invalid(format!("connect_degraded needs a tokio runtime: {e}")))?;
+        runtime.spawn(connect_in_background(weak, client, config));
         Ok(throttle)
     }
 
@@ -169,23 +209,31 @@ impl Throttle {
     /// times of `clock`.
     pub fn in_memory(clock: ManualClock, config: Config) -> Throttle {
         let store = Arc::new(Mutex::new(Store::new(config.local_keys)));
-        Throttle::build(Conn::Memory(store, Arc::new(clock)), Backend::Memory, config)
+        Throttle::build(Some(Link { conn: Conn::Memory(store, Arc::new(clock)), backend: Backend::Memory }), None, config)
     }
 
-    fn build(conn: Conn, backend: Backend, config: Config) -> Throttle {
-        let cache = (config.deny_cache > 0 && backend != Backend::Memory).then(|| DenyCache::new(config.deny_cache));
-        let inner = Inner { conn, client: None, backend, config, cache, breaker: Breaker::new(config.breaker), local: Mutex::new(Store::new(config.local_keys)) };
+    fn build(link: Option<Link>, client: Option<redis::Client>, config: Config) -> Throttle {
+        let memory = link.as_ref().is_some_and(|l| l.backend == Backend::Memory);
+        let cache = (config.deny_cache > 0 && config.deny_cache_bytes > 0 && !memory).then(|| DenyCache::new(config.deny_cache, config.deny_cache_bytes));
+        let cell = OnceLock::new();
+        if let Some(link) = link {
+            let _ = cell.set(link);
+        }
+        let inner = Inner { link: cell, client, config, cache, breaker: Breaker::new(config.breaker, config.deadline), local: Mutex::new(Store::new(config.local_keys)) };
         Throttle { inner: Arc::new(inner) }
     }
 
+    /// Detects what the server offers within `config.connect_timeout`.
     async fn with_conn(conn: Conn, config: Config) -> Result<Throttle, Error> {
-        let backend = detect(&conn).await?;
+        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn)).await.map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
         tracing::info!(?backend, "redis-throttle: connected");
-        Ok(Throttle::build(conn, backend, config))
+        Ok(Throttle::build(Some(Link { conn, backend }), None, config))
     }
 
+    /// The module, the twin or the test kit; [`Backend::Unknown`] until a client made by
+    /// [`Throttle::connect_degraded`] has reached its server.
     pub fn backend(&self) -> Backend {
-        self.inner.backend
+        self.inner.link.get().map_or(Backend::Unknown, |l| l.backend)
     }
 
     pub fn config(&self) -> &Config {
@@ -212,11 +260,33 @@ impl Throttle {
         self.inner.cache.as_ref().map_or(0, DenyCache::capacity)
     }
 
+    /// The bytes the deny cache holds now (its entries, their keys and its tables).
+    pub fn deny_cache_bytes(&self) -> usize {
+        self.inner.cache.as_ref().map_or(0, DenyCache::bytes)
+    }
+
+    /// Forgets every remembered denial: the next call of each key asks the server. For an
+    /// operator's reset (`DEL` of a limiter key, a limit raised by hand): the cache otherwise
+    /// keeps denying a key until the denial's `retry_after` ends.
+    pub fn clear_deny_cache(&self) {
+        if let Some(cache) = &self.inner.cache {
+            cache.clear();
+        }
+    }
+
+    /// Forgets the remembered denial of `key` under `policy`, if any (see
+    /// [`Throttle::clear_deny_cache`]).
+    pub fn forget_denial(&self, policy: &Policy, key: impl AsRef<[u8]>) {
+        if let Some(cache) = &self.inner.cache {
+            cache.forget(&policy.params(), key.as_ref());
+        }
+    }
+
     /// The test kit only: what `key` holds (its bytes and absolute expiry in Unix ms), exactly
     /// as the module would store it; `None` for a missing key or another backend.
     pub fn stored(&self, key: impl AsRef<[u8]>) -> Option<(Vec<u8>, Option<i64>)> {
-        match &self.inner.conn {
-            Conn::Memory(store, clock) => store.lock().unwrap_or_else(|e| e.into_inner()).get(key.as_ref(), clock.now()),
+        match self.inner.link.get().map(|l| &l.conn) {
+            Some(Conn::Memory(store, clock)) => store.lock().unwrap_or_else(|e| e.into_inner()).get(key.as_ref(), clock.now()),
             _ => None,
         }
     }
@@ -268,16 +338,19 @@ impl Throttle {
         if calls.len() > throttle_core::all::MAX_KEYS {
             return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
         }
-        if let Conn::Memory(store, clock) = &inner.conn {
+        let Some(link) = inner.link.get() else {
+            return self.fallback(calls, all, Reason::Connection(NOT_CONNECTED.into()));
+        };
+        if let Conn::Memory(store, clock) = &link.conn {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             return memory_decision(&mut store, calls, clock.now(), all, Source::Server);
         }
-        if let Conn::Cluster(_) = &inner.conn
+        if let Conn::Cluster(_) = &link.conn
             && let Some(&(_, other, _)) = calls.iter().find(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key))
         {
             return Err(Error::CrossSlot { first: first_key.to_vec(), other: other.to_vec() });
         }
-        if inner.backend == Backend::Twin
+        if link.backend == Backend::Twin
             && let Some((policy, zone)) = calls.iter().find_map(|(p, _, _)| p.named_zone().map(|z| (p, z)))
         {
             return Err(Error::Invalid(format!(
@@ -292,7 +365,7 @@ impl Throttle {
         {
             return Ok(Decision::new(numbers, Source::DenyCache));
         }
-        let cmd = if single { single_command(inner.backend, first_policy, first_key, quantity) } else { all_command(inner.backend, calls) };
+        let cmd = if single { single_command(link.backend, first_policy, first_key, quantity) } else { all_command(link.backend, calls) };
         let sent = std::time::Instant::now();
         let value = match self.request(cmd, first_key).await {
             Ok(value) => value,
@@ -326,27 +399,32 @@ impl Throttle {
 
     async fn request_unspanned(&self, cmd: Cmd, key: &[u8]) -> (Result<Value, Failed>, &'static str) {
         let inner = &*self.inner;
-        let permit = inner.breaker.permit();
-        if permit == Permit::Skip {
+        let Some(link) = inner.link.get() else {
+            return (Err(Failed::Down(Reason::Connection(NOT_CONNECTED.into()))), "connection");
+        };
+        // A guard: if this future is dropped while it is the breaker's probe, the probe's turn
+        // goes back (the next call probes) instead of leaving the breaker open for ever.
+        let probe = inner.breaker.permit();
+        if probe.permit == Permit::Skip {
             return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
-        match tokio::time::timeout(inner.config.deadline, send(&inner.conn, cmd, key)).await {
+        match tokio::time::timeout(inner.config.deadline, send(&link.conn, cmd, key)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
-                inner.breaker.success();
+                probe.success();
                 (Ok(value), "ok")
             }
             Ok(Err(e)) if !is_outage(&e) => {
-                inner.breaker.success();
+                probe.success();
                 (Err(Failed::Refused(e)), "refused")
             }
             Ok(Err(e)) => {
-                inner.breaker.failure(permit);
+                probe.failure();
                 (Err(Failed::Down(Reason::Connection(e.to_string()))), "connection")
             }
             Err(_) => {
-                inner.breaker.failure(permit);
+                probe.failure();
                 (Err(Failed::Down(Reason::Timeout)), "timeout")
             }
         }
@@ -354,12 +432,16 @@ impl Throttle {
 
     /// Sends `cmd` on the shared connection with no deadline or breaker (the caller bounds it).
     pub(crate) async fn send_shared(&self, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
-        send(&self.inner.conn, cmd, key).await
+        match self.inner.link.get() {
+            Some(link) => send(&link.conn, cmd, key).await,
+            None => Err(RedisError::from((redis::ErrorKind::Io, NOT_CONNECTED))),
+        }
     }
 
     /// Sends `cmd` to any node (a cluster's random primary) within the deadline.
     pub(crate) async fn send_any(&self, cmd: Cmd) -> Result<Value, Error> {
-        match tokio::time::timeout(self.inner.config.deadline, send_any(&self.inner.conn, cmd)).await {
+        let Some(link) = self.inner.link.get() else { return Err(Error::Invalid(NOT_CONNECTED.into())) };
+        match tokio::time::timeout(self.inner.config.deadline, send_any(&link.conn, cmd)).await {
             Ok(r) => r.map_err(Error::Server),
             Err(_) => Err(Error::Invalid("no reply within the deadline".into())),
         }
@@ -395,6 +477,52 @@ impl Throttle {
                 memory_decision(&mut store, &local, SystemClock.now(), all, Source::Degraded { reason, policy: failure })
             }
         }
+    }
+}
+
+const NOT_CONNECTED: &str = "the server has not been reached yet (started degraded)";
+
+/// An I/O timeout error: nothing within `limit`.
+fn not_within(limit: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection to the server (or no answer to detecting the module or the twin) within {limit:?}")))
+}
+
+/// Connects with a [`ConnectionManager`] and detects what the server offers (unbounded: the
+/// caller bounds it).
+async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
+    // Reconnect quickly (the breaker's probe finds the server back within its interval);
+    // the per-call deadline is ours, not the connection's.
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.deadline.max(Duration::from_millis(100))))
+        .set_response_timeout(None)
+        .set_number_of_retries(usize::MAX / 2)
+        .set_min_delay(Duration::from_millis(5))
+        .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
+    let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
+    let conn = Conn::Manager(manager);
+    let backend = detect(&conn).await?;
+    Ok(Link { conn, backend })
+}
+
+/// [`Throttle::connect_degraded`]'s connect: tries every probe interval (each try bounded by
+/// the connect timeout) until the server answers, while the client lives.
+async fn connect_in_background(weak: Weak<Inner>, client: redis::Client, config: Config) {
+    let pause = config.breaker.probe_interval.max(Duration::from_millis(10));
+    loop {
+        if weak.strong_count() == 0 {
+            return;
+        }
+        match tokio::time::timeout(config.connect_timeout, link(&client, config)).await {
+            Ok(Ok(found)) => {
+                let Some(inner) = weak.upgrade() else { return };
+                tracing::info!(backend = ?found.backend, "redis-throttle: connected (started degraded)");
+                let _ = inner.link.set(found);
+                return;
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "redis-throttle: cannot connect yet; the failure policy answers"),
+            Err(_) => tracing::debug!(timeout = ?config.connect_timeout, "redis-throttle: no connection yet; the failure policy answers"),
+        }
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -53,8 +53,10 @@ impl Throttle {
     /// Needs the module. Not bound by the per-call deadline (it waits by design): its server
     /// call is bound by `max_wait` plus the deadline.
     pub async fn pace(&self, key: impl AsRef<[u8]>, rate: Rate, max_wait: Duration, how: Wait) -> Result<Paced, Error> {
-        if self.backend() != Backend::Module {
-            return Err(Error::Invalid("pacing needs the module (CL.PACE)".into()));
+        match self.backend() {
+            Backend::Module => {}
+            Backend::Unknown => return Err(Error::Invalid("CL.PACE: the server has not been reached yet (started degraded)".into())),
+            Backend::Twin | Backend::Memory => return Err(Error::Invalid("pacing needs the module (CL.PACE)".into())),
         }
         let key = key.as_ref();
         let period = u64::try_from(rate.period().as_millis()).unwrap_or(u64::MAX);

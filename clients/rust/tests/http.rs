@@ -12,7 +12,6 @@ mod harness;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -477,14 +476,21 @@ async fn leases_last_as_long_as_the_response_body() {
 
 const DEADLINE: Duration = Duration::from_millis(30);
 
-fn signal(pid: u32, sig: &str) {
-    assert!(Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success());
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
+    // no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
 }
 
 struct Resume(u32);
 impl Drop for Resume {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-CONT").arg(self.0.to_string()).status();
+        if let Ok(pid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
     }
 }
 
@@ -505,7 +511,7 @@ async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
     assert_eq!(send(open, "/", &ip).await.status, 200);
 
     let pid = server.pid();
-    signal(pid, "STOP");
+    signal(pid, libc::SIGSTOP);
     let _resume = Resume(pid);
     let mut slowest = Duration::ZERO;
     for i in 0..10 {
@@ -528,4 +534,79 @@ async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
     eprintln!("slowest response with the server paused: {slowest:?}");
     // The deadline, plus a connection and a request on loopback (a few ms on a busy 2-core machine).
     assert!(slowest <= DEADLINE + Duration::from_millis(40), "slowest {slowest:?}");
+}
+
+/// A streamed response whose lease may have been lost (its renewals not sent: the breaker is
+/// open) is cut when the lease's confirmed expiry passes, and another request gets the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_whose_lease_may_be_lost_is_cut() {
+    let server = Server::start();
+    let config = Config { deadline: DEADLINE, breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
+    let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let stream = || async { axum::body::Body::new(Ticks(Box::pin(tokio::time::sleep(Duration::ZERO)))) };
+    let limits = RateLimit::new(throttle).route("/stream", [Limit::concurrent("streams", 1, lease).key(Key::route())]);
+    let addr = serve(limits.into_make_service(Router::new().route("/stream", get(stream))).unwrap()).await;
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+
+    let (response, _connection) = start(addr, "/stream", &[]).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    // Streams past its lease while renewed.
+    let start_at = Instant::now();
+    while start_at.elapsed() < lease * 2 {
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "tick\n");
+    }
+    let pid = server.pid();
+    signal(pid, libc::SIGSTOP);
+    let resume = Resume(pid);
+    tokio::time::sleep(Duration::from_millis(150)).await; // a renewal times out: the breaker opens
+    drop(resume);
+    let paused_at = Instant::now();
+    let cut = loop {
+        match body.frame().await {
+            Some(Ok(_)) => assert!(paused_at.elapsed() < Duration::from_secs(3), "the response streams on after its lease ran out"),
+            Some(Err(_)) | None => break paused_at.elapsed(),
+        }
+    };
+    eprintln!("cut {cut:?} after SIGCONT (150 ms after SIGSTOP; lease {lease:?})");
+    assert!(cut <= lease + Duration::from_millis(100), "{cut:?}");
+    // The slot is another's to take once the lease has run out.
+    harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || holders(&server, "rl:streams:/stream") == 0);
+    assert!(other.acquire("rl:streams:/stream", 1, lease).await.unwrap().is_ok());
+}
+
+/// An HTTP client that goes away while its request is the breaker's probe (the service future
+/// is dropped mid-call): once the server is back, requests are decided by it again, not 503 for
+/// ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_while_its_request_probes_leaves_the_layer_working() {
+    let server = Server::start();
+    let probe = Duration::from_millis(100);
+    let config = Config { deadline: Duration::from_secs(1), breaker: BreakerConfig { failures: 1, probe_interval: probe }, ..Config::default() };
+    let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let limits = RateLimit::new(throttle).route("/", [Limit::rate("per-route", policy("1000/s")).key(Key::route())]);
+    let addr = serve(limits.into_make_service(Router::new().route("/", get(|| async { "ok" }))).unwrap()).await;
+    assert_eq!(send(addr, "/", &[]).await.status, 200);
+
+    let pid = server.pid();
+    signal(pid, libc::SIGSTOP);
+    let resume = Resume(pid);
+    assert_eq!(send(addr, "/", &[]).await.status, 503, "no answer within the deadline: the breaker opens");
+    tokio::time::sleep(probe + Duration::from_millis(20)).await;
+    // This request is the probe; its client gives up after 200 ms and closes the connection.
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), send(addr, "/", &[])).await;
+    assert!(gave_up.is_err(), "the probe waits for the paused server");
+    drop(resume);
+    let start = Instant::now();
+    loop {
+        let r = send(addr, "/", &[]).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503);
+        assert!(start.elapsed() < Duration::from_secs(3), "503 for ever after the probe's client went away");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("200 again {:?} after SIGCONT", start.elapsed());
 }

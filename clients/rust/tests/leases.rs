@@ -1,5 +1,7 @@
 //! Leases and reservations against the module. Leases: a dropped guard releases, one leaked by
-//! a holder that dies frees at its lease, a renewing one survives 10× its lease, and 32 concurrent tasks never
+//! a holder that dies frees at its lease, one leaked with `mem::forget` in a live process frees
+//! within `Config::lease_max_hold`, a renewing one survives 10× its lease, a guard whose renewals
+//! cannot be sent knows it may have lost its slot, and 32 concurrent tasks never
 //! hold more than the limit. Reservations: the server's own count never exceeds the limit while
 //! 64 tasks spend them, and unused units go back.
 
@@ -11,7 +13,23 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use harness::Server;
-use redis_throttle_client::{Config, Policy, Throttle};
+use redis_throttle_client::{BreakerConfig, Config, Policy, Throttle};
+
+/// Resumes a paused server even when the test fails (so its drop can stop it).
+struct Resume(u32);
+impl Drop for Resume {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
+    // no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+}
 
 fn holders(server: &Server, key: &str) -> i64 {
     let now: i64 = harness::server_ms(&mut server.client());
@@ -91,6 +109,82 @@ async fn a_crashed_holder_frees_its_slot_at_its_lease() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(start.elapsed() <= Duration::from_millis(400), "freed at its lease, after {:?}", start.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_leaked_in_a_live_process_frees_its_slot_within_the_max_hold() {
+    let server = Server::start();
+    let max_hold = Duration::from_millis(600);
+    let lease = Duration::from_millis(150);
+    let config = Config { deadline: Duration::from_secs(2), lease_max_hold: max_hold, ..Config::default() };
+    let client = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+
+    let start = std::time::Instant::now();
+    std::mem::forget(client.acquire("leaked", 1, lease).await.unwrap().unwrap());
+    // Renewed past its lease while the hold lasts (the runtime, and so the task, lives on).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(holders(&server, "leaked"), 1, "renewed within the hold");
+    loop {
+        if other.acquire("leaked", 1, Duration::from_secs(5)).await.unwrap().is_ok() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "the leaked guard still holds its slot after {:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let freed = start.elapsed();
+    eprintln!("the leaked guard's slot was free after {freed:?} (max hold {max_hold:?}, lease {lease:?})");
+    assert!(freed >= max_hold, "{freed:?}");
+    assert!(freed <= max_hold + lease + Duration::from_millis(200), "{freed:?}");
+
+    // A guard that shows signs of life (`extend`) is renewed past the max hold.
+    let held = client.acquire("extended", 1, lease).await.unwrap().unwrap();
+    for _ in 0..8 {
+        held.extend(Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!held.is_lost());
+    }
+    assert_eq!(holders(&server, "extended"), 1, "held 1.2 s, twice the max hold");
+    assert!(other.acquire("extended", 1, lease).await.unwrap().is_err());
+    // Left alone, it stops being renewed and says so.
+    tokio::time::sleep(Duration::from_millis(300) + lease + Duration::from_millis(100)).await;
+    assert!(held.is_lost());
+    assert!(other.acquire("extended", 1, lease).await.unwrap().is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_whose_renewals_cannot_be_sent_knows_it_may_have_lost_its_slot() {
+    let server = Server::start();
+    // The holder's breaker opens on one failure and probes only after 10 s: its renewals are
+    // not sent meanwhile.
+    let config = Config { deadline: Duration::from_millis(30), breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
+    let holder = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let guard = holder.acquire("solo", 1, lease).await.unwrap().unwrap();
+    assert!(!guard.is_lost());
+    assert!(guard.held_until() > std::time::Instant::now());
+
+    let pid = server.pid();
+    signal(pid, libc::SIGSTOP);
+    let resume = Resume(pid);
+    // The renewal at 100 ms gets no answer within its deadline: the breaker opens.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(resume);
+    assert!(holder.is_degraded(), "the holder's breaker is open");
+    // Once the other client has taken the only slot, the first guard says it may be lost.
+    let start = std::time::Instant::now();
+    loop {
+        let taken = other.acquire("solo", 1, Duration::from_secs(5)).await.unwrap();
+        if let Ok(taken) = taken {
+            assert!(guard.is_lost(), "another client holds the slot and the first guard says is_lost() == false");
+            assert!(guard.held_until() <= std::time::Instant::now());
+            drop(taken);
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "the unrenewed lease never ran out");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

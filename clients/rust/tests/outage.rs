@@ -5,7 +5,6 @@
 #[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::Server;
@@ -14,16 +13,22 @@ use redis_throttle_client::{BreakerConfig, Config, Decision, FailurePolicy, Poli
 const DEADLINE: Duration = Duration::from_millis(30);
 const PROBE: Duration = Duration::from_millis(300);
 
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success());
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
+    // no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
 }
 
 /// Resumes a paused server even when the test fails (so its drop can stop it).
 struct Resume(u32);
 impl Drop for Resume {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-CONT").arg(self.0.to_string()).status();
+        if let Ok(pid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
     }
 }
 
@@ -94,7 +99,7 @@ async fn a_paused_server_fails_closed_within_the_deadline_and_is_found_again() {
     assert_eq!(client.check(&policy, "warm").await.unwrap().source, Source::Server);
 
     let pid = server.pid();
-    signal(pid, "STOP");
+    signal(pid, libc::SIGSTOP);
     let _resume = Resume(pid);
     let samples = load(&client, &policy, 8, Duration::from_millis(800)).await;
     for (_, d) in &samples {
@@ -112,7 +117,7 @@ async fn a_paused_server_fails_closed_within_the_deadline_and_is_found_again() {
     assert_eq!(d.verdict, Verdict::Allowed);
     assert!(d.is_degraded(), "{d:?}");
 
-    signal(pid, "CONT");
+    signal(pid, libc::SIGCONT);
     let back = back_on_server(&client, &policy, Instant::now()).await;
     eprintln!("back on the server after {back:?}");
     assert!(back <= PROBE + DEADLINE + RECONNECT_SLACK, "back on the server after {back:?}");

@@ -45,7 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 
-pub use body::LimitedBody;
+pub use body::{LeaseLost, LimitedBody};
 pub use headers::{Headers, QUOTA_EXCEEDED, Refusal, RefusalKind, TEMPORARY_REDUCED_CAPACITY};
 pub use key::{Key, RequestParts, Subject};
 
