@@ -241,6 +241,96 @@ impl Throttle {
         self.decide(&[(policy, key.as_ref(), -i64::from(quantity))], false).await
     }
 
+    /// Gives `quantity` units back, but never more than the limiter still holds of them: `held`
+    /// is the instant (Unix ms) the limiter would have been full again right after the call that
+    /// took them (`PEXPIRETIME key` then; see [`Throttle::check_held`]). A late refund gives
+    /// back nothing the limiter has regained by time (`HELD t` of the commands).
+    pub async fn refund_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32, held: i64) -> Result<Decision, Error> {
+        let key = key.as_ref();
+        let inner = &*self.inner;
+        let quantity = -i64::from(quantity);
+        if let Conn::Memory(store, clock) = &inner.conn {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let held = throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
+            let limiter = policy.limiter();
+            let (numbers, binding) = store.decide_held(&[(&limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
+            return Ok(Decision::new(numbers[binding], Source::Server));
+        }
+        let mut cmd = single_command(inner.backend, policy, key, quantity);
+        cmd.arg("HELD").arg(held);
+        let decision = match self.request(cmd, key).await {
+            Ok(value) => Decision::new(Numbers::from_reply(five(&value)?), Source::Server),
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            // Nothing is given back while the server is down (the units stay taken: never more).
+            Err(Failed::Down(reason)) => return Err(Error::Invalid(format!("the refund was not sent: {reason:?}"))),
+        };
+        if let Some(cache) = &inner.cache {
+            cache.forget(&policy.params(), key);
+        }
+        Ok(decision)
+    }
+
+    /// Takes `quantity` units of `key` as [`Throttle::check_n`] does, and reads, atomically with
+    /// the taking call (`MULTI`, the call, `PEXPIRETIME key`, `EXEC`), the instant (Unix ms) the
+    /// limiter would be full again right after it: the `held` of a later
+    /// [`Throttle::refund_held`]. `None` when the server took nothing (a denial, a degraded
+    /// decision).
+    pub async fn check_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<(Decision, Option<i64>), Error> {
+        let key = key.as_ref();
+        let inner = &*self.inner;
+        let quantity = i64::from(quantity);
+        let calls = [(policy, key, quantity)];
+        if let Conn::Memory(store, clock) = &inner.conn {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let now = clock.now();
+            let decision = memory_decision(&mut store, &calls, now, false, Source::Server)?;
+            let held = store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed());
+            record(&decision);
+            return Ok((decision, held));
+        }
+        if inner.backend == Backend::Twin && policy.named_zone().is_some() {
+            // The twin refuses a named zone: say so as `check` does.
+            return self.decide(&calls, false).await.map(|d| (d, None));
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic().add_command(single_command(inner.backend, policy, key, quantity)).cmd("PEXPIRETIME").arg(key);
+        let permit = inner.breaker.permit();
+        let sent = if permit == Permit::Skip {
+            Err(Failed::Down(Reason::BreakerOpen))
+        } else {
+            match tokio::time::timeout(inner.config.deadline, send_pipe(&inner.conn, pipe, key)).await {
+                Ok(Ok(value)) => {
+                    inner.breaker.success();
+                    Ok(value)
+                }
+                Ok(Err(e)) if !is_outage(&e) => {
+                    inner.breaker.success();
+                    Err(Failed::Refused(e))
+                }
+                Ok(Err(e)) => {
+                    inner.breaker.failure(permit);
+                    Err(Failed::Down(Reason::Connection(e.to_string())))
+                }
+                Err(_) => {
+                    inner.breaker.failure(permit);
+                    Err(Failed::Down(Reason::Timeout))
+                }
+            }
+        };
+        let (decision, held) = match sent {
+            Ok(Value::Array(items)) if items.len() == 2 => {
+                let decision = Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server);
+                let held = integer(&items[1]).filter(|&ms| ms >= 0 && decision.allowed());
+                (decision, held)
+            }
+            Ok(other) => return Err(Error::Invalid(format!("expected the call's reply and PEXPIRETIME, got {other:?}"))),
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            Err(Failed::Down(reason)) => (self.fallback(&calls, false, reason)?, None),
+        };
+        record(&decision);
+        Ok((decision, held))
+    }
+
     /// Several limiters decided at one instant, all or nothing (`CL.ALL … DETAILS`): the
     /// decision is the binding policy's, `binding` its index, `each` every policy's numbers.
     /// In a cluster every key must be in one hash slot.
@@ -441,6 +531,26 @@ fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all:
         decision.each = numbers;
     }
     Ok(decision)
+}
+
+/// Sends an atomic pipeline (`MULTI` … `EXEC`) of calls on `key`, routed by it in a cluster:
+/// the `EXEC` reply.
+async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8]) -> redis::RedisResult<Value> {
+    let replies: Vec<Value> = match conn {
+        Conn::Manager(c) => pipe.query_async(&mut c.clone()).await?,
+        Conn::Multiplexed(c) => pipe.query_async(&mut c.clone()).await?,
+        Conn::Cluster(c) => {
+            let count = pipe.len();
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+            let mut exec = c.clone().route_pipeline(pipe, count + 1, 1, route).await?;
+            match exec.pop() {
+                Some(Value::Array(items)) => items,
+                other => return Err(RedisError::from((redis::ErrorKind::Client, "unexpected EXEC reply", format!("{other:?}")))),
+            }
+        }
+        Conn::Memory(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+    };
+    Ok(Value::Array(replies))
 }
 
 async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {

@@ -481,6 +481,24 @@ impl Shared {
         }
     }
 
+    /// [`Self::decide`] for a route that may give its rate units back (it has a concurrency
+    /// limit): one rate limit is taken with [`Throttle::check_held`], so that its refund is
+    /// bounded (`HELD`); the instant is `None` for several (their units are then not given back:
+    /// a refund must never return units the limiter has regained).
+    async fn decide_held(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<(Option<Decision>, Option<i64>), Error> {
+        let rate: Vec<(&Policy, &[u8])> = keyed
+            .iter()
+            .filter_map(|(l, k)| match &l.kind {
+                Kind::Rate(p) => Some((p, k.as_slice())),
+                Kind::Concurrent { .. } => None,
+            })
+            .collect();
+        match rate.as_slice() {
+            [(p, k)] => self.throttle.check_held(p, k, 1).await.map(|(d, held)| (Some(d), held)),
+            _ => self.decide(keyed).await.map(|d| (d, None)),
+        }
+    }
+
     async fn admit(&self, request: &http::request::Parts) -> Admission {
         let route = route_of(request);
         let plan = self.routes.get(route).unwrap_or(&self.default);
@@ -494,7 +512,11 @@ impl Shared {
             Ok(k) => k,
             Err(refusal) => return Admission::Refuse(self.refuse(refusal, grpc, &[], None)),
         };
-        let (enforced, shadowed) = tokio::join!(self.decide(&rate), self.decide(&shadow));
+        // A route with a concurrency limit may give its rate units back: read the bound then.
+        let enforced = async {
+            if concurrent.is_empty() { self.decide(&rate).await.map(|d| (d, None)) } else { self.decide_held(&rate).await }
+        };
+        let (enforced, shadowed) = tokio::join!(enforced, self.decide(&shadow));
         let mut report = RateLimitReport::default();
         let mut entries: Vec<Entry<'_>> = Vec::new();
         let mut binding = None;
@@ -505,7 +527,7 @@ impl Shared {
         }) {
             self.report_shadow(&shadow, &decision, &mut report);
         }
-        let decision = match enforced {
+        let (decision, held) = match enforced {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "redis-throttle: the rate limit could not be decided");
@@ -549,7 +571,7 @@ impl Shared {
                 }
                 Ok(Err(d)) => {
                     drop(leases);
-                    self.refund_rate(&rate, decision.as_ref()).await;
+                    self.refund_rate(&rate, decision.as_ref(), held).await;
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
@@ -570,15 +592,17 @@ impl Shared {
         Admission::Pass { fields, leases, report }
     }
 
-    /// A request a concurrency limit refused was not served: the units its rate limits took are
-    /// given back (only what the server took; a degraded decision took nothing there).
-    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>) {
-        if !admitted.is_some_and(|d| d.allowed() && d.source == Source::Server) {
+    /// A request a concurrency limit refused was not served: the unit its rate limit took is
+    /// given back (only what the server took; a degraded decision took nothing there), bounded by
+    /// `held` (`HELD`: never more than the limiter still holds of it). Without `held` (several
+    /// rate limits on the route) nothing is given back.
+    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>, held: Option<i64>) {
+        let Some(held) = held.filter(|_| admitted.is_some_and(|d| d.allowed() && d.source == Source::Server)) else {
             return;
-        }
+        };
         for (limit, key) in rate {
             let Kind::Rate(policy) = &limit.kind else { continue };
-            if let Err(e) = self.throttle.refund(policy, key, 1).await {
+            if let Err(e) = self.throttle.refund_held(policy, key, 1, held).await {
                 tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be refunded");
             }
         }
