@@ -253,7 +253,7 @@ impl Throttle {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let held = throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
             let limiter = policy.limiter();
-            let (numbers, binding) = store.decide_held(&[(&limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
+            let (numbers, binding) = store.decide_held(&[(limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
             return Ok(Decision::new(numbers[binding], Source::Server));
         }
         let mut cmd = single_command(inner.backend, policy, key, quantity);
