@@ -168,7 +168,7 @@ impl Clock {
 pub fn parse(data: &[u8]) {
     use crate::limiter::{Algorithm, Request};
     let (selector, rest) = data.split_first().unwrap_or((&0, &[]));
-    let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(12).collect() };
+    let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(14).collect() };
     for arg in &args {
         let canonical = std::str::from_utf8(arg).ok().and_then(|s| s.parse::<i64>().ok()).filter(|v| v.to_string().as_bytes() == *arg);
         assert_eq!(crate::args::integer(arg).ok(), canonical, "integer({arg:?})");
@@ -183,7 +183,7 @@ pub fn parse(data: &[u8]) {
             assert!(!text.chars().any(char::is_control), "{text:?}");
             match e {
                 Error::WrongArity(n) => assert_eq!(n, name),
-                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax => {}
+                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax | Error::HeldWithoutRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),

@@ -358,7 +358,7 @@ impl Limiter {
 pub fn held(t: Option<i64>, quantity: i64) -> Result<Option<Instant>> {
     let Some(t) = t else { return Ok(None) };
     if quantity >= 0 {
-        return Err(Error::Call("HELD is valid only with a negative quantity (a refund)".into()));
+        return Err(Error::HeldWithoutRefund);
     }
     let max = i64::MAX / crate::time::NANOS_PER_MILLI;
     if !(0..=max).contains(&t) {
