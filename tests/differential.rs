@@ -1267,7 +1267,14 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         }
         let mut args = words[slot].clone();
         if g.chance(0.7) {
-            args.extend(["QUANTITY".to_string(), g.rng.random_range(-4..14i64).to_string()]);
+            let q = g.rng.random_range(-4..14i64);
+            args.extend(["QUANTITY".to_string(), q.to_string()]);
+            // A bounded refund: HELD at or near the key's expiry (the period's end, or another).
+            if (q < 0 && g.chance(0.5)) || g.chance(0.02) {
+                let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&keys[0]).query(&mut rig.c).unwrap();
+                let at = if expiry >= 0 { expiry } else { now_us / 1000 };
+                args.extend(["HELD".to_string(), (at + *g.pick(&[0i64, 0, -1, 1, 86_400_000])).to_string()]);
+            }
         }
         if g.chance(0.4) {
             args.push("MS".into());
