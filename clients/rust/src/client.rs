@@ -276,29 +276,49 @@ impl Throttle {
     /// [`Throttle::refund_held`]. `None` when the server took nothing (a denial, a degraded
     /// decision).
     pub async fn check_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<(Decision, Option<i64>), Error> {
-        let key = key.as_ref();
+        let (decision, held) = self.take_held(&[(policy, key.as_ref(), i64::from(quantity))], false).await?;
+        Ok((decision, held.first().copied().flatten()))
+    }
+
+    /// [`Throttle::check_all`], reading each key's `held` (see [`Throttle::check_held`]) in the
+    /// same `MULTI`/`EXEC`: one per call, in order, `None` where nothing was taken.
+    pub async fn check_all_held(&self, calls: &[(&Policy, &[u8], u32)]) -> Result<(Decision, Vec<Option<i64>>), Error> {
+        let calls: Vec<Call<'_>> = calls.iter().map(|&(p, k, q)| (p, k, i64::from(q))).collect();
+        self.take_held(&calls, true).await
+    }
+
+    async fn take_held(&self, calls: &[Call<'_>], all: bool) -> Result<(Decision, Vec<Option<i64>>), Error> {
         let inner = &*self.inner;
-        let quantity = i64::from(quantity);
-        let calls = [(policy, key, quantity)];
+        let Some(&(first_policy, first_key, quantity)) = calls.first() else {
+            return Err(Error::Invalid("check_all needs at least one policy".into()));
+        };
+        if calls.len() > throttle_core::all::MAX_KEYS {
+            return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
+        }
         if let Conn::Memory(store, clock) = &inner.conn {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock.now();
-            let decision = memory_decision(&mut store, &calls, now, false, Source::Server)?;
-            let held = store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed());
+            let decision = memory_decision(&mut store, calls, now, all, Source::Server)?;
+            let held = calls.iter().map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed())).collect();
             record(&decision);
             return Ok((decision, held));
         }
-        if inner.backend == Backend::Twin && policy.named_zone().is_some() {
-            // The twin refuses a named zone: say so as `check` does.
-            return self.decide(&calls, false).await.map(|d| (d, None));
+        let cross_slot = matches!(inner.conn, Conn::Cluster(_)) && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
+        if cross_slot || (inner.backend == Backend::Twin && calls.iter().any(|(p, _, _)| p.named_zone().is_some())) {
+            // Refused as `check` and `check_all` refuse them.
+            return self.decide(calls, all).await.map(|d| (d, vec![None; calls.len()]));
         }
         let mut pipe = redis::pipe();
-        pipe.atomic().add_command(single_command(inner.backend, policy, key, quantity)).cmd("PEXPIRETIME").arg(key);
+        let cmd = if all { all_command(inner.backend, calls) } else { single_command(inner.backend, first_policy, first_key, quantity) };
+        pipe.atomic().add_command(cmd);
+        for (_, key, _) in calls {
+            pipe.cmd("PEXPIRETIME").arg(*key);
+        }
         let permit = inner.breaker.permit();
         let sent = if permit == Permit::Skip {
             Err(Failed::Down(Reason::BreakerOpen))
         } else {
-            match tokio::time::timeout(inner.config.deadline, send_pipe(&inner.conn, pipe, key)).await {
+            match tokio::time::timeout(inner.config.deadline, send_pipe(&inner.conn, pipe, first_key)).await {
                 Ok(Ok(value)) => {
                     inner.breaker.success();
                     Ok(value)
@@ -318,14 +338,18 @@ impl Throttle {
             }
         };
         let (decision, held) = match sent {
-            Ok(Value::Array(items)) if items.len() == 2 => {
-                let decision = Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server);
-                let held = integer(&items[1]).filter(|&ms| ms >= 0 && decision.allowed());
+            Ok(Value::Array(items)) if items.len() == 1 + calls.len() => {
+                let decision = if all { all_decision(&items[0], calls.len())? } else { Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server) };
+                let held = items[1..].iter().map(|v| integer(v).filter(|&ms| ms >= 0 && decision.allowed())).collect();
                 (decision, held)
+            }
+            Ok(Value::Array(items)) if matches!(items.first(), Some(Value::ServerError(_))) => {
+                let Some(Value::ServerError(e)) = items.into_iter().next() else { unreachable!("matched above") };
+                return Err(Error::Server(e.into()));
             }
             Ok(other) => return Err(Error::Invalid(format!("expected the call's reply and PEXPIRETIME, got {other:?}"))),
             Err(Failed::Refused(e)) => return Err(Error::Server(e)),
-            Err(Failed::Down(reason)) => (self.fallback(&calls, false, reason)?, None),
+            Err(Failed::Down(reason)) => (self.fallback(calls, all, reason)?, vec![None; calls.len()]),
         };
         record(&decision);
         Ok((decision, held))

@@ -70,3 +70,35 @@ async fn an_immediate_refund_gives_the_units_back() {
         }
     }
 }
+
+/// Several rate limits taken at once (`CL.ALL`, as the HTTP layer takes a route's): each key's
+/// bound is read in the same `MULTI`/`EXEC`; a refund at once gives every unit back, one after
+/// the window closed gives nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_all_held_bounds_each_refund() {
+    let (module, twin) = (Server::start(), twin_server());
+    for server in [&module, &twin] {
+        let client = Throttle::connect(&server.url()).await.unwrap();
+        let (counter, gcra) = (Policy::parse("10/s counter").unwrap(), Policy::parse("10/s burst 10").unwrap());
+        let calls = [(&counter, &b"{u}:c"[..], 10), (&gcra, &b"{u}:t"[..], 10)];
+        let (d, held) = client.check_all_held(&calls).await.unwrap();
+        assert!(d.allowed());
+        assert!(held.iter().all(Option::is_some), "{held:?}");
+        for ((policy, key, n), held) in calls.iter().zip(&held) {
+            let back = client.refund_held(policy, key, *n, held.unwrap()).await.unwrap();
+            assert!(back.remaining >= 9, "{policy} on {}: {back:?}", server.url());
+        }
+        // (GCRA's immediate refund gives back all but what rounding to the millisecond loses.)
+        let calls = [(&counter, &b"{u}:c"[..], 5), (&gcra, &b"{u}:t"[..], 5)];
+        let (d, held) = client.check_all_held(&calls).await.unwrap();
+        assert!(d.allowed() && held.iter().all(Option::is_some), "{d:?} {held:?}");
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        for (policy, key, _) in &calls {
+            assert_eq!(admitted(&client, policy, std::str::from_utf8(key).unwrap(), 10).await, 10);
+        }
+        for ((policy, key, n), held) in calls.iter().zip(&held) {
+            client.refund_held(policy, key, *n, held.unwrap()).await.unwrap();
+            assert!(!client.check(policy, key).await.unwrap().allowed(), "{policy} on {}: a late refund gave units back", server.url());
+        }
+    }
+}

@@ -482,20 +482,21 @@ impl Shared {
     }
 
     /// [`Self::decide`] for a route that may give its rate units back (it has a concurrency
-    /// limit): one rate limit is taken with [`Throttle::check_held`], so that its refund is
-    /// bounded (`HELD`); the instant is `None` for several (their units are then not given back:
-    /// a refund must never return units the limiter has regained).
-    async fn decide_held(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<(Option<Decision>, Option<i64>), Error> {
-        let rate: Vec<(&Policy, &[u8])> = keyed
+    /// limit): the rate limits are taken with [`Throttle::check_held`] /
+    /// [`Throttle::check_all_held`], so that their refunds are bounded (`HELD`): one instant per
+    /// rate limit, in order.
+    async fn decide_held(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<(Option<Decision>, Vec<Option<i64>>), Error> {
+        let calls: Vec<(&Policy, &[u8], u32)> = keyed
             .iter()
             .filter_map(|(l, k)| match &l.kind {
-                Kind::Rate(p) => Some((p, k.as_slice())),
+                Kind::Rate(p) => Some((p, k.as_slice(), 1)),
                 Kind::Concurrent { .. } => None,
             })
             .collect();
-        match rate.as_slice() {
-            [(p, k)] => self.throttle.check_held(p, k, 1).await.map(|(d, held)| (Some(d), held)),
-            _ => self.decide(keyed).await.map(|d| (d, None)),
+        match calls.as_slice() {
+            [] => Ok((None, Vec::new())),
+            [(p, k, _)] => self.throttle.check_held(p, k, 1).await.map(|(d, held)| (Some(d), vec![held])),
+            _ => self.throttle.check_all_held(&calls).await.map(|(d, held)| (Some(d), held)),
         }
     }
 
@@ -514,7 +515,7 @@ impl Shared {
         };
         // A route with a concurrency limit may give its rate units back: read the bound then.
         let enforced = async {
-            if concurrent.is_empty() { self.decide(&rate).await.map(|d| (d, None)) } else { self.decide_held(&rate).await }
+            if concurrent.is_empty() { self.decide(&rate).await.map(|d| (d, Vec::new())) } else { self.decide_held(&rate).await }
         };
         let (enforced, shadowed) = tokio::join!(enforced, self.decide(&shadow));
         let mut report = RateLimitReport::default();
@@ -571,7 +572,7 @@ impl Shared {
                 }
                 Ok(Err(d)) => {
                     drop(leases);
-                    self.refund_rate(&rate, decision.as_ref(), held).await;
+                    self.refund_rate(&rate, decision.as_ref(), &held).await;
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
                     }
@@ -592,16 +593,20 @@ impl Shared {
         Admission::Pass { fields, leases, report }
     }
 
-    /// A request a concurrency limit refused was not served: the unit its rate limit took is
-    /// given back (only what the server took; a degraded decision took nothing there), bounded by
-    /// `held` (`HELD`: never more than the limiter still holds of it). Without `held` (several
-    /// rate limits on the route) nothing is given back.
-    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>, held: Option<i64>) {
-        let Some(held) = held.filter(|_| admitted.is_some_and(|d| d.allowed() && d.source == Source::Server)) else {
+    /// A request a concurrency limit refused was not served: the units its rate limits took are
+    /// given back (only what the server took; a degraded decision took nothing there), each
+    /// bounded by its `held` (`HELD`: never more than the limiter still holds of it; none
+    /// without one).
+    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>, held: &[Option<i64>]) {
+        if !admitted.is_some_and(|d| d.allowed() && d.source == Source::Server) {
             return;
-        };
-        for (limit, key) in rate {
-            let Kind::Rate(policy) = &limit.kind else { continue };
+        }
+        let rate_limits = rate.iter().filter_map(|(limit, key)| match &limit.kind {
+            Kind::Rate(policy) => Some((limit, policy, key)),
+            Kind::Concurrent { .. } => None,
+        });
+        for ((limit, policy, key), held) in rate_limits.zip(held) {
+            let Some(held) = *held else { continue };
             if let Err(e) = self.throttle.refund_held(policy, key, 1, held).await {
                 tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be refunded");
             }
