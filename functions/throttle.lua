@@ -4,11 +4,11 @@ redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER, 
 and fixed offsets) and CL.ALL as Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
-  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [MS] [SHADOW]
-         FCALL cl_window   1 <key> <limit> <window> [quantity] [MS] [PRECISION p] [SHADOW]
-         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [MS] [SHADOW]
-         FCALL cl_counter  1 <key> <limit> <window> [quantity] [MS] [SHADOW]
-         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW]
          FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
@@ -2697,10 +2697,10 @@ end
 ---------------------------------------------------------------------------------------------
 -- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
 -- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
---   spec := THROTTLE max_burst count period [QUANTITY q]
---         | WINDOW limit window [PRECISION p] [QUANTITY q]
---         | BUCKET capacity tokens interval [QUANTITY q]
---         | COUNTER limit window [QUANTITY q]
+--   spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
+--         | WINDOW limit window [PRECISION p] [QUANTITY q] [HELD t]
+--         | BUCKET capacity tokens interval [QUANTITY q] [HELD t]
+--         | COUNTER limit window [QUANTITY q] [HELD t]
 -- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
 
 local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter', QUOTA = 'quota' }
