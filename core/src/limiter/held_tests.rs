@@ -201,3 +201,43 @@ fn held_is_only_for_refunds_and_in_range() {
     assert_eq!(all("2 a b COUNTER 1 1 QUANTITY -1 HELD 7 QUOTA 5 PER DAY HELD 9 QUANTITY -2"), Ok(vec![Some(Instant::from_nanos(7 * NANOS_PER_MILLI)), Some(Instant::from_nanos(9 * NANOS_PER_MILLI))]));
     assert_eq!(all("1 a WINDOW 1 1 HELD 7").unwrap_err().to_string(), "ERR limiter 1: HELD is valid only with a negative quantity (a refund)");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    /// Whatever the state and the instant given, a bounded refund gives back no more than the
+    /// plain refund would, takes nothing (a peek's remaining at least), and is never a denial.
+    #[test]
+    fn a_bounded_refund_is_between_a_peek_and_a_plain_refund(
+        which in 0usize..6, offset in 0i64..NANOS_PER_SEC, steps in steps(), k in 1i64..15,
+        dt in 0i64..2 * NANOS_PER_SEC, held_shift in prop_oneof![Just(0i64), -2i64..3, -1500i64..1500],
+    ) {
+        let (algorithm, words) = [
+            (Algorithm::Counter, "k 10 1000 MS"),
+            (Algorithm::Window, "k 10 1000 MS"),
+            (Algorithm::Window, "k 10 1000 MS PRECISION 100"),
+            (Algorithm::Throttle, "k 9 10 1000 MS"),
+            (Algorithm::Bucket, "k 10 2 200 MS"),
+            (Algorithm::Quota, "k 10 PER MINUTE"),
+        ][which];
+        let l = limiter(algorithm, words);
+        let mut key = Key::default();
+        let mut now = T0 + offset;
+        let (_, held) = key.call(&l, now, k.min(10), None);
+        for (step, q) in steps {
+            now += step;
+            key.call(&l, now, q, None);
+        }
+        now += dt;
+        // The taking call's expiry, as read then (or another instant: a wrong or stale `t`).
+        let held = held.unwrap_or(now / NANOS_PER_MILLI) + held_shift;
+        let at = Instant::from_nanos(now);
+        let stored = key.live(now);
+        let peek = l.decide(stored, at, 0).unwrap().reply;
+        let plain = l.decide(stored, at, -k).unwrap().reply;
+        let bounded = l.decide_held(stored, at, -k, Some(Instant::from_nanos(held * NANOS_PER_MILLI))).unwrap().reply;
+        prop_assert!(!bounded.limited && bounded.retry_after.is_none());
+        prop_assert!(bounded.remaining >= peek.remaining.min(plain.remaining), "{bounded:?} vs peek {peek:?}");
+        prop_assert!(bounded.remaining <= plain.remaining, "{bounded:?} vs plain {plain:?}");
+    }
+}
