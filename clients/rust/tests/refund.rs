@@ -102,3 +102,25 @@ async fn check_all_held_bounds_each_refund() {
         }
     }
 }
+
+/// The expiry task's refund is bounded too: a reservation of a whole `50/s` window expiring
+/// after the window closed gives nothing back (its unbounded refund let 92-100 in one window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_reservation_gives_back_nothing_regained() {
+    let (module, twin) = (Server::start(), twin_server());
+    for server in [&module, &twin] {
+        let client = Throttle::connect(&server.url()).await.unwrap();
+        for spec in ["50/s counter", "50/s window", "50/s burst 50"] {
+            let policy = Policy::parse(spec).unwrap();
+            let reservation = client.reserve(&policy, spec, 50, Duration::from_millis(1_200)).await.unwrap().unwrap();
+            tokio::time::sleep(Duration::from_millis(1_050)).await;
+            let before = admitted(&client, &policy, spec, 100).await;
+            // The expiry task sends its refund at 1.2 s, within the other client's window.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let after = admitted(&client, &policy, spec, 100).await;
+            drop(reservation);
+            let most = if spec.contains("burst") { 50 + 25 } else { 50 };
+            assert!(before + after <= most, "{spec} on {}: {before} + {after} admitted around an expired reservation's refund", server.url());
+        }
+    }
+}
