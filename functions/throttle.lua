@@ -4,11 +4,11 @@ redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER, 
 and fixed offsets) and CL.ALL as Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
-  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [MS] [SHADOW]
-         FCALL cl_window   1 <key> <limit> <window> [quantity] [MS] [PRECISION p] [SHADOW]
-         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [MS] [SHADOW]
-         FCALL cl_counter  1 <key> <limit> <window> [quantity] [MS] [SHADOW]
-         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [MS] [SHADOW]
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW]
+         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW]
          FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
@@ -61,6 +61,7 @@ local ERR = {
   arity = "ERR wrong number of arguments for '%s' command",
   integer = 'ERR value is not an integer or out of range',
   range = 'ERR %s must be an integer from %s to %s',
+  held_refund = 'ERR HELD is valid only with a negative quantity (a refund)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
@@ -550,13 +551,13 @@ local function gcra_reply(p, limited, tlm, tlu, rm, ru)
   return d
 end
 
-local function gcra_decide(p, stored, nm, nu, qm, qu, q)
+local function gcra_decide(p, stored, nm, nu, qm, qu, q, held)
   local am, au -- the TAT
   if stored then
     am, au = tat_of(stored)
     if not am then invalid('throttle', stored) end
   end
-  if p.tol and nm < p.fast_until then return gcra_fast(p, am, au, nm, nu, q) end
+  if p.tol and nm < p.fast_until and not held then return gcra_fast(p, am, au, nm, nu, q) end
   -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
   local cm, cu = t_add(nm, nu, p.tm, p.tu)
   if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
@@ -573,6 +574,13 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q)
     -- A refund moves the TAT back by the units returned, stopping at now (full). Units beyond
     -- 2^53 give back more than any tolerance, as the capped count does.
     local bm, bu = t_mul(p.em, p.eu, -q)
+    if held then
+      -- HELD: back by at most what is left of the units' emission time, from the least the
+      -- TAT can have been after the taking call (held - 1 ms + 1 ns) to now (core's
+      -- throttle::refund_held).
+      local lm, lu = since(held - 1, 1, nm, nu)
+      if t_lt(lm, lu, bm, bu) or not t_fits(bm, bu) then bm, bu = lm, lu end
+    end
     local xm, xu = nm, nu
     if t_fits(bm, bu) then
       xm, xu = t_sub(am, au, bm, bu)
@@ -826,7 +834,7 @@ end
 
 local function refills(p, d) return div_ceil(d, p.tokens) end
 
-local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
+local function bucket_decide(p, stored, expiry_ms, nm, nu, q, held)
   local full_at -- ms; nil: stamped beyond any ceiling
   local deficit = 0
   local had = false -- the stored bucket was not yet full
@@ -900,6 +908,18 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q)
   end
 
   if q < 0 then
+    if held then
+      -- HELD: at most the tokens the grid's refills from now to `held` would still add
+      -- (core's bucket::held_units); nothing once now is at `held`.
+      local bound = 0
+      if nm < held and deficit > 0 and held >= next_refill then
+        bound = (div_floor(held - next_refill, p.interval) + 1) * p.tokens
+        if bound > -q then bound = -q end
+        if bound > deficit then bound = deficit end
+      end
+      if bound == 0 then return decision(0, p.capacity, deficit, nil, nil, reset_m, reset_u) end
+      q = -bound
+    end
     local def = deficit + q
     if def < 0 then def = 0 end
     return settle(def)
@@ -2275,8 +2295,50 @@ local function ring_log_reply(p, ring, nm, nu, q, counted)
   return window_reply(p, v == 'peek' and 0 or 1, len, nm, nu, fm, fu, rm, ru)
 end
 
+-- HELD: the units of a stored value a refund may stand for (core's window::held_units): those
+-- logged at the taking instant (held - window, in the millisecond before it) that still count
+-- (an exact log), or those of the bucket the taking call wrote, if it still counts (a ring of
+-- the call's precision); at most `units`.
+local function window_held_units(p, stored, nm, nu, units, held)
+  if stored == nil then return 0 end
+  local W = p.window
+  if not p.precision then
+    local log
+    if type(stored) == 'table' then
+      log = byte(stored.s) == 1 and log_parse(stored.s, stored) or nil
+    else
+      log = byte(stored) == 1 and log_parse(stored) or nil
+    end
+    if not log then return 0 end
+    local a = held - W
+    local lo, hi = log_first_after(log, a - 1, 0), log_first_after(log, a, 0)
+    if lo >= hi then return 0 end
+    local om, ou = log_at(log, lo)
+    local hm, hu = t_sub(nm, nu, W, 0)
+    if not t_lt(hm, hu, om, ou) then return 0 end
+    if hi - lo < units then return hi - lo end
+    return units
+  end
+  stored = whole(stored)
+  if byte(stored) ~= 2 then return 0 end
+  local ring = ring_parse(stored)
+  if not ring then return 0 end
+  local P = p.precision
+  local slots = div_ceil(W, P) + 1
+  local e = held - W
+  if ring.far or ring.pm ~= P or ring.pu ~= 0 or ring.slots ~= slots or e % P ~= 0 then return 0 end
+  local k = e / P - 1
+  if k < div_floor(nm - W, P) or k > ring.newest or k <= ring.newest - slots then return 0 end
+  local c = ring_count(ring, k)
+  if c < units then return c end
+  return units
+end
+
 -- `dry` (see exact_decide): no stored state is converted for a decision marked `redo`.
-local function window_decide(p, stored, nm, nu, q, dry)
+local function window_decide(p, stored, nm, nu, q, dry, held)
+  if held and q < 0 then
+    q = -window_held_units(p, stored, nm, nu, -q, held)
+  end
   ring_read = nil
   if stored == nil then
     if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry) end
@@ -2342,7 +2404,7 @@ end
 -- (`[QUANTITY q] [PRECISION p]`; `spec` true). Returns the quantity (T, nil when absent),
 -- MS, PRECISION's value (T, nil when absent) and SHADOW.
 local function tail(args, i, last, accepts_precision, spec)
-  local qm, qu, millis, pm, pu, shadow
+  local qm, qu, millis, pm, pu, shadow, hm, hu
   while i <= last do
     local a = args[i]
     local b = byte(a)
@@ -2360,12 +2422,25 @@ local function tail(args, i, last, accepts_precision, spec)
       i = i + 1
       if i > last then fail(ERR.syntax) end
       pm, pu = integer(args[i])
+    elseif hm == nil and is_word(a, 'HELD') then
+      i = i + 1
+      if i > last then fail(ERR.syntax) end
+      hm, hu = integer(args[i])
     else
       fail(ERR.syntax)
     end
     i = i + 1
   end
-  return qm, qu, millis, pm, pu, shadow
+  return qm, qu, millis, pm, pu, shadow, hm, hu
+end
+
+-- `HELD t` (T, nil when absent) of a call with quantity (qm, qu): t in Unix milliseconds, a
+-- plain number; only with a refund (core's limiter::held).
+local function held_of(hm, hu, qm, qu)
+  if hm == nil then return nil end
+  if qm >= 0 then fail(ERR.held_refund) end
+  if hm < 0 or hm > 9223372 or (hm == 9223372 and hu > 36854) then fail(fmt(ERR.range, 'held', '0', '9223372036854')) end
+  return hm * M + hu
 end
 
 local UNIT_NAME = { [false] = 'seconds', [true] = 'milliseconds' }
@@ -2570,7 +2645,7 @@ local function quota_parse(args, first, last, spec, millis)
       i = i + 1
     end
   end
-  local qm, qu, shadow
+  local qm, qu, shadow, hm, hu
   local j = 1
   while j <= #rest do
     local a = rest[j]
@@ -2578,6 +2653,10 @@ local function quota_parse(args, first, last, spec, millis)
       j = j + 1
       if j > #rest then fail(ERR.syntax) end
       qm, qu = integer(rest[j])
+    elseif hm == nil and is_word(a, 'HELD') then
+      j = j + 1
+      if j > #rest then fail(ERR.syntax) end
+      hm, hu = integer(rest[j])
     elseif not spec and not millis and is_word(a, 'MS') then millis = true
     elseif not spec and not shadow and is_word(a, 'SHADOW') then shadow = true
     else fail(ERR.syntax) end
@@ -2598,7 +2677,8 @@ local function quota_parse(args, first, last, spec, millis)
     pos = { ms = lc - days * MS_DAY, month = am, day = ad, weekday = (days + 3) % 7 }
   end
   if qm == nil then qm, qu = 0, 1 end
-  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false
+  local held = held_of(hm, hu, qm, qu)
+  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false, held
 end
 
 -- Each command's table: its name, positional arguments and optional words (the most its tail
@@ -2606,14 +2686,14 @@ end
 -- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
 local COMMANDS = {
   throttle = {
-    name = 'cl.throttle', positional = 3, optional = 3, word = 'THROTTLE',
+    name = 'cl.throttle', positional = 3, optional = 5, word = 'THROTTLE',
     build = function(a, millis)
       local period = duration(a[5], a[6], millis, 'period')
       return gcra_params(a[1], a[2], a[3], a[4], period)
     end,
   },
   window = {
-    name = 'cl.window', positional = 2, optional = 5, word = 'WINDOW', precision = true,
+    name = 'cl.window', positional = 2, optional = 7, word = 'WINDOW', precision = true,
     build = function(a, millis, pm, pu)
       local window = duration(a[3], a[4], millis, 'window')
       local precision
@@ -2630,7 +2710,7 @@ local COMMANDS = {
     end,
   },
   bucket = {
-    name = 'cl.bucket', positional = 3, optional = 3, word = 'BUCKET',
+    name = 'cl.bucket', positional = 3, optional = 5, word = 'BUCKET',
     build = function(a, millis)
       local interval = duration(a[5], a[6], millis, 'interval')
       return bucket_params(a[1], a[2], a[3], a[4], interval)
@@ -2639,7 +2719,7 @@ local COMMANDS = {
   -- Its words are not all numbers (quota_parse reads them); `positional` counts `PER unit`.
   quota = { name = 'cl.quota', positional = 3, word = 'QUOTA', zone = true },
   counter = {
-    name = 'cl.counter', positional = 2, optional = 3, word = 'COUNTER',
+    name = 'cl.counter', positional = 2, optional = 5, word = 'COUNTER',
     build = function(a, millis)
       local window = duration(a[3], a[4], millis, 'window')
       return counter_params(a[1], a[2], window)
@@ -2660,18 +2740,19 @@ end
 -- SHADOW.
 local function parse(kind, args)
   if kind == 'quota' then
-    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, MS and SHADOW.
-    if #args < 3 or #args > 11 then fail(fmt(ERR.arity, 'cl.quota')) end
+    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, HELD t, MS and SHADOW.
+    if #args < 3 or #args > 13 then fail(fmt(ERR.arity, 'cl.quota')) end
     return quota_parse(args, 1, #args, false, false)
   end
   local command = COMMANDS[kind]
   local n = #args
   if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
   local a = positional(command, args, 1)
-  local qm, qu, millis, pm, pu, shadow = tail(args, command.positional + 1, n, command.precision, false)
+  local qm, qu, millis, pm, pu, shadow, hm, hu = tail(args, command.positional + 1, n, command.precision, false)
   millis = millis or false
   if qm == nil then qm, qu = 0, 1 end
-  return command.build(a, millis, pm, pu), qm, qu, millis, shadow or false
+  local p = command.build(a, millis, pm, pu)
+  return p, qm, qu, millis, shadow or false, held_of(hm, hu, qm, qu)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -2696,17 +2777,25 @@ local function read_of(kind, key)
   return read(key, READS_EXPIRY[kind])
 end
 
+-- `held` (Unix ms, with a refund only): the refund gives back at most what the limiter still
+-- holds of the units (core's Limiter::decide_held); a refund bounded to nothing answers as a
+-- peek, and no bounded refund reads as a denial.
 -- `dry`: CL.ALL's first pass (see exact_decide).
-local function decide(kind, p, stored, expiry, nm, nu, qm, qu, dry)
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu, held, dry)
   local q = t_capped(qm, qu)
+  if held and q < 0 and (kind == 'counter' or kind == 'quota') then
+    -- Only while the window or period the units were counted in (the one ending at `held`) is open.
+    if not (stored and expiry == held and nm < held) then qm, qu, q = 0, 0, 0 end
+  end
   local d
-  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q)
-  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry)
-  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q)
+  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q, held)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry, held)
+  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q, held)
   elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q)
   else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
   -- (The call decided without an error the module would give: now the twin's own refusal.)
   if p.refuse then fail(p.refuse) end
+  if held and kind ~= 'throttle' then d[1], d.rm = 0, nil end
   return d
 end
 
@@ -2768,13 +2857,13 @@ local function single(kind, keys, args)
   elseif n == 2 then ck = '2' .. args[1] .. ' ' .. args[2]
   else ck = n .. concat(args, ' ') end
   local hit = PARSED[kind][ck]
-  local p, qm, qu, millis, shadow
+  local p, qm, qu, millis, shadow, held
   if hit then
-    p, qm, qu, millis, shadow = hit[1], hit[2], hit[3], hit[4], hit[5]
+    p, qm, qu, millis, shadow, held = hit[1], hit[2], hit[3], hit[4], hit[5], hit[6]
   else
-    p, qm, qu, millis, shadow = parse(kind, args)
+    p, qm, qu, millis, shadow, held = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
-    hit = { p, qm, qu, millis, shadow }
+    hit = { p, qm, qu, millis, shadow, held }
     PARSED[kind][ck] = hit
     parsed_count = parsed_count + 1
   end
@@ -2782,7 +2871,7 @@ local function single(kind, keys, args)
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read_of(kind, key)
-  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu)
+  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held)
   apply(key, d, stored)
   -- Only a call that consumes units (quantity > 0) can be denied.
   if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
@@ -2792,10 +2881,10 @@ end
 ---------------------------------------------------------------------------------------------
 -- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
 -- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
---   spec := THROTTLE max_burst count period [QUANTITY q]
---         | WINDOW limit window [PRECISION p] [QUANTITY q]
---         | BUCKET capacity tokens interval [QUANTITY q]
---         | COUNTER limit window [QUANTITY q]
+--   spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
+--         | WINDOW limit window [PRECISION p] [QUANTITY q] [HELD t]
+--         | BUCKET capacity tokens interval [QUANTITY q] [HELD t]
+--         | COUNTER limit window [QUANTITY q] [HELD t]
 -- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
 
 local ALL_KINDS = { THROTTLE = 'throttle', WINDOW = 'window', BUCKET = 'bucket', COUNTER = 'counter', QUOTA = 'quota' }
@@ -2803,7 +2892,7 @@ local ALL_MAX_KEYS = 16
 
 -- The options some spec takes (the module's spec_option): one right after a spec that does not
 -- take it is that spec's error.
-local ALL_OPTIONS = { QUANTITY = true, PRECISION = true, TZ = true, ANCHOR = true }
+local ALL_OPTIONS = { QUANTITY = true, HELD = true, PRECISION = true, TZ = true, ANCHOR = true }
 
 -- An error of limiter i: every argument error names the limiter; WRONGTYPE (Redis's own key
 -- error) and a bug do not.
@@ -2814,8 +2903,8 @@ end
 
 -- Runs f(...) with its errors named after limiter i.
 local function as_limiter(i, f, ...)
-  local ok, r1, r2, r3 = pcall(f, ...)
-  if ok then return r1, r2, r3 end
+  local ok, r1, r2, r3, r4 = pcall(f, ...)
+  if ok then return r1, r2, r3, r4 end
   if r1 == failed then fail(in_limiter(i, r1)) end
   error(r1, 0)
 end
@@ -2823,14 +2912,15 @@ end
 -- A spec's numbers and options: its parameters and quantity (T).
 local function parse_spec(spec, args, millis)
   if spec.kind == 'quota' then
-    local p, qm, qu = quota_parse(args, spec.first, spec.last, true, millis)
-    return p, qm, qu
+    local p, qm, qu, _, _, held = quota_parse(args, spec.first, spec.last, true, millis)
+    return p, qm, qu, held
   end
   local command = COMMANDS[spec.kind]
   local a = positional(command, args, spec.first)
-  local qm, qu, _, pm, pu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
+  local qm, qu, _, pm, pu, _, hm, hu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
   if qm == nil then qm, qu = 0, 1 end
-  return command.build(a, millis, pm, pu), qm, qu
+  local p = command.build(a, millis, pm, pu)
+  return p, qm, qu, held_of(hm, hu, qm, qu)
 end
 
 local function all(keys, args)
@@ -2870,7 +2960,7 @@ local function all(keys, args)
       if last > n then fail(fmt(ERR.all_numbers, index, command.word, command.positional)) end
       while last < n do
         local option = args[last + 1]:upper()
-        if option ~= 'QUANTITY' and not (command.precision and option == 'PRECISION') and not (command.zone and (option == 'TZ' or option == 'ANCHOR')) then break end
+        if option ~= 'QUANTITY' and option ~= 'HELD' and not (command.precision and option == 'PRECISION') and not (command.zone and (option == 'TZ' or option == 'ANCHOR')) then break end
         last = last + 2 -- the option and its value (a missing value is the spec's syntax error)
       end
       if last > n then last = n end
@@ -2889,8 +2979,8 @@ local function all(keys, args)
   end
   local parsed = {}
   for s = 1, nkeys do
-    local p, qm, qu = as_limiter(s, parse_spec, specs[s], args, millis)
-    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu }
+    local p, qm, qu, held = as_limiter(s, parse_spec, specs[s], args, millis)
+    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held }
   end
   -- Every key is read before anything is decided; every limiter decides at one instant; the
   -- effects are written only when all admit. The first pass decides for the replies alone
@@ -2940,7 +3030,7 @@ local function all(keys, args)
       ok, d = false, fmt(ERR.twin_all_converts, conversions)
       failed = d
     else
-      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, true)
+      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, true)
     end
     if ok then
       decisions[s] = d
@@ -2970,7 +3060,7 @@ local function all(keys, args)
       local redo = decisions[s].redo
       if redo == true then
         local it = parsed[s]
-        decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu)
+        decisions[s] = as_limiter(s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held)
       elseif redo then
         decisions[s] = as_limiter(s, redo)
       end
@@ -3030,7 +3120,7 @@ local REPLY = { 0, 0, 0, 0, 0 }
 -- tolerance of 2^52 ns or more), so that their next calls go to `single` at once.
 local function throttle_single(keys, args)
   local reply = single('throttle', keys, args)
-  local p, qm, qu, millis, shadow = lua_unpack(single_params, 1, 5)
+  local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
   if hot_count >= 512 then HOT, hot_count = {}, 0 end
   local n = #args
   local node = HOT[n]
@@ -3040,7 +3130,7 @@ local function throttle_single(keys, args)
     if not next_node then next_node = {}; node[args[i]] = next_node end
     node = next_node
   end
-  node[args[n]] = p.tol and not p.refuse and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
+  node[args[n]] = p.tol and not p.refuse and not held and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
   hot_count = hot_count + 1
   return reply
 end

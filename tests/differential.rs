@@ -89,6 +89,9 @@ impl Limiter {
 
 struct Gen {
     rng: StdRng,
+    /// The key's expiry (Unix ms) before the call, when it has one: what a bounded refund's
+    /// `HELD t` is near.
+    held: Option<i64>,
 }
 
 impl Gen {
@@ -226,11 +229,30 @@ impl Gen {
         })
     }
 
+    /// `HELD t` for a call of quantity `q`: mostly with a refund, `t` at or near the key's
+    /// expiry (a bounded refund), now and then an argument error (not a refund, out of range).
+    fn held_words(&mut self, q: Option<&str>) -> Option<Vec<String>> {
+        let refund = q.is_some_and(|q| q.starts_with('-') && q.len() > 1 && q[1..].bytes().all(|b| b.is_ascii_digit()));
+        let t = match (refund && self.chance(0.6), self.chance(0.02)) {
+            (true, _) => match self.held {
+                Some(at) => (at + *self.pick(&[0, 0, 0, -1, 1, -1000, 1000, -60_000])).to_string(),
+                None => (self.rng.random_range(1_700_000_000_000i64..1_900_000_000_000)).to_string(),
+            },
+            (false, true) => self.pick(&["-1", "0", "9223372036854", "9223372036855", "1.5", "x"]).to_string(),
+            _ => return None,
+        };
+        Some(vec![self.pick(&["HELD", "held"]).to_string(), t])
+    }
+
     /// The arguments after the key: positional, then the tail in a random order.
     fn args(&mut self, l: &Limiter) -> Vec<String> {
         let mut args = l.positional.clone();
         let mut tail: Vec<Vec<String>> = Vec::new();
-        if let Some(q) = self.quantity(l.limit()) {
+        let q = self.quantity(l.limit());
+        if let Some(held) = self.held_words(q.as_deref()) {
+            tail.push(held);
+        }
+        if let Some(q) = q {
             tail.push(vec![q]);
         }
         if l.millis {
@@ -308,14 +330,19 @@ impl Gen {
             words.push(if l.is_duration(i) { l.in_unit(w, millis) } else { w.clone() });
         }
         let mut options: Vec<Vec<String>> = Vec::new();
-        if let Some(q) = self.quantity(l.limit()) {
+        let q = self.quantity(l.limit());
+        if let Some(held) = self.held_words(q.as_deref()) {
+            options.push(held);
+        }
+        if let Some(q) = q {
             options.push(vec![self.pick(&["QUANTITY", "quantity"]).to_string(), q]);
         }
         if let Some(p) = &l.precision {
             options.push(vec!["PRECISION".into(), l.in_unit(p, millis)]);
         }
-        if options.len() == 2 && self.chance(0.5) {
-            options.swap(0, 1);
+        for i in (1..options.len()).rev() {
+            let j = self.rng.random_range(0..=i);
+            options.swap(i, j);
         }
         words.extend(options.into_iter().flatten());
         words
@@ -673,7 +700,7 @@ fn the_twin_matches_the_module_call_for_call() {
     let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12_000);
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={calls}");
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
 
     // Pinned instants start a day ahead of the server's real clock, so no key the test writes
     // expires by real time while it runs (a key's expiry is absolute, in the server's ms).
@@ -709,6 +736,8 @@ fn the_twin_matches_the_module_call_for_call() {
                 }
             }
             let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
+            let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&Rig::keys(slots[0])[0]).query(&mut rig.c).unwrap();
+            g.held = (expiry >= 0).then_some(expiry);
             let args = g.all_args(&chosen);
             let (before, replies, states) = rig.call_all(&slots, &args, now_us);
             let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}", slots.len(), args.join(" "));
@@ -778,6 +807,8 @@ fn the_twin_matches_the_module_call_for_call() {
                 },
             }));
         }
+        let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&keys[0]).query(&mut rig.c).unwrap();
+        g.held = (expiry >= 0).then_some(expiry);
         let args = g.args(&limiter);
         let (before, replies, states) = rig.call(limiter.kind, &keys, &args, now_us);
         let context = || {
@@ -817,7 +848,13 @@ fn the_twin_matches_the_module_call_for_call() {
         assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry differ from the module's: {}", context());
 
         let outcome = match module {
-            Value::Array(items) => match (items.first(), args.iter().find(|a| a.parse::<i64>().is_ok() && !limiter.positional.contains(a))) {
+            Value::Array(items) => match (
+                items.first(),
+                // The quantity: an integer of the tail, not an option's value.
+                args.iter().enumerate().skip(limiter.positional.len()).find(|&(i, a)| {
+                    a.parse::<i64>().is_ok() && !args[i - 1].eq_ignore_ascii_case("HELD") && !args[i - 1].eq_ignore_ascii_case("PRECISION")
+                }).map(|(_, a)| a),
+            ) {
                 (Some(Value::Int(1)), _) => "denied",
                 (_, Some(q)) if q == "0" => "peek",
                 (_, Some(q)) if q.starts_with('-') => "refund",
@@ -843,7 +880,8 @@ fn the_twin_matches_the_module_call_for_call() {
         }
         let precision = if limiter.precision.is_some() { " PRECISION" } else { "" };
         let unit = if limiter.millis { " MS" } else { "" };
-        tally.add(format!("{}{precision}{unit}: {outcome}", limiter.kind.command()));
+        let held = if args.iter().any(|a| a.eq_ignore_ascii_case("HELD")) { " HELD" } else { "" };
+        tally.add(format!("{}{precision}{unit}{held}: {outcome}", limiter.kind.command()));
     }
     eprintln!("{calls} calls, each on the module, FCALL and EVALSHA, all equal:");
     for (what, n) in &tally.calls {
@@ -853,7 +891,7 @@ fn the_twin_matches_the_module_call_for_call() {
         let n: u64 = tally.calls.iter().filter(|(w, _)| w.starts_with(kind.command())).map(|(_, n)| n).sum();
         assert!(n as usize >= calls / 10, "{} was exercised: {n} calls", kind.command());
     }
-    for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS"] {
+    for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS", "HELD: refund"] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
     for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
@@ -1192,7 +1230,7 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
     let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(3_000, |n: usize| n / 4);
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * 4);
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
     let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
     let mut now_us = real_us + 86_400_000_000;
     let mut rig = Rig::start();
@@ -1229,7 +1267,14 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         }
         let mut args = words[slot].clone();
         if g.chance(0.7) {
-            args.extend(["QUANTITY".to_string(), g.rng.random_range(-4..14i64).to_string()]);
+            let q = g.rng.random_range(-4..14i64);
+            args.extend(["QUANTITY".to_string(), q.to_string()]);
+            // A bounded refund: HELD at or near the key's expiry (the period's end, or another).
+            if (q < 0 && g.chance(0.5)) || g.chance(0.02) {
+                let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&keys[0]).query(&mut rig.c).unwrap();
+                let at = if expiry >= 0 { expiry } else { now_us / 1000 };
+                args.extend(["HELD".to_string(), (at + *g.pick(&[0i64, 0, -1, 1, 86_400_000])).to_string()]);
+            }
         }
         if g.chance(0.4) {
             args.push("MS".into());

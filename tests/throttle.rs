@@ -107,7 +107,11 @@ fn every_bad_input_is_a_clear_error_and_changes_nothing() {
     let int_err = "ERR value is not an integer or out of range";
     let cases: Vec<(&[&[u8]], &str)> = vec![
         (&[b"CL.THROTTLE", b"k", b"1", b"1"], "ERR wrong number of arguments for 'cl.throttle' command"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"SHADOW", b"x"], "ERR wrong number of arguments for 'cl.throttle' command"),
+        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"1", b"MS", b"SHADOW", b"x"], "ERR wrong number of arguments for 'cl.throttle' command"),
+        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"SHADOW", b"x"], "ERR syntax error"),
+        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"HELD", b"5"], "ERR HELD is valid only with a negative quantity (a refund)"),
+        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"-5"], "ERR held must be an integer from 0 to 9223372036854"),
+        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD"], "ERR syntax error"),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"x"], "ERR syntax error"),
         (&[b"CL.THROTTLE", b"k", b"1.5", b"1", b"1"], int_err),
         (&[b"CL.THROTTLE", b"k", b"0x10", b"1", b"1"], int_err),

@@ -3,10 +3,11 @@
 //! `CL.ALL numkeys key [key ...] spec [spec ...] [MS] [DETAILS]`, one spec per key, in order:
 //!
 //! ```text
-//! spec := THROTTLE max_burst count period [QUANTITY q]
-//!       | WINDOW limit window [PRECISION p] [QUANTITY q]
-//!       | BUCKET capacity tokens interval [QUANTITY q]
-//!       | COUNTER limit window [QUANTITY q]
+//! spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
+//!       | WINDOW limit window [PRECISION p] [QUANTITY q] [HELD t]
+//!       | BUCKET capacity tokens interval [QUANTITY q] [HELD t]
+//!       | COUNTER limit window [QUANTITY q] [HELD t]
+//!       | QUOTA limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [HELD t]
 //! ```
 //!
 //! Parameters mean what they mean in the single commands, and each key holds exactly the state
@@ -50,6 +51,9 @@ pub struct Request<'a> {
     pub keys: Vec<&'a [u8]>,
     /// One per key, in order, with the units it consumes.
     pub limiters: Vec<(Limiter, i64)>,
+    /// One per key, in order: the `HELD t` of its refund, if given (see
+    /// [`Limiter::decide_held`]).
+    pub held: Vec<Option<Instant>>,
     pub unit: Unit,
     /// `DETAILS`: reply every limiter's own five integers too.
     pub details: bool,
@@ -122,12 +126,15 @@ impl<'a> Request<'a> {
             return Err(Error::Call(format!("numkeys is {numkeys} but {} limiter specs follow the keys", specs.len())));
         }
         let tail = Tail::parse(&call_words, call_options())?;
-        let limiters = specs
+        let (limiters, held) = specs
             .into_iter()
             .enumerate()
             .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit, caps).map_err(|e| e.in_limiter(i + 1)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Request { keys: keys.to_vec(), limiters, unit: tail.unit, details: tail.has("DETAILS"), tail })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .map(|(limiter, quantity, held)| ((limiter, quantity), held))
+            .unzip();
+        Ok(Request { keys: keys.to_vec(), limiters, held, unit: tail.unit, details: tail.has("DETAILS"), tail })
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -136,18 +143,22 @@ impl<'a> Request<'a> {
     }
 }
 
-/// One spec's numbers and options (after its word): the limiter and its quantity.
-fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64)> {
-    if let Algorithm::Quota = algorithm {
-        return crate::limiter::quota_spec(words, unit, [&QUANTITY].into_iter());
-    }
-    let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
-    let mut values = [0i64; 3];
-    for (slot, word) in values.iter_mut().zip(numbers) {
-        *slot = crate::args::integer(word)?;
-    }
-    let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
-    Ok((algorithm.build(&values, &tail, unit, caps)?, tail.quantity.unwrap_or(1)))
+/// One spec's numbers and options (after its word): the limiter, its quantity and the
+/// `HELD t` of its refund.
+fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64, Option<Instant>)> {
+    let (limiter, tail) = if let Algorithm::Quota = algorithm {
+        crate::limiter::quota_spec(words, unit, [&QUANTITY, &Arg::HELD].into_iter())?
+    } else {
+        let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
+        let mut values = [0i64; 3];
+        for (slot, word) in values.iter_mut().zip(numbers) {
+            *slot = crate::args::integer(word)?;
+        }
+        let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
+        (algorithm.build(&values, &tail, unit, caps)?, tail)
+    };
+    let quantity = tail.quantity.unwrap_or(1);
+    Ok((limiter, quantity, crate::limiter::held(tail.value("HELD"), quantity)?))
 }
 
 /// The option `word` names if some spec takes it (`QUANTITY`, `PRECISION`), as its table spells it.
@@ -191,9 +202,16 @@ impl Outcome {
 /// compared as replied in `unit` (two denials 1.2 s and 1.9 s away both show 2 seconds, and
 /// the first names the call), not in nanoseconds.
 pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: Instant, unit: Unit) -> Result<Outcome> {
+    decide_held(limiters, &[], stored, now, unit)
+}
+
+/// [`decide`], each refund bounded by its `HELD t` (`held[i]`, missing entries `None`): see
+/// [`Limiter::decide_held`].
+pub fn decide_held(limiters: &[(Limiter, i64)], held: &[Option<Instant>], stored: &[Option<Stored<'_>>], now: Instant, unit: Unit) -> Result<Outcome> {
     let mut decisions = Vec::with_capacity(limiters.len());
     for (i, ((limiter, quantity), stored)) in limiters.iter().zip(stored).enumerate() {
-        decisions.push(limiter.decide(*stored, now, *quantity).map_err(|e| e.in_limiter(i + 1))?);
+        let held = held.get(i).copied().flatten();
+        decisions.push(limiter.decide_held(*stored, now, *quantity, held).map_err(|e| e.in_limiter(i + 1))?);
     }
     let admitted = decisions.iter().all(|d| !d.reply.limited);
     let binding = if admitted {

@@ -188,6 +188,23 @@ impl Now {
     }
 }
 
+/// The most tokens a bounded refund (`HELD`) of `units` may put back at `now`: none once
+/// `now ≥ held` (the bucket the draw left was full again by then), else what the refills of
+/// the bucket's grid from now to `held` would still add (the tokens the draw still holds
+/// are among those), at most `units`. `held` is the key's expiry right after the draw
+/// (`PEXPIRETIME`: a whole millisecond on the grid).
+pub fn held_units(state: Option<State>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<i64> {
+    if now >= held || units <= 0 {
+        return Ok(0);
+    }
+    let bucket = Now::of(state, now, params)?;
+    if bucket.deficit == 0 || held < bucket.next_refill {
+        return Ok(0);
+    }
+    let refills = held.saturating_since(bucket.next_refill).as_nanos() / params.interval.as_nanos() + 1;
+    Ok(refills.saturating_mul(params.tokens).min(units).min(bucket.deficit))
+}
+
 /// Decides a call drawing `quantity` tokens at `now` from the stored bucket, if any.
 /// `quantity` 0 peeks; a negative quantity puts tokens back, never beyond `capacity`.
 #[inline(always)]

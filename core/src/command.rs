@@ -84,6 +84,10 @@ impl Arg {
     }
     pub const QUANTITY: Arg = Arg { name: "quantity", kind: ArgKind::Quantity, optional: true, multiple: false };
     pub const MS: Arg = Arg::flag("ms", "MS");
+    /// `HELD t` of a refund: the Unix-milliseconds instant at which the limiter would have been
+    /// full again right after the call that took the units (`PEXPIRETIME key` then); the refund
+    /// gives back at most what the limiter still holds of them (see `Limiter::decide_held`).
+    pub const HELD: Arg = Arg::option("held", "HELD");
     /// Answer a denial as an admission (and count it as a shadow denial), for this call only.
     pub const SHADOW: Arg = Arg::flag("shadow", "SHADOW");
 

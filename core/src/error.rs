@@ -35,6 +35,10 @@ pub enum Error {
     #[error("ERR syntax error")]
     Syntax,
 
+    /// `HELD t` on a call that is not a refund.
+    #[error("ERR HELD is valid only with a negative quantity (a refund)")]
+    HeldWithoutRefund,
+
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
 

@@ -168,7 +168,7 @@ impl Clock {
 pub fn parse(data: &[u8]) {
     use crate::limiter::{Algorithm, Request};
     let (selector, rest) = data.split_first().unwrap_or((&0, &[]));
-    let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(12).collect() };
+    let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(14).collect() };
     for arg in &args {
         let canonical = std::str::from_utf8(arg).ok().and_then(|s| s.parse::<i64>().ok()).filter(|v| v.to_string().as_bytes() == *arg);
         assert_eq!(crate::args::integer(arg).ok(), canonical, "integer({arg:?})");
@@ -183,7 +183,7 @@ pub fn parse(data: &[u8]) {
             assert!(!text.chars().any(char::is_control), "{text:?}");
             match e {
                 Error::WrongArity(n) => assert_eq!(n, name),
-                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax => {}
+                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax | Error::HeldWithoutRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
@@ -405,6 +405,82 @@ fn recovers(what: &str, now: i64, recovery: i64, limit: i64, key: &mut Key, deci
     assert_eq!(full.reply.remaining, limit, "{what}: full again {recovery} ns after a call");
 }
 
+/// Bounded refunds (`HELD t`) of every limiter: calls of any quantity at any instants (the clock
+/// stepping either way), now and then a refund with `t` the expiry a taking call left, or any
+/// instant. Never a panic, an error only for overflowing arithmetic; a bounded refund is never a
+/// denial and gives back no more than the plain refund would, nor takes anything.
+pub fn held(data: &[u8]) {
+    use crate::limiter::{Algorithm, Request, Stored, Write};
+    let mut input = Input::new(data);
+    let limiters = [
+        (Algorithm::Counter, "k 5 1000 MS"),
+        (Algorithm::Window, "k 5 1000 MS"),
+        (Algorithm::Window, "k 5 1000 MS PRECISION 100"),
+        (Algorithm::Throttle, "k 4 5 1000 MS"),
+        (Algorithm::Bucket, "k 5 2 300 MS"),
+        (Algorithm::Quota, "k 5 PER MINUTE"),
+        (Algorithm::Quota, "k 5 PER DAY TZ +05:30"),
+    ];
+    let (algorithm, words) = limiters[usize::from(input.byte()) % limiters.len()];
+    let args: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
+    let limiter = Request::parse(algorithm, &args, &crate::Caps::DEFAULT).expect("valid words").limiter;
+    let (mut now, mut value, mut expires_ms): (i64, Option<Vec<u8>>, Option<i64>) = (T0 + input.any(0, NANOS_PER_SEC), None, None);
+    let mut taken_at: Option<i64> = None;
+    for _ in 0..MAX_CALLS {
+        if input.is_empty() {
+            break;
+        }
+        now = now.saturating_add(input.step(NANOS_PER_SEC)).clamp(NANOS_PER_SEC, 4_102_444_800 * NANOS_PER_SEC);
+        if expires_ms.is_some_and(|ms| now.div_euclid(MS) > ms) {
+            (value, expires_ms) = (None, None);
+        }
+        let stored = value.as_deref().map(|v| Stored { value: v, expires_at_ms: expires_ms });
+        let at = Instant::from_nanos(now);
+        let q = input.quantity(6);
+        let decided = if q < 0 && input.byte().is_multiple_of(2) {
+            let t = match (taken_at, input.byte() % 4) {
+                (Some(t), 0..=2) => t + input.small(-2, 2),
+                _ => input.any(0, i64::MAX / MS),
+            };
+            let bounded = limiter.decide_held(stored, at, q, Some(Instant::from_nanos(t * MS)));
+            if let Ok(b) = &bounded {
+                assert!(!b.reply.limited && b.reply.retry_after.is_none(), "a bounded refund is no denial: {b:?}");
+                if let (Ok(plain), Ok(peek)) = (limiter.decide(stored, at, q), limiter.decide(stored, at, 0)) {
+                    assert!(b.reply.remaining <= plain.reply.remaining, "{algorithm:?}: bounded {b:?} gives back more than plain {plain:?}");
+                    assert!(b.reply.remaining >= peek.reply.remaining.min(plain.reply.remaining), "{algorithm:?}: bounded {b:?} takes (peek {peek:?})");
+                }
+            }
+            bounded
+        } else {
+            limiter.decide(stored, at, q)
+        };
+        let d = match decided {
+            Ok(d) => d,
+            Err(Error::TooLarge) => continue,
+            Err(e) => panic!("{algorithm:?} at {now} q {q}: {e}"),
+        };
+        match d.effect {
+            Effect::Nothing => {}
+            Effect::Delete => (value, expires_ms) = (None, None),
+            Effect::Store { state, expires_at } => {
+                let bytes = match state {
+                    Write::Integer(v) => v.to_string().into_bytes(),
+                    Write::Tagged(..) => panic!("no limiter stores a tagged value"),
+                    Write::Patch(p) => {
+                        let mut v = value.take().unwrap_or_default();
+                        p.apply(&mut v);
+                        v
+                    }
+                };
+                (value, expires_ms) = (Some(bytes), Some(expires_at.ceil_millis()));
+                if q > 0 && !d.reply.limited {
+                    taken_at = expires_ms;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,7 +491,7 @@ mod tests {
     fn kept_seeds_replay_cleanly() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 6] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window), ("quota", quota)];
+        let targets: [Target; 7] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window), ("quota", quota), ("held", held)];
         let mut replayed = 0;
         for (name, target) in targets {
             let Ok(dir) = std::fs::read_dir(root.join(name)) else { continue };
@@ -439,6 +515,7 @@ mod tests {
             bucket(&data);
             window(&data);
             quota(&data);
+            held(&data);
         }
     }
 }

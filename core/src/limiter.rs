@@ -76,7 +76,7 @@ static THROTTLE: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
+    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
 };
 
 static WINDOW: Command = Command {
@@ -87,7 +87,7 @@ static WINDOW: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, PRECISION, Arg::SHADOW],
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, PRECISION, Arg::SHADOW],
 };
 
 static BUCKET: Command = Command {
@@ -98,7 +98,7 @@ static BUCKET: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
+    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
 };
 
 static COUNTER: Command = Command {
@@ -109,7 +109,7 @@ static COUNTER: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, Arg::SHADOW],
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
 };
 
 static QUOTA: Command = Command {
@@ -126,6 +126,7 @@ static QUOTA: Command = Command {
         Arg { name: "zone", kind: ArgKind::Text("TZ"), optional: true, multiple: false },
         Arg { name: "instant", kind: ArgKind::Text("ANCHOR"), optional: true, multiple: false },
         crate::all::QUANTITY,
+        Arg::HELD,
         Arg::MS,
         Arg::SHADOW,
     ],
@@ -306,6 +307,64 @@ impl Limiter {
         };
         decided.map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))
     }
+
+    /// Decides as [`Limiter::decide`], but a refund (`quantity < 0`) with `held` (`HELD t`: the
+    /// instant the limiter would have been full again right after the call that took the
+    /// units) gives back at most what the limiter still holds of those units at `now`, never
+    /// units it has already regained by time:
+    /// - CL.THROTTLE: the TAT moves back by at most what is left of those units' emission
+    ///   time ([`throttle::refund_held`]);
+    /// - CL.COUNTER, CL.QUOTA: only while the window or period they were counted in (the one
+    ///   ending at `held`) is still open;
+    /// - CL.BUCKET: at most the tokens the refills between now and `held` would still add;
+    /// - CL.WINDOW: only units logged at the taking instant that still count.
+    ///
+    /// Without `held`, or for a call that is not a refund, it is [`Limiter::decide`].
+    pub fn decide_held(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64, held: Option<Instant>) -> Result<Decision<Write>> {
+        let Some(held) = held.filter(|_| quantity < 0) else {
+            return self.decide(stored, now, quantity);
+        };
+        let units = crate::limits::refunded(quantity);
+        let bounded = match self {
+            Limiter::Throttle(p) => {
+                let tat = stored.map(|s| throttle::decode(s.value)).transpose().map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))?;
+                let d = throttle::refund_held(tat, now, p, units, held)?;
+                return Ok(Decision { reply: d.reply, effect: d.effect.map(|t| Write::Integer(t.as_nanos())) });
+            }
+            Limiter::Window(p) => window::held_units(stored.map(|s| s.value), now, p, units, held),
+            Limiter::Bucket(p) => stored
+                .map(|s| bucket::decode(s.value, s.expires_at_ms))
+                .transpose()
+                .and_then(|state| bucket::held_units(state, now, p, units, held)),
+            Limiter::Counter(_) => stored.map(|s| counter::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
+                Some(s) if s.closes_at == held && now < held => units,
+                _ => 0,
+            }),
+            Limiter::Quota(_) => stored.map(|s| quota::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
+                Some(s) if s.expires_at == held && now < held => units,
+                _ => 0,
+            }),
+        };
+        let bounded = bounded.map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))?;
+        // A refund of nothing answers as a peek would, but never as a denial: it is a refund.
+        let mut decision = self.decide(stored, now, -bounded)?;
+        decision.reply.limited = false;
+        decision.reply.retry_after = None;
+        Ok(decision)
+    }
+}
+
+/// The instant of `HELD t` (Unix milliseconds), valid only with a refund (a negative quantity).
+pub fn held(t: Option<i64>, quantity: i64) -> Result<Option<Instant>> {
+    let Some(t) = t else { return Ok(None) };
+    if quantity >= 0 {
+        return Err(Error::HeldWithoutRefund);
+    }
+    let max = i64::MAX / crate::time::NANOS_PER_MILLI;
+    if !(0..=max).contains(&t) {
+        return Err(Error::OutOfRange { name: "held", range: Range::Integer { min: 0, max } });
+    }
+    Ok(Some(Instant::from_nanos(t * crate::time::NANOS_PER_MILLI)))
 }
 
 impl Algorithm {
@@ -335,6 +394,8 @@ pub struct Request<'a> {
     pub quantity: i64,
     /// The unit of the call's times.
     pub unit: Unit,
+    /// `HELD t` of a refund: see [`Limiter::decide_held`].
+    pub held: Option<Instant>,
     /// `SHADOW`: a denial is answered as an admission.
     shadow: bool,
 }
@@ -354,7 +415,9 @@ impl<'a> Request<'a> {
             *slot = parsed.integer(i);
         }
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
-        Ok(Request { key: parsed.key, limiter, quantity: parsed.tail.quantity.unwrap_or(1), unit: parsed.tail.unit, shadow: parsed.tail.has("SHADOW") })
+        let quantity = parsed.tail.quantity.unwrap_or(1);
+        let held = held(parsed.tail.value("HELD"), quantity)?;
+        Ok(Request { key: parsed.key, limiter, quantity, unit: parsed.tail.unit, held, shadow: parsed.tail.has("SHADOW") })
     }
 
     /// The common shapes, without walking the table: the key, the positional integers, then
@@ -383,7 +446,7 @@ impl<'a> Request<'a> {
             }
         }
         let limiter = algorithm.build(&values, &Tail::EMPTY, unit, caps)?;
-        Ok(Some(Request { key, limiter, quantity: quantity.unwrap_or(1), unit, shadow: false }))
+        Ok(Some(Request { key, limiter, quantity: quantity.unwrap_or(1), unit, held: None, shadow: false }))
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -403,7 +466,9 @@ impl<'a> Request<'a> {
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
         let (limiter, tail) = quota_words(rest, tail_args, None)?;
-        Ok(Request { key, limiter, quantity: tail.quantity.unwrap_or(1), unit: tail.unit, shadow: tail.has("SHADOW") })
+        let quantity = tail.quantity.unwrap_or(1);
+        let held = held(tail.value("HELD"), quantity)?;
+        Ok(Request { key, limiter, quantity, unit: tail.unit, held, shadow: tail.has("SHADOW") })
     }
 }
 
@@ -415,10 +480,10 @@ fn quota_words<'t>(words: &[&[u8]], accepted: impl Iterator<Item = &'t Arg> + Cl
     Ok((Limiter::Quota(words.params(unit.unwrap_or(tail.unit))?), tail))
 }
 
-/// A CL.ALL `QUOTA limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q]` spec (after its word).
-pub fn quota_spec<'t>(words: &[&[u8]], unit: Unit, accepted: impl Iterator<Item = &'t Arg> + Clone) -> Result<(Limiter, i64)> {
-    let (limiter, tail) = quota_words(words, accepted, Some(unit))?;
-    Ok((limiter, tail.quantity.unwrap_or(1)))
+/// A CL.ALL `QUOTA limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [HELD t]` spec (after
+/// its word): the limiter and the tail of its options.
+pub fn quota_spec<'t>(words: &[&[u8]], unit: Unit, accepted: impl Iterator<Item = &'t Arg> + Clone) -> Result<(Limiter, Tail)> {
+    quota_words(words, accepted, Some(unit))
 }
 
 impl<S> Decision<S> {
@@ -493,7 +558,7 @@ mod tests {
     #[test]
     fn errors_state_the_real_range() {
         use Algorithm::*;
-        for bad in ["", "k", "k 1", "k 1 1 1 MS PRECISION 1 SHADOW x"] {
+        for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 SHADOW x"] {
             assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
         }
         assert_eq!(error(Window, "k 0 1"), "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
@@ -591,3 +656,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "limiter/held_tests.rs"]
+mod held_tests;

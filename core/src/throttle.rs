@@ -91,15 +91,7 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
 
     if quantity < 0 {
         // A refund moves the TAT back by the units returned, stopping at now (full).
-        let back = params.emission_interval.as_nanos().saturating_mul(quantity.unsigned_abs().min(i64::MAX as u64) as i64);
-        let new_tat = Instant::from_nanos(tat.as_nanos().saturating_sub(back)).max(now);
-        let ttl = new_tat.saturating_since(now);
-        let effect = if new_tat <= now {
-            Effect::Delete
-        } else {
-            Effect::Store { state: new_tat, expires_at: new_tat }
-        };
-        return Ok(Decision { reply: params.reply(false, ttl, None), effect });
+        return Ok(refund(tat, now, params, params.emission_interval.as_nanos().saturating_mul(crate::limits::refunded(quantity))));
     }
 
     if quantity > params.limit {
@@ -117,6 +109,37 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     let reply = params.reply(false, new_tat.saturating_since(now), None);
     let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
     Ok(Decision { reply, effect })
+}
+
+/// A refund moving the (clamped) `tat` back by `back` nanoseconds, stopping at now (full).
+fn refund(tat: Instant, now: Instant, params: &Params, back: i64) -> Decision<Instant> {
+    let new_tat = Instant::from_nanos(tat.as_nanos().saturating_sub(back.max(0))).max(now);
+    let ttl = new_tat.saturating_since(now);
+    let effect = if new_tat <= now {
+        Effect::Delete
+    } else {
+        Effect::Store { state: new_tat, expires_at: new_tat }
+    };
+    Decision { reply: params.reply(false, ttl, None), effect }
+}
+
+/// A bounded refund (`HELD`): gives `units ≥ 1` back, but no more than the limiter still
+/// holds of them at `now`. `held` is the key's expiry right after the call that took them
+/// (`PEXPIRETIME`, whole milliseconds: that call's TAT lies in `(held − 1 ms, held]`).
+///
+/// The TAT moves back by `min(units·EI, max(0, held⁻ − now))`, `held⁻ = held − 1 ms + 1 ns`
+/// the least that TAT can have been. Why it is safe: every later call maps the TAT as
+/// `x ↦ max(c, x + a)` with its clamp `c` at its own instant (at or before now), so the TAT
+/// with the units taken stays ahead of the TAT of the same history without them by at least
+/// `min(units·EI, TAT_taken − now)` as long as no other refund pulls the TAT back: moving
+/// back by that much never admits more than that history would.
+pub fn refund_held(tat: Option<Instant>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<Decision<Instant>> {
+    let ceiling = now.checked_add(params.tolerance).unwrap_or(Instant::from_nanos(i64::MAX));
+    let tat = tat.map_or(now, |tat| tat.max(now)).min(ceiling);
+    let least = held.as_nanos().saturating_sub(crate::time::NANOS_PER_MILLI - 1);
+    let still = least.saturating_sub(now.as_nanos()).max(0);
+    let back = params.emission_interval.as_nanos().saturating_mul(units.max(0)).min(still);
+    Ok(refund(tat, now, params, back))
 }
 
 /// The smallest TAT CL.THROTTLE reads (an instant in 2001): anything smaller is another

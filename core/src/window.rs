@@ -160,6 +160,16 @@ pub fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i6
     }
 }
 
+/// The most units a bounded refund (`HELD`) of `units` may give back at `now`: only units
+/// logged by the taking call (its key's expiry right after it was `held`) that still count.
+pub fn held_units(stored: Option<&[u8]>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<i64> {
+    match (stored, params.precision) {
+        (None, _) => Ok(0),
+        (Some(bytes), None) => exact::held_units(bytes, now, params, units, held),
+        (Some(bytes), Some(p)) => buckets::held_units(bytes, now, params, p, units, held),
+    }
+}
+
 /// How a call relates to the limit, once the units in the window are known: the part of
 /// deciding both layouts share.
 enum Verdict {

@@ -25,7 +25,7 @@ fn handler(call: &Call) -> Result<Response> {
         keys.push(key);
     }
     let stored: Vec<_> = keys.iter().map(Key::stored).collect();
-    let mut outcome = all::decide(&request.limiters, &stored, now, request.unit)?;
+    let mut outcome = all::decide_held(&request.limiters, &request.held, &stored, now, request.unit)?;
     drop(stored);
     let prepared = keys
         .iter()

@@ -58,7 +58,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     let mut key = Key::open(call, 0)?;
     key.named(request.key);
     key.load(algorithm)?;
-    let decision = request.limiter.decide(key.stored(), now, request.quantity)?;
+    let decision = request.limiter.decide_held(key.stored(), now, request.quantity, request.held)?;
     let prepared = key.prepare(&decision.effect)?;
     key.apply(prepared)?;
     let mut reply = decision.reply;

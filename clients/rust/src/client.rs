@@ -242,7 +242,7 @@ impl Throttle {
 
     /// Whether calls go to a cluster (where one CL.ALL call keeps its keys in one hash slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.inner.conn, Conn::Cluster(_))
+        self.inner.link.get().is_some_and(|link| matches!(link.conn, Conn::Cluster(_)))
     }
 
     /// Whether the circuit breaker is open (calls answered by the failure policy).
@@ -314,6 +314,106 @@ impl Throttle {
     /// Gives `quantity` units back (never beyond full).
     pub async fn refund(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<Decision, Error> {
         self.decide(&[(policy, key.as_ref(), -i64::from(quantity))], false).await
+    }
+
+    /// Gives `quantity` units back, but never more than the limiter still holds of them: `held`
+    /// is the instant (Unix ms) the limiter would have been full again right after the call that
+    /// took them (`PEXPIRETIME key` then; see [`Throttle::check_held`]). A late refund gives
+    /// back nothing the limiter has regained by time (`HELD t` of the commands).
+    pub async fn refund_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32, held: i64) -> Result<Decision, Error> {
+        let key = key.as_ref();
+        let inner = &*self.inner;
+        let quantity = -i64::from(quantity);
+        // Nothing is given back while the server cannot be asked (the units stay taken: never more).
+        let Some(link) = inner.link.get() else {
+            return Err(Error::Invalid(format!("the refund was not sent: {NOT_CONNECTED}")));
+        };
+        if let Conn::Memory(store, clock) = &link.conn {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let held = throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
+            let limiter = policy.limiter();
+            let (numbers, binding) = store.decide_held(&[(limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
+            return Ok(Decision::new(numbers[binding], Source::Server));
+        }
+        let mut cmd = single_command(link.backend, policy, key, quantity);
+        cmd.arg("HELD").arg(held);
+        let decision = match self.request(cmd, key).await {
+            Ok(value) => Decision::new(Numbers::from_reply(five(&value)?), Source::Server),
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            // Nothing is given back while the server is down (the units stay taken: never more).
+            Err(Failed::Down(reason)) => return Err(Error::Invalid(format!("the refund was not sent: {reason:?}"))),
+        };
+        if let Some(cache) = &inner.cache {
+            cache.forget(&policy.params(), key);
+        }
+        Ok(decision)
+    }
+
+    /// Takes `quantity` units of `key` as [`Throttle::check_n`] does, and reads, atomically with
+    /// the taking call (`MULTI`, the call, `PEXPIRETIME key`, `EXEC`), the instant (Unix ms) the
+    /// limiter would be full again right after it: the `held` of a later
+    /// [`Throttle::refund_held`]. `None` when the server took nothing (a denial, a degraded
+    /// decision).
+    pub async fn check_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<(Decision, Option<i64>), Error> {
+        let (decision, held) = self.take_held(&[(policy, key.as_ref(), i64::from(quantity))], false).await?;
+        Ok((decision, held.first().copied().flatten()))
+    }
+
+    /// [`Throttle::check_all`], reading each key's `held` (see [`Throttle::check_held`]) in the
+    /// same `MULTI`/`EXEC`: one per call, in order, `None` where nothing was taken.
+    pub async fn check_all_held(&self, calls: &[(&Policy, &[u8], u32)]) -> Result<(Decision, Vec<Option<i64>>), Error> {
+        let calls: Vec<Call<'_>> = calls.iter().map(|&(p, k, q)| (p, k, i64::from(q))).collect();
+        self.take_held(&calls, true).await
+    }
+
+    async fn take_held(&self, calls: &[Call<'_>], all: bool) -> Result<(Decision, Vec<Option<i64>>), Error> {
+        let inner = &*self.inner;
+        let Some(&(first_policy, first_key, quantity)) = calls.first() else {
+            return Err(Error::Invalid("check_all needs at least one policy".into()));
+        };
+        if calls.len() > throttle_core::all::MAX_KEYS {
+            return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
+        }
+        let Some(link) = inner.link.get() else {
+            return Ok((self.fallback(calls, all, Reason::Connection(NOT_CONNECTED.into()))?, vec![None; calls.len()]));
+        };
+        if let Conn::Memory(store, clock) = &link.conn {
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let now = clock.now();
+            let decision = memory_decision(&mut store, calls, now, all, Source::Server)?;
+            let held = calls.iter().map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed())).collect();
+            record(&decision);
+            return Ok((decision, held));
+        }
+        let cross_slot = matches!(link.conn, Conn::Cluster(_)) && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
+        if cross_slot || (link.backend == Backend::Twin && calls.iter().any(|(p, _, _)| p.named_zone().is_some())) {
+            // Refused as `check` and `check_all` refuse them.
+            return self.decide(calls, all).await.map(|d| (d, vec![None; calls.len()]));
+        }
+        let mut pipe = redis::pipe();
+        let cmd = if all { all_command(link.backend, calls) } else { single_command(link.backend, first_policy, first_key, quantity) };
+        let name = command_name(&cmd);
+        pipe.atomic().add_command(cmd);
+        for (_, key, _) in calls {
+            pipe.cmd("PEXPIRETIME").arg(*key);
+        }
+        let sent = self.request_pipe(pipe, &name, first_key).await;
+        let (decision, held) = match sent {
+            Ok(Value::Array(items)) if items.len() == 1 + calls.len() => {
+                let decision = if all { all_decision(&items[0], calls.len())? } else { Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server) };
+                let held = items[1..].iter().map(|v| integer(v).filter(|&ms| ms >= 0 && decision.allowed())).collect();
+                (decision, held)
+            }
+            Ok(Value::Array(items)) if matches!(items.first(), Some(Value::ServerError(_))) => {
+                let Some(Value::ServerError(e)) = items.into_iter().next() else { unreachable!("matched above") };
+                return Err(Error::Server(e.into()));
+            }
+            Ok(other) => return Err(Error::Invalid(format!("expected the call's reply and PEXPIRETIME, got {other:?}"))),
+            Err(Failed::Refused(e)) => return Err(Error::Server(e)),
+            Err(Failed::Down(reason)) => (self.fallback(calls, all, reason)?, vec![None; calls.len()]),
+        };
+        record(&decision);
+        Ok((decision, held))
     }
 
     /// Several limiters decided at one instant, all or nothing (`CL.ALL … DETAILS`): the
@@ -392,12 +492,24 @@ impl Throttle {
     /// its `outcome` (`ok`, `refused`, `connection`, `timeout`, `breaker_open`) recorded.
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
         let span = tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
-        let (result, outcome) = self.request_unspanned(cmd, key).instrument(span.clone()).await;
+        let (result, outcome) = self.guarded(|conn| send(conn, cmd, key)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
 
-    async fn request_unspanned(&self, cmd: Cmd, key: &[u8]) -> (Result<Value, Failed>, &'static str) {
+    /// [`Throttle::request`] for an atomic pipeline (`MULTI` … `EXEC`) on `key`: its `EXEC` reply.
+    async fn request_pipe(&self, pipe: redis::Pipeline, name: &str, key: &[u8]) -> Result<Value, Failed> {
+        let span = tracing::debug_span!("redis_throttle.call", command = %name, outcome = tracing::field::Empty);
+        let (result, outcome) = self.guarded(|conn| send_pipe(conn, pipe, key)).instrument(span.clone()).await;
+        span.record("outcome", outcome);
+        result
+    }
+
+    /// Sends what `send` sends on the connection, within the deadline, through the breaker.
+    async fn guarded<'a, F>(&'a self, send: impl FnOnce(&'a Conn) -> F) -> (Result<Value, Failed>, &'static str)
+    where
+        F: std::future::Future<Output = redis::RedisResult<Value>> + 'a,
+    {
         let inner = &*self.inner;
         let Some(link) = inner.link.get() else {
             return (Err(Failed::Down(Reason::Connection(NOT_CONNECTED.into()))), "connection");
@@ -409,7 +521,7 @@ impl Throttle {
             return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
-        match tokio::time::timeout(inner.config.deadline, send(&link.conn, cmd, key)).await {
+        match tokio::time::timeout(inner.config.deadline, send(&link.conn)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 probe.success();
@@ -574,6 +686,26 @@ fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all:
         decision.each = numbers;
     }
     Ok(decision)
+}
+
+/// Sends an atomic pipeline (`MULTI` … `EXEC`) of calls on `key`, routed by it in a cluster:
+/// the `EXEC` reply.
+async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8]) -> redis::RedisResult<Value> {
+    let replies: Vec<Value> = match conn {
+        Conn::Manager(c) => pipe.query_async(&mut c.clone()).await?,
+        Conn::Multiplexed(c) => pipe.query_async(&mut c.clone()).await?,
+        Conn::Cluster(c) => {
+            let count = pipe.len();
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+            let mut exec = c.clone().route_pipeline(pipe, count + 1, 1, route).await?;
+            match exec.pop() {
+                Some(Value::Array(items)) => items,
+                other => return Err(RedisError::from((redis::ErrorKind::Client, "unexpected EXEC reply", format!("{other:?}")))),
+            }
+        }
+        Conn::Memory(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+    };
+    Ok(Value::Array(replies))
 }
 
 async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {

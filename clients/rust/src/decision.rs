@@ -32,8 +32,9 @@ pub enum FailurePolicy {
     FailClosed,
     /// Admit, marked degraded.
     FailOpen,
-    /// Decide in this process with `throttle-core`, every amount of the policy divided by
-    /// `share` (the number of instances), so a degraded fleet admits about the global limit.
+    /// Decide in this process with `throttle-core`, the policy's rate divided by `share` (the
+    /// number of instances; see [`crate::Policy::divided`]), so a degraded fleet of `share`
+    /// admits at most the global rate (a share of `1/s` among 8 is one per 8 s).
     Local { share: u32 },
 }
 

@@ -83,6 +83,11 @@ impl Store {
     /// nothing), else as the single command does (one call), applies the effects, and returns
     /// each one's numbers and the binding index.
     pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
+        self.decide_held(calls, &[], now, all)
+    }
+
+    /// [`Store::decide`], each refund bounded by its `held` (`HELD t`), as the module bounds it.
+    pub(crate) fn decide_held(&mut self, calls: &[(&Limiter, &[u8], i64)], held: &[Option<Instant>], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
         let outcome = {
             let stored: Vec<Option<Stored<'_>>> =
                 calls.iter().map(|(_, key, _)| self.live(key, now).map(|e| Stored { value: &e.value, expires_at_ms: e.expires_ms })).collect();
@@ -90,12 +95,12 @@ impl Store {
                 // The single command keeps the effect of a denial (a GCRA TAT clamped after its
                 // parameters changed); CL.ALL writes nothing when any limiter denies.
                 (false, [(limiter, _, quantity)], [stored]) => {
-                    throttle_core::all::Outcome { decisions: vec![limiter.decide(*stored, now, *quantity)?], binding: 0 }
+                    throttle_core::all::Outcome { decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?], binding: 0 }
                 }
                 _ => {
                     let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
                     // Replies are in milliseconds (the client's calls use MS): ties are judged as replied.
-                    throttle_core::all::decide(&limiters, &stored, now, Unit::Millis)?
+                    throttle_core::all::decide_held(&limiters, held, &stored, now, Unit::Millis)?
                 }
             }
         };

@@ -305,17 +305,55 @@ impl Policy {
         }
     }
 
-    /// The same algorithm with every amount divided by `share` (at least 1 each): what one of
-    /// `share` instances admits so that together they admit about this policy's limit.
+    /// What one of `share` instances admits so that together they admit at most this policy's
+    /// limit: the **rate** is divided, not the count. Each amount is divided by `share` but kept
+    /// at least 1, and the time it is counted over is stretched so that `share` instances admit
+    /// no more per unit of time than the policy (a share of `1/s` among 8 is one per 8 s; of
+    /// `10/s` among 3, 3 per 900 ms). A calendar quota whose limit is below the share becomes a
+    /// fixed window counter of `share / limit` periods at their longest (a day of 25 hours, a
+    /// month of 31 days and an hour). The same algorithm otherwise, decided by `throttle-core`.
     pub fn divided(&self, share: u32) -> Result<Policy, PolicyError> {
         let share = i64::from(share.max(1));
-        let part = |n: i64| (n / share).max(1);
+        // `amount` divided (at least 1), and `span_ms` stretched by `share · part / amount`,
+        // rounded up: `share` instances then admit at most `amount` per `span_ms`.
+        let split = |amount: i64, span_ms: i64| -> (i64, i64) {
+            let part = (amount / share).max(1);
+            let stretched = ceil_div(i128::from(span_ms) * i128::from(share) * i128::from(part), i128::from(amount.max(1)));
+            (part, i64::try_from(stretched).unwrap_or(i64::MAX))
+        };
         Policy::from_params(match self.params {
-            Params::Throttle { max_burst, count, period_ms } => Params::Throttle { max_burst: part(max_burst + 1) - 1, count: part(count), period_ms },
-            Params::Window { limit, window_ms, precision_ms } => Params::Window { limit: part(limit), window_ms, precision_ms },
-            Params::Bucket { capacity, tokens, interval_ms } => Params::Bucket { capacity: part(capacity), tokens: part(tokens), interval_ms },
-            Params::Counter { limit, window_ms } => Params::Counter { limit: part(limit), window_ms },
-            Params::Quota(q) => Params::Quota(Quota { limit: part(q.limit), ..q }),
+            Params::Throttle { max_burst, count, period_ms } => {
+                // The rate: `count` per `share` periods; the burst: a share of it.
+                let period_ms = i64::try_from(i128::from(period_ms) * i128::from(share)).unwrap_or(i64::MAX);
+                Params::Throttle { max_burst: ((max_burst + 1) / share).max(1) - 1, count, period_ms }
+            }
+            Params::Window { limit, window_ms, precision_ms } => {
+                let (limit, stretched) = split(limit, window_ms);
+                // Buckets as many as before: the precision stretches with the window.
+                let precision_ms = precision_ms.map(|p| ceil_div(i128::from(p) * i128::from(stretched), i128::from(window_ms.max(1)))).map(|p| i64::try_from(p).unwrap_or(i64::MAX).min(stretched));
+                Params::Window { limit, window_ms: stretched, precision_ms }
+            }
+            Params::Bucket { capacity, tokens, interval_ms } => {
+                let (tokens, interval_ms) = split(tokens, interval_ms);
+                Params::Bucket { capacity: (capacity / share).max(1), tokens, interval_ms }
+            }
+            Params::Counter { limit, window_ms } => {
+                let (limit, window_ms) = split(limit, window_ms);
+                Params::Counter { limit, window_ms }
+            }
+            Params::Quota(q) if q.limit >= share => Params::Quota(Quota { limit: q.limit / share, ..q }),
+            Params::Quota(q) => {
+                let longest: i64 = match q.per {
+                    Per::Minute => 60_000,
+                    Per::Hour => 3_600_000,
+                    Per::Day => 25 * 3_600_000,
+                    Per::Week => 7 * 86_400_000 + 3_600_000,
+                    Per::Month => 31 * 86_400_000 + 3_600_000,
+                    Per::Year => 366 * 86_400_000 + 3_600_000,
+                };
+                let (limit, window_ms) = split(q.limit, longest);
+                Params::Counter { limit, window_ms }
+            }
         })
     }
 
@@ -333,6 +371,11 @@ impl Policy {
             _ => None,
         }
     }
+}
+
+/// `a / b` rounded up, for `a ≥ 0`, `b ≥ 1`.
+fn ceil_div(a: i128, b: i128) -> i128 {
+    a / b + i128::from(a % b != 0)
 }
 
 /// A policy's algorithm and its command's words after the key (times in milliseconds).
@@ -657,11 +700,61 @@ mod tests {
     }
 
     #[test]
-    fn division_keeps_the_algorithm_and_at_least_one() {
+    fn division_divides_the_rate_not_the_count() {
         let p = Policy::parse("100/s burst 50").unwrap().divided(4).unwrap();
-        assert_eq!(p.params(), Params::Throttle { max_burst: 11, count: 25, period_ms: 1000 });
+        assert_eq!(p.params(), Params::Throttle { max_burst: 11, count: 100, period_ms: 4000 });
         let p = Policy::parse("3/s window").unwrap().divided(10).unwrap();
-        assert_eq!(p.limit(), 1);
+        assert_eq!(p.params(), Params::Window { limit: 1, window_ms: 3334, precision_ms: None });
+        // A share of 1/s among 8: one per 8 s.
+        assert_eq!(Policy::parse("1/s counter").unwrap().divided(8).unwrap().params(), Params::Counter { limit: 1, window_ms: 8000 });
+        assert_eq!(Policy::parse("4/s counter").unwrap().divided(8).unwrap().params(), Params::Counter { limit: 1, window_ms: 2000 });
+        assert_eq!(Policy::parse("10/s counter").unwrap().divided(3).unwrap().params(), Params::Counter { limit: 3, window_ms: 900 });
+        assert_eq!(Policy::parse("1/s bucket burst 4").unwrap().divided(8).unwrap().params(), Params::Bucket { capacity: 1, tokens: 1, interval_ms: 8000 });
+        assert_eq!(Policy::parse("100/m window precision 1s").unwrap().divided(200).unwrap().params(), Params::Window { limit: 1, window_ms: 120_000, precision_ms: Some(2000) });
+        // A calendar limit below the share: a counter over the longest periods it spans.
+        assert_eq!(Policy::parse("3/day quota").unwrap().divided(6).unwrap().params(), Params::Counter { limit: 1, window_ms: 2 * 25 * 3_600_000 });
+    }
+
+    /// A degraded fleet (`Local { share }`): `share` instances, each deciding alone with its
+    /// divided policy, all trying every 5 ms for 40 windows, admit at most the policy's rate:
+    /// `limit` per window over the run, plus at most one divided burst per instance at the start
+    /// (each instance starts full). Dividing the count (at least 1 each) admitted 2× a 4/s limit
+    /// among 8 and 8× a 1/s one.
+    #[test]
+    fn a_degraded_fleet_admits_at_most_the_global_rate() {
+        use crate::memory::Store;
+        use throttle_core::Instant;
+        let t0 = 1_700_000_000_000_000_000i64;
+        for (spec, share, window_ms) in [
+            ("4/s counter", 8, 1000),
+            ("1/s counter", 8, 1000),
+            ("10/m counter", 16, 60_000),
+            ("4/s window", 8, 1000),
+            ("3/s window precision 100ms", 8, 1000),
+            ("4/s burst 4", 8, 1000),
+            ("1/s burst 1", 8, 1000),
+            ("4/s bucket burst 4", 8, 1000),
+            ("2/min quota", 16, 60_000),
+            ("100/s counter", 8, 1000),
+        ] {
+            let policy = Policy::parse(spec).unwrap();
+            let local = policy.divided(share).unwrap();
+            let limiter = local.limiter();
+            let mut fleet: Vec<Store> = (0..share).map(|_| Store::new(16)).collect();
+            let (span_ms, step_ms) = (40 * window_ms, (window_ms / 200).max(5));
+            let mut admitted = 0i64;
+            for t in (0..span_ms).step_by(step_ms as usize) {
+                for (i, store) in fleet.iter_mut().enumerate() {
+                    let now = Instant::from_nanos(t0 + (t + i as i64 % step_ms) * 1_000_000);
+                    let (numbers, _) = store.decide(&[(limiter, b"k", 1)], now, false).unwrap();
+                    admitted += i64::from(numbers[0].verdict == crate::Verdict::Allowed);
+                }
+            }
+            let limit = policy.limit();
+            let most = limit * (span_ms / window_ms) + i64::from(share) * local.limit();
+            assert!(admitted <= most, "{spec} among {share}: {admitted} admitted in {span_ms} ms (at most {most})");
+            assert!(admitted >= limit * (span_ms / window_ms) / 2, "{spec} among {share}: only {admitted} admitted");
+        }
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! locally; what is unused goes back (a refund) when the reservation is dropped or expires. So
 //! one global limit serves many requests from one process with one server call per `n`, and
 //! never admits more than the server granted.
+//!
+//! Every refund is bounded (`HELD t`): the taking call reads, atomically, the instant the
+//! limiter would be full again right after it, and the refund gives back at most what the
+//! limiter still holds of the units then. A reservation dropped after its units were regained
+//! by time (its window closed, its emission time passed) gives nothing back, so a late refund
+//! never lets the limiter admit more than its limit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,6 +26,9 @@ pub struct Reservation {
     until: Instant,
     /// The server's decision granting the units (a degraded one is not refunded).
     decision: Decision,
+    /// The instant (Unix ms) the limiter would have been full again right after the taking
+    /// call: every refund of this reservation is bounded by it (`None`: nothing is refunded).
+    held: Option<i64>,
     expiry: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -29,11 +38,12 @@ impl std::fmt::Debug for Reservation {
     }
 }
 
-/// Gives `left`'s units back to the server, once (whoever swaps them out refunds them).
-async fn give_back(client: &Throttle, policy: &Policy, key: &[u8], left: &AtomicU32) {
+/// Gives `left`'s units back to the server, once (whoever swaps them out refunds them), bounded
+/// by `held` (never more than the limiter still holds of them).
+async fn give_back(client: &Throttle, policy: &Policy, key: &[u8], left: &AtomicU32, held: Option<i64>) {
     let n = left.swap(0, Ordering::SeqCst);
-    if n > 0 {
-        let _ = client.refund(policy, key, n).await;
+    if let (true, Some(held)) = (n > 0, held) {
+        let _ = client.refund_held(policy, key, n, held).await;
     }
 }
 
@@ -42,7 +52,7 @@ impl Throttle {
     /// the server does not grant all `n` (or, degraded, the failure policy denies).
     pub async fn reserve(&self, policy: &Policy, key: impl AsRef<[u8]>, n: u32, valid_for: Duration) -> Result<Result<Reservation, Decision>, Error> {
         let key = key.as_ref().to_vec();
-        let decision = self.check_n(policy, &key, n).await?;
+        let (decision, held) = self.check_held(policy, &key, n).await?;
         if !decision.allowed() {
             return Ok(Err(decision));
         }
@@ -53,10 +63,10 @@ impl Throttle {
             let (client, policy, key, left) = (self.clone(), *policy, key.clone(), left.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(valid_for).await;
-                give_back(&client, &policy, &key, &left).await;
+                give_back(&client, &policy, &key, &left, held).await;
             })
         });
-        Ok(Ok(Reservation { client: self.clone(), policy: *policy, key, left, until, decision, expiry }))
+        Ok(Ok(Reservation { client: self.clone(), policy: *policy, key, left, until, decision, held, expiry }))
     }
 }
 
@@ -85,7 +95,7 @@ impl Reservation {
             task.abort();
         }
         if self.decision.source == Source::Server {
-            give_back(&self.client, &self.policy, &self.key, &self.left).await;
+            give_back(&self.client, &self.policy, &self.key, &self.left, self.held).await;
         }
     }
 }
@@ -98,8 +108,8 @@ impl Drop for Reservation {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (client, policy, key, left) = (self.client.clone(), self.policy, std::mem::take(&mut self.key), self.left.clone());
-            runtime.spawn(async move { give_back(&client, &policy, &key, &left).await });
+            let (client, policy, key, left, held) = (self.client.clone(), self.policy, std::mem::take(&mut self.key), self.left.clone(), self.held);
+            runtime.spawn(async move { give_back(&client, &policy, &key, &left, held).await });
         }
     }
 }

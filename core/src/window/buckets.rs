@@ -196,6 +196,27 @@ pub(super) fn to_log(bytes: &[u8], now: Instant, params: &Params) -> Result<(Vec
     Ok((exact::image(&newest_first), ring.is_ahead(now, params.window)))
 }
 
+/// How many units of a stored ring a bounded refund (`HELD`) may stand for: those of the
+/// bucket the taking call wrote (its end is `at − window`, `at` the key's expiry then), if it
+/// still counts and the ring has this call's precision, at most `units`.
+pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, p: Nanos, units: i64, at: Instant) -> Result<i64> {
+    if stored.first() != Some(&VERSION) {
+        return Ok(0);
+    }
+    let ring = Ring::parse(stored)?;
+    let precision = p.as_nanos();
+    let end = at.checked_sub(params.window)?.as_nanos();
+    if ring.p != precision || ring.slots != slots_for(params, p) || end.rem_euclid(precision) != 0 {
+        return Ok(0);
+    }
+    let k = end.div_euclid(precision) - 1;
+    let oldest = now.checked_sub(params.window)?.as_nanos().div_euclid(precision);
+    if k < oldest || k > ring.newest || k <= ring.newest.saturating_sub(ring.slots as i64) {
+        return Ok(0);
+    }
+    Ok(ring.count(k)?.min(units))
+}
+
 pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Nanos, quantity: i64) -> Result<Decision<Patch>> {
     let slots = slots_for(params, p);
     let precision = p.as_nanos();

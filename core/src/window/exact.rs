@@ -121,6 +121,23 @@ pub(super) fn for_each_live(bytes: &[u8], now: Instant, window: Nanos, mut f: im
     Ok(log.newest()?.is_some_and(|t| t > now))
 }
 
+/// How many of the live actions of a stored log a bounded refund (`HELD`) may stand for:
+/// those logged at the taking instant `at − window` (`at`, the key's expiry then, is a whole
+/// millisecond: the instant lies in the millisecond before it), none when the oldest of them
+/// has left the window (or the key is not an exact log), at most `units`.
+pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, units: i64, at: Instant) -> Result<i64> {
+    if stored.first() != Some(&VERSION) {
+        return Ok(0);
+    }
+    let log = Log::parse(stored)?;
+    let taken = at.checked_sub(params.window)?;
+    let (lo, hi) = (log.first_after(taken.checked_sub(Nanos::new(crate::time::NANOS_PER_MILLI).ok_or_else(|| INVALID)?)?)?, log.first_after(taken)?);
+    if lo >= hi || log.at(lo)? <= now.checked_sub(params.window)? {
+        return Ok(0);
+    }
+    Ok(i64::try_from(hi - lo).map_err(|_| INVALID)?.min(units))
+}
+
 pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {
     // A ring of buckets (the key was written with PRECISION) becomes a log: see `buckets::to_log`.
     let rebuilt;

@@ -394,6 +394,9 @@ struct Group {
 struct Decided {
     groups: Vec<Group>,
     numbers: Vec<Option<Numbers>>,
+    /// Each limit's `HELD` bound (the key's expiry read with the taking call), when its units
+    /// may be given back: only a bounded refund is ever sent.
+    held: Vec<Option<i64>>,
 }
 
 impl Decided {
@@ -425,8 +428,8 @@ impl Decided {
 /// task of its own.
 struct Taken {
     throttle: Throttle,
-    /// The limit's index among the request's, its policy and its key.
-    units: Vec<(usize, Policy, Vec<u8>)>,
+    /// The limit's index among the request's, its policy, its key and its `HELD` bound.
+    units: Vec<(usize, Policy, Vec<u8>, i64)>,
 }
 
 impl Drop for Taken {
@@ -438,8 +441,8 @@ impl Drop for Taken {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let throttle = self.throttle.clone();
         runtime.spawn(async move {
-            for (_, policy, key) in units {
-                if let Err(e) = throttle.refund(&policy, &key, 1).await {
+            for (_, policy, key, held) in units {
+                if let Err(e) = throttle.refund_held(&policy, &key, 1, held).await {
                     tracing::warn!(error = %e, "redis-throttle: a cancelled request's rate units could not be given back");
                 }
             }
@@ -608,14 +611,19 @@ impl Shared {
     /// slots one after another in the order of their first limit. The first slot that denies
     /// ends it, and the units the slots before it took are given back (a refund each); a slot
     /// whose call fails gives them back too, and so does a request dropped between two slots
-    /// (its client went away): the refunds are then sent from a task of their own.
-    async fn decide(&self, keyed: &[(&Limit, Vec<u8>)]) -> Result<Option<Decided>, Error> {
+    /// (its client went away): the refunds are then sent from a task of their own. Units that
+    /// may be given back (several slots, or `refundable`: the route has a concurrency limit)
+    /// are taken with their `HELD` bound ([`Throttle::check_held`]), so that every refund is
+    /// bounded: never more than the limiter still holds of them.
+    async fn decide(&self, keyed: &[(&Limit, Vec<u8>)], refundable: bool) -> Result<Option<Decided>, Error> {
         if keyed.is_empty() {
             return Ok(None);
         }
-        let mut decided = Decided { groups: Vec::new(), numbers: vec![None; keyed.len()] };
+        let mut decided = Decided { groups: Vec::new(), numbers: vec![None; keyed.len()], held: vec![None; keyed.len()] };
         let mut taken = Taken { throttle: self.throttle.clone(), units: Vec::new() };
-        for limits in self.slot_groups(keyed) {
+        let groups = self.slot_groups(keyed);
+        let bounded = refundable || groups.len() > 1;
+        for limits in groups {
             let calls: Vec<(&Policy, &[u8], u32)> = limits
                 .iter()
                 .filter_map(|&i| match &keyed[i].0.kind {
@@ -623,12 +631,14 @@ impl Shared {
                     Kind::Concurrent { .. } => None,
                 })
                 .collect();
-            let result = match calls.as_slice() {
-                [] => continue,
-                [(p, k, _)] => self.throttle.check(p, k).await,
-                _ => self.throttle.check_all(&calls).await,
+            let result = match (calls.as_slice(), bounded) {
+                ([], _) => continue,
+                ([(p, k, _)], false) => self.throttle.check(p, k).await.map(|d| (d, Vec::new())),
+                (_, false) => self.throttle.check_all(&calls).await.map(|d| (d, Vec::new())),
+                ([(p, k, _)], true) => self.throttle.check_held(p, k, 1).await.map(|(d, held)| (d, vec![held])),
+                (_, true) => self.throttle.check_all_held(&calls).await,
             };
-            let decision = match result {
+            let (decision, held) = match result {
                 Ok(d) => d,
                 Err(e) => {
                     self.give_back(&mut taken, &mut decided).await;
@@ -640,11 +650,12 @@ impl Shared {
                 decided.numbers[i] = Some(n);
             }
             let allowed = decision.allowed();
-            if allowed && decision.source == Source::Server {
-                for &i in &limits {
-                    if let Kind::Rate(policy) = &keyed[i].0.kind {
-                        taken.units.push((i, *policy, keyed[i].1.clone()));
-                    }
+            // The rate limits of the group, in the order of `calls` (and so of `held`).
+            let rates = limits.iter().copied().filter(|&i| matches!(keyed[i].0.kind, Kind::Rate(_)));
+            for (i, held) in rates.zip(held) {
+                decided.held[i] = held;
+                if let (true, Source::Server, Kind::Rate(policy), Some(held)) = (allowed, &decision.source, &keyed[i].0.kind, held) {
+                    taken.units.push((i, *policy, keyed[i].1.clone(), held));
                 }
             }
             decided.groups.push(Group { limits, decision });
@@ -658,12 +669,12 @@ impl Shared {
     }
 
     /// Gives back the units the server took for the admitting groups (a later one denied, or
-    /// failed): one refund per limit, through [`Throttle::refund`], each sent at most once.
-    /// Each limit's numbers become the refund's (none when it fails: the unit stays taken,
-    /// never more).
+    /// failed): one bounded refund per limit, through [`Throttle::refund_held`], each sent at
+    /// most once. Each limit's numbers become the refund's (none when it fails: the unit stays
+    /// taken, never more).
     async fn give_back(&self, taken: &mut Taken, decided: &mut Decided) {
-        while let Some((i, policy, key)) = taken.units.pop() {
-            match self.throttle.refund(&policy, &key, 1).await {
+        while let Some((i, policy, key, held)) = taken.units.pop() {
+            match self.throttle.refund_held(&policy, &key, 1, held).await {
                 Ok(d) if d.source == Source::Server => {
                     if let Some(n) = &mut decided.numbers[i] {
                         (n.remaining, n.reset_after) = (d.remaining, d.reset_after);
@@ -691,7 +702,8 @@ impl Shared {
             Ok(k) => k,
             Err(refusal) => return Admission::Refuse(self.refuse(refusal, grpc, &[], None)),
         };
-        let (enforced, shadowed) = tokio::join!(self.decide(&rate), self.decide(&shadow));
+        // A route with a concurrency limit may give its rate units back: read their bounds then.
+        let (enforced, shadowed) = tokio::join!(self.decide(&rate, !concurrent.is_empty()), self.decide(&shadow, false));
         let mut report = RateLimitReport::default();
         let mut entries: Vec<Entry<'_>> = Vec::new();
         let mut binding = None;
@@ -748,9 +760,8 @@ impl Shared {
                 }
                 Ok(Err(d)) => {
                     drop(leases);
-                    for group in decided.iter().flat_map(|d| &d.groups) {
-                        let limits: Vec<(&Limit, Vec<u8>)> = group.limits.iter().map(|&i| rate[i].clone()).collect();
-                        self.refund_rate(&limits, Some(&group.decision)).await;
+                    if let Some(decided) = &decided {
+                        self.refund_rate(&rate, decided).await;
                     }
                     if !d.is_degraded() {
                         entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
@@ -773,15 +784,17 @@ impl Shared {
     }
 
     /// A request a concurrency limit refused was not served: the units its rate limits took are
-    /// given back (only what the server took; a degraded decision took nothing there).
-    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], admitted: Option<&Decision>) {
-        if !admitted.is_some_and(|d| d.allowed() && d.source == Source::Server) {
-            return;
-        }
-        for (limit, key) in rate {
-            let Kind::Rate(policy) = &limit.kind else { continue };
-            if let Err(e) = self.throttle.refund(policy, key, 1).await {
-                tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be refunded");
+    /// given back (only what the server took; a degraded decision took nothing there), each
+    /// bounded by its `held` (`HELD`: never more than the limiter still holds of it; none
+    /// without one).
+    async fn refund_rate(&self, rate: &[(&Limit, Vec<u8>)], decided: &Decided) {
+        for group in decided.groups.iter().filter(|g| g.decision.allowed() && g.decision.source == Source::Server) {
+            for &i in &group.limits {
+                let (Some((limit, key)), Some(Some(held))) = (rate.get(i), decided.held.get(i)) else { continue };
+                let Kind::Rate(policy) = &limit.kind else { continue };
+                if let Err(e) = self.throttle.refund_held(policy, key, 1, *held).await {
+                    tracing::warn!(error = %e, limit = %limit.name, "redis-throttle: a refused request's rate units could not be refunded");
+                }
             }
         }
     }
