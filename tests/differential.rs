@@ -1554,7 +1554,7 @@ fn stray_calls_match_the_module_and_never_over_admit() {
     let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(125, |n: usize| (n / ROUNDS).max(1));
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * ROUNDS);
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed) };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
     let mut rig = Rig::start();
     let real_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     // A UTC day ahead of real time (no key expires by the server's own clock meanwhile).
@@ -1643,6 +1643,8 @@ fn stray_calls_match_the_module_and_never_over_admit() {
     }
     eprintln!("{:#?}", tally.calls);
     assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 50), "{:?}", tally.calls);
+}
+
 /// Runs `CL.WINDOW key <args> q` with the module at each of `calls` (µs, q) and returns what it
 /// stored, to plant for the three forms.
 fn written_by_the_module(rig: &mut Rig, key: &str, args: &[&str], calls: &[(i64, i64)]) -> Plant {
