@@ -29,3 +29,15 @@ export function limiter(algorithm: Algorithm, key: string, limit: number | bigin
 export function refund(l: Limiter, units: number): Limiter {
   return { ...l, quantity: -Math.abs(units) };
 }
+
+/**
+ * Whether a fixed window's arguments are ones CL.COUNTER takes (a limit from 1 to 10^18 - 1, a
+ * window from 1 ms to 10^12 ms, a positive quantity), so the adapters may count it with plain
+ * commands (Throttle.hit) on a twin-only server; anything else goes to the server as a call, for
+ * its own error.
+ */
+export function plainCounter(limit: number | bigint, windowMs: number, quantity = 1): boolean {
+  const whole = (v: number | bigint, lo: number, hi: number): boolean =>
+    typeof v === 'bigint' ? v >= BigInt(lo) && v <= BigInt(hi) : Number.isSafeInteger(v) && v >= lo && v <= hi;
+  return whole(limit, 1, Number.MAX_SAFE_INTEGER) && whole(windowMs, 1, 1_000_000_000_000) && whole(quantity, 1, Number.MAX_SAFE_INTEGER);
+}

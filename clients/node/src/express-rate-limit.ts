@@ -4,7 +4,7 @@
  * (CL.COUNTER), express-rate-limit's meaning; `algorithm: 'window'` for the exact sliding window,
  * `'gcra'` for GCRA.
  */
-import { type Algorithm, limiter, refund } from './algorithm.js';
+import { type Algorithm, limiter, plainCounter, refund } from './algorithm.js';
 import { type Decision, type Limiter, Throttle } from './throttle.js';
 
 type Reply = unknown;
@@ -94,7 +94,21 @@ export class RedisThrottleStore {
     return { totalHits, resetTime: new Date(Date.now() + (ms > 0 ? ms : this.#windowMs)) };
   }
 
+  /**
+   * The fixed window on a server with only the Functions twin: plain commands (Throttle.hit),
+   * counting every hit as rate-limit-redis does; express-rate-limit compares the count with its limit.
+   */
+  async #plain(): Promise<boolean> {
+    if (this.#serverLimit && this.#algorithm !== 'counter') return false;
+    if (!plainCounter(this.#serverLimit ? (this.#limit as number) : COUNTER_MAX, this.#windowMs)) return false;
+    return (await this.#throttle.backend()) === 'twin';
+  }
+
   async increment(key: string): Promise<ClientRateLimitInfo> {
+    if (await this.#plain()) {
+      const h = await this.#throttle.hit(this.prefix + key, this.#windowMs);
+      return { totalHits: h.count, resetTime: new Date(Date.now() + (h.ttlMs > 0 ? h.ttlMs : this.#windowMs)) };
+    }
     const d = await this.#throttle.decide(this.#limiter(key));
     if (d.limited && this.#trackOwed) {
       const now = Date.now();
@@ -106,7 +120,9 @@ export class RedisThrottleStore {
   }
 
   async get(key: string): Promise<ClientRateLimitInfo | undefined> {
-    const d = await this.#throttle.decide(this.#limiter(key, 0));
+    const plain = await this.#plain();
+    const l = plain ? limiter('counter', this.prefix + key, COUNTER_MAX, this.#windowMs, 0) : this.#limiter(key, 0);
+    const d = await this.#throttle.decide(l);
     return { totalHits: d.limit - d.remaining, resetTime: new Date(Date.now() + d.resetAfterMs) };
   }
 
@@ -120,7 +136,8 @@ export class RedisThrottleStore {
       }
       this.#owed.delete(key);
     }
-    await this.#throttle.decide(refund(this.#limiter(key), 1));
+    const plain = await this.#plain();
+    await this.#throttle.decide(refund(plain ? limiter('counter', this.prefix + key, COUNTER_MAX, this.#windowMs) : this.#limiter(key), 1));
   }
 
   async resetKey(key: string): Promise<void> {

@@ -4,8 +4,8 @@
  * By default a fixed window (CL.COUNTER), the plugin's meaning; `algorithm: 'window'` for the exact
  * sliding window, `'gcra'` for GCRA.
  */
-import { type Algorithm, limiter } from './algorithm.js';
-import { Throttle } from './throttle.js';
+import { type Algorithm, limiter, plainCounter } from './algorithm.js';
+import { type Limiter, Throttle } from './throttle.js';
 
 export interface FastifyStoreOptions {
   /** Key prefix, as the plugin's `nameSpace`; default `fastify-rate-limit-`. */
@@ -45,19 +45,28 @@ export function redisThrottleStore(client: object, options: FastifyStoreOptions 
     }
 
     incr(key: string, cb: Callback, max: number): void {
-      let l;
+      let l: Limiter;
       try {
         l = limiter(algorithm, this.prefix + key, max, this.timeWindow);
       } catch (e) {
         cb(e as Error);
         return;
       }
-      throttle.decide(l).then(
-        (d) => {
+      const decide = (): Promise<{ current: number; ttl: number }> =>
+        throttle.decide(l).then((d) =>
           // A denial took nothing: the plugin denies when current > max.
-          if (d.limited) cb(null, { current: max + 1, ttl: d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs });
-          else cb(null, { current: d.limit - d.remaining, ttl: d.resetAfterMs });
-        },
+          d.limited ? { current: max + 1, ttl: d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs } : { current: d.limit - d.remaining, ttl: d.resetAfterMs },
+        );
+      // The fixed window with only the Functions twin: plain commands counting every hit, as the
+      // plugin's Redis store does (Throttle.hit); the plugin compares the count with max.
+      const run =
+        algorithm === 'counter' && plainCounter(max, this.timeWindow)
+          ? throttle.backend().then((b) =>
+              b === 'twin' ? throttle.hit(l.key, this.timeWindow).then((h) => ({ current: h.count, ttl: h.ttlMs > 0 ? h.ttlMs : this.timeWindow })) : decide(),
+            )
+          : decide();
+      run.then(
+        (r) => cb(null, r),
         (e: Error) => cb(e),
       );
     }

@@ -6,7 +6,7 @@
  * for the exact sliding window, `'gcra'` for GCRA.
  */
 import { RateLimiterCompatibleAbstract, RateLimiterRes } from 'rate-limiter-flexible';
-import { type Algorithm, limiter, refund } from './algorithm.js';
+import { type Algorithm, limiter, plainCounter, refund } from './algorithm.js';
 import { type Decision, type Limiter, Throttle, ThrottleError } from './throttle.js';
 
 export interface RateLimiterRedisThrottleOptions {
@@ -34,6 +34,9 @@ export interface RateLimiterRedisThrottleOptions {
 
 /** duration 0 ("never expires") as the longest window the commands take: 1e9 s. */
 const FOREVER_MS = 1_000_000_000_000;
+
+/** A limit no count reaches (a pure count, as Throttle.hit keeps), within the twin's exact integers. */
+const COUNT_ALL = 1_000_000_000_000_000;
 
 type Insured = Record<string, (...args: unknown[]) => Promise<unknown>>;
 
@@ -100,6 +103,21 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
   /** Takes `points`; rejects with a RateLimiterRes when the key is over its points (nothing is taken then). */
   override consume(key: string | number, points = 1, options: { customDuration?: number } = {}): Promise<RateLimiterRes> {
     return this.#insured('consume', [key, points, options], async () => {
+      const windowMs = (this.limiterOf(key, points, options.customDuration) as { windowMs: number }).windowMs;
+      if (plainCounter(this.points, windowMs, points) && (await this.#plain())) {
+        // Only the Functions twin: plain commands counting every point, as RateLimiterRedis does
+        // (Throttle.hit); the limit is compared here.
+        const l = this.limiterOf(key, points, options.customDuration) as { key: string; windowMs: number };
+        const h = await this.#throttle.hit(l.key, l.windowMs, points);
+        const over = h.count > this.points;
+        const res = new RateLimiterRes(Math.max(this.points - h.count, 0), h.ttlMs > 0 ? h.ttlMs : l.windowMs, h.count, h.count === points);
+        if (!over) return res;
+        if (this.blockDuration > 0) {
+          await this.#block(l.key, this.blockDuration * 1000);
+          (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
+        }
+        throw res;
+      }
       const d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
       const res = RateLimiterRedisThrottle.resOf(d, points);
       if (!d.limited) return res;
@@ -109,6 +127,11 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
       }
       throw res;
     });
+  }
+
+  /** The fixed window on a server with only the Functions twin: Throttle.hit's plain commands. */
+  async #plain(): Promise<boolean> {
+    return this.#algorithm === 'counter' && (await this.#throttle.backend()) === 'twin';
   }
 
   /** Takes up to `points` whatever the limit (never beyond full). */
@@ -131,7 +154,14 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
   /** The key's state without taking anything; null when it is full (no key). */
   override get(key: string | number, options: { customDuration?: number } = {}): Promise<RateLimiterRes | null> {
     return this.#insured('get', [key, options], async () => {
-      const d = await this.#throttle.decide(this.limiterOf(key, 0, options.customDuration));
+      const l = this.limiterOf(key, 0, options.customDuration);
+      // With plain counting (twin) a count may exceed points: read it whole.
+      const d = await this.#throttle.decide((await this.#plain()) ? { ...l, limit: COUNT_ALL } as Limiter : l);
+      if (d.limit !== this.points) {
+        const used = d.limit - d.remaining;
+        if (used === 0 && d.resetAfterMs === 0) return null;
+        return new RateLimiterRes(Math.max(this.points - used, 0), d.resetAfterMs, used, false);
+      }
       if (d.remaining >= d.limit && d.resetAfterMs === 0) return null;
       return new RateLimiterRes(d.remaining, d.resetAfterMs, d.limit - d.remaining, false);
     });

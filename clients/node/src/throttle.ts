@@ -84,7 +84,19 @@ type Send = (key: string | undefined, args: string[]) => Promise<unknown>;
 
 interface Transport {
   send: Send;
+  /** Sends every command in the same tick (so they are written back to back on `key`'s connection). */
+  sendMany: (key: string, commands: string[][]) => Promise<unknown[]>;
   cluster: boolean;
+}
+
+/** The replies of commands issued one after another in this tick (a client writes them in order on one connection). */
+function sendAllNow(send: (args: string[]) => Promise<unknown>, commands: string[][]): Promise<unknown[]> {
+  const replies = commands.map((c) => send(c));
+  return Promise.allSettled(replies).then((r) => {
+    const failed = r.find((x): x is PromiseRejectedResult => x.status === 'rejected');
+    if (failed) throw failed.reason;
+    return r.map((x) => (x as PromiseFulfilledResult<unknown>).value);
+  });
 }
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
@@ -92,37 +104,51 @@ function transport(client: any): Transport {
   if (client == null || typeof client !== 'object') throw new TypeError('redis-throttle: expected a node-redis or ioredis client');
   // ioredis: Redis and Cluster both have `call`; Cluster has `isCluster`.
   if (typeof client.call === 'function' && typeof client.defineCommand === 'function') {
-    if (client.isCluster === true) return { cluster: true, send: ioredisClusterSend(client) };
-    return { cluster: false, send: (_key, args) => client.call(args[0], ...args.slice(1)) };
+    if (client.isCluster === true) return ioredisCluster(client);
+    const send = (args: string[]) => client.call(args[0], ...args.slice(1));
+    return { cluster: false, send: (_key, args) => send(args), sendMany: async (_key, cmds) => sendAllNow(send, cmds) };
   }
   if (typeof client.sendCommand === 'function') {
     // node-redis cluster: sendCommand(firstKey, isReadonly, args, options); it has `masters`.
     if ('masters' in client || typeof client.getMasters === 'function') {
-      return { cluster: true, send: (key, args) => client.sendCommand(key, false, args) };
+      return {
+        cluster: true,
+        send: (key, args) => client.sendCommand(key, false, args),
+        sendMany: async (key, cmds) => sendAllNow((args) => client.sendCommand(key, false, args), cmds),
+      };
     }
-    return { cluster: false, send: (_key, args) => client.sendCommand(args) };
+    const send = (args: string[]) => client.sendCommand(args);
+    return { cluster: false, send: (_key, args) => send(args), sendMany: async (_key, cmds) => sendAllNow(send, cmds) };
   }
   throw new TypeError('redis-throttle: expected a node-redis client (sendCommand) or an ioredis client (call)');
 }
 
 /** ioredis routes a command it does not know (CL.*) to a random node and follows MOVED: give it the slot instead. */
-function ioredisClusterSend(cluster: any): Send {
-  let Command: any;
-  return async (key, args) => {
-    if (key === undefined) return cluster.call(args[0], ...args.slice(1));
-    if (Command === undefined) {
-      try {
-        const mod: any = await import('ioredis');
-        Command = mod.Command ?? mod.default?.Command ?? null;
-      } catch {
-        Command = null;
-      }
-    }
+function ioredisCluster(cluster: any): Transport {
+  let loading: Promise<any> | undefined;
+  const load = (): Promise<any> =>
+    (loading ??= import('ioredis').then(
+      (mod: any) => mod.Command ?? mod.default?.Command ?? null,
+      () => null,
+    ));
+  const now = (Command: any, key: string, args: string[]): Promise<unknown> => {
     if (!Command) return cluster.call(args[0], ...args.slice(1));
     const command = new Command(args[0], args.slice(1), { replyEncoding: 'utf8' });
     command.slot = slot(key);
     cluster.sendCommand(command);
     return command.promise;
+  };
+  return {
+    cluster: true,
+    send: async (key, args) => {
+      if (key === undefined) return cluster.call(args[0], ...args.slice(1));
+      return now(await load(), key, args);
+    },
+    sendMany: async (key, cmds) => {
+      const Command = await load();
+      if (!Command) throw new ThrottleError('redis-throttle: ioredis.Command is unavailable: cannot route a transaction by slot');
+      return sendAllNow((args) => now(Command, key, args), cmds);
+    },
   };
 }
 
@@ -331,6 +357,39 @@ export class Throttle {
     args.push('MS');
     const d = decision(await this.#call(key, args));
     return { limited: d.limited, waitMs: d.limit, queued: d.remaining, retryAfterMs: d.retryAfterMs, resetAfterMs: d.resetAfterMs };
+  }
+
+  /**
+   * A fixed-window count of every hit, for the adapters whose host library compares the count
+   * with its own limit, on a server with only the Functions twin: plain commands in one
+   * MULTI/EXEC on `key` (`SET key 0 PX windowMs NX`, `INCRBY key quantity`, `PTTL key`), which
+   * store the bytes and absolute expiry CL.COUNTER stores, at a fraction of `FCALL cl_counter`'s
+   * cost. The count includes denied hits (the host library's own meaning). A key of another type
+   * or a string that is not an integer gets the server's error and is left as it was; an integer
+   * string without an expiry (written by someone else) is counted and then given the window's
+   * expiry, as CL.COUNTER does, by a second command.
+   */
+  async hit(key: string, windowMs: Int, quantity: Int = 1): Promise<{ count: number; ttlMs: number }> {
+    const w = s(windowMs);
+    let reply: unknown;
+    try {
+      const replies = await this.#timed(
+        this.#t.sendMany(key, [['MULTI'], ['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key], ['EXEC']]),
+      );
+      reply = replies[replies.length - 1];
+    } catch (e) {
+      throw asError(e);
+    }
+    if (!Array.isArray(reply) || reply.length !== 3) throw new ThrottleError(`redis-throttle: expected EXEC's three replies, got ${JSON.stringify(reply)}`);
+    for (const r of reply) if (r instanceof Error) throw asError(r);
+    const count = int(reply[1], 'INCRBY reply');
+    let ttlMs = int(reply[2], 'PTTL reply');
+    if (ttlMs === -1) {
+      // Someone else's integer without an expiry: CL.COUNTER opens a window on it.
+      await this.#call(key, ['PEXPIRE', key, w, 'NX']);
+      ttlMs = Number(w);
+    }
+    return { count, ttlMs };
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */

@@ -52,11 +52,14 @@ for (const kind of KINDS) {
       assert.equal(denied.remainingPoints, 0);
       assert.ok(denied.consumedPoints > 3);
       assert.ok(denied.msBeforeNext > 0 && denied.msBeforeNext <= 60_000);
+      // On the module a denial takes nothing; with only the twin the fixed window is counted by
+      // plain commands, and the denied point counts, as RateLimiterRedis counts it.
+      const counted = kind === 'twin' ? 1 : 0;
       const rewarded = await limiter.reward(key, 2);
-      assert.equal(rewarded.remainingPoints, 2);
-      assert.equal((await limiter.get(key)).consumedPoints, 1);
+      assert.equal(rewarded.remainingPoints, 2 - counted);
+      assert.equal((await limiter.get(key)).consumedPoints, 1 + counted);
       const fined = await limiter.penalty(key, 1);
-      assert.equal(fined.remainingPoints, 1);
+      assert.equal(fined.remainingPoints, 1 - counted);
       await limiter.block(key, 30);
       const blocked = await limiter.consume(key).then(() => assert.fail('admitted while blocked'), (r) => r);
       assert.ok(blocked.msBeforeNext > 29_000 && blocked.msBeforeNext <= 30_000, `${blocked.msBeforeNext}`);

@@ -1,0 +1,172 @@
+// The fixed window's plain commands (Throttle.hit: SET NX PX, INCRBY, PTTL in one MULTI/EXEC),
+// which the express-rate-limit, rate-limiter-flexible and Fastify stores send on a server with
+// only the Functions twin: the same bytes and absolute expiry as CL.COUNTER, keys interchangeable
+// with the module, another application's key refused untouched, routed by slot in a cluster, and
+// no FCALL on the stores' fixed-window path.
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import express from 'express';
+import { rateLimit } from 'express-rate-limit';
+import Fastify from 'fastify';
+import fastifyRateLimit from '@fastify/rate-limit';
+import { Throttle, ThrottleError } from 'redis-throttle';
+import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
+import { RateLimiterRedisThrottle } from 'redis-throttle/rate-limiter-flexible';
+import { redisThrottleStore } from 'redis-throttle/fastify';
+import { SLOW, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
+
+after(closeAll);
+after(closeServers);
+
+const LIBS = [
+  ['node-redis', nodeRedis, (c, args) => c.sendCommand(args)],
+  ['ioredis', ioredis, (c, args) => c.call(args[0], ...args.slice(1))],
+];
+
+/** `cmd_calls` of every command in INFO commandstats. */
+async function calls(raw) {
+  const info = String(await raw(['INFO', 'commandstats']));
+  const out = {};
+  for (const m of info.matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) out[m[1]] = Number(m[2]);
+  return out;
+}
+
+for (const [lib, connect, send] of LIBS) {
+  describe(`Throttle.hit through ${lib}`, () => {
+    test('stores the bytes and the absolute expiry CL.COUNTER stores, and the module reads its keys (and back)', async () => {
+      const c = await connect('module');
+      const raw = (args) => send(c, args);
+      const t = new Throttle(c, SLOW);
+      for (const [windowMs, quantity] of [[1500, 1], [60_000, 3], [2_000_000, 7]]) {
+        const plain = unique('plain');
+        const mod = unique('mod');
+        const before = Number(await raw(['PEXPIRETIME', mod])); // -2: no key yet
+        assert.equal(before, -2);
+        const [h] = await Promise.all([t.hit(plain, windowMs, quantity), raw(['CL.COUNTER', mod, '1000', String(windowMs), String(quantity), 'MS'])]);
+        assert.equal(h.count, quantity);
+        assert.ok(h.ttlMs > windowMs - 1000 && h.ttlMs <= windowMs, `ttl ${h.ttlMs}`);
+        assert.equal(String(await raw(['GET', plain])), String(await raw(['GET', mod])));
+        // DUMP: the serialized value (payload, RDB version, checksum) is byte for byte the same.
+        const dump = async (k) => (lib === 'ioredis' ? c.dumpBuffer(k) : c.sendCommand(['DUMP', k], { returnBuffers: true }));
+        assert.ok(Buffer.from(await dump(plain)).equals(Buffer.from(await dump(mod))), 'DUMP differs');
+        // The absolute expiry: both are "now + window" at their command's instant (sent together).
+        const ep = Number(await raw(['PEXPIRETIME', plain]));
+        const em = Number(await raw(['PEXPIRETIME', mod]));
+        assert.ok(Math.abs(ep - em) <= 50, `PEXPIRETIME ${ep} vs ${em}`);
+        // Interchangeable: CL.COUNTER counts on from the plain key, keeping its expiry ...
+        const d = await raw(['CL.COUNTER', plain, '1000', String(windowMs), '1', 'MS']);
+        assert.equal(Number(d[2]), 1000 - quantity - 1);
+        assert.equal(Number(await raw(['PEXPIRETIME', plain])), ep);
+        // ... and hit counts on from the module's key, keeping its expiry.
+        const h2 = await t.hit(mod, windowMs, 2);
+        assert.equal(h2.count, quantity + 2);
+        assert.equal(Number(await raw(['PEXPIRETIME', mod])), em);
+      }
+    });
+
+    test("within one MULTI with CL.COUNTER, the stored bytes and absolute expiry are exactly the module's", async () => {
+      const c = await connect('module');
+      const raw = (args) => send(c, args);
+      const plain = unique('plain');
+      const mod = unique('mod');
+      // The same commands Throttle.hit sends, next to CL.COUNTER, at one command instant.
+      const r =
+        lib === 'ioredis'
+          ? (await c.multi().call('CL.COUNTER', mod, '100', '7000', '4', 'MS').set(plain, '0', 'PX', '7000', 'NX').incrby(plain, 4).pttl(plain).exec()).map((x) => x[1])
+          : await c.multi().addCommand(['CL.COUNTER', mod, '100', '7000', '4', 'MS']).addCommand(['SET', plain, '0', 'PX', '7000', 'NX']).addCommand(['INCRBY', plain, '4']).addCommand(['PTTL', plain]).exec();
+      assert.equal(Number(r[2]), 4);
+      assert.equal(Number(await raw(['PEXPIRETIME', plain])), Number(await raw(['PEXPIRETIME', mod])));
+      assert.equal(String(await raw(['GET', plain])), String(await raw(['GET', mod])));
+    });
+
+    test("another application's key: refused untouched, as the module refuses it; its integer without an expiry gets the window's", async () => {
+      const c = await connect('twin');
+      const m = await connect('module');
+      const t = new Throttle(c, SLOW);
+      const rawT = (args) => send(c, args);
+      const rawM = (args) => send(m, args);
+      const hash = unique('hash');
+      const text = unique('text');
+      for (const raw of [rawT, rawM]) {
+        await raw(['HSET', hash, 'a', '1']);
+        await raw(['SET', text, 'abc']);
+      }
+      await assert.rejects(t.hit(hash, 60_000), (e) => e instanceof ThrottleError && e.message.startsWith('WRONGTYPE'));
+      await assert.rejects(t.hit(text, 60_000), (e) => e instanceof ThrottleError && /not an integer/.test(e.message));
+      // The module refuses both too.
+      await assert.rejects(rawM(['CL.COUNTER', hash, '10', '60000', 'MS']), /WRONGTYPE/);
+      await assert.rejects(rawM(['CL.COUNTER', text, '10', '60000', 'MS']), /CL.COUNTER state|WRONGTYPE/);
+      for (const raw of [rawT, rawM]) {
+        assert.deepEqual((await raw(["HGETALL", hash])).map(String), ["a", "1"]);
+        assert.equal(Number(await raw(['PTTL', hash])), -1);
+        assert.equal(String(await raw(['GET', text])), 'abc');
+        assert.equal(Number(await raw(['PTTL', text])), -1);
+      }
+      // An integer string without an expiry: counted, and given the window's expiry, as CL.COUNTER does.
+      const bare = unique('bare');
+      await rawT(['SET', bare, '5']);
+      await rawM(['SET', bare, '5']);
+      const h = await t.hit(bare, 30_000);
+      await rawM(['CL.COUNTER', bare, '10', '30000', 'MS']);
+      assert.equal(h.count, 6);
+      assert.equal(String(await rawT(['GET', bare])), String(await rawM(['GET', bare])));
+      for (const raw of [rawT, rawM]) {
+        const ttl = Number(await raw(['PTTL', bare]));
+        assert.ok(ttl > 29_000 && ttl <= 30_000, `ttl ${ttl}`);
+      }
+    });
+
+    test('in a cluster, each transaction goes to its key’s node (keys over every slot range)', async () => {
+      const c = await connect('cluster');
+      const t = new Throttle(c, SLOW);
+      const keys = Array.from({ length: 30 }, (_, i) => unique(`cl${i}`));
+      const all = await Promise.all(keys.flatMap((k) => Array.from({ length: 10 }, () => t.hit(k, 60_000))));
+      for (let i = 0; i < keys.length; i++) {
+        const counts = all.slice(i * 10, i * 10 + 10).map((h) => h.count).sort((a, b) => a - b);
+        assert.deepEqual(counts, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      }
+      // The module on that node reads the same count.
+      const d = await t.counter(keys[0], { limit: 100, windowMs: 60_000, quantity: 0 });
+      assert.equal(d.limit - d.remaining, 10);
+    });
+  });
+}
+
+describe('the stores send no FCALL for the fixed window on a twin-only server', () => {
+  test('express-rate-limit, rate-limiter-flexible and Fastify: plain commands, exactly the limit admitted', async () => {
+    const client = await nodeRedis('twin');
+    const raw = (args) => client.sendCommand(args);
+    const io = await ioredis('twin');
+    // Detection happens once per store; warm each up, then count FCALLs over the real traffic.
+    const erl = new RedisThrottleStore({ prefix: unique('erl') + ':', ...SLOW, sendCommand: (...args) => client.sendCommand(args) });
+    const app = express();
+    app.use(rateLimit({ windowMs: 60_000, limit: 5, store: erl }));
+    app.get('/', (_req, res) => res.send('ok'));
+    const url = await serve(app);
+    const rlf = new RateLimiterRedisThrottle({ storeClient: io, points: 5, duration: 60, keyPrefix: unique('rlf'), ...SLOW });
+    const fastify = Fastify();
+    await fastify.register(fastifyRateLimit, { max: 5, timeWindow: 60_000, store: redisThrottleStore(client, { nameSpace: unique('fst') + '-', ...SLOW }) });
+    fastify.get('/', async () => 'ok');
+    await fastify.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const furl = `http://127.0.0.1:${fastify.server.address().port}`;
+      await erl.get('warm');
+      await rlf.get('warm');
+      const before = await calls(raw);
+      const e = await burst(url, 200);
+      const f = await burst(furl, 200);
+      const r = await Promise.allSettled(Array.from({ length: 200 }, () => rlf.consume('k')));
+      const after = await calls(raw);
+      assert.equal(e.filter((x) => x.status === 200).length, 5);
+      assert.equal(f.filter((x) => x.status === 200).length, 5);
+      assert.equal(r.filter((x) => x.status === 'fulfilled').length, 5);
+      const denied = r.find((x) => x.status === 'rejected').reason;
+      assert.equal(denied.remainingPoints, 0);
+      assert.ok(denied.msBeforeNext > 0 && denied.msBeforeNext <= 60_000);
+      assert.equal(after.fcall ?? 0, before.fcall ?? 0, 'FCALLs were sent');
+      assert.ok((after.exec ?? 0) - (before.exec ?? 0) >= 600, 'EXECs');
+    } finally {
+      await fastify.close();
+    }
+  });
+});
