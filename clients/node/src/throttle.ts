@@ -118,6 +118,14 @@ function transport(client: any): Transport {
       };
     }
     const send = (args: string[]) => client.sendCommand(args);
+    if (typeof client.execute === 'function' && 'totalClients' in client) {
+      // node-redis v5's pool sends each command on any free client: a transaction takes one.
+      return {
+        cluster: false,
+        send: (_key, args) => send(args),
+        sendMany: (_key, cmds) => client.execute((one: any) => sendAllNow((args) => one.sendCommand(args), cmds)),
+      };
+    }
     return { cluster: false, send: (_key, args) => send(args), sendMany: async (_key, cmds) => sendAllNow(send, cmds) };
   }
   throw new TypeError('redis-throttle: expected a node-redis client (sendCommand) or an ioredis client (call)');

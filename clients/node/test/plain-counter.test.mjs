@@ -13,7 +13,8 @@ import { Throttle, ThrottleError } from 'redis-throttle';
 import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
 import { RateLimiterRedisThrottle } from 'redis-throttle/rate-limiter-flexible';
 import { redisThrottleStore } from 'redis-throttle/fastify';
-import { SLOW, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
+import { createClientPool } from 'redis';
+import { SLOW, ports, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -131,6 +132,21 @@ for (const [lib, connect, send] of LIBS) {
     });
   });
 }
+
+test("node-redis's client pool: each transaction runs on one of its clients", async () => {
+  const pool = createClientPool({ url: `redis://127.0.0.1:${ports.twin}` }, { minimum: 4, maximum: 4 });
+  pool.on('error', () => {});
+  await pool.connect();
+  try {
+    const t = new Throttle(pool, SLOW);
+    const key = unique('pool');
+    const all = await Promise.all(Array.from({ length: 100 }, () => t.hit(key, 60_000)));
+    assert.deepEqual(all.map((h) => h.count).sort((a, b) => a - b), Array.from({ length: 100 }, (_, i) => i + 1));
+    assert.ok(Number(await pool.sendCommand(['PTTL', key])) > 59_000);
+  } finally {
+    await pool.close();
+  }
+});
 
 describe('the stores send no FCALL for the fixed window on a twin-only server', () => {
   test('express-rate-limit, rate-limiter-flexible and Fastify: plain commands, exactly the limit admitted', async () => {
