@@ -42,8 +42,9 @@ export TWIN_EXCLUDED_TESTS
 
 all: build
 
+# System packages, installed when missing (scripts/deps.sh: one list per need).
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh build
 
 build: deps
 	cargo build --release --lib
@@ -55,12 +56,14 @@ run: build
 # The HTTP layer's example service (clients/rust/examples/http) on a throwaway server with the module:
 # a burst of requests, each response's status and rate-limit fields.
 demo: build
+	@scripts/deps.sh demo
 	@scripts/demo.sh
 
 # Unit and property tests of the algorithms, integration tests against real servers, then the
 # behavioural tests against containers (skipped with a notice when no Docker engine answers,
 # a failure under CI=true).
 test: build
+	@scripts/deps.sh test
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
@@ -90,12 +93,14 @@ test-matrix: build
 # The manual: an mdBook (docs/book.toml, pages in docs/src) built into target/book. Fails on a
 # broken relative link or #anchor (scripts/doc-links.py, README.md included), a page missing from
 # docs/src/SUMMARY.md, and any warning or error of mdbook. mdbook is installed into ~/.cargo/bin
-# when missing (cargo install, a few minutes once).
+# when missing (cargo install, a few minutes once), after the system packages it and the link
+# check need (a C toolchain, python3: scripts/deps.sh docs) and the link check itself.
 MDBOOK_VERSION := 0.5.4
 MDBOOK := $(or $(shell command -v mdbook 2>/dev/null),$(or $(CARGO_HOME),$(HOME)/.cargo)/bin/mdbook)
 docs:
-	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
+	@scripts/deps.sh docs
 	@python3 scripts/doc-links.py
+	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
 	@mkdir -p $(TARGET_DIR)
 	@"$(MDBOOK)" build docs >$(TARGET_DIR)/mdbook.log 2>&1 || { cat $(TARGET_DIR)/mdbook.log >&2; exit 1; }
 	@if grep -Eq '(WARN|ERROR)' $(TARGET_DIR)/mdbook.log; then cat $(TARGET_DIR)/mdbook.log >&2; echo "docs: mdbook warned" >&2; exit 1; fi
@@ -149,6 +154,7 @@ fuzz:
 # and the leases against it, and denials with keyspace events off and on; then the client
 # crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh).
 bench: build
+	@scripts/deps.sh bench
 	bench/run.sh
 	bench/instructions.sh
 	bench/client.sh
@@ -164,6 +170,7 @@ plots: build
 # this module and with redis-cell (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or
 # REDIS_CELL=its .so); a few minutes.
 plots-perf: build
+	@scripts/deps.sh bench
 	scripts/plots-perf.sh
 
 clean:
