@@ -167,8 +167,8 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
 
 /// Scenario names of bench/instructions.sh that the text quotes.
 pub const WHOLE_FLOOR: &str = "module floor (whole)";
-pub const RANDOM_KEYS: &str = "CL.THROTTLE, 1M limiters (whole)";
-pub const RANDOM_RELOADED: &str = "CL.THROTTLE, 1M reloaded (whole)";
+pub const RANDOM_KEYS: &str = "CL.THROTTLE, 100k limiters (whole)";
+pub const RANDOM_RELOADED: &str = "CL.THROTTLE, 100k reloaded (whole)";
 
 /// `12345.0` as `12,345`.
 pub fn thousands(n: f64) -> String {
@@ -203,14 +203,14 @@ impl Table {
     fn run_words(&self) -> String {
         let server = self.get("server");
         let server = server.split(" with ").next().unwrap_or(&server).to_string();
-        format!("{server}, `make plots-perf` of {}", self.get("date"))
+        format!("{server}, {}", self.get("date"))
     }
 }
 
 /// The README's sentence of figures.
 fn readme(t: &Table) -> Result<String, String> {
     Ok(format!(
-        "In instructions per call (callgrind, a hot key; {}): CL.THROTTLE {} that\nfloor, CL.BUCKET {}, CL.COUNTER {}, CL.QUOTA {}, CL.WINDOW {} (it replicates two\ncommands); random keys among 1,000,000 limiters {}, and {} after `DEBUG RELOAD`.\nredis-cell's CL.THROTTLE costs {} the floor, a plain Lua GCRA script {}.\n",
+        "In instructions per call (callgrind, a hot key; one `make plots-perf` run: {}):\nCL.THROTTLE {} that floor, CL.BUCKET {}, CL.COUNTER {}, CL.QUOTA {}, CL.WINDOW {} (it replicates two\ncommands); random keys among 100,000 limiters {}, and {} after `DEBUG RELOAD`.\nredis-cell's CL.THROTTLE costs {} the floor, a plain Lua GCRA script {}.\n",
         t.run_words(),
         t.x_floor("CL.THROTTLE")?,
         t.x_floor("CL.BUCKET")?,
@@ -268,7 +268,7 @@ fn performance_page(t: &Table) -> Result<String, String> {
         t.ir("module", "CL.THROTTLE")? / t.ir("redis-cell", "CL.THROTTLE")?,
     );
     s += &format!(
-        "| CL.THROTTLE on random keys among 1,000,000 limiters (counted from `processCommand`, against the floor counted so: {}) | {} | {} | | — |\n",
+        "| CL.THROTTLE on random keys among 100,000 limiters (more than the key table's 65,536 slots; counted from `processCommand`, against the floor counted so: {}) | {} | {} | | — |\n",
         thousands(t.ir("module", WHOLE_FLOOR)?),
         thousands(t.ir("module", RANDOM_KEYS)?),
         t.times("module", RANDOM_KEYS, WHOLE_FLOOR)?,
@@ -305,7 +305,8 @@ fn pictures_page(t: &Table) -> Result<String, String> {
         "CPU per call as instructions counted by callgrind (`bench/instructions.sh`: the server's `call()`\n\
          only, a hot key, every call admitted and written), so the figures do not depend on the\n\
          machine's speed (runs of one build differ by up to about 2% on a loaded machine); each bar is a\n\
-         multiple of the floor module (`bench/floor.c`, {} instructions) counted in the same run ({}).\n\
+         multiple of the floor module (`bench/floor.c`, {} instructions) counted in the same run\n\
+         (one `make plots-perf` run: {}).\n\
          redis-cell ({cell}, built from source) registers `CL.THROTTLE` too, so it ran on a server of its\n\
          own, with SET and the floor counted again there ({}). The figures\n\
          (`docs/src/img/performance.tsv`, written by `make plots-perf` with\n\
