@@ -53,6 +53,14 @@ fi
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod +x "$root/usr/sbin/policy-rc.d"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# A machine whose egress re-signs TLS (a proxy's own CA in SSL_CERT_FILE) lends that bundle, or
+# cargo cannot download what the crate cache lacks (mdbook); a machine on the open internet
+# needs none (cargo carries its own roots).
+ca_env=()
+if [ -r "${SSL_CERT_FILE:-}" ]; then
+  cp "$SSL_CERT_FILE" "$root/etc/host-ca-bundle.crt"
+  ca_env=(SSL_CERT_FILE=/etc/host-ca-bundle.crt CARGO_HTTP_CAINFO=/etc/host-ca-bundle.crt)
+fi
 # A cargo home of its own: rustup's proxies (cargo, rustc, …: links to the rustup binary) and a
 # copy of the crate cache, so that nothing cargo installs there (mdbook) lands on this machine.
 # The toolchains (RUSTUP_HOME) are bind-mounted.
@@ -76,7 +84,7 @@ echo "fresh-machine: system ready in $((SECONDS - t0)) s; tree $(git -C "$repo" 
 
 # CARGO_INCREMENTAL=0: a one-off build gains nothing from incremental caches, which would take
 # about a third of its target folder's disk.
-chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 STEPS="$steps" CARGO_INCREMENTAL=0 \
+chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 STEPS="$steps" CARGO_INCREMENTAL=0 ${ca_env[@]+"${ca_env[@]}"} \
   PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -euo pipefail -c '
     # What the README must not assume: every program below is installed by the project (or,
