@@ -42,8 +42,9 @@ export TWIN_EXCLUDED_TESTS
 
 all: build
 
+# System packages, installed when missing (scripts/deps.sh: one list per need).
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh build
 
 build: deps
 	cargo build --release --lib
@@ -55,12 +56,14 @@ run: build
 # The HTTP layer's example service (clients/rust/examples/http) on a throwaway server with the module:
 # a burst of requests, each response's status and rate-limit fields.
 demo: build
+	@scripts/deps.sh demo
 	@scripts/demo.sh
 
 # Unit and property tests of the algorithms, integration tests against real servers, then the
 # behavioural tests against containers (skipped with a notice when no Docker engine answers,
 # a failure under CI=true).
 test: build
+	@scripts/deps.sh test node python
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@$(MAKE) --no-print-directory test-node
@@ -72,6 +75,7 @@ test: build
 # mypy --strict and pytest (its own servers: the module, the twin, a cluster).
 PYTHON_VENV := $(TARGET_DIR)/venv-python
 test-python: build
+	@scripts/deps.sh python
 	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
 	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
 	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
@@ -82,6 +86,7 @@ test-python: build
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
 # 3-primary cluster, servers started by clients/node/test/run.mjs).
 test-node: build
+	@scripts/deps.sh node
 	@cd clients/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) npm test
 
 # The behavioural tests against the Functions twin, as a library (FCALL) and as one EVAL script.
@@ -109,12 +114,14 @@ test-matrix: build
 # The manual: an mdBook (docs/book.toml, pages in docs/src) built into target/book. Fails on a
 # broken relative link or #anchor (scripts/doc-links.py, README.md included), a page missing from
 # docs/src/SUMMARY.md, and any warning or error of mdbook. mdbook is installed into ~/.cargo/bin
-# when missing (cargo install, a few minutes once).
+# when missing (cargo install, a few minutes once), after the system packages it and the link
+# check need (a C toolchain, python3: scripts/deps.sh docs) and the link check itself.
 MDBOOK_VERSION := 0.5.4
 MDBOOK := $(or $(shell command -v mdbook 2>/dev/null),$(or $(CARGO_HOME),$(HOME)/.cargo)/bin/mdbook)
 docs:
-	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
+	@scripts/deps.sh docs
 	@python3 scripts/doc-links.py
+	@"$(MDBOOK)" --version 2>/dev/null | grep -qF "v$(MDBOOK_VERSION)" || cargo install mdbook --locked --version $(MDBOOK_VERSION)
 	@mkdir -p $(TARGET_DIR)
 	@"$(MDBOOK)" build docs >$(TARGET_DIR)/mdbook.log 2>&1 || { cat $(TARGET_DIR)/mdbook.log >&2; exit 1; }
 	@if grep -Eq '(WARN|ERROR)' $(TARGET_DIR)/mdbook.log; then cat $(TARGET_DIR)/mdbook.log >&2; echo "docs: mdbook warned" >&2; exit 1; fi
@@ -169,6 +176,7 @@ fuzz:
 # crate's overhead over a raw `redis` call, a deny-cache hit and a local decision (bench/client.sh);
 # then limits' strategies through limits' own Redis storage and through ours (bench/python.sh).
 bench: build
+	@scripts/deps.sh bench
 	bench/run.sh
 	bench/instructions.sh
 	bench/client.sh
@@ -186,6 +194,7 @@ plots: build
 # this module and with redis-cell (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or
 # REDIS_CELL=its .so); a few minutes.
 plots-perf: build
+	@scripts/deps.sh bench
 	scripts/plots-perf.sh
 
 clean:

@@ -25,14 +25,14 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" ADDR="127.0.0.1:$HTTP_PORT" "${CARGO_
 SERVICE_PID=$!
 for _ in $(seq 100); do grep -q listening "$DIR/service.log" 2>/dev/null && break; sleep 0.1; done
 
-show() { # $1 path, $2 tenant: the status line and the rate-limit fields
+show() { # $1 path, $2 tenant: the status line, then the rate-limit fields, one a line (indented)
   curl -s -D - -o "$DIR/body" -H "X-Tenant: $2" "http://127.0.0.1:$HTTP_PORT$1" | tr -d '\r' |
-    grep -iE '^(HTTP/|ratelimit|x-ratelimit|retry-after|content-type: application/problem)' | paste -sd' ' -
+    grep -iE '^(HTTP/|ratelimit|x-ratelimit|retry-after|content-type: application/problem)' | sed '1!s/^/      /'
 }
 echo "== a burst of 12 requests to /search (per-ip 10/s, per-tenant 10000/h window, one CL.ALL)"
 for i in $(seq 12); do printf '%2d  %s\n' "$i" "$(show /search acme)"; done
 echo "== the last refusal's body (RFC 9457)"
-cat "$DIR/body"; echo
+python3 -m json.tool "$DIR/body" 2>/dev/null || cat "$DIR/body"; echo
 sleep 1.1
 echo "== a second later, /export (exports: 2 in flight per tenant)"
 printf '    %s\n' "$(show /export acme)"

@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
-# Installs what building and testing need, when missing: a C toolchain and libclang (bindgen
-# runs when the redis-module crate builds), redis-server and redis-tools. Uses apt-get as
-# root; otherwise says exactly what to install.
+# Installs the system packages a make target needs, when missing: the one place that does.
+#
+#   scripts/deps.sh [NEED...]      (default: build)
+#
+# Each NEED below is a list of CHECK=PACKAGE: CHECK is a program that must be on PATH, or the
+# name of a have_CHECK function below; PACKAGE is the Debian package that provides it. A new
+# system dependency is one word in one list (or a new list, and `@scripts/deps.sh NAME` as the
+# first line of the make target that needs it). Uses apt-get as root; otherwise says exactly what
+# to install.
 set -euo pipefail
 
-missing=()
-command -v cc >/dev/null 2>&1 || missing+=(build-essential)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+# make build / run / test: a C toolchain and libclang (bindgen runs when the redis-module crate
+# builds; tests/load.rs compiles a stand-in module with cc), the servers and redis-cli, which the
+# tests run. Tests signal processes through libc, never with a program like kill or ps.
+NEED_build=(cc=build-essential redis-server=redis-server redis-cli=redis-tools redis-benchmark=redis-tools libclang=libclang-dev)
+# make test: what the tests need beyond the build's.
+NEED_test=()
+# make docs: mdBook is built with cargo install (a linker: cc), scripts/doc-links.py checks links.
+NEED_docs=(cc=build-essential python3=python3)
+# make demo: scripts/demo.sh picks a port with python3 and sends its requests with curl.
+NEED_demo=(python3=python3 curl=curl)
+# make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
+NEED_bench=(valgrind=valgrind python3=python3)
+# The caller packages' tests (clients/node, clients/python).
+NEED_node=(node=nodejs npm=npm)
+NEED_python=(python3=python3 venv=python3-venv)
+
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
 have_libclang() {
@@ -19,20 +37,36 @@ have_libclang() {
   done
   return 1
 }
-have_libclang || missing+=(libclang-dev)
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
-# clients/python's tests (make test-python) run in a venv: python3 with venv and ensurepip.
-command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3 python3-venv)
+# `python3 -m venv` needs ensurepip, which Debian ships in python3-venv.
+have_venv() { python3 -c 'import ensurepip, venv' >/dev/null 2>&1; }
+
 command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (https://rustup.rs) first" >&2; exit 1; }
+
+[ $# -gt 0 ] || set -- build
+missing=()
+for need in "$@"; do
+  declare -p "NEED_$need" >/dev/null 2>&1 || { echo "deps.sh: no list NEED_$need (known: $(compgen -v NEED_ | sed 's/NEED_//' | tr '\n' ' '))" >&2; exit 2; }
+  declare -n list="NEED_$need"
+  for entry in ${list[@]+"${list[@]}"}; do
+    check=${entry%%=*} package=${entry#*=}
+    if declare -F "have_$check" >/dev/null; then "have_$check" && continue
+    else command -v "$check" >/dev/null 2>&1 && continue
+    fi
+    case " ${missing[*]-} " in *" $package "*) ;; *) missing+=("$package") ;; esac
+  done
+  unset -n list
+done
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing: ${missing[*]}" >&2
+  echo "deps.sh ($*): installing ${missing[*]}" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   # Debian's package starts a system redis on 6379; `make run` wants that port.
-  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
-  service redis-server stop >/dev/null 2>&1 || true
+  case " ${missing[*]} " in *" redis-server "*)
+    if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+    service redis-server stop >/dev/null 2>&1 || true ;;
+  esac
 else
   echo "missing: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}" >&2
   exit 1

@@ -6,7 +6,9 @@
 # instead of the module (both register CL.THROTTLE, so they cannot share a server).
 # redis-cell: REDIS_CELL=path/to/libredis_cell.so, or REDIS_CELL_SRC=a checkout of
 # github.com/brandur/redis-cell (built here with cargo into target/redis-cell); without either the
-# chart has no redis-cell bar. CALLS: calls per scenario (default 10000).
+# chart has no redis-cell bar. CALLS: calls per scenario (default 10000). The chart
+# (`cargo run -p redis-throttle-plots -- --only performance`) also rewrites the figures the README,
+# docs/src/performance.md and docs/src/pictures.md quote from this run (their perf:… blocks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/src/img/performance.tsv
@@ -22,7 +24,9 @@ if [ -z "$cell" ] && [ -n "${REDIS_CELL_SRC:-}" ]; then
   cell=$target_dir/release/libredis_cell.so
 fi
 
-ONLY='^(CL\.THROTTLE|CL\.WINDOW limit 100|CL\.BUCKET|CL\.COUNTER|CL\.PACE|CL\.ALL 3 limiters|Lua GCRA \(EVALSHA\))$'
+# The chart's commands, and what the README and docs/src/performance.md quote besides (CL.QUOTA,
+# denials, CL.ALL of 1 and 8, random keys among 100,000 limiters): all from this one run.
+ONLY='^(CL\.THROTTLE|CL\.WINDOW limit 100|CL\.BUCKET|CL\.COUNTER|CL\.QUOTA|CL\.QUOTA zone \+ anchor|CL\.PACE|CL\.ALL [138] limiters?|Lua GCRA \(EVALSHA\)|CL\.THROTTLE denied|CL\.THROTTLE denied, events|module floor \(whole\)|CL\.THROTTLE, 100k (limiters|reloaded) \(whole\))$'
 BENCH_ONLY=$ONLY BENCH_RESULTS="$WORK/module.tsv" bench/instructions.sh "$CALLS"
 if [ -n "$cell" ]; then
   BENCH_ONLY='^CL\.THROTTLE$' THROTTLE_MODULE="$cell" BENCH_RESULTS="$WORK/redis-cell.tsv" bench/instructions.sh "$CALLS"

@@ -146,6 +146,10 @@ pub fn algorithms(
             "85 requests: a burst of 20 at once, 20/s for 3 s, a pause, 5/s. Each dot is one call: where it left the limiter (remaining); green admitted, red denied.",
             prov,
         )?;
+        // The legend has a strip of its own above the panels: inside a panel it would cover
+        // calls (their remaining spans the whole height at some time in every panel).
+        let (key, body) = body.split_vertically(26);
+        key_strip(&key)?;
         let panels = body.split_evenly((4, 1));
         let end_s = run.end_ms / 1000.0;
         for (i, (area, alg)) in panels.iter().zip(ALGORITHMS.iter()).enumerate() {
@@ -201,28 +205,17 @@ pub fn algorithms(
                                 LINE.mix(0.5).stroke_width(1),
                             )
                         }),
-                )?
-                .label("remaining after each call")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], LINE.stroke_width(2)));
-            chart
-                .draw_series(calls.iter().filter(|c| c.reply[0] == 0).map(|c| {
-                    Circle::new((c.t_ms / 1000.0, c.reply[2] as f64), 3, ADMITTED.filled())
-                }))?
-                .label("admitted")
-                .legend(|(x, y)| Circle::new((x + 9, y), 4, ADMITTED.filled()));
-            chart
-                .draw_series(calls.iter().filter(|c| c.reply[0] != 0).map(|c| {
-                    Cross::new(
-                        (c.t_ms / 1000.0, c.reply[2] as f64),
-                        4,
-                        DENIED.stroke_width(2),
-                    )
-                }))?
-                .label("denied")
-                .legend(|(x, y)| Cross::new((x + 9, y), 4, DENIED.stroke_width(2)));
-            if i == 0 {
-                legend(&mut chart, SeriesLabelPosition::Coordinate(560, 30))?;
-            }
+                )?;
+            chart.draw_series(calls.iter().filter(|c| c.reply[0] == 0).map(|c| {
+                Circle::new((c.t_ms / 1000.0, c.reply[2] as f64), 3, ADMITTED.filled())
+            }))?;
+            chart.draw_series(calls.iter().filter(|c| c.reply[0] != 0).map(|c| {
+                Cross::new(
+                    (c.t_ms / 1000.0, c.reply[2] as f64),
+                    4,
+                    DENIED.stroke_width(2),
+                )
+            }))?;
         }
         root.present()?;
     }
@@ -231,6 +224,31 @@ pub fn algorithms(
         prov,
         "Calls timed by the client: each arrival pipelines the four commands on four keys",
     ))
+}
+
+/// The algorithms picture's legend, in its own strip (the same marks as the panels).
+fn key_strip(area: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), Box<dyn std::error::Error>> {
+    let font = ("sans-serif", 13).into_font();
+    let (mut x, y) = (80, 13);
+    area.draw(&PathElement::new(vec![(x, y), (x + 18, y)], LINE.stroke_width(2)))?;
+    area.draw(&Text::new("remaining after each call", (x + 24, y - 7), font.clone()))?;
+    x += 220;
+    area.draw(&Circle::new((x + 9, y), 4, ADMITTED.filled()))?;
+    area.draw(&Text::new("admitted", (x + 24, y - 7), font.clone()))?;
+    x += 110;
+    area.draw(&Cross::new((x + 9, y), 4, DENIED.stroke_width(2)))?;
+    area.draw(&Text::new("denied", (x + 24, y - 7), font))?;
+    Ok(())
+}
+
+/// The spacing of consecutive slots: one figure when they are all the same to the microsecond
+/// (a range would read "20.000-20.000 ms"), else the range.
+pub fn spacing_words(min_gap: f64, max_gap: f64) -> String {
+    if (max_gap - min_gap).abs() < 0.0005 {
+        format!("consecutive slots exactly {min_gap:.3} ms apart")
+    } else {
+        format!("consecutive slots {min_gap:.3} to {max_gap:.3} ms apart")
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -255,10 +273,9 @@ pub fn pace(slots: &[Slot], prov: &Provenance) -> Result<String, Box<dyn std::er
             &root,
             &format!("CL.PACE: eight workers share one schedule of {PACE_COUNT} per second"),
             &format!(
-                "Each worker: think 0-120 ms, CL.PACE api:vendor {PACE_COUNT} {PACE_PERIOD_MS} MS, sleep the wait, act. {} units; consecutive slots {:.3}-{:.3} ms apart (one every {spacing} ms).",
+                "Each worker: think 0-120 ms, CL.PACE api:vendor {PACE_COUNT} {PACE_PERIOD_MS} MS, sleep the wait, act. {} units; {} (the schedule: one every {spacing} ms).",
                 slots.len(),
-                min_gap,
-                max_gap
+                spacing_words(min_gap, max_gap)
             ),
             prov,
         )?;
@@ -481,4 +498,14 @@ pub fn llm(calls: &[LlmCall], prov: &Provenance) -> Result<String, Box<dyn std::
         prov,
         "One client, one CL.ALL per request; a denial is counted against the limiter CL.ALL names as binding (its sixth integer)",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slot_spacing_reads_as_one_figure_when_exact() {
+        assert_eq!(super::spacing_words(20.0, 20.0), "consecutive slots exactly 20.000 ms apart");
+        assert_eq!(super::spacing_words(20.0, 20.0004), "consecutive slots exactly 20.000 ms apart");
+        assert_eq!(super::spacing_words(20.0, 31.25), "consecutive slots 20.000 to 31.250 ms apart");
+    }
 }

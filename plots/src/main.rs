@@ -45,7 +45,20 @@ pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
         let tsv = out.join("performance.tsv");
         let text = std::fs::read_to_string(&tsv)
             .map_err(|e| format!("{}: {e} (run `make plots-perf`)", tsv.display()))?;
-        write(out, "performance.svg", &perf::chart(&perf::parse(&text)?)?)?;
+        let table = perf::parse(&text)?;
+        write(out, "performance.svg", &perf::chart(&table)?)?;
+        // The figures the README and the manual quote, from the same run (when the chart goes
+        // to the manual's own folder).
+        let manual = out.canonicalize().ok() == workspace().join("docs/src/img").canonicalize().ok();
+        for (file, name, body) in perf::blocks(&table)?.into_iter().filter(|_| manual) {
+            let path = workspace().join(file);
+            let old = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let new = perf::replace_block(&old, name, &body).map_err(|e| format!("{}: {e}", path.display()))?;
+            if new != old {
+                std::fs::write(&path, new).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("plots: wrote the figures of {} (perf:{name})", path.display());
+            }
+        }
     }
     if !only.iter().any(|n| *n != "performance") {
         return Ok(());
