@@ -59,7 +59,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 ca_env=()
 if [ -r "${SSL_CERT_FILE:-}" ]; then
   cp "$SSL_CERT_FILE" "$root/etc/host-ca-bundle.crt"
-  ca_env=(SSL_CERT_FILE=/etc/host-ca-bundle.crt CARGO_HTTP_CAINFO=/etc/host-ca-bundle.crt)
+  ca_env=(SSL_CERT_FILE=/etc/host-ca-bundle.crt CARGO_HTTP_CAINFO=/etc/host-ca-bundle.crt PIP_CERT=/etc/host-ca-bundle.crt NODE_EXTRA_CA_CERTS=/etc/host-ca-bundle.crt)
 fi
 # A cargo home of its own: rustup's proxies (cargo, rustc, …: links to the rustup binary) and a
 # copy of the crate cache, so that nothing cargo installs there (mdbook) lands on this machine.
