@@ -608,3 +608,26 @@ pub fn drain<T: std::fmt::Debug>(rx: &std::sync::mpsc::Receiver<T>) -> Vec<T> {
     }
     items
 }
+
+/// Sends `sig` to a process a test started (a server it pauses with SIGSTOP, resumes with
+/// SIGCONT, kills): kill(2) itself, so no `kill` program is needed (procps is not on a minimal
+/// Debian).
+pub fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) only sends a signal to a process the test started; it touches no memory
+    // of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+}
+
+/// Resumes a paused server even when the test fails (so its drop can stop it).
+pub struct Resume(pub u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}

@@ -12,32 +12,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use harness::Server;
+use harness::{Resume, Server, signal};
 use redis_throttle_client::{BreakerConfig, Config, FailurePolicy, Policy, Rate, Source, Throttle, Wait};
 
 const DEADLINE: Duration = Duration::from_millis(200);
 const PROBE: Duration = Duration::from_millis(100);
 /// A lease far longer than the test, so a slot freed in time was released, not expired.
 const LONG_LEASE: Duration = Duration::from_secs(60);
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).unwrap();
-    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
-    // no memory of ours.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
-}
-
-/// Resumes a paused server even when the test fails (so its drop can stop it).
-struct Resume(u32);
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.0) {
-            // SAFETY: as in `signal`.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        }
-    }
-}
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 

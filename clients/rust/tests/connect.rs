@@ -9,30 +9,11 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::twin::{self, Form};
-use harness::{Options, Server};
+use harness::{Options, Resume, Server, signal};
 use redis_throttle_client::{Backend, BreakerConfig, Config, Error, FailurePolicy, Policy, Reason, Source, Throttle, Verdict};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const PROBE: Duration = Duration::from_millis(100);
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).unwrap();
-    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
-    // no memory of ours.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
-}
-
-/// Resumes a paused server even when the test fails (so its drop can stop it).
-struct Resume(u32);
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.0) {
-            // SAFETY: as in `signal`.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        }
-    }
-}
 
 fn config(failure: FailurePolicy) -> Config {
     Config { deadline: Duration::from_millis(50), failure, connect_timeout: CONNECT_TIMEOUT, breaker: BreakerConfig { failures: 3, probe_interval: PROBE }, ..Config::default() }

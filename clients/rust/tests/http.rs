@@ -21,7 +21,7 @@ use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
 use harness::twin::{self, Form};
-use harness::{Cluster, Options, Server};
+use harness::{Cluster, Options, Resume, Server, signal};
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
@@ -475,24 +475,6 @@ async fn leases_last_as_long_as_the_response_body() {
 }
 
 const DEADLINE: Duration = Duration::from_millis(30);
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).unwrap();
-    // SAFETY: kill(2) only sends a signal to the server process this test started; it touches
-    // no memory of ours.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
-}
-
-struct Resume(u32);
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.0) {
-            // SAFETY: as in `signal`.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
