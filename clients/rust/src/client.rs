@@ -368,12 +368,7 @@ impl Throttle {
 
     async fn take_held(&self, calls: &[Call<'_>], all: bool) -> Result<(Decision, Vec<Option<i64>>), Error> {
         let inner = &*self.inner;
-        let Some(&(first_policy, first_key, quantity)) = calls.first() else {
-            return Err(Error::Invalid("check_all needs at least one policy".into()));
-        };
-        if calls.len() > throttle_core::all::MAX_KEYS {
-            return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
-        }
+        let &(first_policy, first_key, quantity) = first_of(calls)?;
         let Some(link) = inner.link.get() else {
             return Ok((self.fallback(calls, all, Reason::Connection(NOT_CONNECTED.into()))?, vec![None; calls.len()]));
         };
@@ -432,12 +427,7 @@ impl Throttle {
 
     async fn decide_unrecorded(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        let Some(&(first_policy, first_key, quantity)) = calls.first() else {
-            return Err(Error::Invalid("check_all needs at least one policy".into()));
-        };
-        if calls.len() > throttle_core::all::MAX_KEYS {
-            return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
-        }
+        let &(first_policy, first_key, quantity) = first_of(calls)?;
         let Some(link) = inner.link.get() else {
             return self.fallback(calls, all, Reason::Connection(NOT_CONNECTED.into()));
         };
@@ -686,6 +676,15 @@ fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all:
         decision.each = numbers;
     }
     Ok(decision)
+}
+
+/// The first limiter of a call, or why the call is refused before sending (none, or more than
+/// CL.ALL takes).
+fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
+    if calls.len() > throttle_core::all::MAX_KEYS {
+        return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
+    }
+    calls.first().ok_or_else(|| Error::Invalid("check_all needs at least one policy".into()))
 }
 
 /// Sends an atomic pipeline (`MULTI` … `EXEC`) of calls on `key`, routed by it in a cluster:
