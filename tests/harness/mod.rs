@@ -168,16 +168,27 @@ impl Server {
             });
             return Ok(server);
         }
-        let port = free_port(options.cluster);
-        let dir = std::env::temp_dir().join(format!("throttle-test-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create server folder");
-        if let Some(contents) = &options.config_file {
-            std::fs::write(dir.join("redis.conf"), contents).expect("write redis.conf");
+        // A port found free can be taken by another test's server before ours binds it: then
+        // ours exits with "Address already in use" and starts again on another port. Each start
+        // has a folder of its own, so a collision never touches another server's files.
+        static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut attempt = 0;
+        loop {
+            let port = free_port(options.cluster);
+            let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("throttle-test-{}-{port}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create server folder");
+            if let Some(contents) = &options.config_file {
+                std::fs::write(dir.join("redis.conf"), contents).expect("write redis.conf");
+            }
+            let mut server = Server { port, dir, options: options.clone(), child: None, container: None, config_only: false };
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(log) if attempt < 5 && log.contains("Address already in use") => attempt += 1,
+                Err(log) => return Err(log),
+            }
         }
-        let mut server = Server { port, dir, options, child: None, container: None, config_only: false };
-        server.launch()?;
-        Ok(server)
     }
 
     fn launch(&mut self) -> Result<(), String> {
@@ -226,7 +237,10 @@ impl Server {
         let mut c = self.client();
         let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("dir").query(&mut c).unwrap();
         let ours = std::fs::canonicalize(&self.dir).unwrap();
-        assert_eq!(Path::new(&got[1]), ours, "another server answers on port {}", self.port);
+        if Path::new(&got[1]) != ours {
+            self.kill();
+            return Err(format!("another server answers on port {} (Address already in use)", self.port));
+        }
         if self.options.module {
             twin::after_launch(&mut c);
         }
