@@ -201,7 +201,7 @@ pub fn held_units(state: Option<State>, now: Instant, params: &Params, units: i6
     if bucket.deficit == 0 || held < bucket.next_refill {
         return Ok(0);
     }
-    let refills = held.saturating_since(bucket.next_refill).as_nanos() / params.interval.as_nanos() + 1;
+    let refills = (held.saturating_since(bucket.next_refill).as_nanos() / params.interval.as_nanos()).saturating_add(1);
     Ok(refills.saturating_mul(params.tokens).min(units).min(bucket.deficit))
 }
 

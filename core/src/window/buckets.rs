@@ -209,7 +209,7 @@ pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, p: Nanos,
     if ring.p != precision || ring.slots != slots_for(params, p) || end.rem_euclid(precision) != 0 {
         return Ok(0);
     }
-    let k = end.div_euclid(precision) - 1;
+    let k = end.div_euclid(precision).checked_sub(1).ok_or(Error::TooLarge)?;
     let oldest = now.checked_sub(params.window)?.as_nanos().div_euclid(precision);
     if k < oldest || k > ring.newest || k <= ring.newest.saturating_sub(ring.slots as i64) {
         return Ok(0);
