@@ -64,6 +64,14 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
             }
             other => panic!("unknown command {other}"),
         };
+        // Half the refunds of the single limiters are bounded (`HELD t`, the key's expiry now:
+        // what a client reads with its taking call), so their effects replicate too.
+        let limiter = !matches!(command, "CL.PACE" | "CL.ACQUIRE");
+        let held = (quantity < 0 && limiter && rng.random_bool(0.5)).then(|| harness::pexpiretime(c, &key)).filter(|&at| at > 0);
+        let words = match held {
+            Some(at) => format!("{words} HELD {at}"),
+            None => words,
+        };
         let _ = harness::try_throttle(c, &words).unwrap_or_else(|e| panic!("{words}: {e}"));
     }
 }
