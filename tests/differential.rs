@@ -235,7 +235,7 @@ impl Gen {
         let refund = q.is_some_and(|q| q.starts_with('-') && q.len() > 1 && q[1..].bytes().all(|b| b.is_ascii_digit()));
         let t = match (refund && self.chance(0.6), self.chance(0.02)) {
             (true, _) => match self.held {
-                Some(at) => (at + *self.pick(&[0, 0, 0, -1, 1, -1000, 1000, -60_000])).to_string(),
+                Some(at) => at.saturating_add(*self.pick(&[0, 0, 0, -1, 1, -1000, 1000, -60_000])).to_string(),
                 None => (self.rng.random_range(1_700_000_000_000i64..1_900_000_000_000)).to_string(),
             },
             (false, true) => self.pick(&["-1", "0", "9223372036854", "9223372036855", "1.5", "x"]).to_string(),
