@@ -983,7 +983,20 @@ end
 -- whole value reads it whole (`whole`).
 local READ_WHOLE = 4096
 
+-- Keys found longer than READ_WHOLE by an earlier call: their next call reads the length and
+-- the header (24 bytes: either layout's) instead of 4 KB it would mostly not use.
+local LONG, long_count = {}, 0
+
 local function read_window(key)
+  if LONG[key] then
+    local n = rpcall('STRLEN', key)
+    if type(n) == 'table' then
+      if n.err then fail(ERR.wrongtype) end
+      fail(fmt(ERR.internal, 'STRLEN returned a ' .. type(n)))
+    end
+    if n > READ_WHOLE then return { key = key, n = n, s = rcall('GETRANGE', key, 0, 23) } end
+    LONG[key], long_count = nil, long_count - 1
+  end
   local v = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
   if type(v) == 'table' then
     if v.err then fail(ERR.wrongtype) end
@@ -995,6 +1008,8 @@ local function read_window(key)
   end
   local n = rcall('STRLEN', key)
   if n == READ_WHOLE then return v end
+  if long_count >= 1024 then LONG, long_count = {}, 0 end
+  LONG[key], long_count = true, long_count + 1
   return { key = key, n = n, s = v }
 end
 
@@ -1201,6 +1216,8 @@ local function log_at(log, i)
     return le_t(pieces[q + 1], (i - q * PER) * 8 + 1)
   end
   if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
+  local wa = log.wa
+  if wa and i >= wa and i < wa + #log.ws / 8 then return le_t(log.ws, 1 + (i - wa) * 8) end
   local c = log.cache[i]
   if not c then
     local m, u = le_t(rcall('GETRANGE', log.key, 8 + i * 8, 15 + i * 8), 1)
@@ -1219,6 +1236,9 @@ end
 
 -- Entries a remote binary search narrows to before reading them in one range (4 KB).
 local LOG_BLOCK = 512
+-- Entries read from the head first: the horizon only moves forward, so a call usually finds
+-- the first live entry among the few after the head (one range instead of a search).
+local HEAD_WINDOW = 64
 
 -- The first live entry after the instant h (binary search; entries ascend), from `from` on.
 local function log_first_after(log, hm, hu, from)
@@ -1269,8 +1289,23 @@ local function log_first_after(log, hm, hu, from)
       s, base = pieces[q + 1], 1 - q * PER * 8
     end
   elseif log.key and 8 + hi * 8 > #s then
-    -- A long log: probe single entries until the range is one block, then read the block.
+    -- A long log: first the entries just after the head (kept for log_at), then, if the
+    -- horizon lies beyond them, probe single entries until the range is one block, then
+    -- read the block.
     local key = log.key
+    if not from and hi - lo > HEAD_WINDOW then
+      local e = lo + HEAD_WINDOW
+      local w, wb = s, 9
+      if 8 + e * 8 > #s then
+        w, wb = rcall('GETRANGE', key, 8 + lo * 8, 7 + e * 8), 1 - lo * 8
+        log.ws, log.wa = w, lo
+      end
+      if entry_after(w, wb + (e - 1) * 8, hhi, hlo) then
+        s, base, hi = w, wb, e
+      else
+        lo = e
+      end
+    end
     while hi - lo > LOG_BLOCK do
       local mid = lo + hi
       mid = (mid - mid % 2) / 2
@@ -1279,7 +1314,7 @@ local function log_first_after(log, hm, hu, from)
       else after = entry_after(rcall('GETRANGE', key, 8 + mid * 8, 15 + mid * 8), 1, hhi, hlo) end
       if after then hi = mid else lo = mid + 1 end
     end
-    if 8 + hi * 8 > #s then
+    if base == 9 and 8 + hi * 8 > #s then
       s, base = rcall('GETRANGE', key, 8 + lo * 8, 7 + hi * 8), 1 - lo * 8
     end
   end
