@@ -985,17 +985,17 @@ local READ_WHOLE = 4096
 
 -- Keys found longer than READ_WHOLE by an earlier call: their next call reads the length and
 -- the header (24 bytes: either layout's) instead of 4 KB it would mostly not use.
-local LONG, long_count = {}, 0
+local LONG = { keys = {}, n = 0 }
 
 local function read_window(key)
-  if LONG[key] then
+  if LONG.keys[key] then
     local n = rpcall('STRLEN', key)
     if type(n) == 'table' then
       if n.err then fail(ERR.wrongtype) end
       fail(fmt(ERR.internal, 'STRLEN returned a ' .. type(n)))
     end
     if n > READ_WHOLE then return { key = key, n = n, s = rcall('GETRANGE', key, 0, 23) } end
-    LONG[key], long_count = nil, long_count - 1
+    LONG.keys[key], LONG.n = nil, LONG.n - 1
   end
   local v = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
   if type(v) == 'table' then
@@ -1008,8 +1008,8 @@ local function read_window(key)
   end
   local n = rcall('STRLEN', key)
   if n == READ_WHOLE then return v end
-  if long_count >= 1024 then LONG, long_count = {}, 0 end
-  LONG[key], long_count = true, long_count + 1
+  if LONG.n >= 1024 then LONG.keys, LONG.n = {}, 0 end
+  LONG.keys[key], LONG.n = true, LONG.n + 1
   return { key = key, n = n, s = v }
 end
 
@@ -3234,6 +3234,237 @@ local function cl_throttle(keys, args)
   return run(single, 'throttle', keys, args)
 end
 
+-- cl_window's and cl_counter's hot paths, as cl_throttle's: words seen before (kept in a tree
+-- per command) whose common case decides here in plain numbers, with no pcall, decision table
+-- or closure per call, and writes and replies as `single` would. A call the hot path does not
+-- take (a refund, HELD, a state it does not read: another layout, precision or length, a
+-- count at 2^53, a ring stamped ahead, an expiry it cannot carry, an error) returns nil
+-- before writing anything and goes to `single`, which reads the key again.
+-- (In a function of its own: the main chunk is near Lua's 200 locals.)
+local HOT_FN = (function()
+  local WHOT, CHOT, whot_count = {}, {}, 0
+
+  -- A reply time: from now until the instant (xm, xu), 0 when not later (`since` then
+  -- `reply_time`).
+  local function until_reply(xm, xu, nm, nu, millis)
+    if not (nm < xm or (nm == xm and nu < xu)) then return 0 end
+    local m, u = xm - nm, xu - nu
+    if u < 0 then m, u = m - 1, u + M end
+    if millis then return u > 0 and m + 1 or m end
+    local r = m % 1000
+    return (m - r) / 1000 + (r > 0 and 1 or 0)
+  end
+
+  local function hot_reply(e, limited, used, rm, sm, nm, nu)
+    local limit, millis = e.limit, e.millis
+    if limited == 1 and e.shadow then limited, rm = 0, nil end
+    local remaining = limit - used
+    if remaining < 0 then remaining = 0 elseif remaining > limit then remaining = limit end
+    local r = REPLY
+    r[1], r[2], r[3] = limited, limit, remaining
+    r[4] = rm and until_reply(rm, 0, nm, nu, millis) or -1
+    r[5] = sm and until_reply(sm, 0, nm, nu, millis) or 0
+    return r
+  end
+
+  local function expiry_text(at)
+    if at ~= at_ms then at_ms, at_text = at, int_text(at) end
+    return at_text
+  end
+
+  -- When bucket k stops counting (bucket_leaves), nil where that fails.
+  local function hot_leaves(P, W, k)
+    local x = (k + 1) * P
+    if x > MAX_MS or x < -MAX_MS then return nil end
+    x = x + W
+    if x > MAX_MS then return nil end
+    return x
+  end
+
+  -- A ring of the call's own precision and length (at most HOT_SLOTS buckets), not ahead.
+  local HOT_SLOTS = 128
+  local ZERO8 = '\0\0\0\0\0\0\0\0'
+
+  local function ring_hot(e, key)
+    local nm, nu = clock()
+    local P, W, slots, q, limit = e.P, e.W, e.slots, e.q, e.limit
+    local L = 24 + slots * 8
+    local s = rpcall('GETRANGE', key, 0, L) -- (one byte more: a longer value is not the call's)
+    if type(s) ~= 'string' then return nil end
+    local current = div_floor(nm, P)
+    local newest, used, newest_used, k0, held = current, 0, nil, 0, 0
+    if s == '' then
+      if rcall('EXISTS', key) ~= 0 then return nil end
+    else
+      if #s ~= L or sub(s, 1, 16) ~= e.head then return nil end
+      local wm, wu = le_t(s, 17)
+      if wm > 9007199253 or wm < -9007199253 then return nil end
+      newest = wm * M + wu
+      if newest > current + e.spanned then return nil end -- stamped ahead: a repair
+      held = newest - div_floor(nm - W, P) + 1 -- (ring_from)
+      if held < 0 then held = 0 elseif held > slots then held = slots end
+      k0 = newest - held + 1
+      local slot = k0 - floor(k0 / slots) * slots
+      for i = 0, held - 1 do
+        local c = ring_count_at(s, 24 + slot * 8)
+        if not c then return nil end
+        used = used + c
+        if used >= EXACT then return nil end
+        if c > 0 then newest_used = k0 + i end
+        slot = slot + 1
+        if slot == slots then slot = 0 end
+      end
+    end
+    local fm
+    if newest_used then
+      fm = hot_leaves(P, W, newest_used)
+      if not fm then return nil end
+    end
+    if q > limit then return hot_reply(e, 1, used, nil, fm, nm, nu) end
+    if used + q > limit then
+      -- Denied until the oldest buckets holding used + q - limit units leave.
+      local need, freed, slot = used - (limit - q), 0, k0 - floor(k0 / slots) * slots
+      for i = 0, held - 1 do
+        freed = freed + ring_count_at(s, 24 + slot * 8)
+        if freed >= need then
+          local rm = hot_leaves(P, W, k0 + i)
+          if not rm then return nil end
+          return hot_reply(e, 1, used, rm, fm, nm, nu)
+        end
+        slot = slot + 1
+        if slot == slots then slot = 0 end
+      end
+      return nil
+    end
+    if q == 0 then return hot_reply(e, 0, used, nil, fm, nm, nu) end
+    -- Admitted: the units go to now's bucket; the buckets between the newest and it are zeroed.
+    local top = current > newest and current or newest
+    local at = hot_leaves(P, W, top)
+    if not at then return nil end
+    local ts = top - floor(top / slots) * slots
+    if s == '' or top - newest >= slots then
+      -- A new ring: written whole.
+      local body = { e.head, int_le(top) }
+      for slot = 0, slots - 1 do body[slot + 3] = slot == ts and (COUNT_LE[q] or int_le(q)) or ZERO8 end
+      rcall('SET', key, concat(body), 'PXAT', expiry_text(at))
+    elseif top == newest then
+      local c = ring_count_at(s, 24 + ts * 8) + q
+      rcall('SETRANGE', key, 24 + ts * 8, COUNT_LE[c] or int_le(c))
+      rcall('PEXPIREAT', key, expiry_text(at))
+    else
+      -- The newest bucket, then the slots from the one after the old newest to now's, in one
+      -- range (the bytes between are the key's own, read above).
+      local a = (newest + 1) - floor((newest + 1) / slots) * slots
+      local cq = COUNT_LE[q] or int_le(q)
+      local bytes
+      if a <= ts then
+        bytes = int_le(top) .. sub(s, 25, 24 + a * 8) .. rep(ZERO8, ts - a) .. cq
+      else
+        bytes = int_le(top) .. rep(ZERO8, ts) .. cq .. sub(s, 25 + (ts + 1) * 8, 24 + a * 8) .. rep(ZERO8, slots - a)
+      end
+      rcall('SETRANGE', key, 16, bytes)
+      rcall('PEXPIREAT', key, expiry_text(at))
+    end
+    return hot_reply(e, 0, used + q, nil, at, nm, nu)
+  end
+
+  -- The exact log's hot path is `single` (its long logs read by range there).
+
+  local function counter_hot(e, key)
+    local nm, nu = clock()
+    local stored = rpcall('GET', key)
+    local count, closes = 0, nil
+    if stored then
+      if type(stored) ~= 'string' then return nil end
+      if #stored > 15 or not find(stored, '^[1-9]%d*$') then
+        if stored ~= '0' then return nil end
+      end
+      local at = rcall('PEXPIRETIME', key)
+      if at < 0 or at > MAX_MS then return nil end
+      if at > nm then count, closes = tonumber(stored), at end
+    end
+    local q, limit = e.q, e.limit
+    if q > limit then return hot_reply(e, 1, count, nil, count > 0 and closes, nm, nu) end
+    if count + q > limit then return hot_reply(e, 1, count, closes, closes, nm, nu) end
+    if q == 0 then return hot_reply(e, 0, count, nil, count > 0 and closes, nm, nu) end
+    if not closes then
+      closes = nm + e.W
+      if closes > MAX_MS then return nil end
+    end
+    local c = count + q
+    rcall('SET', key, int_text(c), 'PXAT', expiry_text(closes))
+    return hot_reply(e, 0, c, nil, closes, nm, nu)
+  end
+
+  -- `single` for words not seen before, then what the hot path keeps for them (see
+  -- throttle_single), or false where it takes none of their calls.
+  local function hot_single(kind, keys, args)
+    local reply = single(kind, keys, args)
+    local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
+    local q = t_capped(qm, qu)
+    local e = false
+    if not p.refuse and not held and q >= 0 then
+      -- (SHADOW answers only a call that consumes units)
+      e = { q = q, limit = p.limit, millis = millis, shadow = shadow and q > 0, W = p.window }
+      if kind == 'counter' then
+        e.run = counter_hot
+      elseif p.precision and div_ceil(p.window, p.precision) + 1 <= HOT_SLOTS then
+        e.run, e.P = ring_hot, p.precision
+        e.spanned = div_ceil(p.window, p.precision)
+        e.slots = e.spanned + 1
+        e.head = RING_HEAD .. t_le(p.precision, 0)
+      else
+        e = false
+      end
+    end
+    if whot_count >= 512 then WHOT, CHOT, whot_count = {}, {}, 0 end
+    local n = #args
+    local root = kind == 'counter' and CHOT or WHOT
+    local node = root[n]
+    if not node then node = {}; root[n] = node end
+    for i = 1, n - 1 do
+      local next_node = node[args[i]]
+      if not next_node then next_node = {}; node[args[i]] = next_node end
+      node = next_node
+    end
+    node[args[n]] = e
+    whot_count = whot_count + 1
+    return reply
+  end
+
+  local function hot_entry(root, keys, args)
+    if not bound or #keys ~= 1 then return nil end
+    local n = #args
+    local e = root[n]
+    for i = 1, n do
+      if not e then return e end
+      e = e[args[i]]
+    end
+    return e
+  end
+
+  local function cl_window(keys, args)
+    local e = hot_entry(WHOT, keys, args)
+    if e then
+      local r = e.run(e, keys[1])
+      if r then return r end
+    end
+    if e == nil then return run(hot_single, 'window', keys, args) end
+    return run(single, 'window', keys, args)
+  end
+
+  local function cl_counter(keys, args)
+    local e = hot_entry(CHOT, keys, args)
+    if e then
+      local r = e.run(e, keys[1])
+      if r then return r end
+    end
+    if e == nil then return run(hot_single, 'counter', keys, args) end
+    return run(single, 'counter', keys, args)
+  end
+  return { window = cl_window, counter = cl_counter }
+end)()
+
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
 local EVAL_KINDS = { cl_throttle = 'throttle', cl_window = 'window', cl_bucket = 'bucket', cl_counter = 'counter', cl_quota = 'quota' }
 local function eval_dispatch(keys, argv)
@@ -3250,9 +3481,9 @@ local function register(name, callback)
   redis.register_function { function_name = name, callback = callback }
 end
 register('cl_throttle', cl_throttle)
-register('cl_window', function(keys, args) return run(single, 'window', keys, args) end)
+register('cl_window', HOT_FN.window)
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
-register('cl_counter', function(keys, args) return run(single, 'counter', keys, args) end)
+register('cl_counter', HOT_FN.counter)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
 register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
 -- @library end
