@@ -2843,8 +2843,12 @@ local function apply(key, d, stored)
     if stored ~= nil then rcall('DEL', key) end
   elseif type(d.whole) == 'table' then
     -- A value in pieces: the first with its expiry, the others appended (byte for byte the
-    -- value the module writes at once).
+    -- value the module writes at once); a short one at once.
     local parts = d.whole
+    if #parts <= 3 and #parts[1] + #(parts[2] or '') + #(parts[3] or '') <= CHUNK then
+      rcall('SET', key, concat(parts), 'PXAT', int_text(d.at))
+      return
+    end
     rcall('SET', key, parts[1], 'PXAT', int_text(d.at))
     for i = 2, #parts do rcall('APPEND', key, parts[i]) end
   elseif d.whole or stored == nil or d.len < (type(stored) == 'table' and stored.n or #stored) then
@@ -3255,16 +3259,22 @@ local HOT_FN = (function()
     return (m - r) / 1000 + (r > 0 and 1 or 0)
   end
 
-  local function hot_reply(e, limited, used, rm, sm, nm, nu)
+  -- (rm, ru: when a denied call could be admitted; sm, su: when the limiter is full again)
+  local function hot_reply_t(e, limited, used, rm, ru, sm, su, nm, nu)
     local limit, millis = e.limit, e.millis
     if limited == 1 and e.shadow then limited, rm = 0, nil end
     local remaining = limit - used
     if remaining < 0 then remaining = 0 elseif remaining > limit then remaining = limit end
     local r = REPLY
     r[1], r[2], r[3] = limited, limit, remaining
-    r[4] = rm and until_reply(rm, 0, nm, nu, millis) or -1
-    r[5] = sm and until_reply(sm, 0, nm, nu, millis) or 0
+    r[4] = rm and until_reply(rm, ru, nm, nu, millis) or -1
+    r[5] = sm and until_reply(sm, su, nm, nu, millis) or 0
     return r
+  end
+
+  -- The same with whole milliseconds.
+  local function hot_reply(e, limited, used, rm, sm, nm, nu)
+    return hot_reply_t(e, limited, used, rm, 0, sm, 0, nm, nu)
   end
 
   local function expiry_text(at)
@@ -3368,7 +3378,79 @@ local HOT_FN = (function()
     return hot_reply(e, 0, used + q, nil, at, nm, nu)
   end
 
-  -- The exact log's hot path is `single` (its long logs read by range there).
+  -- An exact log, not stepped ahead, admitting at most CHUNK bytes of entries; a long one
+  -- once `read_window` found it long (read by length and header, then from its head).
+  local function log_hot(e, key)
+    local nm, nu = clock()
+    local W, q, limit = e.W, e.q, e.limit
+    local s, n, long
+    if LONG.keys[key] then
+      n = rpcall('STRLEN', key)
+      if type(n) ~= 'number' or n <= READ_WHOLE then return nil end
+      s, long = rcall('GETRANGE', key, 0, 7), true
+    else
+      s = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
+      if type(s) ~= 'string' then return nil end
+      n = #s
+      if n == READ_WHOLE then return nil end
+    end
+    local log
+    if n == 0 then
+      if rcall('EXISTS', key) ~= 0 then return nil end
+      log = EMPTY_LOG
+    else
+      if n < 8 or sub(s, 1, 4) ~= '\1\0\0\0' or (n - 8) % 8 ~= 0 then return nil end
+      local len, head = (n - 8) / 8, le_u32(s, 5)
+      if head > len then return nil end
+      log = { s = s, head = head, len = len, key = long and key, cache = long and {} }
+    end
+    local len = log.len
+    local hm, hu = t_sub(nm, nu, W, 0)
+    local first = log_first_after(log, hm, hu)
+    local used = len - first
+    local fm, fu
+    if len > 0 then
+      local m, u = log_at(log, len - 1)
+      if t_lt(nm, nu, m, u) then return nil end -- stamped ahead: a repair
+      if used > 0 then
+        fm, fu = t_add(m, u, W, 0)
+        if not t_fits(fm, fu) then return nil end
+      end
+    end
+    if q > limit then return hot_reply_t(e, 1, used, nil, 0, fm, fu, nm, nu) end
+    if used + q > limit then
+      -- Denied until the oldest used + q - limit actions leave.
+      local rm, ru = log_at(log, first + used + q - limit - 1)
+      if t_lt(nm, nu, rm, ru) then rm, ru = nm, nu end
+      rm, ru = t_add(rm, ru, W, 0)
+      if not t_fits(rm, ru) then return nil end
+      return hot_reply_t(e, 1, used, rm, ru, fm, fu, nm, nu)
+    end
+    if q == 0 then return hot_reply_t(e, 0, used, nil, 0, fm, fu, nm, nu) end
+    -- Admitted: q entries at now (log_patch's edits).
+    local am, au = t_add(nm, nu, W, 0)
+    if not t_fits(am, au) or q * 8 > CHUNK then return nil end
+    local at = expiry_text(au > 0 and am + 1 or am)
+    local appended = t_le(nm, nu)
+    if q > 1 then appended = repeat_of(appended, q) end
+    if log.rebuilt or first > len - first + q then
+      -- Rewritten whole, without the dead entries.
+      if long then return nil end
+      rcall('SET', key, '\1\0\0\0\0\0\0\0' .. sub(s, 9 + first * 8) .. appended, 'PXAT', at)
+    elseif first == log.head then
+      rcall('SETRANGE', key, n, appended)
+      rcall('PEXPIREAT', key, at)
+    elseif not long and n <= 1024 then
+      -- The head and the appended entries in one range (the bytes between are the key's own).
+      rcall('SETRANGE', key, 4, u32_le(first) .. sub(s, 9) .. appended)
+      rcall('PEXPIREAT', key, at)
+    else
+      rcall('SETRANGE', key, 4, u32_le(first))
+      rcall('SETRANGE', key, n, appended)
+      rcall('PEXPIREAT', key, at)
+    end
+    return hot_reply_t(e, 0, used + q, nil, 0, am, au, nm, nu)
+  end
 
   local function counter_hot(e, key)
     local nm, nu = clock()
@@ -3413,6 +3495,8 @@ local HOT_FN = (function()
         e.spanned = div_ceil(p.window, p.precision)
         e.slots = e.spanned + 1
         e.head = RING_HEAD .. t_le(p.precision, 0)
+      elseif not p.precision then
+        e.run = log_hot
       else
         e = false
       end

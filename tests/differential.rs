@@ -1469,6 +1469,172 @@ fn cl_throttle_repeated_on_the_same_words_matches_the_module() {
     assert!(checked > 400, "{checked} calls checked");
 }
 
+/// cl_window's and cl_counter's hot paths (words seen before: a ring of the call's own
+/// precision, a counter) and what they leave to `single`, called repeatedly with the same words
+/// and keys at pinned instants through every branch (admitted into the same bucket, into a new
+/// one, after the ring went stale; denied, peeks, a quantity above the limit, SHADOW, MS, the
+/// clock stepped back; refunds; states they do not read: another precision or length, a ring
+/// stamped ahead, invalid counts, logs, lists, counts without an expiry or at 2^53): the same
+/// replies, bytes and expiries as the module's, call for call.
+#[test]
+fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
+    let (mut rig, start_us) = rig_tomorrow();
+    let keys = Rig::keys(0);
+    let ring_sets: Vec<Vec<String>> = [
+        &["10", "60", "PRECISION", "6"][..],
+        &["10", "60000", "MS", "PRECISION", "6000", "2"],
+        &["10", "60", "PRECISION", "6", "0"],
+        &["3", "60", "PRECISION", "6", "5"],
+        &["4", "60", "PRECISION", "6", "SHADOW"],
+        &["4", "60", "PRECISION", "6", "2", "shadow"],
+        &["10", "60", "PRECISION", "6", "-2"],
+        &["1000000", "60000", "PRECISION", "6000", "1", "MS"],
+        &["5", "1", "PRECISION", "1"],
+        &["20", "100", "MS", "PRECISION", "1"],
+        &["20", "1000", "MS", "PRECISION", "7"],
+    ]
+    .iter()
+    .map(|w| words(w))
+    .collect();
+    let counter_sets: Vec<Vec<String>> = [
+        &["5", "10"][..],
+        &["5", "10", "2"],
+        &["5", "10", "0"],
+        &["5", "10", "7"],
+        &["3", "10", "SHADOW"],
+        &["5", "1500", "MS", "2"],
+        &["5", "10", "-2"],
+        &["100000000", "60000", "MS"],
+    ]
+    .iter()
+    .map(|w| words(w))
+    .collect();
+    // (µs from the previous call; a negative step is the clock stepped back)
+    let steps: [i64; 18] = [0, 0, 1, 999, 1000, 500_000, 3_000_000, 0, 2_999_999, 6_000_000, 10_000_000, -20_000_000, 0, 1, 3_600_000_000, 7, 0, 59_000_000];
+    let text = |v: i64| v.to_string().into_bytes();
+    let ring_plants = |args: &[String], now_us: i64| -> Vec<(&'static str, Plant)> {
+        let millis = args.iter().any(|a| a.eq_ignore_ascii_case("MS"));
+        let unit = if millis { 1 } else { 1000 };
+        let window = args[1].parse::<i64>().unwrap() * unit;
+        let p = args[args.iter().position(|a| a == "PRECISION").unwrap() + 1].parse::<i64>().unwrap() * unit;
+        let now = now_us * 1000;
+        let slots = (window + p - 1) / p + 1;
+        let current = now.div_euclid(p * MS);
+        let ring = |p_ms: i64, newest: i64, counts: &[i64]| {
+            Plant::Value(ring_bytes(p_ms * MS, newest, counts), Some((newest + 1) * p_ms + window))
+        };
+        let counts = |f: &dyn Fn(i64) -> i64| (0..slots).map(f).collect::<Vec<i64>>();
+        vec![
+            ("a ring", ring(p, current, &counts(&|i| i % 3))),
+            ("a ring a bucket behind", ring(p, current - 1, &counts(&|i| (i % 2) * 2))),
+            ("a ring a window behind", ring(p, current - slots + 1, &counts(&|_| 1))),
+            ("a stale ring", ring(p, current - slots - 3, &counts(&|_| 4))),
+            ("a ring stamped ahead", ring(p, current + slots + 2, &counts(&|_| 1))),
+            ("a ring of another precision", ring(p * 2, now.div_euclid(2 * p * MS), &counts(&|_| 1)[..(slots / 2 + 1) as usize])),
+            ("a ring of another length", ring(p, current, &counts(&|_| 1)[..(slots - 1) as usize])),
+            ("a count at 2^53", ring(p, current, &counts(&|i| if i == 0 { 1 << 53 } else { 0 }))),
+            ("a count with its top bit set", ring(p, current, &counts(&|i| if i == 1 { -1 } else { 0 }))),
+            ("a log", Plant::Value(log_bytes(0, &[now - MS, now]), Some(now_us / 1000 + window))),
+            ("a counter", Plant::Value(text(3), Some(now_us / 1000 + 10_000))),
+            ("an empty string", Plant::Value(Vec::new(), None)),
+            ("a list", Plant::List),
+        ]
+    };
+    let counter_plants = |now_us: i64| -> Vec<(&'static str, Plant)> {
+        let now_ms = now_us / 1000;
+        vec![
+            ("a count", Plant::Value(text(3), Some(now_ms + 5_000))),
+            ("a count closing now", Plant::Value(text(3), Some(now_ms))),
+            ("a count closing in 1 ms", Plant::Value(text(4), Some(now_ms + 1))),
+            ("a zero", Plant::Value(text(0), Some(now_ms + 5_000))),
+            ("a count above the limit", Plant::Value(text(9), Some(now_ms + 5_000))),
+            ("a count without expiry", Plant::Value(text(2), None)),
+            ("a count beyond any ceiling", Plant::Value(text(2), Some(9_223_372_036_855))),
+            ("a count a day ahead", Plant::Value(text(1), Some(now_ms + 86_400_000))),
+            ("a count at 2^53", Plant::Value(text(9_007_199_254_740_993), Some(now_ms + 5_000))),
+            ("a leading zero", Plant::Value(b"03".to_vec(), Some(now_ms + 5_000))),
+            ("a TAT", Plant::Value(text(now_us * 1000), Some(now_ms + 1))),
+            ("junk", Plant::Value(b"3x".to_vec(), Some(now_ms + 5_000))),
+            ("a list", Plant::List),
+        ]
+    };
+    let mut now_us = start_us;
+    let mut checked = 0;
+    let mut check = |rig: &mut Rig, kind: Algorithm, what: &str, args: &[String], now_us: i64| {
+        let (before, replies, states) = rig.call(kind, &keys, args, now_us);
+        let context = format!("{what}: {} {args:?} at {now_us} µs on {before:?}", kind.command());
+        assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
+        assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
+        assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
+        assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
+        checked += 1;
+    };
+    for (kind, sets) in [(Algorithm::Window, &ring_sets), (Algorithm::Counter, &counter_sets)] {
+        for args in sets {
+            let _: () = redis::cmd("DEL").arg(&keys[..]).query(&mut rig.c).unwrap();
+            for step in steps {
+                now_us += step;
+                check(&mut rig, kind, "a run", args, now_us);
+            }
+            let plants = |now_us| if kind == Algorithm::Window { ring_plants(args, now_us) } else { counter_plants(now_us) };
+            for i in 0..plants(now_us).len() {
+                let (what, plant) = plants(now_us).swap_remove(i);
+                rig.plant(&keys, &plant);
+                for step in [0, 0, 1, 2_000_000, 7_000_000] {
+                    now_us += step;
+                    check(&mut rig, kind, what, args, now_us);
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked} calls checked");
+}
+
+/// A long exact log read from its head (the first entries after it in one range, else a search
+/// from there; a key known long read by length and header): repeated calls with the same words
+/// while entries leave the window one or many at a time, with dead entries in front, the head
+/// beyond the first 4 KB, a denial at the limit, the clock stepped back: the same replies, bytes
+/// and expiries as the module's.
+#[test]
+fn a_long_log_read_from_its_head_matches_the_module() {
+    let (mut rig, start_us) = rig_tomorrow();
+    let keys = Rig::keys(0);
+    let now = start_us * 1000;
+    let window_ms = 60_000;
+    // 3,000 entries over the window, 50 per second, then 700 dead ones in front of them.
+    let live = spread(3000, now - (window_ms - 500) * MS, now - MS);
+    let mut with_dead = spread(700, now - 3 * window_ms * MS, now - window_ms * MS);
+    with_dead.extend(live.iter().copied());
+    let plants = [
+        ("no dead entry", log_bytes(0, &live)),
+        ("700 dead entries", log_bytes(700, &with_dead)),
+        ("dead entries the head has not passed", log_bytes(100, &with_dead)),
+    ];
+    let mut checked = 0;
+    for (what, bytes) in &plants {
+        for args in [words(&["3500", "60000", "MS"]), words(&["3000", "60000", "MS", "2"]), words(&["3800", "60"])] {
+            let plant = Plant::Value(bytes.clone(), Some(now / MS + window_ms));
+            rig.plant(&keys, &plant);
+            let mut now_us = start_us;
+            // (µs: entries leave 0, 1, a few, dozens, hundreds at a time; then a step back)
+            for step in [0, 1, 20_000, 20_000, 100_000, 1_000_000, 0, 1_300_000, 5_000_000, 15_000, 9_000_000, -4_000_000, 30_000, 25_000_000, 1] {
+                now_us += step;
+                let (before, replies, states) = rig.call(Algorithm::Window, &keys, &args, now_us);
+                let context = format!("{what}: CL.WINDOW {args:?} at {now_us} µs on {} bytes", match &before.0 {
+                    Value::BulkString(b) => b.len(),
+                    _ => 0,
+                });
+                assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
+                assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
+                assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
+                assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 100, "{checked} calls checked");
+}
+
 /// The five integers of a limiter's reply (CL.ALL's first five), or `None` for an error.
 fn five_of(v: &Value) -> Option<[i64; 5]> {
     let Value::Array(items) = v else { return None };
