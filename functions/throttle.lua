@@ -1218,11 +1218,13 @@ local function log_at(log, i)
   if not log.key or 16 + i * 8 <= #log.s then return le_t(log.s, 9 + i * 8) end
   local wa = log.wa
   if wa and i >= wa and i < wa + #log.ws / 8 then return le_t(log.ws, 1 + (i - wa) * 8) end
-  local c = log.cache[i]
+  local cache = log.cache
+  if not cache then cache = {}; log.cache = cache end
+  local c = cache[i]
   if not c then
     local m, u = le_t(rcall('GETRANGE', log.key, 8 + i * 8, 15 + i * 8), 1)
     c = { m, u }
-    log.cache[i] = c
+    cache[i] = c
   end
   return c[1], c[2]
 end
@@ -3402,7 +3404,8 @@ local HOT_FN = (function()
       if n < 8 or sub(s, 1, 4) ~= '\1\0\0\0' or (n - 8) % 8 ~= 0 then return nil end
       local len, head = (n - 8) / 8, le_u32(s, 5)
       if head > len then return nil end
-      log = { s = s, head = head, len = len, key = long and key, cache = long and {} }
+      -- (every field log_first_after and log_at may set, so that the table never grows)
+      log = { s = s, head = head, len = len, key = long and key, cache = false, ws = false, wa = false }
     end
     local len = log.len
     local hm, hu = t_sub(nm, nu, W, 0)
@@ -3410,7 +3413,12 @@ local HOT_FN = (function()
     local used = len - first
     local fm, fu
     if len > 0 then
-      local m, u = log_at(log, len - 1)
+      local m, u
+      if long and not (log.wa and len - 1 < log.wa + HEAD_WINDOW) then
+        m, u = le_t(rcall('GETRANGE', key, n - 8, n - 1), 1) -- (the newest, read once)
+      else
+        m, u = log_at(log, len - 1)
+      end
       if t_lt(nm, nu, m, u) then return nil end -- stamped ahead: a repair
       if used > 0 then
         fm, fu = t_add(m, u, W, 0)
