@@ -3304,7 +3304,7 @@ local HOT_FN = (function()
     local s = rpcall('GETRANGE', key, 0, L) -- (one byte more: a longer value is not the call's)
     if type(s) ~= 'string' then return nil end
     local current = div_floor(nm, P)
-    local newest, used, newest_used, k0, held = current, 0, nil, 0, 0
+    local newest, used, newest_used, k0, held, cs = current, 0, nil, 0, 0, nil
     if s == '' then
       if rcall('EXISTS', key) ~= 0 then return nil end
     else
@@ -3316,10 +3316,13 @@ local HOT_FN = (function()
       held = newest - div_floor(nm - W, P) + 1 -- (ring_from)
       if held < 0 then held = 0 elseif held > slots then held = slots end
       k0 = newest - held + 1
+      -- (decoded in C at once, as doubles: exact below 2^53; a count beyond, or negative, is
+      -- single's)
+      cs = { unpack(e.fmt, s, 25) }
       local slot = k0 - floor(k0 / slots) * slots
       for i = 0, held - 1 do
-        local c = ring_count_at(s, 24 + slot * 8)
-        if not c then return nil end
+        local c = cs[slot + 1]
+        if c < 0 or c >= EXACT then return nil end
         used = used + c
         if used >= EXACT then return nil end
         if c > 0 then newest_used = k0 + i end
@@ -3337,7 +3340,7 @@ local HOT_FN = (function()
       -- Denied until the oldest buckets holding used + q - limit units leave.
       local need, freed, slot = used - (limit - q), 0, k0 - floor(k0 / slots) * slots
       for i = 0, held - 1 do
-        freed = freed + ring_count_at(s, 24 + slot * 8)
+        freed = freed + cs[slot + 1]
         if freed >= need then
           local rm = hot_leaves(P, W, k0 + i)
           if not rm then return nil end
@@ -3503,6 +3506,7 @@ local HOT_FN = (function()
         e.spanned = div_ceil(p.window, p.precision)
         e.slots = e.spanned + 1
         e.head = RING_HEAD .. t_le(p.precision, 0)
+        e.fmt = '<' .. rep('i8', e.slots)
       elseif not p.precision then
         e.run = log_hot
       else
