@@ -3306,8 +3306,11 @@ local HOT_FN = (function()
     if type(s) ~= 'string' then return nil end
     local current = div_floor(nm, P)
     local newest, used, newest_used, k0, held, cs = current, 0, nil, 0, 0, nil
+    -- (An admission on no value needs no EXISTS: its SET NX tells a missing key from an empty
+    -- value, which is single's.)
+    local fresh = s == '' and q > 0 and q <= limit
     if s == '' then
-      if rcall('EXISTS', key) ~= 0 then return nil end
+      if not fresh and rcall('EXISTS', key) ~= 0 then return nil end
     else
       if #s ~= L or sub(s, 1, 16) ~= e.head then return nil end
       local wm, wu = le_t(s, 17)
@@ -3362,7 +3365,11 @@ local HOT_FN = (function()
       -- A new ring: written whole.
       local body = { e.head, int_le(top) }
       for slot = 0, slots - 1 do body[slot + 3] = slot == ts and (COUNT_LE[q] or int_le(q)) or ZERO8 end
-      rcall('SET', key, concat(body), 'PXAT', expiry_text(at))
+      if fresh then
+        if not rcall('SET', key, concat(body), 'PXAT', expiry_text(at), 'NX') then return nil end
+      else
+        rcall('SET', key, concat(body), 'PXAT', expiry_text(at))
+      end
     elseif top == newest then
       local c = ring_count_at(s, 24 + ts * 8) + q
       rcall('SETRANGE', key, 24 + ts * 8, COUNT_LE[c] or int_le(c))
@@ -3410,8 +3417,9 @@ local HOT_FN = (function()
       if n == READ_WHOLE then return nil end
     end
     local log
+    local fresh = n == 0 and q > 0 and q <= limit -- (as ring_hot's)
     if n == 0 then
-      if rcall('EXISTS', key) ~= 0 then return nil end
+      if not fresh and rcall('EXISTS', key) ~= 0 then return nil end
       log = EMPTY_LOG
     else
       if n < 8 or sub(s, 1, 4) ~= '\1\0\0\0' or (n - 8) % 8 ~= 0 then return nil end
@@ -3461,7 +3469,12 @@ local HOT_FN = (function()
     if log.rebuilt or first > len - first + q then
       -- Rewritten whole, without the dead entries.
       if long then return nil end
-      rcall('SET', key, '\1\0\0\0\0\0\0\0' .. sub(s, 9 + first * 8) .. appended, 'PXAT', at)
+      local value = '\1\0\0\0\0\0\0\0' .. sub(s, 9 + first * 8) .. appended
+      if fresh then
+        if not rcall('SET', key, value, 'PXAT', at, 'NX') then return nil end
+      else
+        rcall('SET', key, value, 'PXAT', at)
+      end
     elseif first == log.head then
       rcall('SETRANGE', key, n, appended)
       rcall('PEXPIREAT', key, at)

@@ -1470,7 +1470,7 @@ fn cl_throttle_repeated_on_the_same_words_matches_the_module() {
 }
 
 /// cl_window's and cl_counter's hot paths (words seen before: a ring of the call's own
-/// precision, a counter) and what they leave to `single`, called repeatedly with the same words
+/// precision, an exact log, a counter) and what they leave to `single`, called repeatedly with the same words
 /// and keys at pinned instants through every branch (admitted into the same bucket, into a new
 /// one, after the ring went stale; denied, peeks, a quantity above the limit, SHADOW, MS, the
 /// clock stepped back; refunds; states they do not read: another precision or length, a ring
@@ -1496,6 +1496,31 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
     .iter()
     .map(|w| words(w))
     .collect();
+    let log_sets: Vec<Vec<String>> = [
+        &["5", "10"][..],
+        &["5", "10000", "MS", "2"],
+        &["5", "10", "0"],
+        &["3", "10", "4"],
+        &["3", "10", "SHADOW"],
+        &["5", "10", "-2"],
+    ]
+    .iter()
+    .map(|w| words(w))
+    .collect();
+    let log_plants = |now_us: i64| -> Vec<(&'static str, Plant)> {
+        let now = now_us * 1000;
+        let at = Some(now_us / 1000 + 10_000);
+        vec![
+            ("a log", Plant::Value(log_bytes(0, &[now - 9_000 * MS, now - 5 * MS, now]), at)),
+            ("a log of dead entries", Plant::Value(log_bytes(1, &[now - 30_000 * MS, now - 20_000 * MS, now - 11_000 * MS, now - 2 * MS]), at)),
+            ("a log stamped ahead", Plant::Value(log_bytes(0, &[now - MS, now + 3_000 * MS]), at)),
+            ("a log out of order", Plant::Value(log_bytes(0, &[now, now - 8_000 * MS, now - 1_000 * MS]), at)),
+            ("a ring", Plant::Value(ring_bytes(1000 * MS, now.div_euclid(1000 * MS), &[1; 11]), at)),
+            ("a counter", Plant::Value(b"3".to_vec(), at)),
+            ("an empty string", Plant::Value(Vec::new(), None)),
+            ("a list", Plant::List),
+        ]
+    };
     let counter_sets: Vec<Vec<String>> = [
         &["5", "10"][..],
         &["5", "10", "2"],
@@ -1569,14 +1594,19 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
         assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
         checked += 1;
     };
-    for (kind, sets) in [(Algorithm::Window, &ring_sets), (Algorithm::Counter, &counter_sets)] {
+    for (kind, sets) in [(Algorithm::Window, &ring_sets), (Algorithm::Window, &log_sets), (Algorithm::Counter, &counter_sets)] {
         for args in sets {
             let _: () = redis::cmd("DEL").arg(&keys[..]).query(&mut rig.c).unwrap();
             for step in steps {
                 now_us += step;
                 check(&mut rig, kind, "a run", args, now_us);
             }
-            let plants = |now_us| if kind == Algorithm::Window { ring_plants(args, now_us) } else { counter_plants(now_us) };
+            let ring = args.iter().any(|a| a == "PRECISION");
+            let plants = |now_us| match (kind, ring) {
+                (Algorithm::Window, true) => ring_plants(args, now_us),
+                (Algorithm::Window, false) => log_plants(now_us),
+                _ => counter_plants(now_us),
+            };
             for i in 0..plants(now_us).len() {
                 let (what, plant) = plants(now_us).swap_remove(i);
                 rig.plant(&keys, &plant);
