@@ -3305,7 +3305,7 @@ local HOT_FN = (function()
     local s = rpcall('GETRANGE', key, 0, L) -- (one byte more: a longer value is not the call's)
     if type(s) ~= 'string' then return nil end
     local current = div_floor(nm, P)
-    local newest, used, newest_used, k0, held, cs = current, 0, nil, 0, 0, nil
+    local newest, used, newest_used, k0, held = current, 0, nil, 0, 0
     -- (An admission on no value needs no EXISTS: its SET NX tells a missing key from an empty
     -- value, which is single's.)
     local fresh = s == '' and q > 0 and q <= limit
@@ -3320,12 +3320,10 @@ local HOT_FN = (function()
       held = newest - div_floor(nm - W, P) + 1 -- (ring_from)
       if held < 0 then held = 0 elseif held > slots then held = slots end
       k0 = newest - held + 1
-      -- (decoded in C at once, as doubles: exact below 2^53; a count beyond, or negative, is
-      -- single's)
-      cs = { unpack(e.fmt, s, 25) }
       local slot = k0 - floor(k0 / slots) * slots
       for i = 0, held - 1 do
-        local c = cs[slot + 1]
+        -- (decoded in C, as a double: exact below 2^53; a count beyond, or negative, is single's)
+        local c = unpack('<i8', s, 25 + slot * 8)
         if c < 0 or c >= EXACT then return nil end
         used = used + c
         if used >= EXACT then return nil end
@@ -3344,7 +3342,7 @@ local HOT_FN = (function()
       -- Denied until the oldest buckets holding used + q - limit units leave.
       local need, freed, slot = used - (limit - q), 0, k0 - floor(k0 / slots) * slots
       for i = 0, held - 1 do
-        freed = freed + cs[slot + 1]
+        freed = freed + unpack('<i8', s, 25 + slot * 8)
         if freed >= need then
           local rm = hot_leaves(P, W, k0 + i)
           if not rm then return nil end
@@ -3407,9 +3405,9 @@ local HOT_FN = (function()
       end
       if not n then n = rpcall('STRLEN', key) end
       if type(n) ~= 'number' or n <= READ_WHOLE then return nil end
-      -- The header, with the entries after the head it left when they are near.
+      -- The header, with the entries after the head it left when they are near (at most 1 KB).
       local h = LONG.head[key]
-      s, long = rcall('GETRANGE', key, 0, h and h < 448 and 7 + (h + HEAD_WINDOW) * 8 or 7), true
+      s, long = rcall('GETRANGE', key, 0, h and h < HEAD_WINDOW and 7 + (h + HEAD_WINDOW) * 8 or 7), true
     else
       s = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
       if type(s) ~= 'string' then return nil end
@@ -3533,7 +3531,6 @@ local HOT_FN = (function()
         e.spanned = div_ceil(p.window, p.precision)
         e.slots = e.spanned + 1
         e.head = RING_HEAD .. t_le(p.precision, 0)
-        e.fmt = '<' .. rep('i8', e.slots)
       elseif not p.precision then
         e.run = log_hot
       else
