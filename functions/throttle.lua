@@ -1239,11 +1239,10 @@ end
 
 -- Entries a remote binary search narrows to before reading them in one range (4 KB).
 local LOG_BLOCK = 512
--- Entries read from the head first: the horizon only moves forward, so a call usually finds
--- the first live entry among the few after the head (one range instead of a search).
+-- Entries of a long log read from the head in one range, where the search usually ends.
 local HEAD_WINDOW = 64
 
--- The first live entry after the instant h (binary search; entries ascend), from `from` on.
+-- The first live entry after the instant h (entries ascend), from `from` (else the head) on.
 local function log_first_after(log, hm, hu, from)
   -- Entries compare as (high 32 bits, signed; low 32 bits), read straight from their bytes;
   -- the horizon is split so once.
@@ -1291,34 +1290,55 @@ local function log_first_after(log, hm, hu, from)
     else
       s, base = pieces[q + 1], 1 - q * PER * 8
     end
-  elseif log.key and 8 + hi * 8 > #s then
-    -- A long log: first the entries just after the head (kept for log_at), then, if the
-    -- horizon lies beyond them, probe single entries until the range is one block, then
-    -- read the block.
-    local key = log.key
-    if not from and hi - lo > HEAD_WINDOW then
-      local e = lo + HEAD_WINDOW
-      local w, wb = s, 9
-      if 8 + e * 8 > #s then
-        w, wb = rcall('GETRANGE', key, 8 + lo * 8, 7 + e * 8), 1 - lo * 8
-        log.ws, log.wa = w, lo
-      end
-      if entry_after(w, wb + (e - 1) * 8, hhi, hlo) then
-        s, base, hi = w, wb, e
-      else
-        lo = e
-      end
-    end
-    while hi - lo > LOG_BLOCK do
-      local mid = lo + hi
-      mid = (mid - mid % 2) / 2
+  else
+    -- A stored log, searched as the module searches it (core's exact::first_after), so that
+    -- even entries out of order give its answer: galloping from the start (probes 1, 2, 4...
+    -- entries apart; the horizon only moves forward, so the first after it is usually near the
+    -- head), then a binary search below the first probe after h. A long log's entries are
+    -- read as needed: the HEAD_WINDOW entries from the head in one range (kept for log_at),
+    -- others one by one until the range is one block, then the block.
+    local key, w, wa = log.key, nil, nil
+    local step = 1
+    while lo < hi do
+      local p = lo + step - 1
+      if p > hi - 1 then p = hi - 1 end
       local after
-      if 16 + mid * 8 <= #s then after = entry_after(s, 9 + mid * 8, hhi, hlo)
-      else after = entry_after(rcall('GETRANGE', key, 8 + mid * 8, 15 + mid * 8), 1, hhi, hlo) end
-      if after then hi = mid else lo = mid + 1 end
+      if 16 + p * 8 <= #s then
+        after = entry_after(s, 9 + p * 8, hhi, hlo)
+      else
+        local head = log.head
+        if not w and not from and p < head + HEAD_WINDOW then
+          local e = head + HEAD_WINDOW
+          if e > log.len then e = log.len end
+          w, wa = rcall('GETRANGE', key, 8 + head * 8, 7 + e * 8), head
+          log.ws, log.wa = w, wa
+        end
+        if w and p >= wa and p < wa + #w / 8 then after = entry_after(w, 1 + (p - wa) * 8, hhi, hlo)
+        else after = entry_after(rcall('GETRANGE', key, 8 + p * 8, 15 + p * 8), 1, hhi, hlo) end
+      end
+      if after then
+        hi = p
+        break
+      end
+      lo = p + 1
+      step = step * 2
     end
-    if base == 9 and 8 + hi * 8 > #s then
-      s, base = rcall('GETRANGE', key, 8 + lo * 8, 7 + hi * 8), 1 - lo * 8
+    if 8 + hi * 8 > #s then
+      if w and lo >= wa and hi <= wa + #w / 8 then
+        s, base = w, 1 - wa * 8
+      else
+        while hi - lo > LOG_BLOCK do
+          local mid = lo + hi
+          mid = (mid - mid % 2) / 2
+          local after
+          if 16 + mid * 8 <= #s then after = entry_after(s, 9 + mid * 8, hhi, hlo)
+          else after = entry_after(rcall('GETRANGE', key, 8 + mid * 8, 15 + mid * 8), 1, hhi, hlo) end
+          if after then hi = mid else lo = mid + 1 end
+        end
+        if 8 + hi * 8 > #s and lo < hi then
+          s, base = rcall('GETRANGE', key, 8 + lo * 8, 7 + hi * 8), 1 - lo * 8
+        end
+      end
     end
   end
   while lo < hi do
