@@ -379,17 +379,7 @@ export class Throttle {
    */
   async hit(key: string, windowMs: Int, quantity: Int = 1): Promise<{ count: number; ttlMs: number }> {
     const w = s(windowMs);
-    let reply: unknown;
-    try {
-      const replies = await this.#timed(
-        this.#t.sendMany(key, [['MULTI'], ['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key], ['EXEC']]),
-      );
-      reply = replies[replies.length - 1];
-    } catch (e) {
-      throw asError(e);
-    }
-    if (!Array.isArray(reply) || reply.length !== 3) throw new ThrottleError(`redis-throttle: expected EXEC's three replies, got ${JSON.stringify(reply)}`);
-    for (const r of reply) if (r instanceof Error) throw asError(r);
+    const reply = await this.transaction(key, [['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key]]);
     const count = int(reply[1], 'INCRBY reply');
     let ttlMs = int(reply[2], 'PTTL reply');
     if (ttlMs === -1) {
@@ -398,6 +388,94 @@ export class Throttle {
       ttlMs = Number(w);
     }
     return { count, ttlMs };
+  }
+
+  /**
+   * Commands in one MULTI/EXEC on `key`'s node (every key must share its slot): EXEC's replies,
+   * in order. A command's error inside EXEC fails the call (after every command ran, as Redis
+   * runs them).
+   */
+  async transaction(key: string, commands: string[][]): Promise<unknown[]> {
+    let reply: unknown;
+    try {
+      const replies = await this.#timed(this.#t.sendMany(key, [['MULTI'], ...commands, ['EXEC']]));
+      reply = replies[replies.length - 1];
+    } catch (e) {
+      throw asError(e);
+    }
+    if (!Array.isArray(reply) || reply.length !== commands.length) {
+      throw new ThrottleError(`redis-throttle: expected EXEC's ${commands.length} replies, got ${JSON.stringify(reply)}`);
+    }
+    for (const r of reply) if (r instanceof Error) throw asError(r);
+    return reply;
+  }
+
+  /**
+   * Blocks a limiter: writes its own state for "admits nothing before now + ms", on the server's
+   * clock, so every caller of the key sees the block in the limiter's own reply (`retryAfterMs`).
+   * The one way the package blocks (rate-limiter-flexible's `blockDuration` and `block()`,
+   * @nestjs/throttler's `blockDuration`, @fastify/rate-limit's `continueExceeding`).
+   *
+   * - `counter`: `SET key <limit> PX ms`: full until then; the key then expires, so the count
+   *   starts again from zero.
+   * - `throttle` (GCRA): the TAT that admits nothing before now + ms (`TIME`, then
+   *   `SET key <tat> PXAT <tat>`); after the block the limiter refills at its rate.
+   * - `window`: in one MULTI, `DEL key` and the window command taking `limit` units, which leaves
+   *   the exact log full until now + `windowMs`, then empty at once: the block lasts one window,
+   *   whatever `ms` is.
+   *
+   * `marker`: a key in `key`'s slot (see `sibling`) written in the same transaction to expire when
+   * the block ends. Returns the block's length in ms (`windowMs` for a window).
+   */
+  async block(l: Limiter, ms: number, options: { marker?: string } = {}): Promise<number> {
+    if (!(Number.isFinite(ms) && ms > 0)) throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms, got ${ms}`);
+    const marker = options.marker;
+    if (marker !== undefined && this.#t.cluster && slot(marker) !== slot(l.key)) {
+      throw new ThrottleError(`redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`);
+    }
+    const msInt = Math.max(1, Math.round(ms));
+    const send = async (commands: string[][]): Promise<void> => {
+      if (commands.length === 1) await this.#call(l.key, commands[0] as string[]);
+      else await this.transaction(l.key, commands);
+    };
+    switch (l.algorithm) {
+      case 'counter': {
+        const cmds = [['SET', l.key, s(l.limit), 'PX', String(msInt)]];
+        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(msInt)]);
+        await send(cmds);
+        return msInt;
+      }
+      case 'throttle': {
+        const count = BigInt(s(l.count));
+        const ei = count > 0n ? (BigInt(s(l.periodMs)) * 1_000_000n) / count : 0n;
+        if (ei <= 0n) throw new ThrottleError('redis-throttle: cannot block a GCRA limiter whose period is shorter than one nanosecond per unit');
+        const dvt = ei * (BigInt(s(l.maxBurst)) + 1n);
+        const time = await this.#call(l.key, ['TIME']);
+        if (!Array.isArray(time) || time.length < 2) throw new ThrottleError(`redis-throttle: expected TIME's reply, got ${JSON.stringify(time)}`);
+        const nowNs = BigInt(int(time[0], 'TIME seconds')) * 1_000_000_000n + BigInt(int(time[1], 'TIME microseconds')) * 1000n;
+        const endNs = nowNs + BigInt(msInt) * 1_000_000n;
+        const tat = endNs + dvt - ei;
+        const cmds = [['SET', l.key, tat.toString(), 'PXAT', ((tat + 999_999n) / 1_000_000n).toString()]];
+        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PXAT', ((endNs + 999_999n) / 1_000_000n).toString()]);
+        await send(cmds);
+        return msInt;
+      }
+      case 'window': {
+        const backend = await this.backend();
+        const words = params(l);
+        const fill =
+          backend === 'module' ? ['CL.WINDOW', l.key, ...words, s(l.limit), 'MS'] : ['FCALL', 'cl_window', '1', l.key, ...words, s(l.limit), 'MS'];
+        const span = Number(s(l.windowMs));
+        const cmds = [['DEL', l.key], fill];
+        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(span)]);
+        const replies = await this.transaction(l.key, cmds);
+        const d = decision(replies[1]);
+        if (d.limited) throw new ThrottleError(`redis-throttle: the window refused its own limit while blocking ${JSON.stringify(l.key)}`);
+        return d.resetAfterMs > 0 ? d.resetAfterMs : span;
+      }
+      default:
+        throw new ThrottleError(`redis-throttle: a ${l.algorithm} limiter cannot be blocked (only counter, window and throttle/GCRA)`);
+    }
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */
