@@ -186,6 +186,9 @@ function decision(reply: unknown): Decision {
 
 const s = (v: Int): string => (typeof v === 'bigint' ? v.toString() : String(v));
 
+/** The value of a GCRA key under a block (Throttle.block): not a TAT, so CL.THROTTLE refuses it. */
+const BLOCKED = 'redis-throttle:blocked';
+
 const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
 
 /** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
@@ -286,7 +289,37 @@ export class Throttle {
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
     const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
-    return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+    try {
+      return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+    } catch (e) {
+      // A GCRA key under a block (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses.
+      if (name !== 'throttle') throw e;
+      const held = await this.#blocked(key);
+      if (held === undefined) throw e;
+      const limit = Number(BigInt(words[0] as string) + 1n);
+      const units = quantity === undefined ? 1n : BigInt(s(quantity));
+      return {
+        limited: units > 0n,
+        limit,
+        remaining: 0,
+        retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
+        resetAfterMs: held,
+      };
+    }
+  }
+
+  /** ms left of a GCRA block on `key` (its value is BLOCKED), or undefined when it holds none. */
+  async #blocked(key: string): Promise<number | undefined> {
+    let replies: unknown[];
+    try {
+      replies = await this.transaction(key, [['GET', key], ['PTTL', key]]);
+    } catch {
+      return undefined; // (a key of another type: the call's own error stands)
+    }
+    const [value, pttl] = replies;
+    if (String(value) !== BLOCKED) return undefined;
+    const ms = int(pttl, 'PTTL reply');
+    return ms > 0 ? ms : 1;
   }
 
   /** GCRA (redis-cell's CL.THROTTLE): max_burst + 1 at once, then `count` per `periodMs`. */
@@ -411,15 +444,19 @@ export class Throttle {
   }
 
   /**
-   * Blocks a limiter: writes its own state for "admits nothing before now + ms", on the server's
-   * clock, so every caller of the key sees the block in the limiter's own reply (`retryAfterMs`).
+   * Blocks a limiter: writes its own key for "admits nothing before now + ms", on the server's
+   * clock, so every caller of the key sees the block in the limiter's reply (`retryAfterMs`).
    * The one way the package blocks (rate-limiter-flexible's `blockDuration` and `block()`,
    * @nestjs/throttler's `blockDuration`, @fastify/rate-limit's `continueExceeding`).
    *
    * - `counter`: `SET key <limit> PX ms`: full until then; the key then expires, so the count
    *   starts again from zero.
-   * - `throttle` (GCRA): the TAT that admits nothing before now + ms (`TIME`, then
-   *   `SET key <tat> PXAT <tat>`); after the block the limiter refills at its rate.
+   * - `throttle` (GCRA): `SET key BLOCKED PX ms`. A TAT cannot hold a block: the commands read a
+   *   TAT beyond now + the limiter's tolerance as exactly empty (a clock stepped back), which
+   *   admits again within one emission interval. CL.THROTTLE refuses the value BLOCKED as not its
+   *   state (an error, on the denial path only): this class then answers the call as denied
+   *   until the key expires (`retryAfterMs` = its PTTL), after which the limiter is full again.
+   *   A CL.ALL (`all()`) naming the key gets the server's error until then.
    * - `window`: in one MULTI, `DEL key` and the window command taking `limit` units, which leaves
    *   the exact log full until now + `windowMs`, then empty at once: the block lasts one window,
    *   whatever `ms` is.
@@ -433,33 +470,19 @@ export class Throttle {
     if (marker !== undefined && this.#t.cluster && slot(marker) !== slot(l.key)) {
       throw new ThrottleError(`redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`);
     }
-    const msInt = Math.max(1, Math.round(ms));
+    const msInt = String(Math.max(1, Math.round(ms)));
     const send = async (commands: string[][]): Promise<void> => {
+      if (marker !== undefined) commands.push(['SET', marker, '1', 'PX', msInt]);
       if (commands.length === 1) await this.#call(l.key, commands[0] as string[]);
       else await this.transaction(l.key, commands);
     };
     switch (l.algorithm) {
-      case 'counter': {
-        const cmds = [['SET', l.key, s(l.limit), 'PX', String(msInt)]];
-        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(msInt)]);
-        await send(cmds);
-        return msInt;
-      }
-      case 'throttle': {
-        const count = BigInt(s(l.count));
-        const ei = count > 0n ? (BigInt(s(l.periodMs)) * 1_000_000n) / count : 0n;
-        if (ei <= 0n) throw new ThrottleError('redis-throttle: cannot block a GCRA limiter whose period is shorter than one nanosecond per unit');
-        const dvt = ei * (BigInt(s(l.maxBurst)) + 1n);
-        const time = await this.#call(l.key, ['TIME']);
-        if (!Array.isArray(time) || time.length < 2) throw new ThrottleError(`redis-throttle: expected TIME's reply, got ${JSON.stringify(time)}`);
-        const nowNs = BigInt(int(time[0], 'TIME seconds')) * 1_000_000_000n + BigInt(int(time[1], 'TIME microseconds')) * 1000n;
-        const endNs = nowNs + BigInt(msInt) * 1_000_000n;
-        const tat = endNs + dvt - ei;
-        const cmds = [['SET', l.key, tat.toString(), 'PXAT', ((tat + 999_999n) / 1_000_000n).toString()]];
-        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PXAT', ((endNs + 999_999n) / 1_000_000n).toString()]);
-        await send(cmds);
-        return msInt;
-      }
+      case 'counter':
+        await send([['SET', l.key, s(l.limit), 'PX', msInt]]);
+        return Number(msInt);
+      case 'throttle':
+        await send([['SET', l.key, BLOCKED, 'PX', msInt]]);
+        return Number(msInt);
       case 'window': {
         const backend = await this.backend();
         const words = params(l);
