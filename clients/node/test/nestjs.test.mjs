@@ -87,6 +87,9 @@ for (const kind of KINDS) {
         assert.equal(during.status, 429, `${algorithm}: admitted during the block`);
         assert.ok(during.retryAfter >= 1 && during.retryAfter <= 2, `${algorithm}: Retry-After ${during.retryAfter} during the block`);
         assert.equal((await get(one)).status, 429, algorithm);
+        // In the block's last ttl (its wait now looks like the limiter's own): denied, not extended.
+        await until(tDenied + 2400);
+        assert.equal((await get(two)).status, 429, `${algorithm}: admitted during the block's last ttl`);
         // The block ends 3 s after the blocking denial (the denials since did not extend it).
         await until(tDenied + 3300);
         assert.equal((await get(one)).status, 200, `${algorithm}: still blocked after blockDuration`);
