@@ -367,7 +367,14 @@ export class Throttle {
       if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
     }
     args.push('MS', 'DETAILS');
-    const reply = await this.#call(keys[0] as string, args);
+    let reply: unknown;
+    try {
+      reply = await this.#call(keys[0] as string, args);
+    } catch (e) {
+      const blocked = await this.#allBlocked(limiters);
+      if (blocked === undefined) throw e;
+      return blocked;
+    }
     const top = decision(reply);
     const r = reply as unknown[];
     const details = r[6];
@@ -375,6 +382,28 @@ export class Throttle {
       throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
     }
     return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
+  }
+
+  /**
+   * CL.ALL refused a call naming a GCRA key under a block (Throttle.block): the decision is that
+   * limiter's denial (the first blocked one binds; nothing is taken), with every other limiter's
+   * state read by a peek (quantity 0). undefined when no key is blocked (the error stands).
+   */
+  async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | undefined> {
+    const held = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
+    const binding = held.findIndex((h) => h !== undefined);
+    const b = limiters[binding];
+    // Only a call taking units is denied by the block (a refund or peek gets the server's error).
+    if (b === undefined || (b.quantity !== undefined && BigInt(s(b.quantity)) <= 0n)) return undefined;
+    const details = await Promise.all(
+      limiters.map(async (l, i) => {
+        const d = await this.decide({ ...l, quantity: 0 });
+        if (held[i] === undefined) return d;
+        const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
+        return { ...d, limited: units > 0n, retryAfterMs: units > 0n && units <= BigInt(d.limit) ? (held[i] as number) : -1 };
+      }),
+    );
+    return { ...(details[binding] as Decision), binding, details };
   }
 
   /** A lease for `id` among at most `limit` live leases (CL.ACQUIRE; the module only). */
