@@ -12,8 +12,7 @@
  * (Throttle.block), so every app server sharing the Redis sees it, and an admitted request pays
  * nothing for it:
  * - `'counter'`: the key held full for `blockDuration`, then expired;
- * - `'gcra'`: a TAT that admits nothing before the block ends; after it the limiter refills at
- *   its rate (one request at once, then `limit` per `ttl`), not all at once;
+ * - `'gcra'`: the key holds a block value until then (see Throttle.block), then it is full;
  * - `'window'` (default): the log refilled with `limit` hits at the denial, so the block lasts
  *   exactly one `ttl`, which is the default `blockDuration`. For a different `blockDuration`
  *   use algorithm `'counter'` or `'gcra'`.
