@@ -298,8 +298,17 @@ impl Server {
         client.get_connection_with_timeout(Duration::from_secs(2))
     }
 
+    /// A connection, retried for a few seconds: a loaded machine can refuse one transiently
+    /// (EAGAIN on connect), which is not what any test is about.
     pub fn client(&self) -> Connection {
-        self.try_client().expect("connect to the server")
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.try_client() {
+                Ok(c) => return c,
+                Err(e) if Instant::now() >= deadline => panic!("connect to the server: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
     }
 
     pub fn log(&self) -> String {

@@ -1,6 +1,6 @@
 // Redis CPU per request (INFO commandstats) and requests per second of the same Express,
 // rate-limiter-flexible, NestJS and Fastify apps, with the Redis store each replaces and with
-// redis-throttle's (on the module, and on the Functions twin alone), in one run.
+// redis-throttle's (on the module, and on the Functions twin alone), in one run, per workload.
 // Usage (bench/node.sh): node bench/run.mjs [requests per case]
 import 'reflect-metadata';
 import { createClient } from 'redis';
@@ -24,7 +24,14 @@ import { startServer, stopServer } from '../test/harness.mjs';
 const N = Number(process.argv[2] ?? 4000);
 const CONCURRENCY = 32;
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-const LIMIT = 100_000; // CL.WINDOW's largest exact limit; above the requests sent
+// Two workloads, each admitting every request:
+// - users: 1,000 users (the `x-user` header is the key) at 100 requests per minute each, the
+//   shape of an API's per-user limit;
+// - hot: one key (the client's IP) at 100,000 per minute (CL.WINDOW's largest exact limit), the
+//   worst case for a log: every request finds the whole window's entries in one key.
+const WORKLOADS = { users: { limit: 100, users: 1000 }, hot: { limit: 100_000, users: 0 } };
+let workload = WORKLOADS.users;
+const userOf = (req) => req.headers['x-user'] ?? req.ip;
 
 async function commandUsec(c) {
   const info = String(await c.sendCommand(['INFO', 'commandstats']));
@@ -40,7 +47,8 @@ async function drive(url) {
     Array.from({ length: CONCURRENCY }, async () => {
       while (sent < N) {
         sent++;
-        const r = await fetch(url);
+        const headers = workload.users ? { 'x-user': `u${Math.floor(Math.random() * workload.users)}` } : {};
+        const r = await fetch(url, { headers });
         await r.arrayBuffer();
         if (r.status !== 200) throw new Error(`status ${r.status}`);
       }
@@ -53,7 +61,7 @@ const listen = (app) => new Promise((resolve) => { const s = app.listen(0, '127.
 
 async function expressApp(store) {
   const app = express();
-  app.use(rateLimit({ windowMs: 60_000, limit: LIMIT, store, validate: false }));
+  app.use(rateLimit({ windowMs: 60_000, limit: workload.limit, store, validate: false, keyGenerator: userOf }));
   app.get('/', (_q, r) => r.send('ok'));
   const s = await listen(app);
   return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
@@ -61,7 +69,7 @@ async function expressApp(store) {
 
 async function rlfApp(limiter) {
   const app = express();
-  app.use((q, r, next) => limiter.consume(q.ip).then(() => next(), () => r.status(429).end()));
+  app.use((q, r, next) => limiter.consume(userOf(q)).then(() => next(), () => r.status(429).end()));
   app.get('/', (_q, r) => r.send('ok'));
   const s = await listen(app);
   return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
@@ -72,7 +80,7 @@ async function nestApp(storage) {
   Get()(C.prototype, 'hello', Object.getOwnPropertyDescriptor(C.prototype, 'hello'));
   Controller()(C);
   class M {}
-  Module({ imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: LIMIT }], storage })], controllers: [C], providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }] })(M);
+  Module({ imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: workload.limit }], storage, getTracker: userOf })], controllers: [C], providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }] })(M);
   const app = await NestFactory.create(M, { logger: false });
   await app.listen(0, '127.0.0.1');
   return { url: `http://127.0.0.1:${app.getHttpServer().address().port}/`, close: () => app.close() };
@@ -80,7 +88,7 @@ async function nestApp(storage) {
 
 async function fastifyApp(opts) {
   const f = Fastify();
-  await f.register(fastifyRateLimit, { max: LIMIT, timeWindow: 60_000, ...opts });
+  await f.register(fastifyRateLimit, { max: workload.limit, timeWindow: 60_000, keyGenerator: userOf, ...opts });
   f.get('/', async () => 'ok');
   return { url: `${await f.listen({ port: 0, host: '127.0.0.1' })}/`, close: () => f.close() };
 }
@@ -97,9 +105,9 @@ try {
     ['express-rate-limit', 'rate-limit-redis', 'module', () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
     ['express-rate-limit', 'redis-throttle', 'module', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
     ['express-rate-limit', 'redis-throttle', 'twin', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.twin.sendCommand(a) }))],
-    ['rate-limiter-flexible', 'RateLimiterRedis', 'module', () => rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: LIMIT, duration: 60 }))],
-    ['rate-limiter-flexible', 'redis-throttle', 'module', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.module, keyPrefix: 'd', points: LIMIT, duration: 60 }))],
-    ['rate-limiter-flexible', 'redis-throttle', 'twin', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.twin, keyPrefix: 'd', points: LIMIT, duration: 60 }))],
+    ['rate-limiter-flexible', 'RateLimiterRedis', 'module', () => rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: workload.limit, duration: 60 }))],
+    ['rate-limiter-flexible', 'redis-throttle', 'module', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.module, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
+    ['rate-limiter-flexible', 'redis-throttle', 'twin', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.twin, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
     ['@nestjs/throttler', '@nest-lab/throttler-storage-redis', 'module', () => nestApp(new ThrottlerStorageRedisService(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin))],
@@ -110,19 +118,23 @@ try {
   ];
   // Rounds over every case, keeping each case's lowest CPU and highest rate: on a shared machine
   // the noise only ever adds time.
-  for (const [host, store, server] of cases) rows.push({ host, store, server, cpu: Infinity, rps: 0 });
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const [i, [host, store, server, make]] of cases.entries()) {
-      const app = await make();
-      await drive(app.url); // warm up (script loads, detection, JIT)
-      const before = await commandUsec(admin[server]);
-      const rps = await drive(app.url);
-      const usec = (await commandUsec(admin[server])) - before;
-      await app.close();
-      const row = rows[i];
-      row.cpu = Math.min(row.cpu, usec / N);
-      row.rps = Math.max(row.rps, rps);
-      console.error(`round ${round + 1}: ${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`);
+  for (const [name, w] of Object.entries(WORKLOADS)) {
+    workload = w;
+    const first = rows.length;
+    for (const [host, store, server] of cases) rows.push({ workload: name, host, store, server, cpu: Infinity, rps: 0 });
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [i, [host, store, server, make]] of cases.entries()) {
+        const app = await make();
+        await drive(app.url); // warm up (script loads, detection, JIT)
+        const before = await commandUsec(admin[server]);
+        const rps = await drive(app.url);
+        const usec = (await commandUsec(admin[server])) - before;
+        await app.close();
+        const row = rows[first + i];
+        row.cpu = Math.min(row.cpu, usec / N);
+        row.rps = Math.max(row.rps, rps);
+        console.error(`${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`);
+      }
     }
   }
   for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.quit();
@@ -131,12 +143,12 @@ try {
   stopServer(mod);
   stopServer(twin);
 }
-console.log(`| host library | store | server | Redis CPU per request | vs the replaced store | requests/s |`);
-console.log(`|---|---|---|---|---|---|`);
+console.log(`| workload | host library | store | server | Redis CPU per request | vs the replaced store | requests/s |`);
+console.log(`|---|---|---|---|---|---|---|`);
 let base;
 for (const r of rows) {
   if (!r.store.startsWith('redis-throttle')) base = r;
   const ratio = r === base ? '1' : `${(r.cpu / base.cpu).toFixed(2)}×`;
-  console.log(`| ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r.store.startsWith('redis-throttle') ? 'module' : 'its Lua script'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${r.rps.toFixed(0)} |`);
+  console.log(`| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r.store.startsWith('redis-throttle') ? 'module' : 'its Lua script'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${r.rps.toFixed(0)} |`);
 }
 process.exit(0);

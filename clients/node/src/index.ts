@@ -4,7 +4,7 @@
  * node-redis (v4/v5, `sendCommand`) or ioredis (`call`), standalone or cluster. Every time is in
  * milliseconds (each call sends `MS`).
  */
-export { slot, crossSlot } from './slot.js';
+export { slot, crossSlot, sibling } from './slot.js';
 export { Throttle, ThrottleError } from './throttle.js';
 export type {
   Decision,

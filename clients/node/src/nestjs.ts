@@ -3,8 +3,25 @@
  * `ThrottlerModule.forRoot({ throttlers: [...], storage: new RedisThrottleStorage(redis) })`.
  * By default an exact sliding window (CL.WINDOW), the meaning of the throttler's own in-memory
  * storage (each hit counts for `ttl`); `algorithm: 'counter'` for a fixed window, `'gcra'` for GCRA.
+ *
+ * `blockDuration` (the guard passes it; by default the throttler's `ttl`) is applied on the
+ * server, as the throttler's own storages apply it: the request that goes over the limit blocks
+ * the key for `blockDuration` ms from that denial (`isBlocked`, `timeToBlockExpire`, the guard's
+ * `Retry-After`), requests during the block are denied without extending it, and when it ends
+ * the count starts again from zero. The block is written into the limiter's own state
+ * (Throttle.block), so every app server sharing the Redis sees it, and an admitted request pays
+ * nothing for it:
+ * - `'counter'`: the key held full for `blockDuration`, then expired;
+ * - `'gcra'`: the key holds a block value until then (see Throttle.block), then it is full;
+ * - `'window'` (default): the log refilled with `limit` hits at the denial, so the block lasts
+ *   exactly one `ttl`, which is the default `blockDuration`. For a different `blockDuration`
+ *   use algorithm `'counter'` or `'gcra'`.
+ * A denial whose own wait is already as long as `blockDuration` writes nothing. Which denial
+ * started the block is kept in a marker key beside the limiter's (`<key>:blocked`, in its hash
+ * slot), written only on a denial and expiring with the block.
  */
 import { type Algorithm, limiter } from './algorithm.js';
+import { sibling } from './slot.js';
 import { Throttle } from './throttle.js';
 
 export interface RedisThrottleStorageOptions {
@@ -41,15 +58,23 @@ export class RedisThrottleStorage {
 
   /**
    * One hit of `key` against `limit` per `ttl` ms, decided on the server. A denied hit is not
-   * counted; it is blocked until the limiter admits again (`timeToBlockExpire`, seconds).
+   * counted; it blocks the key for `blockDuration` ms (see the class), or until the limiter
+   * admits again if that is later (`timeToBlockExpire`, seconds).
    */
-  async increment(key: string, ttl: number, limit: number, _blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
-    const d = await this.#throttle.decide(limiter(this.#algorithm, `${this.#prefix}${throttlerName}:${key}`, limit, ttl));
-    if (d.limited) {
-      const wait = d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
-      return { totalHits: d.limit + 1, timeToExpire: seconds(d.resetAfterMs), isBlocked: true, timeToBlockExpire: Math.max(1, seconds(wait)) };
+  async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
+    const l = limiter(this.#algorithm, `${this.#prefix}${throttlerName}:${key}`, limit, ttl);
+    const d = await this.#throttle.decide(l);
+    if (!d.limited) return { totalHits: d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
+    let wait = d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
+    // A wait beyond one ttl is a block already (a limiter's own wait never exceeds its window).
+    if (d.retryAfterMs >= 0 && Number.isFinite(blockDuration) && blockDuration > wait && wait <= ttl) {
+      const span = Math.max(1, Math.round(this.#algorithm === 'window' ? ttl : blockDuration));
+      const marker = sibling(l.key, ':blocked');
+      // The first denial of a block writes it; later ones, while the marker lives, do not extend it.
+      const fresh = await this.#throttle.command(marker, ['SET', marker, '1', 'PX', String(span), 'NX']);
+      if (fresh != null) wait = await this.#throttle.block(l, span, { marker });
     }
-    return { totalHits: d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
+    return { totalHits: d.limit + 1, timeToExpire: seconds(Math.max(d.resetAfterMs, wait)), isBlocked: true, timeToBlockExpire: Math.max(1, seconds(wait)) };
   }
 }
 

@@ -113,7 +113,7 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
         const res = new RateLimiterRes(Math.max(this.points - h.count, 0), h.ttlMs > 0 ? h.ttlMs : l.windowMs, h.count, h.count === points);
         if (!over) return res;
         if (this.blockDuration > 0) {
-          await this.#block(l.key, this.blockDuration * 1000);
+          await this.#block(key, this.blockDuration * 1000);
           (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
         }
         throw res;
@@ -122,7 +122,7 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
       const res = RateLimiterRedisThrottle.resOf(d, points);
       if (!d.limited) return res;
       if (this.blockDuration > 0) {
-        await this.#block(this.getKey(key), this.blockDuration * 1000);
+        await this.#block(key, this.blockDuration * 1000);
         (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
       }
       throw res;
@@ -178,7 +178,7 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
   /** Denies the key for `secDuration` seconds (algorithm 'counter' or 'gcra'). */
   override block(key: string | number, secDuration: number, options: object = {}): Promise<RateLimiterRes> {
     return this.#insured('block', [key, secDuration, options], async () => {
-      await this.#block(this.getKey(key), secDuration * 1000);
+      await this.#block(key, secDuration * 1000);
       return new RateLimiterRes(0, secDuration > 0 ? secDuration * 1000 : -1, this.points + 1);
     });
   }
@@ -194,25 +194,10 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
     });
   }
 
-  /**
-   * Writes the limiter's own state for "full until now + ms": a counter holding `points` that
-   * expires then (CL.COUNTER's state), or a GCRA TAT that admits nothing before then (CL.THROTTLE's),
-   * at the server's clock.
-   */
-  async #block(rlKey: string, ms: number): Promise<void> {
-    const msInt = Math.max(1, Math.round(ms));
-    if (this.#algorithm === 'counter') {
-      await this.#throttle.command(rlKey, ['SET', rlKey, String(this.points), 'PX', String(msInt)]);
-      return;
-    }
-    const time = (await this.#throttle.command(rlKey, ['TIME'])) as unknown[];
-    const nowNs = BigInt(String(time[0])) * 1_000_000_000n + BigInt(String(time[1])) * 1000n;
-    const periodNs = BigInt(Math.round((this.duration > 0 ? this.duration * 1000 : FOREVER_MS))) * 1_000_000n;
-    const ei = periodNs / BigInt(this.points);
-    const dvt = ei * BigInt(this.points);
-    const tat = nowNs + BigInt(msInt) * 1_000_000n + dvt - ei;
-    const pxat = (tat + 999_999n) / 1_000_000n;
-    await this.#throttle.command(rlKey, ['SET', rlKey, tat.toString(), 'PXAT', pxat.toString()]);
+  /** Denies `key` for `ms` (Throttle.block: the limiter's own state, on the server's clock). */
+  async #block(key: string | number, ms: number): Promise<void> {
+    if (this.#algorithm === 'window') throw new ThrottleError("redis-throttle: block() needs algorithm 'counter' or 'gcra'");
+    await this.#throttle.block(this.limiterOf(key), Math.max(1, ms));
   }
 }
 

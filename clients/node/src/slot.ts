@@ -34,3 +34,36 @@ export function crossSlot(keys: ReadonlyArray<string | Uint8Array>): [number, nu
   for (let i = 1; i < keys.length; i++) if (slot(keys[i] as string) !== first) return [0, i];
   return undefined;
 }
+
+let tags: string[] | undefined;
+
+/** A hash tag (decimal digits) whose slot is `s`, the smallest such number. */
+function tagOf(s: number): string {
+  if (tags === undefined) {
+    const all: string[] = new Array(16384);
+    for (let n = 0, left = 16384; left > 0; n++) {
+      const t = String(n);
+      let crc = 0; // CRC16 of the ASCII digits, as slot() computes it
+      for (let i = 0; i < t.length; i++) crc = ((crc << 8) & 0xffff) ^ (TABLE[((crc >> 8) ^ t.charCodeAt(i)) & 0xff] as number);
+      const k = crc & 16383;
+      if (all[k] === undefined) {
+        all[k] = t;
+        left--;
+      }
+    }
+    tags = all;
+  }
+  return tags[s] as string;
+}
+
+/**
+ * The name of a key that belongs with `key` (its ban count, its block marker) and lies in the
+ * same hash slot, so one cluster node holds both and a transaction may touch both:
+ * `key + suffix` when that falls in `key`'s slot (always, when `key` has a hash tag), else
+ * `{tag}` + `key + suffix` with a tag of `key`'s slot.
+ */
+export function sibling(key: string, suffix: string): string {
+  const name = key + suffix;
+  const s = slot(key);
+  return slot(name) === s ? name : `{${tagOf(s)}}${name}`;
+}

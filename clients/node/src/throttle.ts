@@ -186,6 +186,9 @@ function decision(reply: unknown): Decision {
 
 const s = (v: Int): string => (typeof v === 'bigint' ? v.toString() : String(v));
 
+/** The value of a GCRA key under a block (Throttle.block): not a TAT, so CL.THROTTLE refuses it. */
+const BLOCKED = 'redis-throttle:blocked';
+
 const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
 
 /** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
@@ -286,7 +289,37 @@ export class Throttle {
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
     const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
-    return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+    try {
+      return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+    } catch (e) {
+      // A GCRA key under a block (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses.
+      if (name !== 'throttle') throw e;
+      const held = await this.#blocked(key);
+      if (held === undefined) throw e;
+      const limit = Number(BigInt(words[0] as string) + 1n);
+      const units = quantity === undefined ? 1n : BigInt(s(quantity));
+      return {
+        limited: units > 0n,
+        limit,
+        remaining: 0,
+        retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
+        resetAfterMs: held,
+      };
+    }
+  }
+
+  /** ms left of a GCRA block on `key` (its value is BLOCKED), or undefined when it holds none. */
+  async #blocked(key: string): Promise<number | undefined> {
+    let replies: unknown[];
+    try {
+      replies = await this.transaction(key, [['GET', key], ['PTTL', key]]);
+    } catch {
+      return undefined; // (a key of another type: the call's own error stands)
+    }
+    const [value, pttl] = replies;
+    if (String(value) !== BLOCKED) return undefined;
+    const ms = int(pttl, 'PTTL reply');
+    return ms > 0 ? ms : 1;
   }
 
   /** GCRA (redis-cell's CL.THROTTLE): max_burst + 1 at once, then `count` per `periodMs`. */
@@ -334,7 +367,14 @@ export class Throttle {
       if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
     }
     args.push('MS', 'DETAILS');
-    const reply = await this.#call(keys[0] as string, args);
+    let reply: unknown;
+    try {
+      reply = await this.#call(keys[0] as string, args);
+    } catch (e) {
+      const blocked = await this.#allBlocked(limiters);
+      if (blocked === undefined) throw e;
+      return blocked;
+    }
     const top = decision(reply);
     const r = reply as unknown[];
     const details = r[6];
@@ -342,6 +382,28 @@ export class Throttle {
       throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
     }
     return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
+  }
+
+  /**
+   * CL.ALL refused a call naming a GCRA key under a block (Throttle.block): the decision is that
+   * limiter's denial (the first blocked one binds; nothing is taken), with every other limiter's
+   * state read by a peek (quantity 0). undefined when no key is blocked (the error stands).
+   */
+  async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | undefined> {
+    const held = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
+    const binding = held.findIndex((h) => h !== undefined);
+    const b = limiters[binding];
+    // Only a call taking units is denied by the block (a refund or peek gets the server's error).
+    if (b === undefined || (b.quantity !== undefined && BigInt(s(b.quantity)) <= 0n)) return undefined;
+    const details = await Promise.all(
+      limiters.map(async (l, i) => {
+        const d = await this.decide({ ...l, quantity: 0 });
+        if (held[i] === undefined) return d;
+        const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
+        return { ...d, limited: units > 0n, retryAfterMs: units > 0n && units <= BigInt(d.limit) ? (held[i] as number) : -1 };
+      }),
+    );
+    return { ...(details[binding] as Decision), binding, details };
   }
 
   /** A lease for `id` among at most `limit` live leases (CL.ACQUIRE; the module only). */
@@ -379,17 +441,7 @@ export class Throttle {
    */
   async hit(key: string, windowMs: Int, quantity: Int = 1): Promise<{ count: number; ttlMs: number }> {
     const w = s(windowMs);
-    let reply: unknown;
-    try {
-      const replies = await this.#timed(
-        this.#t.sendMany(key, [['MULTI'], ['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key], ['EXEC']]),
-      );
-      reply = replies[replies.length - 1];
-    } catch (e) {
-      throw asError(e);
-    }
-    if (!Array.isArray(reply) || reply.length !== 3) throw new ThrottleError(`redis-throttle: expected EXEC's three replies, got ${JSON.stringify(reply)}`);
-    for (const r of reply) if (r instanceof Error) throw asError(r);
+    const reply = await this.transaction(key, [['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key]]);
     const count = int(reply[1], 'INCRBY reply');
     let ttlMs = int(reply[2], 'PTTL reply');
     if (ttlMs === -1) {
@@ -398,6 +450,84 @@ export class Throttle {
       ttlMs = Number(w);
     }
     return { count, ttlMs };
+  }
+
+  /**
+   * Commands in one MULTI/EXEC on `key`'s node (every key must share its slot): EXEC's replies,
+   * in order. A command's error inside EXEC fails the call (after every command ran, as Redis
+   * runs them).
+   */
+  async transaction(key: string, commands: string[][]): Promise<unknown[]> {
+    let reply: unknown;
+    try {
+      const replies = await this.#timed(this.#t.sendMany(key, [['MULTI'], ...commands, ['EXEC']]));
+      reply = replies[replies.length - 1];
+    } catch (e) {
+      throw asError(e);
+    }
+    if (!Array.isArray(reply) || reply.length !== commands.length) {
+      throw new ThrottleError(`redis-throttle: expected EXEC's ${commands.length} replies, got ${JSON.stringify(reply)}`);
+    }
+    for (const r of reply) if (r instanceof Error) throw asError(r);
+    return reply;
+  }
+
+  /**
+   * Blocks a limiter: writes its own key for "admits nothing before now + ms", on the server's
+   * clock, so every caller of the key sees the block in the limiter's reply (`retryAfterMs`).
+   * The one way the package blocks (rate-limiter-flexible's `blockDuration` and `block()`,
+   * @nestjs/throttler's `blockDuration`, @fastify/rate-limit's `continueExceeding`).
+   *
+   * - `counter`: `SET key <limit> PX ms`: full until then; the key then expires, so the count
+   *   starts again from zero.
+   * - `throttle` (GCRA): `SET key BLOCKED PX ms`. A TAT cannot hold a block: the commands read a
+   *   TAT beyond now + the limiter's tolerance as exactly empty (a clock stepped back), which
+   *   admits again within one emission interval. CL.THROTTLE refuses the value BLOCKED as not its
+   *   state (an error, on the denial path only): this class then answers the call as denied
+   *   until the key expires (`retryAfterMs` = its PTTL), after which the limiter is full again.
+   *   A CL.ALL (`all()`) naming the key gets the server's error until then.
+   * - `window`: in one MULTI, `DEL key` and the window command taking `limit` units, which leaves
+   *   the exact log full until now + `windowMs`, then empty at once: the block lasts one window,
+   *   whatever `ms` is.
+   *
+   * `marker`: a key in `key`'s slot (see `sibling`) written in the same transaction to expire when
+   * the block ends. Returns the block's length in ms (`windowMs` for a window).
+   */
+  async block(l: Limiter, ms: number, options: { marker?: string } = {}): Promise<number> {
+    if (!(Number.isFinite(ms) && ms > 0)) throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms, got ${ms}`);
+    const marker = options.marker;
+    if (marker !== undefined && this.#t.cluster && slot(marker) !== slot(l.key)) {
+      throw new ThrottleError(`redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`);
+    }
+    const msInt = String(Math.max(1, Math.round(ms)));
+    const send = async (commands: string[][]): Promise<void> => {
+      if (marker !== undefined) commands.push(['SET', marker, '1', 'PX', msInt]);
+      if (commands.length === 1) await this.#call(l.key, commands[0] as string[]);
+      else await this.transaction(l.key, commands);
+    };
+    switch (l.algorithm) {
+      case 'counter':
+        await send([['SET', l.key, s(l.limit), 'PX', msInt]]);
+        return Number(msInt);
+      case 'throttle':
+        await send([['SET', l.key, BLOCKED, 'PX', msInt]]);
+        return Number(msInt);
+      case 'window': {
+        const backend = await this.backend();
+        const words = params(l);
+        const fill =
+          backend === 'module' ? ['CL.WINDOW', l.key, ...words, s(l.limit), 'MS'] : ['FCALL', 'cl_window', '1', l.key, ...words, s(l.limit), 'MS'];
+        const span = Number(s(l.windowMs));
+        const cmds = [['DEL', l.key], fill];
+        if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(span)]);
+        const replies = await this.transaction(l.key, cmds);
+        const d = decision(replies[1]);
+        if (d.limited) throw new ThrottleError(`redis-throttle: the window refused its own limit while blocking ${JSON.stringify(l.key)}`);
+        return d.resetAfterMs > 0 ? d.resetAfterMs : span;
+      }
+      default:
+        throw new ThrottleError(`redis-throttle: a ${l.algorithm} limiter cannot be blocked (only counter, window and throttle/GCRA)`);
+    }
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */

@@ -7,7 +7,7 @@ import { APP_GUARD } from '@nestjs/core';
 import { NestFactory } from '@nestjs/core';
 import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { RedisThrottleStorage } from 'redis-throttle/nestjs';
-import { KINDS, SLOW, burst, closeAll, nodeRedis, unique } from './common.mjs';
+import { KINDS, SLOW, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);
 
@@ -31,6 +31,15 @@ export async function nestApp(storage, throttlers) {
   return `http://127.0.0.1:${app.getHttpServer().address().port}`;
 }
 
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const until = (t) => sleep(Math.max(0, t - Date.now()));
+/** One GET: its status and Retry-After (seconds, NaN when absent). */
+async function get(url) {
+  const r = await fetch(url);
+  await r.arrayBuffer();
+  return { status: r.status, retryAfter: Number(r.headers.get('retry-after') ?? NaN) };
+}
+
 for (const kind of KINDS) {
   describe(`@nestjs/throttler on ${kind}`, () => {
     test('1,000 concurrent requests against a limit of 5 admit exactly 5, with the throttler\'s headers and 429', async () => {
@@ -49,6 +58,67 @@ for (const kind of KINDS) {
       assert.equal(denied.length, 995);
       const retry = Number(denied[0].headers.get('retry-after'));
       assert.ok(retry >= 1 && retry <= 60, `retry-after ${retry}`);
+    });
+
+    test('blockDuration 3 s after a limit of 2 per 1 s (counter and gcra): the block outlasts the window, two app servers see it, requests during it do not extend it', async () => {
+      await Promise.all(['counter', 'gcra'].map(async (algorithm) => {
+        const prefix = unique(`nestblock-${algorithm}`) + ':';
+        // Two app servers on one Redis (one with node-redis, one with ioredis), and a control
+        // whose blockDuration is 1 ms (the limiter alone).
+        const one = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]);
+        const two = await nestApp(new RedisThrottleStorage(await ioredis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]);
+        const control = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix: unique('nestctl') + ':', algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 1 }]);
+        const t0 = Date.now();
+        for (const url of [one, control]) {
+          assert.deepEqual([(await get(url)).status, (await get(url)).status], [200, 200], algorithm);
+        }
+        const denied = await get(one);
+        const tDenied = Date.now();
+        assert.equal(denied.status, 429, algorithm);
+        assert.equal(denied.retryAfter, 3, `${algorithm}: Retry-After of the blocking denial`);
+        assert.equal((await get(control)).status, 429, algorithm);
+        const shared = await get(two);
+        assert.equal(shared.status, 429, `${algorithm}: the other app server sees the block`);
+        assert.ok(shared.retryAfter >= 2 && shared.retryAfter <= 3, `${algorithm}: ${shared.retryAfter}`);
+        // 1.5 s in: the window alone admits again (the control does), the block does not.
+        await until(t0 + 1500);
+        assert.equal((await get(control)).status, 200, `${algorithm}: the limiter alone admits by now`);
+        const during = await get(two);
+        assert.equal(during.status, 429, `${algorithm}: admitted during the block`);
+        assert.ok(during.retryAfter >= 1 && during.retryAfter <= 2, `${algorithm}: Retry-After ${during.retryAfter} during the block`);
+        assert.equal((await get(one)).status, 429, algorithm);
+        // In the block's last ttl (its wait now looks like the limiter's own): denied, not extended.
+        await until(tDenied + 2400);
+        assert.equal((await get(two)).status, 429, `${algorithm}: admitted during the block's last ttl`);
+        // The block ends 3 s after the blocking denial (the denials since did not extend it).
+        await until(tDenied + 3300);
+        assert.equal((await get(one)).status, 200, `${algorithm}: still blocked after blockDuration`);
+      }));
+    });
+
+    test('the default (sliding window, blockDuration = ttl): denied until one ttl after the denial, not when the oldest hit leaves', async () => {
+      const prefix = unique('nestwin') + ':';
+      const one = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix }), [{ ttl: 1500, limit: 2 }]);
+      const two = await nestApp(new RedisThrottleStorage(await ioredis(kind), { ...SLOW, prefix }), [{ ttl: 1500, limit: 2 }]);
+      const control = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix: unique('nestwinctl') + ':' }), [{ ttl: 1500, limit: 2, blockDuration: 1 }]);
+      const t0 = Date.now();
+      for (const url of [one, control]) assert.equal((await get(url)).status, 200);
+      await until(t0 + 600);
+      for (const url of [one, control]) assert.equal((await get(url)).status, 200);
+      await until(t0 + 900);
+      const denied = await get(one);
+      const tDenied = Date.now();
+      assert.equal(denied.status, 429);
+      assert.equal(denied.retryAfter, 2, 'Retry-After: one ttl (1.5 s), rounded up');
+      assert.equal((await get(control)).status, 429);
+      // 1.8 s: the first hit left the window (the control admits), the block holds on both servers.
+      await until(t0 + 1800);
+      assert.equal((await get(control)).status, 200, 'the plain sliding window admits by now');
+      assert.equal((await get(two)).status, 429, 'admitted before one ttl after the denial');
+      assert.equal((await get(one)).status, 429);
+      // One ttl after the denial the count starts from zero: the limit again, then denied.
+      await until(tDenied + 1800);
+      assert.deepEqual([(await get(two)).status, (await get(one)).status, (await get(one)).status], [200, 200, 429]);
     });
   });
 }

@@ -96,6 +96,20 @@ for (const kind of KINDS) {
       assert.equal((await perSecond.get(key)).consumedPoints, 3);
     });
 
+    test('RateLimiterUnionAtomic with a blocked GCRA limiter: denied by it, nothing taken from the others', async () => {
+      const client = await nodeRedis(kind);
+      const gcra = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('ug'), points: 2, duration: 1, algorithm: 'gcra' });
+      const counter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('uc'), points: 5, duration: 60 });
+      const union = new RateLimiterUnionAtomic(gcra, counter);
+      const key = '{user8}';
+      await union.consume(key);
+      await gcra.block(key, 20);
+      const rejected = await union.consume(key).then(() => assert.fail('admitted while blocked'), (e) => e);
+      assert.deepEqual(Object.keys(rejected), [gcra.keyPrefix]);
+      assert.ok(rejected[gcra.keyPrefix].msBeforeNext > 19_000, `${rejected[gcra.keyPrefix].msBeforeNext}`);
+      assert.equal((await counter.get(key)).consumedPoints, 1);
+    });
+
     if (kind === 'cluster') {
       test('RateLimiterUnionAtomic refuses keys in different slots before sending', async () => {
         const client = await nodeRedis(kind);

@@ -2,10 +2,12 @@
 // node-redis and ioredis.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { Throttle, ThrottleError, slot } from 'redis-throttle';
+import { Throttle, ThrottleError, sibling, slot } from 'redis-throttle';
 import { KINDS, SLOW, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);
+
+const until = (t) => new Promise((r) => setTimeout(r, Math.max(0, t - Date.now())));
 
 for (const kind of KINDS) {
   for (const [lib, connect] of [['node-redis', nodeRedis], ['ioredis', ioredis]]) {
@@ -30,6 +32,41 @@ for (const kind of KINDS) {
             assert.ok(d.retryAfterMs > 0 && d.retryAfterMs <= 60_000, `${algorithm} retry ${d.retryAfterMs}`);
           }
         }
+      });
+
+      test('block(): counter, GCRA and window limiters deny every caller until the block ends, then admit from full', async () => {
+        const t = new Throttle(await connect(kind), SLOW);
+        const other = new Throttle(await (lib === 'ioredis' ? nodeRedis : ioredis)(kind), SLOW);
+        const tag = unique('{blk}');
+        // 2 per 200 ms: the limiter alone admits again within 200 ms; the block holds 1.2 s.
+        const limiters = [
+          { key: `${tag}:c`, algorithm: 'counter', limit: 2, windowMs: 200 },
+          { key: `${tag}:g`, algorithm: 'throttle', maxBurst: 1, count: 2, periodMs: 200 },
+        ];
+        const window = { key: `${tag}:w`, algorithm: 'window', limit: 2, windowMs: 1200 };
+        for (const l of [...limiters, window]) assert.equal((await t.decide(l)).limited, false, l.algorithm);
+        const spans = await Promise.all([...limiters.map((l) => t.block(l, 1200)), t.block(window, 5)]);
+        assert.deepEqual(spans, [1200, 1200, 1200], 'the block lengths (a window blocks for one window)');
+        const t0 = Date.now();
+        const marker = `${tag}:m`;
+        await t.block(limiters[0], 1200, { marker });
+        assert.ok(Number(await t.command(marker, ['PTTL', marker])) > 1000, 'the marker expires with the block');
+        await until(t0 + 500);
+        for (const l of [...limiters, window]) {
+          const d = await other.decide(l);
+          assert.equal(d.limited, true, `${l.algorithm} admitted during its block`);
+          assert.ok(d.retryAfterMs > 400 && d.retryAfterMs <= 800, `${l.algorithm}: retry ${d.retryAfterMs}`);
+          assert.equal(d.remaining, 0);
+        }
+        // A peek (quantity 0) of the blocked GCRA key admits nothing and reports the block.
+        const peek = await other.decide({ ...limiters[1], quantity: 0 });
+        assert.ok(!peek.limited && peek.remaining === 0 && peek.resetAfterMs > 400, JSON.stringify(peek));
+        await until(t0 + 1400);
+        for (const l of [...limiters, window]) {
+          const d = await other.decide(l);
+          assert.deepEqual([d.limited, d.remaining], [false, 1], `${l.algorithm} after its block`);
+        }
+        await assert.rejects(t.block({ key: `${tag}:b`, algorithm: 'bucket', capacity: 2, tokens: 1, intervalMs: 100 }, 100), /cannot be blocked/);
       });
 
       test('quota: a calendar day in UTC, then the server refuses an unknown unit', async () => {
@@ -145,6 +182,10 @@ test('slot() is Redis Cluster\'s: CLUSTER KEYSLOT agrees', async () => {
     const master = c.masters[0];
     const node = await c.nodeClient(master);
     assert.equal(slot(key), Number(await node.sendCommand(['CLUSTER', 'KEYSLOT', key])), key);
+    // A key's sibling (its ban count, its block marker) shares its slot.
+    const ban = sibling(key, ':ban');
+    assert.ok(ban.endsWith(`${key}:ban`), ban);
+    assert.equal(Number(await node.sendCommand(['CLUSTER', 'KEYSLOT', ban])), slot(key), ban);
   }
 });
 

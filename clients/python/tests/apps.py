@@ -101,7 +101,17 @@ def serve_asgi(app: Any) -> Iterator[str]:
 
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", backlog=2048, limit_concurrency=None)
+        # Idle connections stay open: on a loaded machine a pooled connection can sit idle past
+        # uvicorn's default 5 s and be closed just as the client reuses it (a ReadError).
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            backlog=2048,
+            limit_concurrency=None,
+            timeout_keep_alive=600,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
