@@ -21,7 +21,6 @@
  * slot), written only on a denial and expiring with the block.
  */
 import { type Algorithm, limiter } from './algorithm.js';
-import { sibling } from './slot.js';
 import { Throttle } from './throttle.js';
 
 export interface RedisThrottleStorageOptions {
@@ -68,11 +67,8 @@ export class RedisThrottleStorage {
     let wait = d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
     // A wait beyond one ttl is a block already (a limiter's own wait never exceeds its window).
     if (d.retryAfterMs >= 0 && Number.isFinite(blockDuration) && blockDuration > wait && wait <= ttl) {
-      const span = Math.max(1, Math.round(this.#algorithm === 'window' ? ttl : blockDuration));
-      const marker = sibling(l.key, ':blocked');
-      // The first denial of a block writes it; later ones, while the marker lives, do not extend it.
-      const fresh = await this.#throttle.command(marker, ['SET', marker, '1', 'PX', String(span), 'NX']);
-      if (fresh != null) wait = await this.#throttle.block(l, span, { marker });
+      // The first denial of a block writes it; later ones, while it lasts, do not extend it.
+      wait = (await this.#throttle.blockOnce(l, blockDuration)) ?? wait;
     }
     return { totalHits: d.limit + 1, timeToExpire: seconds(Math.max(d.resetAfterMs, wait)), isBlocked: true, timeToBlockExpire: Math.max(1, seconds(wait)) };
   }

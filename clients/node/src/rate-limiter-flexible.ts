@@ -112,7 +112,8 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
         const over = h.count > this.points;
         const res = new RateLimiterRes(Math.max(this.points - h.count, 0), h.ttlMs > 0 ? h.ttlMs : l.windowMs, h.count, h.count === points);
         if (!over) return res;
-        if (this.blockDuration > 0) {
+        // As RateLimiterRedis: only the consume that goes over blocks (not every later denial).
+        if (this.blockDuration > 0 && h.count - points <= this.points) {
           await this.#block(key, this.blockDuration * 1000);
           (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
         }
@@ -121,8 +122,8 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
       const d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
       const res = RateLimiterRedisThrottle.resOf(d, points);
       if (!d.limited) return res;
-      if (this.blockDuration > 0) {
-        await this.#block(key, this.blockDuration * 1000);
+      // A denial takes nothing, so the one that goes over is the first without a block in force.
+      if (this.blockDuration > 0 && (await this.#throttle.blockOnce(this.limiterOf(key), this.blockDuration * 1000)) !== undefined) {
         (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
       }
       throw res;

@@ -1,4 +1,4 @@
-import { crossSlot, slot } from './slot.js';
+import { crossSlot, sibling, slot } from './slot.js';
 
 /** A rate-limiting decision. Times in milliseconds; `-1` where the server says "none". */
 export interface Decision {
@@ -478,8 +478,9 @@ export class Throttle {
    * The one way the package blocks (rate-limiter-flexible's `blockDuration` and `block()`,
    * @nestjs/throttler's `blockDuration`, @fastify/rate-limit's `continueExceeding`).
    *
-   * - `counter`: `SET key <limit> PX ms`: full until then; the key then expires, so the count
-   *   starts again from zero.
+   * - `counter`: `SET key <limit + 1> PX ms` (over the limit, as RateLimiterRedis's block writes
+   *   it, so a plain count's next hit does not read as the one going over): full until then; the
+   *   key then expires, so the count starts again from zero.
    * - `throttle` (GCRA): `SET key BLOCKED PX ms`. A TAT cannot hold a block: the commands read a
    *   TAT beyond now + the limiter's tolerance as exactly empty (a clock stepped back), which
    *   admits again within one emission interval. CL.THROTTLE refuses the value BLOCKED as not its
@@ -507,7 +508,7 @@ export class Throttle {
     };
     switch (l.algorithm) {
       case 'counter':
-        await send([['SET', l.key, s(l.limit), 'PX', msInt]]);
+        await send([['SET', l.key, (BigInt(s(l.limit)) + 1n).toString(), 'PX', msInt]]);
         return Number(msInt);
       case 'throttle':
         await send([['SET', l.key, BLOCKED, 'PX', msInt]]);
@@ -528,6 +529,19 @@ export class Throttle {
       default:
         throw new ThrottleError(`redis-throttle: a ${l.algorithm} limiter cannot be blocked (only counter, window and throttle/GCRA)`);
     }
+  }
+
+  /**
+   * Blocks `l` as `block` does, unless a block started here is in force: its marker
+   * (`<key>:blocked`, in the key's slot) lives exactly as long as the block, so denials during a
+   * block do not extend it (the host libraries block once, at the denial that goes over). Returns
+   * the block's length in ms, or undefined when one was already in force.
+   */
+  async blockOnce(l: Limiter, ms: number): Promise<number | undefined> {
+    const span = String(Math.max(1, Math.round(l.algorithm === 'window' ? Number(s(l.windowMs)) : ms)));
+    const marker = sibling(l.key, ':blocked');
+    const fresh = await this.#call(marker, ['SET', marker, '1', 'PX', span, 'NX']);
+    return fresh == null ? undefined : this.block(l, Number(span), { marker });
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */

@@ -82,6 +82,26 @@ for (const kind of KINDS) {
       }
     });
 
+    test('denials during a block do not extend it (only the consume that goes over blocks, as RateLimiterRedis)', async () => {
+      await Promise.all(
+        ['counter', 'gcra'].map(async (algorithm) => {
+          const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('once'), points: 2, duration: 1, blockDuration: 2, algorithm });
+          await limiter.consume('k');
+          await limiter.consume('k');
+          const began = Date.now();
+          await limiter.consume('k').then(() => assert.fail('admitted'), () => {});
+          // A user retrying all through the block.
+          while (Date.now() - began < 1800) {
+            await limiter.consume('k').then(() => assert.fail(`admitted during the block (${algorithm})`), () => {});
+            await new Promise((res) => setTimeout(res, 150));
+          }
+          await new Promise((res) => setTimeout(res, Math.max(0, 2300 - (Date.now() - began))));
+          const r = await limiter.consume('k').catch((e) => assert.fail(`${algorithm}: still blocked ${Date.now() - began} ms after going over (${e.msBeforeNext} ms left)`));
+          assert.ok(r.remainingPoints >= 0, algorithm);
+        }),
+      );
+    });
+
     test('RateLimiterUnionAtomic: several limiters by one CL.ALL, all or nothing', async () => {
       const client = await nodeRedis(kind);
       const perSecond = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('s'), points: 5, duration: 1 });
