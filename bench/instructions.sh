@@ -47,8 +47,7 @@ setup() {
 # scenario says otherwise); a scenario whose words start with `-r N` runs on random keys instead
 # (redis-benchmark's __rand_int__); `setup` (redis-cli words, e.g. a CONFIG SET) runs first.
 count() { # $1 command words, $2 setup, $3 the scenario's name
-  local out="$DIR/callgrind.out"
-  rm -f "$out"
+  rm -f "$DIR"/callgrind.out.*
   # shellcheck disable=SC2086
   # `call()` is entered again by a nested command (RM_Call: the GET that reads a compact value),
   # which toggles collection off inside it; the scenarios marked "(whole)" count from
@@ -56,11 +55,20 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   # floor as for the module), and divide by the benchmarked command's own calls.
   local toggle=call
   [[ ${3:-} == *"(whole)"* ]] && toggle=processCommand
-  valgrind --tool=callgrind --toggle-collect=$toggle --callgrind-out-file="$out" \
+  # (One file per process: a BGSAVE's child writes its own.)
+  valgrind --tool=callgrind --toggle-collect=$toggle --callgrind-out-file="$DIR/callgrind.out.%p" \
     ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
     --enable-debug-command yes --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
   local pid=$!
+  local out="$DIR/callgrind.out.$pid"
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  # A snapshot first: from a fork on, the module replicates every write, as the floor does (and
+  # as on any server with a replica, an AOF or RDB snapshots). A "(cache)" scenario skips it: on
+  # a server run as a cache the module builds no replicated command (src/store/replication.rs).
+  if [[ ${3:-} != *"(cache)"* ]]; then
+    redis-cli -p "$PORT" BGSAVE >/dev/null
+    for _ in $(seq 600); do [ "$(redis-cli -p "$PORT" INFO persistence | tr -d '\r' | sed -n 's/^rdb_bgsave_in_progress://p')" = 0 ] && break; sleep 0.1; done
+  fi
   local cmd=$1
   # A scenario calling the Functions twin loads it (TWIN: another version of the library).
   if [[ $cmd == FCALL* ]]; then redis-cli -p "$PORT" -x FUNCTION LOAD REPLACE < "${TWIN:-functions/throttle.lua}" >/dev/null; fi
@@ -98,6 +106,10 @@ SCENARIOS=(
   "CL.BUCKET|CL.BUCKET bench:hot 1000 1000 1 MS"
   "CL.COUNTER|CL.COUNTER bench:hot 1000000000 60"
   "CL.QUOTA|CL.QUOTA bench:hot 1000000000 PER MONTH"
+  # On a server run as a cache (nothing to replicate to; see count).
+  "CL.THROTTLE (cache)|CL.THROTTLE bench:hot 99 100000000 1"
+  "CL.WINDOW limit 100 (cache)|CL.WINDOW bench:hot 100 1 MS"
+  "CL.COUNTER (cache)|CL.COUNTER bench:hot 1000000000 60"
   "CL.QUOTA zone + anchor|CL.QUOTA bench:hot 1000000000 PER MONTH TZ Europe/Berlin ANCHOR 2026-01-31T09:00:00Z"
   "CL.ALL 1 limiter|CL.ALL 1 b:{u}:1 THROTTLE 99 100000000 1"
   "CL.ALL 3 limiters|CL.ALL 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"

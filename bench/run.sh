@@ -20,6 +20,11 @@ ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --app
   --loadmodule "$MODULE" --loadmodule "$FLOOR" --daemonize yes --logfile "$DIR/server.log"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
+# A snapshot first: from a fork on, the module replicates every write (as on any server with
+# a replica, an AOF or RDB snapshots), as the floor does. A server run as a cache, where it
+# builds no replicated command, is measured at the end.
+cli BGSAVE >/dev/null
+for _ in $(seq 100); do [ "$(cli INFO persistence | tr -d '\r' | sed -n 's/^rdb_bgsave_in_progress://p')" = 0 ] && break; sleep 0.1; done
 
 # A GCRA in Lua, the usual fallback without a module (for reference only).
 LUA_GCRA=$(cat bench/gcra.lua)
@@ -106,6 +111,25 @@ if [ -n "${HOT_US[Twin cl_throttle (FCALL)]:-}" ]; then
     "$(ratio "${HOT_US[Twin cl_throttle (FCALL)]}" "${HOT_US[Lua GCRA (EVALSHA)]}")" \
     "$(python3 -c "import statistics; print(f'{statistics.median([$(IFS=,; echo "${ratios[*]}")]):.2f}x')")"
 fi
+
+# A server run as a cache (no AOF, no replica, never forked): nothing can receive a replicated
+# write, so the module builds none (src/store/replication.rs). The same commands, hot key.
+printf '\nOn a server run as a cache (nothing to replicate to), hot key, usec per call\n'
+printf '%-26s %9s %6s %9s\n' command "usec" xSET "replicated"
+CACHE_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$DIR/cache"
+${THROTTLE_SERVER:-redis-server} --port "$CACHE_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR/cache" \
+  --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/cache/server.log"
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; redis-cli -p "$CACHE_PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+for _ in $(seq 100); do redis-cli -p "$CACHE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+cache_base=""
+for s in "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000|set" "CL.THROTTLE|CL.THROTTLE __KEY__ 99 100000000 1|cl.throttle" \
+  "CL.COUNTER|CL.COUNTER __KEY__ 1000000000 60|cl.counter" "CL.WINDOW limit 100|CL.WINDOW __KEY__ 100 1 MS|cl.window"; do
+  IFS='|' read -r name cmd stat <<<"$s"
+  read -r us _ < <(PORT=$CACHE_PORT run "$stat" "$cmd" "bench:hot")
+  [ -z "$cache_base" ] && cache_base=$us
+  printf '%-26s %9s %6s %9s\n' "$name" "$us" "$(ratio "$us" "$cache_base")" "${HOT_US[$name]:-}"
+done
 
 # Memory: used_memory growth per key over $KEYS distinct keys, each written once ("fresh") and
 # then written a second time ("reused": how a limiter that saw traffic sits idle).

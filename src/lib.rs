@@ -65,6 +65,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     operate::seed();
     store::make_words();
     store::watch_dataset(ctx.ctx);
+    store::watch_replication(ctx.ctx);
     Status::Ok
 }
 

@@ -6,7 +6,8 @@
 //! (sizes, patch bounds, the expiry) before [`Key::apply`] writes the first byte, and every
 //! write is replicated and announced (keyspace events) as the equivalent Redis commands would
 //! be: `SET key value PXAT ms` (`set`, `expire`), `SETRANGE` (`setrange`) and `PEXPIREAT`
-//! (`expire`), `DEL` (`del`).
+//! (`expire`), `DEL` (`del`). While nothing can receive the replication stream (a server run as
+//! a cache), those commands are not built at all (`replication`).
 
 use std::borrow::Cow;
 use std::ffi::CStr;
@@ -22,7 +23,10 @@ use crate::api::api;
 use crate::dispatch::Call;
 
 mod plain;
+mod replication;
 mod zset;
+
+pub use replication::watch as watch_replication;
 
 /// The longest value a limiter may write: Redis's own limit for a string.
 const MAX_VALUE: usize = 512 * 1024 * 1024;
@@ -61,6 +65,21 @@ enum Value {
 }
 
 impl Key {
+    /// [`Key::open`] for a key whose name the caller has already read (`name`: argument
+    /// `word`'s bytes): its fingerprint for `plain` is made from them, and the table's slot is
+    /// fetched into the cache while the server looks the key up (at request rates a limiter
+    /// sees, each is a cache miss: overlapped, they cost one).
+    #[inline(always)]
+    pub fn open_named(call: &Call, word: usize, name: &[u8]) -> Result<Key> {
+        // SAFETY: the command's context.
+        let db = unsafe { (api().get_selected_db)(call.ctx) };
+        let fingerprint = plain::fingerprint(db, name);
+        plain::prefetch(fingerprint);
+        let key = Key::open(call, word)?;
+        key.fingerprint.set(fingerprint);
+        Ok(key)
+    }
+
     /// Opens argument `word` (after the command name) as a key, for reading and writing.
     /// WRONGTYPE unless it is missing or a string.
     #[inline(always)]
@@ -142,15 +161,6 @@ impl Key {
         // SAFETY: freed once, after its last use.
         unsafe { (api.free_call_reply)(reply) };
         outcome
-    }
-
-    /// The key's name is `name` (the argument's bytes, already read for parsing): its
-    /// fingerprint for `plain` is made from them, without reading the name again.
-    #[inline]
-    pub fn named(&mut self, name: &[u8]) {
-        // SAFETY: the command's context.
-        let db = unsafe { (api().get_selected_db)(self.ctx) };
-        self.fingerprint.set(plain::fingerprint(db, name));
     }
 
     /// The key's fingerprint for `plain` (its database and name), computed once per call.
@@ -382,6 +392,9 @@ impl Key {
     /// Propagates a command on this key to replicas and the AOF, with absolute times.
     #[inline(always)]
     fn replicate(&self, command: Replicated<'_>) -> Result<()> {
+        if replication::unheard(self.ctx) {
+            return Ok(());
+        }
         let replicate = api().replicate;
         let (ctx, name) = (self.ctx, self.name);
         // SAFETY (every arm): each format matches the arguments passed with it: `s` a server

@@ -232,3 +232,19 @@ fn a_command_name_already_taken_leaves_nothing_behind() {
     }
     assert!(server.is_alive());
 }
+
+/// `MODULE LOAD` into a primary that already has a replica: the module sees it when it loads
+/// and replicates its very first write (it never takes the server for a cache: see
+/// `store/replication.rs`); the module-less replica holds what the primary holds.
+#[test]
+fn a_module_loaded_into_a_primary_with_a_replica_replicates_its_first_write() {
+    let master = bare_server();
+    let replica = master.replica(Options::default().without_module());
+    let mut c = master.client();
+    module_command(&mut c, &["LOAD", &module()]).expect("MODULE LOAD");
+    for words in ["CL.COUNTER first 5 600", "CL.THROTTLE gcra 5 3 600", "CL.WINDOW log 10 600 2", "CL.ACQUIRE leases 5 600 job"] {
+        throttle(&mut c, words);
+    }
+    master.wait_replicated(&replica);
+    assert_eq!(harness::snapshot(&mut replica.client()), harness::snapshot(&mut c), "replica == master");
+}

@@ -224,3 +224,97 @@ fn lease_calls_on_sets_holding_other_data_replicate_only_what_they_read() {
     assert_eq!(shared.len(), 11, "32 leases removed, one added: {shared:?}");
     assert!(shared.contains(&"foreign".to_string()) && shared.contains(&"w39".to_string()));
 }
+
+/// The commands `random_calls` runs on `c`'s server: every limiter, and where the module is
+/// loaded (not the twin) CL.PACE and the leases too, on lease sets each anchored by a 600 s
+/// lease (so no key expires while copies are compared).
+fn every_command(c: &mut redis::Connection) -> &'static [&'static str] {
+    if harness::twin::backend().is_some() {
+        return &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL"];
+    }
+    for i in 0..40 {
+        harness::throttle(c, &format!("CL.ACQUIRE rl:cl.acquire:{i} 5 600 anchor"));
+    }
+    &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL", "CL.PACE", "CL.ACQUIRE", "CL.RELEASE"]
+}
+
+/// A server run as a cache (no AOF, no replica, no backlog) has nowhere to send a replicated
+/// write, so the module builds none (`store/replication.rs`), until the first replica: one
+/// attached to it then holds every write made before (its snapshot), while it waited for the
+/// snapshot, and after. The writes count towards RDB save points all along.
+#[test]
+fn a_replica_attached_to_a_cache_holds_every_write_before_during_and_after_its_sync() {
+    // The snapshot starts a second after the replica asks: writes land in between.
+    let master = Server::with(Options::default().arg("--repl-diskless-sync-delay 1"));
+    let mut c = master.client();
+    let commands = every_command(&mut c);
+    let changes = || master.info_field("persistence", "rdb_changes_since_last_save").parse::<u64>().unwrap();
+    random_calls(&mut c, 1500, commands);
+    assert!(changes() > 300, "the writes count towards RDB save points: {}", changes());
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let replica = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = master.client();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                random_calls(&mut c, 20, commands);
+            }
+        });
+        let replica = master.replica(Options::default().without_module());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        replica
+    });
+    random_calls(&mut c, 1500, commands);
+    wait_for_replica(&master, &replica);
+    let on_master = snapshot(&mut c);
+    assert!(on_master.len() > 100, "the test exercised many limiters");
+    assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+}
+
+/// `CONFIG SET appendonly yes` on a server run as a cache: the file, once written, replays to
+/// exactly the dataset, the writes made before it was turned on and after.
+#[test]
+fn an_aof_turned_on_at_run_time_replays_every_write() {
+    let master = Server::with(Options::default().arg("--enable-debug-command local"));
+    let mut c = master.client();
+    let commands = every_command(&mut c);
+    random_calls(&mut c, 1500, commands);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").query(&mut c).unwrap();
+    random_calls(&mut c, 500, commands);
+    wait_until("the AOF's first rewrite", Duration::from_secs(20), || {
+        master.info_field("persistence", "aof_rewrite_in_progress") == "0" && master.info_field("persistence", "aof_rewrite_scheduled") == "0"
+    });
+    random_calls(&mut c, 1500, commands);
+    let on_master = snapshot(&mut c);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
+    assert_eq!(snapshot(&mut c), on_master, "AOF replay == the dataset before");
+}
+
+/// A primary restarted from its RDB keeps its replication history (a backlog from the load
+/// on), so its replica resumes with a partial sync (no snapshot): the writes made while the
+/// replica was away reach it from that backlog, the later ones through the stream.
+#[test]
+fn a_replica_resuming_after_its_primary_restarts_gets_every_later_write() {
+    let mut master = Server::with(Options::default().arg("--repl-ping-replica-period 3600 --shutdown-timeout 0"));
+    let replica = master.replica(Options::default().without_module().arg("--repl-timeout 60"));
+    let mut c = master.client();
+    let commands = every_command(&mut c);
+    random_calls(&mut c, 500, commands);
+    wait_for_replica(&master, &replica);
+    // SHUTDOWN saves the dataset and the replication history in the RDB (after its last word
+    // to the replica), read back on the restart. The replica is away meanwhile.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("save").arg("3600 1").query(&mut c).unwrap();
+    let paused = harness::Resume(replica.pid());
+    harness::signal(paused.0, libc::SIGSTOP);
+    master.restart("");
+    let mut c = master.client();
+    random_calls(&mut c, 1000, commands);
+    drop(paused);
+    let synced = || master.info_field("stats", "sync_partial_ok");
+    wait_until("the replica's partial sync", Duration::from_secs(30), || synced() == "1");
+    assert_eq!(master.info_field("stats", "sync_full"), "0", "no snapshot was sent after the restart");
+    random_calls(&mut c, 1000, commands);
+    wait_for_replica(&master, &replica);
+    let on_master = snapshot(&mut c);
+    assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
+}

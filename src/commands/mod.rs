@@ -55,8 +55,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     };
     let request = Request::parse(algorithm, words, &config::caps())?;
     let now = clock::now();
-    let mut key = Key::open(call, 0)?;
-    key.named(request.key);
+    let mut key = Key::open_named(call, 0, request.key)?;
     key.load(algorithm)?;
     let decision = request.limiter.decide_held(key.stored(), now, request.quantity, request.held)?;
     let prepared = key.prepare(&decision.effect)?;

@@ -104,6 +104,21 @@ fn entry(fingerprint: u64, len: usize) -> u64 {
     (fingerprint & !0x1ff) | 0x100 | len.min(0xff) as u64
 }
 
+/// Starts fetching the slot of `fingerprint` into the cache ([`contains`] reads it soon).
+#[inline(always)]
+pub fn prefetch(fingerprint: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let at: *const AtomicU64 = slot(fingerprint);
+        // SAFETY: a prefetch is a hint: it reads nothing the program sees and cannot fault;
+        // the address is a slot of `SEEN`, and SSE (which has the instruction) is part of
+        // x86_64's baseline.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = fingerprint;
+}
+
 /// Whether the key of `fingerprint` holds a value of `len` bytes this process wrote.
 pub fn contains(fingerprint: u64, len: usize) -> bool {
     slot(fingerprint).load(Ordering::Relaxed) == entry(fingerprint, len)

@@ -98,9 +98,12 @@ impl Key {
                     removed = Err(Error::Internal("cannot remove a lease".into()));
                 }
             }
-            // SAFETY: `s` the key name, `v` an array of strings and its length.
-            let status = unsafe {
-                (api.replicate)(self.ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), self.name, write.remove.as_ptr(), write.remove.len())
+            let status = match super::replication::unheard(self.ctx) {
+                true => raw::Status::Ok as c_int,
+                // SAFETY: `s` the key name, `v` an array of strings and its length.
+                false => unsafe {
+                    (api.replicate)(self.ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), self.name, write.remove.as_ptr(), write.remove.len())
+                },
             };
             replicated(status, "ZREM")?;
             removed?;
@@ -117,9 +120,12 @@ impl Key {
             if flags & (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int != 0 {
                 let score = Decimal::new(score);
                 let score = score.as_bytes();
-                // SAFETY: `s` the key name, `b` a pointer and a length, `s` the id.
-                let status = unsafe {
-                    (api.replicate)(self.ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), self.name, score.as_ptr(), score.len(), write.id)
+                let status = match super::replication::unheard(self.ctx) {
+                    true => raw::Status::Ok as c_int,
+                    // SAFETY: `s` the key name, `b` a pointer and a length, `s` the id.
+                    false => unsafe {
+                        (api.replicate)(self.ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), self.name, score.as_ptr(), score.len(), write.id)
+                    },
                 };
                 replicated(status, "ZADD")?;
                 self.announce_one(raw::REDISMODULE_NOTIFY_ZSET, c"zadd");
