@@ -7,16 +7,18 @@
 //! certain, a write is only counted as one (`RedisModule_ReplicateVerbatim`, which adds to the
 //! changes that trigger RDB save points, as before, and which the server drops as well).
 //!
-//! It is certain from the module's load, when the server is a primary outside a cluster with
-//! no AOF, no child process, no replica and no backlog (its own `INFO replication`), until the
-//! first of the events that precede anything able to read the stream, and then for good:
+//! It is certain when the server is a primary outside a cluster with no AOF, no child process,
+//! no replica and no backlog (its own `INFO replication`): the module checks that when it
+//! loads, and again when a child process ends or a dataset is loaded. It ends at the first of
+//! the events that precede anything able to read the stream:
 //! - a child process is forked: a replica's full sync (its snapshot, and the stream from that
 //!   instant), an AOF being turned on or rewritten (`CONFIG SET appendonly yes` forks before
 //!   the file takes writes), a BGSAVE;
-//! - a dataset is loaded (a restart or `DEBUG RELOAD` may bring a backlog back), the server's
-//!   role changes, a replica or the link to a primary comes or goes.
+//! - a dataset starts loading (a restart may bring a backlog back), the server's role changes,
+//!   a replica or the link to a primary comes or goes.
 //!
-//! On a server that cannot announce all of these, every write is replicated in full.
+//! A replica, once attached, leaves a backlog behind it, so the server stays heard for good.
+//! On a server that cannot announce all of these events, every write is replicated in full.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -42,8 +44,15 @@ pub fn unheard(ctx: *mut RedisModuleCtx) -> bool {
 
 /// From `init`: subscribes to the events that end it, then decides whether it holds now.
 pub fn watch(ctx: *mut RedisModuleCtx) {
-    unsafe extern "C" fn heard(_: *mut RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
-        UNHEARD.store(false, Relaxed);
+    unsafe extern "C" fn heard(ctx: *mut RedisModuleCtx, event: raw::RedisModuleEvent, sub: u64, _: *mut std::ffi::c_void) {
+        let over = match event.id {
+            raw::REDISMODULE_EVENT_FORK_CHILD => sub == raw::REDISMODULE_SUBEVENT_FORK_CHILD_DIED,
+            raw::REDISMODULE_EVENT_LOADING => matches!(sub, raw::REDISMODULE_SUBEVENT_LOADING_ENDED | raw::REDISMODULE_SUBEVENT_LOADING_FAILED),
+            _ => false,
+        };
+        // A child gone or a load over: what the server has now decides (a replica's sync or a
+        // loaded backlog leaves it heard). Anything else: heard.
+        UNHEARD.store(over && quiet_now(ctx), Relaxed);
     }
     // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
     let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
@@ -67,7 +76,7 @@ pub fn watch(ctx: *mut RedisModuleCtx) {
 
 /// The server has nowhere to send a replicated command now.
 fn quiet_now(ctx: *mut RedisModuleCtx) -> bool {
-    // SAFETY: the module's context in `init`.
+    // SAFETY: the module's context in `init`, or an event's.
     let flags = unsafe { (api().get_context_flags)(ctx) } as u32;
     let loud = raw::REDISMODULE_CTX_FLAGS_SLAVE
         | raw::REDISMODULE_CTX_FLAGS_CLUSTER
@@ -83,7 +92,7 @@ fn quiet_now(ctx: *mut RedisModuleCtx) -> bool {
     else {
         return false;
     };
-    // SAFETY: the module's context; the data is freed below, after its last use.
+    // SAFETY: a valid context; the data is freed below, after its last use.
     let data = unsafe { info(ctx, c"replication".as_ptr()) };
     if data.is_null() {
         return false;

@@ -33,12 +33,20 @@ const WORKLOADS = { users: { limit: 100, users: 1000 }, hot: { limit: 100_000, u
 let workload = WORKLOADS.users;
 const userOf = (req) => req.headers['x-user'] ?? req.ip;
 
-async function commandUsec(c) {
+// Each command's calls and µs so far (INFO and CONFIG, the bench's own, left out).
+async function commandStats(c) {
   const info = String(await c.sendCommand(['INFO', 'commandstats']));
-  let usec = 0;
-  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) if (!['info', 'config'].includes(m[1])) usec += Number(m[3]);
-  return usec;
+  const stats = new Map();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) if (!['info', 'config'].includes(m[1])) stats.set(m[1], [Number(m[2]), Number(m[3])]);
+  return stats;
 }
+const usecOf = (stats) => [...stats.values()].reduce((sum, [, usec]) => sum + usec, 0);
+// BENCH_DETAIL=1: what each case sent, per request (calls and µs of each command).
+const detail = (before, after) =>
+  [...after].map(([name, [calls, usec]]) => [name, calls - (before.get(name)?.[0] ?? 0), usec - (before.get(name)?.[1] ?? 0)])
+    .filter(([, calls]) => calls > 0)
+    .map(([name, calls, usec]) => `${name} ${(calls / N).toFixed(2)}/req ${(usec / calls).toFixed(2)} us`)
+    .join(', ');
 
 async function drive(url) {
   let sent = 0;
@@ -126,9 +134,11 @@ try {
       for (const [i, [host, store, server, make]] of cases.entries()) {
         const app = await make();
         await drive(app.url); // warm up (script loads, detection, JIT)
-        const before = await commandUsec(admin[server]);
+        const before = await commandStats(admin[server]);
         const rps = await drive(app.url);
-        const usec = (await commandUsec(admin[server])) - before;
+        const after = await commandStats(admin[server]);
+        const usec = usecOf(after) - usecOf(before);
+        if (process.env.BENCH_DETAIL) console.error(`  ${detail(before, after)}`);
         await app.close();
         const row = rows[first + i];
         row.cpu = Math.min(row.cpu, usec / N);
