@@ -62,12 +62,17 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   local pid=$!
   local out="$DIR/callgrind.out.$pid"
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  # A snapshot first: from a fork on, the module replicates every write, as the floor does (and
-  # as on any server with a replica, an AOF or RDB snapshots). A "(cache)" scenario skips it: on
-  # a server run as a cache the module builds no replicated command (src/store/replication.rs).
+  # A replica (without the module) first, so that the module builds its replicated commands,
+  # as the floor does (and as on any server with a replica or an AOF; both then also pay the
+  # feeding of the replica). A "(cache)" scenario has none: on a server run as a cache the
+  # module builds no replicated command (src/store/replication.rs).
+  local replica=""
   if [[ ${3:-} != *"(cache)"* ]]; then
-    redis-cli -p "$PORT" BGSAVE >/dev/null
-    for _ in $(seq 600); do [ "$(redis-cli -p "$PORT" INFO persistence | tr -d '\r' | sed -n 's/^rdb_bgsave_in_progress://p')" = 0 ] && break; sleep 0.1; done
+    replica=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mkdir -p "$DIR/replica"
+    ${THROTTLE_SERVER:-redis-server} --port "$replica" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR/replica" \
+      --replicaof 127.0.0.1 "$PORT" --daemonize yes --logfile "$DIR/replica/server.log"
+    for _ in $(seq 600); do redis-cli -p "$replica" INFO replication 2>/dev/null | grep -q 'master_link_status:up' && break; sleep 0.1; done
   fi
   local cmd=$1
   # A scenario calling the Functions twin loads it (TWIN: another version of the library).
@@ -92,6 +97,7 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   if [ $toggle = processCommand ]; then stat=$(sed 's/^-r [0-9]* //' <<<"$cmd" | awk '{print tolower($1)}'); fi
   calls=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$stat:calls=\([0-9]*\),.*/\1/p" | awk '{s+=$1} END {print s}')
   redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+  if [ -n "$replica" ]; then redis-cli -p "$replica" shutdown nosave >/dev/null 2>&1 || true; fi
   wait "$pid" || true
   local total
   total=$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$out")

@@ -20,11 +20,15 @@ ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --app
   --loadmodule "$MODULE" --loadmodule "$FLOOR" --daemonize yes --logfile "$DIR/server.log"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
-# A snapshot first: from a fork on, the module replicates every write (as on any server with
-# a replica, an AOF or RDB snapshots), as the floor does. A server run as a cache, where it
-# builds no replicated command, is measured at the end.
-cli BGSAVE >/dev/null
-for _ in $(seq 100); do [ "$(cli INFO persistence | tr -d '\r' | sed -n 's/^rdb_bgsave_in_progress://p')" = 0 ] && break; sleep 0.1; done
+# A replica (without the module), so that the module builds its replicated commands as the
+# floor does (as on any server with a replica or an AOF; both also pay feeding it). A server run
+# as a cache, where the module builds none, is measured at the end.
+REPLICA_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$DIR/replica"
+${THROTTLE_SERVER:-redis-server} --port "$REPLICA_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR/replica" \
+  --replicaof 127.0.0.1 "$PORT" --daemonize yes --logfile "$DIR/replica/server.log"
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; redis-cli -p "$REPLICA_PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+for _ in $(seq 100); do redis-cli -p "$REPLICA_PORT" INFO replication 2>/dev/null | grep -q 'master_link_status:up' && break; sleep 0.1; done
 
 # A GCRA in Lua, the usual fallback without a module (for reference only).
 LUA_GCRA=$(cat bench/gcra.lua)
@@ -120,7 +124,7 @@ CACHE_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0
 mkdir -p "$DIR/cache"
 ${THROTTLE_SERVER:-redis-server} --port "$CACHE_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR/cache" \
   --loadmodule "$MODULE" --daemonize yes --logfile "$DIR/cache/server.log"
-trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; redis-cli -p "$CACHE_PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; redis-cli -p "$REPLICA_PORT" shutdown nosave >/dev/null 2>&1 || true; redis-cli -p "$CACHE_PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 for _ in $(seq 100); do redis-cli -p "$CACHE_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 cache_base=""
 for s in "SET PX (baseline)|SET __KEY__ 1795354456188603542 PX 600000|set" "CL.THROTTLE|CL.THROTTLE __KEY__ 99 100000000 1|cl.throttle" \

@@ -321,3 +321,29 @@ fn a_replica_resuming_after_its_primary_restarts_gets_every_later_write() {
     let on_master = snapshot(&mut c);
     assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
 }
+
+/// A replica away for a while (its link cut, the primary with no replica left): the backlog
+/// it left behind keeps every write for it, so it resumes with a partial sync and holds them.
+#[test]
+fn a_replica_back_from_a_cut_link_gets_every_write_made_while_it_was_away() {
+    let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));
+    let replica = master.replica(Options::default().without_module().arg("--repl-timeout 60"));
+    let mut c = master.client();
+    let commands = every_command(&mut c);
+    random_calls(&mut c, 300, commands);
+    wait_for_replica(&master, &replica);
+    let paused = harness::Resume(replica.pid());
+    harness::signal(paused.0, libc::SIGSTOP);
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut c).unwrap();
+    wait_until("the primary to drop its replica", Duration::from_secs(10), || master.info_field("replication", "connected_slaves") == "0");
+    // Long enough for the module's once-a-second look at the server (it must see the backlog).
+    for _ in 0..3 {
+        random_calls(&mut c, 300, commands);
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    drop(paused);
+    wait_until("the replica's partial sync", Duration::from_secs(30), || master.info_field("stats", "sync_partial_ok") == "1");
+    random_calls(&mut c, 300, commands);
+    wait_for_replica(&master, &replica);
+    assert_eq!(snapshot(&mut replica.client()), snapshot(&mut c), "replica == master");
+}

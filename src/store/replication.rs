@@ -8,20 +8,22 @@
 //! changes that trigger RDB save points, as before, and which the server drops as well).
 //!
 //! It is certain when the server is a primary outside a cluster with no AOF, no child process,
-//! no replica and no backlog (its own `INFO replication`): the module checks that when it
-//! loads, and again when a child process ends or a dataset is loaded. It ends at the first of
-//! the events that precede anything able to read the stream:
+//! no replica and no backlog (its own `INFO replication`): an exact reading of the server's
+//! state, taken when the module loads and then once a second (on the server's cron) while
+//! writes are replicated. It ends at once, before the next command, at any of the events that
+//! precede anything able to read the stream:
 //! - a child process is forked: a replica's full sync (its snapshot, and the stream from that
 //!   instant), an AOF being turned on or rewritten (`CONFIG SET appendonly yes` forks before
 //!   the file takes writes), a BGSAVE;
-//! - a dataset starts loading (a restart may bring a backlog back), the server's role changes,
-//!   a replica or the link to a primary comes or goes.
+//! - a dataset starts or ends loading (a restart may bring a backlog back), the server's role
+//!   changes, a replica or the link to a primary comes or goes.
 //!
-//! A replica, once attached, leaves a backlog behind it, so the server stays heard for good.
-//! On a server that cannot announce all of these events, every write is replicated in full.
+//! A replica leaves a backlog behind it (for `repl-backlog-ttl`, an hour by default), so a
+//! server that had one stays heard that long. On a server that cannot announce all of these
+//! events, every write is replicated in full.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx};
 
@@ -44,15 +46,17 @@ pub fn unheard(ctx: *mut RedisModuleCtx) -> bool {
 
 /// From `init`: subscribes to the events that end it, then decides whether it holds now.
 pub fn watch(ctx: *mut RedisModuleCtx) {
-    unsafe extern "C" fn heard(ctx: *mut RedisModuleCtx, event: raw::RedisModuleEvent, sub: u64, _: *mut std::ffi::c_void) {
-        let over = match event.id {
-            raw::REDISMODULE_EVENT_FORK_CHILD => sub == raw::REDISMODULE_SUBEVENT_FORK_CHILD_DIED,
-            raw::REDISMODULE_EVENT_LOADING => matches!(sub, raw::REDISMODULE_SUBEVENT_LOADING_ENDED | raw::REDISMODULE_SUBEVENT_LOADING_FAILED),
-            _ => false,
-        };
-        // A child gone or a load over: what the server has now decides (a replica's sync or a
-        // loaded backlog leaves it heard). Anything else: heard.
-        UNHEARD.store(over && quiet_now(ctx), Relaxed);
+    unsafe extern "C" fn heard(_: *mut RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
+        UNHEARD.store(false, Relaxed);
+    }
+    // Once a second (the cron runs `hz` times a second, 10 by default), while heard.
+    unsafe extern "C" fn tick(ctx: *mut RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
+        static TICKS: AtomicU32 = AtomicU32::new(0);
+        let n = TICKS.load(Relaxed).wrapping_add(1);
+        TICKS.store(n, Relaxed); // (the main thread only)
+        if n.is_multiple_of(10) && !UNHEARD.load(Relaxed) {
+            UNHEARD.store(quiet_now(ctx), Relaxed);
+        }
     }
     // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
     let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
@@ -72,6 +76,9 @@ pub fn watch(ctx: *mut RedisModuleCtx) {
         }
     }
     UNHEARD.store(quiet_now(ctx), Relaxed);
+    let cron = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CRON_LOOP, dataver: 1 };
+    // SAFETY: as above. Without it, a server heard once stays heard.
+    unsafe { subscribe(ctx, cron, Some(tick)) };
 }
 
 /// The server has nowhere to send a replicated command now.
