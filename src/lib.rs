@@ -64,8 +64,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     operate::seed();
     store::make_words();
-    store::watch_dataset(ctx.ctx);
-    store::watch_replication(ctx.ctx);
+    store::watch_server(ctx.ctx);
     Status::Ok
 }
 

@@ -26,7 +26,6 @@ mod plain;
 mod replication;
 mod zset;
 
-pub use replication::watch as watch_replication;
 
 /// The longest value a limiter may write: Redis's own limit for a string.
 const MAX_VALUE: usize = 512 * 1024 * 1024;
@@ -502,19 +501,39 @@ pub fn make_words() {
     }
 }
 
-/// Forgets which keys hold values this process wrote whenever the dataset is reloaded or
-/// flushed (see `plain`). Called once, when the module loads.
-pub fn watch_dataset(ctx: *mut raw::RedisModuleCtx) {
-    unsafe extern "C" fn forget(_: *mut raw::RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
-        plain::clear();
+/// Follows the server's events, once, when the module loads: the table of keys this process
+/// wrote is forgotten whenever the dataset is reloaded or flushed (see `plain`), and
+/// `replication` learns of anything that may start reading the replication stream. The server
+/// keeps one callback per module and event, so each event is subscribed here, once, to one
+/// callback that serves both.
+pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
+    unsafe extern "C" fn on_event(ctx: *mut raw::RedisModuleCtx, event: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
+        match event.id {
+            raw::REDISMODULE_EVENT_LOADING => {
+                plain::clear();
+                replication::heard();
+            }
+            raw::REDISMODULE_EVENT_FLUSHDB | raw::REDISMODULE_EVENT_SWAPDB => plain::clear(),
+            raw::REDISMODULE_EVENT_CRON_LOOP => replication::tick(ctx),
+            _ => replication::heard(),
+        }
     }
     // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
     let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
-    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB] {
+    let subscribed = |id: u64| {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         // SAFETY: the module's context in `init`, a valid event and a callback that lives as
-        // long as the module.
-        unsafe { subscribe(ctx, event, Some(forget)) };
+        // long as the module. A server that does not know the event refuses it.
+        unsafe { subscribe(ctx, event, Some(on_event)) == raw::Status::Ok as c_int }
+    };
+    // Every one subscribed, whatever a refusal before it.
+    let mut heard_all = true;
+    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB].into_iter().chain(replication::EVENTS) {
+        heard_all &= subscribed(id);
+    }
+    // Only a server that announces every one of them may skip building replicated commands.
+    if heard_all && subscribed(raw::REDISMODULE_EVENT_CRON_LOOP) {
+        replication::start(ctx);
     }
     // A key that expires or is evicted leaves the table, so the next value under its name
     // (another application's, perhaps compact) is read through GET. Only these two classes:

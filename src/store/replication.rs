@@ -44,46 +44,42 @@ pub fn unheard(ctx: *mut RedisModuleCtx) -> bool {
     true
 }
 
-/// From `init`: subscribes to the events that end it, then decides whether it holds now.
-pub fn watch(ctx: *mut RedisModuleCtx) {
-    unsafe extern "C" fn heard(_: *mut RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
-        UNHEARD.store(false, Relaxed);
-    }
-    // Once a second (the cron runs `hz` times a second, 10 by default), while heard.
-    unsafe extern "C" fn tick(ctx: *mut RedisModuleCtx, _: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
-        static TICKS: AtomicU32 = AtomicU32::new(0);
-        let n = TICKS.load(Relaxed).wrapping_add(1);
-        TICKS.store(n, Relaxed); // (the main thread only)
-        if n.is_multiple_of(10) && !UNHEARD.load(Relaxed) {
-            UNHEARD.store(quiet_now(ctx), Relaxed);
-        }
-    }
-    // SAFETY: a copy of a function pointer the server filled in (6.0+); `None` before.
-    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else { return };
-    let events = [
-        raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
-        raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
-    ];
-    for id in events {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        // SAFETY: the module's context in `init`, a callback that lives as long as the module.
-        // A server that does not know the event refuses it: then nothing is ever skipped.
-        if unsafe { subscribe(ctx, event, Some(heard)) } != raw::Status::Ok as c_int {
-            return;
-        }
-    }
+/// The server events (besides a load, which `store` follows for its own reasons too) at which
+/// something may start reading the stream: each calls [`heard`].
+pub const EVENTS: [u64; 4] = [
+    raw::REDISMODULE_EVENT_FORK_CHILD,
+    raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+    raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+    raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
+];
+
+/// Something may read the stream from now on: every write is replicated until [`tick`] finds
+/// the server quiet again.
+pub fn heard() {
+    UNHEARD.store(false, Relaxed);
+}
+
+/// Once the module follows every event of [`EVENTS`], a load, and the cron (from `init`):
+/// whether nothing can receive the stream now.
+pub fn start(ctx: *mut RedisModuleCtx) {
     UNHEARD.store(quiet_now(ctx), Relaxed);
-    let cron = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CRON_LOOP, dataver: 1 };
-    // SAFETY: as above. Without it, a server heard once stays heard.
-    unsafe { subscribe(ctx, cron, Some(tick)) };
+}
+
+/// On each run of the server's cron (`hz` a second, 10 by default): once a second, while
+/// writes are replicated, whether the server has become quiet again.
+pub fn tick(ctx: *mut RedisModuleCtx) {
+    static TICKS: AtomicU32 = AtomicU32::new(0);
+    let n = TICKS.load(Relaxed).wrapping_add(1);
+    TICKS.store(n, Relaxed); // (the main thread only)
+    // `start` has run: the cron is subscribed only after every event was.
+    if n.is_multiple_of(10) && !UNHEARD.load(Relaxed) {
+        UNHEARD.store(quiet_now(ctx), Relaxed);
+    }
 }
 
 /// The server has nowhere to send a replicated command now.
 fn quiet_now(ctx: *mut RedisModuleCtx) -> bool {
-    // SAFETY: the module's context in `init`, or an event's.
+    // SAFETY: the module's context in `init`, or the cron event's.
     let flags = unsafe { (api().get_context_flags)(ctx) } as u32;
     let loud = raw::REDISMODULE_CTX_FLAGS_SLAVE
         | raw::REDISMODULE_CTX_FLAGS_CLUSTER
