@@ -26,7 +26,6 @@ mod plain;
 mod replication;
 mod zset;
 
-
 /// The longest value a limiter may write: Redis's own limit for a string.
 const MAX_VALUE: usize = 512 * 1024 * 1024;
 
@@ -428,6 +427,11 @@ impl Key {
                 ("PEXPIREAT", unsafe { replicate(ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len()) })
             }
             Replicated::Del => ("DEL", unsafe { replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name) }),
+            // `v`: an array of server strings and its length.
+            Replicated::Zrem { members } => ("ZREM", unsafe { replicate(ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), name, members.as_ptr(), members.len()) }),
+            Replicated::Zadd { score, member } => {
+                ("ZADD", unsafe { replicate(ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), name, score.as_ptr(), score.len(), member) })
+            }
         };
         match status == raw::Status::Ok as c_int {
             true => Ok(()),
@@ -567,6 +571,9 @@ enum Replicated<'a> {
     SetRange { offset: usize, bytes: &'a [u8] },
     PexpireAt { at_ms: i64 },
     Del,
+    /// Lease sets: `ZREM key member…`, `ZADD key score member` (the score's decimal text).
+    Zrem { members: &'a [*mut RedisModuleString] },
+    Zadd { score: &'a [u8], member: *mut RedisModuleString },
 }
 
 /// An effect checked against its key, ready to be written.

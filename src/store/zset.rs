@@ -98,14 +98,7 @@ impl Key {
                     removed = Err(Error::Internal("cannot remove a lease".into()));
                 }
             }
-            let status = match super::replication::unheard(self.ctx) {
-                true => raw::Status::Ok as c_int,
-                // SAFETY: `s` the key name, `v` an array of strings and its length.
-                false => unsafe {
-                    (api.replicate)(self.ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), self.name, write.remove.as_ptr(), write.remove.len())
-                },
-            };
-            replicated(status, "ZREM")?;
+            self.replicate(Replicated::Zrem { members: &write.remove })?;
             removed?;
             self.announce_one(raw::REDISMODULE_NOTIFY_ZSET, c"zrem");
             changed = true;
@@ -120,14 +113,7 @@ impl Key {
             if flags & (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int != 0 {
                 let score = Decimal::new(score);
                 let score = score.as_bytes();
-                let status = match super::replication::unheard(self.ctx) {
-                    true => raw::Status::Ok as c_int,
-                    // SAFETY: `s` the key name, `b` a pointer and a length, `s` the id.
-                    false => unsafe {
-                        (api.replicate)(self.ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), self.name, score.as_ptr(), score.len(), write.id)
-                    },
-                };
-                replicated(status, "ZADD")?;
+                self.replicate(Replicated::Zadd { score, member: write.id })?;
                 self.announce_one(raw::REDISMODULE_NOTIFY_ZSET, c"zadd");
                 changed = true;
             }
@@ -142,13 +128,6 @@ impl Key {
             self.announce(&[]);
         }
         Ok(())
-    }
-}
-
-fn replicated(status: c_int, what: &str) -> Result<()> {
-    match status == raw::Status::Ok as c_int {
-        true => Ok(()),
-        false => Err(Error::Internal(format!("cannot replicate {what}"))),
     }
 }
 
