@@ -55,7 +55,7 @@ count() { # $1 command words, $2 setup, $3 the scenario's name
   # floor as for the module), and divide by the benchmarked command's own calls.
   local toggle=call
   [[ ${3:-} == *"(whole)"* ]] && toggle=processCommand
-  # (One file per process: a BGSAVE's child writes its own.)
+  # (One file per process: the child forked for the replica's sync writes its own.)
   valgrind --tool=callgrind --toggle-collect=$toggle --callgrind-out-file="$DIR/callgrind.out.%p" \
     ${THROTTLE_SERVER:-redis-server} --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
     --enable-debug-command yes --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$DIR/valgrind.log" 2>&1 &
