@@ -120,6 +120,7 @@ try {
     ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin))],
     ['@nestjs/throttler', 'redis-throttle (counter)', 'module', () => nestApp(new RedisThrottleStorage(io.module, { algorithm: 'counter', prefix: 'e:' }))],
+    ['@nestjs/throttler', 'redis-throttle (counter)', 'twin', () => nestApp(new RedisThrottleStorage(io.twin, { algorithm: 'counter', prefix: 'e:' }))],
     ['@fastify/rate-limit', 'its Redis store', 'module', () => fastifyApp({ redis: io.module })],
     ['@fastify/rate-limit', 'redis-throttle', 'module', () => fastifyApp({ store: redisThrottleStore(io.module) })],
     ['@fastify/rate-limit', 'redis-throttle', 'twin', () => fastifyApp({ store: redisThrottleStore(io.twin) })],
