@@ -274,6 +274,14 @@ fn a_replica_attached_to_a_cache_holds_every_write_before_during_and_after_its_s
     assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
 }
 
+/// Until the AOF's first rewrite (started by `CONFIG SET appendonly yes`, or scheduled by it)
+/// has ended: the file holds the dataset from then on.
+fn wait_for_aof_rewrite(master: &Server) {
+    wait_until("the AOF's first rewrite", Duration::from_secs(20), || {
+        master.info_field("persistence", "aof_rewrite_in_progress") == "0" && master.info_field("persistence", "aof_rewrite_scheduled") == "0"
+    });
+}
+
 /// `CONFIG SET appendonly yes` on a server run as a cache: the file, once written, replays to
 /// exactly the dataset, the writes made before it was turned on and after.
 #[test]
@@ -284,11 +292,44 @@ fn an_aof_turned_on_at_run_time_replays_every_write() {
     random_calls(&mut c, 1500, commands);
     let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").query(&mut c).unwrap();
     random_calls(&mut c, 500, commands);
-    wait_until("the AOF's first rewrite", Duration::from_secs(20), || {
-        master.info_field("persistence", "aof_rewrite_in_progress") == "0" && master.info_field("persistence", "aof_rewrite_scheduled") == "0"
-    });
+    wait_for_aof_rewrite(&master);
     random_calls(&mut c, 1500, commands);
     let on_master = snapshot(&mut c);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
+    assert_eq!(snapshot(&mut c), on_master, "AOF replay == the dataset before");
+}
+
+/// `CONFIG SET appendonly yes` inside a transaction, between limiter calls: the calls queued
+/// before it ran while nothing could read the stream (only counted, not built), and those after
+/// it are built in full. The server starts the file after the transaction, from a snapshot that
+/// holds both, so the file replays to exactly the dataset, no call applied twice.
+#[test]
+fn an_aof_turned_on_inside_a_transaction_replays_every_write() {
+    let master = Server::with(Options::default().arg("--enable-debug-command local"));
+    let mut c = master.client();
+    let commands = every_command(&mut c);
+    random_calls(&mut c, 300, commands);
+    let calls = ["CL.THROTTLE rl:tx:g 5 3 600", "CL.COUNTER rl:tx:c 9 600", "CL.WINDOW rl:tx:w 12 600 2", "CL.THROTTLE rl:cl.throttle:1 5 3 600"];
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    let queue = |pipe: &mut redis::Pipeline| {
+        for words in calls {
+            let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+            let mut cmd = redis::Cmd::new();
+            for arg in harness::twin::map(&args) {
+                cmd.arg(arg);
+            }
+            pipe.add_command(cmd).ignore();
+        }
+    };
+    queue(&mut pipe);
+    pipe.cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").ignore();
+    queue(&mut pipe);
+    let () = pipe.query(&mut c).unwrap();
+    wait_for_aof_rewrite(&master);
+    random_calls(&mut c, 300, commands);
+    let on_master = snapshot(&mut c);
+    assert!(on_master.iter().any(|(key, _, _)| key == b"rl:tx:g"), "the transaction's calls wrote");
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
     assert_eq!(snapshot(&mut c), on_master, "AOF replay == the dataset before");
 }
