@@ -59,10 +59,7 @@ fn aof_restart_keeps_every_limiter_also_after_a_rewrite() {
     let (mut server, before) = survives_restart(Options::default().arg("--appendonly yes --appendfsync always"), "AOF");
     // After a rewrite the AOF holds the keys themselves, not the commands: same again.
     let _: () = redis::cmd("BGREWRITEAOF").query(&mut server.client()).unwrap();
-    harness::wait_until("the AOF rewrite", std::time::Duration::from_secs(20), || {
-        server.info_field("persistence", "aof_rewrite_in_progress") == "0"
-            && server.info_field("persistence", "aof_rewrite_scheduled") == "0"
-    });
+    server.wait_for_aof_rewrite();
     server.restart("");
     let mut c = server.client();
     assert_eq!(snapshot(&mut c), before, "AOF after rewrite");

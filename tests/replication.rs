@@ -274,14 +274,6 @@ fn a_replica_attached_to_a_cache_holds_every_write_before_during_and_after_its_s
     assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
 }
 
-/// Until the AOF's first rewrite (started by `CONFIG SET appendonly yes`, or scheduled by it)
-/// has ended: the file holds the dataset from then on.
-fn wait_for_aof_rewrite(master: &Server) {
-    wait_until("the AOF's first rewrite", Duration::from_secs(20), || {
-        master.info_field("persistence", "aof_rewrite_in_progress") == "0" && master.info_field("persistence", "aof_rewrite_scheduled") == "0"
-    });
-}
-
 /// `CONFIG SET appendonly yes` on a server run as a cache: the file, once written, replays to
 /// exactly the dataset, the writes made before it was turned on and after.
 #[test]
@@ -292,7 +284,7 @@ fn an_aof_turned_on_at_run_time_replays_every_write() {
     random_calls(&mut c, 1500, commands);
     let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").query(&mut c).unwrap();
     random_calls(&mut c, 500, commands);
-    wait_for_aof_rewrite(&master);
+    master.wait_for_aof_rewrite();
     random_calls(&mut c, 1500, commands);
     let on_master = snapshot(&mut c);
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
@@ -326,7 +318,7 @@ fn an_aof_turned_on_inside_a_transaction_replays_every_write() {
     pipe.cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").ignore();
     queue(&mut pipe);
     let () = pipe.query(&mut c).unwrap();
-    wait_for_aof_rewrite(&master);
+    master.wait_for_aof_rewrite();
     random_calls(&mut c, 300, commands);
     let on_master = snapshot(&mut c);
     assert!(on_master.iter().any(|(key, _, _)| key == b"rl:tx:g"), "the transaction's calls wrote");

@@ -512,9 +512,26 @@ impl Cluster {
 impl Server {
     /// One `field:value` line of `INFO section`, as text ("" when absent).
     pub fn info_field(&self, section: &str, field: &str) -> String {
+        self.info_fields(section, &[field]).remove(0)
+    }
+
+    /// Several fields of one INFO reply (one instant: two INFO calls can straddle a change).
+    pub fn info_fields(&self, section: &str, fields: &[&str]) -> Vec<String> {
         let info: String = redis::cmd("INFO").arg(section).query(&mut self.client()).unwrap_or_default();
-        let prefix = format!("{field}:");
-        info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or("").trim().to_string()
+        let value = |field: &str| {
+            let prefix = format!("{field}:");
+            info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or("").trim().to_string()
+        };
+        fields.iter().map(|field| value(field)).collect()
+    }
+
+    /// Until no AOF rewrite is scheduled or running (started by BGREWRITEAOF or by
+    /// `CONFIG SET appendonly yes`): the file holds the dataset from then on. Both fields come
+    /// from one INFO reply: a scheduled rewrite starting between two replies would read "0" twice.
+    pub fn wait_for_aof_rewrite(&self) {
+        wait_until("the AOF rewrite", Duration::from_secs(20), || {
+            self.info_fields("persistence", &["aof_rewrite_in_progress", "aof_rewrite_scheduled"]) == ["0", "0"]
+        });
     }
 
     /// How many times `command` (lower case, e.g. `cl.throttle`) ran here: `calls` of
