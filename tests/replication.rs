@@ -4,7 +4,7 @@
 
 mod harness;
 
-use harness::{Options, Server, snapshot, wait_until};
+use harness::{Options, Server, Snapshot, snapshot, wait_until};
 use rand::Rng;
 use std::time::Duration;
 
@@ -274,11 +274,24 @@ fn a_replica_attached_to_a_cache_holds_every_write_before_during_and_after_its_s
     assert_eq!(snapshot(&mut replica.client()), on_master, "replica == master");
 }
 
+/// A server run as a cache that lets a test reload its AOF (`DEBUG LOADAOF`).
+fn aof_server() -> Server {
+    Server::with(Options::default().arg("--enable-debug-command local"))
+}
+
+/// Reloads the dataset from the AOF and asserts it is exactly the dataset before; returns that.
+fn assert_aof_replays_the_dataset(c: &mut redis::Connection) -> Snapshot {
+    let on_master = snapshot(c);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(c).unwrap();
+    assert_eq!(snapshot(c), on_master, "AOF replay == the dataset before");
+    on_master
+}
+
 /// `CONFIG SET appendonly yes` on a server run as a cache: the file, once written, replays to
 /// exactly the dataset, the writes made before it was turned on and after.
 #[test]
 fn an_aof_turned_on_at_run_time_replays_every_write() {
-    let master = Server::with(Options::default().arg("--enable-debug-command local"));
+    let master = aof_server();
     let mut c = master.client();
     let commands = every_command(&mut c);
     random_calls(&mut c, 1500, commands);
@@ -286,9 +299,7 @@ fn an_aof_turned_on_at_run_time_replays_every_write() {
     random_calls(&mut c, 500, commands);
     master.wait_for_aof_rewrite();
     random_calls(&mut c, 1500, commands);
-    let on_master = snapshot(&mut c);
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
-    assert_eq!(snapshot(&mut c), on_master, "AOF replay == the dataset before");
+    assert_aof_replays_the_dataset(&mut c);
 }
 
 /// `CONFIG SET appendonly yes` inside a transaction, between limiter calls: the calls queued
@@ -297,7 +308,7 @@ fn an_aof_turned_on_at_run_time_replays_every_write() {
 /// holds both, so the file replays to exactly the dataset, no call applied twice.
 #[test]
 fn an_aof_turned_on_inside_a_transaction_replays_every_write() {
-    let master = Server::with(Options::default().arg("--enable-debug-command local"));
+    let master = aof_server();
     let mut c = master.client();
     let commands = every_command(&mut c);
     random_calls(&mut c, 300, commands);
@@ -320,10 +331,8 @@ fn an_aof_turned_on_inside_a_transaction_replays_every_write() {
     let () = pipe.query(&mut c).unwrap();
     master.wait_for_aof_rewrite();
     random_calls(&mut c, 300, commands);
-    let on_master = snapshot(&mut c);
+    let on_master = assert_aof_replays_the_dataset(&mut c);
     assert!(on_master.iter().any(|(key, _, _)| key == b"rl:tx:g"), "the transaction's calls wrote");
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
-    assert_eq!(snapshot(&mut c), on_master, "AOF replay == the dataset before");
 }
 
 /// A primary restarted from its RDB keeps its replication history (a backlog from the load
