@@ -123,7 +123,7 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
       const res = RateLimiterRedisThrottle.resOf(d, points);
       if (!d.limited) return res;
       // A denial takes nothing, so the one that goes over is the first without a block in force.
-      if (this.blockDuration > 0 && (await this.#throttle.blockOnce(this.limiterOf(key), this.blockDuration * 1000)) !== undefined) {
+      if (this.blockDuration > 0 && (await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), this.blockDuration * 1000)) !== undefined) {
         (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
       }
       throw res;

@@ -189,6 +189,9 @@ const s = (v: Int): string => (typeof v === 'bigint' ? v.toString() : String(v))
 /** The value of a GCRA key under a block (Throttle.block): not a TAT, so CL.THROTTLE refuses it. */
 const BLOCKED = 'redis-throttle:blocked';
 
+/** The server's refusal of a key whose value is not the command's state (e.g. BLOCKED under CL.THROTTLE). */
+const invalidState = (e: unknown): boolean => e instanceof Error && e.message.includes('does not hold valid');
+
 const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
 
 /** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
@@ -289,27 +292,31 @@ export class Throttle {
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
     const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
-    try {
-      return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
-    } catch (e) {
-      // A GCRA key under a block (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses.
-      if (name !== 'throttle') throw e;
-      const held = await this.#blocked(key);
-      if (held === undefined) throw e;
-      const limit = Number(BigInt(words[0] as string) + 1n);
-      const units = quantity === undefined ? 1n : BigInt(s(quantity));
-      return {
-        limited: units > 0n,
-        limit,
-        remaining: 0,
-        retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
-        resetAfterMs: held,
-      };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+      } catch (e) {
+        // A GCRA key under a block (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses.
+        if (name !== 'throttle' || !invalidState(e)) throw e;
+        const held = await this.#blocked(key);
+        // The block ended between the two round trips: the key is free, so decide again.
+        if (held === 'gone' && attempt < 3) continue;
+        if (held === undefined || held === 'gone') throw e;
+        const limit = Number(BigInt(words[0] as string) + 1n);
+        const units = quantity === undefined ? 1n : BigInt(s(quantity));
+        return {
+          limited: units > 0n,
+          limit,
+          remaining: 0,
+          retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
+          resetAfterMs: held,
+        };
+      }
     }
   }
 
-  /** ms left of a GCRA block on `key` (its value is BLOCKED), or undefined when it holds none. */
-  async #blocked(key: string): Promise<number | undefined> {
+  /** ms left of a GCRA block on `key` (its value is BLOCKED); 'gone' when the key is absent, undefined when it holds something else. */
+  async #blocked(key: string): Promise<number | 'gone' | undefined> {
     let replies: unknown[];
     try {
       replies = await this.transaction(key, [['GET', key], ['PTTL', key]]);
@@ -317,6 +324,7 @@ export class Throttle {
       return undefined; // (a key of another type: the call's own error stands)
     }
     const [value, pttl] = replies;
+    if (value == null) return 'gone';
     if (String(value) !== BLOCKED) return undefined;
     const ms = int(pttl, 'PTTL reply');
     return ms > 0 ? ms : 1;
@@ -368,12 +376,18 @@ export class Throttle {
     }
     args.push('MS', 'DETAILS');
     let reply: unknown;
-    try {
-      reply = await this.#call(keys[0] as string, args);
-    } catch (e) {
-      const blocked = await this.#allBlocked(limiters);
-      if (blocked === undefined) throw e;
-      return blocked;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        reply = await this.#call(keys[0] as string, args);
+        break;
+      } catch (e) {
+        if (!invalidState(e)) throw e;
+        const blocked = await this.#allBlocked(limiters);
+        // A block ended between the two round trips (a GCRA key is gone now): decide again.
+        if (blocked === 'gone' && attempt < 3) continue;
+        if (blocked === undefined || blocked === 'gone') throw e;
+        return blocked;
+      }
     }
     const top = decision(reply);
     const r = reply as unknown[];
@@ -387,11 +401,14 @@ export class Throttle {
   /**
    * CL.ALL refused a call naming a GCRA key under a block (Throttle.block): the decision is that
    * limiter's denial (the first blocked one binds; nothing is taken), with every other limiter's
-   * state read by a peek (quantity 0). undefined when no key is blocked (the error stands).
+   * state read by a peek (quantity 0). undefined when no key is blocked (the error stands),
+   * 'gone' when none is but a GCRA key has vanished since (its block may have just ended).
    */
-  async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | undefined> {
-    const held = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
+  async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | 'gone' | undefined> {
+    const state = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
+    const held = state.map((h) => (h === 'gone' ? undefined : h));
     const binding = held.findIndex((h) => h !== undefined);
+    if (binding < 0 && state.includes('gone')) return 'gone';
     const b = limiters[binding];
     // Only a call taking units is denied by the block (a refund or peek gets the server's error).
     if (b === undefined || (b.quantity !== undefined && BigInt(s(b.quantity)) <= 0n)) return undefined;
@@ -535,13 +552,49 @@ export class Throttle {
    * Blocks `l` as `block` does, unless a block started here is in force: its marker
    * (`<key>:blocked`, in the key's slot) lives exactly as long as the block, so denials during a
    * block do not extend it (the host libraries block once, at the denial that goes over). Returns
-   * the block's length in ms, or undefined when one was already in force.
+   * the block's length in ms, or undefined when none was written.
+   *
+   * Call it after a denial of `l` (its `quantity` the denied units). That denial was decided a
+   * round trip earlier, possibly under a block that has ended since (its marker gone with it): so
+   * the caller that wins the marker first asks the limiter again (a peek) and blocks only if it
+   * still refuses those units, with no block in force; otherwise it gives the marker back.
    */
   async blockOnce(l: Limiter, ms: number): Promise<number | undefined> {
     const span = String(Math.max(1, Math.round(l.algorithm === 'window' ? Number(s(l.windowMs)) : ms)));
     const marker = sibling(l.key, ':blocked');
     const fresh = await this.#call(marker, ['SET', marker, '1', 'PX', span, 'NX']);
-    return fresh == null ? undefined : this.block(l, Number(span), { marker });
+    if (fresh == null) return undefined;
+    let remaining: bigint;
+    try {
+      remaining = await this.#remaining(l);
+    } catch (e) {
+      await this.#call(marker, ['DEL', marker]).catch(() => undefined);
+      throw e;
+    }
+    const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
+    if (remaining >= units) {
+      // A stale denial: the limiter admits these units now, so there is nothing to go over.
+      await this.#call(marker, ['DEL', marker]);
+      return undefined;
+    }
+    return this.block(l, Number(span), { marker });
+  }
+
+  /**
+   * The units `l` would admit now, taking none: a peek (quantity 0), or for a fixed window its
+   * count, which CL.COUNTER and Throttle.hit store alike (so a twin-only server's plain-command
+   * stores stay off FCALL).
+   */
+  async #remaining(l: Limiter): Promise<bigint> {
+    if (l.algorithm === 'counter') {
+      const v = await this.#call(l.key, ['GET', l.key]);
+      if (v == null) return BigInt(s(l.limit));
+      if (/^\d{1,18}$/.test(String(v))) {
+        const left = BigInt(s(l.limit)) - BigInt(String(v));
+        return left > 0n ? left : 0n;
+      }
+    }
+    return BigInt((await this.decide({ ...l, quantity: 0 })).remaining);
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */

@@ -69,6 +69,65 @@ for (const kind of KINDS) {
         await assert.rejects(t.block({ key: `${tag}:b`, algorithm: 'bucket', capacity: 2, tokens: 1, intervalMs: 100 }, 100), /cannot be blocked/);
       });
 
+      test('blockOnce(): the denial that goes over blocks once; a denial decided under a block that has ended since writes nothing', async () => {
+        const t = new Throttle(await connect(kind), SLOW);
+        const tag = unique('{once}');
+        const limiters = [
+          { key: `${tag}:c`, algorithm: 'counter', limit: 2, windowMs: 300 },
+          { key: `${tag}:g`, algorithm: 'throttle', maxBurst: 1, count: 2, periodMs: 300 },
+          { key: `${tag}:w`, algorithm: 'window', limit: 2, windowMs: 700 },
+        ];
+        await Promise.all(
+          limiters.map(async (l) => {
+            while (!(await t.decide(l)).limited);
+            // Twenty app servers see the denial that goes over at once: one block, from now.
+            const began = Date.now();
+            const spans = await Promise.all(Array.from({ length: 20 }, () => t.blockOnce(l, 700)));
+            assert.deepEqual(spans.filter((x) => x !== undefined), [700], `${l.algorithm}: ${spans}`);
+            // A denial during the block, whose blockOnce is delayed past the block's end (a
+            // stalled app server): it must not start a second block.
+            const late = await t.decide(l);
+            assert.equal(late.limited, true, l.algorithm);
+            const marker = sibling(l.key, ':blocked');
+            while (Number(await t.command(marker, ['EXISTS', marker])) === 1) await new Promise((r) => setTimeout(r, 20));
+            assert.ok(Date.now() - began >= 600, `${l.algorithm}: the marker outlived its block? ${Date.now() - began} ms`);
+            assert.equal(await t.blockOnce(l, 700), undefined, `${l.algorithm}: a stale denial blocked again`);
+            assert.equal(Number(await t.command(marker, ['EXISTS', marker])), 0, `${l.algorithm}: the stale denial left its marker`);
+            const d = await t.decide(l);
+            assert.deepEqual([d.limited, d.remaining], [false, 1], `${l.algorithm} after its block`);
+          }),
+        );
+      });
+
+      if (kind !== 'cluster' && lib === 'node-redis') {
+        test('a GCRA decision refused by a block that ends before the block is read decides again', async () => {
+          const real = await connect(kind);
+          // The first refusal stalls every later command until the block has ended.
+          let gate = Promise.resolve();
+          let stalled = false;
+          const client = {
+            sendCommand: async (args) => {
+              await gate;
+              try {
+                return await real.sendCommand(args);
+              } catch (e) {
+                if (!stalled) {
+                  stalled = true;
+                  gate = new Promise((r) => setTimeout(r, 1500));
+                }
+                throw e;
+              }
+            },
+          };
+          const t = new Throttle(client, SLOW);
+          const l = { key: unique('gone'), algorithm: 'throttle', maxBurst: 1, count: 2, periodMs: 300 };
+          await t.block(l, 1000);
+          const d = await t.decide(l);
+          assert.equal(stalled, true, 'the decision met the block');
+          assert.deepEqual([d.limited, d.remaining], [false, 1], JSON.stringify(d));
+        });
+      }
+
       test('quota: a calendar day in UTC, then the server refuses an unknown unit', async () => {
         const t = new Throttle(await connect(kind), SLOW);
         const key = unique('quota');
