@@ -292,25 +292,39 @@ export class Throttle {
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
     const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
+    const send = async (): Promise<Decision> => decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+    if (name !== 'throttle') return send();
+    return this.#answeringBlocks(send, async () => {
+      const held = await this.#blocked(key);
+      if (typeof held !== 'number') return held;
+      const limit = Number(BigInt(words[0] as string) + 1n);
+      const units = quantity === undefined ? 1n : BigInt(s(quantity));
+      return {
+        limited: units > 0n,
+        limit,
+        remaining: 0,
+        retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
+        resetAfterMs: held,
+      };
+    });
+  }
+
+  /**
+   * `send`, unless the server refuses a key as not its state: a GCRA key under a block
+   * (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses. `blocked` then gives the answer,
+   * or undefined (the error stands), or 'gone' when a block ended between the two round trips:
+   * the key is free, so `send` again (twice at most).
+   */
+  async #answeringBlocks<T>(send: () => Promise<T>, blocked: () => Promise<T | 'gone' | undefined>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return decision(await this.#call(key, [...head, ...words, ...q, 'MS']));
+        return await send();
       } catch (e) {
-        // A GCRA key under a block (Throttle.block) holds BLOCKED, which CL.THROTTLE refuses.
-        if (name !== 'throttle' || !invalidState(e)) throw e;
-        const held = await this.#blocked(key);
-        // The block ended between the two round trips: the key is free, so decide again.
-        if (held === 'gone' && attempt < 3) continue;
-        if (held === undefined || held === 'gone') throw e;
-        const limit = Number(BigInt(words[0] as string) + 1n);
-        const units = quantity === undefined ? 1n : BigInt(s(quantity));
-        return {
-          limited: units > 0n,
-          limit,
-          remaining: 0,
-          retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
-          resetAfterMs: held,
-        };
+        if (!invalidState(e)) throw e;
+        const answer = await blocked();
+        if (answer === 'gone' && attempt < 3) continue;
+        if (answer === undefined || answer === 'gone') throw e;
+        return answer;
       }
     }
   }
@@ -375,27 +389,17 @@ export class Throttle {
       if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
     }
     args.push('MS', 'DETAILS');
-    let reply: unknown;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        reply = await this.#call(keys[0] as string, args);
-        break;
-      } catch (e) {
-        if (!invalidState(e)) throw e;
-        const blocked = await this.#allBlocked(limiters);
-        // A block ended between the two round trips (a GCRA key is gone now): decide again.
-        if (blocked === 'gone' && attempt < 3) continue;
-        if (blocked === undefined || blocked === 'gone') throw e;
-        return blocked;
+    const send = async (): Promise<AllDecision> => {
+      const reply = await this.#call(keys[0] as string, args);
+      const top = decision(reply);
+      const r = reply as unknown[];
+      const details = r[6];
+      if (!Array.isArray(details) || details.length !== limiters.length) {
+        throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
       }
-    }
-    const top = decision(reply);
-    const r = reply as unknown[];
-    const details = r[6];
-    if (!Array.isArray(details) || details.length !== limiters.length) {
-      throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
-    }
-    return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
+      return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
+    };
+    return this.#answeringBlocks(send, () => this.#allBlocked(limiters));
   }
 
   /**
