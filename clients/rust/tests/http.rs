@@ -523,7 +523,11 @@ async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_whose_lease_may_be_lost_is_cut() {
     let server = Server::start();
-    let config = Config { deadline: DEADLINE, breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
+    // A deadline a busy 2-core machine meets on every renewal while the server runs (renewals
+    // every lease / 3 = 100 ms), and a pause longer than a renewal interval plus that deadline.
+    let deadline = Duration::from_millis(100);
+    let pause = Duration::from_millis(250);
+    let config = Config { deadline, breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
     let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
     let lease = Duration::from_millis(300);
     let stream = || async { axum::body::Body::new(Ticks(Box::pin(tokio::time::sleep(Duration::ZERO)))) };
@@ -542,7 +546,7 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
     let pid = server.pid();
     signal(pid, libc::SIGSTOP);
     let resume = Resume(pid);
-    tokio::time::sleep(Duration::from_millis(150)).await; // a renewal times out: the breaker opens
+    tokio::time::sleep(pause).await; // a renewal times out: the breaker opens
     drop(resume);
     let paused_at = Instant::now();
     let cut = loop {
@@ -551,7 +555,7 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
             Some(Err(_)) | None => break paused_at.elapsed(),
         }
     };
-    eprintln!("cut {cut:?} after SIGCONT (150 ms after SIGSTOP; lease {lease:?})");
+    eprintln!("cut {cut:?} after SIGCONT ({pause:?} after SIGSTOP; lease {lease:?})");
     assert!(cut <= lease + Duration::from_millis(100), "{cut:?}");
     // The slot is another's to take once the lease has run out.
     harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || holders(&server, "rl:streams:/stream") == 0);
