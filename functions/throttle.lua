@@ -3270,6 +3270,9 @@ end
 -- (In a function of its own: the main chunk is near Lua's 200 locals.)
 local HOT_FN = (function()
   local WHOT, CHOT, whot_count = {}, {}, 0
+  -- (Offsets and lengths go to redis.call as text: Redis 7.0 turns a Lua number into an
+  -- argument with printf's %.17g, which costs more than the rest of a small call.)
+  local READ_WHOLE_LAST = '4095' -- READ_WHOLE - 1
 
   -- A reply time: from now until the instant (xm, xu), 0 when not later (`since` then
   -- `reply_time`).
@@ -3322,7 +3325,7 @@ local HOT_FN = (function()
     local nm, nu = clock()
     local P, W, slots, q, limit = e.P, e.W, e.slots, e.q, e.limit
     local L = 24 + slots * 8
-    local s = rpcall('GETRANGE', key, 0, L) -- (one byte more: a longer value is not the call's)
+    local s = rpcall('GETRANGE', key, '0', e.L) -- (one byte more: a longer value is not the call's)
     if type(s) ~= 'string' then return nil end
     local current = div_floor(nm, P)
     local newest, used, newest_used, k0, held = current, 0, nil, 0, 0
@@ -3390,7 +3393,7 @@ local HOT_FN = (function()
       end
     elseif top == newest then
       local c = ring_count_at(s, 24 + ts * 8) + q
-      rcall('SETRANGE', key, 24 + ts * 8, COUNT_LE[c] or int_le(c))
+      rcall('SETRANGE', key, int_text(24 + ts * 8), COUNT_LE[c] or int_le(c))
       rcall('PEXPIREAT', key, expiry_text(at))
     else
       -- The newest bucket, then the slots from the one after the old newest to now's, in one
@@ -3403,11 +3406,13 @@ local HOT_FN = (function()
       else
         bytes = int_le(top) .. rep(ZERO8, ts) .. cq .. sub(s, 25 + (ts + 1) * 8, 24 + a * 8) .. rep(ZERO8, slots - a)
       end
-      rcall('SETRANGE', key, 16, bytes)
+      rcall('SETRANGE', key, '16', bytes)
       rcall('PEXPIREAT', key, expiry_text(at))
     end
     return hot_reply(e, 0, used + q, nil, at, nm, nu)
   end
+
+  local HOT_LOG = { s = '', head = 0, len = 0, key = false, cache = false, ws = false, wa = false }
 
   -- An exact log, not stepped ahead, admitting at most CHUNK bytes of entries; a long one
   -- once `read_window` found it long (read by length and header, then from its head).
@@ -3420,16 +3425,16 @@ local HOT_FN = (function()
       -- The length this twin left (a guess): a range of 16 bytes from 8 before it holds
       -- exactly 8 iff it is the length, and they are the newest entry.
       if g ~= true then
-        last = rpcall('GETRANGE', key, g - 8, g + 7)
+        last = rpcall('GETRANGE', key, int_text(g - 8), int_text(g + 7))
         if type(last) == 'string' and #last == 8 then n = g else last = nil end
       end
       if not n then n = rpcall('STRLEN', key) end
       if type(n) ~= 'number' or n <= READ_WHOLE then return nil end
       -- The header, with the entries after the head it left when they are near (at most 1 KB).
       local h = LONG.head[key]
-      s, long = rcall('GETRANGE', key, 0, h and h < HEAD_WINDOW and 7 + (h + HEAD_WINDOW) * 8 or 7), true
+      s, long = rcall('GETRANGE', key, '0', h and h < HEAD_WINDOW and int_text(7 + (h + HEAD_WINDOW) * 8) or '7'), true
     else
-      s = rpcall('GETRANGE', key, 0, READ_WHOLE - 1)
+      s = rpcall('GETRANGE', key, '0', READ_WHOLE_LAST)
       if type(s) ~= 'string' then return nil end
       n = #s
       if n == READ_WHOLE then return nil end
@@ -3443,8 +3448,10 @@ local HOT_FN = (function()
       if n < 8 or sub(s, 1, 4) ~= '\1\0\0\0' or (n - 8) % 8 ~= 0 then return nil end
       local len, head = (n - 8) / 8, le_u32(s, 5)
       if head > len then return nil end
-      -- (every field log_first_after and log_at may set, so that the table never grows)
-      log = { s = s, head = head, len = len, key = long and key, cache = false, ws = false, wa = false }
+      -- (One table for every call, refilled: every field log_first_after and log_at may set,
+      -- so that it never grows and no call leaves a table for the collector.)
+      log = HOT_LOG
+      log.s, log.head, log.len, log.key, log.cache, log.ws, log.wa = s, head, len, long and key, false, false, false
     end
     local len = log.len
     local hm, hu = t_sub(nm, nu, W, 0)
@@ -3456,7 +3463,7 @@ local HOT_FN = (function()
       if last then
         m, u = le_t(last, 1)
       elseif long and not (log.wa and len - 1 < log.wa + HEAD_WINDOW) and 16 + (len - 1) * 8 > #s then
-        m, u = le_t(rcall('GETRANGE', key, n - 8, n - 1), 1) -- (the newest, read once)
+        m, u = le_t(rcall('GETRANGE', key, int_text(n - 8), int_text(n - 1)), 1) -- (the newest, read once)
       else
         m, u = log_at(log, len - 1)
       end
@@ -3494,15 +3501,15 @@ local HOT_FN = (function()
         rcall('SET', key, value, 'PXAT', at)
       end
     elseif first == log.head then
-      rcall('SETRANGE', key, n, appended)
+      rcall('APPEND', key, appended) -- (at n: the value's length, read above)
       rcall('PEXPIREAT', key, at)
     elseif not long and n <= 1024 then
       -- The head and the appended entries in one range (the bytes between are the key's own).
-      rcall('SETRANGE', key, 4, u32_le(first) .. sub(s, 9) .. appended)
+      rcall('SETRANGE', key, '4', u32_le(first) .. sub(s, 9) .. appended)
       rcall('PEXPIREAT', key, at)
     else
-      rcall('SETRANGE', key, 4, u32_le(first))
-      rcall('SETRANGE', key, n, appended)
+      rcall('SETRANGE', key, '4', u32_le(first))
+      rcall('APPEND', key, appended)
       rcall('PEXPIREAT', key, at)
     end
     return hot_reply_t(e, 0, used + q, nil, 0, am, au, nm, nu)
@@ -3551,6 +3558,7 @@ local HOT_FN = (function()
         e.spanned = div_ceil(p.window, p.precision)
         e.slots = e.spanned + 1
         e.head = RING_HEAD .. t_le(p.precision, 0)
+        e.L = int_text(24 + e.slots * 8)
       elseif not p.precision then
         e.run = log_hot
       else

@@ -553,6 +553,40 @@ fn the_largest_limit_the_twin_replies_denies_as_the_module_does() {
 }
 
 #[test]
+fn the_exact_log_hot_path_leaves_the_modules_bytes_on_long_and_short_logs_in_turn() {
+    // cl_window's hot path (log_hot) refills one table for every call's log and appends with
+    // APPEND: calls with the same words on a long log (over 511 entries: read in ranges) and a
+    // short one, in turn, as entries leave the window and the head moves, then denied, must
+    // reply and leave each key (bytes and expiry) as the module does.
+    let (_server, mut c) = module_and_pinned_twin();
+    let t = real_us() + 3_600_000_000;
+    let t = t - t % 1_000_000;
+    let pairs = [("ml", "tl"), ("ms", "ts")];
+    let (m, w) = both_at(&mut c, t, "CL.WINDOW", pairs[0], "100000 2000 600 MS");
+    assert_eq!(w, m, "the long log written");
+    let mut denied = 0;
+    for (limit, from, steps) in [(100_000, 0, 60), (3, 60, 30)] {
+        for i in from..from + steps {
+            // every 100 ms: the 600 entries leave at 2 s, and the first ones admitted after them
+            let at = t + 1_000 + i * 100_000;
+            for keys in pairs {
+                let (m, w) = both_at(&mut c, at, "CL.WINDOW", keys, &format!("{limit} 2000 1 MS"));
+                assert_eq!(w, m, "limit {limit}, step {i}, {keys:?}");
+                denied += matches!(&m, Value::Array(a) if a[0] == Value::Int(1)) as usize;
+                let twin = (get(&mut c, keys.1), pexpiretime(&mut c, keys.1));
+                assert_eq!(twin, (get(&mut c, keys.0), pexpiretime(&mut c, keys.0)), "the same bytes and expiry at step {i}, {keys:?}");
+            }
+        }
+    }
+    // (the limit of 3 denies most of the last 30 steps on both keys)
+    assert!(denied > 30, "{denied} denials");
+    let calls: i64 = redis::cmd("INFO").arg("commandstats").query::<String>(&mut c).unwrap().lines()
+        .find_map(|l| l.strip_prefix("cmdstat_append:calls=").and_then(|r| r.split(',').next()).map(|n| n.parse().unwrap()))
+        .unwrap_or(0);
+    assert!(calls > 0, "the hot path appended");
+}
+
+#[test]
 fn a_numkeys_fcall_refuses_gets_fcalls_error_as_the_readme_says() {
     // docs/src/guides/managed-redis.md, "What differs": FCALL checks numkeys before the function runs, so these are
     // the server's errors on the twin, where the module answers its own.

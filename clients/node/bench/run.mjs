@@ -19,6 +19,10 @@ import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
 import { RateLimiterRedisThrottle } from 'redis-throttle/rate-limiter-flexible';
 import { RedisThrottleStorage } from 'redis-throttle/nestjs';
 import { redisThrottleStore } from 'redis-throttle/fastify';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { startServer, stopServer } from '../test/harness.mjs';
 
 const N = Number(process.argv[2] ?? 4000);
@@ -101,7 +105,27 @@ async function fastifyApp(opts) {
   return { url: `${await f.listen({ port: 0, host: '127.0.0.1' })}/`, close: () => f.close() };
 }
 
-const mod = await startServer({ kind: 'module' });
+// The floors (rows "floor: …"): the same app and store with each limiter command replaced, on
+// the wire, by the least a command keeping the limiter's state can cost Redis:
+// - module: FLOOR.TOUCH (bench/floor.c, the SPEC's floor of the module API) on the same key;
+// - twin, exact window: FCALL floor_log (bench/floor.lua), the four calls cl_window's hot path
+//   makes, without its logic.
+// A target below a floor's ratio is out of reach of any command in that row's place.
+const benchDir = path.dirname(fileURLToPath(import.meta.url));
+const floorModule = execFileSync('bash', [path.join(benchDir, '../../../bench/floor.sh')], { encoding: 'utf8' }).trim();
+const toFloor = (args) => (/^CL\./i.test(args[0]) ? ['FLOOR.TOUCH', args[1]] : args);
+const toLogFloor = (args) => (args[0] === 'FCALL' && args[1] === 'cl_window' ? ['FCALL', 'floor_log', '1', args[3]] : args);
+// An ioredis client whose commands pass through `rewrite` (`call`, as Throttle sends them).
+const rewriting = (client, rewrite) =>
+  new Proxy(client, {
+    get(target, name) {
+      const v = Reflect.get(target, name);
+      if (name === 'call') return (...args) => v.apply(target, rewrite(args.map(String)));
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+
+const mod = await startServer({ kind: 'module', args: ['--loadmodule', floorModule] });
 const twin = await startServer({ kind: 'twin' });
 const rows = [];
 try {
@@ -109,22 +133,31 @@ try {
   const nr = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
   for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
   const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
+  await admin.twin.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8')]);
+  const floor = { module: rewriting(io.module, toFloor), log: rewriting(io.twin, toLogFloor) };
   const cases = [
     ['express-rate-limit', 'rate-limit-redis', 'module', () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
     ['express-rate-limit', 'redis-throttle', 'module', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
     ['express-rate-limit', 'redis-throttle', 'twin', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.twin.sendCommand(a) }))],
+    ['express-rate-limit', 'floor: FLOOR.TOUCH', 'module', () => expressApp(new RedisThrottleStore({ prefix: 'f:', sendCommand: (...a) => nr.module.sendCommand(toFloor(a)) }))],
     ['rate-limiter-flexible', 'RateLimiterRedis', 'module', () => rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: workload.limit, duration: 60 }))],
     ['rate-limiter-flexible', 'redis-throttle', 'module', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.module, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
     ['rate-limiter-flexible', 'redis-throttle', 'twin', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: io.twin, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
+    ['rate-limiter-flexible', 'floor: FLOOR.TOUCH', 'module', () => rlfApp(new RateLimiterRedisThrottle({ storeClient: floor.module, keyPrefix: 'f', points: workload.limit, duration: 60 }))],
     ['@nestjs/throttler', '@nest-lab/throttler-storage-redis', 'module', () => nestApp(new ThrottlerStorageRedisService(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin))],
+    ['@nestjs/throttler', 'floor: FLOOR.TOUCH', 'module', () => nestApp(new RedisThrottleStorage(floor.module, { prefix: 'f:' }))],
+    ['@nestjs/throttler', 'floor: floor_log (exact window)', 'twin', () => nestApp(new RedisThrottleStorage(floor.log, { prefix: 'f:' }))],
     ['@nestjs/throttler', 'redis-throttle (counter)', 'module', () => nestApp(new RedisThrottleStorage(io.module, { algorithm: 'counter', prefix: 'e:' }))],
     ['@nestjs/throttler', 'redis-throttle (counter)', 'twin', () => nestApp(new RedisThrottleStorage(io.twin, { algorithm: 'counter', prefix: 'e:' }))],
     ['@fastify/rate-limit', 'its Redis store', 'module', () => fastifyApp({ redis: io.module })],
     ['@fastify/rate-limit', 'redis-throttle', 'module', () => fastifyApp({ store: redisThrottleStore(io.module) })],
     ['@fastify/rate-limit', 'redis-throttle', 'twin', () => fastifyApp({ store: redisThrottleStore(io.twin) })],
+    ['@fastify/rate-limit', 'floor: FLOOR.TOUCH', 'module', () => fastifyApp({ store: redisThrottleStore(floor.module, { nameSpace: 'f-' }) })],
   ];
+  // BENCH_ONLY=<text>: only the cases whose host library contains it (e.g. nestjs).
+  if (process.env.BENCH_ONLY) cases.splice(0, cases.length, ...cases.filter(([host]) => host.includes(process.env.BENCH_ONLY)));
   // Rounds over every case, keeping each case's lowest CPU and highest rate: on a shared machine
   // the noise only ever adds time.
   for (const [name, w] of Object.entries(WORKLOADS)) {
@@ -158,8 +191,8 @@ console.log(`| workload | host library | store | server | Redis CPU per request 
 console.log(`|---|---|---|---|---|---|---|`);
 let base;
 for (const r of rows) {
-  if (!r.store.startsWith('redis-throttle')) base = r;
+  if (!r.store.startsWith('redis-throttle') && !r.store.startsWith('floor')) base = r;
   const ratio = r === base ? '1' : `${(r.cpu / base.cpu).toFixed(2)}×`;
-  console.log(`| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r.store.startsWith('redis-throttle') ? 'module' : 'its Lua script'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${r.rps.toFixed(0)} |`);
+  console.log(`| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${r.rps.toFixed(0)} |`);
 }
 process.exit(0);

@@ -48,14 +48,16 @@ export async function freePort(cluster = false) {
 
 /**
  * Starts a redis-server. kind: 'module' (the module loaded) or 'twin' (no module; the Functions
- * library loaded). cluster: a cluster-enabled node.
+ * library loaded). cluster: a cluster-enabled node. args: more server arguments (the bench's
+ * floor module).
  */
-export async function startServer({ kind = 'module', cluster = false } = {}) {
+export async function startServer({ kind = 'module', cluster = false, args: more = [] } = {}) {
   if (kind === 'module' && !existsSync(modulePath)) throw new Error(`the module is not built: ${modulePath} (cargo build --release --lib, or set THROTTLE_MODULE)`);
   const port = await freePort(cluster);
   const dir = mkdtempSync(path.join(tmpdir(), 'rt-node-'));
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', '--logfile', path.join(dir, 'log')];
   if (kind === 'module') args.push('--loadmodule', modulePath);
+  args.push(...more);
   if (cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000');
   const child = spawn(serverBin, args, { stdio: 'ignore' });
   const server = { port, pid: child.pid, child, dir, kind, url: `redis://127.0.0.1:${port}` };

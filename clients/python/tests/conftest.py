@@ -65,9 +65,10 @@ def wait_until(what: str, timeout: float, ok) -> None:  # type: ignore[no-untype
 class Server:
     """A redis-server process of this test session."""
 
-    def __init__(self, kind: str, cluster: bool = False) -> None:
+    def __init__(self, kind: str, cluster: bool = False, args: tuple[str, ...] = ()) -> None:
         self.kind = kind  # "module" or "twin"
         self.cluster = cluster
+        self.args = args  # more server arguments (the bench's floor module)
         self.dir = Path(tempfile.mkdtemp(prefix=f"rt-py-{kind}-"))
         self.port = free_port(cluster)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -95,6 +96,7 @@ class Server:
         ]
         if self.kind == "module":
             args += ["--loadmodule", str(module_path())]
+        args += self.args
         if self.cluster:
             args += [
                 "--cluster-enabled",
