@@ -3272,7 +3272,7 @@ local HOT_FN = (function()
   local WHOT, CHOT, whot_count = {}, {}, 0
   -- (Offsets and lengths go to redis.call as text: Redis 7.0 turns a Lua number into an
   -- argument with printf's %.17g, which costs more than the rest of a small call.)
-  local READ_WHOLE_LAST = '4095' -- READ_WHOLE - 1
+  local READ_WHOLE_LAST = (READ_WHOLE - 1) .. '' -- (made once, at load)
 
   -- A reply time: from now until the instant (xm, xu), 0 when not later (`since` then
   -- `reply_time`).
@@ -3325,7 +3325,7 @@ local HOT_FN = (function()
     local nm, nu = clock()
     local P, W, slots, q, limit = e.P, e.W, e.slots, e.q, e.limit
     local L = 24 + slots * 8
-    local s = rpcall('GETRANGE', key, '0', e.L) -- (one byte more: a longer value is not the call's)
+    local s = rpcall('GETRANGE', key, '0', e.L_text) -- (one byte more: a longer value is not the call's)
     if type(s) ~= 'string' then return nil end
     local current = div_floor(nm, P)
     local newest, used, newest_used, k0, held = current, 0, nil, 0, 0
@@ -3558,7 +3558,7 @@ local HOT_FN = (function()
         e.spanned = div_ceil(p.window, p.precision)
         e.slots = e.spanned + 1
         e.head = RING_HEAD .. t_le(p.precision, 0)
-        e.L = int_text(24 + e.slots * 8)
+        e.L_text = int_text(24 + e.slots * 8) -- (ring_hot's L, as text)
       elseif not p.precision then
         e.run = log_hot
       else
