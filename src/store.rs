@@ -34,9 +34,36 @@ const MAX_VALUE: usize = 512 * 1024 * 1024;
 /// string (see `plain`); longer ones are always plain strings.
 const COMPACT_UP_TO: usize = 64;
 
-/// Values up to this length are reallocated to their exact size when they grow; longer
-/// ones grow as Redis grows strings (amortised O(1), up to twice the length).
+/// Redis stores a string shorter than this with no room to grow (its smallest header).
+const SHORTEST_WITH_ROOM: usize = 32;
+
+/// Values up to this length keep no more room than their allocator size class holds when they
+/// grow (see [`room`]); longer ones grow as Redis grows strings (amortised O(1), up to twice
+/// the length).
 const EXACT_GROWTH_UP_TO: usize = 4096;
+
+/// The capacity a small value growing to `len` bytes keeps: the rest of the allocator's size
+/// class holding it, so that it takes the memory an exact allocation would, yet a log appends
+/// in place until it fills the class; up to 256 bytes, one class more (16 or 32 bytes), so
+/// that a short log grows in place for four to eight appends rather than two to four. The
+/// header counted is the largest a string under 64 KiB has (5 bytes), plus its terminator,
+/// plus one spare byte so the room exceeds `len`. (With another allocator than jemalloc only
+/// the number of reallocations changes, never a byte of the value.)
+fn room(len: usize) -> usize {
+    const HEADER: usize = 5;
+    let class = size_class(len + HEADER + 2);
+    let class = if class <= 256 { size_class(class + 1) } else { class };
+    class - HEADER - 1
+}
+
+/// The size class of jemalloc (Redis's default allocator) an allocation of `n` bytes takes:
+/// 16-byte steps up to 128, then four per doubling.
+fn size_class(n: usize) -> usize {
+    match n {
+        ..=128 => n.next_multiple_of(16),
+        _ => n.next_multiple_of(n.next_power_of_two() / 8),
+    }
+}
 
 /// A key opened (for reading and writing) for one call.
 pub struct Key {
@@ -337,28 +364,55 @@ impl Key {
             Value::Borrowed(ptr, old) if old == len => {
                 // The same length (a TAT rewritten): the bytes `load` borrowed for writing.
                 self.value = Value::Missing;
-                plain::insert(self.fingerprint(), len);
+                self.written(old, len);
                 // SAFETY: Redis's `len` bytes of the value, from `StringDMA` in WRITE mode on this
                 // open key, which has not been resized since; nothing else borrows them (`&mut self`).
                 return Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
             }
             Value::Borrowed(_, len) | Value::Copied(_, len) => len,
         };
+        let before = match self.value {
+            Value::Borrowed(ptr, _) => ptr.cast_const(),
+            _ => std::ptr::null(),
+        };
+        // Where the value's bytes are now.
+        let at = || {
+            let mut got = 0usize;
+            // SAFETY: a string key open for writing (only its address is used).
+            unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) }.cast::<u8>().cast_const()
+        };
         if !self.exists() {
             // A new plain string of exactly `len` bytes.
             resize(len)?;
+        } else if len > old && old >= SHORTEST_WITH_ROOM && len <= room(old) {
+            // Within the room the value was given when it last grew (see below): in place.
+            resize(len)?;
+            if len <= EXACT_GROWTH_UP_TO && !before.is_null() && at() != before {
+                // It had less (shrunk since, or written otherwise) and was just reallocated
+                // greedily, to twice its length: give it its room instead. Growing past twice
+                // the room makes sure the shrink to it is a reallocation (see below).
+                let room = room(len);
+                resize(2 * room + 1)?;
+                resize(room)?;
+                resize(len)?;
+            }
         } else if len > old && len <= EXACT_GROWTH_UP_TO {
-            // Redis grows strings greedily (up to twice the length). For a small value, grow
-            // one byte more and shrink back: Redis then reallocates it to its exact size,
-            // which keeps a window's log within 16 bytes per action.
-            resize(len + 1)?;
+            // Redis grows a string greedily (to twice the length), and reallocates one it
+            // shrinks only when that would free over half of it. So grow one byte past the
+            // room (greedily, to twice that), shrink to the room (reallocated to exactly that),
+            // then to `len` (within the room: kept). The value ends with its size class's
+            // room, which keeps a window's log within 16 bytes per action, and the next
+            // appends up to the room are made in place. (Had it room to spare already, it
+            // keeps at most twice the room.)
+            let room = room(len);
+            resize(room + 1)?;
+            resize(room)?;
             resize(len)?;
         } else if len != old {
             resize(len)?;
         }
         self.value = Value::Missing; // whatever was read is no longer valid
-        // From here the value is a plain string this process writes.
-        plain::insert(self.fingerprint(), len);
+        self.written(old, len);
         let mut got = 0usize;
         // SAFETY: a string key open for writing.
         let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
@@ -367,6 +421,16 @@ impl Key {
         }
         // SAFETY: Redis's `len` bytes of the value, ours to write until the key is closed.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
+    }
+
+    /// From here the value, `old` bytes long before (0: new), is a plain string of `len` bytes
+    /// this process wrote: so `plain` records, unless it was and stays too long for its table
+    /// to be read (which spares a long log's every append a hash and a cache miss).
+    #[inline(always)]
+    fn written(&self, old: usize, len: usize) {
+        if len <= COMPACT_UP_TO || old <= COMPACT_UP_TO {
+            plain::insert(self.fingerprint(), len);
+        }
     }
 
     #[inline(always)]

@@ -55,6 +55,38 @@ fn window_costs_at_most_16_bytes_per_action() {
     assert!(len <= 16 * 100 + 8, "{len} bytes for 100 actions");
 }
 
+/// A log grown one action at a time takes the memory of the same bytes written at once by
+/// `SET` (a short one, up to 256 bytes, at most one allocator size class more: room to grow
+/// in place), and a denial or a peek changes none of it.
+#[test]
+fn a_log_grown_an_action_at_a_time_takes_what_its_bytes_take() {
+    let server = Server::start();
+    let mut c = server.client();
+    let jemalloc = server.info_field("memory", "mem_allocator").starts_with("jemalloc");
+    for n in [1, 2, 3, 7, 8, 15, 16, 31, 32, 33, 100, 300, 500] {
+        let key = format!("log:{n}");
+        for _ in 0..n {
+            assert_eq!(throttle(&mut c, &format!("CL.WINDOW {key} {n} 600"))[0], 0);
+        }
+        let bytes = get_bytes(&mut c, &key);
+        assert_eq!(bytes.len(), 8 + 8 * n);
+        let _: () = redis::cmd("SET").arg(format!("copy:{n}")).arg(&bytes).query(&mut c).unwrap();
+        let (_, log) = encoding_and_memory(&mut c, &key);
+        let (_, copy) = encoding_and_memory(&mut c, &format!("copy:{n}"));
+        // Another allocator rounds otherwise: only the room's share of it is bounded there.
+        let slack = match (bytes.len() + 7 <= 256, jemalloc) {
+            (true, true) => 32,
+            (false, true) => 0,
+            (_, false) => 32 + copy / 4,
+        };
+        assert!(log <= copy + slack, "{n} actions: {log} bytes, the same bytes set at once {copy}");
+        assert_eq!(throttle(&mut c, &format!("CL.WINDOW {key} {n} 600"))[0], 1);
+        assert_eq!(throttle(&mut c, &format!("CL.WINDOW {key} {n} 600 0"))[0], 0);
+        assert_eq!(encoding_and_memory(&mut c, &key).1, log, "{n} actions: a denial and a peek keep the memory");
+        assert_eq!(get_bytes(&mut c, &key), bytes);
+    }
+}
+
 #[test]
 fn window_with_precision_counts_per_bucket() {
     let server = Server::start();

@@ -73,7 +73,7 @@ impl<'a> Log<'a> {
     ///
     /// Entries after `now` (the clock stepped back) are rewritten as logged at `now`, so the
     /// log stays sorted and they leave one window from now.
-    fn patch(&self, first: usize, keep: usize, appended: &[u8], now: Instant) -> Result<Patch> {
+    fn patch(&self, first: usize, keep: usize, appended: Vec<u8>, now: Instant) -> Result<Patch> {
         let live = keep - first + appended.len() / ENTRY;
         let future = keep > first && self.at(keep - 1)? > now;
         if self.rebuilt || first > live || future {
@@ -91,19 +91,20 @@ impl<'a> Log<'a> {
             } else {
                 whole.extend_from_slice(kept);
             }
-            whole.extend_from_slice(appended);
+            whole.extend_from_slice(&appended);
             return Ok(Patch { len: whole.len(), chunks: vec![(0, whole)] });
         }
         let end = HEADER + keep * ENTRY;
+        let len = end + appended.len();
         let mut chunks = Vec::with_capacity(2);
         if first != self.head {
             let head = u32::try_from(first).map_err(|_| INVALID)?;
             chunks.push((HEAD_AT, head.to_le_bytes().to_vec()));
         }
         if !appended.is_empty() {
-            chunks.push((end, appended.to_vec()));
+            chunks.push((end, appended));
         }
-        Ok(Patch { len: end + appended.len(), chunks })
+        Ok(Patch { len, chunks })
     }
 }
 
@@ -186,7 +187,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             let Some(full_at) = full_at.filter(|_| taken < in_window) else {
                 return Ok(emptied(now, params, in_window > 0));
             };
-            let effect = Effect::Store { state: log.patch(first + taken, log.len, &[], now)?, expires_at: full_at };
+            let effect = Effect::Store { state: log.patch(first + taken, log.len, Vec::new(), now)?, expires_at: full_at };
             let used = used - taken as i64;
             Ok(Decision { reply: params.reply(now, false, used, Some(full_at), None), effect })
         }
@@ -202,7 +203,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             // A denial rewrites entries stamped in the future (a peek stays pure), so that
             // they leave one window from now rather than from every later call's now.
             let effect = match (stepped && quantity != 0, full_at) {
-                (true, Some(full_at)) => Effect::Store { state: log.patch(first, log.len, &[], now)?, expires_at: full_at },
+                (true, Some(full_at)) => Effect::Store { state: log.patch(first, log.len, Vec::new(), now)?, expires_at: full_at },
                 _ => Effect::Nothing,
             };
             Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })
@@ -212,7 +213,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             // `quantity ≤ limit ≤ max-exact-limit ≤ Caps::CEILING`: a bounded allocation.
             let appended = stamp.as_nanos().to_le_bytes().repeat(quantity as usize);
             let full_at = leaves(stamp, params.window)?;
-            let effect = Effect::Store { state: log.patch(first, log.len, &appended, now)?, expires_at: full_at };
+            let effect = Effect::Store { state: log.patch(first, log.len, appended, now)?, expires_at: full_at };
             Ok(Decision { reply: params.reply(now, false, used + quantity, Some(full_at), None), effect })
         }
     }
