@@ -21,6 +21,8 @@ export NATIVE_ONLY_TESTS
 # (family::error_messages_state_the_real_ranges: limits above 2^53 - 1, which the twin refuses;
 # all::errors_name_the_limiter_and_write_nothing: a numkeys above the arguments, which FCALL refuses
 # with its own error. tests/twin.rs tests the twin's answers to both.)
+# (family::a_log_grown…: how the module allocates a growing log; the twin appends with APPEND,
+# which Redis grows to twice the length.)
 # CL.PACE and CL.ACQUIRE/CL.RELEASE are the module's only: pace, lease and their tests elsewhere.
 # (security::the_largest_limits…: limits above 2^53 - 1 again.) So are INFO, CL.TOP, the
 # throttled event and the configs (operate, operate_restart); SHADOW is the twin's too.
@@ -35,6 +37,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	persistence::module_unload_and_load_on_a_live_server_keeps_every_limiter \
 	security::acl_users_reach_only_their_limiters \
 	family::error_messages_state_the_real_ranges \
+	family::a_log_grown_an_action_at_a_time_takes_what_its_bytes_take \
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 

@@ -43,26 +43,25 @@ const SHORTEST_WITH_ROOM: usize = 32;
 const EXACT_GROWTH_UP_TO: usize = 4096;
 
 /// The capacity a small value growing to `len` bytes keeps: the rest of the allocator's size
-/// class holding it, so that it takes the memory an exact allocation would, yet a log appends
-/// in place until it fills the class; up to 256 bytes, one class more (16 or 32 bytes), so
-/// that a short log grows in place for four to eight appends rather than two to four. The
-/// header counted is the largest a string under 64 KiB has (5 bytes), plus its terminator,
-/// plus one spare byte so the room exceeds `len`. (With another allocator than jemalloc only
-/// the number of reallocations changes, never a byte of the value.)
+/// class holding it, so that it takes about the memory an exact allocation would, yet a log
+/// appends in place until it fills the class. Up to 256 bytes the classes taken are every other
+/// one of jemalloc's (Redis's default allocator: 32-byte steps to 128, then 64-byte steps), so
+/// that a short log grows in place for four to eight appends, at most 16 or 32 bytes beyond an
+/// exact allocation; from there on, jemalloc's own (four per doubling). A step function with
+/// `room(len) > len`: every length up to a room has that same room, so a value given it keeps
+/// it until it outgrows it. The header counted is the largest a string under 64 KiB has
+/// (5 bytes), plus its terminator. (With another allocator only the number of reallocations
+/// changes, never a byte of the value.)
 fn room(len: usize) -> usize {
     const HEADER: usize = 5;
-    let class = size_class(len + HEADER + 2);
-    let class = if class <= 256 { size_class(class + 1) } else { class };
+    // Plus the terminator, plus one so that the room exceeds `len`.
+    let need = len + HEADER + 2;
+    let class = match need {
+        ..=128 => need.next_multiple_of(32),
+        129..=256 => need.next_multiple_of(64),
+        _ => need.next_multiple_of(need.next_power_of_two() / 8),
+    };
     class - HEADER - 1
-}
-
-/// The size class of jemalloc (Redis's default allocator) an allocation of `n` bytes takes:
-/// 16-byte steps up to 128, then four per doubling.
-fn size_class(n: usize) -> usize {
-    match n {
-        ..=128 => n.next_multiple_of(16),
-        _ => n.next_multiple_of(n.next_power_of_two() / 8),
-    }
 }
 
 /// A key opened (for reading and writing) for one call.

@@ -108,12 +108,15 @@ async function fastifyApp(opts) {
 // The floors (rows "floor: …"): the same app and store with each limiter command replaced, on
 // the wire, by the least a command keeping the limiter's state can cost Redis:
 // - module: FLOOR.TOUCH (bench/floor.c, the SPEC's floor of the module API) on the same key;
+//   for an exact window also FLOOR.APPEND (bench/floor.c: the same, appending an 8-byte entry
+//   to the value as CL.WINDOW's log does);
 // - twin, exact window: FCALL floor_log (bench/floor.lua), the four calls cl_window's hot path
 //   makes, without its logic.
 // A target below a floor's ratio is out of reach of any command in that row's place.
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const floorModule = execFileSync('bash', [path.join(benchDir, '../../../bench/floor.sh')], { encoding: 'utf8' }).trim();
 const toFloor = (args) => (/^CL\./i.test(args[0]) ? ['FLOOR.TOUCH', args[1]] : args);
+const toAppendFloor = (args) => (/^CL\.WINDOW$/i.test(args[0]) ? ['FLOOR.APPEND', args[1]] : args);
 const toLogFloor = (args) => (args[0] === 'FCALL' && args[1] === 'cl_window' ? ['FCALL', 'floor_log', '1', args[3]] : args);
 // An ioredis client whose commands pass through `rewrite` (`call`, as Throttle sends them).
 const rewriting = (client, rewrite) =>
@@ -134,7 +137,7 @@ try {
   for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
   const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
   await admin.twin.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8')]);
-  const floor = { module: rewriting(io.module, toFloor), log: rewriting(io.twin, toLogFloor) };
+  const floor = { module: rewriting(io.module, toFloor), append: rewriting(io.module, toAppendFloor), log: rewriting(io.twin, toLogFloor) };
   const cases = [
     ['express-rate-limit', 'rate-limit-redis', 'module', () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
     ['express-rate-limit', 'redis-throttle', 'module', () => expressApp(new RedisThrottleStore({ prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
@@ -148,6 +151,7 @@ try {
     ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module))],
     ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin))],
     ['@nestjs/throttler', 'floor: FLOOR.TOUCH', 'module', () => nestApp(new RedisThrottleStorage(floor.module, { prefix: 'f:' }))],
+    ['@nestjs/throttler', 'floor: FLOOR.APPEND (exact window)', 'module', () => nestApp(new RedisThrottleStorage(floor.append, { prefix: 'g:' }))],
     ['@nestjs/throttler', 'floor: floor_log (exact window)', 'twin', () => nestApp(new RedisThrottleStorage(floor.log, { prefix: 'f:' }))],
     ['@nestjs/throttler', 'redis-throttle (counter)', 'module', () => nestApp(new RedisThrottleStorage(io.module, { algorithm: 'counter', prefix: 'e:' }))],
     ['@nestjs/throttler', 'redis-throttle (counter)', 'twin', () => nestApp(new RedisThrottleStorage(io.twin, { algorithm: 'counter', prefix: 'e:' }))],
