@@ -56,8 +56,9 @@ fn window_costs_at_most_16_bytes_per_action() {
 }
 
 /// A log grown one action at a time takes the memory of the same bytes written at once by
-/// `SET` (a short one, up to 256 bytes, at most one allocator size class more: room to grow
-/// in place), and a denial or a peek changes none of it.
+/// `SET` (a short one, up to 256 bytes, at most one allocator size class more, its room to
+/// grow in place), give or take what a server that embeds a value in its object saves `SET`
+/// (Valkey 9: 16 bytes), and a denial or a peek changes none of it.
 #[test]
 fn a_log_grown_an_action_at_a_time_takes_what_its_bytes_take() {
     let server = Server::start();
@@ -75,9 +76,9 @@ fn a_log_grown_an_action_at_a_time_takes_what_its_bytes_take() {
         let (_, copy) = encoding_and_memory(&mut c, &format!("copy:{n}"));
         // Another allocator rounds otherwise: only the room's share of it is bounded there.
         let slack = match (bytes.len() + 7 <= 256, jemalloc) {
-            (true, true) => 32,
-            (false, true) => 0,
-            (_, false) => 32 + copy / 4,
+            (true, true) => 64,
+            (false, true) => 16,
+            (_, false) => 64 + copy / 4,
         };
         assert!(log <= copy + slack, "{n} actions: {log} bytes, the same bytes set at once {copy}");
         assert_eq!(throttle(&mut c, &format!("CL.WINDOW {key} {n} 600"))[0], 1);
