@@ -374,47 +374,49 @@ impl Key {
             Value::Borrowed(ptr, _) => ptr.cast_const(),
             _ => std::ptr::null(),
         };
-        // Where the value's bytes are now.
-        let at = || {
-            let mut got = 0usize;
-            // SAFETY: a string key open for writing (only its address is used).
-            unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) }.cast::<u8>().cast_const()
+        // Redis grows a string greedily (to twice the length), and reallocates one it shrinks
+        // only when that would free over half of it. So to leave a value `room` bytes of
+        // capacity: grow it past its capacity (`past`: greedily, to over twice the room), shrink
+        // it to the room (reallocated to exactly that), then to `len` (within the room: kept).
+        // A value with its size class's room keeps a window's log within 16 bytes per action,
+        // and appends up to the room are made in place.
+        let reserve = |past: usize, room: usize| -> Result<()> {
+            resize(past)?;
+            resize(room)?;
+            resize(len)
         };
+        // Within the room the value was given when it last grew: in place.
+        let in_room = len > old && old >= SHORTEST_WITH_ROOM && len <= room(old);
         if !self.exists() {
             // A new plain string of exactly `len` bytes.
             resize(len)?;
-        } else if len > old && old >= SHORTEST_WITH_ROOM && len <= room(old) {
-            // Within the room the value was given when it last grew (see below): in place.
+        } else if in_room {
             resize(len)?;
-            if len <= EXACT_GROWTH_UP_TO && !before.is_null() && at() != before {
-                // It had less (shrunk since, or written otherwise) and was just reallocated
-                // greedily, to twice its length: give it its room instead. Growing past twice
-                // the room makes sure the shrink to it is a reallocation (see below).
-                let room = room(len);
-                resize(2 * room + 1)?;
-                resize(room)?;
-                resize(len)?;
-            }
         } else if len > old && len <= EXACT_GROWTH_UP_TO {
-            // Redis grows a string greedily (to twice the length), and reallocates one it
-            // shrinks only when that would free over half of it. So grow one byte past the
-            // room (greedily, to twice that), shrink to the room (reallocated to exactly that),
-            // then to `len` (within the room: kept). The value ends with its size class's
-            // room, which keeps a window's log within 16 bytes per action, and the next
-            // appends up to the room are made in place. (Had it room to spare already, it
-            // keeps at most twice the room.)
+            // One byte past the room suffices after the room of the last growth. (Had the
+            // value room to spare already, it keeps at most twice the room.)
             let room = room(len);
-            resize(room + 1)?;
-            resize(room)?;
-            resize(len)?;
+            reserve(room + 1, room)?;
         } else if len != old {
             resize(len)?;
         }
         self.value = Value::Missing; // whatever was read is no longer valid
         self.written(old, len);
-        let mut got = 0usize;
-        // SAFETY: a string key open for writing.
-        let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+        let dma = || {
+            let mut got = 0usize;
+            // SAFETY: a string key open for writing.
+            let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+            (ptr, got)
+        };
+        let (mut ptr, mut got) = dma();
+        if in_room && len <= EXACT_GROWTH_UP_TO && !before.is_null() && ptr.cast::<u8>().cast_const() != before {
+            // It had less room (shrunk since, or written otherwise) and was just reallocated
+            // greedily, to twice its length: give it its room instead, growing past twice the
+            // room so that the shrink to it is a reallocation whatever the capacity now.
+            let room = room(len);
+            reserve(2 * room + 1, room)?;
+            (ptr, got) = dma();
+        }
         if ptr.is_null() || got != len {
             return Err(Error::Internal("cannot write the value in place".into()));
         }
