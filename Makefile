@@ -133,7 +133,7 @@ docs:
 # Rewrites each command page's generated block (syntax, arity, flags, arguments, argument
 # errors) from core's command tables; `cargo test` fails while a page differs from its table.
 docs-gen:
-	DOCS_GEN=1 cargo test -p throttle-core --test docs
+	DOCS_GEN=1 cargo test -p redis-throttle-core --test docs
 
 # The manual's matrix table (docs/src/servers.md) is the one the last `make test-matrix` printed
 # (target/matrix/table.txt). `readme-matrix` is its older name.

@@ -4,7 +4,7 @@
 //! of the server's clock and of `TIME` (which the Functions twin reads).
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use throttle_core::Instant;
+use redis_throttle_core::Instant;
 
 use crate::api::api;
 

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use redis_module::RedisString;
-use throttle_core::Caps;
+use redis_throttle_core::Caps;
 
 static SHADOW: AtomicBool = AtomicBool::new(false);
 static MAX_EXACT_LIMIT: AtomicI64 = AtomicI64::new(Caps::DEFAULT.max_exact_limit);

@@ -7,8 +7,8 @@ use std::os::raw::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
-use throttle_core::command::Keys;
-use throttle_core::{Error, Result};
+use redis_throttle_core::command::Keys;
+use redis_throttle_core::{Error, Result};
 
 use crate::api::api;
 use crate::operate::{Class, Counters};
@@ -174,7 +174,7 @@ pub fn run(
         && unsafe { (api().is_keys_position_request)(ctx) } != 0
     {
         // `numkeys` at 1, the keys after it; nothing for a malformed count (the call errs).
-        let numkeys = call.args().first().and_then(|n| throttle_core::args::integer(n).ok());
+        let numkeys = call.args().first().and_then(|n| redis_throttle_core::args::integer(n).ok());
         if let Some(n) = numkeys.and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=max).contains(n) && n + 2 <= argv.len()) {
             for pos in 2..2 + n {
                 // SAFETY: the command's context, in a keys-position request.

@@ -2,7 +2,7 @@
 //!
 //! This crate is the Redis side only: it registers the commands, turns each call into a
 //! typed request, reads and writes the limiters' keys, and replies. The algorithms, the
-//! command tables and the argument parsing are pure code in `throttle-core`.
+//! command tables and the argument parsing are pure code in `redis-throttle-core`.
 
 mod api;
 mod clock;

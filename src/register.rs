@@ -1,4 +1,4 @@
-//! Registration: each command from its table (`throttle_core::command::Command`), then (Redis
+//! Registration: each command from its table (`redis_throttle_core::command::Command`), then (Redis
 //! 7.0+) its arity, key specs and documentation for `COMMAND INFO`, `COMMAND DOCS`,
 //! `COMMAND GETKEYS`, Cluster routing and ACL key patterns, then (7.2+) its ACL categories.
 
@@ -8,9 +8,9 @@ use std::ptr::{null, null_mut};
 
 use redis_module::Context;
 use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion, RedisModuleCommandKeySpec};
-use throttle_core::all;
-use throttle_core::command::{Arg, ArgKind, Command, Keys};
-use throttle_core::limiter::Algorithm;
+use redis_throttle_core::all;
+use redis_throttle_core::command::{Arg, ArgKind, Command, Keys};
+use redis_throttle_core::limiter::Algorithm;
 
 use crate::dispatch::Entry;
 use crate::operate::Counters;

@@ -15,9 +15,9 @@ use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
-use throttle_core::limiter::{Algorithm, Stored, Write};
-use throttle_core::args::Decimal;
-use throttle_core::{Effect, Error, Patch, Result};
+use redis_throttle_core::limiter::{Algorithm, Stored, Write};
+use redis_throttle_core::args::Decimal;
+use redis_throttle_core::{Effect, Error, Patch, Result};
 
 use crate::api::api;
 use crate::dispatch::Call;

@@ -1,4 +1,4 @@
-//! `cargo fuzz run counter`: see `throttle_core::fuzzing::counter` for what is checked.
+//! `cargo fuzz run counter`: see `redis_throttle_core::fuzzing::counter` for what is checked.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| throttle_core::fuzzing::counter(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| redis_throttle_core::fuzzing::counter(data));

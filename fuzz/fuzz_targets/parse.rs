@@ -1,4 +1,4 @@
-//! `cargo fuzz run parse`: see `throttle_core::fuzzing::parse` for what is checked.
+//! `cargo fuzz run parse`: see `redis_throttle_core::fuzzing::parse` for what is checked.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| throttle_core::fuzzing::parse(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| redis_throttle_core::fuzzing::parse(data));

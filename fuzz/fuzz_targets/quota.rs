@@ -1,4 +1,4 @@
-//! `cargo fuzz run quota`: see `throttle_core::fuzzing::quota` for what is checked.
+//! `cargo fuzz run quota`: see `redis_throttle_core::fuzzing::quota` for what is checked.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| throttle_core::fuzzing::quota(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| redis_throttle_core::fuzzing::quota(data));

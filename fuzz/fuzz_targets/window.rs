@@ -1,4 +1,4 @@
-//! `cargo fuzz run window`: see `throttle_core::fuzzing::window` for what is checked.
+//! `cargo fuzz run window`: see `redis_throttle_core::fuzzing::window` for what is checked.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| throttle_core::fuzzing::window(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| redis_throttle_core::fuzzing::window(data));

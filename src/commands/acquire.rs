@@ -1,7 +1,7 @@
 //! `CL.ACQUIRE key limit lease id [MS]`: takes or renews a lease; at most `limit` live at once.
 
-use throttle_core::Result;
-use throttle_core::lease::{self, Acquire};
+use redis_throttle_core::Result;
+use redis_throttle_core::lease::{self, Acquire};
 
 use crate::{clock, config};
 use crate::dispatch::{Call, Response};

@@ -1,8 +1,8 @@
 //! `CL.ALL numkeys key [key ...] spec [spec ...] [MS] [DETAILS]`: several limiters of any
 //! algorithms at one instant, all or nothing.
 
-use throttle_core::all::{self, Request};
-use throttle_core::{Error, Result};
+use redis_throttle_core::all::{self, Request};
+use redis_throttle_core::{Error, Result};
 
 use crate::dispatch::{Call, Node, Response};
 use crate::operate::{self, Class};
@@ -65,7 +65,7 @@ fn handler(call: &Call) -> Result<Response> {
         }
     }
 
-    let five = |reply: throttle_core::Reply| reply.to_array(request.unit).map(Node::Integer);
+    let five = |reply: redis_throttle_core::Reply| reply.to_array(request.unit).map(Node::Integer);
     let index = i64::try_from(outcome.binding + 1).map_err(|_| Error::Internal("index".into()))?;
     let mut reply: Vec<Node> = five(outcome.reply()).into_iter().collect();
     reply.push(Node::Integer(index));

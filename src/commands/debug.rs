@@ -6,8 +6,8 @@
 //!   every server (Redis 7.0 has no frozen command time). Replies five integers, the first
 //!   the pinned instant (0 when unpinned).
 
-use throttle_core::command::{Arg, ArgKind, Command, Keys};
-use throttle_core::{Error, Result, args};
+use redis_throttle_core::command::{Arg, ArgKind, Command, Keys};
+use redis_throttle_core::{Error, Result, args};
 
 use crate::dispatch::{Call, Response};
 use crate::register::{Registered, registered};

@@ -13,8 +13,8 @@ mod throttle;
 mod top;
 mod window;
 
-use throttle_core::Result;
-use throttle_core::limiter::{Algorithm, Request};
+use redis_throttle_core::Result;
+use redis_throttle_core::limiter::{Algorithm, Request};
 
 use crate::dispatch::{Call, Response};
 use crate::operate::{self, Class};

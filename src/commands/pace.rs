@@ -27,10 +27,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard};
 
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
-use throttle_core::limiter::{Algorithm, Write};
-use throttle_core::pace::{self, Params, Request};
-use throttle_core::time::NANOS_PER_MILLI;
-use throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
+use redis_throttle_core::limiter::{Algorithm, Write};
+use redis_throttle_core::pace::{self, Params, Request};
+use redis_throttle_core::time::NANOS_PER_MILLI;
+use redis_throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
 use crate::{clock, config};

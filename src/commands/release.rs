@@ -1,7 +1,7 @@
 //! `CL.RELEASE key id`: gives a lease back early; 1 if `id` held a live lease, else 0.
 
-use throttle_core::Result;
-use throttle_core::lease::{self, Release};
+use redis_throttle_core::Result;
+use redis_throttle_core::lease::{self, Release};
 
 use crate::clock;
 use crate::dispatch::{Call, Node, Response};

@@ -4,8 +4,8 @@
 //! between them). It reads and writes the module's memory only, never the keyspace, and is
 //! not replicated: each node answers for the denials it made.
 
-use throttle_core::Result;
-use throttle_core::top::{self, Request};
+use redis_throttle_core::Result;
+use redis_throttle_core::top::{self, Request};
 
 use crate::dispatch::{Call, Node, Response};
 use crate::operate;

@@ -9,9 +9,9 @@ use std::marker::PhantomData;
 use std::os::raw::c_int;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
-use throttle_core::args::Decimal;
-use throttle_core::lease::{Change, From, MAX_EXPIRY_MS, Scan, Set};
-use throttle_core::{Error, Result};
+use redis_throttle_core::args::Decimal;
+use redis_throttle_core::lease::{Change, From, MAX_EXPIRY_MS, Scan, Set};
+use redis_throttle_core::{Error, Result};
 
 use super::{Key, Replicated, Value};
 use crate::api::api;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
-import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
+import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
 import { KINDS, SLOW, burst, closeAll, closeServers, nodeRedis, ioredis, serve, unique } from './common.mjs';
 
 after(closeAll);

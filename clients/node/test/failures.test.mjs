@@ -8,9 +8,9 @@ import Fastify from 'fastify';
 import fastifyRateLimit from '@fastify/rate-limit';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import { createClient } from 'redis';
-import { RedisThrottleStore } from 'redis-throttle/express-rate-limit';
-import { redisThrottleStore } from 'redis-throttle/fastify';
-import { RateLimiterRedisThrottle } from 'redis-throttle/rate-limiter-flexible';
+import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
+import { redisThrottleStore } from 'redis-throttle-js/fastify';
+import { RateLimiterRedisThrottle } from 'redis-throttle-js/rate-limiter-flexible';
 import { startServer, stopServer } from './harness.mjs';
 import { closeServers, serve } from './common.mjs';
 

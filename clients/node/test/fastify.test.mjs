@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import Fastify from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import { redisThrottleStore } from 'redis-throttle/fastify';
+import { redisThrottleStore } from 'redis-throttle-js/fastify';
 import { KINDS, SLOW, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);

@@ -1,7 +1,7 @@
 // @nestjs/throttler with RedisThrottleStorage: a real NestJS app (Express platform).
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { RedisThrottleStorage } from 'redis-throttle/nestjs';
+import { RedisThrottleStorage } from 'redis-throttle-js/nestjs';
 import { KINDS, SLOW, burst, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 import { nestApp } from './nest-app.mjs';
 

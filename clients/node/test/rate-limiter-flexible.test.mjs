@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import express from 'express';
 import { RateLimiterRes } from 'rate-limiter-flexible';
-import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle/rate-limiter-flexible';
+import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle-js/rate-limiter-flexible';
 import { KINDS, SLOW, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
 
 after(closeAll);

@@ -2,7 +2,7 @@
 // node-redis and ioredis.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { Throttle, ThrottleError, sibling, slot } from 'redis-throttle';
+import { Throttle, ThrottleError, sibling, slot } from 'redis-throttle-js';
 import { KINDS, SLOW, closeAll, ioredis, nodeRedis, unique } from './common.mjs';
 
 after(closeAll);
@@ -254,11 +254,11 @@ test('slot() is Redis Cluster\'s: CLUSTER KEYSLOT agrees', async () => {
 test('CommonJS: every entry point loads with require()', async () => {
   const { createRequire } = await import('node:module');
   const require = createRequire(import.meta.url);
-  assert.equal(typeof require('redis-throttle').Throttle, 'function');
-  assert.equal(typeof require('redis-throttle/express-rate-limit').RedisThrottleStore, 'function');
-  assert.equal(typeof require('redis-throttle/rate-limiter-flexible').RateLimiterUnionAtomic, 'function');
-  assert.equal(typeof require('redis-throttle/nestjs').RedisThrottleStorage, 'function');
-  assert.equal(typeof require('redis-throttle/fastify').redisThrottleStore, 'function');
+  assert.equal(typeof require('redis-throttle-js').Throttle, 'function');
+  assert.equal(typeof require('redis-throttle-js/express-rate-limit').RedisThrottleStore, 'function');
+  assert.equal(typeof require('redis-throttle-js/rate-limiter-flexible').RateLimiterUnionAtomic, 'function');
+  assert.equal(typeof require('redis-throttle-js/nestjs').RedisThrottleStorage, 'function');
+  assert.equal(typeof require('redis-throttle-js/fastify').redisThrottleStore, 'function');
 });
 
 test('node-redis v4 (client and cluster) works the same', async () => {

@@ -9,8 +9,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisError, Value};
-use throttle_core::Instant as CoreInstant;
-use throttle_core::limiter::Algorithm;
+use redis_throttle_core::Instant as CoreInstant;
+use redis_throttle_core::limiter::Algorithm;
 use tracing::Instrument;
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
@@ -34,7 +34,7 @@ pub enum Error {
     /// A call the client refuses before sending (no policies, a reply of an unexpected shape).
     Invalid(String),
     /// The in-memory backend refused the call as the server would have (`ERR …`, `WRONGTYPE …`).
-    Memory(throttle_core::Error),
+    Memory(redis_throttle_core::Error),
 }
 
 impl std::fmt::Display for Error {
@@ -72,7 +72,7 @@ pub enum Backend {
     Module,
     /// The Functions twin (`FCALL cl_throttle` …).
     Twin,
-    /// No server: `throttle-core` in this process (the test kit).
+    /// No server: `redis-throttle-core` in this process (the test kit).
     Memory,
     /// Not detected yet: a client made by [`Throttle::connect_degraded`] whose server has not
     /// answered yet (its failure policy answers meanwhile).
@@ -205,7 +205,7 @@ impl Throttle {
         Throttle::with_conn(Conn::Cluster(conn), config).await
     }
 
-    /// The test kit: no server, `throttle-core` deciding exactly as the module does, at the
+    /// The test kit: no server, `redis-throttle-core` deciding exactly as the module does, at the
     /// times of `clock`.
     pub fn in_memory(clock: ManualClock, config: Config) -> Throttle {
         let store = Arc::new(Mutex::new(Store::new(config.local_keys)));
@@ -330,7 +330,7 @@ impl Throttle {
         };
         if let Conn::Memory(store, clock) = &link.conn {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
-            let held = throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
+            let held = redis_throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
             let limiter = policy.limiter();
             let (numbers, binding) = store.decide_held(&[(limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
             return Ok(Decision::new(numbers[binding], Source::Server));
@@ -666,7 +666,7 @@ fn is_outage(e: &RedisError) -> bool {
         || matches!(e.code(), Some("LOADING" | "BUSY" | "CLUSTERDOWN" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS"))
 }
 
-/// Decides calls with `throttle-core` in `store` (the test kit, or the `Local` failure policy).
+/// Decides calls with `redis-throttle-core` in `store` (the test kit, or the `Local` failure policy).
 fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
     let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
@@ -681,8 +681,8 @@ fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all:
 /// The first limiter of a call, or why the call is refused before sending (none, or more than
 /// CL.ALL takes).
 fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
-    if calls.len() > throttle_core::all::MAX_KEYS {
-        return Err(Error::Invalid(format!("check_all takes at most {} policies", throttle_core::all::MAX_KEYS)));
+    if calls.len() > redis_throttle_core::all::MAX_KEYS {
+        return Err(Error::Invalid(format!("check_all takes at most {} policies", redis_throttle_core::all::MAX_KEYS)));
     }
     calls.first().ok_or_else(|| Error::Invalid("check_all needs at least one policy".into()))
 }

@@ -32,7 +32,7 @@ pub enum FailurePolicy {
     FailClosed,
     /// Admit, marked degraded.
     FailOpen,
-    /// Decide in this process with `throttle-core`, the policy's rate divided by `share` (the
+    /// Decide in this process with `redis-throttle-core`, the policy's rate divided by `share` (the
     /// number of instances; see [`crate::Policy::divided`]), so a degraded fleet of `share`
     /// admits at most the global rate (a share of `1/s` among 8 is one per 8 s).
     Local { share: u32 },
@@ -74,9 +74,9 @@ impl Numbers {
         Numbers { verdict, limit: reply[1], remaining: reply[2], reset_after: ms(reply[4]) }
     }
 
-    /// From `throttle-core`'s reply (times in nanoseconds), rounded as the module's `MS` replies are.
-    pub(crate) fn from_core(reply: &throttle_core::Reply) -> Numbers {
-        Numbers::from_reply(reply.to_array(throttle_core::Unit::Millis))
+    /// From `redis-throttle-core`'s reply (times in nanoseconds), rounded as the module's `MS` replies are.
+    pub(crate) fn from_core(reply: &redis_throttle_core::Reply) -> Numbers {
+        Numbers::from_reply(reply.to_array(redis_throttle_core::Unit::Millis))
     }
 }
 

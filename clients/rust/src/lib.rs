@@ -7,13 +7,13 @@
 //!   its [`Source`]: the server, the local deny cache, or a degraded path with the reason.
 //! - Module or Functions twin, detected at connect; a server with neither is an error.
 //! - A bounded deny cache keyed by (policy, key), a per-call deadline with an explicit
-//!   [`FailurePolicy`] (fail closed, fail open, or local limiting by `throttle-core`), and a
+//!   [`FailurePolicy`] (fail closed, fail open, or local limiting by `redis-throttle-core`), and a
 //!   circuit breaker.
 //! - Leases as RAII guards ([`Throttle::acquire`] → [`Lease`]) and reservations for hot keys
 //!   ([`Throttle::reserve`] → [`Reservation`]).
 //! - [`Throttle::in_memory`]: the test kit, making the module's decisions with a [`ManualClock`].
 //!
-//! Every algorithm is `throttle-core`'s, the code the module runs.
+//! Every algorithm is `redis-throttle-core`'s, the code the module runs.
 
 mod breaker;
 mod cache;

@@ -1,4 +1,4 @@
-//! Limiters decided in this process by `throttle-core`, with keys held as Redis holds them
+//! Limiters decided in this process by `redis-throttle-core`, with keys held as Redis holds them
 //! (the same stored bytes, expiring at the same millisecond). It serves two purposes with one
 //! implementation: the [`crate::Throttle::in_memory`] test kit (driven by a [`ManualClock`]),
 //! and the `Local` failure policy (driven by the system clock).
@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use throttle_core::limiter::{Limiter, Stored, Write};
-use throttle_core::time::{NANOS_PER_MILLI, Unit};
-use throttle_core::{Effect, Instant};
+use redis_throttle_core::limiter::{Limiter, Stored, Write};
+use redis_throttle_core::time::{NANOS_PER_MILLI, Unit};
+use redis_throttle_core::{Effect, Instant};
 
 use crate::decision::Numbers;
 
@@ -82,12 +82,12 @@ impl Store {
     /// Decides every limiter against its key at `now`, as CL.ALL does when `all` (all or
     /// nothing), else as the single command does (one call), applies the effects, and returns
     /// each one's numbers and the binding index.
-    pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
+    pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
         self.decide_held(calls, &[], now, all)
     }
 
     /// [`Store::decide`], each refund bounded by its `held` (`HELD t`), as the module bounds it.
-    pub(crate) fn decide_held(&mut self, calls: &[(&Limiter, &[u8], i64)], held: &[Option<Instant>], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), throttle_core::Error> {
+    pub(crate) fn decide_held(&mut self, calls: &[(&Limiter, &[u8], i64)], held: &[Option<Instant>], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
         let outcome = {
             let stored: Vec<Option<Stored<'_>>> =
                 calls.iter().map(|(_, key, _)| self.live(key, now).map(|e| Stored { value: &e.value, expires_at_ms: e.expires_ms })).collect();
@@ -95,12 +95,12 @@ impl Store {
                 // The single command keeps the effect of a denial (a GCRA TAT clamped after its
                 // parameters changed); CL.ALL writes nothing when any limiter denies.
                 (false, [(limiter, _, quantity)], [stored]) => {
-                    throttle_core::all::Outcome { decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?], binding: 0 }
+                    redis_throttle_core::all::Outcome { decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?], binding: 0 }
                 }
                 _ => {
                     let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
                     // Replies are in milliseconds (the client's calls use MS): ties are judged as replied.
-                    throttle_core::all::decide_held(&limiters, held, &stored, now, Unit::Millis)?
+                    redis_throttle_core::all::decide_held(&limiters, held, &stored, now, Unit::Millis)?
                 }
             }
         };

@@ -1,5 +1,5 @@
 //! Typed policies: one per algorithm, built by constructors whose names cannot be misread, or
-//! parsed from a short spec string. Every policy is validated by `throttle-core`, the same code
+//! parsed from a short spec string. Every policy is validated by `redis-throttle-core`, the same code
 //! the module runs, so a policy the client accepts is one the server accepts (within the
 //! server's configured caps).
 //!
@@ -43,10 +43,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use throttle_core::caps::Caps;
-use throttle_core::limiter::{Algorithm, Limiter, Request};
-pub use throttle_core::quota::{Per, Zone};
-use throttle_core::time::Unit;
+use redis_throttle_core::caps::Caps;
+use redis_throttle_core::limiter::{Algorithm, Limiter, Request};
+pub use redis_throttle_core::quota::{Per, Zone};
+use redis_throttle_core::time::Unit;
 
 /// A rate: `count` units per `period`. `Rate::per_second(20)` is twenty per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,7 +127,7 @@ impl Quota {
         Quota::per(limit, Per::Year)
     }
     /// Periods follow the calendar of `zone`: an IANA name (`Europe/Berlin`, from the tz
-    /// database compiled into `throttle-core`, as the module's), `UTC`, or a fixed offset
+    /// database compiled into `redis-throttle-core`, as the module's), `UTC`, or a fixed offset
     /// (`+05:30`).
     pub fn tz(self, zone: &str) -> Result<Quota, PolicyError> {
         let zone = Zone::parse(zone.as_bytes()).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
@@ -136,7 +136,7 @@ impl Quota {
     /// Periods start at the billing instant's position in them (an RFC 3339 instant such as
     /// `2026-01-31T09:00:00Z`, on a whole millisecond).
     pub fn anchor(self, instant: &str) -> Result<Quota, PolicyError> {
-        let ms = throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
+        let ms = redis_throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
         Ok(self.anchor_unix_ms(ms))
     }
     /// As [`Quota::anchor`], the instant in Unix milliseconds.
@@ -181,7 +181,7 @@ pub struct Policy {
     limiter: LimiterKey,
 }
 
-/// `throttle_core`'s limiter, compared and hashed through the parameters it was built from.
+/// `redis_throttle_core`'s limiter, compared and hashed through the parameters it was built from.
 #[derive(Debug, Clone, Copy)]
 struct LimiterKey(Limiter);
 
@@ -199,7 +199,7 @@ impl std::hash::Hash for LimiterKey {
 /// follow the grammar.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicyError {
-    /// Parameters `throttle-core` refuses (the text is the server's own message).
+    /// Parameters `redis-throttle-core` refuses (the text is the server's own message).
     Invalid(String),
     /// A spec string that does not parse: the word it could not use and why.
     Spec { spec: String, word: String, reason: String },
@@ -290,7 +290,7 @@ impl Policy {
         self.limiter.0.algorithm()
     }
 
-    /// `throttle-core`'s limiter for these parameters (what the module builds from them).
+    /// `redis-throttle-core`'s limiter for these parameters (what the module builds from them).
     pub fn limiter(&self) -> &Limiter {
         &self.limiter.0
     }
@@ -311,7 +311,7 @@ impl Policy {
     /// no more per unit of time than the policy (a share of `1/s` among 8 is one per 8 s; of
     /// `10/s` among 3, 3 per 900 ms). A calendar quota whose limit is below the share becomes a
     /// fixed window counter of `share / limit` periods at their longest (a day of 25 hours, a
-    /// month of 31 days and an hour). The same algorithm otherwise, decided by `throttle-core`.
+    /// month of 31 days and an hour). The same algorithm otherwise, decided by `redis-throttle-core`.
     pub fn divided(&self, share: u32) -> Result<Policy, PolicyError> {
         let share = i64::from(share.max(1));
         // `amount` divided (at least 1), and `span_ms` stretched by `share · part / amount`,
@@ -421,7 +421,7 @@ fn zone_text(zone: Zone) -> Option<String> {
 /// whole second), as `anchor` takes it.
 fn instant_text(ms: i64) -> String {
     let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (y, mo, d) = throttle_core::quota::civil_from_days(days);
+    let (y, mo, d) = redis_throttle_core::quota::civil_from_days(days);
     let (h, mi, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
     let fraction = if milli == 0 { String::new() } else { format!(".{milli:03}") };
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{fraction}Z")
@@ -524,7 +524,7 @@ impl FromStr for Policy {
                         return Err(error(word, "given twice"));
                     }
                     let a = words.next().ok_or_else(|| error(word, "expects an instant after it, such as 2026-01-31T09:00:00Z"))?;
-                    let ms = throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis).map_err(|e| error(a, &strip_code(&e.to_string())))?;
+                    let ms = redis_throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis).map_err(|e| error(a, &strip_code(&e.to_string())))?;
                     anchor = Some((a, ms));
                 }
                 _ => return Err(error(word, "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor")),
@@ -723,7 +723,7 @@ mod tests {
     #[test]
     fn a_degraded_fleet_admits_at_most_the_global_rate() {
         use crate::memory::Store;
-        use throttle_core::Instant;
+        use redis_throttle_core::Instant;
         let t0 = 1_700_000_000_000_000_000i64;
         for (spec, share, window_ms) in [
             ("4/s counter", 8, 1000),

@@ -119,7 +119,7 @@ async fn a_killed_server_falls_back_to_local_limits_and_is_found_again() {
         assert!(matches!(&d.source, Source::Degraded { policy: FailurePolicy::Local { share: 2 }, .. }), "{d:?}");
         assert_eq!(d.limit, 5, "the local limit is the policy's divided by the share");
     }
-    // Each key is limited locally: 5 of 10 per minute, as throttle-core decides.
+    // Each key is limited locally: 5 of 10 per minute, as redis-throttle-core decides.
     let mut admitted = 0;
     for _ in 0..8 {
         let d = client.check(&policy, "one-key").await.unwrap();

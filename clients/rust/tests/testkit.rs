@@ -1,4 +1,4 @@
-//! The test kit (`Throttle::in_memory`, `throttle-core` with a manual clock) against the
+//! The test kit (`Throttle::in_memory`, `redis-throttle-core` with a manual clock) against the
 //! module: the same random calls (every algorithm, parameters changed on live keys, peeks,
 //! refunds, quantities above the limit, CL.ALL, calendar quotas in zones and from anchors) at
 //! the same instants give the same decisions, and the kit's keys hold the module's bytes and

@@ -127,7 +127,7 @@ pub enum ConfigError {
     /// `Key::forwarded_for(0)`.
     NoTrustedProxy(String),
     /// More enforced (or shadow) rate limits on one route than one call decides
-    /// ([`throttle_core::all::MAX_KEYS`]): the route template, or `*` for every route.
+    /// ([`redis_throttle_core::all::MAX_KEYS`]): the route template, or `*` for every route.
     TooManyLimits(String),
     /// A quota that follows a named time zone on a server running the Functions twin (which
     /// has no time zone database).
@@ -148,9 +148,9 @@ impl std::fmt::Display for ConfigError {
             ConfigError::LeasesNeedTheModule(n) => write!(f, "concurrency limit {n:?}: leases need the module (CL.ACQUIRE); the server runs the Functions twin"),
             ConfigError::Headers => write!(f, "at most one of Headers::DRAFT_6, DRAFT_7 and DRAFT_11: they name their fields alike"),
             ConfigError::NoTrustedProxy(n) => write!(f, "limit {n:?}: Key::forwarded_for needs at least one trusted proxy (without proxies, use Key::peer_ip)"),
-            ConfigError::TooManyLimits(route) => write!(f, "route {route:?}: at most {} enforced and {} shadow rate limits per route", throttle_core::all::MAX_KEYS, throttle_core::all::MAX_KEYS),
+            ConfigError::TooManyLimits(route) => write!(f, "route {route:?}: at most {} enforced and {} shadow rate limits per route", redis_throttle_core::all::MAX_KEYS, redis_throttle_core::all::MAX_KEYS),
             ConfigError::ZoneNeedsTheModule(n) => write!(f, "limit {n:?} follows a named time zone, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"),
-            ConfigError::Concurrency(n) => write!(f, "concurrency limit {n:?}: the limit is 1 to {} requests in flight and the lease at least 1 ms", throttle_core::lease::MAX_LIMIT),
+            ConfigError::Concurrency(n) => write!(f, "concurrency limit {n:?}: the limit is 1 to {} requests in flight and the lease at least 1 ms", redis_throttle_core::lease::MAX_LIMIT),
         }
     }
 }
@@ -275,7 +275,7 @@ impl RateLimit {
             }
             match limit.kind {
                 Kind::Concurrent { .. } if self.throttle.backend() != crate::Backend::Module => return Err(ConfigError::LeasesNeedTheModule(limit.name.clone())),
-                Kind::Concurrent { limit: most, lease } if !(1..=throttle_core::lease::MAX_LIMIT).contains(&most) || lease < Duration::from_millis(1) => {
+                Kind::Concurrent { limit: most, lease } if !(1..=redis_throttle_core::lease::MAX_LIMIT).contains(&most) || lease < Duration::from_millis(1) => {
                     return Err(ConfigError::Concurrency(limit.name.clone()));
                 }
                 Kind::Rate(ref policy) if policy.named_zone().is_some() && self.throttle.backend() == crate::Backend::Twin => {
@@ -305,7 +305,7 @@ impl RateLimit {
                 }
             }
             let plan = Plan::new(once, &self.prefix);
-            if plan.rate.len() > throttle_core::all::MAX_KEYS || plan.shadow_rate.len() > throttle_core::all::MAX_KEYS {
+            if plan.rate.len() > redis_throttle_core::all::MAX_KEYS || plan.shadow_rate.len() > redis_throttle_core::all::MAX_KEYS {
                 return Err(ConfigError::TooManyLimits(template.to_string()));
             }
             Ok(plan)
