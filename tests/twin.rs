@@ -91,6 +91,57 @@ fn loads_with_the_readme_command_and_answers_the_documented_example() {
     assert_eq!(fcall(&mut c, "cl_throttle user123 15 30 60")[..3], [0, 16, 13]);
 }
 
+/// functions/throttle.lua is generated: the committed file must be what `make twin` assembles
+/// from functions/src, or an edit of the sources would not reach users (nor these tests).
+#[test]
+fn the_committed_library_is_the_assembly_of_its_sources() {
+    let committed = twin::shipped(Form::Library);
+    let assembled = twin::assembled();
+    if committed != assembled {
+        let line = committed.lines().zip(assembled.lines()).position(|(a, b)| a != b).unwrap_or(committed.lines().count().min(assembled.lines().count()));
+        panic!(
+            "functions/throttle.lua is not the assembly of functions/src (first difference at line {}: `{}` where the sources give `{}`): run `make twin`",
+            line + 1,
+            committed.lines().nth(line).unwrap_or("<end of file>"),
+            assembled.lines().nth(line).unwrap_or("<end of file>"),
+        );
+    }
+}
+
+/// Lua 5.1 refuses a function with more than 200 active locals; the sources keep the library's
+/// main chunk far below (each part's locals in its own function scope). Counted by the server's
+/// own Lua: the most extra locals declared ahead of the library with which it still loads.
+#[test]
+fn the_library_main_chunk_holds_few_locals() {
+    let server = Server::with(Options::default().without_module());
+    let mut c = server.client();
+    let library = twin::shipped(Form::Library);
+    let (shebang, rest) = library.split_once('\n').unwrap();
+    let mut load = |extra: usize| -> Result<(), String> {
+        let names: Vec<String> = (0..extra).map(|i| format!("extra_{i}")).collect();
+        let code = if extra == 0 { library.clone() } else { format!("{shebang}\nlocal {}\n{rest}", names.join(", ")) };
+        redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(code).query::<String>(&mut c).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(0).expect("the library loads");
+    let (mut fits, mut fails) = (0, 201);
+    let e = load(fails).unwrap_err();
+    assert!(e.contains("more than 200 local variables"), "{e}");
+    while fails - fits > 1 {
+        let mid = (fits + fails) / 2;
+        match load(mid) {
+            Ok(()) => fits = mid,
+            Err(e) => {
+                assert!(e.contains("more than 200 local variables"), "{mid} extra locals: {e}");
+                fails = mid;
+            }
+        }
+    }
+    let locals = 200 - fits;
+    assert!(locals > 0);
+    assert!(locals <= 60, "the library's main chunk holds {locals} locals (at most 60: give new ones a part's scope in functions/src)");
+    load(0).expect("the library loads again");
+}
+
 #[test]
 fn functions_are_declared_as_writes_without_allow_oom_and_keys_from_keys_only() {
     let (_server, mut c, _) = twin_server(Options::default());
@@ -134,13 +185,13 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     assert!(!eval.contains("register_function"), "no registrations in the EVAL form");
     // Every line of the library but its registrations is in the EVAL form, in order.
     let mut rest = eval.lines().skip(1);
-    let mut in_library = false;
+    let (mut in_library, mut in_eval) = (false, false);
     for line in lib.lines().skip(1) {
-        if line.starts_with("-- @library begin") {
-            in_library = true;
-        }
-        if in_library || line.starts_with("-- @eval") || line.starts_with("-- return run(eval_dispatch") {
+        in_library |= line.starts_with("-- @library begin");
+        in_eval |= line.starts_with("-- @eval begin");
+        if in_library || in_eval {
             in_library &= !line.starts_with("-- @library end");
+            in_eval &= !line.starts_with("-- @eval end");
             continue;
         }
         assert!(rest.any(|l| l == line), "the EVAL form lacks (or reorders) `{line}`");
