@@ -43,6 +43,7 @@ assemble() {
     local n; n=$(grep -cx -- "-- @include $name" "$SOURCES/main.lua" || true)
     [ "$n" = 1 ] || die "$f: main.lua includes it $n times (once: \`-- @include $name\`)"
   done
+  grep -q "^local VERSION = '@VERSION@'" "$SOURCES/main.lua" || die "$SOURCES/main.lua: no \`local VERSION = '@VERSION@'\` to write the version in"
   awk -v version="$v" -v dir="$SOURCES" '
     NR == 1 {
       print

@@ -14,13 +14,16 @@ local function eval_dispatch(keys, argv)
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
   local kind = EVAL_KINDS[name]
-  if kind == nil then fail(fmt(ERR.eval_name, name and printable(name) or 'nil')) end
+  if kind == nil then
+    if name == 'cl_version' then return VERSION end
+    fail(fmt(ERR.eval_name, name and printable(name) or 'nil'))
+  end
   return single(kind, keys, args)
 end
 
 -- @library begin
-local function register(name, callback)
-  redis.register_function { function_name = name, callback = callback }
+local function register(name, callback, flags)
+  redis.register_function { function_name = name, callback = callback, flags = flags }
 end
 register('cl_throttle', cl_throttle)
 register('cl_window', cl_window)
@@ -28,6 +31,9 @@ register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, ar
 register('cl_counter', cl_counter)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
 register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
+-- The version loaders and clients compare with their own (FCALL_RO cl_version 0: no key, no
+-- write, so on any node and on read-only replicas).
+register('cl_version', function() return VERSION end, { 'no-writes' })
 -- @library end
 
 return { run = run, eval_dispatch = eval_dispatch }

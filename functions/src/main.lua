@@ -1,7 +1,8 @@
 #!lua name=throttle
 --[[
-redis-throttle's Functions twin: CL.THROTTLE, CL.WINDOW, CL.BUCKET, CL.COUNTER, CL.QUOTA (UTC
-and fixed offsets) and CL.ALL as Redis Functions, for servers that cannot load modules (managed Redis and Valkey).
+redis-throttle's Functions twin, version @VERSION@: CL.THROTTLE, CL.WINDOW, CL.BUCKET,
+CL.COUNTER, CL.QUOTA (UTC and fixed offsets) and CL.ALL as Redis Functions, for servers that
+cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
   Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW]
@@ -10,6 +11,7 @@ and fixed offsets) and CL.ALL as Redis Functions, for servers that cannot load m
          FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW]
          FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW]
          FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
+         FCALL_RO cl_version 0    (the library's version, as a string; FCALL works too)
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
 keys move between the twin and the module in both directions. The clock is `TIME` (Redis's
@@ -58,6 +60,9 @@ local function bind()
   rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
   bound = true
 end
+
+-- The library's version: the workspace's (Cargo.toml), written in by `make twin`.
+local VERSION = '@VERSION@'
 
 -- State shared by several parts, kept here as upvalues of each (a hot path reads them without
 -- a table look-up).
