@@ -74,8 +74,10 @@ case "$form" in
     [ $# -le 2 ] || die "$usage"
     if [ -n "${2:-}" ]; then
       # (written whole or not at all)
-      assemble > "$2.tmp" || { rm -f "$2.tmp"; exit 1; }
-      mv "$2.tmp" "$2"
+      out=$2
+      trap 'rm -f "$out.tmp"' EXIT
+      assemble > "$out.tmp"
+      mv "$out.tmp" "$out"
     else
       assemble
     fi
