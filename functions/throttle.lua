@@ -149,7 +149,6 @@ local function fail(text)
   failed = text
   error(text, 0)
 end
-local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
 
 -- The twin's own refusals (what a double cannot carry) come after every error the module would
 -- give for the same call (any argument error, WRONGTYPE, a state it finds invalid): a limit the
@@ -182,7 +181,6 @@ lib.integers = (function()
 
 local M = 1000000                       -- the T base: nanoseconds per millisecond
 local EXACT = 9007199254740992          -- 2^53: plain numbers stay below it
-local LIMIT_MAX = 9007199254740991      -- the largest limit (or capacity) the twin replies
 local MAX_M, MAX_U = 9223372036854, 775807   -- i64::MAX as T
 local MIN_M, MIN_U = -9223372036855, 224192  -- i64::MIN as T
 local MAX_MS = 9223372036854            -- the largest whole millisecond an i64 of ns holds

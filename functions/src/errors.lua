@@ -63,7 +63,6 @@ local function fail(text)
   failed = text
   error(text, 0)
 end
-local function fail_range(name, range) fail(fmt(ERR.range, name, range)) end
 
 -- The twin's own refusals (what a double cannot carry) come after every error the module would
 -- give for the same call (any argument error, WRONGTYPE, a state it finds invalid): a limit the

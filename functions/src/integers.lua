@@ -3,7 +3,6 @@
 
 local M = 1000000                       -- the T base: nanoseconds per millisecond
 local EXACT = 9007199254740992          -- 2^53: plain numbers stay below it
-local LIMIT_MAX = 9007199254740991      -- the largest limit (or capacity) the twin replies
 local MAX_M, MAX_U = 9223372036854, 775807   -- i64::MAX as T
 local MIN_M, MIN_U = -9223372036855, 224192  -- i64::MIN as T
 local MAX_MS = 9223372036854            -- the largest whole millisecond an i64 of ns holds
