@@ -24,7 +24,8 @@ NEED_demo=(python3=python3 curl=curl)
 NEED_bench=(valgrind=valgrind python3=python3)
 # The caller packages' tests (clients/node, clients/python).
 NEED_node=(node=nodejs npm=npm)
-NEED_python=(python3=python3 venv=python3-venv)
+# (git: tests/test_install.py builds the package from its git URL, pip's VCS form.)
+NEED_python=(python3=python3 venv=python3-venv git=git)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
