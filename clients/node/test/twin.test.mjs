@@ -3,8 +3,9 @@
 // of the shared 3-primary cluster; the warning for an outdated twin, once; the error naming the
 // loader command on a server with neither the module nor the twin.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
@@ -12,7 +13,7 @@ import IORedis from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import { Throttle, ThrottleError, TwinDowngradeError, loadTwin, twinLibrary } from 'redis-throttle-js';
 import { ports, unique } from './common.mjs';
-import { root, startServer, stopServer, twinPath } from './harness.mjs';
+import { freePort, root, startServer, stopServer, twinPath } from './harness.mjs';
 
 const cli = path.join(root, 'clients/node/dist/esm/cli.js');
 const pkg = JSON.parse(readFileSync(path.join(root, 'clients/node/package.json'), 'utf8'));
@@ -167,6 +168,41 @@ describe('loadTwin on a server without the module', () => {
     assert.equal(again.code, 0, again.stderr);
     assert.match(again.stdout, /unchanged/);
   });
+});
+
+/** A CA and a certificate for localhost and 127.0.0.1 signed by it (openssl), in a temporary folder. */
+function certificates() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'rt-node-tls-'));
+  const ssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  ssl('req', '-x509', ...key, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=redis-throttle test CA');
+  ssl('req', ...key, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
+  writeFileSync(path.join(dir, 'san'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.crt', '-days', '2', '-extfile', 'san');
+  return dir;
+}
+
+test('TLS: rediss:// with --cacert (by name and by address), refused without it, --insecure', async () => {
+  const certs = certificates();
+  try {
+    const tlsPort = await freePort();
+    const file = (f) => path.join(certs, f);
+    const server = await startServer({ kind: 'plain', args: ['--tls-port', String(tlsPort), '--tls-cert-file', file('server.crt'), '--tls-key-file', file('server.key'), '--tls-ca-cert-file', file('ca.crt'), '--tls-auth-clients', 'no'] });
+    servers.push(server);
+    const untrusted = await run('twin', 'load', `rediss://localhost:${tlsPort}`);
+    assert.equal(untrusted.code, 1);
+    assert.match(untrusted.stderr, /certificate/);
+    const byName = await run('twin', 'load', `rediss://localhost:${tlsPort}`, '--cacert', file('ca.crt'));
+    assert.equal(byName.code, 0, byName.stderr);
+    assert.match(byName.stdout, new RegExp(`localhost:${tlsPort}  loaded`));
+    const byAddress = await run('twin', 'load', `rediss://127.0.0.1:${tlsPort}`, '--cacert', file('ca.crt'));
+    assert.equal(byAddress.code, 0, byAddress.stderr);
+    assert.match(byAddress.stdout, /unchanged/);
+    const insecure = await run('twin', 'load', `rediss://127.0.0.1:${tlsPort}`, '--insecure');
+    assert.equal(insecure.code, 0, insecure.stderr);
+  } finally {
+    rmSync(certs, { recursive: true, force: true });
+  }
 });
 
 describe('clients and the server they find', () => {

@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 import redis
 import redis.asyncio
-from conftest import ROOT, Cluster, Server
+from conftest import ROOT, Cluster, Server, free_port
 
 import redis_throttle
 from redis_throttle import (
@@ -180,6 +180,66 @@ def test_auth_in_the_url(plain: Server) -> None:
     again = cli("twin", "load", f"redis://:pw@127.0.0.1:{plain.port}")
     assert again.returncode == 0, again.stderr
     assert "unchanged" in again.stdout
+
+
+def certificates(folder: Path) -> Path:
+    """A CA and a certificate for localhost and 127.0.0.1 signed by it (openssl), in `folder`."""
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    ssl(
+        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=redis-throttle test CA"
+    )
+    ssl("req", *key, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    (folder / "san").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san",
+    )
+    return folder
+
+
+def test_tls_with_cacert_refused_without_it_and_insecure(tmp_path: Path) -> None:
+    certs = certificates(tmp_path)
+    port = free_port()
+    tls = (
+        "--tls-port",
+        str(port),
+        "--tls-cert-file",
+        str(certs / "server.crt"),
+        "--tls-key-file",
+        str(certs / "server.key"),
+    )
+    server = Server("plain", args=(*tls, "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no"))
+    try:
+        untrusted = cli("twin", "load", f"rediss://localhost:{port}")
+        assert untrusted.returncode == 1
+        assert "certificate" in untrusted.stderr.lower()
+        by_name = cli("twin", "load", f"rediss://localhost:{port}", "--cacert", str(certs / "ca.crt"))
+        assert by_name.returncode == 0, by_name.stderr
+        assert f"localhost:{port}  loaded" in by_name.stdout
+        by_address = cli("twin", "load", f"rediss://127.0.0.1:{port}", "--cacert", str(certs / "ca.crt"))
+        assert by_address.returncode == 0, by_address.stderr
+        assert "unchanged" in by_address.stdout
+        insecure = cli("twin", "load", f"rediss://127.0.0.1:{port}", "--insecure")
+        assert insecure.returncode == 0, insecure.stderr
+    finally:
+        server.stop()
 
 
 def test_an_outdated_twin_is_warned_about_once_per_process(plain: Server) -> None:
