@@ -92,13 +92,14 @@ test('the CLI: --help, exit code 2 on usage errors, 1 when the server cannot be 
 describe('loadTwin on a server without the module', () => {
   for (const [lib, open] of [
     ['node-redis', (s) => createClient({ url: s.url })],
+    ['node-redis v4', async (s) => (await import('redis4')).createClient({ url: s.url })],
     ['ioredis', (s) => new IORedis(s.url)],
   ]) {
     test(`${lib}: loads, reports the versions, answers decisions; loading again sends nothing`, async () => {
       const { server, c } = await plain();
-      const client = open(server);
+      const client = await open(server);
       client.on('error', () => {});
-      if (client.connect && lib === 'node-redis') await client.connect();
+      if (lib.startsWith('node-redis')) await client.connect();
       clients.push(client);
       const report = await loadTwin(client);
       assert.deepEqual(report, { version: pkg.version, nodes: [{ node: `127.0.0.1:${server.port}`, before: null, after: stated, action: 'loaded' }] });
@@ -293,7 +294,7 @@ describe('a 3-primary cluster', () => {
   before(drop);
   after(drop);
 
-  test('loadTwin (node-redis and ioredis cluster clients) and the CLI load on every primary; a newer twin on one refuses them all', async () => {
+  test('loadTwin (node-redis v5 and v4, ioredis cluster clients) and the CLI load on every primary; a newer twin on one refuses them all', async () => {
     const cluster = createCluster({ rootNodes: urls().map((url) => ({ url })) });
     cluster.on('error', () => {});
     await cluster.connect();
@@ -311,6 +312,11 @@ describe('a 3-primary cluster', () => {
     assert.ok(decided.every((d) => !d.limited && d.limit === 1));
     const later = await fcalls();
     assert.ok(later.every((n, i) => n > before[i]), `FCALLs per primary: ${before} -> ${later}`);
+    const v4 = (await import('redis4')).createCluster({ rootNodes: urls().map((url) => ({ url })) });
+    v4.on('error', () => {});
+    await v4.connect();
+    clients.push(v4);
+    assert.deepEqual((await loadTwin(v4)).nodes.map((n) => n.action), ['unchanged', 'unchanged', 'unchanged'], 'node-redis v4');
     const io = new IORedis.Cluster(ports.cluster.map((port) => ({ host: '127.0.0.1', port })));
     io.on('error', () => {});
     clients.push(io);
