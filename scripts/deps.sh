@@ -22,9 +22,11 @@ NEED_docs=(cc=build-essential python3=python3)
 NEED_demo=(python3=python3 curl=curl)
 # make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
 NEED_bench=(valgrind=valgrind python3=python3)
-# The caller packages' tests (clients/node, clients/python).
-NEED_node=(node=nodejs npm=npm)
-NEED_python=(python3=python3 venv=python3-venv)
+# The caller packages' tests (clients/node, clients/python). (openssl: the twin loaders' TLS
+# tests make a CA and a certificate; git: tests/test_install.py builds the package from its git
+# URL, pip's VCS form.)
+NEED_node=(node=nodejs npm=npm openssl=openssl)
+NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
