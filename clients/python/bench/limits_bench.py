@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import limits.strategies as strategies
 from apps import RoundTrips
-from conftest import Server
 from limits import RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.storage import storage_from_string
+from servers import Server
 
 import redis_throttle.limits  # noqa: F401
 

@@ -294,3 +294,78 @@ def test_the_twins_fcalls_go_to_their_first_keys_slot_in_a_cluster(cluster) -> N
         node = next(n for n in cluster.nodes if n.port == owner)
         assert node.client().exists(f"{{{tag}}}:a", f"{{{tag}}}:b", f"{{{tag}}}:c") == 3
     assert sum(n.command_calls("fcall") for n in cluster.nodes) - before == 2 * len(tags)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t, k: t.window(k, 5, float("nan")), "^ERR window must be a finite number of seconds, got nan$"),
+        (lambda t, k: t.window(k, 5, float("inf")), "^ERR window must be a finite number of seconds, got inf$"),
+        (lambda t, k: t.window(k, 5, True), r"^ERR window must be seconds \(int, float or timedelta\), got True$"),
+        (lambda t, k: t.window(k, 5, 10**10), r"^ERR window must be at most 1000000000 seconds \(1000000000000 millis"),
+        (lambda t, k: t.counter(k, 5, 1e300), r"^ERR window must be at most 1000000000 seconds"),
+        (lambda t, k: t.throttle(k, 1, 5, 0.0005), r"^ERR period 0.0005 s is not a whole number of milliseconds$"),
+        (lambda t, k: t.window(k, True, 60), "^ERR limit must be an integer, got True$"),
+        (lambda t, k: t.counter(k, 2.5, 60), "^ERR limit must be an integer, got 2.5$"),
+        (lambda t, k: t.bucket(k, "5", 1, 60), "^ERR capacity must be an integer, got '5'$"),
+        (lambda t, k: t.window(k, 5, 60, quantity=False), "^ERR quantity must be an integer, got False$"),
+        (lambda t, k: t.all([(k, WindowLimit(5, float("nan")))]), "^ERR window must be a finite number"),
+    ],
+)
+def test_durations_and_integers_no_command_takes_are_refused_alike_before_sending(
+    sync_client, key: str, call, message: str
+) -> None:  # type: ignore[no-untyped-def]
+    # One error (ThrottleError, the same text) on the module, the twin and a cluster, where
+    # Python's own (ValueError, OverflowError) or redis-py's (DataError) came out before.
+    t = Throttle(sync_client)
+    with pytest.raises(ThrottleError, match=message):
+        call(t, key)
+    assert sync_client.exists(key) == 0
+
+
+def test_a_lost_twin_library_is_named_and_found_again_when_loaded(own_twin, key: str) -> None:  # type: ignore[no-untyped-def]
+    from redis_throttle._core import LOAD_TWIN
+
+    t = Throttle(own_twin.client())
+    assert not t.window(key, 5, 60).limited
+    own_twin.client().function_flush()
+    with pytest.raises(ThrottleError, match="^ERR the Functions library `throttle` is missing") as err:
+        t.window(key, 5, 60)
+    assert LOAD_TWIN in str(err.value)
+    with pytest.raises(ThrottleError, match="neither the redis-throttle module") as err:
+        t.window(key, 5, 60)  # (detected again: neither)
+    assert LOAD_TWIN in str(err.value)
+    own_twin.start_functions()
+    assert t.window(key, 5, 60).remaining == 3 and t.backend is Backend.TWIN
+
+
+def test_a_lost_module_is_named(request, key: str) -> None:  # type: ignore[no-untyped-def]
+    from conftest import Server
+
+    server = Server("module", args=("--enable-module-command", "yes"))
+    request.addfinalizer(server.stop)
+    t = Throttle(server.client())
+    assert not t.window(key, 5, 60).limited
+    server.client().execute_command("MODULE", "UNLOAD", "throttle")
+    with pytest.raises(ThrottleError, match="^ERR the redis-throttle module is not loaded"):
+        t.window(key, 5, 60)
+    server.start_functions()  # (the twin instead, after a failover to managed Redis, say)
+    assert t.window(key, 5, 60).remaining == 3 and t.backend is Backend.TWIN
+
+
+def test_a_cluster_node_without_the_twin_is_named(cluster) -> None:  # type: ignore[no-untyped-def]
+    from conftest import ROOT
+
+    code = (ROOT / "functions/throttle.lua").read_text()
+    for n in cluster.nodes:
+        n.client().function_load(code, replace=True)
+    t = Throttle(cluster.client(), backend=Backend.TWIN)
+    key = f"{{l{uuid.uuid4().hex[:8]}}}:k"
+    assert not t.window(key, 5, 60).limited
+    owner = next(n for n in cluster.nodes if n.port == t.client.get_node_from_key(key).port)
+    owner.client().function_delete("throttle")  # (a failover to a replica that never had it)
+    try:
+        with pytest.raises(ThrottleError, match="^ERR the Functions library `throttle` is missing"):
+            t.window(key, 5, 60)
+    finally:
+        owner.client().function_load(code, replace=True)

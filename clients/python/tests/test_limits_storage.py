@@ -17,8 +17,11 @@ import redis
 from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import storage_from_string
+from servers import Server
 
 import redis_throttle.limits as rtl
+from redis_throttle import ThrottleError
+from redis_throttle._core import LOAD_TWIN
 
 
 class Sync:
@@ -69,13 +72,15 @@ async def _async_storage(uri: str, prefix: str) -> Any:
     return storage_from_string(uri, key_prefix=prefix)
 
 
-def test_every_scheme_resolves_to_this_storage(storage_uri: str) -> None:
+def test_every_scheme_resolves_to_this_storage(storage_uri: str, backend: str, request) -> None:  # type: ignore[no-untyped-def]
     assert type(storage_from_string(storage_uri)) is rtl.RedisThrottleStorage
     assert type(storage_from_string("async+" + storage_uri)) is rtl.AsyncRedisThrottleStorage
-    assert (
-        type(storage_from_string(storage_uri.replace("redis+", "rediss+"), ssl_cert_reqs=None))
-        is rtl.RedisThrottleStorage
-    )
+    # rediss+: over TLS (a cluster's, the TLS-only cluster; a client of a single server
+    # connects on its first call).
+    tls_uri = storage_uri.replace("redis+", "rediss+")
+    if backend == "cluster":
+        tls_uri = f"rediss+throttle+cluster://{request.getfixturevalue('tls_cluster').uri_hosts}"
+    assert type(storage_from_string(tls_uri, ssl_cert_reqs=None)) is rtl.RedisThrottleStorage
 
 
 # Fixed window
@@ -298,3 +303,162 @@ def test_a_client_that_decodes_replies_works_too(storage_uri: str) -> None:
         limiter.hit(limit, strategy)
         assert limiter.get_window_stats(limit, strategy).remaining == 0
         assert not limiter.test(limit, strategy)
+
+
+# Reads that decide ask the server (limits' test(): get, get_moving_window, get_sliding_window)
+@pytest.mark.parametrize("strategy", ["fixed-window", "moving-window", "sliding-window-counter"])
+def test_test_sees_another_workers_hit_right_after_this_storages_own(make, strategy: str) -> None:  # type: ignore[no-untyped-def]
+    mine, theirs = make(strategy), make(strategy)  # two workers: two storages, one prefix
+    limit = RateLimitItemPerMinute(2)
+    assert mine.hit(limit, "login")
+    assert theirs.hit(limit, "login")
+    # Within a millisecond of this storage's own hit: its reply said 1 left, the server says 0.
+    assert not mine.test(limit, "login")
+    assert mine.get_window_stats(limit, "login").remaining == 0
+    assert not mine.hit(limit, "login")
+
+
+@pytest.mark.parametrize("kind", ["module", "twin"])
+def test_no_figure_is_read_from_a_hit_after_a_call_failed(request, kind: str) -> None:  # type: ignore[no-untyped-def]
+    server = Server(kind)
+    request.addfinalizer(server.stop)
+    storage = storage_from_string(f"redis+throttle://127.0.0.1:{server.port}", socket_timeout=0.5)
+    limiters = [strategies.STRATEGIES[s](storage) for s in ("fixed-window", "moving-window", "sliding-window-counter")]
+    for i, limiter in enumerate(limiters):
+        assert limiter.hit(RateLimitItemPerMinute(5), f"u{i}")  # its reply is kept for the headers
+    server.kill()
+    for i, limiter in enumerate(limiters):
+        with pytest.raises(redis.RedisError):
+            limiter.hit(RateLimitItemPerMinute(5), f"u{i}")
+        # The hit failed: no figure of the hit before it answers.
+        with pytest.raises(redis.RedisError):
+            limiter.get_window_stats(RateLimitItemPerMinute(5), f"u{i}")
+
+
+# The sliding window counter's reset: when a hit is next admitted
+def test_sliding_window_reset_is_when_the_next_hit_is_admitted(make) -> None:  # type: ignore[no-untyped-def]
+    hitting, reading = make("sliding-window-counter"), make("sliding-window-counter")
+    limit = RateLimitItemPerSecond(3, 1)  # buckets of 100 ms
+    # Spread over three buckets: the oldest bucket's leaving admits one more (not the newest's).
+    assert hitting.hit(limit, "spread")
+    first = time.time()
+    time.sleep(0.3)
+    assert hitting.hit(limit, "spread")
+    time.sleep(0.3)
+    assert hitting.hit(limit, "spread") and not hitting.hit(limit, "spread")
+    spread = reading.get_window_stats(limit, "spread")  # (a read of the server)
+    assert spread.remaining == 0 and not reading.test(limit, "spread")
+    assert first + 0.95 <= spread.reset_time <= first + 1.15
+    # A burst in one bucket: it leaves a window after the bucket's end, up to 1.1 s from now.
+    assert hitting.hit(limit, "burst", cost=3)
+    burst_at = time.time()
+    assert not hitting.hit(limit, "burst")
+    after_hit = hitting.get_window_stats(limit, "burst")  # (from the denied hit's reply)
+    burst = reading.get_window_stats(limit, "burst")
+    assert after_hit.remaining == burst.remaining == 0
+    assert after_hit.reset_time == pytest.approx(burst.reset_time, abs=0.1)
+    assert burst_at + 0.95 <= burst.reset_time <= burst_at + 1.15
+    for stats, name in ((spread, "spread"), (burst, "burst")):
+        time.sleep(max(0.0, stats.reset_time - 0.08 - time.time()))
+        assert not reading.hit(limit, name), "admitted before the reset it reported"
+        time.sleep(max(0.0, stats.reset_time + 0.05 - time.time()))
+        # The spread's oldest unit left; the burst's three left together.
+        freed = 1 if name == "spread" else 3
+        assert [reading.hit(limit, name) for _ in range(freed + 1)] == [True] * freed + [False]
+
+
+# "0/minute" denies every hit, as limits' own storages do
+def test_a_limit_of_zero_denies_every_hit(make, sync_client) -> None:  # type: ignore[no-untyped-def]
+    zero = RateLimitItemPerMinute(0)
+    for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
+        limiter = make(strategy)
+        assert [limiter.hit(zero, strategy) for _ in range(3)] == [False] * 3
+        assert not limiter.test(zero, strategy)
+        assert limiter.get_window_stats(zero, strategy).remaining == 0
+
+
+# One range and one error for periods and amounts, on the module and the twin alike
+def test_a_period_no_command_takes_is_refused_the_same_everywhere(make) -> None:  # type: ignore[no-untyped-def]
+    from limits import RateLimitItemPerYear
+
+    forty_years = RateLimitItemPerYear(5, 40)  # 1.26e9 s: beyond 10^9 s
+    for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
+        with pytest.raises(ThrottleError) as err:
+            make(strategy).hit(forty_years, strategy)
+        assert str(err.value) == "ERR window must be an integer from 1 to 1000000000000 (milliseconds)"
+    huge = RateLimitItemPerMinute(2**53)  # beyond the integers both backends count exactly
+    for strategy in ("moving-window", "sliding-window-counter"):
+        with pytest.raises(ThrottleError, match="^ERR limit must be at most 9007199254740991"):
+            make(strategy).hit(huge, strategy)
+
+
+# WRONGTYPE, and a lost twin, as the package's own errors
+def test_a_window_key_is_wrongtype_to_the_fixed_window_on_every_backend(make) -> None:  # type: ignore[no-untyped-def]
+    limit = RateLimitItemPerMinute(5)
+    for written_by in ("moving-window", "sliding-window-counter"):
+        assert make(written_by).hit(limit, written_by)  # (limits' key is the same for every strategy)
+        with pytest.raises(ThrottleError, match="^WRONGTYPE Operation against a key holding the wrong kind of value$"):
+            make("fixed-window").hit(limit, written_by)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_lost_twin_library_is_named_and_no_stale_figure_is_read(own_twin, mode: str) -> None:  # type: ignore[no-untyped-def]
+    uri = f"redis+throttle://127.0.0.1:{own_twin.port}"
+    loop = asyncio.new_event_loop()
+    if mode == "sync":
+        limiter = strategies.MovingWindowRateLimiter(storage_from_string(uri))
+    else:
+        storage = loop.run_until_complete(_async_storage("async+" + uri, "T"))
+        limiter = Sync(aio_strategies.MovingWindowRateLimiter(storage), loop)
+    limit = RateLimitItemPerMinute(5)
+    assert limiter.hit(limit, "u")
+    own_twin.client().function_flush()
+    for call in (lambda: limiter.hit(limit, "u"), lambda: limiter.get_window_stats(limit, "u")):
+        with pytest.raises(ThrottleError) as err:
+            call()
+        # (the hit finds the library gone; the read after it detects the server again: neither)
+        text = str(err.value)
+        assert "library `throttle` is missing" in text or "neither the redis-throttle module" in text
+        assert LOAD_TWIN in text
+    own_twin.start_functions()
+    assert limiter.hit(limit, "u") and limiter.get_window_stats(limit, "u").remaining == 3
+    loop.close()
+
+
+# rediss+throttle+cluster:// speaks TLS
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_rediss_cluster_uri_speaks_tls(tls_cluster, cluster, mode: str) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.new_event_loop()
+
+    def limiter(uri: str, **options: Any) -> Any:
+        prefix = f"T{uuid.uuid4().hex[:10]}"
+        if mode == "sync":
+            return strategies.MovingWindowRateLimiter(storage_from_string(uri, key_prefix=prefix, **options))
+        storage = loop.run_until_complete(_async_storage_with("async+" + uri, prefix, **options))
+        return Sync(aio_strategies.MovingWindowRateLimiter(storage), loop)
+
+    ca = str(tls_cluster.tls.ca)
+    over_tls = limiter(f"rediss+throttle+cluster://{tls_cluster.uri_hosts}", ssl_ca_certs=ca)
+    limit = RateLimitItemPerMinute(3)
+    assert [over_tls.hit(limit, "u") for _ in range(4)] == [True, True, True, False]
+    assert over_tls.get_window_stats(limit, "u").remaining == 0
+    # Plain text to the TLS-only cluster, and TLS to a plain one, fail: nothing goes in clear.
+    quick = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
+    with pytest.raises(Exception):  # noqa: B017  (redis-py's error differs by version and mode)
+        limiter(f"redis+throttle+cluster://{tls_cluster.uri_hosts}", **quick).hit(limit, "v")
+    with pytest.raises(Exception):  # noqa: B017
+        plain_cluster = f"rediss+throttle+cluster://{cluster.uri_hosts}"
+        limiter(plain_cluster, ssl_ca_certs=ca, **quick).hit(limit, "v")
+    loop.close()
+
+
+def test_a_cluster_uri_with_options_it_cannot_carry_is_refused(cluster) -> None:  # type: ignore[no-untyped-def]
+    from limits.errors import ConfigurationError
+
+    for tail in ("/1", "?ssl_cert_reqs=none"):
+        with pytest.raises(ConfigurationError, match="storage options"):
+            storage_from_string(f"rediss+throttle+cluster://{cluster.uri_hosts}{tail}")
+
+
+async def _async_storage_with(uri: str, prefix: str, **options: Any) -> Any:
+    return storage_from_string(uri, key_prefix=prefix, **options)
