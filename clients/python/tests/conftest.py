@@ -6,6 +6,8 @@ end of the session."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 import uuid
@@ -15,7 +17,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import pytest
 from servers import ROOT, Cluster, Server, Servers, Tls, free_port, wait_until
 
-__all__ = ["ROOT", "Cluster", "Server", "free_port", "wait_until"]
+__all__ = ["ROOT", "Cluster", "Server", "aclose", "free_port", "wait_until"]
 
 T = TypeVar("T")
 SHARED = Servers.load(Path(os.environ["THROTTLE_TEST_SERVERS"])) if os.environ.get("THROTTLE_TEST_SERVERS") else None
@@ -28,6 +30,42 @@ def _shared_or(make: Callable[[], T], pick: Callable[[Servers], Any]) -> Iterato
     made = make()
     yield made
     made.stop()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _turn(alone: bool) -> Iterator[None]:
+    """Rows of the matrix run at once on the shared servers: a test marked ``alone`` (it counts
+    a server's commands, or changes what every test sees) runs while no other does; the others
+    run together. Two flock(2) locks in the servers' folder, a turnstile first, so a test
+    waiting to run alone is not starved by the others."""
+    folder = Path(os.environ["THROTTLE_TEST_SERVERS"]).parent
+    with open(folder / "turnstile.lock", "a") as gate, open(folder / "servers.lock", "a") as servers:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(servers, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(servers, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _shared_servers_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    if SHARED is None:
+        yield
+        return
+    with _turn(request.node.get_closest_marker("alone") is not None):
+        yield
+
+
+async def aclose(client: Any) -> None:
+    """Closes an asyncio client (``close()`` before redis-py 5.0.1, which added ``aclose()``)."""
+    await (client.aclose() if hasattr(client, "aclose") else client.close())
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -76,13 +77,21 @@ class Tls:
         def openssl(*args: str) -> None:
             subprocess.run(["openssl", *args], cwd=self.folder, check=True, capture_output=True, timeout=60)
 
-        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3", "-subj", "/CN=rt-test-ca")
-        openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-        (self.folder / "san.txt").write_text("subjectAltName=IP:127.0.0.1\n")
+        # With the extensions Python 3.13's strict verification asks of a CA and a server's
+        # certificate (key usages, key identifiers, the address as a subject name); the nodes
+        # present theirs to each other on the cluster bus too (clientAuth).
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3"]
+        ca_ext = ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"]
+        openssl("req", "-x509", *ec, *ca_ext, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=rt-test-ca")
+        openssl("req", *ec[:-2], "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+        (self.folder / "server.ext").write_text(
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyAgreement\nextendedKeyUsage=serverAuth,clientAuth\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
         openssl(
             "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "server.crt", "-days", "3", "-extfile", "san.txt",
+            "-out", "server.crt", "-days", "3", "-extfile", "server.ext",
         )  # fmt: skip
 
 
@@ -212,17 +221,22 @@ class Cluster:
         self.nodes: list[Server] = []
         if not start:
             return
-        self.nodes = [Server("module", cluster=True, tls=tls) for _ in range(primaries)]
-        tls_args = ["--tls", "--cacert", str(tls.ca)] if tls else []
-        out = subprocess.run(
-            [CLI, *tls_args, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes]]
-            + ["--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
-        for n in self.nodes:
-            wait_until("cluster_state:ok", 60, lambda n=n: "cluster_state:ok" in n.cli("CLUSTER", "INFO"))
+        try:
+            for _ in range(primaries):
+                self.nodes.append(Server("module", cluster=True, tls=tls))
+            tls_args = ["--tls", "--cacert", str(tls.ca)] if tls else []
+            out = subprocess.run(
+                [CLI, *tls_args, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes]]
+                + ["--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
+            for n in self.nodes:
+                wait_until("cluster_state:ok", 60, lambda n=n: "cluster_state:ok" in n.cli("CLUSTER", "INFO"))
+        except BaseException:
+            self.stop()
+            raise
 
     def describe(self) -> list[dict[str, Any]]:
         return [n.describe() for n in self.nodes]
@@ -257,8 +271,35 @@ class Servers:
 
     @classmethod
     def start(cls, folder: Path) -> Servers:
+        """Every server at once (each cluster takes seconds to form); on a failure, those
+        started are stopped."""
         tls = Tls(folder)
-        return cls(Server("module"), Server("twin"), Cluster(3), Cluster(3, tls=tls), tls)
+        makers: dict[str, Callable[[], Any]] = {
+            "module": lambda: Server("module"),
+            "twin": lambda: Server("twin"),
+            "cluster": lambda: Cluster(3),
+            "tls_cluster": lambda: Cluster(3, tls=tls),
+        }
+        made: dict[str, Any] = {}
+        errors: list[BaseException] = []
+
+        def make(name: str) -> None:
+            try:
+                made[name] = makers[name]()
+            except BaseException as err:  # (raised below)
+                errors.append(err)
+
+        threads = [threading.Thread(target=make, args=(name,)) for name in makers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            for server in made.values():
+                server.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise errors[0]
+        return cls(made["module"], made["twin"], made["cluster"], made["tls_cluster"], tls)
 
     def save(self, path: Path) -> None:
         info = {
@@ -285,3 +326,4 @@ class Servers:
     def stop(self) -> None:
         for s in (self.module, self.twin, self.cluster, self.tls_cluster):
             s.stop()
+        shutil.rmtree(self.tls.folder, ignore_errors=True)

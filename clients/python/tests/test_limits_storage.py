@@ -14,6 +14,7 @@ import limits.aio.strategies as aio_strategies
 import limits.strategies as strategies
 import pytest
 import redis
+from conftest import aclose
 from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import storage_from_string
@@ -64,7 +65,7 @@ def make(storage_uri: str, mode: str):  # type: ignore[no-untyped-def]
     yield build
     for storage in made:
         if mode == "async":
-            loop.run_until_complete(storage.storage.aclose())
+            loop.run_until_complete(aclose(storage.storage))
     loop.close()
 
 
@@ -338,33 +339,32 @@ def test_no_figure_is_read_from_a_hit_after_a_call_failed(request, kind: str) ->
 # The sliding window counter's reset: when a hit is next admitted
 def test_sliding_window_reset_is_when_the_next_hit_is_admitted(make) -> None:  # type: ignore[no-untyped-def]
     hitting, reading = make("sliding-window-counter"), make("sliding-window-counter")
-    limit = RateLimitItemPerSecond(3, 1)  # buckets of 100 ms
-    # Spread over three buckets: the oldest bucket's leaving admits one more (not the newest's).
-    assert hitting.hit(limit, "spread")
+    limit = RateLimitItemPerSecond(3, 2)  # buckets of 200 ms
+    # A burst in one bucket (its three units leave together), and the first of three units
+    # spread over three buckets (the oldest bucket's leaving admits one more, not the newest's).
+    before = time.time()
+    assert hitting.hit(limit, "burst", cost=3) and hitting.hit(limit, "spread")
     first = time.time()
-    time.sleep(0.3)
-    assert hitting.hit(limit, "spread")
-    time.sleep(0.3)
-    assert hitting.hit(limit, "spread") and not hitting.hit(limit, "spread")
-    spread = reading.get_window_stats(limit, "spread")  # (a read of the server)
-    assert spread.remaining == 0 and not reading.test(limit, "spread")
-    assert first + 0.95 <= spread.reset_time <= first + 1.15
-    # A burst in one bucket: it leaves a window after the bucket's end, up to 1.1 s from now.
-    assert hitting.hit(limit, "burst", cost=3)
-    burst_at = time.time()
     assert not hitting.hit(limit, "burst")
     after_hit = hitting.get_window_stats(limit, "burst")  # (from the denied hit's reply)
-    burst = reading.get_window_stats(limit, "burst")
-    assert after_hit.remaining == burst.remaining == 0
+    burst = reading.get_window_stats(limit, "burst")  # (a read of the server)
+    assert after_hit.remaining == burst.remaining == 0 and not reading.test(limit, "burst")
     assert after_hit.reset_time == pytest.approx(burst.reset_time, abs=0.1)
-    assert burst_at + 0.95 <= burst.reset_time <= burst_at + 1.15
-    for stats, name in ((spread, "spread"), (burst, "burst")):
-        time.sleep(max(0.0, stats.reset_time - 0.08 - time.time()))
-        assert not reading.hit(limit, name), "admitted before the reset it reported"
-        time.sleep(max(0.0, stats.reset_time + 0.05 - time.time()))
-        # The spread's oldest unit left; the burst's three left together.
-        freed = 1 if name == "spread" else 3
-        assert [reading.hit(limit, name) for _ in range(freed + 1)] == [True] * freed + [False]
+    time.sleep(0.6)
+    assert hitting.hit(limit, "spread")
+    time.sleep(0.6)
+    assert hitting.hit(limit, "spread") and not hitting.hit(limit, "spread")
+    spread = reading.get_window_stats(limit, "spread")
+    assert spread.remaining == 0 and not reading.test(limit, "spread")
+    # A unit leaves two seconds after the end of its bucket: 2 to 2.2 s after it was taken.
+    for stats in (burst, spread):
+        assert before + 2 <= stats.reset_time <= first + 2.25
+    time.sleep(max(0.0, min(burst.reset_time, spread.reset_time) - 0.25 - time.time()))
+    assert not reading.hit(limit, "burst") and not reading.hit(limit, "spread"), "admitted before the reset"
+    time.sleep(max(0.0, max(burst.reset_time, spread.reset_time) + 0.05 - time.time()))
+    # The burst's three units left; the spread's oldest left (its next leaves 0.6 s later).
+    assert [reading.hit(limit, "burst") for _ in range(4)] == [True] * 3 + [False]
+    assert [reading.hit(limit, "spread") for _ in range(2)] == [True, False]
 
 
 # "0/minute" denies every hit, as limits' own storages do

@@ -16,7 +16,7 @@ STRATEGY = {"module": "fixed-window", "twin": "moving-window", "cluster": "movin
 def test_a_thousand_concurrent_tasks_admit_exactly_five_with_the_documented_headers(
     storage_uri: str, backend: str
 ) -> None:
-    app = fastapi_app(storage_uri, STRATEGY[backend])
+    app = fastapi_app(storage_uri, STRATEGY[backend], key_prefix=f"slowapi{time.time_ns()}")
 
     async def drive(url: str) -> list[httpx.Response]:
         # A thousand tasks at once; at most 20 requests in flight (httpx's pool slows down

@@ -211,7 +211,7 @@ def ms(value: Seconds, name: str = "duration") -> int:
     return millis
 
 
-def integer(value: Any, name: str) -> int:
+def integer(value: object, name: str) -> int:
     """An integer argument (a limit, a count, a quantity), refused before sending when it is
     anything else (a bool, a float, a string): redis-py would send ``True`` or ``2.5`` as text
     the module and the twin read differently."""
@@ -264,7 +264,7 @@ def _b(key: Key) -> bytes:
     return key.encode() if isinstance(key, str) else key
 
 
-def _int(v: Any) -> int:
+def _int(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ThrottleError(f"ERR expected an integer in the reply, got {v!r}")
     return v

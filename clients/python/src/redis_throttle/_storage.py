@@ -13,7 +13,6 @@ import dataclasses
 import struct
 import sys
 import time
-import urllib.parse
 from typing import Any, Sequence
 
 from ._core import MAX_MS, Backend, CounterLimit, Decision, ThrottleError, WindowLimit, decision, ms, single
@@ -53,36 +52,6 @@ def client_url(uri: str) -> tuple[str, bool, bool]:
     cluster = "cluster" in words
     base = words[0] if words and words[0] in ("redis", "rediss") else "redis"
     return f"{base}{sep}{rest}", cluster, is_async
-
-
-def cluster_options(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    """The startup nodes of ``redis[s]://[user:password@]host:port,host:port`` and the options
-    the URI sets (credentials; TLS for ``rediss``). What a cluster URI cannot carry (a database,
-    query options, which redis-py would read on one node only) is refused, naming where the
-    option goes instead."""
-    from limits.errors import ConfigurationError
-
-    parsed = urllib.parse.urlparse(url)
-    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
-        raise ConfigurationError(
-            f"{url!r}: a cluster URI takes user, password and host:port,host:port only (a cluster "
-            "has one database); give other redis-py options as storage options (Flask-Limiter's "
-            "RATELIMIT_STORAGE_OPTIONS, slowapi's storage_options), e.g. ssl_ca_certs"
-        )
-    nodes = []
-    for loc in parsed.netloc.rsplit("@", 1)[-1].split(","):
-        sub = urllib.parse.urlparse(f"fake://{loc.strip()}")
-        if sub.hostname is None or sub.port is None:
-            raise ConfigurationError(f"missing host or port in {loc!r} of {url!r}")
-        nodes.append((sub.hostname, sub.port))
-    options: dict[str, Any] = {}
-    if parsed.username:
-        options["username"] = urllib.parse.unquote(parsed.username)
-    if parsed.password:
-        options["password"] = urllib.parse.unquote(parsed.password)
-    if parsed.scheme == "rediss":
-        options["ssl"] = True
-    return nodes, options
 
 
 def for_stats() -> bool:

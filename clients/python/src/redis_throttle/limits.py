@@ -16,7 +16,8 @@ reply.
 from __future__ import annotations
 
 import time
-from typing import Any
+import urllib.parse
+from typing import Any, cast
 
 import limits
 import redis
@@ -24,6 +25,7 @@ import redis.asyncio
 from limits.aio.storage import MovingWindowSupport as AioMovingWindowSupport
 from limits.aio.storage import SlidingWindowCounterSupport as AioSlidingWindowCounterSupport
 from limits.aio.storage import Storage as AioStorage
+from limits.errors import ConfigurationError
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
@@ -40,6 +42,10 @@ if int(limits.__version__.split(".")[0]) < 5:
     )
 
 __all__ = ["PREFIX", "AsyncRedisThrottleStorage", "RedisThrottleStorage"]
+
+# redis-py's annotations changed across the versions the package takes (5.0's RedisCluster is
+# abstract to mypy, its from_url and pipeline untyped): its constructors are called untyped.
+_redis: Any = redis
 
 PREFIX = "THROTTLE"
 """Keys are ``THROTTLE:<limits' key>`` (not limits' ``LIMITS``: its moving-window lists under
@@ -68,13 +74,13 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         self.cluster = cluster
         client: redis.Redis | redis.RedisCluster
         if cluster:
-            hosts, from_uri = s.cluster_options(url)
+            hosts, from_uri = cluster_options(url)
             nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
-            client = redis.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
+            client = _redis.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
         elif connection_pool is not None:
             client = redis.Redis(connection_pool=connection_pool, **options)
         else:
-            client = redis.from_url(url, **options)
+            client = _redis.from_url(url, **options)
         self.storage = client
         self.throttle = Throttle(client)
         self.seen = s.Memory()
@@ -99,7 +105,7 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         window = s.window_ms(expiry)
         s.amount_ok(amount, "cost")
         if self.throttle.backend is Backend.TWIN and not self.cluster:
-            pipe = self.storage.pipeline(transaction=True)
+            pipe = cast(Any, self.storage).pipeline(transaction=True)
             s.queue_plain_counter(pipe, pk, window, amount)
             replies = pipe.execute(raise_on_error=False)
             refused = next((r for r in replies if isinstance(r, ResponseError)), None)
@@ -213,6 +219,34 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         self.clear(key)
 
 
+def cluster_options(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The startup nodes of ``redis[s]://[user:password@]host:port,host:port`` and the options
+    the URI sets (credentials; TLS for ``rediss``). What a cluster URI cannot carry (a database,
+    query options, which redis-py would read on one node only) is refused, naming where the
+    option goes instead."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise ConfigurationError(
+            f"{url!r}: a cluster URI takes user, password and host:port,host:port only (a cluster "
+            "has one database); give other redis-py options as storage options (Flask-Limiter's "
+            "RATELIMIT_STORAGE_OPTIONS, slowapi's storage_options), e.g. ssl_ca_certs"
+        )
+    nodes = []
+    for loc in parsed.netloc.rsplit("@", 1)[-1].split(","):
+        sub = urllib.parse.urlparse(f"fake://{loc.strip()}")
+        if sub.hostname is None or sub.port is None:
+            raise ConfigurationError(f"missing host or port in {loc!r} of {url!r}")
+        nodes.append((sub.hostname, sub.port))
+    options: dict[str, Any] = {}
+    if parsed.username:
+        options["username"] = urllib.parse.unquote(parsed.username)
+    if parsed.password:
+        options["password"] = urllib.parse.unquote(parsed.password)
+    if parsed.scheme == "rediss":
+        options["ssl"] = True
+    return nodes, options
+
+
 def _delete_matching(conn: Any, pattern: str) -> int:
     """SCAN, then one DEL per key in pipelines (a cluster node refuses a DEL across slots)."""
     keys = list(conn.scan_iter(match=pattern, count=1000))
@@ -252,13 +286,13 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         if cluster:
             from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 
-            hosts, from_uri = s.cluster_options(url)
+            hosts, from_uri = cluster_options(url)
             nodes = [AsyncClusterNode(h, p) for h, p in hosts]
-            client = redis.asyncio.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
+            client = _redis.asyncio.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
         elif connection_pool is not None:
             client = redis.asyncio.Redis(connection_pool=connection_pool, **options)
         else:
-            client = redis.asyncio.from_url(url, **options)
+            client = _redis.asyncio.from_url(url, **options)
         self.storage = client
         self.throttle = AsyncThrottle(client)
         self.seen = s.Memory()
@@ -282,7 +316,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         s.amount_ok(amount, "cost")
         backend = await self.throttle.backend()
         if backend is Backend.TWIN and not self.cluster:
-            pipe = self.storage.pipeline(transaction=True)
+            pipe = cast(Any, self.storage).pipeline(transaction=True)
             s.queue_plain_counter(pipe, pk, window, amount)
             replies = await pipe.execute(raise_on_error=False)
             refused = next((r for r in replies if isinstance(r, ResponseError)), None)
