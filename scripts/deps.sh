@@ -22,9 +22,9 @@ NEED_docs=(cc=build-essential python3=python3)
 NEED_demo=(python3=python3 curl=curl)
 # make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
 NEED_bench=(valgrind=valgrind python3=python3)
-# The caller packages' tests (clients/node, clients/python).
+# The caller packages' tests (clients/node, clients/python; openssl makes the TLS cluster's certificates).
 NEED_node=(node=nodejs npm=npm)
-NEED_python=(python3=python3 venv=python3-venv)
+NEED_python=(python3=python3 venv=python3-venv openssl=openssl)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.

@@ -79,9 +79,10 @@ def serve_flask(app: Any) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def flask_workers(count: int, storage_uri: str, limit: str, prefix: str) -> Iterator[list[str]]:
-    """``count`` worker processes of the Flask app (tests/worker.py: each strategy under its
-    name), as a pre-forking server runs them: their URLs, once each listens."""
+def flask_workers(count: int, uris: dict[str, str], limit: str, prefix: str) -> Iterator[list[str]]:
+    """``count`` worker processes of the Flask app (tests/worker.py: each named storage URI and
+    strategy under ``/NAME/STRATEGY``), as a pre-forking server runs them: their URLs, once each
+    listens."""
     import subprocess
     import sys
     from pathlib import Path
@@ -92,7 +93,7 @@ def flask_workers(count: int, storage_uri: str, limit: str, prefix: str) -> Iter
         for _ in range(count):
             port = free_port()
             proc = subprocess.Popen(
-                [sys.executable, str(script), str(port), storage_uri, limit, prefix],
+                [sys.executable, str(script), str(port), limit, prefix, *(f"{k}={v}" for k, v in uris.items())],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 import httpx
 import pytest
@@ -94,14 +95,25 @@ def test_swallow_errors_lets_requests_through_and_without_it_they_fail(own_serve
             own_server.resume()
 
 
-def test_deduct_when_counts_every_workers_failed_logins(storage_uri: str) -> None:
+@pytest.fixture(scope="module")
+def login_workers(module_server, twin_server, cluster) -> Iterator[list[str]]:  # type: ignore[no-untyped-def]
+    """Two worker processes serving the login app on every backend (started once: a second each)."""
+    uris = {
+        "module": f"redis+throttle://127.0.0.1:{module_server.port}",
+        "twin": f"redis+throttle://127.0.0.1:{twin_server.port}",
+        "cluster": f"redis+throttle+cluster://{cluster.uri_hosts}",
+    }
+    with flask_workers(2, uris, "3/minute", f"login{time.time_ns()}") as urls:
+        yield urls
+
+
+def test_deduct_when_counts_every_workers_failed_logins(login_workers: list[str], backend: str) -> None:
     """Two worker processes (one thread each, as gunicorn's sync workers), failed logins
     against "3/minute" counted only when they fail (`deduct_when`), one worker then the other:
     each request's `test()` must see the other worker's hits, however recent."""
-    prefix = f"login{time.time_ns()}"
-    with flask_workers(2, storage_uri, "3/minute", prefix) as urls, httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=10) as http:
         for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
-            statuses = [http.post(f"{urls[i % 2]}/{strategy}/login").status_code for i in range(8)]
+            statuses = [http.post(f"{login_workers[i % 2]}/{backend}/{strategy}/login").status_code for i in range(8)]
             # Three failed logins are let through (and counted), then every other is refused.
             assert statuses == [401, 401, 401] + [429] * 5, strategy
 

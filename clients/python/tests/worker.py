@@ -1,9 +1,9 @@
 """One worker process of the Flask app (tests/apps.py's), as gunicorn's sync workers run
 them: one thread serving one request after another, headers off (Flask-Limiter's default).
-Each strategy of limits is its own app under its name (``/moving-window/login``…). Prints
-``ready`` once it listens.
+Each storage URI and strategy of limits is its own app under ``/NAME/STRATEGY`` (e.g.
+``/twin/moving-window/login``). Prints ``ready`` once it listens.
 
-    python tests/worker.py PORT STORAGE_URI LIMIT KEY_PREFIX"""
+    python tests/worker.py PORT LIMIT KEY_PREFIX NAME=STORAGE_URI..."""
 
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ STRATEGIES = ("fixed-window", "moving-window", "sliding-window-counter")
 
 
 def main() -> None:
-    port, uri, limit, prefix = sys.argv[1:5]
-    apps = {
-        f"/{s}": flask_app(uri, s, limit=limit, key_prefix=f"{prefix}{s}", headers_enabled=False) for s in STRATEGIES
-    }
+    port, limit, prefix = sys.argv[1:4]
+    apps = {}
+    for named in sys.argv[4:]:
+        name, uri = named.split("=", 1)
+        for s in STRATEGIES:
+            app = flask_app(uri, s, limit=limit, key_prefix=f"{prefix}{name}{s}", headers_enabled=False)
+            apps[f"/{name}/{s}"] = app
     server = make_server("127.0.0.1", int(port), DispatcherMiddleware(NotFound(), apps), threaded=False)
     print("ready", flush=True)
     server.serve_forever()
