@@ -15,6 +15,7 @@ windows. A target below a floor's ratio is out of reach of any command in that p
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -37,7 +38,7 @@ import redis_throttle.limits  # noqa: F401
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 # The floor row each storage's Redis CPU is divided by ("x floor"; the target is at most 1.1).
 FLOOR_OF = {"redis+throttle (module)": "floor: FLOOR.TOUCH", "redis+throttle (twin)": "floor: floor_log (twin)"}
-ROUNDS = 3
+ROUNDS = int(os.environ.get("PYTHON_BENCH_ROUNDS", "3"))
 ROOT = Path(__file__).resolve().parents[3]
 
 
