@@ -30,7 +30,11 @@ def async_client(request: pytest.FixtureRequest, backend: str):  # type: ignore[
     if backend == "cluster":
         node = request.getfixturevalue("cluster").nodes[0]
         return redis.asyncio.RedisCluster(host="127.0.0.1", port=node.port)
-    return redis.asyncio.Redis(port=request.getfixturevalue(f"{backend}_server").port)
+    # A thousand tasks at once: a blocking pool (python.md, "Timeouts and pools"), as redis-py 8's
+    # default pool refuses the 101st connection (MaxConnectionsError) while Redis is slow to answer.
+    port = request.getfixturevalue(f"{backend}_server").port
+    pool = redis.asyncio.BlockingConnectionPool(port=port, max_connections=50, timeout=30)
+    return redis.asyncio.Redis(connection_pool=pool)
 
 
 def test_detects_the_module_or_the_twin_once(sync_client, backend: str) -> None:
