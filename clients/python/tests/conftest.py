@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -86,9 +87,14 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def tls_cluster() -> Iterator[Cluster]:
     """A 3-primary cluster that speaks TLS only (its CA: ``tls_cluster.tls.ca``)."""
-    yield from _shared_or(
-        lambda: Cluster(3, tls=Tls(Path(tempfile.mkdtemp(prefix="rt-py-tls-")))), lambda s: s.tls_cluster
-    )
+    if SHARED is not None:
+        yield SHARED.tls_cluster
+        return
+    folder = Path(tempfile.mkdtemp(prefix="rt-py-tls-"))
+    made = Cluster(3, tls=Tls(folder))
+    yield made
+    made.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
