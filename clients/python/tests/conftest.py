@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
+from redis.crc import key_slot
 from servers import ROOT, Cluster, Server, Servers, Tls, free_port, wait_until
 
-__all__ = ["ROOT", "Cluster", "Server", "aclose", "free_port", "wait_until"]
+__all__ = ["ROOT", "Cluster", "Server", "aclose", "free_port", "move_slot", "wait_until"]
 
 T = TypeVar("T")
 SHARED = Servers.load(Path(os.environ["THROTTLE_TEST_SERVERS"])) if os.environ.get("THROTTLE_TEST_SERVERS") else None
@@ -147,3 +148,29 @@ def servers_of(request: pytest.FixtureRequest, backend: str) -> list[Server]:
 def key() -> str:
     """A fresh key (tagged, so several keys derived from it share one slot)."""
     return f"{{t{uuid.uuid4().hex[:12]}}}:k"
+
+
+def move_slot(cluster: Cluster, t: Any, key: str) -> tuple[Server, Server]:
+    """Moves the (empty) slot of ``key`` from its owner to another primary behind the client's
+    back (the client ``t`` holds the old map); (old owner, new owner)."""
+    slot = key_slot(key.encode())
+    owner = next(n for n in cluster.nodes if n.port == t.client.get_node_from_key(key).port)
+    target = next(n for n in cluster.nodes if n is not owner)
+    target_id = target.client().cluster("myid")
+    target_id = target_id.decode() if isinstance(target_id, bytes) else target_id
+    # The newest config epoch on the new owner first: a claim the old owner gossips before it
+    # hears of the move then loses against the new owner's (with an older epoch, the new owner
+    # would hand the slot back and no node would settle on it).
+    target.client().execute_command("CLUSTER", "BUMPEPOCH")
+    for n in [target, owner] + [n for n in cluster.nodes if n not in (owner, target)]:
+        n.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+    def settled() -> bool:
+        for n in cluster.nodes:
+            owners = [s for s in n.client().execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1]]
+            if not owners or owners[0][2][1] != target.port:
+                return False
+        return True
+
+    wait_until(f"slot {slot} on port {target.port} everywhere", 20, settled)
+    return owner, target

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 import redis.asyncio
-from conftest import aclose, wait_until
+from conftest import aclose, move_slot
 from redis.crc import key_slot
 
 import redis_throttle.asyncio
@@ -254,32 +254,14 @@ def test_a_cancelled_async_call_leaves_the_client_usable(module_server, key: str
 
 
 @pytest.mark.alone
+@pytest.mark.alone
 def test_a_slot_that_moved_is_followed_without_running_the_call_twice(cluster) -> None:  # type: ignore[no-untyped-def]
     t = Throttle(cluster.client())
     key = f"{{m{uuid.uuid4().hex[:8]}}}:k"
     assert not t.window(key, 5, 60).limited  # the client now holds the cluster's map
     t.client.delete(key)
     slot = key_slot(key.encode())
-    owner = next(n for n in cluster.nodes if n.port == t.client.get_node_from_key(key).port)
-    target = next(n for n in cluster.nodes if n is not owner)
-    target_id = target.client().cluster("myid")
-    target_id = target_id.decode() if isinstance(target_id, bytes) else target_id
-    # The newest config epoch on the new owner first: a claim the old owner gossips before it
-    # hears of the move then loses against the new owner's (with an older epoch, the new owner
-    # would hand the slot back and no node would settle on it).
-    target.client().execute_command("CLUSTER", "BUMPEPOCH")
-    # Move the (empty) slot to another primary behind the client's back.
-    for n in [target, owner] + [n for n in cluster.nodes if n not in (owner, target)]:
-        n.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-
-    def settled() -> bool:
-        for n in cluster.nodes:
-            owners = [s for s in n.client().execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1]]
-            if not owners or owners[0][2][1] != target.port:
-                return False
-        return True
-
-    wait_until(f"slot {slot} on port {target.port} everywhere", 20, settled)
+    owner, target = move_slot(cluster, t, key)
     d = t.window(key, 5, 60)  # sent to the old owner: MOVED, then to the new one
     assert not d.limited and d.remaining == 4
     assert target.client().exists(key) == 1

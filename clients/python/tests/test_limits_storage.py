@@ -14,10 +14,11 @@ import limits.aio.strategies as aio_strategies
 import limits.strategies as strategies
 import pytest
 import redis
-from conftest import aclose
+from conftest import aclose, move_slot
 from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import storage_from_string
+from redis.crc import key_slot
 from servers import Server
 
 import redis_throttle.limits as rtl
@@ -462,3 +463,47 @@ def test_a_cluster_uri_with_options_it_cannot_carry_is_refused(cluster) -> None:
 
 async def _async_storage_with(uri: str, prefix: str, **options: Any) -> Any:
     return storage_from_string(uri, key_prefix=prefix, **options)
+
+
+@pytest.mark.alone
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_moving_window_hit_and_its_tail_follow_a_slot_that_moved(cluster, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """The hit and the read of its log's tail go to the key's node in one pipeline: redirected
+    (MOVED), they are sent again through the cluster client, counted once."""
+    prefix = f"mv{uuid.uuid4().hex[:8]}"
+    item = RateLimitItemPerMinute(5)
+    uri = f"redis+throttle+cluster://{cluster.uri_hosts}"
+    key = f"{prefix}:{item.key_for('u')}"
+
+    async def main() -> None:
+        if mode == "sync":
+            limiter = strategies.MovingWindowRateLimiter(storage_from_string(uri, key_prefix=prefix))
+
+            async def hit() -> bool:
+                return bool(limiter.hit(item, "u"))
+
+            async def stats() -> Any:
+                return limiter.get_window_stats(item, "u")
+
+            storage = limiter.storage
+        else:
+            storage = storage_from_string("async+" + uri, key_prefix=prefix)
+            aio = aio_strategies.MovingWindowRateLimiter(storage)
+
+            async def hit() -> bool:
+                return bool(await aio.hit(item, "u"))
+
+            async def stats() -> Any:
+                return await aio.get_window_stats(item, "u")
+
+        assert await hit()  # the client now holds the cluster's map
+        cluster.client().delete(key)
+        owner, target = move_slot(cluster, storage.throttle, key)
+        assert await hit()  # (its pipeline to the old owner: MOVED, then to the new one)
+        assert (await stats()).remaining == 4  # (one hit in the log: counted once)
+        assert target.client().exists(key) == 1
+        assert owner.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot(key.encode())) == 0
+        if mode == "async":
+            await aclose(storage.storage)
+
+    asyncio.run(main())
