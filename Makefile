@@ -73,17 +73,15 @@ test: build
 	@$(MAKE) --no-print-directory test-python
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
 
-# The Python package (clients/python): a venv in target/venv-python with the pinned dev
-# requirements (clients/python/requirements-dev.txt, from PyPI) and the package, then ruff,
-# mypy --strict and pytest (its own servers: the module, the twin, a cluster).
-PYTHON_VENV := $(TARGET_DIR)/venv-python
+# The Python package (clients/python): its test matrix (clients/python/tests/matrix.py). Each row
+# is a lockfile of clients/python/matrix/ in a venv under target/python-matrix (limits 5.0.0 and
+# redis-py 5.0.0 on the oldest Python from 3.10, the newest of everything on the newest Python, the
+# typed client on Python 3.9 where the machine has it), all installing one wheel; ruff, mypy --strict
+# and pytest in each, at once, against one set of servers (the module, the twin, a 3-primary cluster,
+# a TLS-only cluster); then the wheel in a clean venv. PYTHON_ROWS="newest" runs some rows.
 test-python: build
 	@scripts/deps.sh python
-	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
-	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
-	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
-	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests bench && $(abspath $(PYTHON_VENV))/bin/mypy
-	cd clients/python && THROTTLE_MODULE=$(abspath $(MODULE)) $(abspath $(PYTHON_VENV))/bin/python -m pytest -q -p no:cacheprovider
+	THROTTLE_MODULE=$(abspath $(MODULE)) python3 clients/python/tests/matrix.py $(PYTHON_ROWS)
 
 # The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
