@@ -20,6 +20,7 @@ mod cache;
 mod client;
 mod dashboard;
 mod decision;
+mod each;
 mod held;
 #[cfg(feature = "http")]
 pub mod http;
