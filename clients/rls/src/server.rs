@@ -53,6 +53,7 @@ struct Grpc(Arc<Service>);
 #[tonic::async_trait]
 impl RateLimitService for Grpc {
     async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        tracing::debug!(request = ?request.get_ref(), "ShouldRateLimit");
         match self.0.should_rate_limit(request.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(ServiceError::Unavailable(t)) => Err(tonic::Status::unavailable(t)),

@@ -11,31 +11,11 @@ mod rls;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use harness::twin::{self, Form};
-use harness::{Cluster, Options, Server};
+use harness::{Cluster, Server};
 use redis::Commands;
-use rls::{Rls, descriptor, request, runtime};
+use rls::{CONFIG, Rls, descriptor, host_port, request, runtime};
 
-const CONFIG: &str = r#"
-domain: gw
-descriptors:
-  - { key: three, rate_limit: { unit: minute, requests_per_unit: 3 } }
-  - { key: hour, rate_limit: { unit: hour, requests_per_unit: 10 } }
-  - { key: gcra, rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 2 } }
-  - { key: sliding, rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding_window } }
-  - { key: bucket, rate_limit: { unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 2 } }
-  - { key: calendar, rate_limit: { unit: day, requests_per_unit: 2, algorithm: calendar, time_zone: "+02:00" } }
-"#;
 
-fn twin_server() -> Server {
-    let server = Server::with(Options::default().without_module());
-    twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
-    server
-}
-
-fn host_port(url: &str) -> String {
-    url.trim_start_matches("redis://").trim_end_matches('/').to_string()
-}
 
 /// What every backend must do the same way.
 async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
@@ -124,7 +104,7 @@ async fn on_the_module() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_twin() {
-    let server = twin_server();
+    let server = rls::twin_server();
     let dir = runtime(&[("config.yaml", CONFIG)]);
     let rls = Rls::start(&dir, &host_port(&server.url()), &[]);
     let mut c = server.client();
@@ -193,13 +173,7 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
         }
     };
     for fault in ["paused", "killed"] {
-        let pid = server.pid();
-        let _resume = harness::Resume(pid);
-        if fault == "paused" {
-            harness::signal(pid, libc::SIGSTOP);
-        } else {
-            server.kill();
-        }
+        let (pid, _resume) = rls::break_redis(&mut server, fault);
         for (mode, c) in modes.iter().zip(clients.iter_mut()) {
             for i in 0..5 {
                 let started = Instant::now();
@@ -218,11 +192,7 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
         }
         assert_eq!(admitted, 3);
         // Redis back: decisions are the server's again within a second.
-        if fault == "paused" {
-            harness::signal(pid, libc::SIGCONT);
-        } else {
-            server.relaunch();
-        }
+        rls::mend_redis(&mut server, fault, pid);
         let back = Instant::now();
         let mut redis = server.client();
         for (mode, c) in modes.iter().zip(clients.iter_mut()) {

@@ -15,6 +15,62 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
+/// The configuration every test serves: one limit per scenario.
+pub const CONFIG: &str = r#"
+domain: gw
+descriptors:
+  - { key: three, rate_limit: { unit: minute, requests_per_unit: 3 } }
+  - { key: hour, rate_limit: { unit: hour, requests_per_unit: 10 } }
+  - { key: gcra, rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 2 } }
+  - { key: sliding, rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding_window } }
+  - { key: bucket, rate_limit: { unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 2 } }
+  - { key: calendar, rate_limit: { unit: day, requests_per_unit: 2, algorithm: calendar, time_zone: "+02:00" } }
+  - { key: shadow, shadow_mode: true, rate_limit: { unit: minute, requests_per_unit: 1 } }
+  - { key: quota_a, quota_mode: true, rate_limit: { unit: minute, requests_per_unit: 1 } }
+  - { key: quota_b, quota_mode: true, rate_limit: { unit: minute, requests_per_unit: 3 } }
+  - key: key_1
+    value: value_1
+    descriptors:
+      - { key: user, rate_limit: { name: specific_limit, unit: minute, requests_per_unit: 1 } }
+  - key: key_2
+    value: value_2
+    descriptors:
+      - { key: user, rate_limit: { replaces: [ { name: specific_limit } ], unit: minute, requests_per_unit: 3 } }
+"#;
+
+/// The host:port of a harness server's URL.
+pub fn host_port(url: &str) -> String {
+    url.trim_start_matches("redis://").trim_end_matches('/').to_string()
+}
+
+/// A server with only the Functions twin loaded (no module).
+pub fn twin_server() -> crate::harness::Server {
+    use crate::harness::twin::{self, Form};
+    let server = crate::harness::Server::with(crate::harness::Options::default().without_module());
+    twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
+    server
+}
+
+/// Pauses (SIGSTOP) or kills the server, as `fault` says: its pid and a guard that resumes it.
+pub fn break_redis(server: &mut crate::harness::Server, fault: &str) -> (u32, crate::harness::Resume) {
+    let pid = server.pid();
+    if fault == "paused" {
+        crate::harness::signal(pid, libc::SIGSTOP);
+    } else {
+        server.kill();
+    }
+    (pid, crate::harness::Resume(pid))
+}
+
+/// Undoes [`break_redis`]: resumes the paused server or starts the killed one again.
+pub fn mend_redis(server: &mut crate::harness::Server, fault: &str, pid: u32) {
+    if fault == "paused" {
+        crate::harness::signal(pid, libc::SIGCONT);
+    } else {
+        server.relaunch();
+    }
+}
+
 pub struct Rls {
     child: Child,
     pub dir: PathBuf,
