@@ -42,7 +42,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 export TWIN_EXCLUDED_TESTS
 
 
-.PHONY: rls run-rls envoy
+.PHONY: rls run-rls envoy docker-rls
 .PHONY: all build run demo plots plots-perf test test-node test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
@@ -90,6 +90,11 @@ rls:
 
 run-rls: build rls
 	@clients/rls/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
+
+# The service's image (docker/rls.Dockerfile): upstream's entrypoint (/bin/ratelimit) and ports.
+RLS_IMAGE ?= redis-throttle-rls:latest
+docker-rls:
+	docker build -f docker/rls.Dockerfile $(if $(RUST_IMAGE),--build-arg RUST_IMAGE=$(RUST_IMAGE)) -t $(RLS_IMAGE) .
 
 envoy:
 	@scripts/deps.sh python
@@ -209,6 +214,7 @@ bench: build
 	bench/http.sh
 	bench/node.sh
 	bench/python.sh
+	bench/rls.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the
