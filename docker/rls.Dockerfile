@@ -17,9 +17,12 @@ ARG BASE_IMAGE=debian:trixie-slim
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-COPY core core
-COPY clients/rust clients/rust
-COPY clients/rls clients/rls
+COPY core/Cargo.toml core/
+COPY core/src core/src
+COPY clients/rust/Cargo.toml clients/rust/
+COPY clients/rust/src clients/rust/src
+COPY clients/rls/Cargo.toml clients/rls/
+COPY clients/rls/src clients/rls/src
 COPY plots/Cargo.toml plots/
 RUN mkdir -p src plots/src && touch src/lib.rs && echo 'fn main() {}' > plots/src/main.rs \
     && cargo build --release --locked -p redis-throttle-rls --bin redis-throttle-rls \
