@@ -193,6 +193,15 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
     client_config.deny_cache_bytes = s.local_cache_size_in_bytes;
     client_config.breaker.probe_interval = Duration::from_millis(200);
     let throttle = connect(&s, client_config).await?;
+    // Wait for Redis's first answer (up to REDIS_TIMEOUT), as upstream waits at start; past it,
+    // serve anyway: FAILURE_MODE answers until Redis does.
+    let waited = std::time::Instant::now();
+    while throttle.backend() == Backend::Unknown && waited.elapsed() < s.redis_timeout {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if throttle.backend() == Backend::Unknown {
+        tracing::error!("redis: no answer within REDIS_TIMEOUT ({:?}); serving, FAILURE_MODE answers until Redis does", s.redis_timeout);
+    }
     let stats = Arc::new(Stats::new());
     let service = Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
     let health = Arc::new(Health { sigterm: AtomicBool::new(false), config_loaded: AtomicBool::new(false), need_config: s.healthy_with_at_least_one_config_loaded, active_connection: s.redis_health_check_active_connection });

@@ -100,3 +100,44 @@ impl FileSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(root: PathBuf, watch_root: bool) -> FileSource {
+        FileSource { root, subdirectory: "ratelimit".into(), app_directory: "config".into(), ignore_dot_files: true, watch_root }
+    }
+
+    #[test]
+    fn names_and_reloads_follow_upstream_s_layout() {
+        let base = std::env::temp_dir().join(format!("rls-source-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        for (version, body) in [("v1", "domain: a\n"), ("v2", "domain: b\n")] {
+            let dir = base.join(version).join("ratelimit/config/nested");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.parent().unwrap().join("basic.yaml"), body).unwrap();
+            std::fs::write(dir.join("more.yaml"), body).unwrap();
+            std::fs::write(dir.parent().unwrap().join(".hidden.yaml"), "x").unwrap();
+        }
+        let current = base.join("current");
+        std::os::unix::fs::symlink(base.join("v1"), &current).unwrap();
+        // Watching the root: edits inside do not reload, a swapped symlink does.
+        let s = source(current.clone(), true);
+        let docs = s.read().unwrap();
+        assert_eq!(docs, vec![("config.basic".to_string(), "domain: a\n".to_string()), ("config.nested.more".to_string(), "domain: a\n".to_string())]);
+        let before = s.fingerprint();
+        std::fs::write(base.join("v1/ratelimit/config/basic.yaml"), "domain: a2\n").unwrap();
+        assert_eq!(s.fingerprint(), before);
+        std::fs::remove_file(&current).unwrap();
+        std::os::unix::fs::symlink(base.join("v2"), &current).unwrap();
+        assert_ne!(s.fingerprint(), before);
+        assert_eq!(s.read().unwrap()[0].1, "domain: b\n");
+        // Watching the files: an edit reloads.
+        let f = source(current, false);
+        let before = f.fingerprint();
+        std::fs::write(base.join("v2/ratelimit/config/basic.yaml"), "domain: b-changed\n").unwrap();
+        assert_ne!(f.fingerprint(), before);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

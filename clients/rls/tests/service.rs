@@ -268,3 +268,45 @@ async fn tls_and_mtls_on_the_grpc_listener() {
     };
     assert!(plain, "a plain-text client was served");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
+    use std::io::Read;
+    let server = Server::start();
+    let dir = runtime(&[("config.yaml", CONFIG)]);
+    let statsd = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let statsd_port = statsd.local_addr().unwrap().port().to_string();
+    let with_statsd = Rls::start(&dir, &host_port(&server.url()), &[("USE_STATSD", "true"), ("STATSD_HOST", "127.0.0.1"), ("STATSD_PORT", &statsd_port), ("STATS_FLUSH_INTERVAL", "100ms")]);
+    let mut client = with_statsd.grpc().await;
+    client.should_rate_limit(request("gw", vec![descriptor(&[("three", "statsd")])])).await.unwrap();
+    let (mut conn, _) = statsd.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while !got.contains("ratelimit.service.rate_limit.gw.three.total_hits:1|c\n") {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "statsd closed: {got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(got.contains("ratelimit_server.ShouldRateLimit.total_requests:1|c\n"), "{got}");
+
+    let with_prometheus = Rls::start(&dir, &host_port(&server.url()), &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "127.0.0.1:0")]);
+    let mut client = with_prometheus.grpc().await;
+    for _ in 0..4 {
+        client.should_rate_limit(request("gw", vec![descriptor(&[("three", "prom")])])).await.unwrap();
+    }
+    let log = with_prometheus.log();
+    let marker = "Listening for Prometheus on '";
+    let start = log.find(marker).expect("the Prometheus listener") + marker.len();
+    let addr = &log[start..start + log[start..].find('\'').unwrap()];
+    let (code, body) = Rls::http(addr, "GET", "/metrics", "");
+    assert_eq!(code, 200);
+    for line in [
+        "ratelimit_service_rate_limit_total_hits{domain=\"gw\",key1=\"three\"} 4",
+        "ratelimit_service_rate_limit_over_limit{domain=\"gw\",key1=\"three\"} 1",
+        "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 4",
+        "ratelimit_service_config_load_success 1",
+    ] {
+        assert!(body.contains(line), "{line} missing from:\n{body}");
+    }
+}
