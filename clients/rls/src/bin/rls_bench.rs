@@ -1,8 +1,9 @@
-//! `make bench`'s gateway figures (bench/rls.sh runs this, release build), in one run:
+//! `make bench`'s gateway figures (bench/rls.sh runs this release binary), in one run:
 //!
 //! 1. Redis CPU per `ShouldRateLimit` with 1, 2 and 4 descriptors (fixed windows, every request
 //!    admitted), against upstream's Redis traffic for the same requests (per descriptor an
-//!    `INCRBY` and an `EXPIRE` in one pipeline, replayed by a client of ours): Redis's own
+//!    `INCRBY` and an `EXPIRE` in one pipeline, replayed by a service of ours driven by the same
+//!    gRPC load, so that Redis sees the commands arrive as ours do): Redis's own
 //!    `used_cpu_user + used_cpu_sys` over the requests.
 //! 2. The service's CPU per request (1 descriptor) against a floor: a tonic server with the same
 //!    protos answering OK after one Redis round trip (the same `CL.COUNTER` ours sends), each
@@ -10,8 +11,8 @@
 //! 3. p99 latency through Envoy: a route whose rate limit filter calls the service, one calling
 //!    the floor, one with no rate limit.
 //!
-//! Usage: `rls_bench run MODULE RLS ENVOY` (bench/rls.sh), or `rls_bench floor PORT REDIS_URL`
-//! (the floor server, started by `run`).
+//! Usage: `rls-bench run MODULE RLS ENVOY` (bench/rls.sh), or `rls-bench floor|upstream PORT
+//! REDIS_URL` (the servers `run` starts).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -38,15 +39,22 @@ fn proc_cpu(pid: u32) -> f64 {
     let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf reads a constant of the system.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz
+    // USER_HZ: 100 on every Linux this runs on.
+    ticks / 100.0
 }
 
 fn redis_cpu(c: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO").arg("cpu").query(c).unwrap();
     let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
     field("used_cpu_user") + field("used_cpu_sys")
+}
+
+/// The time Redis spent executing commands (INFO commandstats, every command's `usec`, in µs)
+/// and the commands it executed (`calls`), INFO itself left out.
+fn redis_command_us(c: &mut redis::Connection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let sum = |field: &str| info.lines().filter(|l| !l.starts_with("cmdstat_info:")).filter_map(|l| l.split(field).nth(1)).filter_map(|v| v.split(',').next()?.parse::<f64>().ok()).sum();
+    (sum("usec="), sum("calls="))
 }
 
 struct Proc(Child);
@@ -96,50 +104,43 @@ async fn drive(addr: &str, k: usize) {
     }
 }
 
-/// Upstream's Redis traffic for the same requests: per descriptor `INCRBY key 1` and
-/// `EXPIRE key 60`, one pipeline per request.
-async fn replay_upstream(url: &str, k: usize) {
-    let client = redis::Client::open(url).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let per = REQUESTS / CONCURRENCY;
-    let window = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60 * 60;
-    let mut tasks = Vec::new();
-    for t in 0..CONCURRENCY {
-        let mut conn = conn.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per {
-                let user = (t * per + i) % USERS;
-                let mut pipe = redis::pipe();
-                for d in 0..k {
-                    let key = format!("upstream_d{d}_u{user}_{window}");
-                    pipe.cmd("INCRBY").arg(&key).arg(1).cmd("EXPIRE").arg(&key).arg(60);
-                }
-                let _: Vec<redis::Value> = pipe.query_async(&mut conn).await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+/// A tonic server with the same protos: `floor` answers OK after one Redis round trip (the
+/// `CL.COUNTER` ours sends for one descriptor); `upstream` sends upstream's Redis traffic for the
+/// request (per descriptor `INCRBY key hits` and `EXPIRE key 60`, one pipeline), so that Redis
+/// sees upstream's commands arrive as ours do, through a service.
+struct Floor {
+    conn: redis::aio::MultiplexedConnection,
+    upstream: bool,
 }
-
-struct Floor(redis::aio::MultiplexedConnection);
 
 #[tonic::async_trait]
 impl RateLimitService for Floor {
     async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let r = request.into_inner();
-        let key = format!("floor_{}", r.descriptors.first().and_then(|d| d.entries.first()).map_or("", |e| e.value.as_str()));
-        let _: redis::Value = redis::cmd("CL.COUNTER").arg(key).arg(1_000_000_000).arg(60_000).arg(1).arg("MS").query_async(&mut self.0.clone()).await.map_err(|e| tonic::Status::unknown(e.to_string()))?;
-        Ok(tonic::Response::new(RateLimitResponse { overall_code: Code::Ok as i32, statuses: vec![DescriptorStatus { code: Code::Ok as i32, ..Default::default() }], ..Default::default() }))
+        let mut conn = self.conn.clone();
+        let fail = |e: redis::RedisError| tonic::Status::unknown(e.to_string());
+        if self.upstream {
+            let window = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() / 60 * 60;
+            let mut pipe = redis::pipe();
+            for d in &r.descriptors {
+                let key = format!("upstream_{}_{}_{window}", d.entries[0].key, d.entries[0].value);
+                pipe.cmd("INCRBY").arg(&key).arg(1).cmd("EXPIRE").arg(&key).arg(60);
+            }
+            let _: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(fail)?;
+        } else {
+            let key = format!("floor_{}", r.descriptors.first().and_then(|d| d.entries.first()).map_or("", |e| e.value.as_str()));
+            let _: redis::Value = redis::cmd("CL.COUNTER").arg(key).arg(1_000_000_000).arg(60_000).arg(1).arg("MS").query_async(&mut conn).await.map_err(fail)?;
+        }
+        let statuses = r.descriptors.iter().map(|_| DescriptorStatus { code: Code::Ok as i32, ..Default::default() }).collect();
+        Ok(tonic::Response::new(RateLimitResponse { overall_code: Code::Ok as i32, statuses, ..Default::default() }))
     }
 }
 
-async fn floor(port: u16, url: String) {
+async fn floor(port: u16, url: String, upstream: bool) {
     let conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     eprintln!("FLOOR '{}'", listener.local_addr().unwrap());
-    tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(Floor(conn))).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
+    tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(Floor { conn, upstream })).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
 }
 
 /// One keep-alive HTTP/1.1 connection sending `n` GETs of `path`: each request's latency.
@@ -248,20 +249,26 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
     let mut floor_cmd = Command::new(std::env::current_exe().unwrap());
     floor_cmd.args(["floor", "0", &url]);
     let (floor_proc, floor_addr) = spawn_listening(floor_cmd, "FLOOR '");
+    let mut upstream_cmd = Command::new(std::env::current_exe().unwrap());
+    upstream_cmd.args(["upstream", "0", &url]);
+    let (_upstream_proc, upstream_addr) = spawn_listening(upstream_cmd, "FLOOR '");
     drive(&rls_addr, 1).await; // warm up (connections, first windows)
     drive(&floor_addr, 1).await;
 
-    println!("\nThe gateway service (clients/rls/examples/rls_bench.rs, release; {REQUESTS} requests from {CONCURRENCY} tasks, every one admitted)");
-    println!("\nRedis CPU per ShouldRateLimit (fixed windows), ours vs upstream's INCRBY+EXPIRE pipeline replayed:");
-    println!("{:>12} {:>14} {:>14} {:>8}", "descriptors", "ours µs/req", "upstream µs", "ratio");
+    println!("\nThe gateway service (clients/rls/src/bin/rls_bench.rs, release; {REQUESTS} requests from {CONCURRENCY} tasks, every one admitted)");
+    println!("\nRedis CPU per ShouldRateLimit (fixed windows), ours vs upstream's INCRBY+EXPIRE pipeline replayed by a service of ours:");
+    println!("{:>12} | {:>8} {:>8} {:>6} | {:>8} {:>8} {:>6} | {:>5} {:>5}", "descriptors", "ours", "upstream", "ratio", "ours", "upstream", "ratio", "ours", "up");
+    println!("{:>12} | {:^24} | {:^24} | {:^11}", "", "process CPU µs/request", "command µs/request", "commands");
     for k in [1usize, 2, 4] {
-        let before = redis_cpu(&mut c);
+        let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
         drive(&rls_addr, k).await;
-        let ours = (redis_cpu(&mut c) - before) / REQUESTS as f64 * 1e6;
-        let before = redis_cpu(&mut c);
-        replay_upstream(&url, k).await;
-        let theirs = (redis_cpu(&mut c) - before) / REQUESTS as f64 * 1e6;
-        println!("{k:>12} {ours:>14.2} {theirs:>14.2} {:>7.2}x", ours / theirs);
+        let (us2, calls2) = redis_command_us(&mut c);
+        let ours = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
+        let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
+        drive(&upstream_addr, k).await;
+        let (us2, calls2) = redis_command_us(&mut c);
+        let theirs = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
+        println!("{k:>12} | {:>8.2} {:>8.2} {:>5.2}x | {:>8.2} {:>8.2} {:>5.2}x | {:>5.1} {:>5.1}", ours.0, theirs.0, ours.0 / theirs.0, ours.1, theirs.1, ours.1 / theirs.1, ours.2, theirs.2);
     }
     println!("target: <= 0.50x upstream");
 
@@ -325,7 +332,8 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("floor") => floor(args[2].parse().unwrap(), args[3].clone()).await,
+        Some("floor") => floor(args[2].parse().unwrap(), args[3].clone(), false).await,
+        Some("upstream") => floor(args[2].parse().unwrap(), args[3].clone(), true).await,
         Some("run") => run(args[2].clone(), args[3].clone(), args[4].clone()).await,
         _ => eprintln!("usage: rls_bench run MODULE RLS ENVOY | rls_bench floor PORT REDIS_URL"),
     }
