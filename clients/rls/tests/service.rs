@@ -321,3 +321,41 @@ async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
         assert!(body.contains(line), "{line} missing from:\n{body}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_redis_with_a_client_certificate() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct names: OpenSSL takes a leaf named as its issuer for a self-signed one.
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "redis-throttle test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issue = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let dir = runtime(&[("config.yaml", CONFIG)]);
+    let write = |name: &str, pem: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let (server_cert, server_key) = issue("localhost");
+    let (client_cert, client_key) = issue("rls");
+    let (ca_file, sc, sk, cc, ck) = (write("ca.pem", &ca.pem()), write("redis.pem", &server_cert), write("redis.key", &server_key), write("client.pem", &client_cert), write("client.key", &client_key));
+    let tls_port = harness::free_port(false);
+    // The harness checks the server on its plain port; the service speaks TLS to the other, with
+    // a client certificate the server requires.
+    let server = Server::with(harness::Options::default().arg(&format!("--tls-port {tls_port} --tls-cert-file {sc} --tls-key-file {sk} --tls-ca-cert-file {ca_file} --tls-auth-clients yes")));
+    let rls = Rls::start(&dir, &format!("localhost:{tls_port}"), &[("REDIS_TLS", "true"), ("REDIS_TLS_CACERT", &ca_file), ("REDIS_TLS_CLIENT_CERT", &cc), ("REDIS_TLS_CLIENT_KEY", &ck)]);
+    let mut client = rls.grpc().await;
+    let r = client.should_rate_limit(request("gw", vec![descriptor(&[("hour", "tls")])])).await.unwrap().into_inner();
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 9), "{}", rls.log());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let counted: Option<i64> = server.client().get(format!("gw_hour_tls_{}", now / 3600 * 3600)).ok();
+    assert_eq!(counted, Some(1));
+}
