@@ -80,6 +80,15 @@ pub struct Service {
     config: RwLock<Option<Arc<RateLimitConfig>>>,
     /// Limits Envoy's descriptor overrides asked for, by stats key and limit.
     overrides: Mutex<HashMap<(String, u32, i32), Arc<Limit>>>,
+    /// The service's own counters, looked up once (every request counts one).
+    counters: Counters,
+}
+
+struct Counters {
+    total_requests: Arc<crate::stats::Counter>,
+    service_error: Arc<crate::stats::Counter>,
+    redis_error: Arc<crate::stats::Counter>,
+    global_shadow_mode: Arc<crate::stats::Counter>,
 }
 
 /// One descriptor's limit and what it sends.
@@ -91,7 +100,13 @@ struct Planned {
 
 impl Service {
     pub fn new(options: Options, stats: Arc<Stats>, throttle: Throttle, clock: Arc<dyn Clock>) -> Service {
-        Service { options, stats, throttle, clock, config: RwLock::new(None), overrides: Mutex::new(HashMap::new()) }
+        let counters = Counters {
+            total_requests: stats.counter("ratelimit_server.ShouldRateLimit.total_requests"),
+            service_error: stats.counter("ratelimit.service.call.should_rate_limit.service_error"),
+            redis_error: stats.counter("ratelimit.service.call.should_rate_limit.redis_error"),
+            global_shadow_mode: stats.counter("ratelimit.service.global_shadow_mode"),
+        };
+        Service { options, stats, throttle, clock, config: RwLock::new(None), overrides: Mutex::new(HashMap::new()), counters }
     }
 
     /// The configuration in force, if one loaded.
@@ -153,13 +168,13 @@ impl Service {
 
     pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         let started = std::time::Instant::now();
-        self.stats.counter("ratelimit_server.ShouldRateLimit.total_requests").inc(1);
+        self.counters.total_requests.inc(1);
         let result = self.decide(request).await;
         self.stats.response_time.sum_ms.inc(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         self.stats.response_time.count.inc(1);
         match &result {
-            Err(ServiceError::Service(_)) => self.stats.counter("ratelimit.service.call.should_rate_limit.service_error").inc(1),
-            Err(ServiceError::Redis(_) | ServiceError::Unavailable(_)) => self.stats.counter("ratelimit.service.call.should_rate_limit.redis_error").inc(1),
+            Err(ServiceError::Service(_)) => self.counters.service_error.inc(1),
+            Err(ServiceError::Redis(_) | ServiceError::Unavailable(_)) => self.counters.redis_error.inc(1),
             Ok(_) => {}
         }
         result
@@ -302,7 +317,7 @@ impl Service {
         }
         if overall == Code::OverLimit && self.options.global_shadow_mode {
             overall = Code::Ok;
-            self.stats.counter("ratelimit.service.global_shadow_mode").inc(1);
+            self.counters.global_shadow_mode.inc(1);
         }
         if self.options.dynamic_metadata {
             response.dynamic_metadata = Some(metadata(request, &passed, &planned));
