@@ -29,6 +29,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const REQUESTS: usize = 20_000;
 const CONCURRENCY: usize = 32;
 const USERS: usize = 5_000;
+/// Rounds of each measurement (ours and the other alternating): the median is reported.
+const ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -258,33 +265,42 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
     println!("\nThe gateway service (clients/rls/src/bin/rls_bench.rs, release; {REQUESTS} requests from {CONCURRENCY} tasks, every one admitted)");
     println!("\nRedis CPU per ShouldRateLimit (fixed windows), ours vs upstream's INCRBY+EXPIRE pipeline replayed by a service of ours:");
     println!("{:>12} | {:>8} {:>8} {:>6} | {:>8} {:>8} {:>6} | {:>5} {:>5}", "descriptors", "ours", "upstream", "ratio", "ours", "upstream", "ratio", "ours", "up");
-    println!("{:>12} | {:^24} | {:^24} | {:^11}", "", "process CPU µs/request", "command µs/request", "commands");
+    println!("{:>12} | {:^24} | {:^24} | {:^11}   (medians of {ROUNDS} rounds)", "", "process CPU µs/request", "command µs/request", "commands");
     for k in [1usize, 2, 4] {
-        let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
-        drive(&rls_addr, k).await;
-        let (us2, calls2) = redis_command_us(&mut c);
-        let ours = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
-        let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
-        drive(&upstream_addr, k).await;
-        let (us2, calls2) = redis_command_us(&mut c);
-        let theirs = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
-        println!("{k:>12} | {:>8.2} {:>8.2} {:>5.2}x | {:>8.2} {:>8.2} {:>5.2}x | {:>5.1} {:>5.1}", ours.0, theirs.0, ours.0 / theirs.0, ours.1, theirs.1, ours.1 / theirs.1, ours.2, theirs.2);
+        // Three rounds, ours and upstream's alternating; the median of each column.
+        let mut rounds: Vec<[f64; 6]> = Vec::new();
+        for _ in 0..ROUNDS {
+            let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
+            drive(&rls_addr, k).await;
+            let (us2, calls2) = redis_command_us(&mut c);
+            let ours = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
+            let (cpu, (us, calls)) = (redis_cpu(&mut c), redis_command_us(&mut c));
+            drive(&upstream_addr, k).await;
+            let (us2, calls2) = redis_command_us(&mut c);
+            let theirs = ((redis_cpu(&mut c) - cpu) / REQUESTS as f64 * 1e6, (us2 - us) / REQUESTS as f64, (calls2 - calls) / REQUESTS as f64);
+            rounds.push([ours.0, theirs.0, ours.1, theirs.1, ours.2, theirs.2]);
+        }
+        let m = |i: usize| median(rounds.iter().map(|r| r[i]).collect());
+        let ratio = |a: usize, b: usize| median(rounds.iter().map(|r| r[a] / r[b]).collect());
+        println!("{k:>12} | {:>8.2} {:>8.2} {:>5.2}x | {:>8.2} {:>8.2} {:>5.2}x | {:>5.1} {:>5.1}", m(0), m(1), ratio(0, 1), m(2), m(3), ratio(2, 3), m(4), m(5));
     }
     println!("target: <= 0.50x upstream");
 
     println!("\nService CPU per request (1 descriptor), ours vs the floor (tonic, one Redis round trip):");
-    let (mut ours_cpu, mut floor_cpu) = (0.0, 0.0);
-    for _ in 0..2 {
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
         let before = proc_cpu(rls.0.id());
         drive(&rls_addr, 1).await;
-        ours_cpu += proc_cpu(rls.0.id()) - before;
+        let ours = (proc_cpu(rls.0.id()) - before) / REQUESTS as f64 * 1e6;
         let before = proc_cpu(floor_proc.0.id());
         drive(&floor_addr, 1).await;
-        floor_cpu += proc_cpu(floor_proc.0.id()) - before;
+        let floor = (proc_cpu(floor_proc.0.id()) - before) / REQUESTS as f64 * 1e6;
+        rounds.push((ours, floor));
     }
-    let (ours_us, floor_us) = (ours_cpu / (2 * REQUESTS) as f64 * 1e6, floor_cpu / (2 * REQUESTS) as f64 * 1e6);
-    println!("{:>14} {:>14} {:>8}", "ours µs/req", "floor µs/req", "ratio");
-    println!("{ours_us:>14.1} {floor_us:>14.1} {:>7.2}x   target: <= 1.30x", ours_us / floor_us);
+    let (ours_us, floor_us) = (median(rounds.iter().map(|r| r.0).collect()), median(rounds.iter().map(|r| r.1).collect()));
+    let ratio = median(rounds.iter().map(|r| r.0 / r.1).collect());
+    println!("{:>14} {:>14} {:>8}   (medians of {ROUNDS} rounds)", "ours µs/req", "floor µs/req", "ratio");
+    println!("{ours_us:>14.1} {floor_us:>14.1} {ratio:>7.2}x   target: <= 1.30x");
 
     // Latency through Envoy.
     let app = axum::Router::new().fallback(|| async { "ok" });
