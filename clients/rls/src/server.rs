@@ -148,15 +148,30 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
                 builder = builder.certs(c);
             }
             let client = builder.build().map_err(|e| format!("REDIS_URL: {e}"))?;
+            let started = std::time::Instant::now();
             loop {
-                match tokio::time::timeout(s.redis_timeout, client.get_async_connection()).await {
-                    Ok(Ok(conn)) => match Throttle::from_cluster(conn, config).await {
-                        Ok(t) => return Ok(t),
-                        Err(e) => tracing::error!("redis cluster: {e}; retrying"),
-                    },
-                    Ok(Err(e)) => tracing::error!("redis cluster: {e}; retrying"),
-                    Err(_) => tracing::error!("redis cluster: no answer within REDIS_TIMEOUT; retrying"),
+                // REDIS_POOL_SIZE cluster connections, each with its own connection to every node.
+                let mut conns = Vec::with_capacity(s.redis_pool_size);
+                let mut failed = None;
+                while conns.len() < s.redis_pool_size && failed.is_none() {
+                    match tokio::time::timeout(s.redis_timeout, client.get_async_connection()).await {
+                        Ok(Ok(conn)) => conns.push(conn),
+                        Ok(Err(e)) => failed = Some(e.to_string()),
+                        Err(_) => failed = Some("no answer within REDIS_TIMEOUT".into()),
+                    }
                 }
+                let error = match failed {
+                    None => match Throttle::from_clusters(conns, config).await {
+                        Ok(t) => return Ok(t),
+                        Err(e) => e.to_string(),
+                    },
+                    Some(e) => e,
+                };
+                let max = s.redis_startup_max_elapsed_time;
+                if !max.is_zero() && started.elapsed() >= max {
+                    return Err(format!("redis cluster: not reached within REDIS_STARTUP_MAX_ELAPSED_TIME ({max:?}): {error}"));
+                }
+                tracing::error!("redis cluster: {error}; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
@@ -189,18 +204,37 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         FailureMode::Closed => FailurePolicy::FailClosed,
         FailureMode::Local => FailurePolicy::Local { share: s.failure_local_share },
     };
-    let mut client_config = Config { deadline: s.decision_deadline, failure, connect_timeout: s.redis_timeout, ..Config::default() };
+    let mut client_config = Config { deadline: s.decision_deadline, failure, connect_timeout: s.redis_timeout, connections: s.redis_pool_size, ..Config::default() };
     client_config.deny_cache_bytes = s.local_cache_size_in_bytes;
     client_config.breaker.probe_interval = Duration::from_millis(200);
     let throttle = connect(&s, client_config).await?;
     // Wait for Redis's first answer (up to REDIS_TIMEOUT), as upstream waits at start; past it,
     // serve anyway: FAILURE_MODE answers until Redis does.
     let waited = std::time::Instant::now();
-    while throttle.backend() == Backend::Unknown && waited.elapsed() < s.redis_timeout {
+    let first_wait = match s.redis_startup_max_elapsed_time {
+        max if max.is_zero() => s.redis_timeout,
+        max => s.redis_timeout.min(max),
+    };
+    while throttle.backend() == Backend::Unknown && waited.elapsed() < first_wait {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     if throttle.backend() == Backend::Unknown {
         tracing::error!("redis: no answer within REDIS_TIMEOUT ({:?}); serving, FAILURE_MODE answers until Redis does", s.redis_timeout);
+        let max = s.redis_startup_max_elapsed_time;
+        if !max.is_zero() {
+            // Upstream's REDIS_STARTUP_MAX_ELAPSED_TIME: Redis unreachable that long since the
+            // start stops the process.
+            let throttle = throttle.clone();
+            let left = max.saturating_sub(waited.elapsed());
+            tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                if throttle.backend() == Backend::Unknown {
+                    tracing::error!("redis: not reached within REDIS_STARTUP_MAX_ELAPSED_TIME ({max:?}); exiting");
+                    eprintln!("redis-throttle-rls: redis not reached within REDIS_STARTUP_MAX_ELAPSED_TIME ({max:?})");
+                    std::process::exit(1);
+                }
+            });
+        }
     }
     let stats = Arc::new(Stats::new());
     let service = Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
@@ -248,7 +282,7 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
             }
         });
     }
-    let mut grpc = tonic::transport::Server::builder().max_connection_age_grace(Duration::from_secs(3600));
+    let mut grpc = tonic::transport::Server::builder().max_connection_age_grace(s.grpc_max_connection_age_grace);
     if let Some(age) = s.grpc_max_connection_age {
         grpc = grpc.max_connection_age(age);
     }

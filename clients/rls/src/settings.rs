@@ -35,6 +35,7 @@ pub struct Settings {
     pub grpc_port: u16,
     pub grpc_uds: String,
     pub grpc_max_connection_age: Option<Duration>,
+    pub grpc_max_connection_age_grace: Duration,
     pub grpc_server_use_tls: bool,
     pub grpc_server_tls_cert: String,
     pub grpc_server_tls_key: String,
@@ -76,6 +77,12 @@ pub struct Settings {
     pub redis_tls_skip_hostname_verification: bool,
     pub redis_health_check_active_connection: bool,
     pub redis_timeout: Duration,
+    /// `REDIS_POOL_SIZE`: connections to each Redis node (1 when unset: every decision
+    /// multiplexed on one, the cheapest for Redis).
+    pub redis_pool_size: usize,
+    /// `REDIS_STARTUP_MAX_ELAPSED_TIME`: how long Redis may stay unreachable at start before the
+    /// process exits (0: for ever).
+    pub redis_startup_max_elapsed_time: Duration,
     pub global_shadow_mode: bool,
     pub global_quota_mode: bool,
     pub response_dynamic_metadata: bool,
@@ -117,20 +124,15 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ("CONFIG_GRPC_XDS_NODE_ID", None, "xDS configuration is not supported yet"),
 ];
 
-/// Upstream's pool and pipeline tuning: each is checked and logged, and has nothing to tune
-/// here (every decision is multiplexed on one connection per Redis node).
-const NO_POOL: &[&str] = &[
-    "REDIS_POOL_SIZE",
-    "REDIS_PIPELINE_WINDOW",
-    "REDIS_PIPELINE_LIMIT",
-    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
-    "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-    "REDIS_STARTUP_INITIAL_INTERVAL",
-    "REDIS_STARTUP_MAX_INTERVAL",
-    "REDIS_STARTUP_MAX_ELAPSED_TIME",
-    "GRPC_MAX_CONNECTION_AGE_GRACE",
-    "RUNTIME_IGNOREDOTFILES",
+/// Upstream's tuning of its Go Redis client (radix) whose every value this service already
+/// satisfies: each is checked and logged at start with what it means here.
+const SATISFIED: &[(&str, &str)] = &[
+    ("REDIS_PIPELINE_WINDOW", "the commands of concurrent requests are always pipelined here: they share the connection's writes as they come, never held back for a window"),
+    ("REDIS_PIPELINE_LIMIT", "deprecated and without effect, as in upstream since radix v4"),
+    ("REDIS_POOL_ON_EMPTY_WAIT_DURATION", "no request waits for a free connection here (every connection is shared); DECISION_DEADLINE bounds each decision"),
+    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "a request's hash slots are always decided in parallel here, one pipeline per slot"),
+    ("REDIS_STARTUP_INITIAL_INTERVAL", "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers"),
+    ("REDIS_STARTUP_MAX_INTERVAL", "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers"),
 ];
 
 struct Env<'a> {
@@ -234,10 +236,29 @@ impl Settings {
                 return Err(SettingsError(format!("{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)")));
             }
         }
-        for name in NO_POOL {
+        for (name, meaning) in SATISFIED {
             if let Some(v) = env.get(name) {
-                tracing::info!("{name}={v}: nothing to tune here (every decision is multiplexed on one connection per Redis node)");
+                match *name {
+                    "REDIS_PIPELINE_WINDOW" | "REDIS_POOL_ON_EMPTY_WAIT_DURATION" | "REDIS_STARTUP_INITIAL_INTERVAL" | "REDIS_STARTUP_MAX_INTERVAL" => {
+                        env.duration(name, Duration::ZERO)?;
+                    }
+                    _ => {
+                        env.number::<u32>(name, 0)?;
+                    }
+                }
+                tracing::warn!("{name}={v}: {meaning}");
             }
+        }
+        // radix v4 (upstream since 2026) refuses what it cannot do: so does this service.
+        let on_empty = env.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT").to_ascii_uppercase();
+        if on_empty != "WAIT" {
+            return Err(SettingsError(format!(
+                "REDIS_POOL_ON_EMPTY_BEHAVIOR={on_empty} is not supported: requests share the connections here, none waits for a free one (WAIT, the default, is the only value; REDIS_POOL_SIZE sets the connections)"
+            )));
+        }
+        let redis_pool_size: usize = env.number("REDIS_POOL_SIZE", 1)?;
+        if redis_pool_size == 0 {
+            return Err(SettingsError("REDIS_POOL_SIZE=0: at least one connection to each Redis node".into()));
         }
         let redis_type = match env.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
             "SINGLE" => RedisType::Single,
@@ -281,6 +302,7 @@ impl Settings {
             grpc_port: env.number("GRPC_PORT", 8081)?,
             grpc_uds: env.string("GRPC_UDS", ""),
             grpc_max_connection_age: (!max_age.is_zero()).then_some(max_age),
+            grpc_max_connection_age_grace: env.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
             grpc_server_use_tls: env.bool("GRPC_SERVER_USE_TLS", false)?,
             grpc_server_tls_cert: env.string("GRPC_SERVER_TLS_CERT", ""),
             grpc_server_tls_key: env.string("GRPC_SERVER_TLS_KEY", ""),
@@ -322,6 +344,8 @@ impl Settings {
             redis_tls_skip_hostname_verification: env.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
             redis_health_check_active_connection: env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
             redis_timeout: env.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
+            redis_pool_size,
+            redis_startup_max_elapsed_time: env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?,
             global_shadow_mode: env.bool("SHADOW_MODE", false)?,
             global_quota_mode: env.bool("QUOTA_MODE", false)?,
             response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
@@ -433,6 +457,44 @@ mod tests {
         }
         let both = Settings::from_vars(&vars(&[("USE_PROMETHEUS", "true")])).unwrap_err();
         assert!(both.0.contains("more than one stats sink"), "{both}");
+    }
+
+    #[test]
+    fn redis_client_tuning_means_what_it_can_here_and_refuses_the_rest() {
+        // REDIS_POOL_SIZE: the connections to each node (one when unset).
+        assert_eq!(Settings::from_vars(&vars(&[])).unwrap().redis_pool_size, 1);
+        assert_eq!(Settings::from_vars(&vars(&[("REDIS_POOL_SIZE", "4")])).unwrap().redis_pool_size, 4);
+        // What radix v4 refuses, and malformed values, stop the start by name.
+        for (name, value) in [
+            ("REDIS_POOL_SIZE", "0"),
+            ("REDIS_POOL_SIZE", "ten"),
+            ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"),
+            ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "error"),
+            ("REDIS_PIPELINE_WINDOW", "soon"),
+            ("REDIS_PIPELINE_LIMIT", "-1"),
+            ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "-1"),
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "forever"),
+            ("GRPC_MAX_CONNECTION_AGE_GRACE", "x"),
+        ] {
+            let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();
+            assert!(e.0.starts_with(&format!("{name}=")), "{name}={value}: {e}");
+        }
+        // Values this service's behaviour already satisfies.
+        for (name, value) in [
+            ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT"),
+            ("REDIS_PIPELINE_WINDOW", "150us"),
+            ("REDIS_PIPELINE_LIMIT", "8"),
+            ("REDIS_POOL_ON_EMPTY_WAIT_DURATION", "1s"),
+            ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "0"),
+            ("REDIS_STARTUP_INITIAL_INTERVAL", "1s"),
+            ("REDIS_STARTUP_MAX_INTERVAL", "30s"),
+        ] {
+            Settings::from_vars(&vars(&[(name, value)])).unwrap();
+        }
+        let s = Settings::from_vars(&vars(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "5m"), ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s")])).unwrap();
+        assert_eq!((s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time), (Duration::from_secs(300), Duration::from_secs(3)));
+        let s = Settings::from_vars(&vars(&[])).unwrap();
+        assert_eq!((s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time), (Duration::from_secs(3600), Duration::ZERO));
     }
 
     #[test]

@@ -233,6 +233,59 @@ fn what_cannot_mean_anything_here_stops_the_start_by_name() {
     }
 }
 
+/// The connections `server` has (`CLIENT LIST`, the asking one included).
+fn connections(server: &Server) -> usize {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
+    list.lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_pool_size_is_the_connections_and_every_limit_stays_exact_across_them() {
+    let server = Server::start();
+    let dir = runtime(&[("config.yaml", CONFIG)]);
+    for (pool, opened) in [(None, 1), (Some("4"), 4)] {
+        let before = connections(&server);
+        let extra: Vec<(&str, &str)> = pool.map(|p| ("REDIS_POOL_SIZE", p)).into_iter().collect();
+        let rls = Rls::start(&dir, &host_port(&server.url()), &extra);
+        assert_eq!(connections(&server), before + opened, "REDIS_POOL_SIZE={pool:?}: {}", rls.log());
+        // 40 concurrent requests against 3 a minute, spread over the connections: exactly 3.
+        let client = rls.grpc().await;
+        let user = format!("pool{opened}");
+        let handles: Vec<_> = (0..40)
+            .map(|_| {
+                let (mut c, user) = (client.clone(), user.clone());
+                tokio::spawn(async move { c.should_rate_limit(request("gw", vec![descriptor(&[("three", &user)])])).await.unwrap().into_inner().overall_code })
+            })
+            .collect();
+        let mut ok = 0;
+        for h in handles {
+            ok += usize::from(h.await.unwrap() == Code::Ok as i32);
+        }
+        assert_eq!(ok, 3, "REDIS_POOL_SIZE={pool:?}");
+    }
+}
+
+#[test]
+fn redis_startup_max_elapsed_time_stops_a_start_redis_never_answers() {
+    let nobody = format!("127.0.0.1:{}", harness::free_port(false));
+    let started = Instant::now();
+    let (code, err) = rls::refused(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &nobody),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "1s"),
+        ("USE_STATSD", "false"),
+        ("PORT", "0"),
+        ("GRPC_PORT", "0"),
+        ("DEBUG_PORT", "0"),
+        ("HOST", "127.0.0.1"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("DEBUG_HOST", "127.0.0.1"),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("REDIS_STARTUP_MAX_ELAPSED_TIME"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_mtls_on_the_grpc_listener() {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};

@@ -2,6 +2,7 @@
 //! (module or Functions twin), within a deadline, and answers by its failure policy when the
 //! server cannot.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -99,6 +100,11 @@ pub struct Config {
     /// ([`Lease::extend`](crate::Lease::extend)); then it is released, so a leaked guard
     /// (`mem::forget`) frees its slot within this time.
     pub lease_max_hold: Duration,
+    /// Connections [`Throttle::connect`] opens to the server, each call sent on the next in
+    /// turn. 1 (the default) multiplexes every call on one connection: the cheapest for the
+    /// server, as concurrent calls share its reads and writes. More spread a client's traffic
+    /// when one connection's throughput is its limit.
+    pub connections: usize,
 }
 
 impl Default for Config {
@@ -112,6 +118,7 @@ impl Default for Config {
             deny_cache_bytes: 32 << 20,
             connect_timeout: Duration::from_secs(5),
             lease_max_hold: Duration::from_secs(600),
+            connections: 1,
         }
     }
 }
@@ -122,6 +129,27 @@ pub(crate) enum Conn {
     Multiplexed(MultiplexedConnection),
     Cluster(ClusterConnection),
     Memory(Arc<Mutex<Store>>, Arc<dyn Clock>),
+    /// Several connections of one kind (`Config::connections`), each call on the next.
+    Pool(Arc<[Conn]>, Arc<AtomicUsize>),
+}
+
+impl Conn {
+    /// The connection the next call goes on (a pool's next, in turn).
+    pub(crate) fn pick(&self) -> &Conn {
+        match self {
+            Conn::Pool(conns, next) => &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()],
+            other => other,
+        }
+    }
+
+    /// Whether calls go to a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            Conn::Cluster(_) => true,
+            Conn::Pool(conns, _) => conns.first().is_some_and(Conn::is_cluster),
+            _ => false,
+        }
+    }
 }
 
 /// A rate-limiting client. Clones share the connection, the deny cache and the breaker.
@@ -210,6 +238,18 @@ impl Throttle {
         Throttle::with_conn(Conn::Cluster(conn), config).await
     }
 
+    /// [`Throttle::from_cluster`] with several cluster connections (each with its own
+    /// connection to every node), each call sent on the next in turn.
+    pub async fn from_clusters(conns: Vec<ClusterConnection>, config: Config) -> Result<Throttle, Error> {
+        let mut conns: Vec<Conn> = conns.into_iter().map(Conn::Cluster).collect();
+        let conn = match conns.len() {
+            0 => return Err(Error::Invalid("from_clusters needs at least one connection".into())),
+            1 => conns.remove(0),
+            _ => Conn::Pool(conns.into(), Arc::new(AtomicUsize::new(0))),
+        };
+        Throttle::with_conn(conn, config).await
+    }
+
     /// The test kit: no server, `redis-throttle-core` deciding exactly as the module does, at the
     /// times of `clock`.
     pub fn in_memory(clock: ManualClock, config: Config) -> Throttle {
@@ -247,7 +287,7 @@ impl Throttle {
 
     /// Whether calls go to a cluster (where one CL.ALL call keeps its keys in one hash slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        self.inner.link.get().is_some_and(|link| matches!(link.conn, Conn::Cluster(_)))
+        self.inner.link.get().is_some_and(|link| link.conn.is_cluster())
     }
 
     /// Whether the circuit breaker is open (calls answered by the failure policy).
@@ -385,7 +425,7 @@ impl Throttle {
             record(&decision);
             return Ok((decision, held));
         }
-        let cross_slot = matches!(link.conn, Conn::Cluster(_)) && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
+        let cross_slot = link.conn.is_cluster() && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
         if cross_slot || (link.backend == Backend::Twin && calls.iter().any(|(p, _, _)| p.named_zone().is_some())) {
             // Refused as `check` and `check_all` refuse them.
             return self.decide(calls, all).await.map(|d| (d, vec![None; calls.len()]));
@@ -440,7 +480,7 @@ impl Throttle {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             return memory_decision(&mut store, calls, clock.now(), all, Source::Server);
         }
-        if let Conn::Cluster(_) = &link.conn
+        if link.conn.is_cluster()
             && let Some(&(_, other, _)) = calls.iter().find(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key))
         {
             return Err(Error::CrossSlot { first: first_key.to_vec(), other: other.to_vec() });
@@ -605,8 +645,11 @@ async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
         .set_number_of_retries(usize::MAX / 2)
         .set_min_delay(Duration::from_millis(5))
         .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
-    let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
-    let conn = Conn::Manager(manager);
+    let mut managers = Vec::with_capacity(config.connections.max(1));
+    for _ in 0..config.connections.max(1) {
+        managers.push(Conn::Manager(ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await.map_err(Error::Connect)?));
+    }
+    let conn = if managers.len() == 1 { managers.remove(0) } else { Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0))) };
     let backend = detect(&conn, Some(client.get_connection_info())).await?;
     Ok(Link { conn, backend })
 }
@@ -695,7 +738,7 @@ fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
 /// Sends a pipeline of calls on `key`, routed by it in a cluster: for an atomic one (`MULTI` …
 /// `EXEC`) the `EXEC` reply, for a plain one every reply.
 pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
-    let replies: Vec<Value> = match conn {
+    let replies: Vec<Value> = match conn.pick() {
         Conn::Manager(c) => pipe.query_async(&mut c.clone()).await?,
         Conn::Multiplexed(c) => pipe.query_async(&mut c.clone()).await?,
         Conn::Cluster(c) => {
@@ -710,13 +753,13 @@ pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], at
                 other => return Err(RedisError::from((redis::ErrorKind::Client, "unexpected EXEC reply", format!("{other:?}")))),
             }
         }
-        Conn::Memory(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
     };
     Ok(Value::Array(replies))
 }
 
 async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
-    match conn {
+    match conn.pick() {
         Conn::Manager(c) => cmd.query_async(&mut c.clone()).await,
         Conn::Multiplexed(c) => cmd.query_async(&mut c.clone()).await,
         Conn::Cluster(c) => {
@@ -724,7 +767,7 @@ async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
             c.clone().route_command(cmd, route).await
         }
-        Conn::Memory(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
     }
 }
 
@@ -747,7 +790,7 @@ async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<B
 
 /// A command for no key in particular (any node of a cluster).
 async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
-    match conn {
+    match conn.pick() {
         Conn::Cluster(c) => c.clone().route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await,
         other => send(other, cmd, b"").await,
     }

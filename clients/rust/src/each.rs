@@ -94,7 +94,7 @@ impl Throttle {
             pending.push((policy, key, quantity));
             pending_at.push(i);
         }
-        let cluster = matches!(link.conn, Conn::Cluster(_));
+        let cluster = link.conn.is_cluster();
         let slots = groups(&pending, cluster, usize::MAX);
         let sent = std::time::Instant::now();
         let sends: Vec<Pin<Box<dyn Future<Output = _> + Send + '_>>> = slots

@@ -134,3 +134,41 @@ async fn a_client_started_degraded_detects_the_twin_once_it_is_loaded() {
     until_on_server(&client, &policy).await;
     assert_eq!(client.backend(), Backend::Twin);
 }
+
+/// The connections of `server` whose last command was one of the limiters' (`CLIENT LIST`).
+fn limiter_connections(server: &Server) -> usize {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
+    list.lines().filter(|l| l.contains(" cmd=cl.")).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_spread_calls_and_share_every_limit_exactly() {
+    let server = Server::start();
+    let before: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
+    let config = Config { connections: 3, deadline: Duration::from_secs(2), ..Config::default() };
+    let client = Throttle::connect_with(&server.url(), config).await.unwrap();
+    let after: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
+    // The test's own connection appears in both lists.
+    assert_eq!(after.lines().count(), before.lines().count() + 3, "{after}");
+    // 60 concurrent calls against 10 a minute: exactly 10 admitted, whichever connection each took.
+    let policy = Policy::parse("10/m").unwrap();
+    let tasks: Vec<_> = (0..60)
+        .map(|_| {
+            let (client, policy) = (client.clone(), policy);
+            tokio::spawn(async move { client.check(&policy, "shared").await.unwrap().allowed() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 10);
+    assert_eq!(limiter_connections(&server), 3, "every connection took calls");
+    // The default: one connection for every call.
+    let single = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let with_single: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
+    assert_eq!(with_single.lines().count(), after.lines().count() + 1);
+    for _ in 0..5 {
+        single.check(&policy, "other").await.unwrap();
+    }
+}
