@@ -42,7 +42,7 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 export TWIN_EXCLUDED_TESTS
 
 
-.PHONY: rls run-rls envoy docker-rls
+.PHONY: rls run-rls envoy docker-rls docker-rls-local docker-rls-local-source test-image-rls
 .PHONY: all build run demo plots plots-perf test test-node test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
@@ -92,9 +92,30 @@ run-rls: build rls
 	@clients/rls/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
 
 # The service's image (docker/rls.Dockerfile): upstream's entrypoint (/bin/ratelimit) and ports.
+# Without a registry (docker/rls-image.sh): `docker-rls-local-source` from source with the module
+# image's local bases, `docker-rls-local` the runtime stage with the service built here; each then
+# runs on Docker against the module's image (LOCAL_IMAGE). `test-image-rls` (CI, after make test
+# and make test-image): the debug build in the runtime stage, against SOURCE_IMAGE.
 RLS_IMAGE ?= redis-throttle-rls:latest
+RLS_LOCAL_IMAGE ?= redis-throttle-rls:local
 docker-rls:
 	docker build -f docker/rls.Dockerfile $(if $(RUST_IMAGE),--build-arg RUST_IMAGE=$(RUST_IMAGE)) -t $(RLS_IMAGE) .
+
+docker-rls-local-source: docker-local
+	@scripts/deps.sh smoke
+	docker/rls-image.sh local-source $(RLS_IMAGE)
+	docker/rls-image.sh smoke $(RLS_IMAGE) $(LOCAL_IMAGE)
+
+docker-rls-local: rls docker-local
+	@scripts/deps.sh smoke
+	docker/rls-image.sh build $(RLS) $(RLS_LOCAL_IMAGE)
+	docker/rls-image.sh smoke $(RLS_LOCAL_IMAGE) $(LOCAL_IMAGE)
+
+test-image-rls: docker-local-source
+	@scripts/deps.sh smoke
+	cargo build -p redis-throttle-rls --bin redis-throttle-rls
+	docker/rls-image.sh build $(TARGET_DIR)/debug/redis-throttle-rls redis-throttle-rls:smoke
+	docker/rls-image.sh smoke redis-throttle-rls:smoke $(SOURCE_IMAGE)
 
 envoy:
 	@scripts/deps.sh python

@@ -10,21 +10,34 @@
 # The build stage compiles the service alone (the module's crate and the plots tool are workspace
 # members it does not build: empty stand-ins); the runtime stage is a slim Debian of the same
 # release (the binary links against the build stage's glibc), running as an unprivileged user as
-# upstream's distroless `nonroot` image does. Both are build arguments.
+# upstream's distroless `nonroot` image does. Both are build arguments; without a registry,
+# `make docker-rls-local-source` makes both from Debian packages (scripts/docker-image.sh), and
+# `make docker-rls-local` puts a binary built on this host into the runtime stage.
 ARG RUST_IMAGE=rust:1.95-slim-trixie
 ARG BASE_IMAGE=debian:trixie-slim
 
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
+# Dependencies first, against empty crates: this layer is rebuilt only when a manifest or the
+# lockfile changes, so a source change recompiles only the workspace's own crates.
 COPY Cargo.toml Cargo.lock ./
 COPY core/Cargo.toml core/
-COPY core/src core/src
 COPY clients/rust/Cargo.toml clients/rust/
-COPY clients/rust/src clients/rust/src
 COPY clients/rls/Cargo.toml clients/rls/
-COPY clients/rls/src clients/rls/src
 COPY plots/Cargo.toml plots/
-RUN mkdir -p src plots/src && touch src/lib.rs && echo 'fn main() {}' > plots/src/main.rs \
+RUN mkdir -p src core/src clients/rust/src clients/rls/src/bin plots/src \
+    && touch src/lib.rs core/src/lib.rs clients/rust/src/lib.rs clients/rls/src/lib.rs \
+    && for m in plots/src/main.rs clients/rls/src/main.rs clients/rls/src/bin/rls_bench.rs; do echo 'fn main() {}' > "$m"; done \
+    && cargo build --release --locked -p redis-throttle-rls --bin redis-throttle-rls \
+    && rm -r core/src clients/rust/src clients/rls/src
+COPY core/src core/src
+COPY clients/rust/src clients/rust/src
+COPY clients/rls/src clients/rls/src
+# The client crate embeds the Functions twin (its loader's library).
+COPY functions/throttle.lua functions/
+# COPY keeps the files' times, which can be older than the empty crates': touch them so cargo
+# rebuilds. Only the binary leaves this layer (/out).
+RUN touch core/src/lib.rs clients/rust/src/lib.rs clients/rls/src/lib.rs clients/rls/src/main.rs \
     && cargo build --release --locked -p redis-throttle-rls --bin redis-throttle-rls \
     && mkdir /out && cp target/release/redis-throttle-rls /out/ \
     && rm -r target

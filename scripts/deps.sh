@@ -20,6 +20,8 @@ NEED_test=()
 NEED_docs=(cc=build-essential python3=python3)
 # make demo: scripts/demo.sh picks a port with python3 and sends its requests with curl.
 NEED_demo=(python3=python3 curl=curl)
+# make test-image-rls, docker-rls-local*: docker/rls-image.sh asks the image with curl (gRPC over HTTP/2 too).
+NEED_smoke=(curl=curl)
 # make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
 NEED_bench=(valgrind=valgrind python3=python3)
 # The caller packages' tests (clients/node, clients/python). (openssl: the twin loaders' TLS
