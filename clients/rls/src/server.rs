@@ -33,13 +33,35 @@ pub struct Health {
     pub sigterm: AtomicBool,
     pub config_loaded: AtomicBool,
     need_config: bool,
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: Redis's health follows `redis_answers` (kept by
+    /// [`probe_redis`]) instead of staying healthy once Redis has answered.
     active_connection: bool,
+    redis_answers: AtomicBool,
 }
 
 impl Health {
     pub fn healthy(&self, throttle: &Throttle) -> bool {
-        let redis = throttle.backend() != Backend::Unknown && !(self.active_connection && throttle.is_degraded());
+        let redis = throttle.backend() != Backend::Unknown && (!self.active_connection || self.redis_answers.load(Ordering::Relaxed));
         redis && !self.sigterm.load(Ordering::Relaxed) && (!self.need_config || self.config_loaded.load(Ordering::Relaxed))
+    }
+}
+
+/// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: upstream's pool pings its connections and turns
+/// unhealthy once none is left, traffic or not. Here a peek (quantity 0: nothing written) every
+/// `every`, within the decision deadline, says whether Redis answers; an error reply is an
+/// answer too.
+async fn probe_redis(throttle: Throttle, health: Arc<Health>, key: String, every: Duration) {
+    let Ok(policy) = redis_throttle_client::Policy::parse("1/s") else { return };
+    loop {
+        let answered = match throttle.peek(&policy, key.as_bytes()).await {
+            Ok(d) => !d.is_degraded(),
+            Err(redis_throttle_client::Error::Server(_)) => true,
+            Err(_) => false,
+        };
+        if health.redis_answers.swap(answered, Ordering::Relaxed) != answered {
+            tracing::warn!("redis {}", if answered { "answers: healthy" } else { "does not answer: unhealthy (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)" });
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -238,7 +260,17 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
     }
     let stats = Arc::new(Stats::new());
     let service = Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
-    let health = Arc::new(Health { sigterm: AtomicBool::new(false), config_loaded: AtomicBool::new(false), need_config: s.healthy_with_at_least_one_config_loaded, active_connection: s.redis_health_check_active_connection });
+    let health = Arc::new(Health {
+        sigterm: AtomicBool::new(false),
+        config_loaded: AtomicBool::new(false),
+        need_config: s.healthy_with_at_least_one_config_loaded,
+        active_connection: s.redis_health_check_active_connection,
+        redis_answers: AtomicBool::new(throttle.backend() != Backend::Unknown),
+    });
+    if s.redis_health_check_active_connection {
+        let key = format!("{}ratelimit_healthcheck", s.cache_key_prefix);
+        tokio::spawn(probe_redis(throttle.clone(), health.clone(), key, Duration::from_millis(500)));
+    }
 
     let source = FileSource {
         root: s.runtime_root.clone().into(),
@@ -311,7 +343,7 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         }
     };
 
-    let http = Router::new().route("/healthcheck", get(healthcheck)).route("/json", any(json)).with_state(app.clone());
+    let http = Router::new().route("/healthcheck", any(healthcheck)).route("/json", any(json)).with_state(app.clone());
     let debug = Router::new().route("/", get(debug_root)).route("/rlconfig", get(rlconfig)).route("/stats", get(stats_text)).with_state(app.clone());
     let mut tasks = Vec::new();
     for (what, addr, router) in [("HTTP", address(&s.host, s.port), http), ("debug", address(&s.debug_host, s.debug_port), debug)] {

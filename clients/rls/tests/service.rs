@@ -233,6 +233,52 @@ fn what_cannot_mean_anything_here_stops_the_start_by_name() {
     }
 }
 
+/// gRPC health of service `ratelimit`: whether it is SERVING.
+async fn serving(rls: &Rls) -> bool {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health.check(tonic_health::pb::HealthCheckRequest { service: "ratelimit".into() }).await.unwrap().into_inner().status;
+    status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+}
+
+/// Waits up to `within` for `/healthcheck` (and gRPC health) to say `healthy`.
+async fn until_health(rls: &Rls, healthy: bool, within: Duration) {
+    let want = if healthy { (200, "OK".to_string()) } else { (500, String::new()) };
+    let start = Instant::now();
+    loop {
+        if Rls::http(&rls.http, "GET", "/healthcheck", "") == want && serving(rls).await == healthy {
+            return;
+        }
+        assert!(start.elapsed() < within, "/healthcheck never became {want:?}: {:?}\n{}", Rls::http(&rls.http, "GET", "/healthcheck", ""), rls.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_follows_redis_as_upstream_s_does() {
+    let mut server = Server::start();
+    let dir = runtime(&[("config.yaml", CONFIG)]);
+    let url = host_port(&server.url());
+    let passive = Rls::start(&dir, &url, &[]);
+    let active = Rls::start(&dir, &url, &[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")]);
+    for rls in [&passive, &active] {
+        until_health(rls, true, Duration::from_secs(1)).await;
+    }
+    // Redis killed, no traffic: with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION the service turns
+    // unhealthy (500, empty body, as upstream's; gRPC NOT_SERVING) within a few seconds...
+    let (pid, _resume) = rls::break_redis(&mut server, "killed");
+    until_health(&active, false, Duration::from_secs(5)).await;
+    // ...without it, it stays healthy once Redis has answered (upstream's default).
+    assert_eq!(Rls::http(&passive.http, "GET", "/healthcheck", ""), (200, "OK".to_string()));
+    assert!(serving(&passive).await);
+    rls::mend_redis(&mut server, "killed", pid);
+    until_health(&active, true, Duration::from_secs(5)).await;
+    // A start while Redis is down is unhealthy until Redis first answers.
+    let nobody = format!("127.0.0.1:{}", harness::free_port(false));
+    let down = Rls::start(&dir, &nobody, &[("REDIS_TIMEOUT", "200ms")]);
+    until_health(&down, false, Duration::from_secs(1)).await;
+}
+
 /// The connections `server` has (`CLIENT LIST`, the asking one included).
 fn connections(server: &Server) -> usize {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
