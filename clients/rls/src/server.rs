@@ -76,7 +76,7 @@ struct Grpc(Arc<Service>);
 impl RateLimitService for Grpc {
     async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         tracing::debug!(request = ?request.get_ref(), "ShouldRateLimit");
-        match self.0.should_rate_limit(request.get_ref()).await {
+        match self.0.should_rate_limit_grpc(request.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(ServiceError::Unavailable(t)) => Err(tonic::Status::unavailable(t)),
             Err(e) => Err(tonic::Status::unknown(e.to_string())),
@@ -259,6 +259,7 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         }
     }
     let stats = Arc::new(Stats::new());
+    stats.configure(s.use_statsd && !s.disable_stats, s.prometheus_response_time_as_ms);
     let service = Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
     let health = Arc::new(Health {
         sigterm: AtomicBool::new(false),

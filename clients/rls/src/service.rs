@@ -166,12 +166,20 @@ impl Service {
         k.into_bytes()
     }
 
-    pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    /// A gRPC call: counted in `ratelimit_server.ShouldRateLimit.total_requests` and timed in
+    /// `.response_time`, as upstream's gRPC interceptor does (its `/json` handler calls the
+    /// service directly, and so counts in neither).
+    pub async fn should_rate_limit_grpc(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         let started = std::time::Instant::now();
         self.counters.total_requests.inc(1);
+        let result = self.should_rate_limit(request).await;
+        self.stats.response_time.record(started.elapsed());
+        result
+    }
+
+    /// A decision (gRPC's or `/json`'s), its errors counted as upstream counts them.
+    pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         let result = self.decide(request).await;
-        self.stats.response_time.sum_ms.inc(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
-        self.stats.response_time.count.inc(1);
         match &result {
             Err(ServiceError::Service(_)) => self.counters.service_error.inc(1),
             Err(ServiceError::Redis(_) | ServiceError::Unavailable(_)) => self.counters.redis_error.inc(1),

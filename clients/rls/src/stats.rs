@@ -8,8 +8,9 @@
 //! default mapping) and listed on the debug port's `/stats`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// A monotonic counter.
 #[derive(Debug, Default)]
@@ -35,11 +36,57 @@ pub struct LimitStats {
     pub shadow_mode: Counter,
 }
 
-/// A timer's sum and count (milliseconds, as upstream records `response_time`).
+/// statsd_exporter's default histogram buckets (Prometheus' `DefBuckets`), which upstream's
+/// default mapping gives `ratelimit_service_response_time_seconds`.
+const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// The most `response_time` samples kept for statsd between two flushes; past it, the ones kept
+/// are sent with their sampling rate (`|@rate`), as statsd defines it.
+const MAX_SAMPLES: usize = 1 << 16;
+
+/// Upstream's `ratelimit_server.ShouldRateLimit.response_time` timer: whole milliseconds per gRPC
+/// call (gostats' `AddValue`), sent to statsd one sample a line (`name:ms|ms`) and served to
+/// Prometheus as the default mapping's histogram.
 #[derive(Debug, Default)]
 pub struct Timer {
-    pub sum_ms: Counter,
     pub count: Counter,
+    pub sum_ms: Counter,
+    /// Observations in each of `BUCKETS` (not cumulative; `+Inf` is `count`).
+    buckets: [Counter; BUCKETS.len()],
+    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: the histogram observes milliseconds (upstream
+    /// drops the mapping's `scale: 0.001`, the name and buckets stay).
+    as_ms: AtomicBool,
+    /// Samples for statsd since its last flush (kept only while statsd is on), and how many
+    /// there were.
+    keep: AtomicBool,
+    pending: Mutex<(Vec<u64>, u64)>,
+}
+
+impl Timer {
+    pub fn record(&self, elapsed: Duration) {
+        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        self.count.inc(1);
+        self.sum_ms.inc(ms);
+        let value = if self.as_ms.load(Ordering::Relaxed) { ms as f64 } else { ms as f64 / 1000.0 };
+        if let Some(i) = BUCKETS.iter().position(|&b| value <= b) {
+            self.buckets[i].inc(1);
+        }
+        if self.keep.load(Ordering::Relaxed) {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.1 += 1;
+            if p.0.len() < MAX_SAMPLES {
+                p.0.push(ms);
+            }
+        }
+    }
+
+    /// The samples since the last call and their sampling rate.
+    fn take(&self) -> (Vec<u64>, f64) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (samples, seen) = std::mem::take(&mut *p);
+        let rate = if seen == 0 { 1.0 } else { samples.len() as f64 / seen as f64 };
+        (samples, rate)
+    }
 }
 
 /// Every counter by name.
@@ -99,6 +146,13 @@ impl Stats {
         Stats::default()
     }
 
+    /// Keeps `response_time` samples for statsd (`USE_STATSD`), and observes milliseconds in the
+    /// Prometheus histogram (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`).
+    pub fn configure(&self, statsd: bool, response_time_as_ms: bool) {
+        self.response_time.keep.store(statsd, Ordering::Relaxed);
+        self.response_time.as_ms.store(response_time_as_ms, Ordering::Relaxed);
+    }
+
     /// The counter named `name` (created at zero).
     pub fn counter(&self, name: &str) -> Arc<Counter> {
         let mut map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
@@ -129,23 +183,21 @@ impl Stats {
                 out.insert(format!("ratelimit.service.rate_limit.{key}.{stat}"), c.get());
             }
         }
-        out.insert("ratelimit_server.ShouldRateLimit.response_time.sum_ms".into(), self.response_time.sum_ms.get());
-        out.insert("ratelimit_server.ShouldRateLimit.response_time.count".into(), self.response_time.count.get());
         out
     }
 
-    /// `/stats`: one `name: value` line per counter.
+    /// `/stats`: one `name: value` line per counter, and the timer's count and sum.
     pub fn text(&self) -> String {
-        self.snapshot().iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+        let mut all = self.snapshot();
+        all.insert("ratelimit_server.ShouldRateLimit.response_time.count".into(), self.response_time.count.get());
+        all.insert("ratelimit_server.ShouldRateLimit.response_time.sum_ms".into(), self.response_time.sum_ms.get());
+        all.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
     }
 
     /// The Prometheus exposition, names mapped as upstream's default mapper maps them.
     pub fn prometheus(&self) -> String {
         let mut families: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
         for (name, value) in self.snapshot() {
-            if name.starts_with("ratelimit_server.ShouldRateLimit.response_time") {
-                continue;
-            }
             let (family, labels) = prometheus_name(&name);
             families.entry(family).or_default().push((labels, value));
         }
@@ -156,10 +208,19 @@ impl Stats {
                 out.push_str(&format!("{family}{labels} {value}\n"));
             }
         }
-        let (sum, count) = (self.response_time.sum_ms.get(), self.response_time.count.get());
-        out.push_str("# TYPE ratelimit_service_response_time_seconds summary\n");
-        out.push_str(&format!("ratelimit_service_response_time_seconds_sum{{grpc_method=\"ShouldRateLimit\"}} {}\n", sum as f64 / 1000.0));
-        out.push_str(&format!("ratelimit_service_response_time_seconds_count{{grpc_method=\"ShouldRateLimit\"}} {count}\n"));
+        let t = &self.response_time;
+        let (sum, count) = (t.sum_ms.get(), t.count.get());
+        let family = "ratelimit_service_response_time_seconds";
+        out.push_str(&format!("# TYPE {family} histogram\n"));
+        let mut below = 0;
+        for (bound, n) in BUCKETS.iter().zip(&t.buckets) {
+            below += n.get();
+            out.push_str(&format!("{family}_bucket{{grpc_method=\"ShouldRateLimit\",le=\"{bound}\"}} {below}\n"));
+        }
+        out.push_str(&format!("{family}_bucket{{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"}} {count}\n"));
+        let sum = if t.as_ms.load(Ordering::Relaxed) { sum as f64 } else { sum as f64 / 1000.0 };
+        out.push_str(&format!("{family}_sum{{grpc_method=\"ShouldRateLimit\"}} {sum}\n"));
+        out.push_str(&format!("{family}_count{{grpc_method=\"ShouldRateLimit\"}} {count}\n"));
         out
     }
 }
@@ -215,6 +276,13 @@ pub async fn statsd_loop(stats: Arc<Stats>, address: String, interval: std::time
                 lines.push_str(&format!("{name}:{delta}|c\n"));
             }
         }
+        // The timer, one sample a line as gostats sends them (samples of a failed write are lost,
+        // as a UDP statsd's would be).
+        let (samples, rate) = stats.response_time.take();
+        let rate = if rate < 1.0 { format!("|@{rate}") } else { String::new() };
+        for ms in samples {
+            lines.push_str(&format!("ratelimit_server.ShouldRateLimit.response_time:{ms}|ms{rate}\n"));
+        }
         if lines.is_empty() {
             continue;
         }
@@ -241,6 +309,39 @@ pub async fn statsd_loop(stats: Arc<Stats>, address: String, interval: std::time
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn response_time_is_a_histogram_in_seconds_or_milliseconds_and_statsd_samples() {
+        let stats = Stats::new();
+        stats.configure(true, false);
+        for ms in [3, 40, 2_000] {
+            stats.response_time.record(Duration::from_millis(ms));
+        }
+        let text = stats.prometheus();
+        for line in [
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.005\"} 1",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.05\"} 2",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"2.5\"} 3",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"} 3",
+            "ratelimit_service_response_time_seconds_sum{grpc_method=\"ShouldRateLimit\"} 2.043",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert_eq!(stats.response_time.take(), (vec![3, 40, 2_000], 1.0));
+        assert_eq!(stats.response_time.take(), (vec![], 1.0));
+        // PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: the same buckets, observing milliseconds.
+        let ms = Stats::new();
+        ms.configure(false, true);
+        ms.response_time.record(Duration::from_millis(3));
+        assert!(ms.prometheus().contains("ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"5\"} 1"));
+        // Without statsd nothing is kept; past MAX_SAMPLES the rest is sampled.
+        assert_eq!(ms.response_time.take(), (vec![], 1.0));
+        for _ in 0..MAX_SAMPLES * 2 {
+            stats.response_time.record(Duration::from_millis(1));
+        }
+        let (kept, rate) = stats.response_time.take();
+        assert_eq!((kept.len(), rate), (MAX_SAMPLES, 0.5));
+    }
 
     #[test]
     fn stat_names_are_sanitized_as_upstream_does() {

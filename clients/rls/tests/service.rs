@@ -393,18 +393,25 @@ async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
     conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut got = String::new();
     let mut buf = [0u8; 4096];
-    while !got.contains("ratelimit.service.rate_limit.gw.three.total_hits:1|c\n") {
+    while !got.contains("ratelimit.service.rate_limit.gw.three.total_hits:1|c\n") || !got.contains("response_time:") {
         let n = conn.read(&mut buf).unwrap();
         assert!(n > 0, "statsd closed: {got}");
         got.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     assert!(got.contains("ratelimit_server.ShouldRateLimit.total_requests:1|c\n"), "{got}");
+    // The response time as gostats sends a timer: one sample, whole milliseconds, `|ms`.
+    let timer: Vec<&str> = got.lines().filter(|l| l.contains("response_time")).collect();
+    assert_eq!(timer.len(), 1, "{got}");
+    let ms = timer[0].strip_prefix("ratelimit_server.ShouldRateLimit.response_time:").and_then(|v| v.strip_suffix("|ms")).unwrap_or_else(|| panic!("{got}"));
+    assert!(ms.parse::<u64>().is_ok(), "{got}");
 
     let with_prometheus = Rls::start(&dir, &host_port(&server.url()), &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "127.0.0.1:0")]);
     let mut client = with_prometheus.grpc().await;
     for _ in 0..4 {
         client.should_rate_limit(request("gw", vec![descriptor(&[("three", "prom")])])).await.unwrap();
     }
+    // /json decides (and counts its limit's hits) but, as upstream's handler, is no gRPC call.
+    Rls::http(&with_prometheus.http, "POST", "/json", r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"prom"}]}]}"#);
     let log = with_prometheus.log();
     let marker = "Listening for Prometheus on '";
     let start = log.find(marker).expect("the Prometheus listener") + marker.len();
@@ -412,10 +419,15 @@ async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
     let (code, body) = Rls::http(addr, "GET", "/metrics", "");
     assert_eq!(code, 200);
     for line in [
-        "ratelimit_service_rate_limit_total_hits{domain=\"gw\",key1=\"three\"} 4",
-        "ratelimit_service_rate_limit_over_limit{domain=\"gw\",key1=\"three\"} 1",
+        "ratelimit_service_rate_limit_total_hits{domain=\"gw\",key1=\"three\"} 5",
+        "ratelimit_service_rate_limit_over_limit{domain=\"gw\",key1=\"three\"} 2",
         "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 4",
         "ratelimit_service_config_load_success 1",
+        // Upstream's default mapping: a histogram in seconds, statsd_exporter's default buckets.
+        "# TYPE ratelimit_service_response_time_seconds histogram",
+        "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"10\"} 4",
+        "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"} 4",
+        "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 4",
     ] {
         assert!(body.contains(line), "{line} missing from:\n{body}");
     }
