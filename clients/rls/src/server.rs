@@ -197,6 +197,50 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+        RedisType::Sentinel => {
+            use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+            // REDIS_URL: <master name>,<sentinel host:port>,… (checked by the settings).
+            let mut parts = s.redis_url.split(',').map(str::trim).filter(|p| !p.is_empty());
+            let name = parts.next().unwrap_or_default();
+            let mut sentinels = Vec::new();
+            for part in parts {
+                let (host, port) = part.rsplit_once(':').and_then(|(h, p)| Some((h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().ok()?))).ok_or_else(|| format!("REDIS_URL: the sentinel '{part}' is not host:port"))?;
+                sentinels.push(if s.redis_tls {
+                    redis::ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: s.redis_tls_skip_hostname_verification, tls_params: None }
+                } else {
+                    redis::ConnectionAddr::Tcp(host.to_string(), port)
+                });
+            }
+            let split = |auth: &str| match auth.split_once(':') {
+                Some((u, p)) => (Some(u.to_string()), p.to_string()),
+                None => (None, auth.to_string()),
+            };
+            let mut builder = SentinelClientBuilder::new(sentinels, name, SentinelServerType::Master).map_err(|e| format!("REDIS_URL: {e}"))?;
+            if !s.redis_auth.is_empty() {
+                let (user, pass) = split(&s.redis_auth);
+                if let Some(u) = user {
+                    builder = builder.set_client_to_redis_username(u);
+                }
+                builder = builder.set_client_to_redis_password(pass);
+            }
+            if !s.redis_sentinel_auth.is_empty() {
+                let (user, pass) = split(&s.redis_sentinel_auth);
+                if let Some(u) = user {
+                    builder = builder.set_client_to_sentinel_username(u);
+                }
+                builder = builder.set_client_to_sentinel_password(pass);
+            }
+            // TLS to the servers and to the sentinels alike, as upstream dials both.
+            if s.redis_tls {
+                let mode = if s.redis_tls_skip_hostname_verification { redis::TlsMode::Insecure } else { redis::TlsMode::Secure };
+                builder = builder.set_client_to_redis_tls_mode(mode).set_client_to_sentinel_tls_mode(mode);
+                if let Some(c) = certs {
+                    builder = builder.set_client_to_redis_certificates(c.clone()).set_client_to_sentinel_certificates(c);
+                }
+            }
+            let sentinel = builder.build().map_err(|e| format!("REDIS_URL: {e}"))?;
+            Throttle::connect_sentinel_degraded(sentinel, config).map_err(|e| e.to_string())
+        }
     }
 }
 

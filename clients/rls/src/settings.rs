@@ -23,6 +23,9 @@ pub enum FailureMode {
 pub enum RedisType {
     Single,
     Cluster,
+    /// `REDIS_URL` is `<master name>,<sentinel host:port>,…`: the master the sentinels name,
+    /// followed through failovers.
+    Sentinel,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +74,8 @@ pub struct Settings {
     pub redis_type: RedisType,
     pub redis_url: String,
     pub redis_auth: String,
+    /// `REDIS_SENTINEL_AUTH`: the sentinels' password (`user:password` too).
+    pub redis_sentinel_auth: String,
     pub redis_tls: bool,
     pub redis_tls_client_cert: String,
     pub redis_tls_client_key: String,
@@ -120,7 +125,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
-    ("REDIS_SENTINEL_AUTH", None, "Redis Sentinel is not supported: REDIS_TYPE SINGLE or CLUSTER"),
     ("CONFIG_GRPC_XDS_SERVER_URL", None, "xDS configuration is not supported yet"),
     ("CONFIG_GRPC_XDS_NODE_ID", None, "xDS configuration is not supported yet"),
 ];
@@ -264,11 +268,24 @@ impl Settings {
         let redis_type = match env.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
             "SINGLE" => RedisType::Single,
             "CLUSTER" => RedisType::Cluster,
-            other => return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE or CLUSTER"))),
+            "SENTINEL" => RedisType::Sentinel,
+            other => return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE, CLUSTER or SENTINEL"))),
         };
-        let redis_socket_type = env.string("REDIS_SOCKET_TYPE", "unix");
+        let redis_socket_type = env.string("REDIS_SOCKET_TYPE", if redis_type == RedisType::Single { "unix" } else { "tcp" });
         if !matches!(redis_socket_type.as_str(), "unix" | "tcp") {
             return Err(SettingsError(format!("REDIS_SOCKET_TYPE={redis_socket_type}: expected unix or tcp")));
+        }
+        // A cluster's nodes and the sentinels are reached over TCP (upstream's radix dials tcp
+        // for them whatever REDIS_SOCKET_TYPE says): its default, unix, stands aside; set to
+        // unix, it is refused.
+        if redis_type != RedisType::Single && redis_socket_type == "unix" {
+            let kind = if redis_type == RedisType::Cluster { "CLUSTER" } else { "SENTINEL" };
+            return Err(SettingsError(format!("REDIS_SOCKET_TYPE=unix: REDIS_TYPE={kind} reaches its nodes over tcp")));
+        }
+        if redis_type == RedisType::Sentinel && env.string("REDIS_URL", "").split(',').filter(|p| !p.trim().is_empty()).count() < 2 {
+            return Err(SettingsError(
+                "REDIS_URL: expected the master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>".into(),
+            ));
         }
         let failure_mode = match env.string("FAILURE_MODE", "error").to_ascii_lowercase().as_str() {
             "error" => FailureMode::Error,
@@ -339,6 +356,7 @@ impl Settings {
             redis_type,
             redis_url: env.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
             redis_auth: env.string("REDIS_AUTH", ""),
+            redis_sentinel_auth: env.string("REDIS_SENTINEL_AUTH", ""),
             redis_tls: env.bool("REDIS_TLS", false)?,
             redis_tls_client_cert: env.string("REDIS_TLS_CLIENT_CERT", ""),
             redis_tls_client_key: env.string("REDIS_TLS_CLIENT_KEY", ""),
@@ -366,9 +384,6 @@ impl Settings {
         }
         if s.failure_local_share == 0 {
             return Err(SettingsError("FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into()));
-        }
-        if s.redis_type == RedisType::Cluster && s.redis_socket_type == "unix" {
-            return Err(SettingsError("REDIS_TYPE=CLUSTER needs REDIS_SOCKET_TYPE=tcp".into()));
         }
         Ok(s)
     }
@@ -446,7 +461,7 @@ mod tests {
             ("REDIS_PERSECOND", "true"),
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("TRACING_ENABLED", "true"),
-            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_TYPE", "RING"),
             ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
             ("XDS_CLIENT_BACKOFF_JITTER", "true"),
             ("FAILURE_MODE", "maybe"),
@@ -505,6 +520,22 @@ mod tests {
         assert_eq!(s.redis_urls(), vec!["rediss://user:p%40ss@localhost:6379".to_string()]);
         let c = Settings::from_vars(&vars(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2"), ("REDIS_AUTH", "pw")])).unwrap();
         assert_eq!(c.redis_urls(), vec!["redis://:pw@a:1".to_string(), "redis://:pw@b:2".to_string()]);
+    }
+
+    #[test]
+    fn sentinel_and_cluster_are_reached_over_tcp_sentinel_urls_name_the_master_first() {
+        let s = Settings::from_vars(&vars(&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "mymaster,10.0.0.1:26379,10.0.0.2:26379"), ("REDIS_SENTINEL_AUTH", "s3cret")])).unwrap();
+        assert_eq!((s.redis_type, s.redis_socket_type.as_str(), s.redis_sentinel_auth.as_str()), (RedisType::Sentinel, "tcp", "s3cret"));
+        assert_eq!(Settings::from_vars(&vars(&[("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2")])).unwrap().redis_socket_type, "tcp");
+        for (pairs, name) in [
+            (&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "mymaster")][..], "REDIS_URL:"),
+            (&[("REDIS_TYPE", "SENTINEL")][..], "REDIS_URL:"),
+            (&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "m,h:1"), ("REDIS_SOCKET_TYPE", "unix")][..], "REDIS_SOCKET_TYPE=unix"),
+            (&[("REDIS_TYPE", "CLUSTER"), ("REDIS_URL", "a:1"), ("REDIS_SOCKET_TYPE", "unix")][..], "REDIS_SOCKET_TYPE=unix"),
+        ] {
+            let e = Settings::from_vars(&vars(pairs)).unwrap_err();
+            assert!(e.0.starts_with(name), "{pairs:?}: {e}");
+        }
     }
 
     #[test]

@@ -226,10 +226,71 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
 
 #[test]
 fn what_cannot_mean_anything_here_stops_the_start_by_name() {
-    for (name, value) in [("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("BACKEND_TYPE", "memcache"), ("REDIS_TYPE", "SENTINEL"), ("REDIS_PERSECOND", "true")] {
+    for (name, value) in [("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("BACKEND_TYPE", "memcache"), ("REDIS_TYPE", "RING"), ("REDIS_PERSECOND", "true")] {
         let (code, err) = rls::refused(&[(name, value)]);
         assert_eq!(code, 1);
         assert!(err.contains(&format!("{name}={value}")), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sentinel_the_service_follows_a_failover() {
+    let master = Server::start();
+    let replica = master.replica(harness::Options::default());
+    let sentinel = rls::Sentinel::start("gwmaster", &master);
+    let mut s = sentinel.client().unwrap();
+    harness::wait_until("the sentinel to know the replica", Duration::from_secs(30), || {
+        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL").arg("REPLICAS").arg("gwmaster").query(&mut s).unwrap_or_default();
+        !replicas.is_empty()
+    });
+    let dir = runtime(&[("config.yaml", CONFIG)]);
+    // Upstream's form: the master's name, then the sentinels.
+    let rls = Rls::start(&dir, &format!("gwmaster,127.0.0.1:{}", sentinel.port), &[("REDIS_TYPE", "SENTINEL")]);
+    let mut client = rls.grpc().await;
+    let ask = async |client: &mut rls::Client, value: &str| client.should_rate_limit(request("gw", vec![descriptor(&[("hour", value)])])).await.map(|r| r.into_inner().overall_code);
+    let hour = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 3600 * 3600;
+    let first_hour = hour();
+    for i in 0..10 {
+        assert_eq!(ask(&mut client, "before").await.unwrap(), Code::Ok as i32, "hit {i}: {}", rls.log());
+    }
+    let on_master: Option<i64> = master.client().get(format!("gw_hour_before_{first_hour}")).ok();
+    assert!(on_master == Some(10) || hour() != first_hour, "decided on the sentinels' master: {on_master:?}");
+    // The replica has every count before it is promoted (a forced failover does not wait).
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.client()).unwrap();
+    assert_eq!(acked, 1);
+
+    // A failover: the replica becomes the master, the old master its replica (read-only). (The
+    // sentinel refuses it, NOGOODSLAVE, until it has talked to the replica itself.)
+    harness::wait_until("the sentinel to start a failover", Duration::from_secs(30), || match redis::cmd("SENTINEL").arg("FAILOVER").arg("gwmaster").query::<()>(&mut s) {
+        Ok(()) => true,
+        Err(e) if e.code() == Some("NOGOODSLAVE") => {
+            std::thread::sleep(Duration::from_millis(100));
+            false
+        }
+        Err(e) => panic!("SENTINEL FAILOVER: {e}"),
+    });
+    let started = Instant::now();
+    for n in 0.. {
+        let asked = Instant::now();
+        let value = format!("after-{n}");
+        let r = ask(&mut client, &value).await;
+        // Never a wait: answered, or UNAVAILABLE (FAILURE_MODE=error) while the master is
+        // read-only or gone, within the deadline's reach.
+        assert!(asked.elapsed() < Duration::from_secs(1), "{:?}", asked.elapsed());
+        if let Err(e) = &r {
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        }
+        let counted: Option<i64> = replica.client().get(format!("gw_hour_{value}_{}", hour())).ok();
+        let role: String = redis::cmd("INFO").arg("replication").query(&mut replica.client()).unwrap();
+        if r.is_ok() && counted == Some(1) && role.contains("role:master") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never on the new master: {r:?}\n{}", rls.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The count came along (replicated): the limit stays full for that user.
+    if hour() == first_hour {
+        assert_eq!(ask(&mut client, "before").await.unwrap(), Code::OverLimit as i32);
     }
 }
 

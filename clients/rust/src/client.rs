@@ -131,14 +131,17 @@ pub(crate) enum Conn {
     Memory(Arc<Mutex<Store>>, Arc<dyn Clock>),
     /// Several connections of one kind (`Config::connections`), each call on the next.
     Pool(Arc<[Conn]>, Arc<AtomicUsize>),
+    /// The master a Redis Sentinel names, followed through failovers.
+    Sentinel(Arc<crate::sentinel::Follower>),
 }
 
 impl Conn {
-    /// The connection the next call goes on (a pool's next, in turn).
-    pub(crate) fn pick(&self) -> &Conn {
+    /// The connection the next call goes on (a pool's next, in turn; the sentinels' master).
+    pub(crate) fn pick(&self) -> Conn {
         match self {
-            Conn::Pool(conns, next) => &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()],
-            other => other,
+            Conn::Pool(conns, next) => conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()].pick(),
+            Conn::Sentinel(follower) => follower.conn().pick(),
+            other => other.clone(),
         }
     }
 
@@ -257,7 +260,7 @@ impl Throttle {
         Throttle::build(Some(Link { conn: Conn::Memory(store, Arc::new(clock)), backend: Backend::Memory }), None, config)
     }
 
-    fn build(link: Option<Link>, client: Option<redis::Client>, config: Config) -> Throttle {
+    pub(crate) fn build(link: Option<Link>, client: Option<redis::Client>, config: Config) -> Throttle {
         let memory = link.as_ref().is_some_and(|l| l.backend == Backend::Memory);
         let cache = (config.deny_cache > 0 && config.deny_cache_bytes > 0 && !memory).then(|| DenyCache::new(config.deny_cache, config.deny_cache_bytes));
         let cell = OnceLock::new();
@@ -634,9 +637,9 @@ fn not_within(limit: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection to the server (or no answer to detecting the module or the twin) within {limit:?}")))
 }
 
-/// Connects with a [`ConnectionManager`] and detects what the server offers (unbounded: the
-/// caller bounds it).
-async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
+/// `config.connections` connection managers to `client`'s server (one, or a pool), unbounded:
+/// the caller bounds it.
+pub(crate) async fn managers(client: &redis::Client, config: Config) -> redis::RedisResult<Conn> {
     // Reconnect quickly (the breaker's probe finds the server back within its interval);
     // the per-call deadline is ours, not the connection's.
     let manager_config = ConnectionManagerConfig::new()
@@ -647,9 +650,15 @@ async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
         .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
     let mut managers = Vec::with_capacity(config.connections.max(1));
     for _ in 0..config.connections.max(1) {
-        managers.push(Conn::Manager(ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await.map_err(Error::Connect)?));
+        managers.push(Conn::Manager(ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?));
     }
-    let conn = if managers.len() == 1 { managers.remove(0) } else { Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0))) };
+    Ok(if managers.len() == 1 { managers.remove(0) } else { Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0))) })
+}
+
+/// Connects with [`managers`] and detects what the server offers (unbounded: the caller bounds
+/// it).
+async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
+    let conn = managers(client, config).await.map_err(Error::Connect)?;
     let backend = detect(&conn, Some(client.get_connection_info())).await?;
     Ok(Link { conn, backend })
 }
@@ -738,9 +747,18 @@ fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
 /// Sends a pipeline of calls on `key`, routed by it in a cluster: for an atomic one (`MULTI` …
 /// `EXEC`) the `EXEC` reply, for a plain one every reply.
 pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
-    let replies: Vec<Value> = match conn.pick() {
-        Conn::Manager(c) => pipe.query_async(&mut c.clone()).await?,
-        Conn::Multiplexed(c) => pipe.query_async(&mut c.clone()).await?,
+    let result = send_pipe_on(conn.pick(), pipe, key, atomic).await;
+    match (conn, result) {
+        (Conn::Sentinel(follower), Err(e)) => Err(follower.failed(e)),
+        (Conn::Sentinel(follower), Ok(Value::Array(replies))) => follower.check_replies(&replies).map(|()| Value::Array(replies)),
+        (_, result) => result,
+    }
+}
+
+async fn send_pipe_on(conn: Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
+    let replies: Vec<Value> = match conn {
+        Conn::Manager(mut c) => pipe.query_async(&mut c).await?,
+        Conn::Multiplexed(mut c) => pipe.query_async(&mut c).await?,
         Conn::Cluster(c) => {
             let count = pipe.len();
             let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
@@ -753,26 +771,38 @@ pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], at
                 other => return Err(RedisError::from((redis::ErrorKind::Client, "unexpected EXEC reply", format!("{other:?}")))),
             }
         }
-        Conn::Memory(..) | Conn::Pool(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
     };
     Ok(Value::Array(replies))
 }
 
 async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
-    match conn.pick() {
-        Conn::Manager(c) => cmd.query_async(&mut c.clone()).await,
-        Conn::Multiplexed(c) => cmd.query_async(&mut c.clone()).await,
+    let result = send_on(conn.pick(), cmd, key).await;
+    match (conn, result) {
+        (Conn::Sentinel(follower), Err(e)) => Err(follower.failed(e)),
+        (_, result) => result,
+    }
+}
+
+async fn send_on(conn: Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+    match conn {
+        Conn::Manager(mut c) => cmd.query_async(&mut c).await,
+        Conn::Multiplexed(mut c) => cmd.query_async(&mut c).await,
         Conn::Cluster(c) => {
             // Routed by the key, never by the first argument (CL.ALL's is `numkeys`).
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
             c.clone().route_command(cmd, route).await
         }
-        Conn::Memory(..) | Conn::Pool(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
     }
 }
 
 /// Module or twin: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`
 /// (`server`: where the connection goes, for the loader the error names).
+pub(crate) async fn detect_on(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
+    detect(conn, server).await
+}
+
 async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
     let info = send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
     if matches!(&info, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil))) {
@@ -791,8 +821,8 @@ async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<B
 /// A command for no key in particular (any node of a cluster).
 async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
     match conn.pick() {
-        Conn::Cluster(c) => c.clone().route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await,
-        other => send(other, cmd, b"").await,
+        Conn::Cluster(mut c) => c.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await,
+        _ => send(conn, cmd, b"").await,
     }
 }
 

@@ -31,6 +31,7 @@ mod memory;
 mod pace;
 pub mod policy;
 mod reserve;
+mod sentinel;
 pub mod twin;
 
 pub use breaker::BreakerConfig;

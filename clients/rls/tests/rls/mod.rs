@@ -71,6 +71,8 @@ pub fn mend_redis(server: &mut crate::harness::Server, fault: &str, pid: u32) {
     }
 }
 
+pub type Client = RateLimitServiceClient<tonic::transport::Channel>;
+
 pub struct Rls {
     child: Child,
     pub dir: PathBuf,
@@ -239,4 +241,48 @@ pub fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
 
 pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest { domain: domain.into(), descriptors, hits_addend: 0 }
+}
+
+/// A Redis Sentinel (`redis-server sentinel.conf --sentinel`) monitoring `master` as `name`,
+/// quick to act (a master down for 1 s is failed over).
+pub struct Sentinel {
+    child: Child,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+impl Sentinel {
+    pub fn start(name: &str, master: &crate::harness::Server) -> Sentinel {
+        let port = crate::harness::free_port(false);
+        let dir = std::env::temp_dir().join(format!("rls-sentinel-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let master_port = master.url().trim_end_matches('/').rsplit(':').next().unwrap().to_string();
+        std::fs::write(
+            dir.join("sentinel.conf"),
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {name} 127.0.0.1 {master_port} 1\nsentinel down-after-milliseconds {name} 1000\nsentinel failover-timeout {name} 10000\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        // The server the harness runs (THROTTLE_SERVER may name another, with its words).
+        let words: Vec<String> = std::env::var("THROTTLE_SERVER").unwrap_or_else(|_| "redis-server".into()).split_whitespace().map(String::from).collect();
+        let child = Command::new(&words[0]).args(&words[1..]).arg(dir.join("sentinel.conf")).arg("--sentinel").stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server --sentinel");
+        let sentinel = Sentinel { child, dir, port };
+        crate::harness::wait_until("the sentinel", Duration::from_secs(20), || sentinel.client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()));
+        sentinel
+    }
+
+    pub fn client(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
