@@ -306,10 +306,13 @@ where
     tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(service)).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
 }
 
+/// `n` connections without the redis crate's response timeout (500 ms: a loaded machine's
+/// pause would fail a request; upstream's REDIS_TIMEOUT is 10 s).
 async fn connections(client: &redis::Client, n: usize) -> Vec<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(client.get_multiplexed_async_connection().await.unwrap());
+        out.push(client.get_multiplexed_async_connection_with_config(&config).await.unwrap());
     }
     out
 }
@@ -319,7 +322,7 @@ async fn replay(url: String) {
     let replay = Replay {
         exclusive: tokio::sync::Mutex::new(connections(&client, POOL).await),
         free: tokio::sync::Semaphore::new(POOL),
-        multiplexed: client.get_multiplexed_async_connection().await.unwrap(),
+        multiplexed: connections(&client, 1).await.remove(0),
         shared: connections(&client, POOL).await,
         seed: AtomicU64::new(0x2545_F491_4F6C_DD1D),
     };
@@ -327,7 +330,7 @@ async fn replay(url: String) {
 }
 
 async fn floor(url: String) {
-    let conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let conn = connections(&redis::Client::open(url).unwrap(), 1).await.remove(0);
     serve(Floor { conn }).await;
 }
 
