@@ -72,6 +72,7 @@ export class RedisThrottleStorage {
   readonly #throttle: Throttle;
   readonly #prefix: string;
   readonly #algorithm: Algorithm;
+  #warned = false;
 
   /** `client`: a node-redis (4.7 to 6) or ioredis (5, 6) client, standalone or cluster. */
   constructor(client: object, options: RedisThrottleStorageOptions = {}) {
@@ -113,6 +114,14 @@ export class RedisThrottleStorage {
     if (!d.limited) return { totalHits: d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
     // retryAfterMs < 0: never admitted (nothing a block could add).
     const wait = d.retryAfterMs >= 0 ? d.retryAfterMs : Infinity;
+    if (this.#algorithm === 'window' && block > 0 && block !== window && !this.#warned) {
+      // The documented difference, said once where it happens.
+      this.#warned = true;
+      process.emitWarning(
+        `redis-throttle: RedisThrottleStorage algorithm 'window' blocks for one ttl (${window} ms), not blockDuration (${block} ms): use algorithm 'counter' or 'gcra' for another blockDuration`,
+        'RedisThrottleWarning',
+      );
+    }
     return this.#denied(l, window, block, d.limit + 1, d.resetAfterMs, wait);
   }
 

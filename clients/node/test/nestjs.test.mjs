@@ -131,6 +131,23 @@ if (!v6) {
   });
 }
 
+if (v6) {
+  test("algorithm 'window' with a blockDuration other than ttl: the documented difference is said, once, as a warning", async () => {
+    const warnings = [];
+    const listen = (w) => w.name === 'RedisThrottleWarning' && warnings.push(w.message);
+    process.on('warning', listen);
+    try {
+      const url = await nestApp(new RedisThrottleStorage(await nodeRedis('module'), { ...SLOW, prefix: unique('nestwarn') + ':' }), [{ ttl: 1000, limit: 1, blockDuration: 5000 }]);
+      assert.deepEqual([(await fetch(url)).status, (await fetch(url)).status, (await fetch(url)).status], [200, 429, 429]);
+      await new Promise((r) => setImmediate(r));
+      assert.equal(warnings.length, 1, JSON.stringify(warnings));
+      assert.match(warnings[0], /algorithm 'window' blocks for one ttl \(1000 ms\), not blockDuration \(5000 ms\)/);
+    } finally {
+      process.off('warning', listen);
+    }
+  });
+}
+
 test('a named throttler and the fixed-window option', async () => {
   const storage = new RedisThrottleStorage(await nodeRedis('module'), { ...SLOW, prefix: unique('nest2') + ':', algorithm: 'counter' });
   const url = await nestApp(storage, [{ name: 'short', ttl: 1000, limit: 2 }, { name: 'long', ttl: 60_000, limit: 3 }]);

@@ -9,7 +9,7 @@
 // the cells (each its files one at a time; RT_PARALLEL cells at once, default 3). When every cell
 // passes it checks that package.json's peerDependencies are exactly the tested range of each
 // library (its floor the oldest version tested, its ceiling above the newest major tested) and
-// writes the tested versions into docs/src/guides/node-versions.md, included by the guide.
+// writes the tested versions into the guide (docs/src/guides/node.md, between its markers).
 //
 // Usage: node test/run.mjs [file.test.mjs …]; RT_CELLS=oldest,newest runs only those cells.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
@@ -125,7 +125,7 @@ function checkRanges(tested) {
   if (wrong.length) throw new Error(`peerDependencies are not the tested ranges:\n  ${wrong.join('\n  ')}`);
 }
 
-/** docs/src/guides/node-versions.md: the tested versions, written by this run. */
+/** The tested versions, written by this run into the guide, between its two markers. */
 function writeTable(tested, server) {
   const rows = [
     ['express-rate-limit', 'express-rate-limit', (v) => `${v['express-rate-limit']} (express ${v.express})`],
@@ -135,17 +135,22 @@ function writeTable(tested, server) {
     ['node-redis (`redis`)', 'redis', (v) => v.redis],
     ['ioredis', 'ioredis', (v) => v.ioredis],
   ];
-  const lines = [
-    '<!-- Written by clients/node/test/run.mjs (make test-node) when every cell passes: do not edit. -->',
-    '',
+  const begin = '<!-- tested versions: written by clients/node/test/run.mjs (make test-node) when every cell passes -->';
+  const end = '<!-- end of tested versions -->';
+  const table = [
+    begin,
     `| library | declared range | ${tested.map((t) => t.cell).join(' | ')} |`,
     `|---|---|${tested.map(() => '---|').join('')}`,
     ...rows.map(([label, peer, cellText]) => `| ${label} | \`${pkg.peerDependencies[peer]}\` | ${tested.map((t) => cellText(t.versions)).join(' | ')} |`),
     '',
     `Each cell ran every test file against Redis ${server} with the module, with only the Functions twin, and on a 3-primary cluster, on Node.js ${process.versions.node.split('.')[0]}.`,
-    '',
-  ];
-  writeFileSync(path.join(root, 'docs/src/guides/node-versions.md'), lines.join('\n'));
+    end,
+  ].join('\n');
+  const guide = path.join(root, 'docs/src/guides/node.md');
+  const text = readFileSync(guide, 'utf8');
+  const [a, b] = [text.indexOf(begin), text.indexOf(end)];
+  if (a < 0 || b < a) throw new Error(`${guide}: the tested versions' markers are missing`);
+  writeFileSync(guide, text.slice(0, a) + table + text.slice(b + end.length));
 }
 
 const started = [];
@@ -175,7 +180,7 @@ try {
     checkRanges(tested);
     const server = execFileSync(process.env.THROTTLE_SERVER ?? 'redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)?.[1] ?? '?';
     writeTable(tested, server);
-    console.log('# peerDependencies match the tested ranges; docs/src/guides/node-versions.md written');
+    console.log('# peerDependencies match the tested ranges; the tested versions written into docs/src/guides/node.md');
   }
 } catch (e) {
   console.error(e);
