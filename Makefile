@@ -113,7 +113,9 @@ test-python: build
 
 # The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
-# 3-primary cluster, servers started by clients/node/test/run.mjs).
+# 3-primary cluster, servers started by clients/node/test/run.mjs), at every version of its
+# matrix (clients/node/test/matrix: each cell `npm ci`'d from its own lockfile, with the packed
+# package installed beside it).
 test-node: build
 	@scripts/deps.sh node
 	@cd clients/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) npm test
