@@ -441,15 +441,15 @@ import { rateLimit } from 'express-rate-limit';
 import { createClient } from 'redis';
 import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
 
-const [url, algorithm] = process.argv.slice(2);
+const [url, algorithm, tag = ''] = process.argv.slice(2);
 const redis = createClient({ url });
 redis.on('error', (e) => console.error('redis:', e.message));
 await redis.connect();
 const app = express();
 app.use(rateLimit({
   windowMs: 60_000, limit: 3, standardHeaders: 'draft-7', legacyHeaders: false,
-  // A prefix per algorithm: each kind of limiter keeps a state of its own under its keys.
-  store: new RedisThrottleStore({ sendCommand: (...args) => redis.sendCommand(args), algorithm, prefix: `rl:${algorithm}:` }),
+  // A prefix per algorithm (and run): each kind of limiter keeps a state of its own under its keys.
+  store: new RedisThrottleStore({ sendCommand: (...args) => redis.sendCommand(args), algorithm, prefix: `rl:${tag}${algorithm}:` }),
 }));
 app.get('/', (_req, res) => { res.send('ok'); });
 const server = app.listen(0, '127.0.0.1', async () => {
@@ -471,7 +471,7 @@ from werkzeug.serving import make_server
 
 import redis_throttle.limits  # noqa: F401  registers redis+throttle://
 
-uri, strategy = sys.argv[1:3]
+uri, strategy, tag = (sys.argv[1:] + [""])[:3]
 app = flask.Flask(__name__)
 limiter = Limiter(get_remote_address, app=app, storage_uri=uri, strategy=strategy, default_limits=["3 per minute"])
 
@@ -480,8 +480,8 @@ def index() -> str:
     return "ok"
 
 
-# An endpoint per strategy: each kind of limiter keeps a state of its own under its keys.
-app.add_url_rule("/", strategy.replace("-", "_"), index)
+# An endpoint per strategy (and run): each kind of limiter keeps a state of its own under its keys.
+app.add_url_rule("/", tag + strategy.replace("-", "_"), index)
 
 
 server = make_server("127.0.0.1", 0, app, threaded=True)
@@ -499,19 +499,19 @@ print(json.dumps(statuses))
 ALLOWED_THEN_429 = [200, 200, 200, 429]
 
 
-def express(project: Path, url: str, algorithm: str) -> tuple[object, str]:
+def express(project: Path, url: str, algorithm: str, tag: str = "") -> tuple[object, str]:
     (project / "app.mjs").write_text(EXPRESS_APP)
-    p = run(["node", "app.mjs", url, algorithm], project, timeout=60)
+    p = run(["node", "app.mjs", url, algorithm, tag], project, timeout=60)
     try:
         return json.loads(p.stdout.decode().strip().splitlines()[-1]), tail(p)
     except (ValueError, IndexError):
         return None, tail(p)
 
 
-def flask(venv: Path, tmp: Path, uri: str, strategy: str) -> tuple[object, str]:
+def flask(venv: Path, tmp: Path, uri: str, strategy: str, tag: str = "") -> tuple[object, str]:
     app = tmp / "flask_app.py"
     app.write_text(FLASK_APP)
-    p = run([str(venv / "bin/python"), str(app), uri, strategy], tmp, timeout=60)
+    p = run([str(venv / "bin/python"), str(app), uri, strategy, tag], tmp, timeout=60)
     try:
         return json.loads(p.stdout.decode().strip().splitlines()[-1]), tail(p)
     except (ValueError, IndexError):
@@ -533,7 +533,7 @@ def step_twin_node(tmp: Path, project: Path) -> None:
           "a default redis-server refuses MODULE LOAD, naming enable-module-command", repr(refused))
     npx = ["npx", "redis-throttle-js", "twin"]
     p = run(npx + ["load", server.url()], project, timeout=120)
-    check(p.returncode == 0 and VERSION in p.stdout.decode(),
+    check(p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
           f"npx redis-throttle-js twin load {server.url()} (reports {VERSION})", tail(p))
     twin_checks(server, "after npx … twin load")
     p = run(npx + ["print"], project)
@@ -552,7 +552,7 @@ def step_twin_python(tmp: Path, venv: Path) -> None:
     server = Server("twin-python", ["redis-server"], [], tmp)
     env = clean_env([venv / "bin"])
     p = run(["python", "-m", "redis_throttle", "twin", "load", server.url()], tmp, env=env, timeout=120)
-    check(p.returncode == 0 and VERSION in p.stdout.decode(),
+    check(p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
           f"python -m redis_throttle twin load {server.url()} (reports {VERSION})", tail(p))
     twin_checks(server, "after python -m redis_throttle twin load")
     p = run(["python", "-m", "redis_throttle", "twin", "print"], tmp, env=env)
@@ -605,6 +605,19 @@ def step_acl(tmp: Path, project: Path | None, venv: Path | None) -> None:
         for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
             statuses, log = flask(venv, tmp, server.url(user, password, "redis+throttle"), strategy)
             check(statuses == ALLOWED_THEN_429, f"as {user}: Flask + Flask-Limiter ({strategy}): {statuses}", log)
+    # Each permission the line grants is needed: without it, one of the apps fails (+fcall_ro is for
+    # the packages' version check, FCALL_RO cl_version 0, called as this user above).
+    apps = ([(f"Express ('{a}')", lambda url, tag, a=a: express(project, url, a, tag)) for a in ("counter", "gcra", "window")]
+            if project is not None else [])
+    apps += ([(f"Flask ({st})", lambda url, tag, st=st: flask(venv, tmp, url.replace("redis://", "redis+throttle://"), st, tag))
+              for st in ("fixed-window", "moving-window", "sliding-window-counter")] if venv is not None else [])
+    for k, grant in enumerate(w for w in words if w.startswith("+") and w != "+fcall_ro"):
+        fewer = [w for w in words if w != grant]
+        fewer[fewer.index("SETUSER") + 1] = "app-minus"
+        run(["redis-cli", "-p", str(server.port)] + fewer[1:], tmp)
+        broken = next((name for name, app in apps
+                       if app(server.url("app-minus", password), f"m{k}-")[0] != ALLOWED_THEN_429), None)
+        check(broken is not None, f"without {grant}, {broken or 'nothing'} fails: the line needs it")
     for denied in (["FUNCTION", "LOAD", "REPLACE", "#!lua name=x\nredis.register_function('f', function() return 1 end)"],
                    ["FUNCTION", "DELETE", "throttle"], ["CONFIG", "GET", "*"], ["FLUSHALL"], ["FLUSHDB"], ["KEYS", "*"],
                    ["GET", "someone-elses-key"], ["FCALL", "cl_throttle", 1, "someone-elses-key", 15, 30, 60]):

@@ -7,11 +7,13 @@ per block (so a variable set on one line is there on the next), against throwawa
 
 Where the lines run, as a user would type them:
 - A block that runs `make` or names a path of the repository (`functions/…`, `scripts/…`,
-  `docker/…`, …) runs in the checkout, as the docs tell; files it leaves there (untracked, not
-  ignored) are removed after it and reported. Any other block runs in a user's project folder,
-  APP, a temporary folder with a clone of the repository next to it (`../redis-throttle`), which
-  is at once an npm project with the npm tarball installed, a Cargo project and a Python venv
-  (first on PATH: `python` and `pip` are the venv's) with the wheel installed.
+  `docker/…`, `./clients/…`) runs in the checkout, as the docs tell; files it leaves there
+  (untracked, not ignored) are removed after it and reported. Any other block runs in a user's
+  project folder, APP: a temporary folder holding the release's files (a copy of dist/, as if
+  downloaded), with a clone of the repository next to it (`../redis-throttle`), which is at once
+  an npm project with the npm tarball installed, a Cargo project and a Python venv (first on
+  PATH: `python` and `pip` are the venv's) with the wheel installed. The blocks of a page run in
+  order in the same APP, so a later block finds what an earlier one unpacked.
 - `redis-cli` is a wrapper that adds `-p PORT` of the block's own server: a fresh redis-server with
   the module of the x86_64 tarball loaded (functions load too); `localhost:6379` and
   `127.0.0.1:6379` in a line name that server as well. `npx` never downloads a package
@@ -46,6 +48,12 @@ MAPPED: list[tuple[str, str, str]] = [
     (r"^make run\b.*$", "docs_serve make run PORT=$DOCS_RUN_PORT",
      "make run serves on port 6379 in the foreground until stopped: it runs on a free port until its "
      "server answers CL.THROTTLE, then that server is shut down"),
+    (r"^redis-server\b([^#]*).*$", r"docs_serve redis-server\1 --port $DOCS_RUN_PORT",
+     "redis-server serves on port 6379 in the foreground until stopped: it runs on a free port until it "
+     "answers CL.THROTTLE, then it is shut down"),
+    (r"^make dist(\s.*)?$", "make -n dist >/dev/null",
+     "make dist wrote what this test runs on just before (make dist-test depends on it): checked to be "
+     "a make target (make -n)"),
     (r"^make test(\s.*)?$", "make -n test >/dev/null",
      "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)"),
     (r"^make (plots|plots-perf)\b.*$", r"make -n \1 >/dev/null",
@@ -63,7 +71,7 @@ MAPPED: list[tuple[str, str, str]] = [
     (r"""\bpip install (["']?)redis-throttle(\[limits\])?\1(?=\s|$)""",
      r'pip install "$DOCS_DIST/redis_throttle-$DOCS_VERSION-py3-none-any.whl\2"',
      "the package is not on PyPI yet: the wheel make dist wrote"),
-    (r"git\+https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=[@#\s\"']|$)", "git+file://$DOCS_REPO",
+    (r"git\+https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=[@#\s\"']|$)", "git+file://localhost$DOCS_REPO",
      "the public repository cannot be reached from CI: the same VCS install from a git repository "
      "holding this checkout's files"),
     (r"--git https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=\s|$)", "--git file://$DOCS_REPO",
@@ -245,6 +253,8 @@ def main() -> None:
             (["npm", "install", "--no-audit", "--no-fund", str(dist / f"redis-throttle-js-{version}.tgz")], "the npm tarball"),
             (["cargo", "init", "-q", "--lib", "--name", "docs_app", "--vcs", "none"], "a Cargo project"),
         ]
+        for artifact in dist.iterdir():
+            shutil.copy2(artifact, app / artifact.name)
         for argv, what in setup:
             p = subprocess.run(argv, cwd=app, env=env, capture_output=True, timeout=600)
             if p.returncode != 0:

@@ -98,18 +98,30 @@ def python(version: str) -> None:
 
 def twin(version: str) -> None:
     text = read("functions/throttle.lua")
-    # The header: the comment block at the top of the library states its version.
-    head = re.match(r"(#![^\n]*\n)?(\s*--\[(=*)\[.*?\]\3\]|(\s*--[^\n]*\n)+)", text, re.S)
-    stated = re.findall(r"\bversion\W{0,3}(" + SEMVER + ")", head.group(0) if head else "", re.I)
-    check(stated == [version] * len(stated) and bool(stated),
+    # The header: the comments before the first line of code state the version.
+    header, in_block = [], False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if in_block or stripped.startswith("--") or stripped.startswith("#!") or not stripped:
+            header.append(line)
+            if stripped.startswith("--[") and re.match(r"--\[=*\[", stripped):
+                in_block = "]]" not in stripped[4:]
+            elif in_block and "]]" in stripped:
+                in_block = False
+            continue
+        break
+    stated = re.findall(r"(?:\bversion|redis-throttle)\W{0,3}(" + SEMVER + ")", "\n".join(header), re.I)
+    check(bool(stated) and all(v == version for v in stated),
           f"functions/throttle.lua header states version {', '.join(stated) or '(none)'}")
+    literal = re.findall(r"^\s*local\s+VERSION\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
+    check(literal == [version], f"functions/throttle.lua: local VERSION = {', '.join(literal) or '(none)'}")
     # cl_version: registered read-only (FCALL_RO), replying the version (scripts/dist-test.py calls it).
     registered = re.search(r"function_name\s*=\s*['\"]cl_version['\"]", text) or re.search(
-        r"register_function\(\s*['\"]cl_version['\"]", text)
+        r"register(?:_function)?\(\s*['\"]cl_version['\"]", text)
     check(bool(registered), "functions/throttle.lua registers cl_version")
     if registered:
-        start = max(0, registered.start() - 400)
-        check("no-writes" in text[start:registered.end() + 400], "cl_version is registered with flags = { 'no-writes' }")
+        near = text[max(0, registered.start() - 400):registered.end() + 400]
+        check("no-writes" in near, "cl_version is registered with flags = { 'no-writes' }")
 
 
 def docker(version: str) -> None:
