@@ -388,8 +388,8 @@ def pins_node() -> list[str]:
 
 def step_node_install(tmp: Path) -> Path | None:
     section("the npm tarball, installed")
-    project = tmp / "node-app"
-    project.mkdir()
+    project = tmp / "app"  # also scripts/docs-shell.py's APP (--app), with the venv below
+    project.mkdir(exist_ok=True)
     (project / "package.json").write_text(json.dumps({"name": "dist-test-app", "private": True, "type": "module"}))
     tarball = DIST / f"redis-throttle-js-{VERSION}.tgz"
     p = run(["npm", "install", "--no-audit", "--no-fund", str(tarball), *pins_node()], project, timeout=600)
@@ -410,7 +410,7 @@ def step_node_install(tmp: Path) -> Path | None:
 
 def step_python_install(tmp: Path) -> Path | None:
     section("the wheel, installed")
-    venv = tmp / "venv"
+    venv = tmp / "app/.venv"
     p = run([sys.executable, "-m", "venv", str(venv)], tmp)
     if not check(p.returncode == 0, "python3 -m venv", tail(p)):
         return None
@@ -518,11 +518,11 @@ def flask(venv: Path, tmp: Path, uri: str, strategy: str, tag: str = "") -> tupl
         return None, tail(p)
 
 
-def twin_checks(server: Server, via: str, **auth: str) -> None:
+def twin_checks(server: Server, via: str, key: str = "user123", **auth: str) -> None:
     version = call(server.port, "FCALL_RO", "cl_version", 0, **auth)
     check(version == VERSION, f"{via}: FCALL_RO cl_version 0 replies {version!r}")
-    got = call(server.port, "FCALL", "cl_throttle", 1, "user123", 15, 30, 60, **auth)
-    check(got == DECISION, f"{via}: FCALL cl_throttle 1 user123 15 30 60 answers {got} (the module's decision)")
+    got = call(server.port, "FCALL", "cl_throttle", 1, key, 15, 30, 60, **auth)
+    check(got == DECISION, f"{via}: FCALL cl_throttle 1 {key} 15 30 60 answers {got} (the module's decision)")
 
 
 def step_twin_node(tmp: Path, project: Path) -> None:
@@ -593,7 +593,7 @@ def step_acl(tmp: Path, project: Path | None, venv: Path | None) -> None:
     p = run(["redis-cli", "-p", str(server.port)] + words[1:], tmp)
     check(p.returncode == 0 and p.stdout.decode().strip() == "OK", f"the docs' line, run: {shlex.join(words)}", tail(p))
     auth = {"user": user, "password": password}
-    twin_checks(server, f"as ACL user {user}", **auth)
+    twin_checks(server, f"as ACL user {user}", "rl:user123", **auth)
     if project is not None:
         for algorithm in ("counter", "gcra", "window"):
             statuses, log = express(project, server.url(user, password), algorithm)
@@ -620,16 +620,20 @@ def step_acl(tmp: Path, project: Path | None, venv: Path | None) -> None:
         check(broken is not None, f"without {grant}, {broken or 'nothing'} fails: the line needs it")
     for denied in (["FUNCTION", "LOAD", "REPLACE", "#!lua name=x\nredis.register_function('f', function() return 1 end)"],
                    ["FUNCTION", "DELETE", "throttle"], ["CONFIG", "GET", "*"], ["FLUSHALL"], ["FLUSHDB"], ["KEYS", "*"],
-                   ["GET", "someone-elses-key"], ["FCALL", "cl_throttle", 1, "someone-elses-key", 15, 30, 60]):
+                   ["GET", "someone-elses-key"], ["FCALL", "cl_throttle", 1, "someone-elses-key", 15, 30, 60],
+                   ["FUNCTION", "FLUSH"]):
         reply = call(server.port, *denied, **auth)
+        what = " ".join(map(str, denied)).replace("\n", " ")[:40]
         check(isinstance(reply, ReplyError) and str(reply).startswith("NOPERM"),
-              f"as {user}: {' '.join(map(str, denied))[:40]} is refused ({str(reply)[:60]})")
+              f"as {user}: {what} is refused ({str(reply)[:60]})")
     server.stop()
 
 
-def step_docs_shell(tmp: Path) -> None:
+def step_docs_shell(tmp: Path, app: Path | None) -> None:
     section("every shell line of the docs (scripts/docs-shell.py)")
-    p = subprocess.run([sys.executable, str(ROOT / "scripts/docs-shell.py"), "--dist", str(DIST)], cwd=ROOT)
+    # The project folder above (the npm tarball and the wheel installed) is the docs' APP.
+    ready = ["--app", str(app)] if app is not None and (app / ".venv/bin/python").exists() else []
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/docs-shell.py"), "--dist", str(DIST), *ready], cwd=ROOT)
     check(p.returncode == 0, "scripts/docs-shell.py: every shell line of README.md and docs/src runs")
 
 
@@ -651,7 +655,7 @@ def main() -> None:
         if venv is not None:
             step_twin_python(tmp, venv)
         step_acl(tmp, project, venv)
-        step_docs_shell(tmp)
+        step_docs_shell(tmp, project)
     finally:
         for server in SERVERS:
             server.stop()

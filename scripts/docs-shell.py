@@ -3,7 +3,10 @@
 `console` block (`$ ` lines) in README.md and docs/src/**/*.md, run as written, in order, one shell
 per block (so a variable set on one line is there on the next), against throwaway servers.
 
-    python3 scripts/docs-shell.py --dist DIR       (scripts/dist-test.py runs it after make dist)
+    python3 scripts/docs-shell.py --dist DIR [--app DIR]   (scripts/dist-test.py runs it)
+
+--app: an APP already holding the npm tarball (node_modules) and a venv (.venv) with the wheel,
+as scripts/dist-test.py leaves its project folder; otherwise one is made in a temporary folder.
 
 Where the lines run, as a user would type them:
 - A block that runs `make` or names a path of the repository (`functions/…`, `scripts/…`,
@@ -207,6 +210,7 @@ USED: set[str] = set()
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dist", required=True, help="the folder make dist wrote")
+    parser.add_argument("--app", help="an APP with the npm tarball and a .venv with the wheel installed")
     args = parser.parse_args()
     dist = Path(args.dist).resolve()
     version = re.search(r'^\[package\]\n(?:[^\[]*?\n)?version\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
@@ -238,21 +242,22 @@ def main() -> None:
         for step in (["git", "init", "-q", "--bare", str(repo)], git + ["add", "-A"], git + ["commit", "-q", "-m", "the checkout's files"]):
             subprocess.run(step, check=True, capture_output=True)
         # APP: a user's project, with the repository cloned next to it.
-        app = tmp / "app"
-        app.mkdir()
-        (tmp / "redis-throttle").symlink_to(ROOT)
+        app = Path(args.app).resolve() if args.app else tmp / "app"
+        app.mkdir(exist_ok=True)
+        if not (app.parent / "redis-throttle").exists():
+            (app.parent / "redis-throttle").symlink_to(ROOT)
         venv = app / ".venv"
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV") and not k.startswith("npm_")}
         env["PATH"] = os.pathsep.join([str(bin_dir), str(venv / "bin"), env.get("PATH", "")])
         env.update(npm_config_yes="false", npm_config_update_notifier="false", PIP_DISABLE_PIP_VERSION_CHECK="1",
                    DOCS_DIST=str(dist), DOCS_VERSION=version, DOCS_ROOT=str(ROOT), DOCS_REPO=str(repo),
                    DOCS_TMP=str(tmp), DOCS_REDIS_CLI=real_cli)
-        setup = [
+        setup = [] if args.app else [
             ([sys.executable, "-m", "venv", str(venv)], "a venv"),
             ([str(venv / "bin/pip"), "install", "-q", str(dist / f"redis_throttle-{version}-py3-none-any.whl")], "the wheel, into it"),
             (["npm", "install", "--no-audit", "--no-fund", str(dist / f"redis-throttle-js-{version}.tgz")], "the npm tarball"),
-            (["cargo", "init", "-q", "--lib", "--name", "docs_app", "--vcs", "none"], "a Cargo project"),
         ]
+        setup.append((["cargo", "init", "-q", "--lib", "--name", "docs_app", "--vcs", "none"], "a Cargo project"))
         for artifact in dist.iterdir():
             shutil.copy2(artifact, app / artifact.name)
         for argv, what in setup:
