@@ -23,9 +23,11 @@ NEED_docs=(cc=build-essential python3=python3)
 NEED_demo=(python3=python3 curl=curl)
 # make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
 NEED_bench=(valgrind=valgrind python3=python3)
-# The caller packages' tests (clients/node, clients/python).
-NEED_node=(node=nodejs npm=npm)
-NEED_python=(python3=python3 venv=python3-venv)
+# The caller packages' tests (clients/node, clients/python). (openssl: the twin loaders' TLS
+# tests make a CA and a certificate; git: tests/test_install.py builds the package from its git
+# URL, pip's VCS form.)
+NEED_node=(node=nodejs npm=npm openssl=openssl)
+NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
 # make dist / dist-test: npm pack, a venv for the Python build and for the tools below, git (the
 # docs' VCS installs, from a repository of the checkout's files); then
 # (dist_tools, after the system packages) those tools and the aarch64 standard library.

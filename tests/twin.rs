@@ -66,6 +66,36 @@ fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
 }
 
 
+/// Each function of the `throttle` library (FUNCTION LIST) and its flags.
+fn function_flags(c: &mut Connection) -> std::collections::BTreeMap<String, Vec<String>> {
+    fn text(v: &Value) -> String {
+        match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => format!("{other:?}"),
+        }
+    }
+    // (RESP2: each library and each function a flat array of field names and values)
+    fn field<'a>(fields: &'a [Value], name: &str) -> Option<&'a Value> {
+        fields.chunks(2).find(|kv| kv.len() == 2 && text(&kv[0]) == name).map(|kv| &kv[1])
+    }
+    let libs: Vec<Vec<Value>> = redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").query(c).unwrap();
+    let lib = libs.iter().find(|l| field(l, "library_name").map(text).as_deref() == Some("throttle")).expect("the library is loaded");
+    let Some(Value::Array(functions)) = field(lib, "functions") else { panic!("no functions: {lib:?}") };
+    functions
+        .iter()
+        .map(|f| {
+            let Value::Array(f) = f else { panic!("{f:?}") };
+            let flags = match field(f, "flags") {
+                Some(Value::Array(flags)) => flags.iter().map(text).collect(),
+                Some(Value::Set(flags)) => flags.iter().map(text).collect(),
+                other => panic!("flags: {other:?}"),
+            };
+            (text(field(f, "name").expect("a name")), flags)
+        })
+        .collect()
+}
+
 #[test]
 fn loads_with_the_readme_command_and_answers_the_documented_example() {
     let server = Server::with(Options::default().without_module());
@@ -91,20 +121,105 @@ fn loads_with_the_readme_command_and_answers_the_documented_example() {
     assert_eq!(fcall(&mut c, "cl_throttle user123 15 30 60")[..3], [0, 16, 13]);
 }
 
+/// functions/throttle.lua is generated: the committed file must be what `make twin` assembles
+/// from functions/src, or an edit of the sources would not reach users (nor these tests).
+#[test]
+fn the_committed_library_is_the_assembly_of_its_sources() {
+    let committed = twin::shipped(Form::Library);
+    let assembled = twin::assembled();
+    if committed != assembled {
+        let line = committed.lines().zip(assembled.lines()).position(|(a, b)| a != b).unwrap_or(committed.lines().count().min(assembled.lines().count()));
+        panic!(
+            "functions/throttle.lua is not the assembly of functions/src (first difference at line {}: `{}` where the sources give `{}`): run `make twin`",
+            line + 1,
+            committed.lines().nth(line).unwrap_or("<end of file>"),
+            assembled.lines().nth(line).unwrap_or("<end of file>"),
+        );
+    }
+}
+
+/// Lua 5.1 refuses a function with more than 200 active locals; the sources keep the library's
+/// main chunk far below (each part's locals in its own function scope). Counted by the server's
+/// own Lua: the most extra locals declared ahead of the library with which it still loads.
+#[test]
+fn the_library_main_chunk_holds_few_locals() {
+    let server = Server::with(Options::default().without_module());
+    let mut c = server.client();
+    let library = twin::shipped(Form::Library);
+    let (shebang, rest) = library.split_once('\n').unwrap();
+    let mut load = |extra: usize| -> Result<(), String> {
+        let names: Vec<String> = (0..extra).map(|i| format!("extra_{i}")).collect();
+        let code = if extra == 0 { library.clone() } else { format!("{shebang}\nlocal {}\n{rest}", names.join(", ")) };
+        redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(code).query::<String>(&mut c).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(0).expect("the library loads");
+    let (mut fits, mut fails) = (0, 201);
+    let e = load(fails).unwrap_err();
+    assert!(e.contains("more than 200 local variables"), "{e}");
+    while fails - fits > 1 {
+        let mid = (fits + fails) / 2;
+        match load(mid) {
+            Ok(()) => fits = mid,
+            Err(e) => {
+                assert!(e.contains("more than 200 local variables"), "{mid} extra locals: {e}");
+                fails = mid;
+            }
+        }
+    }
+    let locals = 200 - fits;
+    assert!(locals > 0);
+    assert!(locals <= 60, "the library's main chunk holds {locals} locals (at most 60: give new ones a part's scope in functions/src)");
+    load(0).expect("the library loads again");
+}
+
+/// The library states its version, the workspace's (Cargo.toml), in its header and through
+/// the read-only function loaders and clients ask: FCALL_RO cl_version 0 (FCALL too), on a
+/// master and on a read-only replica; the EVAL form answers it by name.
+#[test]
+fn cl_version_replies_the_workspace_version_read_only_anywhere() {
+    let version = env!("CARGO_PKG_VERSION");
+    let library = twin::shipped(Form::Library);
+    let header: Vec<&str> = library.lines().take(3).collect();
+    assert!(header[1].starts_with(&format!("-- redis-throttle {version}: generated by `make twin`")), "{header:?}");
+    assert!(library.contains(&format!("redis-throttle's Functions twin, version {version}:")), "the doc comment states it");
+    let (master, mut c, sha) = twin_server(Options::default());
+    for command in ["FCALL_RO", "FCALL"] {
+        let v: String = redis::cmd(command).arg("cl_version").arg(0).query(&mut c).unwrap();
+        assert_eq!(v, version, "{command} cl_version 0");
+    }
+    let v: Value = redis::cmd("FCALL_RO").arg("cl_version").arg(0).query(&mut c).unwrap();
+    assert_eq!(v, Value::BulkString(version.as_bytes().to_vec()), "a bulk string");
+    let v: String = redis::cmd("EVALSHA").arg(&sha).arg(0).arg("cl_version").query(&mut c).unwrap();
+    assert_eq!(v, version, "the EVAL form");
+    // It reads nothing and writes nothing: no key in the keyspace, nothing replicated.
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let replica = master.replica(Options::default().without_module());
+    master.wait_replicated(&replica);
+    let mut r = replica.client();
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut r).unwrap();
+    assert_eq!(role.first(), Some(&Value::BulkString(b"slave".to_vec())));
+    for command in ["FCALL_RO", "FCALL"] {
+        let v: String = redis::cmd(command).arg("cl_version").arg(0).query(&mut r).unwrap();
+        assert_eq!(v, version, "{command} cl_version 0 on a read-only replica");
+    }
+    let e = redis::cmd("FCALL").arg("cl_throttle").arg(1).arg("k2").arg(1).arg(1).arg(60).query::<Value>(&mut r).unwrap_err();
+    assert_eq!(e.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly), "a limiter is refused there: {e}");
+    assert_eq!(snapshot(&mut r), snapshot(&mut c));
+    assert_eq!(snapshot(&mut c).len(), 1, "cl_version wrote nothing");
+}
+
 #[test]
 fn functions_are_declared_as_writes_without_allow_oom_and_keys_from_keys_only() {
     let (_server, mut c, _) = twin_server(Options::default());
-    let libs: Vec<Value> = redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").query(&mut c).unwrap();
-    let text = format!("{libs:?}");
-    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_all"] {
-        assert!(text.contains(f), "{f} is registered: {text}");
-    }
-    // No flag at all: the functions may write (refused by FCALL_RO and on read-only replicas),
+    let flags = function_flags(&mut c);
+    // No flag at all: the limiters may write (refused by FCALL_RO and on read-only replicas),
     // are refused under OOM (no allow-oom), and touch only their declared keys (no
-    // allow-cross-slot-keys, no no-cluster).
-    for flag in ["no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"] {
-        assert!(!text.contains(flag), "{flag} must not be declared: {text}");
+    // allow-cross-slot-keys, no no-cluster). cl_version only reads (no-writes).
+    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_quota", "cl_all"] {
+        assert_eq!(flags.get(f), Some(&vec![]), "{f} is registered without flags: {flags:?}");
     }
+    assert_eq!(flags.get("cl_version"), Some(&vec!["no-writes".to_string()]), "{flags:?}");
+    assert_eq!(flags.len(), 7, "{flags:?}");
     let e = redis::cmd("FCALL_RO").arg("cl_throttle").arg(1).arg("k").arg(1).arg(1).arg(60).query::<Value>(&mut c).unwrap_err();
     assert!(e.to_string().contains("write flag"), "FCALL_RO refuses a writing function: {e}");
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query(&mut c).unwrap();
@@ -134,13 +249,13 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     assert!(!eval.contains("register_function"), "no registrations in the EVAL form");
     // Every line of the library but its registrations is in the EVAL form, in order.
     let mut rest = eval.lines().skip(1);
-    let mut in_library = false;
+    let (mut in_library, mut in_eval) = (false, false);
     for line in lib.lines().skip(1) {
-        if line.starts_with("-- @library begin") {
-            in_library = true;
-        }
-        if in_library || line.starts_with("-- @eval") || line.starts_with("-- return run(eval_dispatch") {
+        in_library |= line.starts_with("-- @library begin");
+        in_eval |= line.starts_with("-- @eval begin");
+        if in_library || in_eval {
             in_library &= !line.starts_with("-- @library end");
+            in_eval &= !line.starts_with("-- @eval end");
             continue;
         }
         assert!(rest.any(|l| l == line), "the EVAL form lacks (or reorders) `{line}`");
@@ -164,7 +279,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     let e = evalsha(&mut c, "cl_nothing k 1 1 1").unwrap_err();
     assert_eq!(
         e.detail(),
-        Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota or cl_all")
+        Some("unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version")
     );
     // A long or binary name is echoed as the module echoes words: 32 printable bytes at most.
     let long = format!("cl_\x01{}", "x".repeat(100_000));
@@ -172,7 +287,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     let echoed = format!("cl_?{}", "x".repeat(28));
     assert_eq!(
         e.detail(),
-        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota or cl_all").as_str())
+        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version").as_str())
     );
     let all: Reply = redis::cmd("EVALSHA").arg(&sha).arg(2).arg("a1").arg("a2").arg("cl_all").arg("THROTTLE 1 1 60 COUNTER 5 60".split(' ').collect::<Vec<_>>()).query(&mut c).unwrap();
     assert_eq!(all, [0, 2, 1, -1, 60, 1]);

@@ -14,7 +14,8 @@
 //! `scripts/twin-tests.sh` skips, as NATIVE_ONLY_TESTS does for containers.
 //!
 //! Also the sources of the twin's forms for tests that load them themselves (the differential
-//! test loads the module and the twin's test build into one server).
+//! test loads the module and the twin's test build into one server), and the library as
+//! assembled from functions/src (tests/twin.rs compares it with the committed file).
 
 use std::path::Path;
 use std::process::Command;
@@ -44,7 +45,7 @@ fn root() -> &'static Path {
     super::workspace_root()
 }
 
-/// A form of the twin as `scripts/twin.sh` generates it from the one source; `test` gives the
+/// A form of the twin as `scripts/twin.sh` generates it from the library; `test` gives the
 /// test build (a pinnable clock, see `CLOCK_KEY`).
 pub fn source(form: Form, test: bool) -> String {
     let mut cmd = Command::new(root().join("scripts/twin.sh"));
@@ -58,6 +59,13 @@ pub fn source(form: Form, test: bool) -> String {
     let out = cmd.output().expect("run scripts/twin.sh");
     assert!(out.status.success(), "scripts/twin.sh failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("the twin's source is UTF-8")
+}
+
+/// The library as `make twin` assembles it from functions/src (`scripts/twin.sh assemble`).
+pub fn assembled() -> String {
+    let out = Command::new(root().join("scripts/twin.sh")).arg("assemble").output().expect("run scripts/twin.sh assemble");
+    assert!(out.status.success(), "scripts/twin.sh assemble failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("the twin's sources are UTF-8")
 }
 
 /// The twin as a user loads it: the library file itself, or the EVAL form generated from it.

@@ -6,6 +6,8 @@
  */
 export { slot, crossSlot, sibling } from './slot.js';
 export { Throttle, ThrottleError } from './throttle.js';
+export { loadTwin, twinLibrary, TwinDowngradeError } from './twin.js';
+export type { LoadTwinOptions, TwinAction, TwinNodeReport, TwinReport } from './twin.js';
 export type {
   Decision,
   AllDecision,

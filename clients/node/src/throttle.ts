@@ -226,7 +226,11 @@ export class Throttle {
   #backend: Promise<Backend> | undefined;
   readonly #timeoutMs: number;
 
+  /** The caller's client, for the address the missing-library error names. */
+  readonly #client: RedisLike;
+
   constructor(client: RedisLike, options: ThrottleOptions = {}) {
+    this.#client = client;
     this.#t = transport(client);
     this.#timeoutMs = options.timeoutMs ?? 1000;
     if (options.backend !== undefined) this.#backend = Promise.resolve(options.backend);
@@ -263,10 +267,12 @@ export class Throttle {
     } catch {
       libs = undefined;
     }
-    if (Array.isArray(libs) && libs.length > 0) return 'twin';
-    throw new ThrottleError(
-      'redis-throttle: the server has neither the redis-throttle module (COMMAND INFO cl.throttle is empty) nor its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)',
-    );
+    const twin = await import('./twin.js');
+    if (Array.isArray(libs) && libs.length > 0) {
+      await twin.warnIfOutdated((args) => this.#timed(this.#t.send(undefined, args)), this.#client);
+      return 'twin';
+    }
+    throw new ThrottleError(twin.missingLibraryMessage(this.#client));
   }
 
   #timed<T>(p: Promise<T>): Promise<T> {

@@ -225,7 +225,7 @@ impl Throttle {
 
     /// Detects what the server offers within `config.connect_timeout`.
     async fn with_conn(conn: Conn, config: Config) -> Result<Throttle, Error> {
-        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn)).await.map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
+        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn, None)).await.map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
         tracing::info!(?backend, "redis-throttle: connected");
         Ok(Throttle::build(Some(Link { conn, backend }), None, config))
     }
@@ -602,7 +602,7 @@ async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
         .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
     let manager = ConnectionManager::new_with_config(client.clone(), manager_config).await.map_err(Error::Connect)?;
     let conn = Conn::Manager(manager);
-    let backend = detect(&conn).await?;
+    let backend = detect(&conn, Some(client.get_connection_info())).await?;
     Ok(Link { conn, backend })
 }
 
@@ -720,8 +720,9 @@ async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
     }
 }
 
-/// Module or twin: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`.
-async fn detect(conn: &Conn) -> Result<Backend, Error> {
+/// Module or twin: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`
+/// (`server`: where the connection goes, for the loader the error names).
+async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
     let info = send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
     if matches!(&info, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil))) {
         return Ok(Backend::Module);
@@ -730,11 +731,10 @@ async fn detect(conn: &Conn) -> Result<Backend, Error> {
     if let Ok(Value::Array(libraries)) = &functions
         && !libraries.is_empty()
     {
+        crate::twin::warn_if_outdated(&send_any(conn, redis::cmd("FCALL_RO").arg("cl_version").arg(0).clone()).await, server);
         return Ok(Backend::Twin);
     }
-    Err(Error::NoLimiter(
-        "the server has neither the redis-throttle module (COMMAND INFO cl.throttle is empty) nor its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)".into(),
-    ))
+    Err(Error::NoLimiter(crate::twin::missing_library(server)))
 }
 
 /// A command for no key in particular (any node of a cluster).

@@ -5,7 +5,9 @@
 //!   month's allowance) or parsed from a spec string (`"20/s burst 5"`, `"100000/month quota"`).
 //! - A [`Decision`] with `Duration`s at millisecond precision, the binding policy of several, and
 //!   its [`Source`]: the server, the local deny cache, or a degraded path with the reason.
-//! - Module or Functions twin, detected at connect; a server with neither is an error.
+//! - Module or Functions twin, detected at connect; a server with neither is an error naming
+//!   the loader: [`load_twin`] loads the twin this crate carries ([`twin::TWIN_LIBRARY`]) on a
+//!   server or every primary of a cluster, refusing to downgrade.
 //! - A bounded deny cache keyed by (policy, key), a per-call deadline with an explicit
 //!   [`FailurePolicy`] (fail closed, fail open, or local limiting by `redis-throttle-core`), and a
 //!   circuit breaker.
@@ -28,6 +30,7 @@ mod memory;
 mod pace;
 pub mod policy;
 mod reserve;
+pub mod twin;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
@@ -35,6 +38,7 @@ pub use held::{HeldPolicies, Refresh};
 pub use lease::Lease;
 pub use pace::{Paced, Wait};
 pub use reserve::Reservation;
+pub use twin::{LoadOptions, TwinError, TwinReport, load_twin, load_twin_with};
 pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
 pub use memory::{Clock, ManualClock, SystemClock};
 pub use policy::{Policy, PolicyError, Quota, Rate};

@@ -15,6 +15,7 @@ from ._core import (
     WindowLimit,
 )
 from ._sync import Throttle
+from ._twin import TwinDowngradeError, TwinNode, TwinReport, TwinVersionWarning, load_twin, twin_library, twin_version
 
 __all__ = [
     "AllDecision",
@@ -28,6 +29,13 @@ __all__ = [
     "Throttle",
     "ThrottleError",
     "ThrottleLimit",
+    "TwinDowngradeError",
+    "TwinNode",
+    "TwinReport",
+    "TwinVersionWarning",
     "WindowLimit",
+    "load_twin",
+    "twin_library",
+    "twin_version",
 ]
 __version__ = "0.1.0"

@@ -22,11 +22,6 @@ FUNCTIONS = {
     "CL.QUOTA": "cl_quota",
     "CL.ALL": "cl_all",
 }
-NO_LIMITER = (
-    "the server has neither the redis-throttle module (CL.THROTTLE is an unknown command) nor "
-    "its Functions library `throttle` (FUNCTION LIST): load one (MODULE LOAD "
-    "libredis_throttle.so, or FUNCTION LOAD < functions/throttle.lua)"
-)
 
 
 class ThrottleError(ResponseError):
@@ -282,8 +277,11 @@ def pace_words(key: Key, count: int, period: Seconds, maxwait: Seconds | None, q
     return words
 
 
-def detected(libraries: Any) -> Backend:
-    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out)."""
+def detected(libraries: Any, client: Any = None) -> Backend:
+    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out);
+    else the error naming the loader command for ``client``'s server."""
     if isinstance(libraries, (list, tuple)) and len(libraries) > 0:
         return Backend.TWIN
-    raise ThrottleError("ERR " + NO_LIMITER)
+    from ._twin import missing_library
+
+    raise ThrottleError("ERR " + missing_library(client))

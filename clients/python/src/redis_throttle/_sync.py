@@ -10,7 +10,7 @@ from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError, ResponseError
 
-from . import _core
+from . import _core, _twin
 from ._core import (
     AllDecision,
     Backend,
@@ -71,7 +71,13 @@ class Throttle:
         except ThrottleError as err:
             if "wrong number of arguments" in str(err):
                 return Backend.MODULE
-        return _core.detected(self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"))
+        backend = _core.detected(self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
+        try:
+            version: Any = self._any("FCALL_RO", "cl_version", 0)
+        except ThrottleError as err:
+            version = err
+        _twin.warn_if_outdated(version, self.client)
+        return backend
 
     def _any(self, *words: Any) -> Any:
         try:

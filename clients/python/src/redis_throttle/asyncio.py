@@ -13,7 +13,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.client import NEVER_DECODE
 from redis.exceptions import MovedError, ResponseError
 
-from . import _core
+from . import _core, _twin
 from ._core import (
     AllDecision,
     Backend,
@@ -30,8 +30,9 @@ from ._core import (
     WindowLimit,
 )
 from ._sync import _MOVED_RETRIES, server_error
+from ._twin import load_twin_async as load_twin
 
-__all__ = ["Backend", "Throttle", "ThrottleError"]
+__all__ = ["Backend", "Throttle", "ThrottleError", "load_twin"]
 
 
 class Throttle:
@@ -61,7 +62,13 @@ class Throttle:
         except ThrottleError as err:
             if "wrong number of arguments" in str(err):
                 return Backend.MODULE
-        return _core.detected(await self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"))
+        backend = _core.detected(await self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
+        try:
+            version: Any = await self._any("FCALL_RO", "cl_version", 0)
+        except ThrottleError as err:
+            version = err
+        _twin.warn_if_outdated(version, self.client)
+        return backend
 
     async def _any(self, *words: Any) -> Any:
         try:
