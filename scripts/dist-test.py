@@ -415,7 +415,7 @@ def step_python_install(tmp: Path) -> Path | None:
     if not check(p.returncode == 0, "python3 -m venv", tail(p)):
         return None
     wheel = DIST / f"redis_throttle-{VERSION}-py3-none-any.whl"
-    constraints = ROOT / "clients/python/requirements-dev.txt"
+    constraints = ROOT / "clients/python/matrix/newest.txt"  # the package tests' newest row
     p = run([str(venv / "bin/python"), "-m", "pip", "install", "-q", f"{wheel}[limits]", "Flask", "Flask-Limiter",
              "-c", str(constraints)], tmp, timeout=600)
     if not check(p.returncode == 0, f"pip install 'dist/{wheel.name}[limits]' Flask Flask-Limiter (pinned as the package's tests)", tail(p)):

@@ -1,16 +1,15 @@
-"""Real web apps served on free loopback ports for the tests: Flask with Flask-Limiter
-(werkzeug's threaded server) and FastAPI with slowapi (uvicorn), each in a thread."""
+"""Real Flask apps with Flask-Limiter served on free loopback ports for the tests (werkzeug's
+threaded server in a thread, or worker processes), and a count of redis-py's round trips.
+(FastAPI with slowapi: asgi_apps.py.)"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from typing import Any, Iterator
 
 import redis.connection
 from conftest import free_port
-from fastapi import Request, Response  # (module level: FastAPI resolves the endpoint's annotations here)
 
 
 class RoundTrips:
@@ -46,13 +45,18 @@ def flask_app(storage_uri: str, strategy: str, limit: str = "5/minute", **option
 
     app = flask.Flask("throttled")
     limiter = Limiter(
-        get_remote_address, app=app, storage_uri=storage_uri, strategy=strategy, headers_enabled=True, **options
+        get_remote_address, app=app, storage_uri=storage_uri, strategy=strategy, **{"headers_enabled": True, **options}
     )
 
     @app.route("/")
     @limiter.limit(limit)
     def index() -> str:
         return "ok"
+
+    @app.route("/login", methods=["POST"])
+    @limiter.limit(limit, deduct_when=lambda response: response.status_code == 401)
+    def login() -> tuple[str, int]:
+        return "wrong password", 401  # (every login fails: each counts)
 
     app.extensions["test_limiter"] = limiter
     return app
@@ -74,54 +78,32 @@ def serve_flask(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def fastapi_app(storage_uri: str, strategy: str, limit: str = "5/minute") -> Any:
-    from fastapi import FastAPI
-    from slowapi import Limiter, _rate_limit_exceeded_handler
-    from slowapi.errors import RateLimitExceeded
-    from slowapi.util import get_remote_address
-
-    import redis_throttle.limits  # noqa: F401
-
-    limiter = Limiter(key_func=get_remote_address, storage_uri=storage_uri, strategy=strategy, headers_enabled=True)
-    app = FastAPI()
-    app.state.limiter = limiter
-    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
-
-    @app.get("/")
-    @limiter.limit(limit)
-    async def index(request: Request, response: Response) -> dict[str, bool]:
-        return {"ok": True}
-
-    return app
-
-
 @contextlib.contextmanager
-def serve_asgi(app: Any) -> Iterator[str]:
-    import uvicorn
+def flask_workers(count: int, uris: dict[str, str], limit: str, prefix: str) -> Iterator[list[str]]:
+    """``count`` worker processes of the Flask app (tests/worker.py: each named storage URI and
+    strategy under ``/NAME/STRATEGY``), as a pre-forking server runs them: their URLs, once each
+    listens."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    port = free_port()
-    server = uvicorn.Server(
-        # Idle connections stay open: on a loaded machine a pooled connection can sit idle past
-        # uvicorn's default 5 s and be closed just as the client reuses it (a ReadError).
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            backlog=2048,
-            limit_concurrency=None,
-            timeout_keep_alive=600,
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    script = Path(__file__).with_name("worker.py")
+    procs, urls = [], []
     try:
-        yield f"http://127.0.0.1:{port}"
+        for _ in range(count):
+            port = free_port()
+            proc = subprocess.Popen(
+                [sys.executable, str(script), str(port), limit, prefix, *(f"{k}={v}" for k, v in uris.items())],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            procs.append(proc)
+            urls.append(f"http://127.0.0.1:{port}")
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", "a worker did not start"
+        yield urls
     finally:
-        server.should_exit = True
-        thread.join(10)
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)

@@ -1,220 +1,115 @@
-"""Real servers for the tests, started once per session on free loopback ports and stopped
-at the end: one with the module (THROTTLE_MODULE, else target/release/libredis_throttle.so),
-one with only the Functions twin (functions/throttle.lua through FUNCTION LOAD), and a
-3-primary cluster with the module on every node."""
+"""Real servers for the tests (tests/servers.py): the module, only the Functions twin, a
+3-primary cluster with the module on every node, and the same cluster over TLS only. The matrix
+runner (tests/matrix.py) starts them once for every row and names them in the file
+THROTTLE_TEST_SERVERS points to; without it, each is started on first use and stopped at the
+end of the session."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-import random
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
-import redis
+from redis.crc import key_slot
+from servers import ROOT, Cluster, Server, Servers, Tls, free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
-SERVER = os.environ.get("THROTTLE_SERVER", "redis-server")
-CLI = os.environ.get("THROTTLE_CLI", "redis-cli")
+__all__ = ["ROOT", "Cluster", "Server", "aclose", "free_port", "move_slot", "wait_until"]
 
-
-def module_path() -> Path:
-    path = Path(os.environ.get("THROTTLE_MODULE") or ROOT / "target/release/libredis_throttle.so")
-    if not path.is_file():
-        pytest.exit(f"no module at {path}: run `cargo build --release --lib` or set THROTTLE_MODULE", 2)
-    return path.resolve()
+T = TypeVar("T")
+SHARED = Servers.load(Path(os.environ["THROTTLE_TEST_SERVERS"])) if os.environ.get("THROTTLE_TEST_SERVERS") else None
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
+def _shared_or(make: Callable[[], T], pick: Callable[[Servers], Any]) -> Iterator[T]:
+    if SHARED is not None:
+        yield pick(SHARED)
+        return
+    made = make()
+    yield made
+    made.stop()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _turn(alone: bool) -> Iterator[None]:
+    """Rows of the matrix run at once on the shared servers: a test marked ``alone`` (it counts
+    a server's commands, or changes what every test sees) runs while no other does; the others
+    run together. Two flock(2) locks in the servers' folder, a turnstile first, so a test
+    waiting to run alone is not starved by the others."""
+    folder = Path(os.environ["THROTTLE_TEST_SERVERS"]).parent
+    with open(folder / "turnstile.lock", "a") as gate, open(folder / "servers.lock", "a") as servers:
+        fcntl.flock(gate, fcntl.LOCK_EX)
         try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+            fcntl.flock(servers, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(servers, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
-def free_port(cluster: bool = False) -> int:
-    for _ in range(1000):
-        if cluster:
-            port = random.randint(20_000, 55_535)
-        else:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        if _free(port) and (not cluster or (port <= 55_535 and _free(port + 10_000))):
-            return port
-    raise RuntimeError("no free loopback port")
+@pytest.fixture(autouse=True)
+def _shared_servers_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    if SHARED is None:
+        yield
+        return
+    with _turn(request.node.get_closest_marker("alone") is not None):
+        yield
 
 
-def wait_until(what: str, timeout: float, ok) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-class Server:
-    """A redis-server process of this test session."""
-
-    def __init__(self, kind: str, cluster: bool = False, args: tuple[str, ...] = ()) -> None:
-        self.kind = kind  # "module" or "twin"
-        self.cluster = cluster
-        self.args = args  # more server arguments (the bench's floor module)
-        self.dir = Path(tempfile.mkdtemp(prefix=f"rt-py-{kind}-"))
-        self.port = free_port(cluster)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        args = [
-            SERVER,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.dir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--logfile",
-            "server.log",
-        ]
-        if self.kind == "module":
-            args += ["--loadmodule", str(module_path())]
-        args += self.args
-        if self.cluster:
-            args += [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-            ]
-        self.proc = subprocess.Popen(
-            args, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-
-        def up() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                log = (
-                    (self.dir / "server.log").read_text(errors="replace") if (self.dir / "server.log").exists() else ""
-                )
-                raise RuntimeError(f"redis-server exited: {log}")
-            try:
-                return bool(self.client().ping())
-            except redis.RedisError:
-                return False
-
-        wait_until(f"redis-server on {self.port}", 20, up)
-        got = self.client().config_get("dir")["dir"]
-        assert Path(got).resolve() == self.dir.resolve(), f"another server answers on {self.port}"
-        if self.kind == "twin":
-            self.start_functions()
-
-    def start_functions(self) -> None:
-        """FUNCTION LOAD of functions/throttle.lua (the twin)."""
-        self.client().function_load((ROOT / "functions/throttle.lua").read_text(), replace=True)
-
-    def client(self, **kw) -> redis.Redis:  # type: ignore[no-untyped-def]
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kw)
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def command_calls(self, command: str) -> int:
-        stats = self.client().info("commandstats").get(f"cmdstat_{command}")
-        return int(stats["calls"]) if stats else 0
-
-
-class Cluster:
-    def __init__(self, primaries: int = 3) -> None:
-        self.nodes = [Server("module", cluster=True) for _ in range(primaries)]
-        out = subprocess.run(
-            [
-                CLI,
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
-        for n in self.nodes:
-            wait_until("cluster_state:ok", 60, lambda n=n: n.client().cluster("info")["cluster_state"] == "ok")
-
-    @property
-    def uri_hosts(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
-
-    def client(self) -> redis.RedisCluster:
-        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
-
-    def stop(self) -> None:
-        for n in self.nodes:
-            n.stop()
+async def aclose(client: Any) -> None:
+    """Closes an asyncio client (``close()`` before redis-py 5.0.1, which added ``aclose()``)."""
+    await (client.aclose() if hasattr(client, "aclose") else client.close())
 
 
 @pytest.fixture(scope="session")
 def module_server() -> Iterator[Server]:
-    s = Server("module")
-    yield s
-    s.stop()
+    yield from _shared_or(lambda: Server("module"), lambda s: s.module)
 
 
 @pytest.fixture(scope="session")
 def twin_server() -> Iterator[Server]:
-    s = Server("twin")
-    yield s
-    s.stop()
+    yield from _shared_or(lambda: Server("twin"), lambda s: s.twin)
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(3)
-    yield c
-    c.stop()
+    yield from _shared_or(lambda: Cluster(3), lambda s: s.cluster)
+
+
+@pytest.fixture(scope="session")
+def tls_cluster() -> Iterator[Cluster]:
+    """A 3-primary cluster that speaks TLS only (its CA: ``tls_cluster.tls.ca``)."""
+    if SHARED is not None:
+        yield SHARED.tls_cluster
+        return
+    folder = Path(tempfile.mkdtemp(prefix="rt-py-tls-"))
+    made = Cluster(3, tls=Tls(folder))
+    yield made
+    made.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
 def own_server() -> Iterator[Server]:
     """A server of the test's own (it pauses or kills it)."""
     s = Server("module")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def own_twin() -> Iterator[Server]:
+    """A server with only the twin, of the test's own (it flushes its functions)."""
+    s = Server("twin")
     yield s
     s.stop()
 
@@ -242,6 +137,40 @@ def sync_client(request: pytest.FixtureRequest, backend: str):  # type: ignore[n
 
 
 @pytest.fixture
+def servers_of(request: pytest.FixtureRequest, backend: str) -> list[Server]:
+    """The backend's server processes (a cluster's nodes)."""
+    if backend == "cluster":
+        return list(request.getfixturevalue("cluster").nodes)
+    return [request.getfixturevalue(f"{backend}_server")]
+
+
+@pytest.fixture
 def key() -> str:
     """A fresh key (tagged, so several keys derived from it share one slot)."""
     return f"{{t{uuid.uuid4().hex[:12]}}}:k"
+
+
+def move_slot(cluster: Cluster, t: Any, key: str) -> tuple[Server, Server]:
+    """Moves the (empty) slot of ``key`` from its owner to another primary behind the client's
+    back (the client ``t`` holds the old map); (old owner, new owner)."""
+    slot = key_slot(key.encode())
+    owner = next(n for n in cluster.nodes if n.port == t.client.get_node_from_key(key).port)
+    target = next(n for n in cluster.nodes if n is not owner)
+    target_id = target.client().cluster("myid")
+    target_id = target_id.decode() if isinstance(target_id, bytes) else target_id
+    # The newest config epoch on the new owner first: a claim the old owner gossips before it
+    # hears of the move then loses against the new owner's (with an older epoch, the new owner
+    # would hand the slot back and no node would settle on it).
+    target.client().execute_command("CLUSTER", "BUMPEPOCH")
+    for n in [target, owner] + [n for n in cluster.nodes if n not in (owner, target)]:
+        n.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+    def settled() -> bool:
+        for n in cluster.nodes:
+            owners = [s for s in n.client().execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1]]
+            if not owners or owners[0][2][1] != target.port:
+                return False
+        return True
+
+    wait_until(f"slot {slot} on port {target.port} everywhere", 20, settled)
+    return owner, target

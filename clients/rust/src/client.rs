@@ -117,7 +117,7 @@ impl Default for Config {
 }
 
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Manager(ConnectionManager),
     Multiplexed(MultiplexedConnection),
     Cluster(ClusterConnection),
@@ -127,29 +127,29 @@ enum Conn {
 /// A rate-limiting client. Clones share the connection, the deny cache and the breaker.
 #[derive(Clone)]
 pub struct Throttle {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// The connection and what it speaks to, once the server has answered.
-struct Link {
-    conn: Conn,
-    backend: Backend,
+pub(crate) struct Link {
+    pub(crate) conn: Conn,
+    pub(crate) backend: Backend,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     /// Set at connect, or later by the background connect of [`Throttle::connect_degraded`].
-    link: OnceLock<Link>,
+    pub(crate) link: OnceLock<Link>,
     /// For connections of their own (blocking calls), when the client was made from a URL.
     client: Option<redis::Client>,
-    config: Config,
-    cache: Option<DenyCache>,
+    pub(crate) config: Config,
+    pub(crate) cache: Option<DenyCache>,
     breaker: Breaker,
     /// The `Local` failure policy's limiters.
     local: Mutex<Store>,
 }
 
 /// One limiter of a call: the policy, the key and the units.
-type Call<'a> = (&'a Policy, &'a [u8], i64);
+pub(crate) type Call<'a> = (&'a Policy, &'a [u8], i64);
 
 impl Throttle {
     /// Connects to `url` with a [`ConnectionManager`] (reconnecting in the background) and the
@@ -181,7 +181,12 @@ impl Throttle {
     /// long as a clone of the client lives. For a service that must start while Redis is down.
     /// Only a malformed `url` is an error.
     pub fn connect_degraded(url: &str, config: Config) -> Result<Throttle, Error> {
-        let client = redis::Client::open(url).map_err(Error::Connect)?;
+        Throttle::connect_degraded_client(redis::Client::open(url).map_err(Error::Connect)?, config)
+    }
+
+    /// [`Throttle::connect_degraded`] with a `redis::Client` the caller built (TLS certificates
+    /// of its own: `redis::Client::build_with_tls`).
+    pub fn connect_degraded_client(client: redis::Client, config: Config) -> Result<Throttle, Error> {
         let throttle = Throttle::build(None, Some(client.clone()), config);
         let weak = Arc::downgrade(&throttle.inner);
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Invalid(format!("connect_degraded needs a tokio runtime: {e}")))?;
@@ -366,7 +371,7 @@ impl Throttle {
         self.take_held(&calls, true).await
     }
 
-    async fn take_held(&self, calls: &[Call<'_>], all: bool) -> Result<(Decision, Vec<Option<i64>>), Error> {
+    pub(crate) async fn take_held(&self, calls: &[Call<'_>], all: bool) -> Result<(Decision, Vec<Option<i64>>), Error> {
         let inner = &*self.inner;
         let &(first_policy, first_key, quantity) = first_of(calls)?;
         let Some(link) = inner.link.get() else {
@@ -419,7 +424,7 @@ impl Throttle {
         self.decide(&calls, true).await
     }
 
-    async fn decide(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
+    pub(crate) async fn decide(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
         let decision = self.decide_unrecorded(calls, all).await?;
         record(&decision);
         Ok(decision)
@@ -490,13 +495,13 @@ impl Throttle {
     /// [`Throttle::request`] for an atomic pipeline (`MULTI` … `EXEC`) on `key`: its `EXEC` reply.
     async fn request_pipe(&self, pipe: redis::Pipeline, name: &str, key: &[u8]) -> Result<Value, Failed> {
         let span = tracing::debug_span!("redis_throttle.call", command = %name, outcome = tracing::field::Empty);
-        let (result, outcome) = self.guarded(|conn| send_pipe(conn, pipe, key)).instrument(span.clone()).await;
+        let (result, outcome) = self.guarded(|conn| send_pipe(conn, pipe, key, true)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
 
     /// Sends what `send` sends on the connection, within the deadline, through the breaker.
-    async fn guarded<'a, F>(&'a self, send: impl FnOnce(&'a Conn) -> F) -> (Result<Value, Failed>, &'static str)
+    pub(crate) async fn guarded<'a, F>(&'a self, send: impl FnOnce(&'a Conn) -> F) -> (Result<Value, Failed>, &'static str)
     where
         F: std::future::Future<Output = redis::RedisResult<Value>> + 'a,
     {
@@ -564,7 +569,7 @@ impl Throttle {
     }
 
     /// The failure policy's answer, marked degraded with `reason`.
-    fn fallback(&self, calls: &[Call<'_>], all: bool, reason: Reason) -> Result<Decision, Error> {
+    pub(crate) fn fallback(&self, calls: &[Call<'_>], all: bool, reason: Reason) -> Result<Decision, Error> {
         let inner = &*self.inner;
         let failure = inner.config.failure;
         tracing::debug!(?reason, ?failure, "redis-throttle: degraded decision");
@@ -582,7 +587,7 @@ impl Throttle {
     }
 }
 
-const NOT_CONNECTED: &str = "the server has not been reached yet (started degraded)";
+pub(crate) const NOT_CONNECTED: &str = "the server has not been reached yet (started degraded)";
 
 /// An I/O timeout error: nothing within `limit`.
 fn not_within(limit: Duration) -> RedisError {
@@ -631,7 +636,7 @@ async fn connect_in_background(weak: Weak<Inner>, client: redis::Client, config:
 /// Counts a decision through the `metrics` facade (a no-op until the application installs a
 /// recorder): `throttle_client_allowed_total`, `…_denied_total` (never-admitted included),
 /// `…_deny_cache_hits_total`, `…_degraded_total`.
-fn record(decision: &Decision) {
+pub(crate) fn record(decision: &Decision) {
     if decision.allowed() {
         metrics::counter!("throttle_client_allowed_total").increment(1);
     } else {
@@ -667,7 +672,7 @@ fn is_outage(e: &RedisError) -> bool {
 }
 
 /// Decides calls with `redis-throttle-core` in `store` (the test kit, or the `Local` failure policy).
-fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
+pub(crate) fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
     let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
     let mut decision = Decision::new(numbers[binding], source);
@@ -687,15 +692,18 @@ fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
     calls.first().ok_or_else(|| Error::Invalid("check_all needs at least one policy".into()))
 }
 
-/// Sends an atomic pipeline (`MULTI` … `EXEC`) of calls on `key`, routed by it in a cluster:
-/// the `EXEC` reply.
-async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8]) -> redis::RedisResult<Value> {
+/// Sends a pipeline of calls on `key`, routed by it in a cluster: for an atomic one (`MULTI` …
+/// `EXEC`) the `EXEC` reply, for a plain one every reply.
+pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
     let replies: Vec<Value> = match conn {
         Conn::Manager(c) => pipe.query_async(&mut c.clone()).await?,
         Conn::Multiplexed(c) => pipe.query_async(&mut c.clone()).await?,
         Conn::Cluster(c) => {
             let count = pipe.len();
             let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+            if !atomic {
+                return Ok(Value::Array(c.clone().route_pipeline(pipe, 0, count, route).await?));
+            }
             let mut exec = c.clone().route_pipeline(pipe, count + 1, 1, route).await?;
             match exec.pop() {
                 Some(Value::Array(items)) => items,
@@ -772,7 +780,7 @@ fn push_params(cmd: &mut Cmd, policy: &Policy) {
     }
 }
 
-fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
+pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
     let algorithm = policy.algorithm();
     let mut cmd = match backend {
         Backend::Twin => {
@@ -821,7 +829,7 @@ fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
     cmd
 }
 
-fn integer(v: &Value) -> Option<i64> {
+pub(crate) fn integer(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
         _ => None,

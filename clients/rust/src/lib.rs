@@ -22,6 +22,7 @@ mod cache;
 mod client;
 mod dashboard;
 mod decision;
+mod each;
 mod held;
 #[cfg(feature = "http")]
 pub mod http;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Tuple, Union
 
@@ -22,6 +23,20 @@ FUNCTIONS = {
     "CL.QUOTA": "cl_quota",
     "CL.ALL": "cl_all",
 }
+# How to load the Functions twin: the one place that says it (every error that needs it names it).
+LOAD_TWIN = "python -m redis_throttle twin load"
+TWIN_LOST = (
+    "the Functions library `throttle` is missing on the server that owns this key (FUNCTION "
+    "FLUSH or FUNCTION DELETE, or a failover to a node that never had it); nothing was counted. "
+    f"Load it on every primary: `{LOAD_TWIN} redis://HOST:PORT` (or redis_throttle.load_twin(client))"
+)
+MODULE_LOST = (
+    "the redis-throttle module is not loaded on the server that owns this key (a restart or a "
+    "failover to a node without --loadmodule); nothing was counted. Load it (loadmodule "
+    f"libredis_throttle.so), or the Functions twin: `{LOAD_TWIN} redis://HOST:PORT`"
+)
+# Every duration a command takes is at most 10^9 s (10^12 ms), on the module and the twin.
+MAX_MS = 1_000_000_000_000
 
 
 class ThrottleError(ResponseError):
@@ -84,7 +99,7 @@ class ThrottleLimit:
     quantity: int = 1
 
     def words(self) -> list[Any]:
-        return [self.max_burst, self.count, ms(self.period)]
+        return [integer(self.max_burst, "max_burst"), integer(self.count, "count"), ms(self.period, "period")]
 
 
 @dataclass(frozen=True)
@@ -97,9 +112,9 @@ class WindowLimit:
     quantity: int = 1
 
     def words(self) -> list[Any]:
-        out: list[Any] = [self.limit, ms(self.window)]
+        out: list[Any] = [integer(self.limit, "limit"), ms(self.window, "window")]
         if self.precision is not None:
-            out += ["PRECISION", ms(self.precision)]
+            out += ["PRECISION", ms(self.precision, "precision")]
         return out
 
 
@@ -113,7 +128,7 @@ class BucketLimit:
     quantity: int = 1
 
     def words(self) -> list[Any]:
-        return [self.capacity, self.tokens, ms(self.interval)]
+        return [integer(self.capacity, "capacity"), integer(self.tokens, "tokens"), ms(self.interval, "interval")]
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ class CounterLimit:
     quantity: int = 1
 
     def words(self) -> list[Any]:
-        return [self.limit, ms(self.window)]
+        return [integer(self.limit, "limit"), ms(self.window, "window")]
 
 
 @dataclass(frozen=True)
@@ -140,7 +155,7 @@ class QuotaLimit:
     quantity: int = 1
 
     def words(self) -> list[Any]:
-        out: list[Any] = [self.limit, "PER", self.per]
+        out: list[Any] = [integer(self.limit, "limit"), "PER", self.per]
         if self.tz is not None:
             out += ["TZ", self.tz]
         if self.anchor is not None:
@@ -165,20 +180,39 @@ COMMAND_OF = {
 }
 
 
-def ms(value: Seconds) -> int:
+def ms(value: Seconds, name: str = "duration") -> int:
     """Seconds (int, float or timedelta) as whole milliseconds, the unit every call sends
-    (with ``MS``). A duration that is not a whole number of milliseconds is refused."""
+    (with ``MS``). Refused before sending, with the same error on the module and the twin: a
+    duration that is not a number (a bool, NaN, infinity), not a whole number of
+    milliseconds, or longer than any command takes (10^9 s). (Zero and negative durations are
+    the server's to refuse: some arguments take 0.)"""
     if isinstance(value, datetime.timedelta):
         total = value // datetime.timedelta(milliseconds=1)
         if datetime.timedelta(milliseconds=total) != value:
-            raise ThrottleError(f"ERR {value} is not a whole number of milliseconds")
-        return int(total)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ThrottleError(f"ERR a duration must be seconds (int, float or timedelta), got {value!r}")
-    millis = round(value * 1000)
-    if abs(millis - value * 1000) > 1e-6 * max(1.0, abs(value * 1000)):
-        raise ThrottleError(f"ERR {value} s is not a whole number of milliseconds")
-    return int(millis)
+            raise ThrottleError(f"ERR {name} {value} is not a whole number of milliseconds")
+        millis = int(total)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ThrottleError(f"ERR {name} must be seconds (int, float or timedelta), got {value!r}")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ThrottleError(f"ERR {name} must be a finite number of seconds, got {value!r}")
+    else:
+        if abs(value) > MAX_MS:  # (before the product, which could overflow a float's range)
+            raise ThrottleError(f"ERR {name} must be at most 1000000000 seconds (1000000000000 milliseconds)")
+        millis = round(value * 1000)
+        if abs(millis - value * 1000) > 1e-6 * max(1.0, abs(value * 1000)):
+            raise ThrottleError(f"ERR {name} {value} s is not a whole number of milliseconds")
+    if millis > MAX_MS:
+        raise ThrottleError(f"ERR {name} must be at most 1000000000 seconds (1000000000000 milliseconds)")
+    return millis
+
+
+def integer(value: object, name: str) -> int:
+    """An integer argument (a limit, a count, a quantity), refused before sending when it is
+    anything else (a bool, a float, a string): redis-py would send ``True`` or ``2.5`` as text
+    the module and the twin read differently."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ThrottleError(f"ERR {name} must be an integer, got {value!r}")
+    return value
 
 
 def single(backend: Backend, limit: Limit, key: Key, quantity: int) -> list[Any]:
@@ -188,14 +222,14 @@ def single(backend: Backend, limit: Limit, key: Key, quantity: int) -> list[Any]
     words = head + [key] + limit.words()
     if isinstance(limit, QuotaLimit):
         words.append("QUANTITY")
-    return words + [quantity, "MS"]
+    return words + [integer(quantity, "quantity"), "MS"]
 
 
 def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]]) -> list[Any]:
     head: list[Any] = ["CL.ALL"] if backend is Backend.MODULE else ["FCALL", "cl_all"]
     words = head + [len(calls)] + [key for key, _ in calls]
     for _, limit in calls:
-        words += [SPEC_WORD[type(limit)]] + limit.words() + ["QUANTITY", limit.quantity]
+        words += [SPEC_WORD[type(limit)]] + limit.words() + ["QUANTITY", integer(limit.quantity, "quantity")]
     return words + ["MS", "DETAILS"]
 
 
@@ -225,7 +259,7 @@ def _b(key: Key) -> bytes:
     return key.encode() if isinstance(key, str) else key
 
 
-def _int(v: Any) -> int:
+def _int(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ThrottleError(f"ERR expected an integer in the reply, got {v!r}")
     return v
@@ -268,13 +302,33 @@ def pace_decision(reply: Any) -> PaceDecision:
 
 
 def pace_words(key: Key, count: int, period: Seconds, maxwait: Seconds | None, quantity: int, block: bool) -> list[Any]:
-    words: list[Any] = ["CL.PACE", key, count, ms(period)]
+    words: list[Any] = ["CL.PACE", key, integer(count, "count"), ms(period, "period")]
     if maxwait is not None:
-        words += ["MAXWAIT", ms(maxwait)]
-    words += ["QUANTITY", quantity, "MS"]
+        words += ["MAXWAIT", ms(maxwait, "maxwait")]
+    words += ["QUANTITY", integer(quantity, "quantity"), "MS"]
     if block:
         words.append("BLOCK")
     return words
+
+
+def first_error(replies: Sequence[Any]) -> tuple[Any, Any]:
+    """A pipeline's two replies, or its first error raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies[0], replies[1]
+
+
+def lost(err: ThrottleError, backend: Backend | None) -> ThrottleError | None:
+    """The clear error for a call that found its backend gone from the server that owns the key
+    (the twin's library flushed, a failover to a node without the module or the library), or
+    None for any other error."""
+    text = str(err)
+    if backend is Backend.TWIN and text.startswith("ERR Function not found"):
+        return ThrottleError("ERR " + TWIN_LOST)
+    if backend is Backend.MODULE and text.startswith("ERR unknown command 'CL."):
+        return ThrottleError("ERR " + MODULE_LOST)
+    return None
 
 
 def detected(libraries: Any, client: Any = None) -> Backend:

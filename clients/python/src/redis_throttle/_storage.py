@@ -1,19 +1,21 @@
 """The decisions of the ``limits`` storages, without I/O (shared by the sync and async ones).
 
-Every write is one command (CL.WINDOW or CL.COUNTER, or the twin's FCALL); what a strategy
-reads right after its own hit in the same thread or task (Flask-Limiter's and slowapi's
-headers) is answered from that hit's reply, so a request costs one round trip."""
+Every hit is one command (CL.WINDOW or CL.COUNTER, or the twin's FCALL), and every read that
+decides admission (limits' ``test()``) asks the server. Only the figures limits'
+``get_window_stats`` reads right after a call in the same thread or task (Flask-Limiter's and
+slowapi's rate-limit headers) are answered from that call's reply, so a request costs one round
+trip; a call that fails leaves no reply to read."""
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
 import struct
+import sys
 import time
-import urllib.parse
 from typing import Any, Sequence
 
-from ._core import Backend, CounterLimit, Decision, WindowLimit, decision, single
+from ._core import MAX_MS, Backend, CounterLimit, Decision, ThrottleError, WindowLimit, decision, ms, single
 
 # limits' fixed window counts every hit, admitted or not, and tells only the count: a
 # CL.COUNTER whose limit is never reached (the largest the Functions twin replies exactly)
@@ -30,10 +32,14 @@ SLIDING_BUCKETS = 10
 # The moving window's hits read the log's tail (its oldest live entry, for the reset time) in
 # the same round trip up to this limit (8 bytes per entry).
 TAIL_LIMIT = 4096
-# A hit's reply answers the next read of the same key, by the same thread or task, within
-# this many seconds (and once): what Flask-Limiter and slowapi read for their headers right
-# after the hit. Later reads ask the server.
+# A call's reply (a hit's, or a read's) answers the reads of limits' get_window_stats for the
+# same key, by the same thread or task, within this many seconds (and once): what Flask-Limiter
+# and slowapi read for their headers right after the hit (or test()). Every other read asks the
+# server.
 SEEN_FOR = 0.5
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+# The strategies' modules of limits, whose get_window_stats may read a hit's reply.
+_STATS_MODULES = ("limits.strategies", "limits.aio.strategies")
 
 
 def client_url(uri: str) -> tuple[str, bool, bool]:
@@ -48,38 +54,67 @@ def client_url(uri: str) -> tuple[str, bool, bool]:
     return f"{base}{sep}{rest}", cluster, is_async
 
 
-def cluster_nodes(url: str) -> list[tuple[str, int]]:
-    parsed = urllib.parse.urlparse(url)
-    netloc = parsed.netloc.rsplit("@", 1)[-1]
-    out = []
-    for loc in netloc.split(","):
-        sub = urllib.parse.urlparse(f"fake://{loc.strip()}")
-        if sub.hostname is None or sub.port is None:
-            raise ValueError(f"missing host or port in {loc!r} of {url!r}")
-        out.append((sub.hostname, sub.port))
-    return out
+def for_stats() -> bool:
+    """Whether the storage's caller is limits' ``get_window_stats`` (the figures for headers
+    and stats), rather than ``test()`` or anything else (a decision, which must ask the server).
+    limits passes both the same arguments, so the call stack is what tells them apart: the
+    nearest frame of a strategies module names the method."""
+    frame: Any = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") in _STATS_MODULES:
+            return bool(frame.f_code.co_name == "get_window_stats")
+        frame = frame.f_back
+    return False
 
 
-def cluster_auth(url: str) -> dict[str, str]:
-    parsed = urllib.parse.urlparse(url)
-    out = {}
-    if parsed.username:
-        out["username"] = urllib.parse.unquote(parsed.username)
-    if parsed.password:
-        out["password"] = urllib.parse.unquote(parsed.password)
-    return out
+def window_ms(expiry: Any) -> int:
+    """limits' expiry (seconds) as the milliseconds every command sends, refused before sending
+    with the module's own error when no command takes it, on the module and the twin alike (the
+    twin's fixed window is plain commands, which would take any)."""
+    millis = expiry * 1000 if isinstance(expiry, int) and not isinstance(expiry, bool) else ms(expiry, "window")
+    if not 1 <= millis <= MAX_MS:
+        raise ThrottleError("ERR window must be an integer from 1 to 1000000000000 (milliseconds)")
+    return millis
+
+
+def amount_ok(value: int, name: str = "limit") -> int:
+    """A limit or a cost within the integers both backends count exactly (the twin's Lua
+    numbers are exact below 2^53), refused the same way on both."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ThrottleError(f"ERR {name} must be an integer, got {value!r}")
+    if value > COUNTER_CEILING:
+        raise ThrottleError(f"ERR {name} must be at most {COUNTER_CEILING} (the largest both backends count exactly)")
+    return value
+
+
+def cost(amount: int) -> int:
+    """A hit's cost as CL.WINDOW's quantity: limits' own storages admit a negative cost and take
+    nothing for it (a negative quantity would be a refund here): a peek."""
+    return max(0, amount_ok(amount, "cost"))
+
+
+def limit_of(key: str) -> int | None:
+    """The limit limits wrote into its key (``…/<amount>/<multiples>/<granularity>``, see
+    ``RateLimitItem.key_for``), or None for a key of another shape."""
+    parts = key.rsplit("/", 3)
+    if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
+        return int(parts[1])
+    return None
 
 
 @dataclasses.dataclass
 class Seen:
-    """A hit's reply, kept for the reads that follow it."""
+    """A hit's reply, kept for limits' get_window_stats right after it."""
 
     key: str
     at: float  # time.monotonic() when the reply arrived
     wall: float  # time.time() then
     count: int  # units in the limiter after the hit
     start: float | None  # moving window: the oldest live entry (wall clock)
-    ends: float  # fixed window: when it closes (wall); sliding: the next instant units leave
+    ends: float  # when the window closes (fixed), a unit is next admitted (sliding), the newest
+    # entry leaves (moving) (wall clock)
     unread: set[str]
 
 
@@ -98,10 +133,29 @@ class Memory:
         rest = tuple(s for s in self.var.get() if s.key != seen.key)[-7:]
         self.var.set(rest + (seen,))
 
+    def fresh(self, seen: Seen, part: str) -> Seen:
+        """A read of the server: the freshest figures, kept for get_window_stats (this read's
+        own part is read already when get_window_stats made it)."""
+        if for_stats():
+            seen.unread.discard(part)
+        self.keep(seen)
+        return seen
+
+    def drop(self, key: str) -> None:
+        """Before a hit: whatever it answers (or if it fails), no older reply is read after it."""
+        seen = self.var.get()
+        if any(s.key == key for s in seen):
+            self.var.set(tuple(s for s in seen if s.key != key))
+
     def take(self, key: str, part: str) -> Seen | None:
+        """The reply kept for ``key`` when limits' get_window_stats asks (else None: ask the
+        server), each part once."""
+        seen = self.var.get()
+        if not seen or not for_stats():
+            return None
         now = time.monotonic()
         voided = max(self.reset_at, self.cleared.get(key, 0.0))
-        for s in self.var.get():
+        for s in seen:
             if s.key == key and part in s.unread and now - s.at <= SEEN_FOR and s.at > voided:
                 s.unread.discard(part)
                 return s
@@ -118,13 +172,14 @@ class Memory:
 
 
 def moving_limit(limit: int, expiry: int) -> WindowLimit:
+    window = window_ms(expiry)
     if limit > MAX_EXACT_LIMIT:
-        return WindowLimit(limit, expiry, precision=max(1, expiry * 1000 // 1000) / 1000)
+        return WindowLimit(limit, expiry, precision=max(1, window // 1000) / 1000)
     return WindowLimit(limit, expiry)
 
 
 def sliding_limit(limit: int, expiry: int) -> WindowLimit:
-    return WindowLimit(limit, expiry, precision=expiry * 1000 // SLIDING_BUCKETS / 1000)
+    return WindowLimit(limit, expiry, precision=max(1, window_ms(expiry) // SLIDING_BUCKETS) / 1000)
 
 
 def window_words(backend: Backend, limit: WindowLimit, key: str, quantity: int) -> list[Any]:
@@ -132,6 +187,7 @@ def window_words(backend: Backend, limit: WindowLimit, key: str, quantity: int) 
 
 
 def counter_words(backend: Backend, key: str, expiry: int, quantity: int) -> list[Any]:
+    window_ms(expiry)
     return single(backend, CounterLimit(COUNTER_CEILING, expiry), key, quantity)
 
 
@@ -143,7 +199,12 @@ def tail_words(key: str, limit: int) -> list[Any] | None:
 
 def oldest_start(d: Decision, tail: Any, window_s: int, wall: float) -> float | None:
     """The oldest live entry of an exact log, on this host's clock, from the log's tail (the
-    newest entry leaves the window ``reset_after`` from now: that gives the server's now)."""
+    newest entry leaves the window ``reset_after`` from now: that gives the server's now).
+
+    The tail is read right after the command in the same round trip, not in a transaction: a
+    hit of another client that Redis runs between the two (Redis runs a connection's buffered
+    commands back to back, so only when the pipeline arrives split) can move the answer by the
+    time between them, microseconds."""
     count = d.limit - d.remaining
     if count <= 0 or not isinstance(tail, bytes) or len(tail) < 8 * count or len(tail) % 8:
         return None
@@ -169,25 +230,36 @@ def moving_seen(key: str, d: Decision, quantity: int, tail: Any, window_s: int) 
             start = wall + d.retry_after - window_s
         elif not d.limited and count == quantity:
             start = wall  # only this hit's entries
-    return Seen(key, time.monotonic(), wall, count, start, 0.0, {"moving"})
+    return Seen(key, time.monotonic(), wall, count, start, wall + d.reset_after, {"moving"})
 
 
-def moving_answer(seen: Seen, window_s: int) -> tuple[float, int] | None:
-    if seen.start is None:
-        return None
-    if seen.count == 0:
+def moving_answer(seen: Seen, window_s: int) -> tuple[float, int]:
+    """limits' (start of the window, entries in it). Without the oldest entry (a bucketed log,
+    or one too long to read its tail), the window starts when its newest entry leaves, less
+    the window: a reset never earlier than the true one."""
+    if seen.count <= 0:
         return time.time(), 0
-    return seen.start, seen.count
+    if seen.start is not None:
+        return seen.start, seen.count
+    return seen.ends - window_s, seen.count
 
 
-def queue_plain_counter(pipe: Any, key: str, expiry: int, amount: int) -> None:
+def queue_plain_counter(pipe: Any, key: str, expiry_ms: int, amount: int) -> None:
     """The fixed window on a server without the module, as plain commands in one MULTI/EXEC:
     the bytes and expiry CL.COUNTER keeps (an integer string expiring when the window closes),
     at a fraction of the Functions twin's cost (FCALL cl_counter parses and checks in Lua).
     limits' fixed window never denies in the storage, so nothing else is needed."""
-    pipe.set(key, 0, px=expiry * 1000, nx=True)
+    pipe.set(key, 0, px=expiry_ms, nx=True)
     pipe.incrby(key, amount)
     pipe.pttl(key)
+
+
+def plain_counter_refused(head: Any) -> ThrottleError:
+    """What CL.COUNTER answers for a string INCRBY could not count (``head``: its first byte):
+    a sliding window's state is WRONGTYPE, anything else not a counter's state."""
+    if isinstance(head, bytes) and head in (b"\x01", b"\x02"):
+        return ThrottleError(WRONGTYPE)
+    return ThrottleError("ERR key does not hold valid CL.COUNTER state")
 
 
 def plain_counter_seen(key: str, replies: Sequence[Any]) -> Seen:
@@ -202,26 +274,50 @@ def counter_seen(key: str, d: Decision) -> Seen:
     return Seen(key, time.monotonic(), wall, count, None, wall + d.reset_after, {"count", "expiry"})
 
 
-def sliding_seen(key: str, d: Decision, window_s: int) -> Seen:
-    """The bucketed window's count, and the next bucket boundary (the first instant units can
-    leave it): buckets are aligned to multiples of the precision, which divides the window, so
-    ``reset_after`` modulo the precision is the time to that boundary."""
+def sliding_peek_limit(key: str) -> int:
+    """The limit a read of the sliding window peeks with: one less than the key's own (when it
+    is 2 or more), so that a full window replies as a denial, whose ``retry_after`` is exactly
+    when its oldest units leave and one more is admitted. A peek writes nothing, and the
+    buckets (window and precision) are the key's own: nothing is converted."""
+    limit = limit_of(key)
+    if limit is None or limit < 2 or limit > COUNTER_CEILING:
+        return COUNTER_CEILING
+    return limit - 1
+
+
+def sliding_seen(key: str, d: Decision, peeked: int | None = None) -> Seen:
+    """A sliding window's units, and when a request is next admitted: a denial's own
+    ``retry_after``, or ``reset_after`` (when the newest units leave, the limiter full again:
+    never earlier than the next admission). ``peeked``: the read's peek limit, one less than
+    the key's (``sliding_peek_limit``); the key's limit is then one more than the reply's."""
     wall = time.time()
-    count = d.limit - d.remaining
-    precision = window_s / SLIDING_BUCKETS
-    if count <= 0:
-        leaves = 0.0
+    if peeked is not None and peeked < COUNTER_CEILING and d.limited:
+        count = peeked + 1  # full (or over): `remaining` is 0 at the key's limit
     else:
-        leaves = round(d.reset_after % precision, 3) or precision
-    return Seen(key, time.monotonic(), wall, count, None, wall + leaves, {"sliding"})
+        count = d.limit - d.remaining
+    after = d.retry_after if d.limited and d.retry_after >= 0 else d.reset_after
+    return Seen(key, time.monotonic(), wall, count, None, wall + after, {"sliding"})
 
 
 def sliding_answer(seen: Seen, window_s: int) -> tuple[int, float, int, float]:
-    """limits' (previous count, its TTL, current count, its TTL): everything as the current
-    window, whose TTL modulo the window is when units next leave."""
+    """limits' (previous count, its TTL, current count, its TTL), such that its
+    SlidingWindowCounterRateLimiter finds exactly ``seen.count`` units (``remaining`` and
+    ``test()``), and its reset at ``seen.ends``, when a request is next admitted.
+
+    limits computes the reset as now + min(previous TTL % (window / previous count),
+    current TTL % window). A bucket's units leave up to a bucket later than a window after they
+    were taken, so the next admission can be up to 1.1 windows away, which the current window's
+    term (modulo the window) cannot say. Then the units are given as a previous window of
+    ``window / (2·t)`` units whose TTL is ``t·(2·count + 1)``: its weight is ``count + 0.5``
+    units (limits floors it for ``remaining`` and compares ``< limit - cost + 1`` in ``test``:
+    the same answers as ``count``), and its term is ``t``."""
     if seen.count <= 0:
         return 0, 0.0, 0, 0.0
-    return 0, 0.0, seen.count, max(0.0, seen.ends - time.time())
+    t = max(seen.ends - time.time(), 0.001)
+    if t < window_s:
+        return 0, 0.0, seen.count, t
+    previous: Any = window_s / (2 * t)  # (a fraction: see above)
+    return previous, t * (2 * seen.count + 1), 0, 0.0
 
 
 def decide(reply: Any) -> Decision:
@@ -235,7 +331,3 @@ def prefixed(prefix: str, key: str) -> str:
 def scan_pattern(prefix: str) -> str:
     escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
     return f"{escaped}:*"
-
-
-def stringify(words: Sequence[Any]) -> list[Any]:
-    return list(words)

@@ -8,7 +8,9 @@ from typing import Any, Sequence
 import redis
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
-from redis.exceptions import MovedError, ResponseError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError, ResponseError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core, _twin
 from ._core import (
@@ -30,6 +32,12 @@ from ._core import (
 # A MOVED reply (a slot that moved since the client read the cluster's map) means the
 # command did not run: safe to send again, once the client has its new map.
 _MOVED_RETRIES = 3
+# Replies of a cluster node that ran nothing (the slot moved or is moving, the cluster is
+# down): a pipeline sent to it is sent again through the cluster client, which follows them.
+_REDIRECTED = (AskError, TryAgainError, ClusterDownError)
+# Errors after which the node a pipeline went to may be gone: the cluster client reads the
+# cluster's map again (as it does after its own), and the call fails (never sent twice).
+_NODE_LOST = (RedisConnectionError, RedisTimeoutError)
 
 
 def server_error(err: ResponseError) -> ThrottleError:
@@ -41,6 +49,18 @@ def server_error(err: ResponseError) -> ThrottleError:
     elif not code and (not text or not text.split(" ", 1)[0].isupper()):
         text = f"ERR {text}"
     return ThrottleError(text)
+
+
+def failed(throttle: Any, err: ResponseError) -> ThrottleError:
+    """The package's error for a server's error reply to a limiter's call. A backend gone from
+    the server (the twin's library flushed, a failover) gets a message naming the fix and is
+    detected again on the next call (``throttle``: the sync or async client)."""
+    error = server_error(err)
+    gone = _core.lost(error, throttle._backend)
+    if gone is None:
+        return error
+    throttle._backend = None
+    return gone
 
 
 class Throttle:
@@ -105,7 +125,36 @@ class Throttle:
                         raise
             raise AssertionError("unreachable")
         except ResponseError as err:
-            raise server_error(err) from err
+            raise failed(self, err) from err
+
+    def pipelined(self, key: Key, first: Sequence[Any], then: Sequence[Any]) -> tuple[Any, bytes | None]:
+        """``first``, then ``then`` (a read of the same key, its reply's bytes undecoded), in one
+        round trip to the server that owns ``key`` (a pipeline, not a transaction). In a cluster
+        a redirected pipeline (the slot moved) is sent again as two calls through the cluster
+        client, which follows the redirection and reads the new map."""
+        c: Any = self.client
+        try:
+            if self._cluster:
+                pipe = c.get_redis_connection(c.get_node_from_key(key)).pipeline(transaction=False)
+            else:
+                pipe = c.pipeline(transaction=False)
+            pipe.execute_command(*first)
+            pipe.execute_command(*then, **{NEVER_DECODE: True})
+            # (Errors as they came, not raised: redis-py would prefix their text.)
+            return _core.first_error(pipe.execute(raise_on_error=False))
+        except _REDIRECTED as err:
+            if not self._cluster:
+                raise failed(self, err) from err
+            return self.execute(first, key), self.execute(then, key, raw=True)
+        except _NODE_LOST:
+            if self._cluster:
+                try:
+                    c.nodes_manager.initialize()
+                except RedisError:
+                    pass  # (the next call tries again)
+            raise
+        except ResponseError as err:
+            raise failed(self, err) from err
 
     def decide(self, limit: Limit, key: Key, quantity: int | None = None) -> Decision:
         """One limiter's call (``limit.quantity`` units unless ``quantity`` is given)."""

@@ -9,9 +9,9 @@ import asyncio
 from typing import Any, Sequence
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.client import NEVER_DECODE
-from redis.exceptions import MovedError, ResponseError
+from redis.exceptions import MovedError, RedisError, ResponseError
 
 from . import _core, _twin
 from ._core import (
@@ -29,7 +29,7 @@ from ._core import (
     ThrottleLimit,
     WindowLimit,
 )
-from ._sync import _MOVED_RETRIES, server_error
+from ._sync import _MOVED_RETRIES, _NODE_LOST, _REDIRECTED, failed, server_error
 from ._twin import load_twin_async as load_twin
 
 __all__ = ["Backend", "Throttle", "ThrottleError", "load_twin"]
@@ -97,7 +97,37 @@ class Throttle:
                         raise
             raise AssertionError("unreachable")
         except ResponseError as err:
-            raise server_error(err) from err
+            raise failed(self, err) from err
+
+    async def pipelined(self, key: Key, first: Sequence[Any], then: Sequence[Any]) -> tuple[Any, bytes | None]:
+        """``first``, then ``then`` (a read of the same key, its reply's bytes undecoded), in one
+        round trip to the server that owns ``key``: see :meth:`redis_throttle.Throttle.pipelined`.
+        (In a cluster, on the owner node's own connections.)"""
+        c: Any = self.client
+        try:
+            if not self._cluster:
+                pipe = c.pipeline(transaction=False)
+                pipe.execute_command(*first)
+                pipe.execute_command(*then, **{NEVER_DECODE: True})
+                # (Errors as they came, not raised: redis-py would prefix their text.)
+                return _core.first_error(await pipe.execute(raise_on_error=False))
+            await c.initialize()
+            commands = [PipelineCommand(0, *first), PipelineCommand(1, *then, **{NEVER_DECODE: True})]
+            await c.get_node_from_key(key).execute_pipeline(commands)
+            return _core.first_error([command.result for command in commands])
+        except _REDIRECTED as err:
+            if not self._cluster:
+                raise failed(self, err) from err
+            return await self.execute(first, key), await self.execute(then, key, raw=True)
+        except _NODE_LOST:
+            if self._cluster:
+                try:
+                    await c.nodes_manager.initialize()
+                except RedisError:
+                    pass  # (the next call tries again)
+            raise
+        except ResponseError as err:
+            raise failed(self, err) from err
 
     async def decide(self, limit: Limit, key: Key, quantity: int | None = None) -> Decision:
         q = limit.quantity if quantity is None else quantity

@@ -8,29 +8,44 @@ Importing this module registers it for ``redis+throttle://``, ``rediss+throttle:
 
 Strategies: the moving window is CL.WINDOW (an exact log, on the server's clock), the sliding
 window counter CL.WINDOW with PRECISION (window / 10), the fixed window CL.COUNTER, each hit
-one command; reads right after a hit in the same thread or task come from that hit's reply.
+one command. Reads that decide (limits' ``test()``) ask the server; the figures
+``get_window_stats`` reads right after a hit in the same thread or task come from that hit's
+reply.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+import urllib.parse
+from typing import Any, cast
 
+import limits
 import redis
 import redis.asyncio
 from limits.aio.storage import MovingWindowSupport as AioMovingWindowSupport
 from limits.aio.storage import SlidingWindowCounterSupport as AioSlidingWindowCounterSupport
 from limits.aio.storage import Storage as AioStorage
+from limits.errors import ConfigurationError
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
-from redis.client import NEVER_DECODE
 from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
 from . import _storage as s
-from ._core import Backend, Decision, ThrottleError
+from ._core import Backend, ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
 
+if int(limits.__version__.split(".")[0]) < 5:
+    raise ImportError(
+        f"redis_throttle.limits needs limits>=5 (installed: limits {limits.__version__}; "
+        "limits 5 needs Python 3.10 or later): pip install 'redis-throttle[limits]'"
+    )
+
 __all__ = ["PREFIX", "AsyncRedisThrottleStorage", "RedisThrottleStorage"]
+
+# redis-py's annotations changed across the versions the package takes (5.0's RedisCluster is
+# abstract to mypy, its from_url and pipeline untyped): its constructors are called untyped.
+_redis: Any = redis
 
 PREFIX = "THROTTLE"
 """Keys are ``THROTTLE:<limits' key>`` (not limits' ``LIMITS``: its moving-window lists under
@@ -52,19 +67,20 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         **options: Any,
     ) -> None:
         """``options`` go to ``redis.from_url`` (or ``RedisCluster``), as in limits' own
-        Redis storage."""
+        Redis storage. ``rediss+throttle+cluster://`` connects to every node over TLS."""
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         url, cluster, _ = s.client_url(uri)
         self.key_prefix = key_prefix
         self.cluster = cluster
         client: redis.Redis | redis.RedisCluster
         if cluster:
-            nodes = [ClusterNode(h, p) for h, p in s.cluster_nodes(url)]  # type: ignore[no-untyped-call]
-            client = redis.RedisCluster(startup_nodes=nodes, **{**s.cluster_auth(url), **options})
+            hosts, from_uri = cluster_options(url)
+            nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
+            client = _redis.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
         elif connection_pool is not None:
             client = redis.Redis(connection_pool=connection_pool, **options)
         else:
-            client = redis.from_url(url, **options)
+            client = _redis.from_url(url, **options)
         self.storage = client
         self.throttle = Throttle(client)
         self.seen = s.Memory()
@@ -77,46 +93,49 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         return s.prefixed(self.key_prefix, key)
 
     def _send(self, key: str, words: list[Any], tail: list[Any] | None = None) -> tuple[Any, Any]:
-        """One round trip: the command, and the log's tail when asked (standalone only)."""
-        if tail is None or self.cluster:
+        """One round trip: the command, and the log's tail when asked."""
+        if tail is None:
             return self.throttle.execute(words, key), None
-        pipe = self.storage.pipeline(transaction=False)
-        pipe.execute_command(*words)
-        pipe.execute_command(*tail, **{NEVER_DECODE: True})
-        try:
-            reply, tail_reply = pipe.execute()
-        except ResponseError as err:
-            raise server_error(err) from err
-        return reply, tail_reply
+        return self.throttle.pipelined(key, words, tail)
 
     # Fixed window (CL.COUNTER, counting every hit as limits does)
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
+        self.seen.drop(pk)
+        window = s.window_ms(expiry)
+        s.amount_ok(amount, "cost")
         if self.throttle.backend is Backend.TWIN and not self.cluster:
-            pipe = self.storage.pipeline(transaction=True)
-            s.queue_plain_counter(pipe, pk, expiry, amount)
-            seen = s.plain_counter_seen(pk, pipe.execute())
-            self.seen.keep(seen)
-            return seen.count
-        d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, expiry, amount), pk))
-        seen = s.counter_seen(pk, d)
+            pipe = cast(Any, self.storage).pipeline(transaction=True)
+            s.queue_plain_counter(pipe, pk, window, amount)
+            replies = pipe.execute(raise_on_error=False)
+            refused = next((r for r in replies if isinstance(r, ResponseError)), None)
+            if refused is not None:
+                raise self._counter_refused(pk, refused) from refused
+            seen = s.plain_counter_seen(pk, replies)
+        else:
+            d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, expiry, amount), pk))
+            seen = s.counter_seen(pk, d)
         self.seen.keep(seen)
         return seen.count
 
-    def _counter_peek(self, pk: str, part: str) -> s.Seen:
+    def _counter_refused(self, pk: str, err: ResponseError) -> ThrottleError:
+        if str(err).startswith("value is not an integer"):
+            return s.plain_counter_refused(self.storage.getrange(pk, 0, 0))
+        return server_error(err)
+
+    def _counter_read(self, pk: str, part: str) -> s.Seen:
         seen = self.seen.take(pk, part)
         if seen is None:
+            self.seen.drop(pk)
             d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, s.PEEK_WINDOW, 0), pk))
-            seen = s.counter_seen(pk, d)
-            seen.unread.discard(part)
-            self.seen.keep(seen)
+            seen = self.seen.fresh(s.counter_seen(pk, d), part)
         return seen
 
     def get(self, key: str) -> int:
-        return self._counter_peek(self._key(key), "count").count
+        return self._counter_read(self._key(key), "count").count
 
     def get_expiry(self, key: str) -> float:
-        seen = self._counter_peek(self._key(key), "expiry")
+        seen = self._counter_read(self._key(key), "expiry")
         return max(seen.ends, seen.wall) if seen.count else seen.wall
 
     def check(self) -> bool:
@@ -151,7 +170,10 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
     # Moving window (CL.WINDOW, exact)
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         pk = self._key(key)
-        words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, amount)
+        self.seen.drop(pk)
+        if s.amount_ok(limit) <= 0:
+            return False  # ("0/minute": limits' own storages deny every hit, as here)
+        words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, s.cost(amount))
         reply, tail = self._send(pk, words, s.tail_words(pk, limit))
         d = s.decide(reply)
         self.seen.keep(s.moving_seen(pk, d, amount, tail, expiry))
@@ -160,44 +182,69 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         pk = self._key(key)
         seen = self.seen.take(pk, "moving")
-        answer = s.moving_answer(seen, expiry) if seen else None
-        if answer is None:
+        if seen is None:
+            self.seen.drop(pk)
+            if s.amount_ok(limit) <= 0:
+                return time.time(), 0
             words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, 0)
             reply, tail = self._send(pk, words, s.tail_words(pk, limit))
-            d: Decision = s.decide(reply)
-            fresh = s.moving_seen(pk, d, 0, tail, expiry)
-            if fresh.start is None and self.cluster:
-                fresh = self._oldest(pk, d, limit, expiry)
-            answer = (fresh.start if fresh.start is not None else fresh.wall + d.reset_after - expiry, fresh.count)
-            if fresh.count == 0:
-                answer = (fresh.wall, 0)
-        return answer
-
-    def _oldest(self, pk: str, d: Decision, limit: int, expiry: int) -> s.Seen:
-        tail = s.tail_words(pk, limit)
-        got = self.throttle.execute(tail, pk, raw=True) if tail else None
-        return s.moving_seen(pk, d, 0, got, expiry)
+            seen = self.seen.fresh(s.moving_seen(pk, s.decide(reply), 0, tail, expiry), "moving")
+        return s.moving_answer(seen, expiry)
 
     # Sliding window counter (CL.WINDOW with PRECISION)
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         pk = self._key(key)
-        words = s.window_words(self.throttle.backend, s.sliding_limit(limit, expiry), pk, amount)
+        self.seen.drop(pk)
+        if s.amount_ok(limit) <= 0:
+            return False
+        words = s.window_words(self.throttle.backend, s.sliding_limit(limit, expiry), pk, s.cost(amount))
         d = s.decide(self.throttle.execute(words, pk))
-        self.seen.keep(s.sliding_seen(pk, d, expiry))
+        self.seen.keep(s.sliding_seen(pk, d))
         return not d.limited
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         pk = self._key(key)
         seen = self.seen.take(pk, "sliding")
         if seen is None:
-            # limits gives no limit here: a peek with the largest limit reads the count (a
-            # peek writes nothing and converts nothing).
-            words = s.window_words(self.throttle.backend, s.sliding_limit(s.COUNTER_CEILING, expiry), pk, 0)
-            seen = s.sliding_seen(pk, s.decide(self.throttle.execute(words, pk)), expiry)
+            self.seen.drop(pk)
+            if s.limit_of(key) == 0:
+                return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
+            peek = s.sliding_peek_limit(key)
+            words = s.window_words(self.throttle.backend, s.sliding_limit(peek, expiry), pk, 0)
+            d = s.decide(self.throttle.execute(words, pk))
+            seen = self.seen.fresh(s.sliding_seen(pk, d, peek), "sliding")
         return s.sliding_answer(seen, expiry)
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
         self.clear(key)
+
+
+def cluster_options(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The startup nodes of ``redis[s]://[user:password@]host:port,host:port`` and the options
+    the URI sets (credentials; TLS for ``rediss``). What a cluster URI cannot carry (a database,
+    query options, which redis-py would read on one node only) is refused, naming where the
+    option goes instead."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise ConfigurationError(
+            f"{url!r}: a cluster URI takes user, password and host:port,host:port only (a cluster "
+            "has one database); give other redis-py options as storage options (Flask-Limiter's "
+            "RATELIMIT_STORAGE_OPTIONS, slowapi's storage_options), e.g. ssl_ca_certs"
+        )
+    nodes = []
+    for loc in parsed.netloc.rsplit("@", 1)[-1].split(","):
+        sub = urllib.parse.urlparse(f"fake://{loc.strip()}")
+        if sub.hostname is None or sub.port is None:
+            raise ConfigurationError(f"missing host or port in {loc!r} of {url!r}")
+        nodes.append((sub.hostname, sub.port))
+    options: dict[str, Any] = {}
+    if parsed.username:
+        options["username"] = urllib.parse.unquote(parsed.username)
+    if parsed.password:
+        options["password"] = urllib.parse.unquote(parsed.password)
+    if parsed.scheme == "rediss":
+        options["ssl"] = True
+    return nodes, options
 
 
 def _delete_matching(conn: Any, pattern: str) -> int:
@@ -239,12 +286,13 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         if cluster:
             from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 
-            nodes = [AsyncClusterNode(h, p) for h, p in s.cluster_nodes(url)]
-            client = redis.asyncio.RedisCluster(startup_nodes=nodes, **{**s.cluster_auth(url), **options})
+            hosts, from_uri = cluster_options(url)
+            nodes = [AsyncClusterNode(h, p) for h, p in hosts]
+            client = _redis.asyncio.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
         elif connection_pool is not None:
             client = redis.asyncio.Redis(connection_pool=connection_pool, **options)
         else:
-            client = redis.asyncio.from_url(url, **options)
+            client = _redis.asyncio.from_url(url, **options)
         self.storage = client
         self.throttle = AsyncThrottle(client)
         self.seen = s.Memory()
@@ -257,46 +305,49 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         return s.prefixed(self.key_prefix, key)
 
     async def _send(self, key: str, words: list[Any], tail: list[Any] | None = None) -> tuple[Any, Any]:
-        if tail is None or self.cluster:
+        if tail is None:
             return await self.throttle.execute(words, key), None
-        pipe = self.storage.pipeline(transaction=False)
-        pipe.execute_command(*words)
-        pipe.execute_command(*tail, **{NEVER_DECODE: True})
-        try:
-            reply, tail_reply = await pipe.execute()
-        except ResponseError as err:
-            raise server_error(err) from err
-        return reply, tail_reply
+        return await self.throttle.pipelined(key, words, tail)
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
+        self.seen.drop(pk)
+        window = s.window_ms(expiry)
+        s.amount_ok(amount, "cost")
         backend = await self.throttle.backend()
         if backend is Backend.TWIN and not self.cluster:
-            pipe = self.storage.pipeline(transaction=True)
-            s.queue_plain_counter(pipe, pk, expiry, amount)
-            seen = s.plain_counter_seen(pk, await pipe.execute())
-            self.seen.keep(seen)
-            return seen.count
-        d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, expiry, amount), pk))
-        seen = s.counter_seen(pk, d)
+            pipe = cast(Any, self.storage).pipeline(transaction=True)
+            s.queue_plain_counter(pipe, pk, window, amount)
+            replies = await pipe.execute(raise_on_error=False)
+            refused = next((r for r in replies if isinstance(r, ResponseError)), None)
+            if refused is not None:
+                raise await self._counter_refused(pk, refused) from refused
+            seen = s.plain_counter_seen(pk, replies)
+        else:
+            d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, expiry, amount), pk))
+            seen = s.counter_seen(pk, d)
         self.seen.keep(seen)
         return seen.count
 
-    async def _counter_peek(self, pk: str, part: str) -> s.Seen:
+    async def _counter_refused(self, pk: str, err: ResponseError) -> ThrottleError:
+        if str(err).startswith("value is not an integer"):
+            return s.plain_counter_refused(await self.storage.getrange(pk, 0, 0))
+        return server_error(err)
+
+    async def _counter_read(self, pk: str, part: str) -> s.Seen:
         seen = self.seen.take(pk, part)
         if seen is None:
+            self.seen.drop(pk)
             backend = await self.throttle.backend()
             d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, s.PEEK_WINDOW, 0), pk))
-            seen = s.counter_seen(pk, d)
-            seen.unread.discard(part)
-            self.seen.keep(seen)
+            seen = self.seen.fresh(s.counter_seen(pk, d), part)
         return seen
 
     async def get(self, key: str) -> int:
-        return (await self._counter_peek(self._key(key), "count")).count
+        return (await self._counter_read(self._key(key), "count")).count
 
     async def get_expiry(self, key: str) -> float:
-        seen = await self._counter_peek(self._key(key), "expiry")
+        seen = await self._counter_read(self._key(key), "expiry")
         return max(seen.ends, seen.wall) if seen.count else seen.wall
 
     async def check(self) -> bool:
@@ -326,8 +377,11 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         pk = self._key(key)
+        self.seen.drop(pk)
+        if s.amount_ok(limit) <= 0:
+            return False
         backend = await self.throttle.backend()
-        words = s.window_words(backend, s.moving_limit(limit, expiry), pk, amount)
+        words = s.window_words(backend, s.moving_limit(limit, expiry), pk, s.cost(amount))
         reply, tail = await self._send(pk, words, s.tail_words(pk, limit))
         d = s.decide(reply)
         self.seen.keep(s.moving_seen(pk, d, amount, tail, expiry))
@@ -336,37 +390,39 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         pk = self._key(key)
         seen = self.seen.take(pk, "moving")
-        answer = s.moving_answer(seen, expiry) if seen else None
-        if answer is None:
+        if seen is None:
+            self.seen.drop(pk)
+            if s.amount_ok(limit) <= 0:
+                return time.time(), 0
             backend = await self.throttle.backend()
             words = s.window_words(backend, s.moving_limit(limit, expiry), pk, 0)
             reply, tail = await self._send(pk, words, s.tail_words(pk, limit))
-            d = s.decide(reply)
-            fresh = s.moving_seen(pk, d, 0, tail, expiry)
-            if fresh.start is None and self.cluster:
-                t = s.tail_words(pk, limit)
-                got = await self.throttle.execute(t, pk, raw=True) if t else None
-                fresh = s.moving_seen(pk, d, 0, got, expiry)
-            answer = (fresh.start if fresh.start is not None else fresh.wall + d.reset_after - expiry, fresh.count)
-            if fresh.count == 0:
-                answer = (fresh.wall, 0)
-        return answer
+            seen = self.seen.fresh(s.moving_seen(pk, s.decide(reply), 0, tail, expiry), "moving")
+        return s.moving_answer(seen, expiry)
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         pk = self._key(key)
+        self.seen.drop(pk)
+        if s.amount_ok(limit) <= 0:
+            return False
         backend = await self.throttle.backend()
-        words = s.window_words(backend, s.sliding_limit(limit, expiry), pk, amount)
+        words = s.window_words(backend, s.sliding_limit(limit, expiry), pk, s.cost(amount))
         d = s.decide(await self.throttle.execute(words, pk))
-        self.seen.keep(s.sliding_seen(pk, d, expiry))
+        self.seen.keep(s.sliding_seen(pk, d))
         return not d.limited
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         pk = self._key(key)
         seen = self.seen.take(pk, "sliding")
         if seen is None:
+            self.seen.drop(pk)
+            if s.limit_of(key) == 0:
+                return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
+            peek = s.sliding_peek_limit(key)
             backend = await self.throttle.backend()
-            words = s.window_words(backend, s.sliding_limit(s.COUNTER_CEILING, expiry), pk, 0)
-            seen = s.sliding_seen(pk, s.decide(await self.throttle.execute(words, pk)), expiry)
+            words = s.window_words(backend, s.sliding_limit(peek, expiry), pk, 0)
+            d = s.decide(await self.throttle.execute(words, pk))
+            seen = self.seen.fresh(s.sliding_seen(pk, d, peek), "sliding")
         return s.sliding_answer(seen, expiry)
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:

@@ -1,0 +1,18 @@
+//! `redis-throttle-rls`: a drop-in for envoyproxy/ratelimit, deciding on redis-throttle.
+//!
+//! - [`settings`]: upstream's environment variables (and ours), refused by name when they
+//!   cannot mean anything here.
+//! - [`config`]: upstream's YAML, its validation and error texts, descriptor matching; our
+//!   per-limit `algorithm`s.
+//! - [`source`]: where documents come from (files now, xDS next) and when they reload.
+//! - [`service`]: `ShouldRateLimit`, field for field as upstream answers.
+//! - [`server`]: the gRPC, HTTP, debug and Prometheus listeners.
+//! - [`stats`]: upstream's stat names, statsd and Prometheus.
+
+pub mod config;
+pub mod json;
+pub mod server;
+pub mod service;
+pub mod settings;
+pub mod source;
+pub mod stats;

@@ -1,0 +1,454 @@
+//! The environment, read as envoyproxy/ratelimit reads it (same names, same defaults where they
+//! mean something here), plus ours (`FAILURE_MODE`, `DECISION_DEADLINE`, …). A variable we
+//! cannot honour, or a value we do not support, stops the start with its name: never ignored.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// What the service answers when Redis cannot (down, paused, slower than the deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// A gRPC `UNAVAILABLE` error at once: Envoy's own `failure_mode_deny` decides, as it does
+    /// with upstream (which answers `UNKNOWN`, after up to `REDIS_TIMEOUT`).
+    Error,
+    /// `OK` for every descriptor.
+    Open,
+    /// `OVER_LIMIT` for every limited descriptor.
+    Closed,
+    /// Each instance decides alone, on its share of every limit (`FAILURE_LOCAL_SHARE`).
+    Local,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisType {
+    Single,
+    Cluster,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub host: String,
+    pub port: u16,
+    pub debug_host: String,
+    pub debug_port: u16,
+    pub grpc_host: String,
+    pub grpc_port: u16,
+    pub grpc_uds: String,
+    pub grpc_max_connection_age: Option<Duration>,
+    pub grpc_server_use_tls: bool,
+    pub grpc_server_tls_cert: String,
+    pub grpc_server_tls_key: String,
+    pub grpc_client_tls_cacert: String,
+    pub log_level: String,
+    pub log_json: bool,
+    pub force_start_without_initial_config: bool,
+    pub use_statsd: bool,
+    pub statsd_host: String,
+    pub statsd_port: u16,
+    pub stats_flush_interval: Duration,
+    pub disable_stats: bool,
+    pub use_prometheus: bool,
+    pub prometheus_addr: String,
+    pub prometheus_path: String,
+    pub runtime_root: String,
+    pub runtime_subdirectory: String,
+    pub runtime_appdirectory: String,
+    pub runtime_ignore_dot_files: bool,
+    pub runtime_watch_root: bool,
+    pub merge_domain_config: bool,
+    pub local_cache_size_in_bytes: usize,
+    pub near_limit_ratio: f32,
+    pub cache_key_prefix: String,
+    pub stop_cache_key_increment_when_overlimit: bool,
+    pub response_headers_enabled: bool,
+    pub header_limit: String,
+    pub header_remaining: String,
+    pub header_reset: String,
+    pub healthy_with_at_least_one_config_loaded: bool,
+    pub redis_socket_type: String,
+    pub redis_type: RedisType,
+    pub redis_url: String,
+    pub redis_auth: String,
+    pub redis_tls: bool,
+    pub redis_tls_client_cert: String,
+    pub redis_tls_client_key: String,
+    pub redis_tls_cacert: String,
+    pub redis_tls_skip_hostname_verification: bool,
+    pub redis_health_check_active_connection: bool,
+    pub redis_timeout: Duration,
+    pub global_shadow_mode: bool,
+    pub global_quota_mode: bool,
+    pub response_dynamic_metadata: bool,
+    pub failure_mode: FailureMode,
+    pub failure_local_share: u32,
+    pub decision_deadline: Duration,
+}
+
+/// A start refused: the variable and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError(pub String);
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// Upstream's variables that configure what this service does not have, and the value each
+/// may keep (its default; `None`: any value is refused once set). Setting one to anything else
+/// stops the start.
+const REFUSED: &[(&str, Option<&str>, &str)] = &[
+    ("BACKEND_TYPE", Some("redis"), "only Redis (with the redis-throttle module or its Functions twin) is a backend here"),
+    ("CONFIG_TYPE", Some("FILE"), "configuration comes from files (RUNTIME_ROOT…) here; xDS (GRPC_XDS_SOTW) is the next step, not this release"),
+    ("REDIS_PERSECOND", Some("false"), "one Redis (or one cluster) holds every limit here; a second Redis for per-second limits is not supported"),
+    ("USE_DOG_STATSD", Some("false"), "DogStatsD is not supported: use USE_STATSD or USE_PROMETHEUS"),
+    ("USE_DOG_STATSD_MOGRIFIERS", None, "DogStatsD is not supported"),
+    ("EXTRA_TAGS", None, "stat tags are not supported"),
+    ("PROMETHEUS_MAPPER_YAML", None, "only upstream's default Prometheus mapping is built in"),
+    ("TRACING_ENABLED", Some("false"), "OpenTelemetry tracing is not supported"),
+    ("GRPC_CLIENT_TLS_SAN", None, "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients"),
+    ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
+    ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
+    ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
+    ("REDIS_SENTINEL_AUTH", None, "Redis Sentinel is not supported: REDIS_TYPE SINGLE or CLUSTER"),
+    ("CONFIG_GRPC_XDS_SERVER_URL", None, "xDS configuration is not supported yet"),
+    ("CONFIG_GRPC_XDS_NODE_ID", None, "xDS configuration is not supported yet"),
+];
+
+/// Upstream's pool and pipeline tuning: each is checked and logged, and has nothing to tune
+/// here (every decision is multiplexed on one connection per Redis node).
+const NO_POOL: &[&str] = &[
+    "REDIS_POOL_SIZE",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_STARTUP_INITIAL_INTERVAL",
+    "REDIS_STARTUP_MAX_INTERVAL",
+    "REDIS_STARTUP_MAX_ELAPSED_TIME",
+    "GRPC_MAX_CONNECTION_AGE_GRACE",
+    "RUNTIME_IGNOREDOTFILES",
+];
+
+struct Env<'a> {
+    vars: &'a HashMap<String, String>,
+}
+
+impl Env<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    fn string(&self, name: &str, default: &str) -> String {
+        self.get(name).unwrap_or(default).to_string()
+    }
+
+    fn bool(&self, name: &str, default: bool) -> Result<bool, SettingsError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => parse_bool(v).ok_or_else(|| SettingsError(format!("{name}={v}: expected true or false"))),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, SettingsError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|_| SettingsError(format!("{name}={v}: expected a number"))),
+        }
+    }
+
+    fn duration(&self, name: &str, default: Duration) -> Result<Duration, SettingsError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => parse_go_duration(v).ok_or_else(|| SettingsError(format!("{name}={v}: expected a duration such as 20ms, 1s or 1m30s"))),
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Go's `time.ParseDuration` for what configurations use: `1h2m3.5s`, `250ms`, `100us`, `0`.
+pub fn parse_go_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if v == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = v;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).filter(|&i| i > 0)?;
+        let number: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..u] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += number * scale;
+        rest = &rest[u..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+impl Settings {
+    /// From this process's environment.
+    pub fn from_env() -> Result<Settings, SettingsError> {
+        Settings::from_vars(&std::env::vars().collect())
+    }
+
+    pub fn from_vars(vars: &HashMap<String, String>) -> Result<Settings, SettingsError> {
+        let env = Env { vars };
+        for (name, allowed, why) in REFUSED {
+            if let Some(v) = env.get(name) {
+                let fine = match allowed {
+                    Some(a) if *a == "false" || *a == "true" => parse_bool(v) == parse_bool(a),
+                    Some(a) => v.eq_ignore_ascii_case(a),
+                    None => v.is_empty(),
+                };
+                if !fine {
+                    return Err(SettingsError(format!("{name}={v} is not supported: {why}")));
+                }
+            }
+        }
+        for (name, value) in vars {
+            let refused_family = ["MEMCACHE_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "TRACING_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
+            if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() && name != "TRACING_ENABLED" {
+                return Err(SettingsError(format!("{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)")));
+            }
+        }
+        for name in NO_POOL {
+            if let Some(v) = env.get(name) {
+                tracing::info!("{name}={v}: nothing to tune here (every decision is multiplexed on one connection per Redis node)");
+            }
+        }
+        let redis_type = match env.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
+            "SINGLE" => RedisType::Single,
+            "CLUSTER" => RedisType::Cluster,
+            other => return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE or CLUSTER"))),
+        };
+        let redis_socket_type = env.string("REDIS_SOCKET_TYPE", "unix");
+        if !matches!(redis_socket_type.as_str(), "unix" | "tcp") {
+            return Err(SettingsError(format!("REDIS_SOCKET_TYPE={redis_socket_type}: expected unix or tcp")));
+        }
+        let failure_mode = match env.string("FAILURE_MODE", "error").to_ascii_lowercase().as_str() {
+            "error" => FailureMode::Error,
+            "open" => FailureMode::Open,
+            "closed" => FailureMode::Closed,
+            "local" => FailureMode::Local,
+            other => return Err(SettingsError(format!("FAILURE_MODE={other}: expected error, open, closed or local"))),
+        };
+        let log_format = env.string("LOG_FORMAT", "text");
+        if !matches!(log_format.to_ascii_lowercase().as_str(), "text" | "json") {
+            return Err(SettingsError(format!("LOG_FORMAT={log_format}: expected text or json")));
+        }
+        let log_level = env.string("LOG_LEVEL", "WARN");
+        if !matches!(log_level.to_ascii_lowercase().as_str(), "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic") {
+            return Err(SettingsError(format!("LOG_LEVEL={log_level}: expected trace, debug, info, warn, error, fatal or panic")));
+        }
+        let near_limit_ratio: f32 = env.number("NEAR_LIMIT_RATIO", 0.8)?;
+        if !(0.0..=1.0).contains(&near_limit_ratio) {
+            return Err(SettingsError(format!("NEAR_LIMIT_RATIO={near_limit_ratio}: expected a ratio from 0 to 1")));
+        }
+        let decision_deadline = env.duration("DECISION_DEADLINE", Duration::from_millis(15))?;
+        if decision_deadline.is_zero() {
+            return Err(SettingsError("DECISION_DEADLINE=0: a decision needs some time".into()));
+        }
+        let max_age = env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?;
+        let s = Settings {
+            host: env.string("HOST", "0.0.0.0"),
+            port: env.number("PORT", 8080)?,
+            debug_host: env.string("DEBUG_HOST", "0.0.0.0"),
+            debug_port: env.number("DEBUG_PORT", 6070)?,
+            grpc_host: env.string("GRPC_HOST", "0.0.0.0"),
+            grpc_port: env.number("GRPC_PORT", 8081)?,
+            grpc_uds: env.string("GRPC_UDS", ""),
+            grpc_max_connection_age: (!max_age.is_zero()).then_some(max_age),
+            grpc_server_use_tls: env.bool("GRPC_SERVER_USE_TLS", false)?,
+            grpc_server_tls_cert: env.string("GRPC_SERVER_TLS_CERT", ""),
+            grpc_server_tls_key: env.string("GRPC_SERVER_TLS_KEY", ""),
+            grpc_client_tls_cacert: env.string("GRPC_CLIENT_TLS_CACERT", ""),
+            log_level,
+            log_json: log_format.eq_ignore_ascii_case("json"),
+            force_start_without_initial_config: env.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            use_statsd: env.bool("USE_STATSD", true)?,
+            statsd_host: env.string("STATSD_HOST", "localhost"),
+            statsd_port: env.number("STATSD_PORT", 8125)?,
+            stats_flush_interval: env.duration("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
+            disable_stats: env.bool("DISABLE_STATS", false)?,
+            use_prometheus: env.bool("USE_PROMETHEUS", false)?,
+            prometheus_addr: env.string("PROMETHEUS_ADDR", ":9090"),
+            prometheus_path: env.string("PROMETHEUS_PATH", "/metrics"),
+            runtime_root: env.string("RUNTIME_ROOT", "/srv/runtime_data/current"),
+            runtime_subdirectory: env.string("RUNTIME_SUBDIRECTORY", ""),
+            runtime_appdirectory: env.string("RUNTIME_APPDIRECTORY", "config"),
+            runtime_ignore_dot_files: env.bool("RUNTIME_IGNOREDOTFILES", false)?,
+            runtime_watch_root: env.bool("RUNTIME_WATCH_ROOT", true)?,
+            merge_domain_config: env.bool("MERGE_DOMAIN_CONFIG", false)?,
+            local_cache_size_in_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
+            near_limit_ratio,
+            cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
+            stop_cache_key_increment_when_overlimit: env.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            response_headers_enabled: env.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+            header_limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+            header_remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+            header_reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            healthy_with_at_least_one_config_loaded: env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            redis_socket_type,
+            redis_type,
+            redis_url: env.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
+            redis_auth: env.string("REDIS_AUTH", ""),
+            redis_tls: env.bool("REDIS_TLS", false)?,
+            redis_tls_client_cert: env.string("REDIS_TLS_CLIENT_CERT", ""),
+            redis_tls_client_key: env.string("REDIS_TLS_CLIENT_KEY", ""),
+            redis_tls_cacert: env.string("REDIS_TLS_CACERT", ""),
+            redis_tls_skip_hostname_verification: env.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+            redis_health_check_active_connection: env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
+            redis_timeout: env.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
+            global_shadow_mode: env.bool("SHADOW_MODE", false)?,
+            global_quota_mode: env.bool("QUOTA_MODE", false)?,
+            response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
+            failure_mode,
+            failure_local_share: env.number("FAILURE_LOCAL_SHARE", 1)?,
+            decision_deadline,
+        };
+        if s.use_statsd && s.use_prometheus && !s.disable_stats {
+            return Err(SettingsError("USE_STATSD=true and USE_PROMETHEUS=true: unable to use more than one stats sink at the same time; set USE_STATSD=false to use Prometheus".into()));
+        }
+        if s.grpc_server_use_tls && (s.grpc_server_tls_cert.is_empty() || s.grpc_server_tls_key.is_empty()) {
+            return Err(SettingsError("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY".into()));
+        }
+        if !s.grpc_client_tls_cacert.is_empty() && !s.grpc_server_use_tls {
+            return Err(SettingsError("GRPC_CLIENT_TLS_CACERT is set but GRPC_SERVER_USE_TLS is not true: mTLS needs TLS on the gRPC listener".into()));
+        }
+        if s.failure_local_share == 0 {
+            return Err(SettingsError("FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into()));
+        }
+        if s.redis_type == RedisType::Cluster && s.redis_socket_type == "unix" {
+            return Err(SettingsError("REDIS_TYPE=CLUSTER needs REDIS_SOCKET_TYPE=tcp".into()));
+        }
+        Ok(s)
+    }
+
+    /// The Redis URLs to connect to (one, or a cluster's seed nodes).
+    pub fn redis_urls(&self) -> Vec<String> {
+        let (user, pass) = match self.redis_auth.split_once(':') {
+            Some((u, p)) => (u.to_string(), p.to_string()),
+            None => (String::new(), self.redis_auth.clone()),
+        };
+        let scheme = if self.redis_tls { "rediss" } else { "redis" };
+        self.redis_url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| {
+                if u.starts_with("redis://") || u.starts_with("rediss://") || u.starts_with("unix://") || u.starts_with("redis+unix://") {
+                    return u.to_string();
+                }
+                if self.redis_socket_type == "unix" {
+                    let mut url = format!("unix://{u}");
+                    if !self.redis_auth.is_empty() {
+                        url.push_str(&format!("?pass={}", encode(&pass)));
+                        if !user.is_empty() {
+                            url.push_str(&format!("&user={}", encode(&user)));
+                        }
+                    }
+                    return url;
+                }
+                let auth = match (user.is_empty(), pass.is_empty()) {
+                    (_, true) => String::new(),
+                    (true, false) => format!(":{}@", encode(&pass)),
+                    (false, false) => format!("{}:{}@", encode(&user), encode(&pass)),
+                };
+                let fragment = if self.redis_tls && self.redis_tls_skip_hostname_verification { "#insecure" } else { "" };
+                format!("{scheme}://{auth}{u}{fragment}")
+            })
+            .collect()
+    }
+}
+
+/// Percent-encodes a URL's user or password.
+fn encode(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_upstream_s() {
+        let s = Settings::from_vars(&vars(&[])).unwrap();
+        assert_eq!((s.port, s.grpc_port, s.debug_port), (8080, 8081, 6070));
+        assert_eq!(s.runtime_root, "/srv/runtime_data/current");
+        assert_eq!(s.runtime_appdirectory, "config");
+        assert!(s.runtime_watch_root && s.use_statsd && !s.use_prometheus);
+        assert_eq!(s.redis_socket_type, "unix");
+        assert_eq!(s.redis_url, "/var/run/nutcracker/ratelimit.sock");
+        assert_eq!(s.header_limit, "RateLimit-Limit");
+        assert_eq!(s.near_limit_ratio, 0.8);
+        assert_eq!(s.failure_mode, FailureMode::Error);
+        assert_eq!(s.redis_urls(), vec!["unix:///var/run/nutcracker/ratelimit.sock".to_string()]);
+    }
+
+    #[test]
+    fn what_cannot_mean_anything_here_is_refused_by_name() {
+        for (name, value) in [
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("BACKEND_TYPE", "memcache"),
+            ("REDIS_PERSECOND", "true"),
+            ("MEMCACHE_HOST_PORT", "localhost:11211"),
+            ("TRACING_ENABLED", "true"),
+            ("REDIS_TYPE", "SENTINEL"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "true"),
+            ("FAILURE_MODE", "maybe"),
+        ] {
+            let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();
+            assert!(e.0.starts_with(name), "{name}: {e}");
+        }
+        for (name, value) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis"), ("REDIS_PERSECOND", "false"), ("REDIS_POOL_SIZE", "20")] {
+            Settings::from_vars(&vars(&[(name, value)])).unwrap();
+        }
+        let both = Settings::from_vars(&vars(&[("USE_PROMETHEUS", "true")])).unwrap_err();
+        assert!(both.0.contains("more than one stats sink"), "{both}");
+    }
+
+    #[test]
+    fn redis_urls_follow_socket_type_auth_and_tls() {
+        let s = Settings::from_vars(&vars(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "localhost:6379"), ("REDIS_AUTH", "user:p@ss"), ("REDIS_TLS", "true")])).unwrap();
+        assert_eq!(s.redis_urls(), vec!["rediss://user:p%40ss@localhost:6379".to_string()]);
+        let c = Settings::from_vars(&vars(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2"), ("REDIS_AUTH", "pw")])).unwrap();
+        assert_eq!(c.redis_urls(), vec!["redis://:pw@a:1".to_string(), "redis://:pw@b:2".to_string()]);
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("x"), None);
+    }
+}

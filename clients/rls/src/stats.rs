@@ -1,0 +1,259 @@
+//! Upstream's statistics, by upstream's names: `ratelimit.service.rate_limit.DOMAIN.KEY.STAT`
+//! (`total_hits`, `over_limit`, `near_limit`, `within_limit`, `shadow_mode`,
+//! `over_limit_with_local_cache`), `ratelimit.service.config_load_success` / `_error`,
+//! `ratelimit.service.call.should_rate_limit.redis_error` / `service_error`,
+//! `ratelimit.service.global_shadow_mode`, `ratelimit_server.ShouldRateLimit.total_requests` and
+//! `.response_time`. Counters live for the process (a reload keeps them, as gostats' do); they
+//! are flushed to statsd (`USE_STATSD`), served to Prometheus (`USE_PROMETHEUS`, with upstream's
+//! default mapping) and listed on the debug port's `/stats`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A monotonic counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One limit's counters.
+#[derive(Debug, Default)]
+pub struct LimitStats {
+    pub total_hits: Counter,
+    pub over_limit: Counter,
+    pub near_limit: Counter,
+    pub over_limit_with_local_cache: Counter,
+    pub within_limit: Counter,
+    pub shadow_mode: Counter,
+}
+
+/// A timer's sum and count (milliseconds, as upstream records `response_time`).
+#[derive(Debug, Default)]
+pub struct Timer {
+    pub sum_ms: Counter,
+    pub count: Counter,
+}
+
+/// Every counter by name.
+#[derive(Debug, Default)]
+pub struct Stats {
+    counters: Mutex<HashMap<String, Arc<Counter>>>,
+    limits: Mutex<HashMap<String, Arc<LimitStats>>>,
+    pub response_time: Timer,
+}
+
+/// Upstream's `SanitizeStatName`: `:` and `|` become `_`, and so do the dots of an IPv4 address.
+pub fn sanitize(name: &str) -> String {
+    let replaced: String = name.chars().map(|c| if c == ':' || c == '|' { '_' } else { c }).collect();
+    // Dots inside a dotted quad (1-3 digits, four times) become underscores.
+    let bytes = replaced.as_bytes();
+    let mut out = replaced.clone().into_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(end) = dotted_quad_at(bytes, i) {
+            for b in &mut out[i..end] {
+                if *b == b'.' {
+                    *b = b'_';
+                }
+            }
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or(replaced)
+}
+
+/// The end of a dotted quad starting at `i` (`\d{1,3}(\.\d{1,3}){3}`, leftmost-first as a regex
+/// scan finds it).
+fn dotted_quad_at(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i;
+    for part in 0..4 {
+        if part > 0 {
+            if b.get(j) != Some(&b'.') {
+                return None;
+            }
+            j += 1;
+        }
+        let start = j;
+        while j < b.len() && j - start < 3 && b[j].is_ascii_digit() {
+            j += 1;
+        }
+        if j == start {
+            return None;
+        }
+    }
+    Some(j)
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats::default()
+    }
+
+    /// The counter named `name` (created at zero).
+    pub fn counter(&self, name: &str) -> Arc<Counter> {
+        let mut map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(name.to_string()).or_default().clone()
+    }
+
+    /// The counters of the limit whose stats key is `key` (`domain.key_value…`).
+    pub fn limit(&self, key: &str) -> Arc<LimitStats> {
+        let mut map = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(sanitize(key)).or_default().clone()
+    }
+
+    /// Every counter's value by its full name, sorted.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (name, c) in self.counters.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            out.insert(name.clone(), c.get());
+        }
+        for (key, l) in self.limits.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for (stat, c) in [
+                ("total_hits", &l.total_hits),
+                ("over_limit", &l.over_limit),
+                ("near_limit", &l.near_limit),
+                ("over_limit_with_local_cache", &l.over_limit_with_local_cache),
+                ("within_limit", &l.within_limit),
+                ("shadow_mode", &l.shadow_mode),
+            ] {
+                out.insert(format!("ratelimit.service.rate_limit.{key}.{stat}"), c.get());
+            }
+        }
+        out.insert("ratelimit_server.ShouldRateLimit.response_time.sum_ms".into(), self.response_time.sum_ms.get());
+        out.insert("ratelimit_server.ShouldRateLimit.response_time.count".into(), self.response_time.count.get());
+        out
+    }
+
+    /// `/stats`: one `name: value` line per counter.
+    pub fn text(&self) -> String {
+        self.snapshot().iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+    }
+
+    /// The Prometheus exposition, names mapped as upstream's default mapper maps them.
+    pub fn prometheus(&self) -> String {
+        let mut families: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        for (name, value) in self.snapshot() {
+            if name.starts_with("ratelimit_server.ShouldRateLimit.response_time") {
+                continue;
+            }
+            let (family, labels) = prometheus_name(&name);
+            families.entry(family).or_default().push((labels, value));
+        }
+        let mut out = String::new();
+        for (family, samples) in families {
+            out.push_str(&format!("# TYPE {family} counter\n"));
+            for (labels, value) in samples {
+                out.push_str(&format!("{family}{labels} {value}\n"));
+            }
+        }
+        let (sum, count) = (self.response_time.sum_ms.get(), self.response_time.count.get());
+        out.push_str("# TYPE ratelimit_service_response_time_seconds summary\n");
+        out.push_str(&format!("ratelimit_service_response_time_seconds_sum{{grpc_method=\"ShouldRateLimit\"}} {}\n", sum as f64 / 1000.0));
+        out.push_str(&format!("ratelimit_service_response_time_seconds_count{{grpc_method=\"ShouldRateLimit\"}} {count}\n"));
+        out
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// A statsd name as upstream's default Prometheus mapping names it: its family and labels.
+fn prometheus_name(name: &str) -> (String, String) {
+    let parts: Vec<&str> = name.split('.').collect();
+    let limit_stats = ["near_limit", "over_limit", "total_hits", "within_limit", "shadow_mode"];
+    if parts.len() >= 6 && parts[0] == "ratelimit" && parts[1] == "service" && parts[2] == "rate_limit" {
+        let stat = parts[parts.len() - 1];
+        let keys = &parts[4..parts.len() - 1];
+        let mapped = limit_stats.contains(&stat) && (keys.len() == 2 || (keys.len() == 1 && stat != "shadow_mode"));
+        if mapped {
+            let mut labels = format!("domain=\"{}\",key1=\"{}\"", escape(parts[3]), escape(keys[0]));
+            if keys.len() == 2 {
+                labels.push_str(&format!(",key2=\"{}\"", escape(keys[1])));
+            }
+            return (format!("ratelimit_service_rate_limit_{stat}"), format!("{{{labels}}}"));
+        }
+    }
+    if parts.len() == 5 && name.starts_with("ratelimit.service.call.should_rate_limit.") {
+        return ("ratelimit_service_should_rate_limit_error".into(), format!("{{err_type=\"{}\"}}", escape(parts[4])));
+    }
+    if parts.len() == 3 && parts[0] == "ratelimit_server" && parts[2] == "total_requests" {
+        return ("ratelimit_service_total_requests".into(), format!("{{grpc_method=\"{}\"}}", escape(parts[1])));
+    }
+    if name == "ratelimit.service.config_load_success" || name == "ratelimit.service.config_load_error" {
+        return (name.replace('.', "_"), String::new());
+    }
+    // statsd_exporter's default: every character outside [A-Za-z0-9_] becomes `_`.
+    (name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect(), String::new())
+}
+
+/// Sends every counter's increase since the last flush to statsd over TCP (`name:delta|c`), as
+/// gostats' TCP sink does, every `interval`; an unreachable statsd is retried at the next flush.
+pub async fn statsd_loop(stats: Arc<Stats>, address: String, interval: std::time::Duration) {
+    use tokio::io::AsyncWriteExt;
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    let mut conn: Option<tokio::net::TcpStream> = None;
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = stats.snapshot();
+        let mut lines = String::new();
+        for (name, value) in &now {
+            let delta = value.saturating_sub(last.get(name).copied().unwrap_or(0));
+            if delta > 0 {
+                lines.push_str(&format!("{name}:{delta}|c\n"));
+            }
+        }
+        if lines.is_empty() {
+            continue;
+        }
+        if conn.is_none() {
+            match tokio::net::TcpStream::connect(&address).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, %address, "statsd: cannot connect; counters are sent at the next flush");
+                    continue;
+                }
+            }
+        }
+        if let Some(c) = &mut conn {
+            if let Err(e) = c.write_all(lines.as_bytes()).await {
+                tracing::debug!(error = %e, "statsd: write failed; reconnecting at the next flush");
+                conn = None;
+                continue;
+            }
+            last = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_names_are_sanitized_as_upstream_does() {
+        assert_eq!(sanitize("domain.remote_address_10.0.0.1"), "domain.remote_address_10_0_0_1");
+        assert_eq!(sanitize("a:b|c.d"), "a_b_c.d");
+        assert_eq!(sanitize("x.1.2.3"), "x.1.2.3");
+    }
+
+    #[test]
+    fn prometheus_names_follow_the_default_mapper() {
+        assert_eq!(prometheus_name("ratelimit.service.rate_limit.basic.key1.total_hits"), ("ratelimit_service_rate_limit_total_hits".into(), "{domain=\"basic\",key1=\"key1\"}".into()));
+        assert_eq!(prometheus_name("ratelimit.service.rate_limit.d.a_b.c.over_limit").1, "{domain=\"d\",key1=\"a_b\",key2=\"c\"}");
+        assert_eq!(prometheus_name("ratelimit.service.call.should_rate_limit.redis_error").0, "ratelimit_service_should_rate_limit_error");
+        assert_eq!(prometheus_name("ratelimit_server.ShouldRateLimit.total_requests").0, "ratelimit_service_total_requests");
+    }
+}

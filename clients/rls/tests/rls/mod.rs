@@ -1,0 +1,242 @@
+//! The service as users run it: the built binary, configured by environment variables and a
+//! runtime folder of YAML files, on free loopback ports (port 0: it logs what it bound).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+/// The configuration every test serves: one limit per scenario.
+pub const CONFIG: &str = r#"
+domain: gw
+descriptors:
+  - { key: three, rate_limit: { unit: minute, requests_per_unit: 3 } }
+  - { key: hour, rate_limit: { unit: hour, requests_per_unit: 10 } }
+  - { key: gcra, rate_limit: { unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 2 } }
+  - { key: sliding, rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding_window } }
+  - { key: bucket, rate_limit: { unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 2 } }
+  - { key: calendar, rate_limit: { unit: day, requests_per_unit: 2, algorithm: calendar, time_zone: "+02:00" } }
+  - { key: shadow, shadow_mode: true, rate_limit: { unit: minute, requests_per_unit: 1 } }
+  - { key: quota_a, quota_mode: true, rate_limit: { unit: minute, requests_per_unit: 1 } }
+  - { key: quota_b, quota_mode: true, rate_limit: { unit: minute, requests_per_unit: 3 } }
+  - key: key_1
+    value: value_1
+    descriptors:
+      - { key: user, rate_limit: { name: specific_limit, unit: minute, requests_per_unit: 1 } }
+  - key: key_2
+    value: value_2
+    descriptors:
+      - { key: user, rate_limit: { replaces: [ { name: specific_limit } ], unit: minute, requests_per_unit: 3 } }
+"#;
+
+/// The host:port of a harness server's URL.
+pub fn host_port(url: &str) -> String {
+    url.trim_start_matches("redis://").trim_end_matches('/').to_string()
+}
+
+/// A server with only the Functions twin loaded (no module).
+pub fn twin_server() -> crate::harness::Server {
+    use crate::harness::twin::{self, Form};
+    let server = crate::harness::Server::with(crate::harness::Options::default().without_module());
+    twin::load(&mut server.client(), Form::Library, &twin::shipped(Form::Library));
+    server
+}
+
+/// Pauses (SIGSTOP) or kills the server, as `fault` says: its pid and a guard that resumes it.
+pub fn break_redis(server: &mut crate::harness::Server, fault: &str) -> (u32, crate::harness::Resume) {
+    let pid = server.pid();
+    if fault == "paused" {
+        crate::harness::signal(pid, libc::SIGSTOP);
+    } else {
+        server.kill();
+    }
+    (pid, crate::harness::Resume(pid))
+}
+
+/// Undoes [`break_redis`]: resumes the paused server or starts the killed one again.
+pub fn mend_redis(server: &mut crate::harness::Server, fault: &str, pid: u32) {
+    if fault == "paused" {
+        crate::harness::signal(pid, libc::SIGCONT);
+    } else {
+        server.relaunch();
+    }
+}
+
+pub struct Rls {
+    child: Child,
+    pub dir: PathBuf,
+    pub grpc: String,
+    pub http: String,
+    pub debug: String,
+    pub log: Arc<Mutex<String>>,
+}
+
+/// A fresh runtime folder holding `files` under `ratelimit/config/`.
+pub fn runtime(files: &[(&str, &str)]) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rls-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.join("ratelimit/config").join(name), content).unwrap();
+    }
+    dir
+}
+
+fn base_env(dir: &std::path::Path) -> HashMap<String, String> {
+    [
+        ("RUNTIME_ROOT", dir.to_str().unwrap()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("USE_STATSD", "false"),
+        ("LOG_LEVEL", "info"),
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("DECISION_DEADLINE", "500ms"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Runs the binary with `env` (nothing inherited but PATH) and its exit status and output, for a
+/// start that should be refused.
+pub fn refused(env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-throttle-rls"));
+    cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (status.code().unwrap_or(-1), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the service started although it should have been refused: {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Rls {
+    /// Starts the service on `redis_url` (host:port, or a comma list for a cluster) with the
+    /// runtime folder `dir` and extra variables.
+    pub fn start(dir: &std::path::Path, redis_url: &str, extra: &[(&str, &str)]) -> Rls {
+        let mut env = base_env(dir);
+        env.insert("REDIS_URL".into(), redis_url.into());
+        for (k, v) in extra {
+            env.insert(k.to_string(), v.to_string());
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-throttle-rls"));
+        cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).envs(&env);
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start redis-throttle-rls");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut l = log.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+        }
+        let find = |what: &str| -> Option<String> {
+            let l = log.lock().unwrap();
+            let marker = format!("Listening for {what} on '");
+            let start = l.find(&marker)? + marker.len();
+            let end = l[start..].find('\'')?;
+            Some(l[start..start + end].to_string())
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let (Some(grpc), Some(http), Some(debug)) = (find("gRPC"), find("HTTP"), find("debug")) {
+                return Rls { child, dir: dir.to_path_buf(), grpc, http, debug, log };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("redis-throttle-rls exited with {status}: {}", log.lock().unwrap());
+            }
+            assert!(Instant::now() < deadline, "redis-throttle-rls did not listen: {}", log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub async fn grpc(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc)).await.unwrap()
+    }
+
+    /// An HTTP/1.1 request on `addr`: the status and the body.
+    pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        // Chunked bodies (axum streams none here, but be safe): keep the text as is.
+        (status, body)
+    }
+
+    pub fn stats(&self) -> HashMap<String, u64> {
+        let (_, body) = Rls::http(&self.debug, "GET", "/stats", "");
+        body.lines().filter_map(|l| l.split_once(": ")).filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?))).collect()
+    }
+
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats().get(name).copied().unwrap_or(0)
+    }
+
+    /// Waits until `name` reaches at least `n` (reloads are polled).
+    pub fn wait_stat(&self, name: &str, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.stat(name) < n {
+            assert!(Instant::now() < deadline, "{name} never reached {n}: {:?}\n{}", self.stats(), self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor { entries: pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(), ..Default::default() }
+}
+
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest { domain: domain.into(), descriptors, hits_addend: 0 }
+}
