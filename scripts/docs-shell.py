@@ -48,7 +48,7 @@ INFOS = {"sh", "bash", "shell", "console"}
 # (pattern, replacement, reason): `re.sub(pattern, replacement, line)` on each command line that
 # the pattern matches. $DOCS_* are set in each block's shell (see prelude()).
 MAPPED: list[tuple[str, str, str]] = [
-    (r"^make run\b.*$", "docs_serve make run PORT=$DOCS_RUN_PORT",
+    (r"^make run(\s.*)?$", "docs_serve make run PORT=$DOCS_RUN_PORT",
      "make run serves on port 6379 in the foreground until stopped: it runs on a free port until its "
      "server answers CL.THROTTLE, then that server is shut down"),
     (r"^redis-server\b([^#]*).*$", r"docs_serve redis-server\1 --port $DOCS_RUN_PORT",
@@ -57,6 +57,15 @@ MAPPED: list[tuple[str, str, str]] = [
     (r"^make dist(\s.*)?$", "make -n dist >/dev/null",
      "make dist wrote what this test runs on just before (make dist-test depends on it): checked to be "
      "a make target (make -n)"),
+    (r"^make rls(\s.*)?$", "make -n rls >/dev/null",
+     "builds the gateway service in release (minutes on 2 cores): make test's cargo test --workspace "
+     "builds it and runs it against real servers (clients/rls/tests); checked to be a make target (make -n)"),
+    (r"^make run-rls(\s.*)?$", "make -n run-rls >/dev/null",
+     "serves the gateway on upstream's fixed ports (8080, 8081, 6070) in the foreground: its tests start "
+     "the same service on free ports (make test); checked to be a make target (make -n)"),
+    (r"^curl -s localhost:8080/json\b.*$", "docs_covered 'make test'",
+     "asks the service make run-rls serves on 8080: clients/rls/tests post the same /json requests to the "
+     "service they start (make test runs them)"),
     (r"^make test(\s.*)?$", "make -n test >/dev/null",
      "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)"),
     (r"^make (plots|plots-perf)\b.*$", r"make -n \1 >/dev/null",
