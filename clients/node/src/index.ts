@@ -1,7 +1,7 @@
 /**
  * redis-throttle: the redis-throttle commands (the module's `CL.*`, or the Functions twin's
  * `FCALL cl_*` where the module is absent, detected once) through the caller's own Redis client:
- * node-redis (v4/v5, `sendCommand`) or ioredis (`call`), standalone or cluster. Every time is in
+ * node-redis (4.7 to 6, `sendCommand`) or ioredis (`call`), standalone or cluster. Every time is in
  * milliseconds (each call sends `MS`).
  */
 export { slot, crossSlot, sibling } from './slot.js';

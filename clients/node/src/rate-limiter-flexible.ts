@@ -1,70 +1,151 @@
 /**
  * rate-limiter-flexible on redis-throttle: `RateLimiterRedisThrottle` takes RateLimiterRedis's
- * options and methods (consume, penalty, reward, get, set, block, delete; insuranceLimiter), and
+ * options and methods (consume, penalty, reward, get, set, block, delete, deleteInMemoryBlockedAll,
+ * getKey, parseKey; insuranceLimiter, blockDuration, inMemoryBlockOnConsumed…), and
  * `RateLimiterUnionAtomic` decides several limiters by one CL.ALL, all or nothing. By default a
  * fixed window per `duration` (CL.COUNTER), RateLimiterRedis's meaning; `algorithm: 'window'`
  * for the exact sliding window, `'gcra'` for GCRA.
+ *
+ * The limiter is a RateLimiterAbstract, the class every rate-limiter-flexible version checks for
+ * (RateLimiterUnion, insuranceLimiter, the wrappers), taken from the installed version: its
+ * options are checked as that version checks them.
  */
-import { RateLimiterCompatibleAbstract, RateLimiterRes } from 'rate-limiter-flexible';
-import { type Algorithm, limiter, plainCounter, refund } from './algorithm.js';
+import * as flexible from 'rate-limiter-flexible';
+import type { IRateLimiterOptions, RateLimiterAbstract } from 'rate-limiter-flexible';
+import { type Algorithm, admits, limiter, plainCounter, refund } from './algorithm.js';
 import { type Decision, type Limiter, Throttle, ThrottleError } from './throttle.js';
 
+const { RateLimiterRes, RateLimiterMemory } = flexible;
+type RateLimiterRes = flexible.RateLimiterRes;
+
+/** RateLimiterAbstract: the installed version's, the parent of its RateLimiterMemory (it is not exported by name). */
+const Abstract = ((): typeof RateLimiterAbstract => {
+  let c: unknown = Object.getPrototypeOf(RateLimiterMemory);
+  while (typeof c === 'function' && c.name !== 'RateLimiterAbstract') c = Object.getPrototypeOf(c);
+  return (typeof c === 'function' ? c : Object.getPrototypeOf(RateLimiterMemory)) as typeof RateLimiterAbstract;
+})();
+
+/** What rate-limiter-flexible accepts as a limiter (an insurance limiter here). */
+function compatible(v: unknown): boolean {
+  const Compatible = (flexible as { RateLimiterCompatibleAbstract?: new () => object }).RateLimiterCompatibleAbstract;
+  return v instanceof Abstract || (typeof Compatible === 'function' && v instanceof Compatible);
+}
+
+interface Insurance {
+  blockDuration: number;
+  execEvenly: boolean;
+}
+
 export interface RateLimiterRedisThrottleOptions {
-  /** A node-redis (v4/v5) or ioredis client, standalone or cluster. */
+  /** A node-redis (4.7 to 6) or ioredis (5, 6) client, standalone or cluster. */
   storeClient: object;
-  /** Units per `duration` (default 4, as rate-limiter-flexible). */
+  /** Units per `duration` (rate-limiter-flexible's default and checks). */
   points?: number;
-  /** Seconds (default 1); 0 = never resets (a very long window here). */
+  /** Seconds; 0 = never resets (algorithm 'counter'). */
   duration?: number;
   /** Default 'rlflx'; keys are `${keyPrefix}:${key}`. */
   keyPrefix?: string;
   /** Seconds to block a key once it is over its points (0: no block). */
   blockDuration?: number;
+  /** Consumed points at which a key is blocked for blockDuration (above points; as RateLimiterRedis). */
+  blockOnConsumed?: number;
+  /** Consumed points at which a key is blocked in this process's memory, without asking Redis. */
+  inMemoryBlockOnConsumed?: number;
+  /** Seconds of that in-memory block (0: until the key's window ends). */
+  inMemoryBlockDuration?: number;
   /** Answers when Redis fails (any rate-limiter-flexible limiter, e.g. RateLimiterMemory). */
-  insuranceLimiter?: RateLimiterCompatibleAbstract;
+  insuranceLimiter?: object;
+  /** Reject at once (or ask insuranceLimiter) when the client is not connected, as RateLimiterRedis. */
+  rejectIfRedisNotReady?: boolean;
   /** 'counter' (default, fixed window), 'window' (exact sliding window) or 'gcra'. */
   algorithm?: Algorithm;
   /** Accepted for RateLimiterRedis compatibility; the client kind is detected. */
   useRedisPackage?: boolean;
+  useRedis3AndLowerPackage?: boolean;
+  /** Refused: use algorithm 'gcra', which spaces admissions on the server. */
   execEvenly?: boolean;
+  execEvenlyMinDelayMs?: number;
   /** ms to wait for Redis before the call fails (then insuranceLimiter answers); default 1000. */
   timeoutMs?: number;
   [other: string]: unknown;
 }
 
-/** duration 0 ("never expires") as the longest window the commands take: 1e9 s. */
-const FOREVER_MS = 1_000_000_000_000;
-
-/** A limit no count reaches (a pure count, as Throttle.hit keeps), within the twin's exact integers. */
-const COUNT_ALL = 1_000_000_000_000_000;
-
+type Options = { customDuration?: number; [other: string]: unknown };
 type Insured = Record<string, (...args: unknown[]) => Promise<unknown>>;
 
-export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
+const REFUSED: Record<string, string> = {
+  customIncrTtlLuaScript: 'the store runs no Lua script',
+  execEvenly: "use algorithm 'gcra', which spaces admissions on the server",
+};
+
+/** parseInt as RateLimiterStoreAbstract reads its in-memory and block thresholds. */
+const whole = (v: unknown): number => (v ? parseInt(String(v), 10) || 0 : 0);
+
+export class RateLimiterRedisThrottle extends Abstract {
   readonly #throttle: Throttle;
   readonly #algorithm: Algorithm;
-  override readonly keyPrefix: string;
-  override blockDuration: number;
-  override execEvenly = false;
-  points: number;
-  duration: number;
-  insuranceLimiter: RateLimiterCompatibleAbstract | undefined;
+  /** The points a window admits (the host rejects when consumed > points). */
+  readonly #admits: number;
+  /** Every consume counted (RateLimiterRedis's way), the points compared here; see #counting. */
+  readonly #counts: boolean;
+  readonly #ready: () => boolean;
+  /** Keys blocked in memory: rlKey → when the block ends (ms since the epoch). */
+  readonly #inMemory = new Map<string, number>();
+  readonly blockOnConsumed: number;
+  readonly inMemoryBlockOnConsumed: number;
+  readonly inMemoryBlockDuration: number;
+  #insurance: object | undefined;
 
   constructor(opts: RateLimiterRedisThrottleOptions) {
-    super();
+    super(opts as unknown as IRateLimiterOptions);
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
-    if (opts.execEvenly) throw new TypeError('redis-throttle: execEvenly is not supported (use algorithm "gcra", which spaces admissions)');
+    for (const [name, why] of Object.entries(REFUSED)) {
+      if (opts[name] !== undefined && opts[name] !== false) throw new TypeError(`redis-throttle: ${name} is not supported (${why})`);
+    }
     this.#throttle = new Throttle(opts.storeClient, opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs });
     this.#algorithm = opts.algorithm ?? 'counter';
-    this.keyPrefix = opts.keyPrefix ?? 'rlflx';
-    this.points = opts.points ?? 4;
-    this.duration = opts.duration ?? 1;
-    if (!Number.isInteger(this.points) || this.points < 1) throw new TypeError('redis-throttle: points must be a whole number of at least 1');
-    if (!(this.duration >= 0)) throw new TypeError('duration must be set and must be a finite, non-negative number');
-    this.blockDuration = opts.blockDuration ?? 0;
+    limiter(this.#algorithm, 'x', 1, 1);
+    this.#admits = admits(this.points);
+    // The thresholds, checked as RateLimiterStoreAbstract checks them.
+    this.blockOnConsumed = whole(opts.blockOnConsumed);
+    if (this.blockOnConsumed > 0 && this.points > this.blockOnConsumed) throw new Error('blockOnConsumed option must be greater or equal "points" option');
+    this.inMemoryBlockOnConsumed = whole(opts.inMemoryBlockOnConsumed);
+    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
+    this.inMemoryBlockDuration = whole(opts.inMemoryBlockDuration);
+    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) throw new Error('inMemoryBlockOnConsumed option must be set up');
+    // A denial takes nothing on the module, so a consume reports at most the points plus its own:
+    // thresholds above that, a limit below 1 and a window without an end need every consume
+    // counted (the fixed window's plain commands).
+    const beyond = (t: number): boolean => t > Math.min(this.#admits, Number.MAX_SAFE_INTEGER - 1) + 1;
+    const needs = [
+      this.#admits <= 0 || this.#admits === Infinity ? `points ${this.points}` : undefined,
+      this.duration === 0 ? 'duration 0 (never expires)' : undefined,
+      beyond(this.blockOnConsumed) ? `blockOnConsumed above points + 1` : undefined,
+      beyond(this.inMemoryBlockOnConsumed) ? `inMemoryBlockOnConsumed above points + 1` : undefined,
+    ].filter((x): x is string => x !== undefined);
+    if (needs.length > 0 && this.#algorithm !== 'counter') throw new TypeError(`redis-throttle: ${needs.join(', ')} needs algorithm 'counter'`);
+    this.#counts = needs.length > 0;
     if (this.blockDuration > 0 && this.#algorithm === 'window') throw new TypeError("redis-throttle: blockDuration needs algorithm 'counter' or 'gcra'");
     this.insuranceLimiter = opts.insuranceLimiter;
-    limiter(this.#algorithm, 'x', 1, 1);
+    const client = opts.storeClient as { status?: unknown; isReady?: unknown; isOpen?: unknown };
+    this.#ready =
+      opts.rejectIfRedisNotReady === true
+        ? () => (typeof client.status === 'string' ? client.status === 'ready' : typeof client.isReady === 'boolean' ? client.isReady : client.isOpen !== false)
+        : () => true;
+  }
+
+  get insuranceLimiter(): object | undefined {
+    return this.#insurance;
+  }
+
+  /** As RateLimiterRedis: any rate-limiter-flexible limiter, given this one's blockDuration and execEvenly. */
+  set insuranceLimiter(value: object | undefined) {
+    if (value !== undefined && !compatible(value)) throw new Error('insuranceLimiter must be instance of RateLimiterAbstract or RateLimiterCompatibleAbstract');
+    this.#insurance = value;
+    if (value) {
+      (value as Insurance).blockDuration = this.blockDuration;
+      (value as Insurance).execEvenly = this.execEvenly;
+    }
   }
 
   /** The redis-throttle core this limiter sends through. */
@@ -72,14 +153,19 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
     return this.#throttle;
   }
 
-  getKey(key: string | number): string {
-    return this.keyPrefix.length > 0 ? `${this.keyPrefix}:${key}` : String(key);
+  /** ms of a window of `sec` seconds (customDuration as rate-limiter-flexible reads it); null: never expires. */
+  #windowMs(options: Options = {}): number | null {
+    const c = options.customDuration;
+    const sec = typeof c === 'number' && c >= 0 ? c : this.duration;
+    return sec > 0 ? Math.max(1, Math.round(sec * 1000)) : null;
   }
 
   /** The limiter of `key` (what CL.ALL takes too). */
   limiterOf(key: string | number, quantity?: number, durationSec?: number): Limiter {
-    const sec = durationSec ?? this.duration;
-    return limiter(this.#algorithm, this.getKey(key), this.points, sec > 0 ? Math.round(sec * 1000) : FOREVER_MS, quantity);
+    const ms = this.#windowMs(durationSec === undefined ? {} : { customDuration: durationSec });
+    if (ms === null) throw new ThrottleError(`redis-throttle: a window that never expires (duration 0) is counted, not decided by ${this.#algorithm === 'counter' ? 'CL.COUNTER' : 'the server'}`);
+    if (this.#admits <= 0 || this.#admits === Infinity) throw new ThrottleError(`redis-throttle: points ${this.points} cannot be decided by the server`);
+    return limiter(this.#algorithm, this.getKey(key), this.#admits, ms, quantity);
   }
 
   static resOf(d: Decision, points: number): RateLimiterRes {
@@ -87,57 +173,124 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
     const denied = d.limited;
     // A denial took nothing; rate-limiter-flexible's consumedPoints then reads above `points`.
     const consumed = denied ? used + points : used;
-    const ms = denied && d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
+    const ms = d.resetAfterMs < 0 ? -1 : denied && d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
     return new RateLimiterRes(denied ? 0 : d.remaining, ms, consumed, !denied && used === points);
   }
 
   async #insured<T>(name: string, args: unknown[], run: () => Promise<T>): Promise<T> {
     try {
+      if (!this.#ready()) throw new Error('Redis connection is not ready');
       return await run();
     } catch (e) {
-      if (e instanceof RateLimiterRes || !this.insuranceLimiter) throw e;
-      return (await (this.insuranceLimiter as unknown as Insured)[name]!(...args)) as T;
+      if (e instanceof RateLimiterRes || !this.#insurance) throw e;
+      return (await (this.#insurance as unknown as Insured)[name]!(...args)) as T;
     }
   }
 
-  /** Takes `points`; rejects with a RateLimiterRes when the key is over its points (nothing is taken then). */
-  override consume(key: string | number, points = 1, options: { customDuration?: number } = {}): Promise<RateLimiterRes> {
+  /** Whether calls with these options count every consume with plain commands (Throttle.hit). */
+  async #counting(options: Options): Promise<boolean> {
+    if (this.#algorithm !== 'counter') {
+      if (this.#windowMs(options) === null) throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
+      return false;
+    }
+    if (this.#counts || this.#windowMs(options) === null) return true;
+    // Only the Functions twin: plain commands, as RateLimiterRedis counts.
+    return (await this.#throttle.backend()) === 'twin';
+  }
+
+  #res(consumed: number, ttlMs: number, changed: number): RateLimiterRes {
+    return new RateLimiterRes(Math.max(this.points - consumed, 0), ttlMs, consumed, consumed === changed);
+  }
+
+  /** Takes `points`; rejects with a RateLimiterRes when the key is over its points. */
+  override consume(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
+    const rlKey = this.getKey(key);
+    const inMemory = this.#inMemoryMs(rlKey);
+    if (inMemory > 0) return Promise.reject(new RateLimiterRes(0, inMemory));
     return this.#insured('consume', [key, points, options], async () => {
-      const windowMs = (this.limiterOf(key, points, options.customDuration) as { windowMs: number }).windowMs;
-      if (plainCounter(this.points, windowMs, points) && (await this.#plain())) {
-        // Only the Functions twin: plain commands counting every point, as RateLimiterRedis does
-        // (Throttle.hit); the limit is compared here.
-        const l = this.limiterOf(key, points, options.customDuration) as { key: string; windowMs: number };
-        const h = await this.#throttle.hit(l.key, l.windowMs, points);
-        const over = h.count > this.points;
-        const res = new RateLimiterRes(Math.max(this.points - h.count, 0), h.ttlMs > 0 ? h.ttlMs : l.windowMs, h.count, h.count === points);
-        if (!over) return res;
-        // As RateLimiterRedis: only the consume that goes over blocks (not every later denial).
-        if (this.blockDuration > 0 && h.count - points <= this.points) {
-          await this.#block(key, this.blockDuration * 1000);
-          (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
-        }
-        throw res;
+      let res: RateLimiterRes;
+      let over: boolean;
+      let crossed: boolean;
+      if (await this.#counting(options)) {
+        // Every consume counted, as RateLimiterRedis's script counts it; the points compared here.
+        const ms = this.#windowMs(options);
+        const h = await this.#throttle.hit(rlKey, ms, points);
+        res = this.#res(h.count, h.ttlMs, points);
+        over = h.count > this.points;
+        crossed = this.#crossed(h.count, points);
+      } else {
+        const l = this.limiterOf(key, points, options.customDuration);
+        const d = await this.#throttle.decide(l);
+        res = RateLimiterRedisThrottle.resOf(d, points);
+        // More points than the limiter holds: as RateLimiterRedis reports it, the window's time.
+        if (d.limited && d.retryAfterMs < 0 && d.resetAfterMs === 0) (res as { msBeforeNext: number }).msBeforeNext = (l as { windowMs?: number; periodMs?: number }).windowMs ?? (l as { periodMs: number }).periodMs;
+        over = d.limited;
+        // A denial takes nothing, so the one that goes over is the first without a block in force.
+        crossed = over;
       }
-      const d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
-      const res = RateLimiterRedisThrottle.resOf(d, points);
-      if (!d.limited) return res;
-      // A denial takes nothing, so the one that goes over is the first without a block in force.
-      if (this.blockDuration > 0 && (await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), this.blockDuration * 1000)) !== undefined) {
-        (res as { msBeforeNext: number }).msBeforeNext = this.blockDuration * 1000;
-      }
-      throw res;
+      return this.#afterConsume(key, rlKey, res, over, crossed, points, options);
     });
   }
 
-  /** The fixed window on a server with only the Functions twin: Throttle.hit's plain commands. */
-  async #plain(): Promise<boolean> {
-    return this.#algorithm === 'counter' && (await this.#throttle.backend()) === 'twin';
+  /** The consume whose count first reaches the block threshold (RateLimiterStoreAbstract's rule). */
+  #crossed(consumed: number, changed: number): boolean {
+    if (!(this.blockOnConsumed > 0 && this.blockOnConsumed > this.points)) return consumed > this.points && consumed <= this.points + changed;
+    return consumed >= this.blockOnConsumed && consumed - changed < this.blockOnConsumed;
+  }
+
+  /** RateLimiterStoreAbstract's `_afterConsume`: in-memory blocks, then the storage block. */
+  async #afterConsume(key: string | number, rlKey: string, res: RateLimiterRes, over: boolean, crossed: boolean, points: number, options: Options): Promise<RateLimiterRes> {
+    const r = res as { msBeforeNext: number };
+    if (this.inMemoryBlockOnConsumed > 0 && !(this.inMemoryBlockDuration > 0) && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
+      this.#inMemory.set(rlKey, Date.now() + res.msBeforeNext);
+      if (over) throw res;
+      return res;
+    }
+    if (!over) return res;
+    if (this.blockDuration > 0 && crossed) {
+      const ms = this.blockDuration * 1000;
+      if (await this.#counting(options)) {
+        // RateLimiterRedis writes the consumed points for the block.
+        await this.#throttle.put(rlKey, String(res.consumedPoints), ms);
+        r.msBeforeNext = ms;
+      } else if ((await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), ms)) !== undefined) {
+        r.msBeforeNext = ms;
+      }
+    }
+    if (this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
+      this.#inMemory.set(rlKey, Date.now() + this.inMemoryBlockDuration * 1000);
+      r.msBeforeNext = this.inMemoryBlockDuration * 1000;
+    }
+    throw res;
+  }
+
+  #inMemoryMs(rlKey: string): number {
+    if (!(this.inMemoryBlockOnConsumed > 0)) return 0;
+    const until = this.#inMemory.get(rlKey);
+    if (until === undefined) return 0;
+    const ms = until - Date.now();
+    if (ms >= 0) return ms;
+    this.#inMemory.delete(rlKey);
+    return 0;
+  }
+
+  /** ms left of the key's in-memory block (0: none), as RateLimiterStoreAbstract answers. */
+  getInMemoryBlockMsBeforeExpire(rlKey: string): number {
+    return this.#inMemoryMs(rlKey);
+  }
+
+  /** Forgets every in-memory block, expired or not. */
+  deleteInMemoryBlockedAll(): void {
+    this.#inMemory.clear();
   }
 
   /** Takes up to `points` whatever the limit (never beyond full). */
-  override penalty(key: string | number, points = 1, options: { customDuration?: number } = {}): Promise<RateLimiterRes> {
+  override penalty(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('penalty', [key, points, options], async () => {
+      if (await this.#counting(options)) {
+        const h = await this.#throttle.hit(this.getKey(key), this.#windowMs(options), points);
+        return this.#res(h.count, h.ttlMs, points);
+      }
       let d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
       if (d.limited && d.remaining > 0) d = await this.#throttle.decide(this.limiterOf(key, d.remaining, options.customDuration));
       return RateLimiterRedisThrottle.resOf({ ...d, limited: false }, points);
@@ -145,60 +298,65 @@ export class RateLimiterRedisThrottle extends RateLimiterCompatibleAbstract {
   }
 
   /** Gives `points` back (never beyond full). */
-  override reward(key: string | number, points = 1, options: { customDuration?: number } = {}): Promise<RateLimiterRes> {
+  override reward(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('reward', [key, points, options], async () => {
+      if (await this.#counting(options)) {
+        const h = await this.#throttle.hit(this.getKey(key), this.#windowMs(options), -points);
+        return this.#res(h.count, h.ttlMs, -points);
+      }
       const d = await this.#throttle.decide(refund(this.limiterOf(key, undefined, options.customDuration), points));
       return RateLimiterRedisThrottle.resOf(d, 0);
     });
   }
 
-  /** The key's state without taking anything; null when it is full (no key). */
-  override get(key: string | number, options: { customDuration?: number } = {}): Promise<RateLimiterRes | null> {
+  /** The key's state without taking anything; null when it has none. */
+  override get(key: string | number, options: Options = {}): Promise<RateLimiterRes | null> {
     return this.#insured('get', [key, options], async () => {
-      const l = this.limiterOf(key, 0, options.customDuration);
-      // With plain counting (twin) a count may exceed points: read it whole.
-      const d = await this.#throttle.decide((await this.#plain()) ? { ...l, limit: COUNT_ALL } as Limiter : l);
-      if (d.limit !== this.points) {
-        const used = d.limit - d.remaining;
-        if (used === 0 && d.resetAfterMs === 0) return null;
-        return new RateLimiterRes(Math.max(this.points - used, 0), d.resetAfterMs, used, false);
+      if (this.#algorithm === 'counter') {
+        // The fixed window's state is its count, whichever way it was written (as RateLimiterRedis reads it).
+        const c = await this.#throttle.count(this.getKey(key));
+        return c === undefined ? null : this.#res(c.count, c.ttlMs, 0);
       }
+      const d = await this.#throttle.decide(this.limiterOf(key, 0, options.customDuration));
       if (d.remaining >= d.limit && d.resetAfterMs === 0) return null;
       return new RateLimiterRes(d.remaining, d.resetAfterMs, d.limit - d.remaining, false);
     });
   }
 
-  /** Deletes the key: true if it existed. */
-  override delete(key: string | number, options: object = {}): Promise<boolean> {
+  /** Deletes the key (and its in-memory block): true if it existed. */
+  override delete(key: string | number, options: Options = {}): Promise<boolean> {
     return this.#insured('delete', [key, options], async () => {
-      const k = this.getKey(key);
-      return Number(await this.#throttle.command(k, ['DEL', k])) > 0;
+      const rlKey = this.getKey(key);
+      const existed = (await this.#throttle.del(rlKey)) > 0;
+      this.#inMemory.delete(rlKey);
+      return existed;
     });
   }
 
-  /** Denies the key for `secDuration` seconds (algorithm 'counter' or 'gcra'). */
-  override block(key: string | number, secDuration: number, options: object = {}): Promise<RateLimiterRes> {
+  /**
+   * Denies the key for `secDuration` seconds (algorithm 'counter' or 'gcra'); 0 or less: without
+   * an end, as RateLimiterRedis writes it (a counter key then keeps its points until its next
+   * consume opens a window on it, as RateLimiterRedis's script does; a GCRA key until deleted).
+   */
+  override block(key: string | number, secDuration: number, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('block', [key, secDuration, options], async () => {
-      await this.#block(key, secDuration * 1000);
-      return new RateLimiterRes(0, secDuration > 0 ? secDuration * 1000 : -1, this.points + 1);
+      const ms = secDuration * 1000;
+      const points = this.blockOnConsumed > 0 && this.blockOnConsumed > this.points ? this.blockOnConsumed : Math.floor(this.points) + 1;
+      if (this.#algorithm === 'window') throw new ThrottleError("redis-throttle: block() needs algorithm 'counter' or 'gcra'");
+      if (this.#algorithm === 'counter') await this.#throttle.put(this.getKey(key), String(points), ms >= 1 ? ms : Infinity);
+      else await this.#throttle.block(this.limiterOf(key), ms >= 1 ? ms : Infinity);
+      return new RateLimiterRes(0, ms >= 1 ? ms : -1, points);
     });
   }
 
-  /** Sets the points consumed for `secDuration` seconds (algorithm 'counter' only: its state is that count). */
-  override set(key: string | number, points: number, secDuration: number, options: object = {}): Promise<RateLimiterRes> {
+  /** Sets the points consumed for `secDuration` seconds (default `duration`; 0: no expiry); algorithm 'counter' only (its state is that count). */
+  override set(key: string | number, points: number, secDuration: number, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('set', [key, points, secDuration, options], async () => {
       if (this.#algorithm !== 'counter') throw new ThrottleError("redis-throttle: set() needs algorithm 'counter'");
-      const k = this.getKey(key);
-      const ms = (secDuration > 0 ? secDuration : this.duration) * 1000;
-      await this.#throttle.command(k, ms > 0 ? ['SET', k, String(points), 'PX', String(Math.round(ms))] : ['SET', k, String(points)]);
-      return new RateLimiterRes(Math.max(this.points - points, 0), ms > 0 ? ms : -1, points);
+      const ms = (secDuration >= 0 ? secDuration : this.duration) * 1000;
+      await this.#throttle.put(this.getKey(key), String(points), ms >= 1 ? ms : Infinity);
+      return new RateLimiterRes(0, ms >= 1 ? ms : -1, points);
     });
-  }
-
-  /** Denies `key` for `ms` (Throttle.block: the limiter's own state, on the server's clock). */
-  async #block(key: string | number, ms: number): Promise<void> {
-    if (this.#algorithm === 'window') throw new ThrottleError("redis-throttle: block() needs algorithm 'counter' or 'gcra'");
-    await this.#throttle.block(this.limiterOf(key), Math.max(1, ms));
   }
 }
 
@@ -217,6 +375,7 @@ export class RateLimiterUnionAtomic {
     if (!limiters.every((l) => l instanceof RateLimiterRedisThrottle)) throw new Error('RateLimiterUnionAtomic: every limiter must be a RateLimiterRedisThrottle');
     const prefixes = new Set(limiters.map((l) => l.keyPrefix));
     if (prefixes.size !== limiters.length) throw new Error('RateLimiterUnionAtomic: every limiter needs its own keyPrefix');
+    for (const l of limiters) l.limiterOf('x');
     this.#limiters = limiters;
     // Every limiter sends through its own client; one CL.ALL goes through the first's.
     this.#throttle = (limiters[0] as RateLimiterRedisThrottle).redisThrottle;
@@ -233,4 +392,3 @@ export class RateLimiterUnionAtomic {
     return out;
   }
 }
-

@@ -60,10 +60,15 @@ function tagOf(s: number): string {
  * The name of a key that belongs with `key` (its ban count, its block marker) and lies in the
  * same hash slot, so one cluster node holds both and a transaction may touch both:
  * `key + suffix` when that falls in `key`'s slot (always, when `key` has a hash tag), else
- * `{tag}` + `key + suffix` with a tag of `key`'s slot.
+ * `{tag}` + `key + suffix` with a tag of `key`'s slot. With a client's key `prefix` (ioredis
+ * keyPrefix), the slot is that of `prefix + key`, and the name returned goes after the prefix
+ * (`prefix + sibling(…)` is the key sent), so both keys start with it.
  */
-export function sibling(key: string, suffix: string): string {
+export function sibling(key: string, suffix: string, prefix = ''): string {
   const name = key + suffix;
-  const s = slot(key);
-  return slot(name) === s ? name : `{${tagOf(s)}}${name}`;
+  const s = slot(prefix + key);
+  if (slot(prefix + name) === s) return name;
+  const tagged = `{${tagOf(s)}}${name}`;
+  if (slot(prefix + tagged) === s) return tagged;
+  throw new RangeError(`redis-throttle: no key beside ${JSON.stringify(prefix + key)} in its hash slot (the key prefix ${JSON.stringify(prefix)} opens a hash tag it does not close)`);
 }

@@ -10,7 +10,7 @@ export interface Decision {
   remaining: number;
   /** Denied: ms until the same call would be admitted; -1 when admitted, or never admissible. */
   retryAfterMs: number;
-  /** ms until the limiter is full again (0: it is). */
+  /** ms until the limiter is full again (0: it is; -1: never, a block without an end). */
   resetAfterMs: number;
 }
 
@@ -58,7 +58,7 @@ export type Limiter =
 
 export type Backend = 'module' | 'twin';
 
-/** node-redis (client or cluster, v4/v5) or ioredis (Redis or Cluster): anything with `sendCommand` or `call`. */
+/** node-redis (client or cluster, 4.7 to 6) or ioredis (Redis or Cluster): anything with `sendCommand` or `call`. */
 export type RedisLike = object;
 
 export interface ThrottleOptions {
@@ -83,10 +83,20 @@ export class ThrottleError extends Error {
 type Send = (key: string | undefined, args: string[]) => Promise<unknown>;
 
 interface Transport {
+  /** Sends `args` exactly as given (keys already carry `prefix`); `key` routes it in a cluster. */
   send: Send;
-  /** Sends every command in the same tick (so they are written back to back on `key`'s connection). */
-  sendMany: (key: string, commands: string[][]) => Promise<unknown[]>;
+  /** MULTI, `commands`, EXEC on `key`'s node: EXEC's replies (a command's error fails the call). */
+  exec: (key: string, commands: string[][]) => Promise<unknown>;
+  /** Sends as the client's own `call` does: ioredis prefixes the keys of the commands it knows. */
+  sendAsCall: Send;
+  execAsCall: (key: string, commands: string[][]) => Promise<unknown>;
   cluster: boolean;
+  /**
+   * The client's key prefix (ioredis `keyPrefix`), which every key the package sends carries
+   * exactly once: ioredis adds it only to the commands in its own table (`SET`, `FCALL`, not
+   * `CL.*`), so the package adds it itself and sends without ioredis's.
+   */
+  prefix: string;
 }
 
 /** The replies of commands issued one after another in this tick (a client writes them in order on one connection). */
@@ -103,74 +113,115 @@ function sendAllNow(send: (args: string[]) => Promise<unknown>, commands: string
 function transport(client: any): Transport {
   if (client == null || typeof client !== 'object') throw new TypeError('redis-throttle: expected a node-redis or ioredis client');
   // ioredis: Redis and Cluster both have `call`; Cluster has `isCluster`.
-  if (typeof client.call === 'function' && typeof client.defineCommand === 'function') {
-    if (client.isCluster === true) return ioredisCluster(client);
-    const send = (args: string[]) => client.call(args[0], ...args.slice(1));
-    return { cluster: false, send: (_key, args) => send(args), sendMany: async (_key, cmds) => sendAllNow(send, cmds) };
-  }
+  if (typeof client.call === 'function' && typeof client.defineCommand === 'function') return ioredis(client);
   if (typeof client.sendCommand === 'function') {
     // node-redis cluster: sendCommand(firstKey, isReadonly, args, options); it has `masters`.
-    if ('masters' in client || typeof client.getMasters === 'function') {
-      return {
-        cluster: true,
-        send: (key, args) => client.sendCommand(key, false, args),
-        sendMany: async (key, cmds) => sendAllNow((args) => client.sendCommand(key, false, args), cmds),
-      };
-    }
-    const send = (args: string[]) => client.sendCommand(args);
-    if (typeof client.execute === 'function' && 'totalClients' in client) {
-      // node-redis v5's pool sends each command on any free client: a transaction takes one.
-      return {
-        cluster: false,
-        send: (_key, args) => send(args),
-        sendMany: (_key, cmds) => client.execute((one: any) => sendAllNow((args) => one.sendCommand(args), cmds)),
-      };
-    }
-    return { cluster: false, send: (_key, args) => send(args), sendMany: async (_key, cmds) => sendAllNow(send, cmds) };
+    const cluster = 'masters' in client || typeof client.getMasters === 'function';
+    const send: Send = cluster ? (key, args) => client.sendCommand(key, false, args) : (_key, args) => client.sendCommand(args);
+    // A transaction through node-redis's own MULTI (on one connection of the key's node; a
+    // client pool's on one of its clients): raw MULTI/EXEC sent one by one may not stay together.
+    const exec =
+      typeof client.multi === 'function'
+        ? async (key: string, cmds: string[][]) => {
+            const m = cluster ? client.multi(key) : client.multi();
+            // A cluster's addCommand: (firstKey, args) in node-redis 4, (firstKey, isReadonly, args) from 5.
+            if (!cluster) for (const c of cmds) m.addCommand(c);
+            else if (m.addCommand.length >= 4) for (const c of cmds) m.addCommand(key, false, c);
+            else for (const c of cmds) m.addCommand(key, c);
+            return m.exec();
+          }
+        : async (key: string, cmds: string[][]) => {
+            const replies = await sendAllNow((args) => send(key, args), [['MULTI'], ...cmds, ['EXEC']]);
+            return replies[replies.length - 1];
+          };
+    return { cluster, prefix: '', send, exec, sendAsCall: send, execAsCall: exec };
   }
   throw new TypeError('redis-throttle: expected a node-redis client (sendCommand) or an ioredis client (call)');
 }
 
-/** ioredis routes a command it does not know (CL.*) to a random node and follows MOVED: give it the slot instead. */
-function ioredisCluster(cluster: any): Transport {
+/**
+ * ioredis, Redis or Cluster. Commands go out as `Command` objects built without ioredis's
+ * keyPrefix (the package prefixes every key itself, see Transport.prefix); in a cluster they
+ * carry their key's slot, since ioredis routes a command it does not know (CL.*) to a random
+ * node and follows MOVED.
+ */
+function ioredis(client: any): Transport {
+  const cluster = client.isCluster === true;
+  const prefix: unknown = client.options?.keyPrefix ?? '';
+  if (typeof prefix !== 'string') throw new TypeError('redis-throttle: an ioredis keyPrefix must be a string (a Buffer keyPrefix is not supported)');
+  // ioredis exports Command as a property of its Redis class; a Cluster's is imported.
+  let Command: any = cluster ? undefined : client.constructor?.Command;
   let loading: Promise<any> | undefined;
-  const load = (): Promise<any> =>
-    (loading ??= import('ioredis').then(
-      (mod: any) => mod.Command ?? mod.default?.Command ?? null,
-      () => null,
-    ));
-  const now = (Command: any, key: string, args: string[]): Promise<unknown> => {
-    if (!Command) return cluster.call(args[0], ...args.slice(1));
-    const command = new Command(args[0], args.slice(1), { replyEncoding: 'utf8' });
-    command.slot = slot(key);
-    cluster.sendCommand(command);
+  const load = async (): Promise<any> => {
+    if (Command) return Command;
+    loading ??= import('ioredis').then(
+      (mod: any) => mod.Command ?? mod.default?.Command,
+      () => undefined,
+    );
+    Command = await loading;
+    if (typeof Command !== 'function') throw new ThrottleError('redis-throttle: ioredis.Command is unavailable: cannot send commands by slot or without ioredis\'s keyPrefix');
+    return Command;
+  };
+  const now = (C: any, key: string | undefined, args: string[], asCall: boolean): Promise<unknown> => {
+    const command = new C(args[0], args.slice(1), asCall && prefix ? { replyEncoding: 'utf8', keyPrefix: prefix } : { replyEncoding: 'utf8' });
+    if (cluster && key !== undefined) command.slot = slot(asCall ? prefix + key : key);
+    client.sendCommand(command);
     return command.promise;
   };
-  return {
-    cluster: true,
-    send: async (key, args) => {
-      if (key === undefined) return cluster.call(args[0], ...args.slice(1));
-      return now(await load(), key, args);
-    },
-    sendMany: async (key, cmds) => {
-      const Command = await load();
-      if (!Command) throw new ThrottleError('redis-throttle: ioredis.Command is unavailable: cannot route a transaction by slot');
-      return sendAllNow((args) => now(Command, key, args), cmds);
-    },
+  const send = (asCall: boolean): Send => async (key, args) => {
+    if (cluster && key === undefined) return client.call(args[0], ...args.slice(1));
+    return now(await load(), key, args, asCall);
   };
+  // MULTI, the commands and EXEC issued in one tick: ioredis writes them in order on one connection.
+  const exec = (asCall: boolean) => async (key: string, cmds: string[][]) => {
+    const C = await load();
+    const replies = await sendAllNow((args) => now(C, key, args, asCall), [['MULTI'], ...cmds, ['EXEC']]);
+    return replies[replies.length - 1];
+  };
+  return { cluster, prefix, send: send(false), exec: exec(false), sendAsCall: send(true), execAsCall: exec(true) };
 }
 
 function asError(e: unknown): ThrottleError {
   if (e instanceof ThrottleError) return e;
+  // node-redis's MULTI fails with the commands' replies: the first error is the server's text.
+  const multi = e as { replies?: unknown[]; errorIndexes?: number[] } | null;
+  if (multi && Array.isArray(multi.replies) && Array.isArray(multi.errorIndexes) && multi.errorIndexes.length > 0) {
+    const first = multi.replies[multi.errorIndexes[0] as number];
+    if (first instanceof Error) return new ThrottleError(first.message, { cause: e });
+  }
   const message = e instanceof Error ? e.message : String(e);
   return new ThrottleError(message, { cause: e });
 }
 
+/** A reply's integer, as a JS number: exact, or refused (a count beyond 2^53 - 1 cannot be one). */
 function int(v: unknown, what: string): number {
-  if (typeof v === 'number' && Number.isInteger(v)) return v;
-  if (typeof v === 'bigint') return Number(v);
-  if (typeof v === 'string' && /^-?\d+$/.test(v)) return Number(v);
-  throw new ThrottleError(`redis-throttle: expected an integer for ${what}, got ${JSON.stringify(v)}`);
+  let n: number | undefined;
+  if (typeof v === 'number' && Number.isInteger(v)) n = v;
+  else if (typeof v === 'bigint' || (typeof v === 'string' && /^-?\d+$/.test(v))) n = Number(v);
+  if (n === undefined) throw new ThrottleError(`redis-throttle: expected an integer for ${what}, got ${JSON.stringify(typeof v === 'bigint' ? String(v) : v)}`);
+  if (!Number.isSafeInteger(n)) throw new ThrottleError(`redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1, which a JS number cannot hold exactly`);
+  return n;
+}
+
+/**
+ * A count a plain command keeps (INCRBY's reply, a GET): exact up to 2^53 - 1; one beyond reads
+ * as Infinity, above every limit a JS number can state (a count is only ever compared with one).
+ */
+function count(v: unknown, what: string): number {
+  if (typeof v === 'string' && /^\d{16,}$/.test(v) && BigInt(v) > BigInt(Number.MAX_SAFE_INTEGER)) return Infinity;
+  if (typeof v === 'bigint' && v > BigInt(Number.MAX_SAFE_INTEGER)) return Infinity;
+  if (typeof v === 'number' && v > Number.MAX_SAFE_INTEGER) return Infinity;
+  return int(v, what);
+}
+
+/**
+ * Refuses, before anything is sent, a limit whose replies a JS number could not hold exactly
+ * (above 2^53 - 1). Other values go to the server as they are, for its own error.
+ */
+function exact(v: Int | undefined, what: string): void {
+  if (v === undefined) return;
+  const big = typeof v === 'bigint' ? v > BigInt(Number.MAX_SAFE_INTEGER) || v < -BigInt(Number.MAX_SAFE_INTEGER) : Number.isInteger(v) && !Number.isSafeInteger(v);
+  if (big) throw new ThrottleError(`redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1: replies in JS numbers could not be exact (nothing was sent)`);
 }
 
 function decision(reply: unknown): Decision {
@@ -196,6 +247,7 @@ const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE,
 
 /** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
 function params(l: Limiter): string[] {
+  for (const [name, v] of Object.entries(l)) if (name !== 'key' && name !== 'algorithm' && (typeof v === 'number' || typeof v === 'bigint')) exact(v, name);
   switch (l.algorithm) {
     case 'throttle':
       return [s(l.maxBurst), s(l.count), s(l.periodMs)];
@@ -220,6 +272,10 @@ function params(l: Limiter): string[] {
  * The commands, one method each, through the caller's Redis client. Whether the server has the
  * module or only the Functions twin is asked once, at the first call (and again after a failed
  * detection).
+ *
+ * Keys are the caller's: with an ioredis client whose `keyPrefix` is set, every key this class
+ * sends (in CL.*, FCALL and the plain commands alike) carries that prefix exactly once, as
+ * ioredis's own commands do, and slots are those of the prefixed keys.
  */
 export class Throttle {
   readonly #t: Transport;
@@ -239,6 +295,26 @@ export class Throttle {
   /** Whether the client is a cluster client (keys routed by slot; CL.ALL's keys must share one). */
   get cluster(): boolean {
     return this.#t.cluster;
+  }
+
+  /** The client's key prefix (ioredis `keyPrefix`; '' for node-redis), carried by every key sent. */
+  get keyPrefix(): string {
+    return this.#t.prefix;
+  }
+
+  /** The sibling (see `sibling`) of a key as it is sent, itself starting with the client's key prefix. */
+  #sibling(key: string, suffix: string): string {
+    const p = this.#t.prefix;
+    return p + sibling(key.slice(p.length), suffix, p);
+  }
+
+  /** A caller's key as it is sent (with the client's key prefix). */
+  #w(key: string): string {
+    return this.#t.prefix + key;
+  }
+
+  #wl<L extends Limiter>(l: L): L {
+    return { ...l, key: this.#w(l.key) };
   }
 
   /** 'module' or 'twin', detected once: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`. */
@@ -285,6 +361,7 @@ export class Throttle {
     return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
   }
 
+  /** A command whose keys are sent as they are (already prefixed), routed by `key`. */
   async #call(key: string, args: string[]): Promise<unknown> {
     try {
       return await this.#timed(this.#t.send(key, args));
@@ -293,8 +370,9 @@ export class Throttle {
     }
   }
 
-  /** CL.<name> key … or FCALL cl_<name> 1 key …, then quantity (positional or QUANTITY) and MS. */
+  /** CL.<name> key … or FCALL cl_<name> 1 key …, then quantity (positional or QUANTITY) and MS. `key` is sent as it is. */
   async #single(name: 'throttle' | 'window' | 'bucket' | 'counter' | 'quota', key: string, words: string[], quantity: Int | undefined): Promise<Decision> {
+    if (quantity !== undefined) exact(quantity, 'quantity');
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
     const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
@@ -305,13 +383,7 @@ export class Throttle {
       if (typeof held !== 'number') return held;
       const limit = Number(BigInt(words[0] as string) + 1n);
       const units = quantity === undefined ? 1n : BigInt(s(quantity));
-      return {
-        limited: units > 0n,
-        limit,
-        remaining: 0,
-        retryAfterMs: units > 0n && units <= BigInt(limit) ? held : -1,
-        resetAfterMs: held,
-      };
+      return blockedDecision(limit, units, held);
     });
   }
 
@@ -335,11 +407,14 @@ export class Throttle {
     }
   }
 
-  /** ms left of a GCRA block on `key` (its value is BLOCKED); 'gone' when the key is absent, undefined when it holds something else. */
+  /**
+   * ms left of a GCRA block on `key` (sent as it is; its value is BLOCKED), -1 for a block
+   * without an end; 'gone' when the key is absent, undefined when it holds something else.
+   */
   async #blocked(key: string): Promise<number | 'gone' | undefined> {
     let replies: unknown[];
     try {
-      replies = await this.transaction(key, [['GET', key], ['PTTL', key]]);
+      replies = await this.#transaction(key, [['GET', key], ['PTTL', key]]);
     } catch {
       return undefined; // (a key of another type: the call's own error stands)
     }
@@ -347,38 +422,39 @@ export class Throttle {
     if (value == null) return 'gone';
     if (String(value) !== BLOCKED) return undefined;
     const ms = int(pttl, 'PTTL reply');
-    return ms > 0 ? ms : 1;
+    return ms === -1 ? -1 : ms > 0 ? ms : 1;
   }
 
   /** GCRA (redis-cell's CL.THROTTLE): max_burst + 1 at once, then `count` per `periodMs`. */
   throttle(key: string, p: ThrottleParams): Promise<Decision> {
-    return this.#single('throttle', key, params({ key, algorithm: 'throttle', ...p }), p.quantity);
+    return this.#decide({ ...p, key: this.#w(key), algorithm: 'throttle' });
   }
 
   /** Sliding window: at most `limit` units in any span of `windowMs` (exact, or bucketed by `precisionMs`). */
   window(key: string, p: WindowParams): Promise<Decision> {
-    return this.#single('window', key, params({ key, algorithm: 'window', ...p }), p.quantity);
+    return this.#decide({ ...p, key: this.#w(key), algorithm: 'window' });
   }
 
   /** Token bucket: `capacity` tokens, `tokens` more every whole `intervalMs`. */
   bucket(key: string, p: BucketParams): Promise<Decision> {
-    return this.#single('bucket', key, params({ key, algorithm: 'bucket', ...p }), p.quantity);
+    return this.#decide({ ...p, key: this.#w(key), algorithm: 'bucket' });
   }
 
   /** Fixed window: at most `limit` per `windowMs`, the window opening at its first action. */
   counter(key: string, p: CounterParams): Promise<Decision> {
-    return this.#single('counter', key, params({ key, algorithm: 'counter', ...p }), p.quantity);
+    return this.#decide({ ...p, key: this.#w(key), algorithm: 'counter' });
   }
 
   /** Calendar quota: at most `limit` per calendar `per`. */
   quota(key: string, p: QuotaParams): Promise<Decision> {
-    return this.#single('quota', key, params({ key, algorithm: 'quota', ...p }), p.quantity);
+    return this.#decide({ ...p, key: this.#w(key), algorithm: 'quota' });
   }
 
   /** Several limiters decided at one instant, all or nothing (CL.ALL … MS DETAILS). In a cluster the keys must share a slot (hash tags). */
   async all(limiters: readonly Limiter[]): Promise<AllDecision> {
     if (limiters.length === 0) throw new ThrottleError('redis-throttle: all() needs at least one limiter');
-    const keys = limiters.map((l) => l.key);
+    const wired = limiters.map((l) => this.#wl(l));
+    const keys = wired.map((l) => l.key);
     if (this.#t.cluster) {
       const cross = crossSlot(keys);
       if (cross) {
@@ -387,25 +463,27 @@ export class Throttle {
         );
       }
     }
+    const words = wired.map((l) => params(l));
+    for (const l of wired) if (l.quantity !== undefined) exact(l.quantity, 'quantity');
     const backend = await this.backend();
-    const args = backend === 'module' ? ['CL.ALL', String(limiters.length)] : ['FCALL', 'cl_all', String(limiters.length)];
+    const args = backend === 'module' ? ['CL.ALL', String(wired.length)] : ['FCALL', 'cl_all', String(wired.length)];
     args.push(...keys);
-    for (const l of limiters) {
-      args.push(l.algorithm.toUpperCase(), ...params(l));
+    wired.forEach((l, i) => {
+      args.push(l.algorithm.toUpperCase(), ...(words[i] as string[]));
       if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
-    }
+    });
     args.push('MS', 'DETAILS');
     const send = async (): Promise<AllDecision> => {
       const reply = await this.#call(keys[0] as string, args);
       const top = decision(reply);
       const r = reply as unknown[];
       const details = r[6];
-      if (!Array.isArray(details) || details.length !== limiters.length) {
+      if (!Array.isArray(details) || details.length !== wired.length) {
         throw new ThrottleError(`redis-throttle: expected CL.ALL's reply with DETAILS, got ${JSON.stringify(reply)}`);
       }
       return { ...top, binding: int(r[5], 'index') - 1, details: details.map(decision) };
     };
-    return this.#answeringBlocks(send, () => this.#allBlocked(limiters));
+    return this.#answeringBlocks(send, () => this.#allBlocked(wired));
   }
 
   /**
@@ -413,6 +491,7 @@ export class Throttle {
    * limiter's denial (the first blocked one binds; nothing is taken), with every other limiter's
    * state read by a peek (quantity 0). undefined when no key is blocked (the error stands),
    * 'gone' when none is but a GCRA key has vanished since (its block may have just ended).
+   * Keys are sent as they are.
    */
   async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | 'gone' | undefined> {
     const state = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
@@ -424,10 +503,11 @@ export class Throttle {
     if (b === undefined || (b.quantity !== undefined && BigInt(s(b.quantity)) <= 0n)) return undefined;
     const details = await Promise.all(
       limiters.map(async (l, i) => {
-        const d = await this.decide({ ...l, quantity: 0 });
-        if (held[i] === undefined) return d;
+        const d = await this.#decide({ ...l, quantity: 0 });
+        const h = held[i];
+        if (h === undefined) return d;
         const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
-        return { ...d, limited: units > 0n, retryAfterMs: units > 0n && units <= BigInt(d.limit) ? (held[i] as number) : -1 };
+        return { ...d, limited: units > 0n, retryAfterMs: h >= 0 && units > 0n && units <= BigInt(d.limit) ? h : -1, resetAfterMs: h };
       }),
     );
     return { ...(details[binding] as Decision), binding, details };
@@ -436,59 +516,97 @@ export class Throttle {
   /** A lease for `id` among at most `limit` live leases (CL.ACQUIRE; the module only). */
   async acquire(key: string, p: AcquireParams): Promise<Decision> {
     if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
-    return decision(await this.#call(key, ['CL.ACQUIRE', key, s(p.limit), s(p.leaseMs), p.id, 'MS']));
+    exact(p.limit, 'limit');
+    const k = this.#w(key);
+    return decision(await this.#call(k, ['CL.ACQUIRE', k, s(p.limit), s(p.leaseMs), p.id, 'MS']));
   }
 
   /** Gives `id`'s lease back: true if it held a live one (CL.RELEASE; the module only). */
   async release(key: string, id: string): Promise<boolean> {
     if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
-    return int(await this.#call(key, ['CL.RELEASE', key, id]), 'CL.RELEASE reply') === 1;
+    const k = this.#w(key);
+    return int(await this.#call(k, ['CL.RELEASE', k, id]), 'CL.RELEASE reply') === 1;
   }
 
   /** Reserves the next free slot of `count` per `periodMs` within `maxWaitMs` (CL.PACE; the module only). */
   async pace(key: string, p: PaceParams): Promise<PaceDecision> {
     if ((await this.backend()) === 'twin') throw new ThrottleError(`redis-throttle: ${MODULE_ONLY}`);
-    const args = ['CL.PACE', key, s(p.count), s(p.periodMs)];
+    exact(p.count, 'count');
+    exact(p.quantity, 'quantity');
+    const k = this.#w(key);
+    const args = ['CL.PACE', k, s(p.count), s(p.periodMs)];
     if (p.maxWaitMs !== undefined) args.push('MAXWAIT', s(p.maxWaitMs));
     if (p.quantity !== undefined) args.push('QUANTITY', s(p.quantity));
     args.push('MS');
-    const d = decision(await this.#call(key, args));
+    const d = decision(await this.#call(k, args));
     return { limited: d.limited, waitMs: d.limit, queued: d.remaining, retryAfterMs: d.retryAfterMs, resetAfterMs: d.resetAfterMs };
   }
 
   /**
    * A fixed-window count of every hit, for the adapters whose host library compares the count
-   * with its own limit, on a server with only the Functions twin: plain commands in one
-   * MULTI/EXEC on `key` (`SET key 0 PX windowMs NX`, `INCRBY key quantity`, `PTTL key`), which
-   * store the bytes and absolute expiry CL.COUNTER stores, at a fraction of `FCALL cl_counter`'s
-   * cost. The count includes denied hits (the host library's own meaning). A key of another type
-   * or a string that is not an integer gets the server's error and is left as it was; an integer
-   * string without an expiry (written by someone else) is counted and then given the window's
-   * expiry, as CL.COUNTER does, by a second command.
+   * with its own limit (and for a count the module's commands cannot keep): plain commands in
+   * one MULTI/EXEC on `key` (`SET key 0 PX windowMs NX`, `INCRBY key quantity`, `PTTL key`),
+   * which store the bytes and absolute expiry CL.COUNTER stores, at a fraction of
+   * `FCALL cl_counter`'s cost. The count includes denied hits (the host library's own meaning).
+   * A key of another type or a string that is not an integer gets the server's error and is
+   * left as it was; an integer string without an expiry (written by someone else) is counted
+   * and then given the window's expiry, as CL.COUNTER does, by a second command.
+   *
+   * `windowMs` null: a count that never expires (`INCRBY`, `PTTL`; ttlMs -1), as
+   * rate-limiter-flexible's `duration: 0`.
    */
-  async hit(key: string, windowMs: Int, quantity: Int = 1): Promise<{ count: number; ttlMs: number }> {
+  hit(key: string, windowMs: Int | null, quantity: Int = 1): Promise<{ count: number; ttlMs: number }> {
+    return this.#hit(this.#w(key), windowMs, quantity);
+  }
+
+  async #hit(key: string, windowMs: Int | null, quantity: Int): Promise<{ count: number; ttlMs: number }> {
+    exact(quantity, 'quantity');
+    if (windowMs === null) {
+      const reply = await this.#transaction(key, [['INCRBY', key, s(quantity)], ['PTTL', key]]);
+      return { count: count(reply[0], 'INCRBY reply'), ttlMs: int(reply[1], 'PTTL reply') };
+    }
     const w = s(windowMs);
-    const reply = await this.transaction(key, [['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key]]);
-    const count = int(reply[1], 'INCRBY reply');
+    const reply = await this.#transaction(key, [['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key]]);
+    const n = count(reply[1], 'INCRBY reply');
     let ttlMs = int(reply[2], 'PTTL reply');
     if (ttlMs === -1) {
       // Someone else's integer without an expiry: CL.COUNTER opens a window on it.
       await this.#call(key, ['PEXPIRE', key, w, 'NX']);
       ttlMs = Number(w);
     }
-    return { count, ttlMs };
+    return { count: n, ttlMs };
+  }
+
+  /**
+   * The count Throttle.hit (or CL.COUNTER) keeps at `key` and its ms left (-1: no expiry), read
+   * in one MULTI (`GET`, `PTTL`); undefined when there is no key.
+   */
+  async count(key: string): Promise<{ count: number; ttlMs: number } | undefined> {
+    const k = this.#w(key);
+    const [v, ttl] = await this.#transaction(k, [['GET', k], ['PTTL', k]]);
+    if (v == null) return undefined;
+    return { count: count(v, 'GET reply'), ttlMs: int(ttl, 'PTTL reply') };
   }
 
   /**
    * Commands in one MULTI/EXEC on `key`'s node (every key must share its slot): EXEC's replies,
    * in order. A command's error inside EXEC fails the call (after every command ran, as Redis
-   * runs them).
+   * runs them). Sent as the client's own commands are: with an ioredis keyPrefix, ioredis
+   * prefixes the keys of the commands it knows (as `client.call` does).
    */
-  async transaction(key: string, commands: string[][]): Promise<unknown[]> {
+  transaction(key: string, commands: string[][]): Promise<unknown[]> {
+    return this.#exec(commands, () => this.#t.execAsCall(key, commands));
+  }
+
+  /** A transaction whose keys are sent as they are (already prefixed). */
+  #transaction(key: string, commands: string[][]): Promise<unknown[]> {
+    return this.#exec(commands, () => this.#t.exec(key, commands));
+  }
+
+  async #exec(commands: string[][], send: () => Promise<unknown>): Promise<unknown[]> {
     let reply: unknown;
     try {
-      const replies = await this.#timed(this.#t.sendMany(key, [['MULTI'], ...commands, ['EXEC']]));
-      reply = replies[replies.length - 1];
+      reply = await this.#timed(send());
     } catch (e) {
       throw asError(e);
     }
@@ -518,29 +636,42 @@ export class Throttle {
    *   the exact log full until now + `windowMs`, then empty at once: the block lasts one window,
    *   whatever `ms` is.
    *
+   * `ms` Infinity: the key is written without an expiry, as RateLimiterRedis's `block(key, 0)`.
+   * A GCRA key is then denied (`retryAfterMs` and `resetAfterMs` -1) until it is deleted; a
+   * counter key holds `limit + 1` until the next counting call opens a window on it (CL.COUNTER
+   * and Throttle.hit give an integer without an expiry the window's, as RateLimiterRedis's own
+   * script does). A window cannot be blocked without an end.
+   *
    * `marker`: a key in `key`'s slot (see `sibling`) written in the same transaction to expire when
    * the block ends. Returns the block's length in ms (`windowMs` for a window).
    */
-  async block(l: Limiter, ms: number, options: { marker?: string } = {}): Promise<number> {
-    if (!(Number.isFinite(ms) && ms > 0)) throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms, got ${ms}`);
-    const marker = options.marker;
+  block(l: Limiter, ms: number, options: { marker?: string } = {}): Promise<number> {
+    return this.#block(this.#wl(l), ms, options.marker === undefined ? undefined : this.#w(options.marker));
+  }
+
+  async #block(l: Limiter, ms: number, marker: string | undefined): Promise<number> {
+    const forever = ms === Infinity;
+    if (!(forever || (Number.isFinite(ms) && ms > 0))) throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms (or Infinity), got ${ms}`);
     if (marker !== undefined && this.#t.cluster && slot(marker) !== slot(l.key)) {
       throw new ThrottleError(`redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`);
     }
-    const msInt = String(Math.max(1, Math.round(ms)));
+    const msInt = forever ? '' : String(Math.max(1, Math.round(ms)));
+    const px = forever ? [] : ['PX', msInt];
     const send = async (commands: string[][]): Promise<void> => {
-      if (marker !== undefined) commands.push(['SET', marker, '1', 'PX', msInt]);
+      if (marker !== undefined) commands.push(['SET', marker, '1', ...px]);
       if (commands.length === 1) await this.#call(l.key, commands[0] as string[]);
-      else await this.transaction(l.key, commands);
+      else await this.#transaction(l.key, commands);
     };
     switch (l.algorithm) {
       case 'counter':
-        await send([['SET', l.key, (BigInt(s(l.limit)) + 1n).toString(), 'PX', msInt]]);
-        return Number(msInt);
+        exact(l.limit, 'limit');
+        await send([['SET', l.key, (BigInt(s(l.limit)) + 1n).toString(), ...px]]);
+        return forever ? Infinity : Number(msInt);
       case 'throttle':
-        await send([['SET', l.key, BLOCKED, 'PX', msInt]]);
-        return Number(msInt);
+        await send([['SET', l.key, BLOCKED, ...px]]);
+        return forever ? Infinity : Number(msInt);
       case 'window': {
+        if (forever) throw new ThrottleError('redis-throttle: a window limiter cannot be blocked without an end (its log expires with the window)');
         const backend = await this.backend();
         const words = params(l);
         const fill =
@@ -548,7 +679,7 @@ export class Throttle {
         const span = Number(s(l.windowMs));
         const cmds = [['DEL', l.key], fill];
         if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(span)]);
-        const replies = await this.transaction(l.key, cmds);
+        const replies = await this.#transaction(l.key, cmds);
         const d = decision(replies[1]);
         if (d.limited) throw new ThrottleError(`redis-throttle: the window refused its own limit while blocking ${JSON.stringify(l.key)}`);
         return d.resetAfterMs > 0 ? d.resetAfterMs : span;
@@ -569,9 +700,13 @@ export class Throttle {
    * the caller that wins the marker first asks the limiter again (a peek) and blocks only if it
    * still refuses those units, with no block in force; otherwise it gives the marker back.
    */
-  async blockOnce(l: Limiter, ms: number): Promise<number | undefined> {
+  blockOnce(l: Limiter, ms: number): Promise<number | undefined> {
+    return this.#blockOnce(this.#wl(l), ms);
+  }
+
+  async #blockOnce(l: Limiter, ms: number): Promise<number | undefined> {
     const span = String(Math.max(1, Math.round(l.algorithm === 'window' ? Number(s(l.windowMs)) : ms)));
-    const marker = sibling(l.key, ':blocked');
+    const marker = this.#sibling(l.key, ':blocked');
     const fresh = await this.#call(marker, ['SET', marker, '1', 'PX', span, 'NX']);
     if (fresh == null) return undefined;
     let remaining: bigint;
@@ -587,13 +722,13 @@ export class Throttle {
       await this.#call(marker, ['DEL', marker]);
       return undefined;
     }
-    return this.block(l, Number(span), { marker });
+    return this.#block(l, Number(span), marker);
   }
 
   /**
-   * The units `l` would admit now, taking none: a peek (quantity 0), or for a fixed window its
-   * count, which CL.COUNTER and Throttle.hit store alike (so a twin-only server's plain-command
-   * stores stay off FCALL).
+   * The units `l` (its key sent as it is) would admit now, taking none: a peek (quantity 0), or
+   * for a fixed window its count, which CL.COUNTER and Throttle.hit store alike (so a twin-only
+   * server's plain-command stores stay off FCALL).
    */
   async #remaining(l: Limiter): Promise<bigint> {
     if (l.algorithm === 'counter') {
@@ -604,16 +739,81 @@ export class Throttle {
         return left > 0n ? left : 0n;
       }
     }
-    return BigInt((await this.decide({ ...l, quantity: 0 })).remaining);
+    return BigInt((await this.#decide({ ...l, quantity: 0 })).remaining);
   }
 
   /** One limiter by its algorithm name (what the host-library adapters use). */
   decide(l: Limiter): Promise<Decision> {
+    return this.#decide(this.#wl(l));
+  }
+
+  async #decide(l: Limiter): Promise<Decision> {
     return this.#single(l.algorithm, l.key, params(l), l.quantity);
   }
 
-  /** A raw command on `key`'s node (errors as ThrottleError). */
-  command(key: string, args: string[]): Promise<unknown> {
-    return this.#call(key, args);
+  /**
+   * Keyed plain commands of the adapters (the client's key prefix applied once): `del` (DEL; 1
+   * when the key existed), `put` (SET, with PX unless `ms` is Infinity), `renew` (PEXPIRE … GT).
+   */
+  async del(key: string): Promise<number> {
+    const k = this.#w(key);
+    return int(await this.#call(k, ['DEL', k]), 'DEL reply');
   }
+
+  async put(key: string, value: string, ms: number): Promise<void> {
+    const k = this.#w(key);
+    await this.#call(k, ms === Infinity ? ['SET', k, value] : ['SET', k, value, 'PX', String(Math.max(1, Math.round(ms)))]);
+  }
+
+  async renew(key: string, ms: number): Promise<void> {
+    const k = this.#w(key);
+    await this.#call(k, ['PEXPIRE', k, String(Math.max(1, Math.round(ms))), 'GT']);
+  }
+
+  /**
+   * Counts an event beside `key`: `<key><suffix>` in the key's hash slot (see `sibling`), in one
+   * MULTI of `SET … 0 PX ms NX` and `INCRBY … by` (and `PEXPIRE … GT` with `extend`), so the
+   * count lives `ms` from its first event (or from its latest, with `extend`). Returns the count.
+   * @fastify/rate-limit's `ban`, `exponentialBackoff` and `read` count a key's denials with it.
+   */
+  async tally(key: string, suffix: string, ms: number, options: { extend?: boolean; by?: number } = {}): Promise<number> {
+    const k = this.#w(key);
+    const t = this.#sibling(k, suffix);
+    const px = String(Math.max(1, Math.round(ms)));
+    const cmds = [['SET', t, '0', 'PX', px, 'NX'], ['INCRBY', t, String(options.by ?? 1)]];
+    if (options.extend === true) cmds.push(['PEXPIRE', t, px, 'GT']);
+    return int((await this.#transaction(k, cmds))[1], 'INCRBY reply');
+  }
+
+  /** The count `tally` keeps beside `key` (0 when none). */
+  async tallied(key: string, suffix: string): Promise<number> {
+    const t = this.#sibling(this.#w(key), suffix);
+    const v = await this.#call(t, ['GET', t]);
+    return v == null ? 0 : count(v, 'GET reply');
+  }
+
+  /**
+   * A raw command, routed by `key` (errors as ThrottleError). Sent as the client's own commands
+   * are: with an ioredis keyPrefix, ioredis prefixes the keys of the commands it knows (as
+   * `client.call` does), not those of CL.*.
+   */
+  async command(key: string, args: string[]): Promise<unknown> {
+    try {
+      return await this.#timed(this.#t.sendAsCall(key, args));
+    } catch (e) {
+      throw asError(e);
+    }
+  }
+}
+
+/** The answer for `units` of a GCRA limiter of `limit` under a block with `held` ms left (-1: no end). */
+function blockedDecision(limit: number, units: bigint, held: number): Decision {
+  const taking = units > 0n;
+  return {
+    limited: taking,
+    limit,
+    remaining: 0,
+    retryAfterMs: held >= 0 && taking && units <= BigInt(limit) ? held : -1,
+    resetAfterMs: held,
+  };
 }

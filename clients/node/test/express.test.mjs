@@ -4,10 +4,20 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
-import { KINDS, SLOW, burst, closeAll, closeServers, nodeRedis, ioredis, serve, unique } from './common.mjs';
+import { KINDS, SLOW, atLeast, burst, closeAll, closeServers, counting, nodeRedis, ioredis, serve, unique } from './common.mjs';
 
 after(closeAll);
 after(closeServers);
+
+/** An app limited by `options` with a store through `client`; its URL. */
+async function appWith(kind, client, options, extra = {}) {
+  const app = express();
+  app.use(rateLimit({ windowMs: 60_000, store: storeFor(kind, client, extra), validate: false, ...options }));
+  app.get('/', (_req, res) => res.send('ok'));
+  return serve(app);
+}
+const statuses = (replies) => replies.map((r) => r.status);
+const admitted = (replies) => replies.filter((r) => r.status === 200).length;
 
 function storeFor(kind, client, extra = {}) {
   const prefix = unique('erl') + ':';
@@ -63,22 +73,74 @@ for (const kind of KINDS) {
       assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
       await new Promise((r) => setTimeout(r, 50));
       // The two 429s (failed responses) were refunded by nothing: still 3 used.
-      const info = await store.get('::ffff:127.0.0.1').then((i) => (i.totalHits > 0 ? i : store.get('127.0.0.1')));
+      const info = (await store.get('::ffff:127.0.0.1')) ?? (await store.get('127.0.0.1'));
       assert.equal(info.totalHits, 3);
+    });
+
+    test('limit 0 (and -1, 0.5) denies every request (200 at once), decided without Redis, with and without passOnStoreError', async () => {
+      const real = await nodeRedis(kind);
+      for (const pass of atLeast('express-rate-limit', '7.4.0') ? [true, false] : [false]) {
+        const { client, keyed } = counting(real);
+        const replies = await burst(await appWith(kind, client, { limit: 0, passOnStoreError: pass }), 200);
+        assert.equal(admitted(replies), 0, `passOnStoreError: ${pass}`);
+        assert.ok(replies.every((r) => r.status === 429), `passOnStoreError: ${pass}`);
+        assert.equal(keyed(), 0, 'the denials asked Redis');
+      }
+      for (const limit of [-1, 0.5]) {
+        const replies = await burst(await appWith(kind, real, { limit }), 20);
+        assert.equal(admitted(replies), 0, `limit ${limit}`);
+      }
+    });
+
+    test('limit 2.5 admits 2; Infinity admits every request, counted; windowMs 1e13 (beyond the commands) is counted on the server', async () => {
+      const client = await nodeRedis(kind);
+      assert.equal(admitted(await burst(await appWith(kind, client, { limit: 2.5 }), 50)), 2);
+      const store = storeFor(kind, client);
+      const app = express();
+      const limiter = rateLimit({ windowMs: 60_000, limit: Infinity, store, validate: false, keyGenerator: () => 'k' });
+      app.use(limiter);
+      app.get('/', (_req, res) => res.send('ok'));
+      assert.equal(admitted(await burst(await serve(app), 50)), 50);
+      assert.equal((await limiter.getKey('k')).totalHits, 50);
+      for (const algorithm of ['counter', 'window', 'gcra']) {
+        const s = storeFor(kind, client, { algorithm });
+        const a = express();
+        a.use(rateLimit({ windowMs: 1e13, limit: 3, store: s, validate: false, keyGenerator: () => 'k' }));
+        a.get('/', (_req, res) => res.send('ok'));
+        const replies = await burst(await serve(a), 20);
+        assert.equal(admitted(replies), 3, algorithm);
+        assert.equal(replies.filter((r) => r.status === 500).length, 0, algorithm);
+        const pttl = Number(await client.sendCommand(...(kind === 'cluster' ? [`${s.prefix}k`, true, ['PTTL', `${s.prefix}k`]] : [['PTTL', `${s.prefix}k`]])));
+        // The fixed window keeps its whole length (counted with plain commands; through
+        // sendCommandCluster, which sends no MULTI, CL.COUNTER's longest); the others the longest
+        // the commands take (10^12 ms).
+        assert.ok(algorithm === 'counter' && kind !== 'cluster' ? pttl > 1e12 : pttl > 0.99e12 && pttl <= 1e12, `${algorithm}: PTTL ${pttl}`);
+      }
+    });
+
+    test('getKey of a key never seen is undefined, as the library\'s own stores answer', async () => {
+      const client = await nodeRedis(kind);
+      for (const algorithm of ['counter', 'window', 'gcra']) {
+        const limiter = rateLimit({ windowMs: 60_000, limit: 5, store: storeFor(kind, client, { algorithm }), validate: false });
+        assert.equal(await limiter.getKey('nobody'), undefined, algorithm);
+      }
     });
 
     test("the store's errors: the server's text, and passOnStoreError lets requests through", async () => {
       const client = await nodeRedis(kind);
+      const store = storeFor(kind, client);
+      // A key of another application: every increment fails with the server's error, the key untouched.
+      await client.hSet(`${store.prefix}k`, 'a', '1');
       const app = express();
-      // A limit the server refuses: every increment fails with the server's error.
-      app.use(rateLimit({ windowMs: 60_000, limit: 0, passOnStoreError: true, store: storeFor(kind, client), validate: false }));
+      app.use(rateLimit({ windowMs: 60_000, limit: 5, passOnStoreError: true, store, keyGenerator: () => 'k', validate: false }));
       app.get('/', (_req, res) => res.send('ok'));
       const url = await serve(app);
-      const r = await fetch(url);
-      assert.equal(r.status, 200);
-      const store = storeFor(kind, client);
-      store.init({ windowMs: 60_000, limit: 0 });
-      await assert.rejects(store.increment('k'), /^ThrottleError: ERR limit must be an integer from 1/);
+      assert.equal((await fetch(url)).status, 200);
+      const other = storeFor(kind, client);
+      other.init({ windowMs: 60_000, limit: 5 });
+      await client.hSet(`${other.prefix}k`, 'a', '1');
+      await assert.rejects(other.increment('k'), /^ThrottleError: WRONGTYPE/);
+      assert.deepEqual({ ...(await client.hGetAll(`${other.prefix}k`)) }, { a: '1' });
     });
   });
 }
@@ -92,7 +154,7 @@ test('get() reads without counting; resetKey() starts the key afresh', async () 
   const url = await serve(app);
   assert.deepEqual([(await fetch(url)).status, (await fetch(url)).status, (await fetch(url)).status], [200, 200, 429]);
   const ip = ['::ffff:127.0.0.1', '127.0.0.1'];
-  const key = (await limiter.getKey(ip[0])).totalHits > 0 ? ip[0] : ip[1];
+  const key = (await limiter.getKey(ip[0])) !== undefined ? ip[0] : ip[1];
   const info = await limiter.getKey(key);
   assert.equal(info.totalHits, 2);
   assert.equal((await limiter.getKey(key)).totalHits, 2);

@@ -31,7 +31,7 @@ before(async () => {
     app.get('/', (_req, res) => res.send('ok'));
     app.use((err, _req, res, _next) => res.status(500).send(String(err)));
     urls[`express-${pass}`] = await serve(app);
-    const f = Fastify();
+    const f = Fastify({ keepAliveTimeout: 1000 });
     await f.register(fastifyRateLimit, { max: 2, timeWindow: 60_000, skipOnError: pass, store: redisThrottleStore(client, { nameSpace: `f${pass}:`, timeoutMs: 300 }) });
     f.get('/', async () => 'ok');
     urls[`fastify-${pass}`] = await f.listen({ port: 0, host: '127.0.0.1' });

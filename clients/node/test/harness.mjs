@@ -10,7 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { createClient } from 'redis';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-export const root = path.resolve(here, '../../..');
+// The repository (the test files also run from copies in test/matrix/<cell>/test: RT_ROOT says where).
+export const root = process.env.RT_ROOT ?? path.resolve(here, '../../..');
 export const modulePath = process.env.THROTTLE_MODULE ?? path.join(root, 'target/release/libredis_throttle.so');
 export const twinPath = path.join(root, 'functions/throttle.lua');
 const serverBin = process.env.THROTTLE_SERVER ?? 'redis-server';

@@ -22,7 +22,10 @@ export async function nestApp(storage, throttlers) {
     providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
   })(AppModule);
   const app = await NestFactory.create(AppModule, { logger: false });
-  await app.listen(0, '127.0.0.1');
+  await app.init();
+  // Its HTTP server listens with a backlog for a thousand connections at once on a loaded machine.
+  const server = app.getHttpServer();
+  await new Promise((resolve) => server.listen({ port: 0, host: '127.0.0.1', backlog: 2048 }, resolve));
   after(() => app.close());
-  return `http://127.0.0.1:${app.getHttpServer().address().port}`;
+  return `http://127.0.0.1:${server.address().port}`;
 }

@@ -2,9 +2,9 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import express from 'express';
-import { RateLimiterRes } from 'rate-limiter-flexible';
+import { RateLimiterMemory, RateLimiterRes, RateLimiterUnion } from 'rate-limiter-flexible';
 import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle-js/rate-limiter-flexible';
-import { KINDS, SLOW, burst, closeAll, closeServers, ioredis, nodeRedis, serve, unique } from './common.mjs';
+import { KINDS, SLOW, burst, closeAll, closeServers, counting, ioredis, nodeRedis, serve, unique, version } from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -36,6 +36,98 @@ for (const kind of KINDS) {
       assert.equal(denied.length, 995);
       const retry = Number(denied[0].headers.get('retry-after'));
       assert.ok(retry >= 1 && retry <= 60);
+    });
+
+    test(`the limiter is a RateLimiterAbstract of this version (${version('rate-limiter-flexible')}): RateLimiterUnion and insuranceLimiter take it; getKey and parseKey are its`, async () => {
+      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('abs'), points: 2, duration: 60 });
+      const union = new RateLimiterUnion(limiter, new RateLimiterMemory({ keyPrefix: 'mem', points: 5, duration: 60 }));
+      await union.consume('u');
+      await union.consume('u');
+      const rejected = await union.consume('u').then(() => assert.fail('admitted'), (e) => e);
+      assert.deepEqual(Object.keys(rejected), [limiter.keyPrefix]);
+      const insured = new RateLimiterMemory({ points: 1, duration: 1, insuranceLimiter: undefined });
+      assert.ok(new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), points: 1, duration: 1, insuranceLimiter: insured }));
+      // The names this version's own limiters give (parseKey left a ':' before 6.x).
+      const own = new RateLimiterMemory({ keyPrefix: limiter.keyPrefix, points: 1, duration: 1 });
+      assert.equal(limiter.getKey('u'), own.getKey('u'));
+      assert.equal(limiter.parseKey(limiter.getKey('u')), own.parseKey(own.getKey('u')));
+    });
+
+    test('block(key, 0) and set(key, points, 0) have no end (as RateLimiterRedis writes them); duration 0 counts forever', async () => {
+      const client = await nodeRedis(kind);
+      const pttl = (k) => client.sendCommand(...(kind === 'cluster' ? [k, true, ['PTTL', k]] : [['PTTL', k]]));
+      for (const algorithm of ['counter', 'gcra']) {
+        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('forever'), points: 3, duration: 2, algorithm });
+        const b = await limiter.block('u', 0);
+        assert.equal(b.msBeforeNext, -1, algorithm);
+        assert.equal(Number(await pttl(limiter.getKey('u'))), -1, `${algorithm}: the block has an expiry`);
+        const denied = await limiter.consume('u').then(() => assert.fail(`${algorithm}: admitted after block(key, 0)`), (e) => e);
+        assert.ok(denied instanceof RateLimiterRes, `${algorithm}: ${denied}`);
+        // A counter's block keeps its points until a consume opens a window on it (RateLimiterRedis's script does the same); a GCRA block stays.
+        assert.ok(algorithm === 'counter' ? denied.msBeforeNext > 1000 && denied.msBeforeNext <= 2000 : denied.msBeforeNext === -1, `${algorithm}: ${denied.msBeforeNext}`);
+      }
+      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('set0'), points: 3, duration: 60 });
+      const set = await limiter.set('u', 2, 0);
+      assert.deepEqual([set.consumedPoints, set.msBeforeNext], [2, -1]);
+      assert.equal(Number(await pttl(limiter.getKey('u'))), -1);
+      const got = await limiter.get('u');
+      assert.deepEqual([got.consumedPoints, got.remainingPoints, got.msBeforeNext], [2, 1, -1]);
+      const never = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('dur0'), points: 2, duration: 0 });
+      for (let i = 0; i < 2; i++) assert.equal((await never.consume('u')).msBeforeNext, -1);
+      const over = await never.consume('u').then(() => assert.fail('admitted'), (e) => e);
+      assert.deepEqual([over.remainingPoints, over.msBeforeNext, over.consumedPoints], [0, -1, 3]);
+      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: client, points: 2, duration: 0, algorithm: 'gcra' }), /duration 0 \(never expires\) needs algorithm 'counter'/);
+    });
+
+    test('a consume of more points than the limiter has is rejected with the time its window has left, never 0', async () => {
+      const client = await nodeRedis(kind);
+      for (const algorithm of ['counter', 'window', 'gcra']) {
+        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('big'), points: 5, duration: 30, algorithm });
+        for (let i = 0; i < 3; i++) {
+          const r = await limiter.consume('u', 10).then(() => assert.fail('admitted'), (e) => e);
+          assert.ok(r instanceof RateLimiterRes && r.msBeforeNext > 0 && r.msBeforeNext <= 30_000, `${algorithm}: ${r.msBeforeNext}`);
+        }
+      }
+    });
+
+    test('inMemoryBlockOnConsumed / inMemoryBlockDuration block in memory, without asking Redis; deleteInMemoryBlockedAll and delete forget', async () => {
+      const real = await nodeRedis(kind);
+      for (const algorithm of ['counter', 'gcra', 'window']) {
+        const { client, keyed } = counting(real);
+        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('mem'), points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 30, algorithm });
+        await limiter.consume('u');
+        await limiter.consume('u');
+        const over = await limiter.consume('u').then(() => assert.fail('admitted'), (e) => e);
+        assert.equal(over.msBeforeNext, 30_000, algorithm);
+        const asked = keyed();
+        const blocked = await Promise.allSettled(Array.from({ length: 50 }, () => limiter.consume('u')));
+        assert.ok(blocked.every((r) => r.status === 'rejected' && r.reason.msBeforeNext > 29_000), algorithm);
+        assert.equal(keyed(), asked, `${algorithm}: Redis was asked during the in-memory block`);
+        assert.ok(limiter.getInMemoryBlockMsBeforeExpire(limiter.getKey('u')) > 29_000);
+        limiter.deleteInMemoryBlockedAll();
+        assert.equal(limiter.getInMemoryBlockMsBeforeExpire(limiter.getKey('u')), 0);
+        await limiter.consume('u').then(() => assert.fail('admitted'), () => {}); // (the limiter is still full)
+        assert.ok(keyed() > asked, 'Redis was not asked after deleteInMemoryBlockedAll');
+        await limiter.delete('u');
+        assert.equal((await limiter.consume('u')).remainingPoints, 1, algorithm);
+      }
+      // A threshold the limiter alone cannot report (denials take nothing there) needs counted consumes.
+      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: real, points: 2, duration: 1, inMemoryBlockOnConsumed: 5, algorithm: 'gcra' }), /inMemoryBlockOnConsumed above points \+ 1 needs algorithm 'counter'/);
+      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: real, points: 5, duration: 1, inMemoryBlockOnConsumed: 2 }), /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
+      const counted = new RateLimiterRedisThrottle({ ...SLOW, storeClient: real, keyPrefix: unique('mem5'), points: 2, duration: 60, inMemoryBlockOnConsumed: 5, inMemoryBlockDuration: 30 });
+      const seen = [];
+      for (let i = 0; i < 6; i++) seen.push(await counted.consume('u').then((r) => r.consumedPoints, (r) => -r.consumedPoints));
+      // Every consume counted (as RateLimiterRedis counts it) until the 5th, then blocked in memory.
+      assert.deepEqual(seen, [1, 2, -3, -4, -5, -0]);
+    });
+
+    test('points 0 rejects every consume (1,000 at once; 200 with an insuranceLimiter)', async () => {
+      for (const insuranceLimiter of [undefined, new RateLimiterMemory({ points: 100, duration: 60 })]) {
+        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('p0'), points: 0, duration: 60, insuranceLimiter });
+        const all = await Promise.allSettled(Array.from({ length: insuranceLimiter ? 200 : 1000 }, () => limiter.consume('u')));
+        assert.equal(all.filter((r) => r.status === 'fulfilled').length, 0);
+        assert.ok(all.every((r) => r.reason instanceof RateLimiterRes && r.reason.msBeforeNext > 0));
+      }
     });
 
     test('consume, reward, penalty, get, block, delete keep their documented meaning', async () => {

@@ -65,10 +65,10 @@ def wait_until(what: str, timeout: float, ok: Callable[[], bool]) -> None:
 
 
 class Tls:
-    """A CA and a certificate for 127.0.0.1 signed by it (openssl), in ``folder``."""
+    """A CA and a certificate for ``san`` (127.0.0.1 by default) signed by it (openssl), in ``folder``."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, folder: Path, san: str = "IP:127.0.0.1") -> None:
+        self.folder, self.san = folder, san
         self.ca, self.cert, self.key = folder / "ca.crt", folder / "server.crt", folder / "server.key"
         if not self.cert.exists():
             self._make()
@@ -85,7 +85,7 @@ class Tls:
         openssl("req", "-x509", *ec, *ca_ext, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=rt-test-ca")
         openssl("req", *ec[:-2], "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
         (self.folder / "server.ext").write_text(
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n"
+            f"subjectAltName={self.san}\nbasicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyAgreement\nextendedKeyUsage=serverAuth,clientAuth\n"
             "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
         )

@@ -18,7 +18,8 @@ from typing import Iterator
 import pytest
 import redis
 import redis.asyncio
-from conftest import ROOT, Cluster, Server, free_port
+from conftest import ROOT, Cluster, Server, aclose, free_port
+from servers import Tls
 
 import redis_throttle
 from redis_throttle import (
@@ -116,7 +117,7 @@ def test_load_twin_loads_reports_decides_and_is_a_no_op_the_second_time(plain: S
                 assert loads(plain.client()) == sent
                 return first, second
             finally:
-                await c.aclose()
+                await aclose(c)
 
         report, again = asyncio.run(twice())
     assert report == redis_throttle.TwinReport(VERSION, (TwinNode(node, None, STATED, "loaded"),))
@@ -183,35 +184,8 @@ def test_auth_in_the_url(plain: Server) -> None:
 
 
 def certificates(folder: Path) -> Path:
-    """A CA and a certificate for localhost and 127.0.0.1 signed by it (openssl), in `folder`."""
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    ssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=redis-throttle test CA"
-    )
-    ssl("req", *key, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
-    (folder / "san").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    ssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san",
-    )
-    return folder
+    """A CA and a certificate for localhost and 127.0.0.1 signed by it, in `folder`."""
+    return Tls(folder, san="DNS:localhost,IP:127.0.0.1").folder
 
 
 def test_tls_with_cacert_refused_without_it_and_insecure(tmp_path: Path) -> None:
@@ -256,7 +230,7 @@ def test_an_outdated_twin_is_warned_about_once_per_process(plain: Server) -> Non
             try:
                 await AsyncThrottle(a).backend()
             finally:
-                await a.aclose()
+                await aclose(a)
 
         asyncio.run(detect())
         ours = [w for w in seen if issubclass(w.category, TwinVersionWarning)]
@@ -291,7 +265,7 @@ def test_neither_module_nor_twin_names_the_exact_loader_command(plain: Server) -
         except ThrottleError as e:
             return str(e)
         finally:
-            await a.aclose()
+            await aclose(a)
         return ""
 
     c = plain.client()
@@ -337,7 +311,7 @@ def test_every_primary_of_a_cluster(bare_cluster: Cluster) -> None:
         try:
             return tuple(n.action for n in (await load_twin_async(c)).nodes)
         finally:
-            await c.aclose()
+            await aclose(c)
 
     assert asyncio.run(again()) == ("unchanged",) * 3
     out = cli("twin", "load", cluster.nodes[2].url, "--cluster", "--json")

@@ -65,7 +65,7 @@ def _tls(args: argparse.Namespace) -> dict[str, Any]:
 
 def _load(args: argparse.Namespace) -> TwinReport:
     options = {"socket_connect_timeout": 10, "socket_timeout": 60, **_tls(args)}
-    seed = redis.Redis.from_url(args.url, **options)
+    seed = redis.Redis.from_url(args.url, **options)  # type: ignore[no-untyped-call, unused-ignore]
     try:
         try:
             info: Any = seed.info()
@@ -78,7 +78,7 @@ def _load(args: argparse.Namespace) -> TwinReport:
         seed.close()
     if args.url.startswith("unix://"):
         raise ThrottleError("ERR a cluster is reached over TCP: give one of its nodes as redis://HOST:PORT")
-    nodes = RedisCluster.from_url(args.url, **options)
+    nodes = RedisCluster.from_url(args.url, **options)  # type: ignore[no-untyped-call, unused-ignore]
     try:
         return load_twin(nodes, force=args.force)
     finally:
