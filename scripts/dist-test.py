@@ -93,7 +93,10 @@ def clean_env(extra_path: list[Path] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV", "CARGO_MANIFEST_DIR")
            and not k.startswith("npm_")}
-    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and not p.startswith(str(ROOT))]
+    # The pinned Node.js (make puts it first on PATH; scripts/deps.sh installs it under the target
+    # folder) is a toolchain, not the checkout's code: it stays.
+    node = str(Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").resolve() / "node") + os.sep
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and (not p.startswith(str(ROOT)) or p.startswith(node))]
     env["PATH"] = os.pathsep.join([str(p) for p in extra_path or []] + path)
     env["npm_config_yes"] = "false"  # npx never fetches a package: the one installed here, or fail
     env["npm_config_update_notifier"] = "false"

@@ -99,7 +99,8 @@ export function atLeast(name, v) {
 /**
  * `client` with a record of what it sends (commands; `multi` counts as one): to show a decision
  * made without Redis. `keyed()` is how many of them named a key (anything but the store's
- * one-time questions: COMMAND INFO, FUNCTION LIST, its key-prefix probe).
+ * one-time questions about the server: COMMAND INFO, FUNCTION LIST, the twin's version
+ * (`FCALL_RO cl_version 0`, which names no key), its key-prefix probe).
  */
 export function counting(client) {
   const log = [];
@@ -117,6 +118,7 @@ export function counting(client) {
       return v.bind(target);
     },
   });
-  const keyed = () => log.filter((c) => !['COMMAND', 'FUNCTION', 'EVAL'].includes(String(c[0]).toUpperCase())).length;
+  const serverQuestion = (c) => ['COMMAND', 'FUNCTION', 'EVAL'].includes(String(c[0]).toUpperCase()) || (/^FCALL(_RO)?$/i.test(String(c[0])) && String(c[2]) === '0');
+  const keyed = () => log.filter((c) => !serverQuestion(c)).length;
   return { client: proxy, sent: () => log.length, keyed, log };
 }

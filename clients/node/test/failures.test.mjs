@@ -1,7 +1,7 @@
 // The host libraries' failure options with Redis paused (SIGSTOP) and then killed: this file
 // starts a server of its own.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import Fastify from 'fastify';
@@ -14,37 +14,33 @@ import { RateLimiterRedisThrottle } from 'redis-throttle-js/rate-limiter-flexibl
 import { startServer, stopServer } from './harness.mjs';
 import { closeServers, serve } from './common.mjs';
 
-let server;
-let client;
+// The server and the apps are made as the module loads (top-level await), not in a root before()
+// hook: Node.js 20.13's test runner starts the root's tests without awaiting such a hook.
+const server = await startServer({ kind: 'module' });
+const client = createClient({ url: server.url, socket: { reconnectStrategy: 100 } });
+client.on('error', () => {});
+await client.connect();
 const urls = {};
-let limiter;
 const fastifies = [];
-
-before(async () => {
-  server = await startServer({ kind: 'module' });
-  client = createClient({ url: server.url, socket: { reconnectStrategy: 100 } });
-  client.on('error', () => {});
-  await client.connect();
-  for (const pass of [true, false]) {
-    const app = express();
-    app.use(rateLimit({ windowMs: 60_000, limit: 2, passOnStoreError: pass, store: new RedisThrottleStore({ prefix: `p${pass}:`, timeoutMs: 300, sendCommand: (...a) => client.sendCommand(a) }) }));
-    app.get('/', (_req, res) => res.send('ok'));
-    app.use((err, _req, res, _next) => res.status(500).send(String(err)));
-    urls[`express-${pass}`] = await serve(app);
-    const f = Fastify({ keepAliveTimeout: 1000 });
-    await f.register(fastifyRateLimit, { max: 2, timeWindow: 60_000, skipOnError: pass, store: redisThrottleStore(client, { nameSpace: `f${pass}:`, timeoutMs: 300 }) });
-    f.get('/', async () => 'ok');
-    urls[`fastify-${pass}`] = await f.listen({ port: 0, host: '127.0.0.1' });
-    fastifies.push(f);
-  }
-  limiter = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'ins', points: 2, duration: 60, timeoutMs: 300, insuranceLimiter: new RateLimiterMemory({ points: 1, duration: 60 }) });
-});
+for (const pass of [true, false]) {
+  const app = express();
+  app.use(rateLimit({ windowMs: 60_000, limit: 2, passOnStoreError: pass, store: new RedisThrottleStore({ prefix: `p${pass}:`, timeoutMs: 300, sendCommand: (...a) => client.sendCommand(a) }) }));
+  app.get('/', (_req, res) => res.send('ok'));
+  app.use((err, _req, res, _next) => res.status(500).send(String(err)));
+  urls[`express-${pass}`] = await serve(app);
+  const f = Fastify({ keepAliveTimeout: 1000 });
+  await f.register(fastifyRateLimit, { max: 2, timeWindow: 60_000, skipOnError: pass, store: redisThrottleStore(client, { nameSpace: `f${pass}:`, timeoutMs: 300 }) });
+  f.get('/', async () => 'ok');
+  urls[`fastify-${pass}`] = await f.listen({ port: 0, host: '127.0.0.1' });
+  fastifies.push(f);
+}
+const limiter = new RateLimiterRedisThrottle({ storeClient: client, keyPrefix: 'ins', points: 2, duration: 60, timeoutMs: 300, insuranceLimiter: new RateLimiterMemory({ points: 1, duration: 60 }) });
 
 after(async () => {
   await closeServers();
   await Promise.all(fastifies.map((f) => f.close()));
-  await client?.disconnect().catch(() => {});
-  if (server) stopServer(server);
+  await client.disconnect().catch(() => {});
+  stopServer(server);
 });
 
 const status = async (url) => (await fetch(url)).status;

@@ -48,7 +48,7 @@ export async function freePort(cluster = false) {
 }
 
 /**
- * Starts a redis-server. kind: 'module' (the module loaded) or 'twin' (no module; the Functions
+ * Starts a redis-server. kind: 'module' (the module loaded), 'plain' (neither) or 'twin' (no module; the Functions
  * library loaded). cluster: a cluster-enabled node. args: more server arguments (the bench's
  * floor module).
  */
@@ -72,7 +72,7 @@ export async function startServer({ kind = 'module', cluster = false, args: more
       const info = await c.sendCommand(['INFO', 'server']);
       if (!String(info).includes(`process_id:${child.pid}`)) throw new Error('another server answers on this port');
       if (kind === 'twin') await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', readFileSync(twinPath, 'utf8')]);
-      await c.quit();
+      await (c.close ?? c.quit).call(c);
       return server;
     } catch (e) {
       if (Date.now() > deadline) throw e;
@@ -91,9 +91,9 @@ export function stopServer(server) {
   rmSync(server.dir, { recursive: true, force: true });
 }
 
-/** Three primaries (no replicas), each with the module, state ok on every node. */
-export async function startCluster() {
-  const nodes = await Promise.all([0, 1, 2].map(() => startServer({ kind: 'module', cluster: true })));
+/** Three primaries (no replicas), each with the module (kind 'plain': without), state ok on every node. */
+export async function startCluster({ kind = 'module' } = {}) {
+  const nodes = await Promise.all([0, 1, 2].map(() => startServer({ kind, cluster: true })));
   const r = spawnSync(cliBin, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`cluster create failed: ${r.stdout}${r.stderr}`);
   const deadline = Date.now() + 60000;
@@ -103,7 +103,7 @@ export async function startCluster() {
       c.on('error', () => {});
       await c.connect();
       const info = String(await c.sendCommand(['CLUSTER', 'INFO']));
-      await c.quit();
+      await (c.close ?? c.quit).call(c);
       if (info.includes('cluster_state:ok')) break;
       if (Date.now() > deadline) throw new Error('cluster_state never ok');
       await sleep(100);

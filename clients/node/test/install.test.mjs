@@ -1,9 +1,10 @@
 // The package as users get it, outside the checkout: `npm install <checkout>/clients/node` of a
 // checkout without dist/ builds it (prepare) and imports; `npm pack` there gives a tarball with
-// dist/ and the twin; installed in a clean directory, its CLI loads the twin into a plain
-// redis-server and express-rate-limit answers 429 through the store. (The app's host libraries,
-// express, express-rate-limit and redis, are the pinned devDependencies installed here: the
-// package under test is the tarball's.)
+// dist/, the twin and the repository's LICENSE; installed in a clean directory, its CLI loads the
+// twin into a plain redis-server and express-rate-limit answers 429 through the store. (The app's
+// host libraries, express, express-rate-limit and redis, are this cell's: the package under test
+// is the tarball's.) test/run.mjs runs this file in one cell (its ONCE): the npm and Node.js it
+// tests are that cell's, first on PATH.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -32,23 +33,24 @@ async function sh(cwd, file, args, env = {}) {
 }
 const npm = (cwd, ...args) => sh(cwd, 'npm', [...args, '--no-audit', '--no-fund']);
 
-/** A checkout as git has it (no dist/), sharing clients/node's installed dev tools. */
+/** A checkout as git has it (no dist/, no clients/node/LICENSE), sharing clients/node's installed dev tools. */
 function checkout() {
   const co = path.join(work, 'checkout');
   const node = path.join(co, 'clients/node');
   mkdirSync(path.join(co, 'functions'), { recursive: true });
   cpSync(twinPath, path.join(co, 'functions/throttle.lua'));
+  cpSync(path.join(root, 'LICENSE'), path.join(co, 'LICENSE'));
   for (const f of ['src', 'scripts', 'package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.cjs.json', 'README.md']) cpSync(path.join(pkgDir, f), path.join(node, f), { recursive: true });
   symlinkSync(path.join(pkgDir, 'node_modules'), path.join(node, 'node_modules'));
   return node;
 }
 
-/** Makes the host libraries of the app (pinned devDependencies, already installed here) resolvable from `app`. */
+/** Makes the host libraries of the app (this cell's, already installed) resolvable from `app`. */
 function hostLibraries(app, names) {
-  for (const name of names) symlinkSync(path.join(pkgDir, 'node_modules', name), path.join(app, 'node_modules', name));
+  for (const name of names) symlinkSync(path.join(process.cwd(), 'node_modules', name), path.join(app, 'node_modules', name));
 }
 
-test('npm install <checkout>/clients/node builds dist (prepare) and imports; npm pack packs it; the tarball, installed in a clean directory, loads the twin with its CLI and express-rate-limit answers 429', async () => {
+test(`npm ${(await sh(work, 'npm', ['--version'])).stdout.trim()} on Node.js ${process.versions.node}: npm install <checkout>/clients/node builds dist (prepare) and imports; npm pack packs it with the LICENSE; the tarball, installed in a clean directory, loads the twin with its CLI and express-rate-limit answers 429`, async () => {
   const src = checkout();
   const linked = path.join(work, 'from-checkout');
   mkdirSync(linked);
@@ -63,16 +65,17 @@ test('npm install <checkout>/clients/node builds dist (prepare) and imports; npm
   const [tarball] = readdirSync(out);
   assert.equal(tarball, `${pkg.name}-${pkg.version}.tgz`);
   const listed = (await sh(out, 'tar', ['tzf', tarball])).stdout.split('\n').filter(Boolean).sort();
-  for (const f of ['package/package.json', 'package/README.md', 'package/dist/throttle.lua', 'package/dist/esm/cli.js', 'package/dist/esm/index.js', 'package/dist/esm/library.js', 'package/dist/cjs/index.js', 'package/dist/cjs/library.js', 'package/dist/cjs/package.json']) {
+  for (const f of ['package/package.json', 'package/README.md', 'package/LICENSE', 'package/dist/throttle.lua', 'package/dist/esm/cli.js', 'package/dist/esm/index.js', 'package/dist/esm/library.js', 'package/dist/cjs/index.js', 'package/dist/cjs/library.js', 'package/dist/cjs/package.json']) {
     assert.ok(listed.includes(f), `${f} not in the tarball: ${listed.join(' ')}`);
   }
-  assert.deepEqual(listed.filter((f) => !/^package\/(dist\/.*|package\.json|README\.md)$/.test(f)), [], 'only dist/, package.json and README.md');
+  assert.deepEqual(listed.filter((f) => !/^package\/(dist\/.*|package\.json|README\.md|LICENSE)$/.test(f)), [], 'only dist/, package.json, README.md and LICENSE');
 
   const app = path.join(work, 'app');
   mkdirSync(app);
   writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
   await npm(app, 'install', '--offline', path.join(out, tarball));
   hostLibraries(app, ['express', 'express-rate-limit', 'redis']);
+  assert.equal(readFileSync(path.join(app, 'node_modules/redis-throttle-js/LICENSE'), 'utf8'), readFileSync(path.join(root, 'LICENSE'), 'utf8'), "the package's LICENSE is the repository's");
 
   const server = await startServer({ kind: 'plain' });
   servers.push(server);
@@ -102,7 +105,7 @@ const listener = app.listen(0, '127.0.0.1', async () => {
   const lua = readFileSync(require.resolve('redis-throttle-js/throttle.lua'), 'utf8');
   console.log(JSON.stringify({ statuses, cjs: typeof cjs.loadTwin, lua: lua.length, from: require.resolve('redis-throttle-js') }));
   listener.close();
-  await client.quit();
+  await (client.close ?? client.quit).call(client);
 });
 `,
   );

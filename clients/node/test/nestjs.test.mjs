@@ -59,13 +59,21 @@ for (const kind of KINDS) {
     });
 
     if (v6) test('blockDuration 3 s after a limit of 2 per 1 s (counter and gcra): the block outlasts the window, two app servers see it, requests during it do not extend it', async () => {
-      await Promise.all(['counter', 'gcra'].map(async (algorithm) => {
+      // Two app servers on one Redis (one with node-redis, one with ioredis), and a control whose
+      // blockDuration is 1 ms (the limiter alone), for each algorithm: all made before any request
+      // (a NestJS app's start holds this process's event loop for a while: made during the other
+      // algorithm's timed requests, it delayed them past GCRA's 500 ms between two admissions).
+      const apps = {};
+      for (const algorithm of ['counter', 'gcra']) {
         const prefix = unique(`nestblock-${algorithm}`) + ':';
-        // Two app servers on one Redis (one with node-redis, one with ioredis), and a control
-        // whose blockDuration is 1 ms (the limiter alone).
-        const one = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]);
-        const two = await nestApp(new RedisThrottleStorage(await ioredis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]);
-        const control = await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix: unique('nestctl') + ':', algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 1 }]);
+        apps[algorithm] = {
+          one: await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]),
+          two: await nestApp(new RedisThrottleStorage(await ioredis(kind), { ...SLOW, prefix, algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 3000 }]),
+          control: await nestApp(new RedisThrottleStorage(await nodeRedis(kind), { ...SLOW, prefix: unique('nestctl') + ':', algorithm }), [{ ttl: 1000, limit: 2, blockDuration: 1 }]),
+        };
+      }
+      await Promise.all(['counter', 'gcra'].map(async (algorithm) => {
+        const { one, two, control } = apps[algorithm];
         for (const url of [one, control]) {
           assert.deepEqual([(await get(url)).status, (await get(url)).status], [200, 200], algorithm);
         }

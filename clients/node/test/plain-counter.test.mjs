@@ -65,13 +65,24 @@ for (const [lib, connect, send] of LIBS) {
       const raw = (args) => send(c, args);
       const plain = unique('plain');
       const mod = unique('mod');
-      // The same commands Throttle.hit sends, next to CL.COUNTER, at one command instant.
+      // The same commands Throttle.hit sends, next to CL.COUNTER, with TIME before, between and after.
       const r =
         lib === 'ioredis'
-          ? (await c.multi().call('CL.COUNTER', mod, '100', '7000', '4', 'MS').set(plain, '0', 'PX', '7000', 'NX').incrby(plain, 4).pttl(plain).exec()).map((x) => x[1])
-          : await c.multi().addCommand(['CL.COUNTER', mod, '100', '7000', '4', 'MS']).addCommand(['SET', plain, '0', 'PX', '7000', 'NX']).addCommand(['INCRBY', plain, '4']).addCommand(['PTTL', plain]).exec();
-      assert.equal(Number(r[2]), 4);
-      assert.equal(Number(await raw(['PEXPIRETIME', plain])), Number(await raw(['PEXPIRETIME', mod])));
+          ? (await c.multi().time().call('CL.COUNTER', mod, '100', '7000', '4', 'MS').time().set(plain, '0', 'PX', '7000', 'NX').incrby(plain, 4).pttl(plain).time().exec()).map((x) => x[1])
+          : await c.multi().addCommand(['TIME']).addCommand(['CL.COUNTER', mod, '100', '7000', '4', 'MS']).addCommand(['TIME']).addCommand(['SET', plain, '0', 'PX', '7000', 'NX']).addCommand(['INCRBY', plain, '4']).addCommand(['PTTL', plain]).addCommand(['TIME']).exec();
+      assert.equal(Number(r[4]), 4);
+      const [ep, em] = [Number(await raw(['PEXPIRETIME', plain])), Number(await raw(['PEXPIRETIME', mod]))];
+      const version = /redis_version:(\d+)\.(\d+)/.exec(String(await raw(['INFO', 'server'])));
+      if (Number(version[1]) * 100 + Number(version[2]) >= 702) {
+        // Redis 7.2+: one command time for the whole EXEC, which both read.
+        assert.equal(ep, em);
+      } else {
+        // Before 7.2 each command reads the clock as it runs (the module, without the server's
+        // command time, reads the real-time clock as SET does): each expiry is its own command's
+        // instant + the window, between the TIMEs around it.
+        const [before, between, after] = [r[0], r[2], r[6]].map(([sec, usec]) => Math.floor((Number(sec) * 1e6 + Number(usec)) / 1000) + 7000);
+        assert.ok(before <= em && em <= between && between <= ep && ep <= after, `TIME+window ${before} <= CL.COUNTER's ${em} <= ${between} <= SET's ${ep} <= ${after}`);
+      }
       assert.equal(String(await raw(['GET', plain])), String(await raw(['GET', mod])));
     });
 

@@ -2,14 +2,19 @@
 //
 // The matrix: each folder of test/matrix holds a package.json and its lockfile pinning one
 // version of every host library and Redis client (the oldest and the newest of each declared
-// peer range, and versions between). This script packs the package (npm pack, as users get it),
-// installs each cell (`npm ci` when its node_modules is older than its lockfile), unpacks the
-// tarball into the cell's node_modules, copies the test files beside it (so they import the
+// peer range, and versions between), and a .node-version: the Node.js it runs on (the oldest
+// cell on the oldest Node the package's engines declare, the newest on the newest), installed by
+// `scripts/deps.sh node` under RT_NODES (target/node/VERSION/bin), never the system's. This
+// script packs the package (npm pack, as users get it), installs each cell with its own Node's
+// npm (`npm ci` when its node_modules is older than its lockfile or from another Node), unpacks
+// the tarball into the cell's node_modules, copies the test files beside it (so they import the
 // cell's versions), starts the servers once (module, twin only, a 3-primary cluster), and runs
-// the cells (each its files one at a time; RT_PARALLEL cells at once, default 3). When every cell
-// passes it checks that package.json's peerDependencies are exactly the tested range of each
-// library (its floor the oldest version tested, its ceiling above the newest major tested) and
-// writes the tested versions into the guide (docs/src/guides/node.md, between its markers).
+// the cells (each its files one at a time, on its Node; RT_PARALLEL cells at once, default 3).
+// install.test.mjs, which tests the artifact rather than the host libraries, runs in one cell
+// (ONCE). When every cell passes it checks that package.json's peerDependencies are exactly the
+// tested range of each library (its floor the oldest version tested, its ceiling above the newest
+// major tested) and its engines.node the oldest Node tested, and writes the tested versions into
+// the guide (docs/src/guides/node.md, between its markers).
 //
 // Usage: node test/run.mjs [file.test.mjs …]; RT_CELLS=oldest,newest runs only those cells.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
@@ -29,6 +34,12 @@ const cells = readdirSync(matrix)
   .filter((d) => existsSync(path.join(matrix, d, 'package.json')) && (only.length === 0 || only.includes(d)))
   .sort((a, b) => ORDER.indexOf(a) - ORDER.indexOf(b));
 const files = process.argv.slice(2).map((f) => path.basename(f));
+// The test files that run in one cell only, and why there: install.test.mjs builds the package
+// from a checkout (prepare) and installs the tarball in a clean folder, which no host library's
+// version changes; the oldest cell runs it with the oldest Node's npm, the one most likely to
+// differ (make dist packs, and make dist-test installs, with the newest's).
+const ONCE = { 'install.test.mjs': 'oldest' };
+const nodes = process.env.RT_NODES ?? path.resolve(root, process.env.CARGO_TARGET_DIR ?? 'target', 'node');
 const t0 = Date.now();
 const seconds = () => `${((Date.now() - t0) / 1000).toFixed(0)} s`;
 
@@ -45,17 +56,38 @@ function pack() {
   return path.join(dir, path.basename(filename));
 }
 
-/** `npm ci` in the cell when its node_modules is older than its lockfile (the cells install at once). */
-function install(cell) {
+/**
+ * The Node.js a cell runs on (its .node-version), as installed by scripts/deps.sh node: its
+ * version, its bin folder (node, npm, npx) and an environment with that folder first on PATH
+ * (and none of the npm_* variables of the npm that runs this script).
+ */
+function runtime(cell) {
+  const version = readFileSync(path.join(matrix, cell, '.node-version'), 'utf8').trim();
+  const bin = path.join(nodes, version, 'bin');
+  const found = spawnSync(path.join(bin, 'node'), ['--version'], { encoding: 'utf8' }).stdout?.trim();
+  if (found !== `v${version}`) throw new Error(`${cell}: Node.js ${version} is not in ${bin} (found: ${found ?? 'nothing'}): \`scripts/deps.sh node\` installs it (make test-node runs it)`);
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)));
+  env.PATH = `${bin}${path.delimiter}${process.env.PATH ?? ''}`;
+  return { version, bin, env };
+}
+
+/** `npm ci` in the cell with its Node's npm, unless its node_modules is newer than its lockfile and from that Node (the cells install at once). */
+function install(cell, node) {
   const dir = path.join(matrix, cell);
   const stamp = path.join(dir, 'node_modules/.package-lock.json');
-  if (existsSync(stamp) && statSync(stamp).mtimeMs >= statSync(path.join(dir, 'package-lock.json')).mtimeMs) return Promise.resolve();
-  console.log(`# ${cell}: npm ci`);
+  const from = path.join(dir, 'node_modules/.node-version');
+  const current = existsSync(stamp) && statSync(stamp).mtimeMs >= statSync(path.join(dir, 'package-lock.json')).mtimeMs;
+  if (current && existsSync(from) && readFileSync(from, 'utf8') === node.version) return Promise.resolve();
+  console.log(`# ${cell}: npm ci (Node.js ${node.version})`);
   return new Promise((resolve, reject) => {
-    const c = spawn('npm', ['ci', '--no-audit', '--no-fund'], { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] });
+    const c = spawn(path.join(node.bin, 'node'), [path.join(node.bin, 'npm'), 'ci', '--no-audit', '--no-fund'], { cwd: dir, env: node.env, stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     c.stderr.on('data', (d) => (err += d));
-    c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`npm ci in ${dir} failed (${code}):\n${err}`))));
+    c.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`npm ci in ${dir} failed (${code}):\n${err}`));
+      writeFileSync(from, node.version);
+      resolve();
+    });
   });
 }
 
@@ -70,23 +102,40 @@ function prepare(cell, tarball) {
   rmSync(tests, { recursive: true, force: true });
   mkdirSync(tests);
   for (const f of readdirSync(here)) if (f.endsWith('.mjs') && f !== 'run.mjs') copyFileSync(path.join(here, f), path.join(tests, f));
-  const chosen = (files.length ? files : readdirSync(tests).filter((f) => f.endsWith('.test.mjs')).sort()).map((f) => path.join(tests, f));
+  const chosen = (files.length ? files : readdirSync(tests).filter((f) => f.endsWith('.test.mjs')).sort())
+    .filter((f) => (ONCE[f] ?? cell) === cell)
+    .map((f) => path.join(tests, f));
   return { cell, dir, files: chosen };
 }
 
-/** A cell's test files with node's test runner, one file at a time; its output, printed when it ends. */
-function runCell({ cell, dir, files: list }, env) {
+// A cell that has not ended after this long is stopped and fails (a test file whose servers or
+// clients keep its process alive would otherwise hold the run until CI's limit).
+const CELL_LIMIT_S = Number(process.env.RT_CELL_LIMIT_S ?? 900);
+const running = new Set();
+
+/** A cell's test files with its Node's test runner, one file at a time; its output, printed when it ends. */
+function runCell({ cell, dir, files: list }, node, env) {
   return new Promise((resolve) => {
     const began = Date.now();
-    const [major, minor] = process.versions.node.split('.').map(Number);
-    const concurrency = major > 20 || (major === 20 && minor >= 10) ? ['--test-concurrency=1'] : [];
-    const child = spawn(process.execPath, ['--test', ...concurrency, '--test-reporter=spec', ...list], { cwd: dir, env: { ...env, RT_CELL: cell } });
+    // detached: its own process group, so that a cell over its limit is stopped with its test files.
+    const child = spawn(path.join(node.bin, 'node'), ['--test', '--test-concurrency=1', '--test-reporter=spec', ...list], { cwd: dir, env: { ...node.env, ...env, RT_CELL: cell }, detached: true });
+    running.add(child);
     let out = '';
+    let late = false;
+    const watchdog = setTimeout(() => {
+      late = true;
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {}
+    }, CELL_LIMIT_S * 1000);
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
     child.on('exit', (code) => {
-      console.log(`\n# ---- ${cell} (${((Date.now() - began) / 1000).toFixed(0)} s) ----\n${out}`);
-      resolve(code ?? 1);
+      running.delete(child);
+      clearTimeout(watchdog);
+      const over = late ? `\n# ${cell}: STOPPED after ${CELL_LIMIT_S} s (RT_CELL_LIMIT_S): a test file did not end\n` : '';
+      console.log(`\n# ---- ${cell} on Node.js ${node.version}: ${list.map((f) => path.basename(f)).join(' ')} (${((Date.now() - began) / 1000).toFixed(0)} s) ----\n${out}${over}`);
+      resolve(late ? 1 : (code ?? 1));
     });
   });
 }
@@ -125,6 +174,19 @@ function checkRanges(tested) {
   if (wrong.length) throw new Error(`peerDependencies are not the tested ranges:\n  ${wrong.join('\n  ')}`);
 }
 
+/** engines.node is `>=<the oldest cell's Node>`, and the newest cell runs the newest Node tested. */
+function checkEngines(tested) {
+  const all = tested.map((t) => t.node);
+  const oldest = all.reduce((a, b) => (older(b, a) ? b : a));
+  const newest = all.reduce((a, b) => (older(a, b) ? b : a));
+  const wrong = [];
+  if (pkg.engines?.node !== `>=${oldest}`) wrong.push(`package.json's engines.node is "${pkg.engines?.node}", the cells test ">=${oldest}" (the oldest Node.js they run on)`);
+  const at = (cell) => tested.find((t) => t.cell === cell)?.node;
+  if (at('oldest') !== oldest) wrong.push(`the oldest cell runs Node.js ${at('oldest')}, not the oldest tested (${oldest})`);
+  if (at('newest') !== newest) wrong.push(`the newest cell runs Node.js ${at('newest')}, not the newest tested (${newest})`);
+  if (wrong.length) throw new Error(`engines is not the tested Node.js:\n  ${wrong.join('\n  ')}`);
+}
+
 /** The tested versions, written by this run into the guide, between its two markers. */
 function writeTable(tested, server) {
   const rows = [
@@ -137,13 +199,15 @@ function writeTable(tested, server) {
   ];
   const begin = '<!-- tested versions: written by clients/node/test/run.mjs (make test-node) when every cell passes -->';
   const end = '<!-- end of tested versions -->';
+  const once = Object.entries(ONCE).map(([f, cell]) => `${f} in the ${cell} cell`).join(', ');
   const table = [
     begin,
     `| library | declared range | ${tested.map((t) => t.cell).join(' | ')} |`,
     `|---|---|${tested.map(() => '---|').join('')}`,
+    `| Node.js (\`engines\`) | \`${pkg.engines.node}\` | ${tested.map((t) => t.node).join(' | ')} |`,
     ...rows.map(([label, peer, cellText]) => `| ${label} | \`${pkg.peerDependencies[peer]}\` | ${tested.map((t) => cellText(t.versions)).join(' | ')} |`),
     '',
-    `Each cell ran every test file against Redis ${server} with the module, with only the Functions twin, and on a 3-primary cluster, on Node.js ${process.versions.node.split('.')[0]}.`,
+    `Each cell ran every test file (${once} only) on its Node.js against Redis ${server} with the module, with only the Functions twin, and on a 3-primary cluster.`,
     end,
   ].join('\n');
   const guide = path.join(root, 'docs/src/guides/node.md');
@@ -155,32 +219,46 @@ function writeTable(tested, server) {
 
 const started = [];
 let code = 1;
+// Interrupted: the cells (each in its own process group) and the servers go with this script.
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, () => {
+    for (const child of running) {
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {}
+    }
+    for (const s of started) stopServer(s);
+    process.exit(1);
+  });
+}
 try {
+  const runtimes = Object.fromEntries(cells.map((c) => [c, runtime(c)]));
   const tarball = pack();
-  await Promise.all(cells.map(install));
+  await Promise.all(cells.map((c) => install(c, runtimes[c])));
   const prepared = cells.map((c) => prepare(c, tarball));
   console.log(`# packed ${path.basename(tarball)}; cells ready: ${cells.join(', ')} (${seconds()})`);
   const [mod, twin, cluster] = await Promise.all([startServer({ kind: 'module' }), startServer({ kind: 'twin' }), startCluster()]);
   started.push(mod, twin, ...cluster.nodes);
-  const env = { ...process.env, RT_ROOT: root, RT_MODULE_PORT: String(mod.port), RT_TWIN_PORT: String(twin.port), RT_CLUSTER_PORTS: cluster.ports.join(',') };
+  const env = { RT_ROOT: root, RT_MODULE_PORT: String(mod.port), RT_TWIN_PORT: String(twin.port), RT_CLUSTER_PORTS: cluster.ports.join(',') };
   // The cells share the servers (every test uses keys of its own).
   const parallel = Math.max(1, Number(process.env.RT_PARALLEL ?? 3));
   const queue = [...prepared];
   const results = [];
   await Promise.all(
     Array.from({ length: Math.min(parallel, queue.length) }, async () => {
-      for (let c = queue.shift(); c; c = queue.shift()) results.push({ cell: c.cell, code: await runCell(c, env) });
+      for (let c = queue.shift(); c; c = queue.shift()) results.push({ cell: c.cell, code: await runCell(c, runtimes[c.cell], env) });
     }),
   );
   const failed = results.filter((r) => r.code !== 0).map((r) => r.cell);
   console.log(`\n# cells: ${results.map((r) => `${r.cell} ${r.code === 0 ? 'ok' : 'FAILED'}`).join(', ')} (${seconds()})`);
   code = failed.length ? 1 : 0;
   if (code === 0 && files.length === 0 && only.length === 0) {
-    const tested = cells.map((cell) => ({ cell, versions: versions(cell) }));
+    const tested = cells.map((cell) => ({ cell, versions: versions(cell), node: runtimes[cell].version }));
     checkRanges(tested);
+    checkEngines(tested);
     const server = execFileSync(process.env.THROTTLE_SERVER ?? 'redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)?.[1] ?? '?';
     writeTable(tested, server);
-    console.log('# peerDependencies match the tested ranges; the tested versions written into docs/src/guides/node.md');
+    console.log('# peerDependencies and engines match the tested ranges; the tested versions written into docs/src/guides/node.md');
   }
 } catch (e) {
   console.error(e);

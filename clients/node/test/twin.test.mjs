@@ -1,22 +1,31 @@
-// The twin inside the package: loadTwin and the CLI (`twin load`, `twin print`) against plain
-// servers (no module), servers holding an older, newer or unversioned twin, and every primary
-// of the shared 3-primary cluster; the warning for an outdated twin, once; the error naming the
-// loader command on a server with neither the module nor the twin.
+// The twin inside the package: loadTwin and the CLI (`twin load`, `twin print`) of the package as
+// this cell installed it, with this cell's node-redis and ioredis, against plain servers (no
+// module), servers holding an older, newer or unversioned twin, and every primary of a 3-primary
+// cluster without the module (this file's own: it loads, deletes and replaces the library and
+// adds ACL users, which the other files and cells, on the shared servers, must not see); the
+// warning for an outdated twin, once; the error naming the loader command on a server with
+// neither the module nor the twin.
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import IORedis from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import { Throttle, ThrottleError, TwinDowngradeError, loadTwin, twinLibrary } from 'redis-throttle-js';
-import { ports, unique } from './common.mjs';
-import { freePort, root, startServer, stopServer, twinPath } from './harness.mjs';
+import { unique, version as installed } from './common.mjs';
+import { freePort, startCluster, startServer, stopServer, twinPath } from './harness.mjs';
 
-const cli = path.join(root, 'clients/node/dist/esm/cli.js');
-const pkg = JSON.parse(readFileSync(path.join(root, 'clients/node/package.json'), 'utf8'));
+// The package this cell installed (the tarball's), its CLI as package.json's bin names it.
+const home = path.dirname(createRequire(import.meta.url).resolve('redis-throttle-js/package.json'));
+const pkg = JSON.parse(readFileSync(path.join(home, 'package.json'), 'utf8'));
+const cli = path.join(home, pkg.bin['redis-throttle-js']);
+const nodeRedis = `node-redis ${installed('redis')}`;
+const ioredis = `ioredis ${installed('ioredis')}`;
 const shipped = readFileSync(twinPath, 'utf8');
 /** What the packaged library's cl_version answers once loaded (null for a library from before cl_version existed). */
 const stated = shipped.includes('cl_version') ? pkg.version : null;
@@ -40,6 +49,8 @@ async function run(...args) {
 
 const servers = [];
 const clients = [];
+/** node-redis 5+ close(), 4 quit(); ioredis quit(). */
+const close = (c) => (c.close ?? c.quit).call(c);
 async function plain() {
   const s = await startServer({ kind: 'plain' });
   servers.push(s);
@@ -55,10 +66,19 @@ const loads = async (c) => {
 };
 const version = (c) => c.sendCommand(['FCALL_RO', 'cl_version', '0']);
 
+/**
+ * This file's 3-primary cluster, without the module: started as the module loads (top-level
+ * await, not a root before() hook, which Node.js 20.13's test runner does not await).
+ */
+const cluster = await startCluster({ kind: 'plain' });
+servers.push(...cluster.nodes);
+
 after(async () => {
   for (const c of clients.splice(0)) {
     try {
-      await c.disconnect();
+      // node-redis 5+ destroy(), 4 and ioredis disconnect(): closed at once, whatever is pending.
+      if (typeof c.destroy === 'function') c.destroy();
+      else await c.disconnect();
     } catch {}
   }
   for (const s of servers) stopServer(s);
@@ -91,15 +111,14 @@ test('the CLI: --help, exit code 2 on usage errors, 1 when the server cannot be 
 
 describe('loadTwin on a server without the module', () => {
   for (const [lib, open] of [
-    ['node-redis', (s) => createClient({ url: s.url })],
-    ['node-redis v4', async (s) => (await import('redis4')).createClient({ url: s.url })],
-    ['ioredis', (s) => new IORedis(s.url)],
+    [nodeRedis, (s) => createClient({ url: s.url })],
+    [ioredis, (s) => new IORedis(s.url)],
   ]) {
     test(`${lib}: loads, reports the versions, answers decisions; loading again sends nothing`, async () => {
       const { server, c } = await plain();
       const client = await open(server);
       client.on('error', () => {});
-      if (lib.startsWith('node-redis')) await client.connect();
+      if (lib === nodeRedis) await client.connect();
       clients.push(client);
       const report = await loadTwin(client);
       assert.deepEqual(report, { version: pkg.version, nodes: [{ node: `127.0.0.1:${server.port}`, before: null, after: stated, action: 'loaded' }] });
@@ -215,11 +234,11 @@ describe('clients and the server they find', () => {
   after(() => process.off('warning', listener));
 
   test('an older twin is warned about once per process, whatever the clients; an unversioned one too; a current one not', async () => {
-    const { c } = await plain();
+    const { server, c } = await plain();
     await c.sendCommand(['FUNCTION', 'LOAD', fake('0.0.2')]);
     events = [];
     for (let i = 0; i < 3; i++) assert.equal(await new Throttle(c).backend(), 'twin');
-    const io = new IORedis(`redis://127.0.0.1:${(await c.sendCommand(['CONFIG', 'GET', 'port']))[1]}`);
+    const io = new IORedis(server.url);
     clients.push(io);
     assert.equal(await new Throttle(io).backend(), 'twin');
     await new Promise((r) => setImmediate(r));
@@ -257,12 +276,12 @@ describe('clients and the server they find', () => {
     }
     secured.on('error', () => {});
     assert.ok(!String(secured.options?.url).includes('PASSWORD'));
-    const cmd = (await import('../dist/esm/twin.js')).loaderCommand(secured);
+    const cmd = (await import(pathToFileURL(path.join(home, 'dist/esm/twin.js')).href)).loaderCommand(secured);
     assert.equal(cmd, `npx redis-throttle-js twin load redis://:PASSWORD@127.0.0.1:${server.port}`, 'the password is never printed');
   });
 
   test('a plain client connected to a cluster node is refused: the cluster has more primaries', async () => {
-    const node = createClient({ url: `redis://127.0.0.1:${ports.cluster[0]}` });
+    const node = createClient({ url: cluster.nodes[0].url });
     node.on('error', () => {});
     await node.connect();
     clients.push(node);
@@ -271,7 +290,8 @@ describe('clients and the server they find', () => {
 });
 
 describe('a 3-primary cluster', () => {
-  const urls = () => ports.cluster.map((p) => `redis://127.0.0.1:${p}`);
+  const urls = () => cluster.nodes.map((n) => n.url);
+  const ports = () => cluster.ports;
   const each = async (f) => {
     const out = [];
     for (const url of urls()) {
@@ -281,43 +301,33 @@ describe('a 3-primary cluster', () => {
       try {
         out.push(await f(c));
       } finally {
-        await c.quit();
+        await close(c);
       }
     }
     return out;
   };
-  const drop = () =>
-    each(async (c) => {
-      await c.sendCommand(['FUNCTION', 'DELETE', 'throttle']).catch(() => null);
-      await c.sendCommand(['ACL', 'DELUSER', 'minimal']);
-    });
-  before(drop);
-  after(drop);
+  const drop = () => each((c) => c.sendCommand(['FUNCTION', 'DELETE', 'throttle']).catch(() => null));
 
-  test('loadTwin (node-redis v5 and v4, ioredis cluster clients) and the CLI load on every primary; a newer twin on one refuses them all', async () => {
-    const cluster = createCluster({ rootNodes: urls().map((url) => ({ url })) });
-    cluster.on('error', () => {});
-    await cluster.connect();
-    clients.push(cluster);
-    const report = await loadTwin(cluster);
-    assert.deepEqual(report.nodes.map((n) => n.node).sort(), ports.cluster.map((p) => `127.0.0.1:${p}`).sort());
+  test(`loadTwin (${nodeRedis} and ${ioredis} cluster clients) and the CLI load on every primary; a newer twin on one refuses them all`, async () => {
+    const nodes = createCluster({ rootNodes: urls().map((url) => ({ url })) });
+    nodes.on('error', () => {});
+    await nodes.connect();
+    clients.push(nodes);
+    const report = await loadTwin(nodes);
+    assert.deepEqual(report.nodes.map((n) => n.node).sort(), ports().map((p) => `127.0.0.1:${p}`).sort());
     assert.ok(report.nodes.every((n) => n.action === 'loaded' && n.before === null && n.after === stated), JSON.stringify(report));
     assert.deepEqual(await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)), [1, 1, 1]);
-    // Keys of every slot range decide through the twin (forced: the module is there too).
+    // Keys of every slot range decide through the twin just loaded.
     const fcalls = () => each(async (c) => Number(/^cmdstat_fcall:calls=(\d+)/m.exec(String(await c.sendCommand(['INFO', 'commandstats'])))?.[1] ?? 0));
     const before = await fcalls();
-    const t = new Throttle(cluster, { backend: 'twin' });
+    const t = new Throttle(nodes);
+    assert.equal(await t.backend(), 'twin');
     const keys = Array.from({ length: 60 }, (_, i) => unique(`spread${i}`));
     const decided = await Promise.all(keys.map((k) => t.counter(k, { limit: 1, windowMs: 60_000 })));
     assert.ok(decided.every((d) => !d.limited && d.limit === 1));
     const later = await fcalls();
     assert.ok(later.every((n, i) => n > before[i]), `FCALLs per primary: ${before} -> ${later}`);
-    const v4 = (await import('redis4')).createCluster({ rootNodes: urls().map((url) => ({ url })) });
-    v4.on('error', () => {});
-    await v4.connect();
-    clients.push(v4);
-    assert.deepEqual((await loadTwin(v4)).nodes.map((n) => n.action), ['unchanged', 'unchanged', 'unchanged'], 'node-redis v4');
-    const io = new IORedis.Cluster(ports.cluster.map((port) => ({ host: '127.0.0.1', port })));
+    const io = new IORedis.Cluster(ports().map((port) => ({ host: '127.0.0.1', port })));
     io.on('error', () => {});
     clients.push(io);
     await new Promise((r) => io.once('ready', r));
@@ -337,9 +347,9 @@ describe('a 3-primary cluster', () => {
     await newer.sendCommand(['FUNCTION', 'LOAD', fake('99.0.0')]);
     const refused = await run('twin', 'load', urls()[0]);
     assert.equal(refused.code, 3, refused.stderr);
-    assert.match(refused.stderr, new RegExp(`127\\.0\\.0\\.1:${ports.cluster[2]} has the twin 99\\.0\\.0, newer than this package's`));
+    assert.match(refused.stderr, new RegExp(`127\\.0\\.0\\.1:${ports()[2]} has the twin 99\\.0\\.0, newer than this package's`));
     assert.deepEqual(await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)), [0, 0, 1], 'nothing was loaded anywhere');
-    const forced = await loadTwin(cluster, { force: true });
+    const forced = await loadTwin(nodes, { force: true });
     assert.deepEqual(forced.nodes.map((n) => n.action).sort(), ['downgraded', 'loaded', 'loaded']);
   });
 });
