@@ -69,9 +69,12 @@ demo: build
 	@scripts/deps.sh demo
 	@scripts/demo.sh
 
-# Unit and property tests of the algorithms, integration tests against real servers, then the
-# behavioural tests against containers (skipped with a notice when no Docker engine answers,
-# a failure under CI=true).
+# Every test: the workspace's (the algorithms' unit and property tests, the module, the twin, the
+# Rust client and HTTP layer, and the gateway service against real servers and a real Envoy, which
+# `make envoy` installs), the twin's run of the module's suite, the Node and Python packages at
+# every version of their matrices (test-node, test-python), the release artifacts used as a user
+# would (dist-test), then the behavioural tests against containers (skipped with a notice when
+# no Docker engine answers, a failure under CI=true).
 test: build
 	@scripts/deps.sh test node python
 	@$(MAKE) --no-print-directory envoy
