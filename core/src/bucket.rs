@@ -193,6 +193,12 @@ impl Now {
 /// the bucket's grid from now to `held` would still add (the tokens the draw still holds
 /// are among those), at most `units`. `held` is the key's expiry right after the draw
 /// (`PEXPIRETIME`: a whole millisecond on the grid).
+///
+/// Exact when `tokens` is 1. Otherwise the refill at `held` may have been only partly the
+/// draw's (it made up the draw's deficit and overshot by up to `tokens − 1`), which `held`
+/// does not say: after a refill came between the draw and the refund, this can exceed what
+/// the draw still holds by up to `tokens − 1`. Taking the other side of that doubt would
+/// keep back up to `tokens − 1` from a refund sent at once, which must give everything back.
 pub fn held_units(state: Option<State>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<i64> {
     if now >= held || units <= 0 {
         return Ok(0);
