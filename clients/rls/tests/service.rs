@@ -255,9 +255,12 @@ async fn on_sentinel_the_service_follows_a_failover() {
     }
     let on_master: Option<i64> = master.client().get(format!("gw_hour_before_{first_hour}")).ok();
     assert!(on_master == Some(10) || hour() != first_hour, "decided on the sentinels' master: {on_master:?}");
-    // The replica has every count before it is promoted (a forced failover does not wait).
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.client()).unwrap();
-    assert_eq!(acked, 1);
+    // The replica has every count before it is promoted (a forced failover does not wait, and
+    // replication is asynchronous). Read on the replica: a WAIT from this test's own connection
+    // would not wait for the service's writes (WAIT counts the caller's writes only).
+    harness::wait_until("the replica to hold the counts", Duration::from_secs(20), || {
+        replica.client().get::<_, Option<i64>>(format!("gw_hour_before_{first_hour}")).ok().flatten() == Some(10) || hour() != first_hour
+    });
 
     // A failover: the replica becomes the master, the old master its replica (read-only). (The
     // sentinel refuses it, NOGOODSLAVE, until it has talked to the replica itself.)
@@ -290,7 +293,15 @@ async fn on_sentinel_the_service_follows_a_failover() {
     }
     // The count came along (replicated): the limit stays full for that user.
     if hour() == first_hour {
-        assert_eq!(ask(&mut client, "before").await.unwrap(), Code::OverLimit as i32);
+        let code = ask(&mut client, "before").await.unwrap();
+        let key = format!("gw_hour_before_{first_hour}");
+        let state = |server: &Server| {
+            let mut c = server.client();
+            let count: Option<i64> = c.get(&key).ok();
+            let role: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
+            format!("{count:?} {}", role.lines().filter(|l| l.starts_with("role:") || l.starts_with("master_port:")).collect::<Vec<_>>().join(" "))
+        };
+        assert_eq!(code, Code::OverLimit as i32, "old master {}; new master {}\n{}", state(&master), state(&replica), rls.log());
     }
 }
 
