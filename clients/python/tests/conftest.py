@@ -150,6 +150,18 @@ def key() -> str:
     return f"{{t{uuid.uuid4().hex[:12]}}}:k"
 
 
+def empty_slot_prefix(cluster: Cluster, stem: str, key: Callable[[str], str]) -> str:
+    """A prefix ``stem<random>`` whose key ``key(prefix)`` hashes to a slot in which no node holds
+    a key: move_slot can only move an empty slot, and other tests' keys outlive them (a test
+    that moves a slot runs alone, so the slot stays empty until it moves)."""
+    for _ in range(1000):
+        prefix = f"{stem}{uuid.uuid4().hex[:8]}"
+        slot = key_slot(key(prefix).encode())
+        if all(n.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0 for n in cluster.nodes):
+            return prefix
+    raise AssertionError(f"no empty slot for {stem}… in 1,000 tries")
+
+
 def move_slot(cluster: Cluster, t: Any, key: str) -> tuple[Server, Server]:
     """Moves the (empty) slot of ``key`` from its owner to another primary behind the client's
     back (the client ``t`` holds the old map); (old owner, new owner)."""

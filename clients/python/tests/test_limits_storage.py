@@ -14,7 +14,7 @@ import limits.aio.strategies as aio_strategies
 import limits.strategies as strategies
 import pytest
 import redis
-from conftest import aclose, move_slot
+from conftest import aclose, empty_slot_prefix, move_slot
 from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import storage_from_string
@@ -470,8 +470,8 @@ async def _async_storage_with(uri: str, prefix: str, **options: Any) -> Any:
 def test_a_moving_window_hit_and_its_tail_follow_a_slot_that_moved(cluster, mode: str) -> None:  # type: ignore[no-untyped-def]
     """The hit and the read of its log's tail go to the key's node in one pipeline: redirected
     (MOVED), they are sent again through the cluster client, counted once."""
-    prefix = f"mv{uuid.uuid4().hex[:8]}"
     item = RateLimitItemPerMinute(5)
+    prefix = empty_slot_prefix(cluster, "mv", lambda p: f"{p}:{item.key_for('u')}")
     uri = f"redis+throttle+cluster://{cluster.uri_hosts}"
     key = f"{prefix}:{item.key_for('u')}"
 
