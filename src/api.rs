@@ -6,8 +6,9 @@ use std::os::raw::{c_char, c_int, c_long, c_longlong, c_void};
 use std::sync::OnceLock;
 
 use redis_module::raw::{
-    self, RedisModuleBlockedClient, RedisModuleCallReply, RedisModuleCmdFunc, RedisModuleCtx, RedisModuleDisconnectFunc, RedisModuleInfoCtx, RedisModuleKey, RedisModuleString,
-    RedisModuleTimerID, RedisModuleTimerProc, mstime_t, ustime_t,
+    self, RedisModuleBlockedClient, RedisModuleCallReply, RedisModuleCmdFunc, RedisModuleCtx,
+    RedisModuleDisconnectFunc, RedisModuleInfoCtx, RedisModuleKey, RedisModuleString, RedisModuleTimerID,
+    RedisModuleTimerProc, mstime_t, ustime_t,
 };
 
 type Variadic<R> = unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, *const c_char, ...) -> R;
@@ -37,7 +38,8 @@ pub struct Api {
     pub reply_with_long_long: unsafe extern "C" fn(*mut RedisModuleCtx, c_longlong) -> c_int,
     pub reply_with_error: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char) -> c_int,
     pub reply_with_string_buffer: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, usize) -> c_int,
-    pub notify_keyspace_event: unsafe extern "C" fn(*mut RedisModuleCtx, c_int, *const c_char, *mut RedisModuleString) -> c_int,
+    pub notify_keyspace_event:
+        unsafe extern "C" fn(*mut RedisModuleCtx, c_int, *const c_char, *mut RedisModuleString) -> c_int,
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
     pub is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
@@ -49,8 +51,10 @@ pub struct Api {
     pub get_notify_keyspace_events: Option<unsafe extern "C" fn() -> c_int>,
     /// `INFO` sections of the module (6.0+).
     pub info_add_section: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char) -> c_int>,
-    pub info_add_field_long_long: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_longlong) -> c_int>,
-    pub info_add_field_cstring: Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int>,
+    pub info_add_field_long_long:
+        Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, c_longlong) -> c_int>,
+    pub info_add_field_cstring:
+        Option<unsafe extern "C" fn(*mut RedisModuleInfoCtx, *const c_char, *const c_char) -> c_int>,
     pub free_string: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString),
     pub create_string: unsafe extern "C" fn(*mut RedisModuleCtx, *const c_char, usize) -> *mut RedisModuleString,
     /// Sorted sets (the lease sets of CL.ACQUIRE and CL.RELEASE).
@@ -76,7 +80,8 @@ pub struct Api {
     pub set_disconnect_callback: unsafe extern "C" fn(*mut RedisModuleBlockedClient, RedisModuleDisconnectFunc),
     pub get_blocked_client_private_data: unsafe extern "C" fn(*mut RedisModuleCtx) -> *mut c_void,
     pub get_blocked_client_handle: unsafe extern "C" fn(*mut RedisModuleCtx) -> *mut RedisModuleBlockedClient,
-    pub create_timer: unsafe extern "C" fn(*mut RedisModuleCtx, mstime_t, RedisModuleTimerProc, *mut c_void) -> RedisModuleTimerID,
+    pub create_timer:
+        unsafe extern "C" fn(*mut RedisModuleCtx, mstime_t, RedisModuleTimerProc, *mut c_void) -> RedisModuleTimerID,
     pub stop_timer: unsafe extern "C" fn(*mut RedisModuleCtx, RedisModuleTimerID, *mut *mut c_void) -> c_int,
 }
 

@@ -3,8 +3,8 @@
 //! system's real-time clock (Redis < 7.2), in whole microseconds either way, the resolution
 //! of the server's clock and of `TIME` (which the Functions twin reads).
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use redis_throttle_core::Instant;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::api::api;
 

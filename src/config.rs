@@ -19,8 +19,8 @@ use std::ffi::{CStr, c_char, c_void};
 use std::os::raw::{c_int, c_longlong, c_uint};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
-use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use redis_module::RedisString;
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use redis_throttle_core::Caps;
 
 static SHADOW: AtomicBool = AtomicBool::new(false);
@@ -74,7 +74,11 @@ impl Args {
                 "mode" => parsed.shadow = shadow_mode(value).ok_or_else(bad)?,
                 "max-exact-limit" => parsed.max_exact_limit = number(Caps::CEILING.max_exact_limit).ok_or_else(bad)?,
                 "max-buckets" => parsed.max_buckets = number(Caps::CEILING.max_buckets).ok_or_else(bad)?,
-                _ => return Err(format!("unknown module argument '{name}' (expected mode, max-exact-limit, max-buckets or debug-commands)")),
+                _ => {
+                    return Err(format!(
+                        "unknown module argument '{name}' (expected mode, max-exact-limit, max-buckets or debug-commands)"
+                    ));
+                }
             }
         }
         Ok(parsed)
@@ -115,7 +119,9 @@ pub fn register(ctx: *mut RedisModuleCtx, args: &Args) -> Result<(), String> {
     MAX_BUCKETS.store(args.max_buckets, Relaxed);
     // SAFETY: copies of function pointers the server filled in; `None` before Redis 7.0.
     let (Some(enum_config), Some(numeric_config), Some(load)) =
-        (unsafe { raw::RedisModule_RegisterEnumConfig }, unsafe { raw::RedisModule_RegisterNumericConfig }, unsafe { raw::RedisModule_LoadConfigs })
+        (unsafe { raw::RedisModule_RegisterEnumConfig }, unsafe { raw::RedisModule_RegisterNumericConfig }, unsafe {
+            raw::RedisModule_LoadConfigs
+        })
     else {
         return Ok(());
     };
@@ -148,7 +154,20 @@ pub fn register(ctx: *mut RedisModuleCtx, args: &Args) -> Result<(), String> {
         // The config's value: a static, so the pointer stays valid for the process.
         let privdata = std::ptr::from_ref(value).cast_mut().cast::<c_void>();
         // SAFETY: as above.
-        let status = unsafe { numeric_config(ctx, name.as_ptr(), default, flags, min, max, Some(get_number), Some(set_number), None, privdata) };
+        let status = unsafe {
+            numeric_config(
+                ctx,
+                name.as_ptr(),
+                default,
+                flags,
+                min,
+                max,
+                Some(get_number),
+                Some(set_number),
+                None,
+                privdata,
+            )
+        };
         if status != raw::Status::Ok as c_int {
             return Err(format!("cannot register the config throttle.{}", name.to_string_lossy()));
         }
@@ -164,7 +183,12 @@ unsafe extern "C" fn get_mode(_name: *const c_char, _privdata: *mut c_void) -> c
     c_int::from(shadow())
 }
 
-unsafe extern "C" fn set_mode(_name: *const c_char, value: c_int, _privdata: *mut c_void, _err: *mut *mut RedisModuleString) -> c_int {
+unsafe extern "C" fn set_mode(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
     // The server passes only the registered values (0 enforce, 1 shadow).
     SHADOW.store(value == 1, Relaxed);
     raw::Status::Ok as c_int
@@ -175,7 +199,12 @@ unsafe extern "C" fn get_number(_name: *const c_char, privdata: *mut c_void) -> 
     unsafe { &*privdata.cast::<AtomicI64>() }.load(Relaxed)
 }
 
-unsafe extern "C" fn set_number(_name: *const c_char, value: c_longlong, privdata: *mut c_void, _err: *mut *mut RedisModuleString) -> c_int {
+unsafe extern "C" fn set_number(
+    _name: *const c_char,
+    value: c_longlong,
+    privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
     // SAFETY: as above. The server has checked the value against the registered bounds.
     unsafe { &*privdata.cast::<AtomicI64>() }.store(value, Relaxed);
     raw::Status::Ok as c_int

@@ -175,7 +175,9 @@ pub fn run(
     {
         // `numkeys` at 1, the keys after it; nothing for a malformed count (the call errs).
         let numkeys = call.args().first().and_then(|n| redis_throttle_core::args::integer(n).ok());
-        if let Some(n) = numkeys.and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=max).contains(n) && n + 2 <= argv.len()) {
+        if let Some(n) =
+            numkeys.and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=max).contains(n) && n + 2 <= argv.len())
+        {
             for pos in 2..2 + n {
                 // SAFETY: the command's context, in a keys-position request.
                 unsafe { (api().key_at_pos)(ctx, pos as c_int) };

@@ -117,7 +117,9 @@ pub fn denied(call: &Call, word: usize, key: &[u8]) {
 /// the sketch's size and error bound.
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_int) {
     let api = api();
-    let (Some(section), Some(number), Some(text)) = (api.info_add_section, api.info_add_field_long_long, api.info_add_field_cstring) else {
+    let (Some(section), Some(number), Some(text)) =
+        (api.info_add_section, api.info_add_field_long_long, api.info_add_field_cstring)
+    else {
         return;
     };
     // SAFETY (every call below): the INFO context the server passed, C strings alive for the call.

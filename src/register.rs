@@ -7,7 +7,9 @@ use std::os::raw::c_int;
 use std::ptr::{null, null_mut};
 
 use redis_module::Context;
-use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion, RedisModuleCommandKeySpec};
+use redis_module::raw::{
+    self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion, RedisModuleCommandKeySpec,
+};
 use redis_throttle_core::all;
 use redis_throttle_core::command::{Arg, ArgKind, Command, Keys};
 use redis_throttle_core::limiter::Algorithm;
@@ -31,10 +33,18 @@ pub struct Registered {
 macro_rules! registered {
     ($handler:expr, $table:expr) => {{
         static COUNTERS: $crate::operate::Counters = $crate::operate::Counters::new();
-        $crate::register::Registered { table: $table, entry: $crate::dispatch::entry!($handler, $table, Some(&COUNTERS)), counters: Some(&COUNTERS) }
+        $crate::register::Registered {
+            table: $table,
+            entry: $crate::dispatch::entry!($handler, $table, Some(&COUNTERS)),
+            counters: Some(&COUNTERS),
+        }
     }};
     ($handler:expr, $table:expr, uncounted) => {{
-        $crate::register::Registered { table: $table, entry: $crate::dispatch::entry!($handler, $table, None), counters: None }
+        $crate::register::Registered {
+            table: $table,
+            entry: $crate::dispatch::entry!($handler, $table, None),
+            counters: None,
+        }
     }};
 }
 pub(crate) use registered;
@@ -76,7 +86,9 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
         return Err("CreateCommand failed".into());
     }
     // SAFETY: copies of function pointers; `None` before Redis 7.0.
-    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe { raw::RedisModule_SetCommandInfo }) else {
+    let (Some(get_command), Some(set_info)) =
+        (unsafe { raw::RedisModule_GetCommand }, unsafe { raw::RedisModule_SetCommandInfo })
+    else {
         return Ok(()); // Redis 6: no command info API; the key positions above still route.
     };
     // SAFETY: a valid context and the name just registered.
@@ -94,7 +106,8 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
     if table.keys != Keys::None {
         // SAFETY: an all-zero key spec is a valid (empty) value of this C struct.
         let mut key: RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
-        key.flags = u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE);
+        key.flags =
+            u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE);
         key.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         key.bs.index.pos = 1;
         match table.keys {
@@ -122,7 +135,10 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
     let mut args = match table.keys {
         Keys::None => Vec::new(),
         Keys::One => vec![key_arg(&mut strings, false)?],
-        Keys::Counted { .. } => vec![plain(&mut strings, "numkeys", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER)?, key_arg(&mut strings, true)?],
+        Keys::Counted { .. } => vec![
+            plain(&mut strings, "numkeys", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER)?,
+            key_arg(&mut strings, true)?,
+        ],
     };
     for arg in table.args {
         args.push(describe(&mut strings, &mut nested, arg)?);
@@ -145,7 +161,9 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
         return Err("SetCommandInfo rejected the command info".into());
     }
     // SAFETY: a copy of a function pointer; `None` before Redis 7.2.
-    if let (Some(set_categories), false) = (unsafe { raw::RedisModule_SetCommandACLCategories }, table.acl_categories.is_empty()) {
+    if let (Some(set_categories), false) =
+        (unsafe { raw::RedisModule_SetCommandACLCategories }, table.acl_categories.is_empty())
+    {
         let categories = strings.c(table.acl_categories)?;
         // SAFETY: the command just registered and a C string.
         if unsafe { set_categories(registered, categories) } != raw::Status::Ok as c_int {
@@ -155,7 +173,11 @@ pub fn register(ctx: &Context, command: &Registered) -> Result<(), String> {
     Ok(())
 }
 
-fn plain(strings: &mut Strings, name: &str, type_: raw::RedisModuleCommandArgType) -> Result<RedisModuleCommandArg, String> {
+fn plain(
+    strings: &mut Strings,
+    name: &str,
+    type_: raw::RedisModuleCommandArgType,
+) -> Result<RedisModuleCommandArg, String> {
     // SAFETY: an all-zero argument is a valid (empty) value of this C struct.
     let mut arg: RedisModuleCommandArg = unsafe { std::mem::zeroed() };
     arg.name = strings.c(name)?;
@@ -174,10 +196,16 @@ fn key_arg(strings: &mut Strings, multiple: bool) -> Result<RedisModuleCommandAr
 }
 
 /// One argument of a table as `COMMAND DOCS` describes it.
-fn describe(strings: &mut Strings, nested: &mut Vec<Vec<RedisModuleCommandArg>>, a: &Arg) -> Result<RedisModuleCommandArg, String> {
+fn describe(
+    strings: &mut Strings,
+    nested: &mut Vec<Vec<RedisModuleCommandArg>>,
+    a: &Arg,
+) -> Result<RedisModuleCommandArg, String> {
     use raw::{
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF as ONEOF,
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as TOKEN, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF as ONEOF,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as TOKEN,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING,
     };
     let (type_, token) = match a.kind {
         ArgKind::Integer | ArgKind::Duration | ArgKind::Quantity => (INTEGER, None),
@@ -191,17 +219,25 @@ fn describe(strings: &mut Strings, nested: &mut Vec<Vec<RedisModuleCommandArg>>,
     if let Some(token) = token {
         arg.token = strings.c(token)?;
     }
-    arg.flags = (if a.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL } else { 0 } | if a.multiple { raw::REDISMODULE_CMD_ARG_MULTIPLE } else { 0 }) as c_int;
+    arg.flags = (if a.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL } else { 0 }
+        | if a.multiple { raw::REDISMODULE_CMD_ARG_MULTIPLE } else { 0 }) as c_int;
     if let ArgKind::Spec = a.kind {
         // One block per algorithm: its word, then its own command's parameters and options.
-        let blocks = Algorithm::ALL.iter().map(|&algorithm| spec_block(strings, nested, algorithm)).collect::<Result<Vec<_>, _>>()?;
+        let blocks = Algorithm::ALL
+            .iter()
+            .map(|&algorithm| spec_block(strings, nested, algorithm))
+            .collect::<Result<Vec<_>, _>>()?;
         arg.subargs = terminated(nested, blocks);
     }
     Ok(arg)
 }
 
 /// `WORD params… [options…] [QUANTITY q]`, the block of one algorithm in a CL.ALL spec.
-fn spec_block(strings: &mut Strings, nested: &mut Vec<Vec<RedisModuleCommandArg>>, algorithm: Algorithm) -> Result<RedisModuleCommandArg, String> {
+fn spec_block(
+    strings: &mut Strings,
+    nested: &mut Vec<Vec<RedisModuleCommandArg>>,
+    algorithm: Algorithm,
+) -> Result<RedisModuleCommandArg, String> {
     let word = algorithm.word().to_ascii_lowercase();
     let mut block = plain(strings, &word, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK)?;
     let mut token = plain(strings, &word, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN)?;
@@ -215,7 +251,10 @@ fn spec_block(strings: &mut Strings, nested: &mut Vec<Vec<RedisModuleCommandArg>
 }
 
 /// `args` with its terminator, kept alive in `nested`; the pointer Redis reads them from.
-fn terminated(nested: &mut Vec<Vec<RedisModuleCommandArg>>, mut args: Vec<RedisModuleCommandArg>) -> *mut RedisModuleCommandArg {
+fn terminated(
+    nested: &mut Vec<Vec<RedisModuleCommandArg>>,
+    mut args: Vec<RedisModuleCommandArg>,
+) -> *mut RedisModuleCommandArg {
     // SAFETY: as in `plain`; the terminator.
     args.push(unsafe { std::mem::zeroed() });
     let ptr = args.as_mut_ptr(); // the heap buffer does not move with the Vec

@@ -15,8 +15,8 @@ use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
-use redis_throttle_core::limiter::{Algorithm, Stored, Write};
 use redis_throttle_core::args::Decimal;
+use redis_throttle_core::limiter::{Algorithm, Stored, Write};
 use redis_throttle_core::{Effect, Error, Patch, Result};
 
 use crate::api::api;
@@ -126,7 +126,15 @@ impl Key {
                 return Err(Error::WrongType);
             }
         };
-        Ok(Key { ctx: call.ctx, name, key, empty, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) })
+        Ok(Key {
+            ctx: call.ctx,
+            name,
+            key,
+            empty,
+            value: Value::Missing,
+            expires_at_ms: None,
+            fingerprint: std::cell::Cell::new(0),
+        })
     }
 
     /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
@@ -227,7 +235,11 @@ impl Key {
                 // Before 7.0.5: a relative TTL from the server's clock.
                 // SAFETY: an open key.
                 let ttl = unsafe { (api.get_expire)(self.key) };
-                if ttl == raw::REDISMODULE_NO_EXPIRE as i64 { ttl } else { crate::clock::now().ceil_millis().saturating_add(ttl) }
+                if ttl == raw::REDISMODULE_NO_EXPIRE as i64 {
+                    ttl
+                } else {
+                    crate::clock::now().ceil_millis().saturating_add(ttl)
+                }
             }
         };
         (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
@@ -248,14 +260,24 @@ impl Key {
         }
         let prepared = match state {
             // The same expiry (a counter within its window): the key keeps it, as `SET … KEEPTTL`.
-            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => Prepared::Integer { text: Decimal::new(*v), expires_ms: None, instant: false },
-            Write::Integer(v) => Prepared::Integer { text: Decimal::new(*v), expires_ms: Some(expires_ms), instant: *v == expires_at.as_nanos() },
-            Write::Tagged(tag, v) => Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms), instant: false },
+            Write::Integer(v) if self.exists() && self.expires_at_ms == Some(expires_ms) => {
+                Prepared::Integer { text: Decimal::new(*v), expires_ms: None, instant: false }
+            }
+            Write::Integer(v) => Prepared::Integer {
+                text: Decimal::new(*v),
+                expires_ms: Some(expires_ms),
+                instant: *v == expires_at.as_nanos(),
+            },
+            Write::Tagged(tag, v) => {
+                Prepared::Integer { text: Decimal::tagged(*tag, *v), expires_ms: Some(expires_ms), instant: false }
+            }
             Write::Patch(patch) => {
                 check(patch)?;
                 let old_len = self.stored().map(|s| s.value.len());
                 match old_len {
-                    _ if patch.is_whole() => Prepared::Whole { value: Cow::Borrowed(&patch.chunks[0].1), expires_ms: Some(expires_ms) },
+                    _ if patch.is_whole() => {
+                        Prepared::Whole { value: Cow::Borrowed(&patch.chunks[0].1), expires_ms: Some(expires_ms) }
+                    }
                     Some(old) if patch.len >= old => Prepared::Patch { patch, expires_ms },
                     // A new key, or one that shrinks (SETRANGE cannot): the whole value.
                     _ => {
@@ -302,7 +324,9 @@ impl Key {
                 self.write_whole(text.as_bytes(), Some((ms, at.as_bytes())))
             }
             Prepared::Whole { value, expires_ms: None } => self.write_whole(&value, None),
-            Prepared::Whole { value, expires_ms: Some(ms) } => self.write_whole(&value, Some((ms, Decimal::new(ms).as_bytes()))),
+            Prepared::Whole { value, expires_ms: Some(ms) } => {
+                self.write_whole(&value, Some((ms, Decimal::new(ms).as_bytes())))
+            }
             Prepared::Patch { patch, expires_ms } => {
                 let buf = self.writable(patch.len)?;
                 for (offset, bytes) in &patch.chunks {
@@ -467,16 +491,52 @@ impl Key {
             Replicated::Set { value, at: Some(at) } => {
                 let pxat = WORDS.pxat.load(Relaxed);
                 let status = match pxat.is_null() {
-                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbsb".as_ptr(), name, value.as_ptr(), value.len(), pxat, at.as_ptr(), at.len()) },
-                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbcb".as_ptr(), name, value.as_ptr(), value.len(), c"PXAT".as_ptr(), at.as_ptr(), at.len()) },
+                    false => unsafe {
+                        replicate(
+                            ctx,
+                            c"SET".as_ptr(),
+                            c"sbsb".as_ptr(),
+                            name,
+                            value.as_ptr(),
+                            value.len(),
+                            pxat,
+                            at.as_ptr(),
+                            at.len(),
+                        )
+                    },
+                    true => unsafe {
+                        replicate(
+                            ctx,
+                            c"SET".as_ptr(),
+                            c"sbcb".as_ptr(),
+                            name,
+                            value.as_ptr(),
+                            value.len(),
+                            c"PXAT".as_ptr(),
+                            at.as_ptr(),
+                            at.len(),
+                        )
+                    },
                 };
                 ("SET", status)
             }
             Replicated::Set { value, at: None } => {
                 let keepttl = WORDS.keepttl.load(Relaxed);
                 let status = match keepttl.is_null() {
-                    false => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbs".as_ptr(), name, value.as_ptr(), value.len(), keepttl) },
-                    true => unsafe { replicate(ctx, c"SET".as_ptr(), c"sbc".as_ptr(), name, value.as_ptr(), value.len(), c"KEEPTTL".as_ptr()) },
+                    false => unsafe {
+                        replicate(ctx, c"SET".as_ptr(), c"sbs".as_ptr(), name, value.as_ptr(), value.len(), keepttl)
+                    },
+                    true => unsafe {
+                        replicate(
+                            ctx,
+                            c"SET".as_ptr(),
+                            c"sbc".as_ptr(),
+                            name,
+                            value.as_ptr(),
+                            value.len(),
+                            c"KEEPTTL".as_ptr(),
+                        )
+                    },
                 };
                 ("SET", status)
             }
@@ -484,19 +544,25 @@ impl Key {
                 let offset = Decimal::new(i64::try_from(offset).unwrap_or(i64::MAX));
                 let offset = offset.as_bytes();
                 let args = (offset.as_ptr(), offset.len(), bytes.as_ptr(), bytes.len());
-                ("SETRANGE", unsafe { replicate(ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), name, args.0, args.1, args.2, args.3) })
+                ("SETRANGE", unsafe {
+                    replicate(ctx, c"SETRANGE".as_ptr(), c"sbb".as_ptr(), name, args.0, args.1, args.2, args.3)
+                })
             }
             Replicated::PexpireAt { at_ms } => {
                 let at = Decimal::new(at_ms);
                 let at = at.as_bytes();
-                ("PEXPIREAT", unsafe { replicate(ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len()) })
+                ("PEXPIREAT", unsafe {
+                    replicate(ctx, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len())
+                })
             }
             Replicated::Del => ("DEL", unsafe { replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name) }),
             // `v`: an array of server strings and its length.
-            Replicated::Zrem { members } => ("ZREM", unsafe { replicate(ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), name, members.as_ptr(), members.len()) }),
-            Replicated::Zadd { score, member } => {
-                ("ZADD", unsafe { replicate(ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), name, score.as_ptr(), score.len(), member) })
-            }
+            Replicated::Zrem { members } => ("ZREM", unsafe {
+                replicate(ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), name, members.as_ptr(), members.len())
+            }),
+            Replicated::Zadd { score, member } => ("ZADD", unsafe {
+                replicate(ctx, c"ZADD".as_ptr(), c"sbs".as_ptr(), name, score.as_ptr(), score.len(), member)
+            }),
         };
         match status == raw::Status::Ok as c_int {
             true => Ok(()),
@@ -556,7 +622,8 @@ struct Words {
     keepttl: AtomicPtr<RedisModuleString>,
 }
 
-static WORDS: Words = Words { pxat: AtomicPtr::new(std::ptr::null_mut()), keepttl: AtomicPtr::new(std::ptr::null_mut()) };
+static WORDS: Words =
+    Words { pxat: AtomicPtr::new(std::ptr::null_mut()), keepttl: AtomicPtr::new(std::ptr::null_mut()) };
 
 /// Makes the words of `WORDS` (from `init`; they live as long as the process).
 pub fn make_words() {
@@ -576,7 +643,12 @@ pub fn make_words() {
 /// keeps one callback per module and event, so each event is subscribed here, once, to one
 /// callback that serves both.
 pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
-    unsafe extern "C" fn on_event(ctx: *mut raw::RedisModuleCtx, event: raw::RedisModuleEvent, _: u64, _: *mut std::ffi::c_void) {
+    unsafe extern "C" fn on_event(
+        ctx: *mut raw::RedisModuleCtx,
+        event: raw::RedisModuleEvent,
+        _: u64,
+        _: *mut std::ffi::c_void,
+    ) {
         match event.id {
             raw::REDISMODULE_EVENT_LOADING => {
                 plain::clear();
@@ -597,7 +669,10 @@ pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
     };
     // Every one subscribed, whatever a refusal before it.
     let mut heard_all = true;
-    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB].into_iter().chain(replication::EVENTS) {
+    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB]
+        .into_iter()
+        .chain(replication::EVENTS)
+    {
         heard_all &= subscribed(id);
     }
     // Only a server that announces every one of them may skip building replicated commands.
@@ -608,7 +683,12 @@ pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
     // (another application's, perhaps compact) is read through GET. Only these two classes:
     // the module's own writes announce `set`, `setrange` and `expire`, which would cost every
     // call a callback.
-    unsafe extern "C" fn gone(ctx: *mut raw::RedisModuleCtx, _: c_int, _: *const c_char, key: *mut raw::RedisModuleString) -> c_int {
+    unsafe extern "C" fn gone(
+        ctx: *mut raw::RedisModuleCtx,
+        _: c_int,
+        _: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) -> c_int {
         // SAFETY: the server's context and key name for this notification.
         let db = unsafe { (api().get_selected_db)(ctx) };
         plain::forget(plain::fingerprint(db, crate::dispatch::bytes(key)));
@@ -632,13 +712,26 @@ impl Drop for Key {
 /// A command that reproduces a write on replicas and in the AOF.
 enum Replicated<'a> {
     /// `SET key value PXAT at` (`at`: the milliseconds' decimal text), or `SET key value KEEPTTL`.
-    Set { value: &'a [u8], at: Option<&'a [u8]> },
-    SetRange { offset: usize, bytes: &'a [u8] },
-    PexpireAt { at_ms: i64 },
+    Set {
+        value: &'a [u8],
+        at: Option<&'a [u8]>,
+    },
+    SetRange {
+        offset: usize,
+        bytes: &'a [u8],
+    },
+    PexpireAt {
+        at_ms: i64,
+    },
     Del,
     /// Lease sets: `ZREM key member…`, `ZADD key score member` (the score's decimal text).
-    Zrem { members: &'a [*mut RedisModuleString] },
-    Zadd { score: &'a [u8], member: *mut RedisModuleString },
+    Zrem {
+        members: &'a [*mut RedisModuleString],
+    },
+    Zadd {
+        score: &'a [u8],
+        member: *mut RedisModuleString,
+    },
 }
 
 /// An effect checked against its key, ready to be written.
@@ -648,11 +741,21 @@ pub enum Prepared<'e> {
     /// An integer state, replicated as `SET key value PXAT ms` (`KEEPTTL` for `None`: the
     /// expiry stays).
     /// `instant`: the value is the expiry's instant in nanoseconds (a TAT).
-    Integer { text: Decimal, expires_ms: Option<i64>, instant: bool },
+    Integer {
+        text: Decimal,
+        expires_ms: Option<i64>,
+        instant: bool,
+    },
     /// The whole value, replicated as `SET key value PXAT ms`.
-    Whole { value: Cow<'e, [u8]>, expires_ms: Option<i64> },
+    Whole {
+        value: Cow<'e, [u8]>,
+        expires_ms: Option<i64>,
+    },
     /// An in-place edit of a value at least as long, replicated as `SETRANGE`s and `PEXPIREAT`.
-    Patch { patch: &'e Patch, expires_ms: i64 },
+    Patch {
+        patch: &'e Patch,
+        expires_ms: i64,
+    },
 }
 
 /// Every chunk lies within the patched length, which a string may have.

@@ -68,7 +68,8 @@ fn a_token_budget_and_a_request_rate_with_a_refund() {
     assert_eq!(throttle(&mut c, "CL.BUCKET tok:{t7} 100000 100000 60 -250")[..3], [0, 100000, 99500]);
     // A request asking for more tokens than are left is denied by the budget, and charges neither.
     let before = snapshot(&mut c);
-    let (denied, _) = all(&mut c, "CL.ALL 2 req:{t7} tok:{t7} THROTTLE 59 60 60 BUCKET 100000 100000 60 QUANTITY 99501");
+    let (denied, _) =
+        all(&mut c, "CL.ALL 2 req:{t7} tok:{t7} THROTTLE 59 60 60 BUCKET 100000 100000 60 QUANTITY 99501");
     assert_eq!(denied[..3], [1, 100000, 99500], "the bucket binds");
     assert!((58..=60).contains(&denied[3]), "until its next refill, within 60 s: {denied:?}");
     assert_eq!(denied[5], 2);
@@ -93,7 +94,12 @@ fn a_denial_leaves_every_key_byte_identical() {
     assert_eq!(snapshot(&mut c), before, "values and expiries unchanged");
     // A refund and a peek follow the single commands: the refund of the counter is applied
     // (refunds are never denied), the peeks change nothing.
-    let (reply, _) = all(&mut c, &format!("{keys} WINDOW 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY -2 BUCKET 5 1 60 QUANTITY 0 THROTTLE 4 1 60 QUANTITY 0"));
+    let (reply, _) = all(
+        &mut c,
+        &format!(
+            "{keys} WINDOW 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY -2 BUCKET 5 1 60 QUANTITY 0 THROTTLE 4 1 60 QUANTITY 0"
+        ),
+    );
     assert_eq!(reply[0], 0);
     assert_eq!(throttle(&mut c, "CL.COUNTER {a}c 5 60 0")[..3], [0, 5, 2]);
 }
@@ -137,13 +143,25 @@ fn errors_name_the_limiter_and_write_nothing() {
         ("CL.ALL 17 {e}t THROTTLE 4 1 60", "ERR numkeys must be an integer from 1 to 16"),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60", "ERR numkeys is 2 but 1 limiter specs follow the keys"),
         ("CL.ALL 2 {e}t {e}t THROTTLE 4 1 60 THROTTLE 4 1 60", "ERR limiters 1 and 2 name the same key"),
-        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 0 60", "ERR limiter 2: limit must be an integer from 1 to 999999999999999999"),
-        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 SLIDING 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'SLIDING'"),
+        (
+            "CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 0 60",
+            "ERR limiter 2: limit must be an integer from 1 to 999999999999999999",
+        ),
+        (
+            "CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 SLIDING 4 60",
+            "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'SLIDING'",
+        ),
         ("CL.ALL 1 {e}t THROTTLE 4 1 60 BOGUS", "ERR syntax error"),
-        ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 PRECISION 5", "ERR limiter 2: COUNTER does not take PRECISION"),
+        (
+            "CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 PRECISION 5",
+            "ERR limiter 2: COUNTER does not take PRECISION",
+        ),
         ("CL.ALL 2 {e}t {e}c THROTTLE 4 1 60 COUNTER 4 60 QUANTITY", "ERR limiter 2: syntax error"),
         // The second key is the first's: WRONGTYPE, and the first limiter, which admits, is not charged.
-        ("CL.ALL 2 {e}x {e}t COUNTER 4 60 COUNTER 4 60", "WRONGTYPE Operation against a key holding the wrong kind of value"),
+        (
+            "CL.ALL 2 {e}x {e}t COUNTER 4 60 COUNTER 4 60",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
     ];
     assert_errors_write_nothing(&mut c, &cases);
     let wrong: Vec<&[u8]> = vec![b"CL.ALL", b"2", b"{e}t"];
@@ -163,14 +181,29 @@ fn argument_errors_inside_a_spec_name_their_limiter_and_write_nothing() {
         ("CL.ALL 2 {e}n {e}c COUNTER 4 60 QUANTITY 0x10 COUNTER 4 60", not_integer(1)),
         ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 WINDOW 5 60 PRECISION ten", not_integer(2)),
         ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 BUCKET 5 1 99999999999999999999", not_integer(2)),
-        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1", "ERR limiter 1: COUNTER does not take PRECISION".into()),
-        ("CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 QUANTITY 1 precision 5 WINDOW 5 60", "ERR limiter 1: THROTTLE does not take PRECISION".into()),
-        ("CL.ALL 2 {e}n {e}t BUCKET 5 1 60 THROTTLE 4 1 60 PRECISION 5 DETAILS", "ERR limiter 2: THROTTLE does not take PRECISION".into()),
+        (
+            "CL.ALL 2 {e}c {e}t COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1",
+            "ERR limiter 1: COUNTER does not take PRECISION".into(),
+        ),
+        (
+            "CL.ALL 2 {e}t {e}n THROTTLE 4 1 60 QUANTITY 1 precision 5 WINDOW 5 60",
+            "ERR limiter 1: THROTTLE does not take PRECISION".into(),
+        ),
+        (
+            "CL.ALL 2 {e}n {e}t BUCKET 5 1 60 THROTTLE 4 1 60 PRECISION 5 DETAILS",
+            "ERR limiter 2: THROTTLE does not take PRECISION".into(),
+        ),
         // After a call option the spec has ended: the word is read as the next spec's.
-        ("CL.ALL 2 {e}n {e}c WINDOW 5 60 MS PRECISION 5 COUNTER 4 60", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'".into()),
+        (
+            "CL.ALL 2 {e}n {e}c WINDOW 5 60 MS PRECISION 5 COUNTER 4 60",
+            "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'".into(),
+        ),
         ("CL.ALL 1 {e}n WINDOW 5 60 MS PRECISION 5", "ERR syntax error".into()),
         // A word no spec takes keeps its texts.
-        ("CL.ALL 2 {e}c {e}t COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1", "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'".into()),
+        (
+            "CL.ALL 2 {e}c {e}t COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1",
+            "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'".into(),
+        ),
         ("CL.ALL 1 {e}c COUNTER 4 60 MAXWAIT 5", "ERR syntax error".into()),
     ];
     assert_errors_write_nothing(&mut c, &cases);
@@ -220,7 +253,14 @@ fn concurrent_clients_never_exceed_any_single_limit() {
     let mut c = server.client();
     for (i, &limit) in limits.iter().enumerate() {
         assert!(admitted[i] <= limit, "limiter {i} admitted {} > {limit}", admitted[i]);
-        let peek = throttle(&mut c, &format!("CL.{} {{c}}l{i} {} 0", specs[i].split(' ').next().unwrap(), &specs[i][specs[i].find(' ').unwrap() + 1..]));
+        let peek = throttle(
+            &mut c,
+            &format!(
+                "CL.{} {{c}}l{i} {} 0",
+                specs[i].split(' ').next().unwrap(),
+                &specs[i][specs[i].find(' ').unwrap() + 1..]
+            ),
+        );
         assert_eq!(limit - peek[2], admitted[i], "limiter {i}: every admission was charged, and only those");
     }
     assert!(admitted.contains(&40), "the tightest limiter was used up: {admitted:?}");
@@ -230,11 +270,13 @@ fn concurrent_clients_never_exceed_any_single_limit() {
 fn acl_key_patterns_apply_to_every_key() {
     let server = Server::start();
     let mut admin = server.client();
-    let _: () = redis::cmd("ACL").arg(&["SETUSER", "limited", "on", ">pw", "~rl:*", "+@all"]).query(&mut admin).unwrap();
+    let _: () =
+        redis::cmd("ACL").arg(&["SETUSER", "limited", "on", ">pw", "~rl:*", "+@all"]).query(&mut admin).unwrap();
     let mut c = server.client();
     let _: () = redis::cmd("AUTH").arg("limited").arg("pw").query(&mut c).unwrap();
     assert_eq!(all(&mut c, "CL.ALL 2 rl:a rl:b COUNTER 5 60 COUNTER 5 60").0[0], 0);
-    for words in ["CL.ALL 2 rl:a other:b COUNTER 5 60 COUNTER 5 60", "CL.ALL 2 other:a rl:b COUNTER 5 60 COUNTER 5 60"] {
+    for words in ["CL.ALL 2 rl:a other:b COUNTER 5 60 COUNTER 5 60", "CL.ALL 2 other:a rl:b COUNTER 5 60 COUNTER 5 60"]
+    {
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
         let denied = error_of(&mut c, &args);
         assert!(denied.starts_with("NOPERM"), "{words}: {denied}");

@@ -9,7 +9,6 @@ use harness::{Server, server_ms as now_ms, throttle};
 
 const HOUR_MS: i64 = 3_600_000;
 
-
 fn set_pxat(c: &mut redis::Connection, key: &str, value: &[u8], at_ms: i64) {
     let _: () = redis::cmd("SET").arg(key).arg(value).arg("PXAT").arg(at_ms).query(c).unwrap();
 }

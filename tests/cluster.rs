@@ -37,7 +37,22 @@ fn hash_tagged_limiters_work_through_cluster_clients_and_cross_slot_is_refused()
     // redis-cli -c follows the redirect too.
     let node = &cluster.nodes[0];
     let out = Command::new(cli_command())
-        .args(["-c", "-p", &node.port.to_string(), "CL.ALL", "2", "rl:{u7}:s", "rl:{u7}:h", "THROTTLE", "9", "10", "60", "WINDOW", "1000", "3600"])
+        .args([
+            "-c",
+            "-p",
+            &node.port.to_string(),
+            "CL.ALL",
+            "2",
+            "rl:{u7}:s",
+            "rl:{u7}:h",
+            "THROTTLE",
+            "9",
+            "10",
+            "60",
+            "WINDOW",
+            "1000",
+            "3600",
+        ])
         .output()
         .expect("run redis-cli -c");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -58,7 +73,10 @@ fn hash_tagged_limiters_work_through_cluster_clients_and_cross_slot_is_refused()
 
     // The key spec names every key, so the server (and ACL, and routing) sees all of them.
     let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg(&["GETKEYS", "CL.ALL", "3", "x{t}", "y{t}", "z{t}", "COUNTER", "1", "1", "WINDOW", "1", "1", "BUCKET", "1", "1", "1"])
+        .arg(&[
+            "GETKEYS", "CL.ALL", "3", "x{t}", "y{t}", "z{t}", "COUNTER", "1", "1", "WINDOW", "1", "1", "BUCKET", "1",
+            "1", "1",
+        ])
         .query(&mut node.client())
         .unwrap();
     assert_eq!(keys, ["x{t}", "y{t}", "z{t}"]);
@@ -73,7 +91,8 @@ fn pace_and_leases_route_to_the_owner_of_their_key() {
         let (pacer, pool) = (format!("pace:t{tenant}"), format!("exports:t{tenant}"));
         let paced: Vec<i64> = redis::cmd("CL.PACE").arg(&pacer).arg(&["10", "1"]).query(&mut c).unwrap();
         assert_eq!(paced, [0, 0, 1, -1, 1], "{pacer}");
-        let acquired: Vec<i64> = redis::cmd("CL.ACQUIRE").arg(&pool).arg(&["20", "300", "job-1"]).query(&mut c).unwrap();
+        let acquired: Vec<i64> =
+            redis::cmd("CL.ACQUIRE").arg(&pool).arg(&["20", "300", "job-1"]).query(&mut c).unwrap();
         assert_eq!(acquired, [0, 20, 19, -1, 300], "{pool}");
         let released: i64 = redis::cmd("CL.RELEASE").arg(&pool).arg("job-1").query(&mut c).unwrap();
         assert_eq!(released, 1);
@@ -85,7 +104,8 @@ fn pace_and_leases_route_to_the_owner_of_their_key() {
     }
     assert_eq!(nodes.len(), 3, "the keys landed on every shard");
     // BLOCK through `redis-cli -c`, which follows the redirect to the owner and waits there.
-    let _: Vec<i64> = redis::cmd("CL.PACE").arg(&["pace:t7", "10", "1000", "MS", "QUANTITY", "5"]).query(&mut c).unwrap();
+    let _: Vec<i64> =
+        redis::cmd("CL.PACE").arg(&["pace:t7", "10", "1000", "MS", "QUANTITY", "5"]).query(&mut c).unwrap();
     let node = &cluster.nodes[0];
     let started = std::time::Instant::now();
     let out = Command::new(cli_command())
@@ -97,5 +117,9 @@ fn pace_and_leases_route_to_the_owner_of_their_key() {
     // Released at its slot: its own slot under way, the schedule idle when it ends.
     assert_eq!(numbers[..4], [0, 0, 1, -1], "{text}");
     assert!((1..=100).contains(&numbers[4]), "{text}");
-    assert!(started.elapsed() >= std::time::Duration::from_millis(400), "it waited for its slot: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(400),
+        "it waited for its slot: {:?}",
+        started.elapsed()
+    );
 }

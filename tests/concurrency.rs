@@ -19,15 +19,27 @@ struct Limiter {
 
 const LIMITERS: &[Limiter] = &[
     // Burst 10, then one per 10 ms: at most 10 + ⌊E / 10⌋ (+1 for the interval in progress).
-    Limiter { call: "CL.THROTTLE conc:t 9 100 1000 MS", bounds: |e| (10.0 + (e / 10.0).floor() + 1.0, 10.0 + e / 10.0) },
+    Limiter {
+        call: "CL.THROTTLE conc:t 9 100 1000 MS",
+        bounds: |e| (10.0 + (e / 10.0).floor() + 1.0, 10.0 + e / 10.0),
+    },
     // At most 50 in any 500 ms: 50 per started span of 500 ms.
     Limiter { call: "CL.WINDOW conc:w 50 500 MS", bounds: |e| (50.0 * (e / 500.0).ceil(), 50.0 * (e / 500.0).floor()) },
     // Buckets of 50 ms count until their end leaves: no more than exact, at worst a bucket later.
-    Limiter { call: "CL.WINDOW conc:wp 50 500 MS PRECISION 50", bounds: |e| (50.0 * (e / 500.0).ceil(), 50.0 * (e / 550.0).floor()) },
+    Limiter {
+        call: "CL.WINDOW conc:wp 50 500 MS PRECISION 50",
+        bounds: |e| (50.0 * (e / 500.0).ceil(), 50.0 * (e / 550.0).floor()),
+    },
     // 20 tokens, 10 more every 100 ms: 20 + 10 per refill in the span.
-    Limiter { call: "CL.BUCKET conc:b 20 10 100 MS", bounds: |e| (20.0 + 10.0 * ((e / 100.0).floor() + 1.0), 20.0 + 10.0 * (e / 100.0 - 1.0).floor()) },
+    Limiter {
+        call: "CL.BUCKET conc:b 20 10 100 MS",
+        bounds: |e| (20.0 + 10.0 * ((e / 100.0).floor() + 1.0), 20.0 + 10.0 * (e / 100.0 - 1.0).floor()),
+    },
     // 40 per window of 250 ms, each opened by the first call after the last closed.
-    Limiter { call: "CL.COUNTER conc:c 40 250 MS", bounds: |e| (40.0 * ((e / 250.0).floor() + 1.0), 40.0 * (e / 250.0).floor()) },
+    Limiter {
+        call: "CL.COUNTER conc:c 40 250 MS",
+        bounds: |e| (40.0 * ((e / 250.0).floor() + 1.0), 40.0 * (e / 250.0).floor()),
+    },
 ];
 
 #[test]
@@ -65,7 +77,11 @@ fn concurrent_clients_never_exceed_the_limit() {
         let (most, least) = (limiter.bounds)(elapsed_ms);
         eprintln!("{:45} admitted {admitted:5}  bound {most:5.0}  saturated floor {least:5.0}", limiter.call);
         assert!(admitted as f64 <= most, "{}: admitted {admitted} > {most} in {elapsed_ms:.0} ms", limiter.call);
-        assert!(admitted as f64 >= 0.85 * least, "{}: admitted only {admitted} of ~{least} in {elapsed_ms:.0} ms", limiter.call);
+        assert!(
+            admitted as f64 >= 0.85 * least,
+            "{}: admitted only {admitted} of ~{least} in {elapsed_ms:.0} ms",
+            limiter.call
+        );
     }
     assert!(calls > 10 * LIMITERS.len() as u64 * 100, "the limiters were hammered: {calls} calls");
 }

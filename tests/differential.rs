@@ -181,9 +181,17 @@ impl Gen {
             }
             Algorithm::Counter => l.positional[0] = limit.to_string(),
             // a refill of the empty bucket in at most 1,000 intervals
-            Algorithm::Bucket => l.positional = vec![limit.to_string(), (limit / 1000).to_string(), self.duration(l.millis).to_string()],
+            Algorithm::Bucket => {
+                l.positional = vec![limit.to_string(), (limit / 1000).to_string(), self.duration(l.millis).to_string()]
+            }
             // 1 ns apart (a tolerance of 2^53 ns, 104 days)
-            Algorithm::Throttle => l.positional = vec![(limit - 1).to_string(), "1000000000".into(), if l.millis { "1000".into() } else { "1".into() }],
+            Algorithm::Throttle => {
+                l.positional = vec![
+                    (limit - 1).to_string(),
+                    "1000000000".into(),
+                    if l.millis { "1000".into() } else { "1".into() },
+                ]
+            }
         }
     }
 
@@ -192,11 +200,35 @@ impl Gen {
     fn extreme_limiter(&mut self, kind: Algorithm) -> Limiter {
         let mut l = self.limiter(kind);
         let edges: &[&str] = &[
-            "9223372036854775807", "9223372036854775806", "9223372036854775808", "-9223372036854775808", "0", "-1",
-            "9007199254740991", "9007199254740992", "9007199254740993", "999999999999999999", "1000000000000000000",
-            "4611686018427387904", "100000", "100001", "10000", "10001", "9223372036", "9223372037", "9223372036854",
-            "9223372036855", "1000000000", "123456789012345", "1000000001", "1000000000000", "1000000000001",
-            "1000000000000000001", "999999999999999998", "4503599627370496", "4503599627370497",
+            "9223372036854775807",
+            "9223372036854775806",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "0",
+            "-1",
+            "9007199254740991",
+            "9007199254740992",
+            "9007199254740993",
+            "999999999999999999",
+            "1000000000000000000",
+            "4611686018427387904",
+            "100000",
+            "100001",
+            "10000",
+            "10001",
+            "9223372036",
+            "9223372037",
+            "9223372036854",
+            "9223372036855",
+            "1000000000",
+            "123456789012345",
+            "1000000001",
+            "1000000000000",
+            "1000000000001",
+            "1000000000000000001",
+            "999999999999999998",
+            "4503599627370496",
+            "4503599627370497",
         ];
         let i = self.rng.random_range(0..l.positional.len() + usize::from(l.precision.is_some()));
         let v = self.pick(edges).to_string();
@@ -223,7 +255,14 @@ impl Gen {
             55..=72 => self.rng.random_range(2..=limit + 2).to_string(),
             73..=88 => (-self.rng.random_range(1..=limit + 2)).to_string(),
             89..=94 => self
-                .pick(&["9223372036854775807", "-9223372036854775808", "9007199254740993", "-9007199254740993", "1000000000000000000", "-99999999999"])
+                .pick(&[
+                    "9223372036854775807",
+                    "-9223372036854775808",
+                    "9007199254740993",
+                    "-9007199254740993",
+                    "1000000000000000000",
+                    "-99999999999",
+                ])
                 .to_string(),
             _ => self.pick(&["1.5", "x", "+1", "", "01", "-0", " 1", "PRECISION", "ms"]).to_string(),
         })
@@ -284,7 +323,8 @@ impl Gen {
         }
         if self.chance(0.01) && !args.is_empty() {
             let i = self.rng.random_range(0..args.len());
-            args[i] = self.pick(&["1.5", "0x10", " 5", "", "+5", "05", "\u{ff}", "-0", "99999999999999999999"]).to_string();
+            args[i] =
+                self.pick(&["1.5", "0x10", " 5", "", "+5", "05", "\u{ff}", "-0", "99999999999999999999"]).to_string();
         }
         args
     }
@@ -302,7 +342,10 @@ impl Limiter {
 
     /// Which positional arguments are times (CL.ALL's MS applies to every spec).
     fn is_duration(&self, i: usize) -> bool {
-        matches!((self.kind, i), (Algorithm::Throttle, 2) | (Algorithm::Window, 1) | (Algorithm::Bucket, 2) | (Algorithm::Counter, 1))
+        matches!(
+            (self.kind, i),
+            (Algorithm::Throttle, 2) | (Algorithm::Window, 1) | (Algorithm::Bucket, 2) | (Algorithm::Counter, 1)
+        )
     }
 
     /// A time of this limiter in the unit of a CL.ALL call (`millis`): the same duration when
@@ -420,7 +463,20 @@ impl Gen {
         match self.rng.random_range(0..100) {
             0..=2 => return Plant::List,
             3..=6 => {
-                let junk: &[&[u8]] = &[b"", b"hello", b"1.5", b" 5", b"\x03abc", b"\x01\x00\x00", b"\x02", b"-0", b"+5", b"P", b"P12", b"P-1700000000000000000"];
+                let junk: &[&[u8]] = &[
+                    b"",
+                    b"hello",
+                    b"1.5",
+                    b" 5",
+                    b"\x03abc",
+                    b"\x01\x00\x00",
+                    b"\x02",
+                    b"-0",
+                    b"+5",
+                    b"P",
+                    b"P12",
+                    b"P-1700000000000000000",
+                ];
                 return Plant::Value(self.pick(junk).to_vec(), Some(now_ms + 100_000));
             }
             7..=9 => {
@@ -473,7 +529,11 @@ impl Gen {
                     Some(_) => self.chance(0.85),
                     None => self.chance(0.15),
                 };
-                if ring { self.ring(window, precision.unwrap_or(1000).max(1), now_ns) } else { self.log(window, now_ns) }
+                if ring {
+                    self.ring(window, precision.unwrap_or(1000).max(1), now_ns)
+                } else {
+                    self.log(window, now_ns)
+                }
             }
         }
     }
@@ -496,7 +556,8 @@ impl Gen {
         if self.chance(0.03) {
             entries.reverse(); // hostile: not ascending
         }
-        let head = if entries.is_empty() || self.chance(0.7) { 0 } else { self.rng.random_range(0..=entries.len() as u32) };
+        let head =
+            if entries.is_empty() || self.chance(0.7) { 0 } else { self.rng.random_range(0..=entries.len() as u32) };
         let mut bytes = vec![1u8, 0, 0, 0];
         bytes.extend_from_slice(&head.to_le_bytes());
         for e in &entries {
@@ -600,12 +661,24 @@ impl Rig {
 
     /// Runs the call on the three keys at `now_us`; returns the module key's state before, the
     /// replies and each key's state after.
-    fn call(&mut self, kind: Algorithm, keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
+    fn call(
+        &mut self,
+        kind: Algorithm,
+        keys: &[String; 3],
+        args: &[String],
+        now_us: i64,
+    ) -> (KeyState, [Value; 3], [KeyState; 3]) {
         self.call_named((kind.command(), kind.function()), keys, args, now_us)
     }
 
     /// `call` of a command and its function by name.
-    fn call_named(&mut self, (command, function): (&str, &str), keys: &[String; 3], args: &[String], now_us: i64) -> (KeyState, [Value; 3], [KeyState; 3]) {
+    fn call_named(
+        &mut self,
+        (command, function): (&str, &str),
+        keys: &[String; 3],
+        args: &[String],
+        now_us: i64,
+    ) -> (KeyState, [Value; 3], [KeyState; 3]) {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("GET").arg(&keys[0]).cmd("PEXPIRETIME").arg(&keys[0]);
@@ -627,8 +700,14 @@ impl Rig {
     /// CL.ALL over slots' key sets (the module's keys, FCALL's, EVALSHA's) at `now_us`;
     /// returns the module keys' states before, the three replies and every key's state after,
     /// set by set.
-    fn call_all(&mut self, slots: &[usize], args: &[String], now_us: i64) -> (Vec<KeyState>, [Value; 3], Vec<Vec<KeyState>>) {
-        let sets: Vec<Vec<String>> = (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
+    fn call_all(
+        &mut self,
+        slots: &[usize],
+        args: &[String],
+        now_us: i64,
+    ) -> (Vec<KeyState>, [Value; 3], Vec<Vec<KeyState>>) {
+        let sets: Vec<Vec<String>> =
+            (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for k in &sets[0] {
@@ -657,8 +736,9 @@ impl Rig {
 /// "What differs": a double cannot carry the sum), and the module's key before the call was
 /// one: a limit above 2^52 whose window changed on a live key can leave one.
 fn refused_ring_beyond_twin(twin_reply: &Value, before: &[KeyState]) -> bool {
-    let refused = server_error(twin_reply)
-        .is_some_and(|e| e.contains("key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"));
+    let refused = server_error(twin_reply).is_some_and(|e| {
+        e.contains("key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)")
+    });
     let beyond = |v: &Value| match v {
         Value::BulkString(b) if b.len() >= 32 && b[0] == 2 && (b.len() - 24) % 8 == 0 => {
             let counts = b[24..].chunks(8).map(|c| u128::from(u64::from_le_bytes(c.try_into().unwrap())));
@@ -740,8 +820,13 @@ fn the_twin_matches_the_module_call_for_call() {
             g.held = (expiry >= 0).then_some(expiry);
             let args = g.all_args(&chosen);
             let (before, replies, states) = rig.call_all(&slots, &args, now_us);
-            let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}", slots.len(), args.join(" "));
-            if matches!(&replies[0], Value::Array(items) if matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX)) {
+            let context = format!(
+                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}",
+                slots.len(),
+                args.join(" ")
+            );
+            if matches!(&replies[0], Value::Array(items) if matches!(items.get(1), Some(Value::Int(l)) if *l > TWIN_LIMIT_MAX))
+            {
                 continue; // (specs come from ordinary limiters: not reached)
             }
             if refused_ring_beyond_twin(&replies[1], &before) {
@@ -797,15 +882,18 @@ fn the_twin_matches_the_module_call_for_call() {
         } else if g.chance(0.12) {
             let plant = g.plant(&limiter, now_us * 1000);
             rig.plant(&keys, &plant);
-            tally.add(format!("planted {}", match &plant {
-                Plant::List => "list".to_string(),
-                Plant::Value(b, _) => match b.first() {
-                    Some(1) => "exact log".into(),
-                    Some(b'P') if b.len() > 4 => "pacer".into(),
-                    Some(2) => "ring".into(),
-                    _ => "integer or junk".into(),
-                },
-            }));
+            tally.add(format!(
+                "planted {}",
+                match &plant {
+                    Plant::List => "list".to_string(),
+                    Plant::Value(b, _) => match b.first() {
+                        Some(1) => "exact log".into(),
+                        Some(b'P') if b.len() > 4 => "pacer".into(),
+                        Some(2) => "ring".into(),
+                        _ => "integer or junk".into(),
+                    },
+                }
+            ));
         }
         let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&keys[0]).query(&mut rig.c).unwrap();
         g.held = (expiry >= 0).then_some(expiry);
@@ -828,7 +916,12 @@ fn the_twin_matches_the_module_call_for_call() {
         };
         if over_limit {
             for twin_reply in &replies[1..] {
-                assert_eq!(server_error(twin_reply).as_deref(), Some(twin_limit_error(limiter.kind).as_str()), "{}", context());
+                assert_eq!(
+                    server_error(twin_reply).as_deref(),
+                    Some(twin_limit_error(limiter.kind).as_str()),
+                    "{}",
+                    context()
+                );
             }
             assert!(states[1..].iter().all(|(v, _)| *v == Value::Nil), "{}: the twin wrote nothing", context());
             tally.add("beyond the twin's exact range (refused)".into());
@@ -851,9 +944,15 @@ fn the_twin_matches_the_module_call_for_call() {
             Value::Array(items) => match (
                 items.first(),
                 // The quantity: an integer of the tail, not an option's value.
-                args.iter().enumerate().skip(limiter.positional.len()).find(|&(i, a)| {
-                    a.parse::<i64>().is_ok() && !args[i - 1].eq_ignore_ascii_case("HELD") && !args[i - 1].eq_ignore_ascii_case("PRECISION")
-                }).map(|(_, a)| a),
+                args.iter()
+                    .enumerate()
+                    .skip(limiter.positional.len())
+                    .find(|&(i, a)| {
+                        a.parse::<i64>().is_ok()
+                            && !args[i - 1].eq_ignore_ascii_case("HELD")
+                            && !args[i - 1].eq_ignore_ascii_case("PRECISION")
+                    })
+                    .map(|(_, a)| a),
             ) {
                 (Some(Value::Int(1)), _) => "denied",
                 (_, Some(q)) if q == "0" => "peek",
@@ -891,7 +990,18 @@ fn the_twin_matches_the_module_call_for_call() {
         let n: u64 = tally.calls.iter().filter(|(w, _)| w.starts_with(kind.command())).map(|(_, n)| n).sum();
         assert!(n as usize >= calls / 10, "{} was exercised: {n} calls", kind.command());
     }
-    for must in ["denied", "peek", "refund", "admitted", "WRONGTYPE", "invalid state", "argument error", "PRECISION", " MS", "HELD: refund"] {
+    for must in [
+        "denied",
+        "peek",
+        "refund",
+        "admitted",
+        "WRONGTYPE",
+        "invalid state",
+        "argument error",
+        "PRECISION",
+        " MS",
+        "HELD: refund",
+    ] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
     for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
@@ -945,10 +1055,14 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
         let keys = Rig::keys(0);
         rig.plant(&keys, plant);
         let (before, replies, states) = rig.call(kind, &keys, args, at_us);
-        let context = format!("{what}: {} {args:?} at {at_us} µs on {} bytes", kind.command(), match &before.0 {
-            Value::BulkString(b) => b.len(),
-            _ => 0,
-        });
+        let context = format!(
+            "{what}: {} {args:?} at {at_us} µs on {} bytes",
+            kind.command(),
+            match &before.0 {
+                Value::BulkString(b) => b.len(),
+                _ => 0,
+            }
+        );
         assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
         assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
         assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
@@ -968,7 +1082,9 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     stepped_entries.extend(std::iter::repeat_n(now + 3_600_000 * MS, 1000));
     let stepped = Plant::Value(log_bytes(0, &stepped_entries), expiry(now + 3_600_000 * MS, window));
     let with_head = Plant::Value(log_bytes(700, &live), expiry(now, window));
-    for (what, plant) in [("full", &full), ("mostly dead", &dead), ("clock stepped back", &stepped), ("dead head", &with_head)] {
+    for (what, plant) in
+        [("full", &full), ("mostly dead", &dead), ("clock stepped back", &stepped), ("dead head", &with_head)]
+    {
         for args in [
             s(&["3000", "600"]),
             s(&["5000", "600"]),
@@ -1036,10 +1152,25 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
     assert!(matches!(&e, Value::ServerError(err) if err.code() == "WRONGTYPE"), "{e:?}");
     let mut corrupt = counts[..100].to_vec();
     corrupt[7] = -1;
-    let odd_precision = Plant::Value(ring_bytes(p_ms * MS + 1, now.div_euclid(p_ms * MS + 1), &corrupt), expiry(now, window));
-    let e = check(&mut rig, "a corrupt ring", Algorithm::Window, &odd_precision, &s(&["9000", "600", "PRECISION", "1"]), now_us);
+    let odd_precision =
+        Plant::Value(ring_bytes(p_ms * MS + 1, now.div_euclid(p_ms * MS + 1), &corrupt), expiry(now, window));
+    let e = check(
+        &mut rig,
+        "a corrupt ring",
+        Algorithm::Window,
+        &odd_precision,
+        &s(&["9000", "600", "PRECISION", "1"]),
+        now_us,
+    );
     assert_eq!(server_error(&e).as_deref(), Some("ERR key does not hold valid CL.WINDOW state"));
-    let e = check(&mut rig, "a corrupt ring", Algorithm::Window, &odd_precision, &s(&[huge, "600", "PRECISION", "1"]), now_us);
+    let e = check(
+        &mut rig,
+        "a corrupt ring",
+        Algorithm::Window,
+        &odd_precision,
+        &s(&[huge, "600", "PRECISION", "1"]),
+        now_us,
+    );
     assert_eq!(server_error(&e).as_deref(), Some("ERR key does not hold valid CL.WINDOW state"));
     let _: () = redis::cmd("DEL").arg(&Rig::keys(0)[..]).arg(&Rig::keys(1)[..]).query(&mut rig.c).unwrap();
     let (_, replies, _) = rig.call_all(&[0, 1], &s(&["COUNTER", huge, "60", "COUNTER", "0", "60"]), now_us);
@@ -1079,7 +1210,13 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     let buckets = |q: &str| s(&["100000", "3600000", "MS", "PRECISION", "360", q]);
 
     let full = Plant::Value(log_bytes(0, &spread(100_000, now - hour + 60_000 * MS, now - MS)), expiry(now));
-    for args in [buckets("1"), buckets("0"), buckets("100001"), buckets("-10"), s(&["100001", "3600000", "MS", "PRECISION", "360"])] {
+    for args in [
+        buckets("1"),
+        buckets("0"),
+        buckets("100001"),
+        buckets("-10"),
+        s(&["100001", "3600000", "MS", "PRECISION", "360"]),
+    ] {
         check("a full 100,000-entry log read as 10,000 buckets", &full, &args);
     }
     // Entries on and a few ns either side of every bucket boundary (the twin compares them as
@@ -1097,7 +1234,9 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     let bucket = 360 * MS;
     let first_bucket = (now - hour).div_euclid(bucket) + 2;
     let last_ns: Vec<i64> = (first_bucket..first_bucket + 9_000)
-        .flat_map(|k| (0..10).map(move |j| k * bucket + j * 20 * MS).chain(rng.random_bool(0.5).then_some((k + 1) * bucket - 1)))
+        .flat_map(|k| {
+            (0..10).map(move |j| k * bucket + j * 20 * MS).chain(rng.random_bool(0.5).then_some((k + 1) * bucket - 1))
+        })
         .collect();
     let last_ns = Plant::Value(log_bytes(0, &last_ns), expiry(now));
     for args in [buckets("1"), buckets("0")] {
@@ -1125,7 +1264,10 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     // A short log in descending order (no limiter writes one, a hostile state): read with
     // PRECISION by a call that writes nothing, the module's reply (the twin counts such a
     // log entry by entry, as the module does, and takes no shortcut from its order).
-    let descending = Plant::Value(log_bytes(0, &(0..32).map(|i| now - 156_637_429 - i * 830_000_000).collect::<Vec<i64>>()), expiry(now));
+    let descending = Plant::Value(
+        log_bytes(0, &(0..32).map(|i| now - 156_637_429 - i * 830_000_000).collect::<Vec<i64>>()),
+        expiry(now),
+    );
     for q in ["6", "0", "1"] {
         check("a short descending log read with PRECISION", &descending, &s(&["4", "14", q, "PRECISION", "1"]));
     }
@@ -1147,11 +1289,15 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     check("a 100,001-bucket ring, two buckets empty, read as a log", &ring(&two_empty), &s(&["100000", "3600"]));
     let mut rng = StdRng::seed_from_u64(18);
     let mixed = ring(&(0..100_001).map(|_| rng.random_range(0..=2)).collect::<Vec<i64>>());
-    for args in [s(&["100000", "3600"]), s(&["100000", "3600", "-7"]), s(&["50000", "3600"]), s(&["50000", "3600", "0"])] {
+    for args in
+        [s(&["100000", "3600"]), s(&["100000", "3600", "-7"]), s(&["50000", "3600"]), s(&["50000", "3600", "0"])]
+    {
         check("a 100,001-bucket ring of counts 0-2 read as a log", &mixed, &args);
     }
     // (Uneven counts, some above 16 copies of an entry; the limit reached within a bucket.)
-    let uneven: Vec<i64> = (0..100_001).map(|_| if rng.random_range(0..4) == 0 { rng.random_range(17..40) } else { rng.random_range(0..=3) }).collect();
+    let uneven: Vec<i64> = (0..100_001)
+        .map(|_| if rng.random_range(0..4) == 0 { rng.random_range(17..40) } else { rng.random_range(0..=3) })
+        .collect();
     for args in [s(&["100000", "3600"]), s(&["99999", "3600", "3"])] {
         check("a 100,001-bucket ring of uneven counts read as a log", &ring(&uneven), &args);
     }
@@ -1165,16 +1311,26 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     // A negative count among uneven ones: the module's error where a call reads it, none where
     // the limit is reached before it.
     let slot_of = |back: i64| (now.div_euclid(p) - back).rem_euclid(100_001) as usize;
-    for (back, limit, refused) in [(100, "100000", true), (5_000, "100000", true), (20_000, "100000", false), (5_000, "1000", false)] {
+    for (back, limit, refused) in
+        [(100, "100000", true), (5_000, "100000", true), (20_000, "100000", false), (5_000, "1000", false)]
+    {
         let mut bad = uneven.clone();
         bad[slot_of(back)] = -1;
         let keys = Rig::keys(0);
         rig.plant(&keys, &ring(&bad));
         let (_, replies, states) = rig.call(Algorithm::Window, &keys, &s(&[limit, "3600"]), now_us);
-        assert_eq!(matches!(replies[0], Value::ServerError(_)), refused, "a negative count {back} buckets back, limit {limit}: {:?}", replies[0]);
+        assert_eq!(
+            matches!(replies[0], Value::ServerError(_)),
+            refused,
+            "a negative count {back} buckets back, limit {limit}: {:?}",
+            replies[0]
+        );
         assert_eq!(replies[1], replies[0], "FCALL reply: a negative count {back} buckets back, limit {limit}");
         assert_eq!(replies[2], replies[0], "EVALSHA reply: a negative count {back} buckets back, limit {limit}");
-        assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: a negative count {back} buckets back, limit {limit}");
+        assert!(
+            states[1] == states[0] && states[2] == states[0],
+            "stored bytes/expiry: a negative count {back} buckets back, limit {limit}"
+        );
     }
 }
 
@@ -1182,9 +1338,17 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
 /// anchored, sometimes a bad word.
 fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
     let mut w = vec![
-        if g.chance(0.05) { g.rng.random_range(0..20_000_000_000i64).to_string() } else { g.rng.random_range(1..12i64).to_string() },
+        if g.chance(0.05) {
+            g.rng.random_range(0..20_000_000_000i64).to_string()
+        } else {
+            g.rng.random_range(1..12i64).to_string()
+        },
         "PER".to_string(),
-        if g.chance(0.02) { "Fortnight".to_string() } else { g.pick(&["MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR", "day"]).to_string() },
+        if g.chance(0.02) {
+            "Fortnight".to_string()
+        } else {
+            g.pick(&["MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR", "day"]).to_string()
+        },
     ];
     if g.chance(0.6) {
         let zone = match g.rng.random_range(0..8) {
@@ -1210,15 +1374,34 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
             2 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
                 let (y, m, d) = redis_throttle_core::quota::civil_from_days(days);
-                format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
+                format!(
+                    "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                    ms / 3_600_000,
+                    ms / 60_000 % 60,
+                    ms / 1000 % 60,
+                    ms % 1000
+                )
             }
             3 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
                 let (y, m, d) = redis_throttle_core::quota::civil_from_days(days);
-                format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+01:00", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60)
+                format!(
+                    "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+01:00",
+                    ms / 3_600_000,
+                    ms / 60_000 % 60,
+                    ms / 1000 % 60
+                )
             }
             _ if g.chance(0.8) => (at / 1000).to_string(),
-            _ => g.pick(&["2026-02-29T00:00:00Z", "2026-01-31T09:00:00.0001Z", "2026-01-31T09:00Z", "yesterday", "2028-02-29T23:59:59.999-12:00"]).to_string(),
+            _ => g
+                .pick(&[
+                    "2026-02-29T00:00:00Z",
+                    "2026-01-31T09:00:00.0001Z",
+                    "2026-01-31T09:00Z",
+                    "yesterday",
+                    "2028-02-29T23:59:59.999-12:00",
+                ])
+                .to_string(),
         };
         w.extend(["ANCHOR".to_string(), anchor]);
     }
@@ -1227,7 +1410,8 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
 
 #[test]
 fn the_twin_matches_the_module_on_calendar_quotas() {
-    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(3_000, |n: usize| n / 4);
+    let calls: usize =
+        std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(3_000, |n: usize| n / 4);
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * 4);
     let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
@@ -1258,7 +1442,9 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         }
         if g.chance(0.05) {
             // A planted count: any expiry (this period's end or not, none), or junk.
-            let value = if g.chance(0.1) { g.pick(&["junk", "-1"]) } else { g.pick(&["0", "3", "11", "999999999999999999"]) }.to_string();
+            let value =
+                if g.chance(0.1) { g.pick(&["junk", "-1"]) } else { g.pick(&["0", "3", "11", "999999999999999999"]) }
+                    .to_string();
             let expiry = match g.rng.random_range(0..3) {
                 0 => None,
                 _ => Some(now_us / 1000 + g.rng.random_range(1..40 * 86_400_000)),
@@ -1289,7 +1475,10 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
                 spec.extend(args.iter().cloned());
                 rig.call_all(&[slot], &spec, now_us)
             };
-            let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL QUOTA {} (before {before:?})", args.join(" "));
+            let context = format!(
+                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL QUOTA {} (before {before:?})",
+                args.join(" ")
+            );
             assert_eq!(replies[1], replies[0], "{context}");
             assert_eq!(replies[2], replies[0], "{context}");
             assert_eq!(states[1], states[0], "{context}");
@@ -1298,7 +1487,10 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
             continue;
         }
         let (before, replies, states) = rig.call_named(("CL.QUOTA", "cl_quota"), &keys, &args, now_us);
-        let context = format!("step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.QUOTA {} (before {before:?})", args.join(" "));
+        let context = format!(
+            "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.QUOTA {} (before {before:?})",
+            args.join(" ")
+        );
         assert_eq!(replies[1], replies[0], "FCALL cl_quota differs: {context}");
         assert_eq!(replies[2], replies[0], "EVALSHA cl_quota differs: {context}");
         assert_eq!(states[1], states[0], "FCALL cl_quota stored bytes/expiry differ: {context}");
@@ -1306,12 +1498,19 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         let outcome = match &replies[0] {
             Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => "denied".to_string(),
             Value::Array(_) => "admitted".to_string(),
-            v => format!("error {}", server_error(v).unwrap_or_default().split(' ').take(3).collect::<Vec<_>>().join(" ")),
+            v => format!(
+                "error {}",
+                server_error(v).unwrap_or_default().split(' ').take(3).collect::<Vec<_>>().join(" ")
+            ),
         };
         tally.add(outcome);
     }
     eprintln!("{:#?}", tally.calls);
-    assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 20), "{:?}", tally.calls);
+    assert!(
+        tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 20),
+        "{:?}",
+        tally.calls
+    );
 }
 
 /// Cases the random run reaches rarely, pinned: CL.ALL ties as the reply shows them, and a
@@ -1353,8 +1552,12 @@ fn ties_and_pacer_keys_match_the_module() {
     // A pacer's key: WRONGTYPE for every limiter and every CL.ALL spec, and left as it was.
     let tat = now_ns + 5_000 * MS;
     let pacer = Plant::Value(format!("P{tat}").into_bytes(), Some(tat.div_euclid(MS) + 1));
-    let calls: [(Algorithm, &str); 4] =
-        [(Algorithm::Throttle, "9 10 1000 MS"), (Algorithm::Window, "5 1000 MS"), (Algorithm::Bucket, "5 1 1000 MS"), (Algorithm::Counter, "5 1000 MS")];
+    let calls: [(Algorithm, &str); 4] = [
+        (Algorithm::Throttle, "9 10 1000 MS"),
+        (Algorithm::Window, "5 1000 MS"),
+        (Algorithm::Bucket, "5 1 1000 MS"),
+        (Algorithm::Counter, "5 1000 MS"),
+    ];
     for (kind, words) in calls {
         for quantity in ["1", "0", "-1"] {
             let keys = Rig::keys(2);
@@ -1362,15 +1565,24 @@ fn ties_and_pacer_keys_match_the_module() {
             let args: Vec<String> = format!("{words} {quantity}").split(' ').map(String::from).collect();
             let (before, replies, states) = rig.call(kind, &keys, &args, now_us);
             for reply in &replies {
-                assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "{kind:?} {args:?}");
+                assert_eq!(
+                    server_error(reply).as_deref(),
+                    Some("WRONGTYPE Operation against a key holding the wrong kind of value"),
+                    "{kind:?} {args:?}"
+                );
             }
             assert!(states.iter().all(|s| *s == before), "{kind:?} {args:?}: the pacer's key is left as it was");
         }
     }
     rig.plant(&Rig::keys(2), &pacer);
-    let (before, replies, states) = rig.call_all(&[0, 2], &["COUNTER", "5", "10", "THROTTLE", "9", "10", "1"].map(String::from), now_us);
+    let (before, replies, states) =
+        rig.call_all(&[0, 2], &["COUNTER", "5", "10", "THROTTLE", "9", "10", "1"].map(String::from), now_us);
     for reply in &replies {
-        assert_eq!(server_error(reply).as_deref(), Some("WRONGTYPE Operation against a key holding the wrong kind of value"), "CL.ALL");
+        assert_eq!(
+            server_error(reply).as_deref(),
+            Some("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            "CL.ALL"
+        );
     }
     assert_eq!(states[0], before, "CL.ALL wrote nothing");
 }
@@ -1406,17 +1618,29 @@ fn cl_throttle_repeated_on_the_same_words_matches_the_module() {
     .map(|w| words(w))
     .collect();
     // (µs from the previous call; a negative step is the clock stepped back)
-    let steps: [i64; 16] = [0, 0, 1, 999, 1000, 500_000, 3_000_000, 0, 2_999_999, 10_000_000, -20_000_000, 0, 1, 3_600_000_000, 7, 0];
+    let steps: [i64; 16] =
+        [0, 0, 1, 999, 1000, 500_000, 3_000_000, 0, 2_999_999, 10_000_000, -20_000_000, 0, 1, 3_600_000_000, 7, 0];
     let now_ns = |us: i64| us * 1000;
     let plants = |now_us: i64| -> Vec<(&'static str, Plant)> {
         let tat = |ns: i64| Plant::Value(ns.to_string().into_bytes(), Some(ns.div_euclid(MS) + 1));
         let now = now_ns(now_us);
         // (ahead by a whole ms or s, and 1 ns either side, and just past 1500 ms MS's tolerance less
         // one unit: the reply times' rounding)
-        let mut v: Vec<(&'static str, Plant)> = [1, 999_999, 1_000_000, 1_000_001, 999_999_999, 1_000_000_000, 1_000_000_001, 4_500_000_001, 4_501_000_000, 5_000_000_123]
-            .into_iter()
-            .map(|ahead| ("a TAT just ahead", tat(now + ahead)))
-            .collect();
+        let mut v: Vec<(&'static str, Plant)> = [
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            999_999_999,
+            1_000_000_000,
+            1_000_000_001,
+            4_500_000_001,
+            4_501_000_000,
+            5_000_000_123,
+        ]
+        .into_iter()
+        .map(|ahead| ("a TAT just ahead", tat(now + ahead)))
+        .collect();
         v.extend([
             ("a TAT a day ahead", tat(now + 86_400_000_000_000)),
             ("a TAT 60 days ahead", tat(now + 60 * 86_400_000_000_000)),
@@ -1512,7 +1736,13 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
         let at = Some(now_us / 1000 + 10_000);
         vec![
             ("a log", Plant::Value(log_bytes(0, &[now - 9_000 * MS, now - 5 * MS, now]), at)),
-            ("a log of dead entries", Plant::Value(log_bytes(1, &[now - 30_000 * MS, now - 20_000 * MS, now - 11_000 * MS, now - 2 * MS]), at)),
+            (
+                "a log of dead entries",
+                Plant::Value(
+                    log_bytes(1, &[now - 30_000 * MS, now - 20_000 * MS, now - 11_000 * MS, now - 2 * MS]),
+                    at,
+                ),
+            ),
             ("a log stamped ahead", Plant::Value(log_bytes(0, &[now - MS, now + 3_000 * MS]), at)),
             ("a log out of order", Plant::Value(log_bytes(0, &[now, now - 8_000 * MS, now - 1_000 * MS]), at)),
             ("a ring", Plant::Value(ring_bytes(1000 * MS, now.div_euclid(1000 * MS), &[1; 11]), at)),
@@ -1535,7 +1765,26 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
     .map(|w| words(w))
     .collect();
     // (µs from the previous call; a negative step is the clock stepped back)
-    let steps: [i64; 18] = [0, 0, 1, 999, 1000, 500_000, 3_000_000, 0, 2_999_999, 6_000_000, 10_000_000, -20_000_000, 0, 1, 3_600_000_000, 7, 0, 59_000_000];
+    let steps: [i64; 18] = [
+        0,
+        0,
+        1,
+        999,
+        1000,
+        500_000,
+        3_000_000,
+        0,
+        2_999_999,
+        6_000_000,
+        10_000_000,
+        -20_000_000,
+        0,
+        1,
+        3_600_000_000,
+        7,
+        0,
+        59_000_000,
+    ];
     let text = |v: i64| v.to_string().into_bytes();
     let ring_plants = |args: &[String], now_us: i64| -> Vec<(&'static str, Plant)> {
         let millis = args.iter().any(|a| a.eq_ignore_ascii_case("MS"));
@@ -1555,7 +1804,10 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
             ("a ring a window behind", ring(p, current - slots + 1, &counts(&|_| 1))),
             ("a stale ring", ring(p, current - slots - 3, &counts(&|_| 4))),
             ("a ring stamped ahead", ring(p, current + slots + 2, &counts(&|_| 1))),
-            ("a ring of another precision", ring(p * 2, now.div_euclid(2 * p * MS), &counts(&|_| 1)[..(slots / 2 + 1) as usize])),
+            (
+                "a ring of another precision",
+                ring(p * 2, now.div_euclid(2 * p * MS), &counts(&|_| 1)[..(slots / 2 + 1) as usize]),
+            ),
             ("a ring of another length", ring(p, current, &counts(&|_| 1)[..(slots - 1) as usize])),
             ("a large count", ring(p, current, &counts(&|i| if i == 0 { 1 << 50 } else { 0 }))),
             ("a count with its top bit set", ring(p, current, &counts(&|i| if i == 1 { -1 } else { 0 }))),
@@ -1594,7 +1846,9 @@ fn cl_window_and_cl_counter_repeated_on_the_same_words_match_the_module() {
         assert_eq!(states[2], states[0], "EVALSHA stored bytes/expiry: {context}");
         checked += 1;
     };
-    for (kind, sets) in [(Algorithm::Window, &ring_sets), (Algorithm::Window, &log_sets), (Algorithm::Counter, &counter_sets)] {
+    for (kind, sets) in
+        [(Algorithm::Window, &ring_sets), (Algorithm::Window, &log_sets), (Algorithm::Counter, &counter_sets)]
+    {
         for args in sets {
             let _: () = redis::cmd("DEL").arg(&keys[..]).query(&mut rig.c).unwrap();
             for step in steps {
@@ -1647,13 +1901,19 @@ fn a_long_log_read_from_its_head_matches_the_module() {
             rig.plant(&keys, &plant);
             let mut now_us = start_us;
             // (µs: entries leave 0, 1, a few, dozens, hundreds at a time; then a step back)
-            for step in [0, 1, 20_000, 20_000, 100_000, 1_000_000, 0, 1_300_000, 5_000_000, 15_000, 9_000_000, -4_000_000, 30_000, 25_000_000, 1] {
+            for step in [
+                0, 1, 20_000, 20_000, 100_000, 1_000_000, 0, 1_300_000, 5_000_000, 15_000, 9_000_000, -4_000_000,
+                30_000, 25_000_000, 1,
+            ] {
                 now_us += step;
                 let (before, replies, states) = rig.call(Algorithm::Window, &keys, &args, now_us);
-                let context = format!("{what}: CL.WINDOW {args:?} at {now_us} µs on {} bytes", match &before.0 {
-                    Value::BulkString(b) => b.len(),
-                    _ => 0,
-                });
+                let context = format!(
+                    "{what}: CL.WINDOW {args:?} at {now_us} µs on {} bytes",
+                    match &before.0 {
+                        Value::BulkString(b) => b.len(),
+                        _ => 0,
+                    }
+                );
                 assert_eq!(replies[1], replies[0], "FCALL reply: {context}");
                 assert_eq!(replies[2], replies[0], "EVALSHA reply: {context}");
                 assert_eq!(states[1], states[0], "FCALL stored bytes/expiry: {context}");
@@ -1668,7 +1928,8 @@ fn a_long_log_read_from_its_head_matches_the_module() {
 /// The five integers of a limiter's reply (CL.ALL's first five), or `None` for an error.
 fn five_of(v: &Value) -> Option<[i64; 5]> {
     let Value::Array(items) = v else { return None };
-    let ints: Vec<i64> = items.iter().take(5).map(|i| if let Value::Int(n) = i { Some(*n) } else { None }).collect::<Option<_>>()?;
+    let ints: Vec<i64> =
+        items.iter().take(5).map(|i| if let Value::Int(n) = i { Some(*n) } else { None }).collect::<Option<_>>()?;
     ints.try_into().ok()
 }
 
@@ -1718,7 +1979,11 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
         let window_ms = *g.pick(&[1_000i64, 60_000, 3_600_000, 86_400_000, 40 * 86_400_000]);
         let mut words = if all { vec!["COUNTER".to_string()] } else { vec![] };
         words.extend([limit.to_string(), window_ms.to_string()]);
-        words.extend(if all { ["QUANTITY".to_string(), quantity.to_string()] } else { [quantity.to_string(), String::new()] });
+        words.extend(if all {
+            ["QUANTITY".to_string(), quantity.to_string()]
+        } else {
+            [quantity.to_string(), String::new()]
+        });
         words.retain(|w| !w.is_empty());
         return Stray { words, all, quota: false, limit, calendar: None };
     }
@@ -1735,7 +2000,13 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
         words.extend(["ANCHOR".into(), a.to_string()]);
     }
     words.extend(["QUANTITY".into(), quantity.to_string()]);
-    Stray { words, all, quota: true, limit, calendar: Some(Calendar { per, zone: Zone::Fixed(offset_min * 60), anchor_ms }) }
+    Stray {
+        words,
+        all,
+        quota: true,
+        limit,
+        calendar: Some(Calendar { per, zone: Zone::Fixed(offset_min * 60), anchor_ms }),
+    }
 }
 
 /// Stray calls on a quota's key (item 10 of issue 27): the cases that once over-admitted, then
@@ -1747,7 +2018,10 @@ fn stray(g: &mut Gen, now_ms: i64) -> Stray {
 #[test]
 fn stray_calls_match_the_module_and_never_over_admit() {
     const ROUNDS: usize = 24;
-    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(125, |n: usize| (n / ROUNDS).max(1));
+    let calls: usize = std::env::var("THROTTLE_DIFF_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(125, |n: usize| (n / ROUNDS).max(1));
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * ROUNDS);
     let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
@@ -1762,7 +2036,9 @@ fn stray_calls_match_the_module_and_never_over_admit() {
         limit: 0,
         calendar: None,
     };
-    let fill = |rig: &mut Rig, words: &str, at: i64| (0..20).take_while(|_| q(words).run(rig, at * 1000, words)[0] == 0).count();
+    let fill = |rig: &mut Rig, words: &str, at: i64| {
+        (0..20).take_while(|_| q(words).run(rig, at * 1000, words)[0] == 0).count()
+    };
     // The cases of the issue: a denied stray call under another TZ, PER or ANCHOR, a clock step
     // back across midnight, a counter (single and as a spec) on the quota's key.
     let strays = [
@@ -1777,15 +2053,27 @@ fn stray_calls_match_the_module_and_never_over_admit() {
         let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
         assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", day + 10 * 3_600_000), 5, "{stray}");
         let counter = stray.starts_with("COUNTER");
-        let r = if counter { q(stray).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray) } else { q(&format!("{stray} QUANTITY 1")).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray) };
+        let r = if counter {
+            q(stray).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray)
+        } else {
+            q(&format!("{stray} QUANTITY 1")).run(&mut rig, (day + 10 * 3_600_000) * 1000, stray)
+        };
         assert_eq!(r[0], 1, "{stray}: denied");
-        assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", day + 23 * 3_600_000), 0, "{stray}: the UTC day has had its five");
+        assert_eq!(
+            fill(&mut rig, "5 PER DAY QUANTITY 1", day + 23 * 3_600_000),
+            0,
+            "{stray}: the UTC day has had its five"
+        );
     }
     let _: () = redis::cmd("DEL").arg(&Rig::keys(0)).query(&mut rig.c).unwrap();
     let midnight = day + 86_400_000;
     assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", midnight), 5);
     assert_eq!(q("5 PER DAY QUANTITY 1").run(&mut rig, (midnight - 1000) * 1000, "a step back")[0], 1);
-    assert_eq!(fill(&mut rig, "5 PER DAY QUANTITY 1", midnight + 1000), 0, "the day after a step back of 1 s has had its five");
+    assert_eq!(
+        fill(&mut rig, "5 PER DAY QUANTITY 1", midnight + 1000),
+        0,
+        "the day after a step back of 1 s has had its five"
+    );
 
     // Random sequences.
     let mut tally = Tally::default();
@@ -1824,21 +2112,48 @@ fn stray_calls_match_the_module_and_never_over_admit() {
             *call.words.last_mut().unwrap() = quantity.to_string();
             let context = format!("round {round} step {step} (THROTTLE_DIFF_SEED={seed}) at {now_ms} ms");
             let r = call.run(&mut rig, now_ms * 1000, &context);
-            tally.add(if r[0] == 1 { "denied" } else if quantity == 0 { "peek" } else { "admitted" }.to_string());
+            tally.add(
+                if r[0] == 1 {
+                    "denied"
+                } else if quantity == 0 {
+                    "peek"
+                } else {
+                    "admitted"
+                }
+                .to_string(),
+            );
             if r[0] == 1 || quantity == 0 {
                 continue;
             }
             let end = match call.calendar {
-                Some(c) => redis_throttle_core::quota::compute(&c, redis_throttle_core::Instant::from_nanos(now_ms * 1_000_000)).unwrap().end.as_nanos() / 1_000_000,
+                Some(c) => {
+                    redis_throttle_core::quota::compute(
+                        &c,
+                        redis_throttle_core::Instant::from_nanos(now_ms * 1_000_000),
+                    )
+                    .unwrap()
+                    .end
+                    .as_nanos()
+                        / 1_000_000
+                }
                 None => now_ms + r[4],
             };
-            let held: i64 = admitted.iter().filter(|&&(end, _, latest)| end > now_ms && latest < end).map(|a| a.1).sum();
-            assert!(held + quantity <= call.limit, "{context}: {} admitted {quantity} with {held} of earlier periods held", call.words.join(" "));
+            let held: i64 =
+                admitted.iter().filter(|&&(end, _, latest)| end > now_ms && latest < end).map(|a| a.1).sum();
+            assert!(
+                held + quantity <= call.limit,
+                "{context}: {} admitted {quantity} with {held} of earlier periods held",
+                call.words.join(" ")
+            );
             admitted.push((end, quantity, now_ms));
         }
     }
     eprintln!("{:#?}", tally.calls);
-    assert!(tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 50), "{:?}", tally.calls);
+    assert!(
+        tally.calls.get("admitted").is_some_and(|&n| n > 50) && tally.calls.get("denied").is_some_and(|&n| n > 50),
+        "{:?}",
+        tally.calls
+    );
 }
 
 /// Runs `CL.WINDOW key <args> q` with the module at each of `calls` (µs, q) and returns what it
@@ -1851,7 +2166,8 @@ fn written_by_the_module(rig: &mut Rig, key: &str, args: &[&str], calls: &[(i64,
         pipe.cmd("CL.WINDOW").arg(key).arg(args).arg(*q).ignore();
     }
     pipe.query::<()>(&mut rig.c).unwrap();
-    let (bytes, at): (Vec<u8>, i64) = redis::pipe().cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key).query(&mut rig.c).unwrap();
+    let (bytes, at): (Vec<u8>, i64) =
+        redis::pipe().cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key).query(&mut rig.c).unwrap();
     assert!(at > 0, "{key} expires");
     Plant::Value(bytes, Some(at))
 }
@@ -1888,10 +2204,28 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     ];
     let specs = |deny: bool| {
         let mut v = s(&[
-            "WINDOW", "100000", "3600000",
-            "WINDOW", "100000", "3600000", "PRECISION", "360",
-            "WINDOW", "100000", "3600000", "PRECISION", "360", "QUANTITY", "2",
-            "WINDOW", "100000", "3600000", "PRECISION", "360", "QUANTITY", "-5",
+            "WINDOW",
+            "100000",
+            "3600000",
+            "WINDOW",
+            "100000",
+            "3600000",
+            "PRECISION",
+            "360",
+            "WINDOW",
+            "100000",
+            "3600000",
+            "PRECISION",
+            "360",
+            "QUANTITY",
+            "2",
+            "WINDOW",
+            "100000",
+            "3600000",
+            "PRECISION",
+            "360",
+            "QUANTITY",
+            "-5",
         ]);
         if deny {
             v.extend(s(&["COUNTER", "5", "60000", "QUANTITY", "6"]));
@@ -1904,7 +2238,11 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     }
     let _: () = redis::cmd("DEL").arg(&Rig::keys(4)[..]).query(&mut rig.c).unwrap();
     let (before, replies, states) = rig.call_all(&[0, 1, 2, 3, 4], &specs(true), now_us);
-    assert!(matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(1) && a[5] == Value::Int(5)), "the counter denies: {:?}", replies[0]);
+    assert!(
+        matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(1) && a[5] == Value::Int(5)),
+        "the counter denies: {:?}",
+        replies[0]
+    );
     assert_eq!(replies[1], replies[0], "FCALL cl_all, denied");
     assert_eq!(replies[2], replies[0], "EVALSHA cl_all, denied");
     for (form, after) in states.iter().enumerate() {
@@ -1947,7 +2285,13 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     };
     let ten: Vec<usize> = (0..10).collect();
     for (slots, args, twin) in [
-        (&ten[..9], converting(9, &["MS"]), Some("ERR cl_all would convert the CL.WINDOW state of 9 keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)")),
+        (
+            &ten[..9],
+            converting(9, &["MS"]),
+            Some(
+                "ERR cl_all would convert the CL.WINDOW state of 9 keys (longer than 4 KB, another layout or precision than their specs): the Functions twin converts at most 8 in one call (call cl_window on such keys alone, or use the module)",
+            ),
+        ),
         // (the 10th key holds no counter: the module's error, found as it decides, comes first)
         (&ten[..], converting(9, &["COUNTER", "5", "60", "MS"]), None),
         (&ten[..8], converting(8, &["MS", "DETAILS"]), None),
@@ -1958,7 +2302,11 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
         rig.plant(&Rig::keys(9), &Plant::Value(b"x".to_vec(), None));
         let (before, replies, states) = rig.call_all(slots, &args, now_us);
         if twin.is_none() && slots.len() == 10 {
-            assert_eq!(server_error(&replies[0]).as_deref(), Some("ERR limiter 10: key does not hold valid CL.COUNTER state"), "the module's error");
+            assert_eq!(
+                server_error(&replies[0]).as_deref(),
+                Some("ERR limiter 10: key does not hold valid CL.COUNTER state"),
+                "the module's error"
+            );
         }
         match twin {
             Some(e) => {

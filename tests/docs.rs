@@ -62,13 +62,24 @@ fn blocks(file: &Path) -> Vec<Block> {
             None => {
                 if fence.len() >= 3 {
                     let indent = line.len() - trimmed.len();
-                    open = Some((" ".repeat(indent), fence.clone(), n + 1, trimmed[fence.len()..].trim().to_string(), Vec::new()));
+                    open = Some((
+                        " ".repeat(indent),
+                        fence.clone(),
+                        n + 1,
+                        trimmed[fence.len()..].trim().to_string(),
+                        Vec::new(),
+                    ));
                 }
             }
             Some((indent, opening, start, info, body)) => {
                 // CommonMark: closed by a fence at least as long, with nothing after it.
                 if fence.len() >= opening.len() && trimmed.trim_end() == fence {
-                    out.push(Block { file: file.to_path_buf(), line: *start, info: info.clone(), body: std::mem::take(body) });
+                    out.push(Block {
+                        file: file.to_path_buf(),
+                        line: *start,
+                        info: info.clone(),
+                        body: std::mem::take(body),
+                    });
                     open = None;
                 } else {
                     body.push(line.strip_prefix(indent.as_str()).unwrap_or(line).to_string());
@@ -106,7 +117,11 @@ fn same(shown: &str, got: &str, command: &str, tolerance: i64) -> bool {
         return false;
     };
     let prefix = |l: &str| l.rsplit_once("(integer) ").map(|(h, _)| h.trim_end().to_string());
-    ps == pg && prefix(shown) == prefix(got) && time_fields(command).contains(&ps) && vs >= 0 && (vs - tolerance.min(vs)..=vs).contains(&vg)
+    ps == pg
+        && prefix(shown) == prefix(got)
+        && time_fields(command).contains(&ps)
+        && vs >= 0
+        && (vs - tolerance.min(vs)..=vs).contains(&vg)
 }
 
 fn option(info: &str, name: &str) -> Option<String> {
@@ -169,7 +184,8 @@ fn run(server: &Server, block: &Block, fresh: bool) -> Result<(), (Vec<String>, 
     let mut differs = Vec::new();
     for (i, (command, shown)) in calls.iter().enumerate() {
         let replied = replies.get(i).cloned().unwrap_or_default();
-        let ok = replied.len() == shown.len() && shown.iter().zip(&replied).all(|(s, g)| same(s, g, command, tolerance));
+        let ok =
+            replied.len() == shown.len() && shown.iter().zip(&replied).all(|(s, g)| same(s, g, command, tolerance));
         body.push(format!("> {command}"));
         if ok {
             body.extend(shown.iter().cloned());
@@ -179,7 +195,12 @@ fn run(server: &Server, block: &Block, fresh: bool) -> Result<(), (Vec<String>, 
         }
     }
     if replies.len() != calls.len() {
-        differs.push(format!("{} replies to {} commands: {}", replies.len(), calls.len(), String::from_utf8_lossy(&out.stderr)));
+        differs.push(format!(
+            "{} replies to {} commands: {}",
+            replies.len(),
+            calls.len(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     if differs.is_empty() { Ok(()) } else { Err((body, differs.join("\n"))) }
 }
@@ -239,10 +260,14 @@ fn every_redis_cli_example_replies_as_shown() {
 fn every_registered_command_has_a_page() {
     let server = Server::start();
     let mut c = server.client();
-    let mut registered: Vec<String> = redis::cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("MODULE").arg("throttle").query(&mut c).unwrap();
+    let mut registered: Vec<String> =
+        redis::cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("MODULE").arg("throttle").query(&mut c).unwrap();
     registered.sort();
     let dir = root().join("docs/src/commands");
-    let mut paged: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().trim_end_matches(".md").to_string()).collect();
+    let mut paged: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().trim_end_matches(".md").to_string())
+        .collect();
     paged.sort();
     assert_eq!(paged, registered, "docs/src/commands/*.md against COMMAND LIST FILTERBY MODULE throttle");
     for name in registered {
@@ -250,7 +275,10 @@ fn every_registered_command_has_a_page() {
         let redis::Value::Array(fields) = &info[0] else { panic!("COMMAND INFO {name}: {info:?}") };
         let arity: i64 = redis::from_redis_value(fields[1].clone()).unwrap();
         let page = std::fs::read_to_string(dir.join(format!("{name}.md"))).unwrap();
-        assert!(page.contains(&format!("| arity | {arity}: ")), "docs/src/commands/{name}.md does not show the server's arity {arity}");
+        assert!(
+            page.contains(&format!("| arity | {arity}: ")),
+            "docs/src/commands/{name}.md does not show the server's arity {arity}"
+        );
         // The syntax, summary, complexity and since that COMMAND DOCS gives.
         let docs: redis::Value = redis::cmd("COMMAND").arg("DOCS").arg(&name).query(&mut c).unwrap();
         let docs = map(&map(&docs)[0].1);
@@ -261,7 +289,12 @@ fn every_registered_command_has_a_page() {
             _ => Vec::new(),
         };
         let syntax = std::iter::once(name.to_uppercase()).chain(words).collect::<Vec<_>>().join(" ");
-        for shown in [format!("```syntax\n{syntax}\n```"), text("summary"), format!("| complexity | {} |", text("complexity")), format!("| since | {} |", text("since"))] {
+        for shown in [
+            format!("```syntax\n{syntax}\n```"),
+            text("summary"),
+            format!("| complexity | {} |", text("complexity")),
+            format!("| since | {} |", text("since")),
+        ] {
             assert!(page.contains(&shown), "docs/src/commands/{name}.md does not show COMMAND DOCS's {shown:?}");
         }
     }
@@ -275,7 +308,9 @@ fn string(v: &redis::Value) -> String {
 fn map(v: &redis::Value) -> Vec<(String, redis::Value)> {
     match v {
         redis::Value::Map(pairs) => pairs.iter().map(|(k, v)| (string(k), v.clone())).collect(),
-        redis::Value::Array(items) => items.chunks(2).map(|kv| (string(&kv[0]), kv.get(1).cloned().unwrap_or(redis::Value::Nil))).collect(),
+        redis::Value::Array(items) => {
+            items.chunks(2).map(|kv| (string(&kv[0]), kv.get(1).cloned().unwrap_or(redis::Value::Nil))).collect()
+        }
         _ => Vec::new(),
     }
 }

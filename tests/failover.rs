@@ -22,7 +22,12 @@ fn key(user: usize, kind: &str) -> String {
     format!("{{user:{user}}}:{kind}")
 }
 
-fn call(c: &mut redis::cluster::ClusterConnection, template: &str, key: &str, quantity: i64) -> redis::RedisResult<Vec<i64>> {
+fn call(
+    c: &mut redis::cluster::ClusterConnection,
+    template: &str,
+    key: &str,
+    quantity: i64,
+) -> redis::RedisResult<Vec<i64>> {
     let words = format!("{} {quantity}", template.replace("{key}", key));
     let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
     harness::command(&args).query(c)
@@ -47,14 +52,16 @@ fn a_killed_masters_limiters_keep_their_state_on_its_replica() {
     // The limiters the victim holds: value and absolute expiry.
     let victim = masters[0];
     let mut v = cluster.nodes[victim].client();
-    let before: BTreeMap<Vec<u8>, (Vec<u8>, i64)> = harness::snapshot(&mut v).into_iter().map(|(k, val, at)| (k, (val, at))).collect();
+    let before: BTreeMap<Vec<u8>, (Vec<u8>, i64)> =
+        harness::snapshot(&mut v).into_iter().map(|(k, val, at)| (k, (val, at))).collect();
     assert!(before.len() >= 5, "the victim holds limiters: {}", before.len());
     let replica = cluster.index_of(cluster.replicas_of(victim)[0]);
 
     cluster.nodes[victim].kill();
     let t0 = std::time::Instant::now();
     wait_until("the replica to take over", Duration::from_secs(30), || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut cluster.nodes[replica].client()).unwrap_or_default();
+        let info: String =
+            redis::cmd("CLUSTER").arg("INFO").query(&mut cluster.nodes[replica].client()).unwrap_or_default();
         cluster.nodes[replica].is_master() && info.contains("cluster_state:ok")
     });
     // Every survivor agrees: the victim failed and its replica serves its slots.
@@ -70,8 +77,10 @@ fn a_killed_masters_limiters_keep_their_state_on_its_replica() {
         })
     });
     eprintln!("failover took {:.1} s", t0.elapsed().as_secs_f64());
-    let after: BTreeMap<Vec<u8>, (Vec<u8>, i64)> =
-        harness::snapshot(&mut cluster.nodes[replica].client()).into_iter().map(|(k, val, at)| (k, (val, at))).collect();
+    let after: BTreeMap<Vec<u8>, (Vec<u8>, i64)> = harness::snapshot(&mut cluster.nodes[replica].client())
+        .into_iter()
+        .map(|(k, val, at)| (k, (val, at)))
+        .collect();
     assert_eq!(after, before, "the promoted replica holds the victim's limiters byte for byte, with their expiries");
 
     // Through a fresh cluster client (the topology changed): every user at their limit on
@@ -97,5 +106,9 @@ fn a_killed_masters_limiters_keep_their_state_on_its_replica() {
     for user in 0..USERS {
         assert_eq!(run(KINDS[0].1, &format!("new:{user}"))[..3], [0, 5, 4], "a new limiter");
     }
-    eprintln!("{} limiters of the killed master kept their state; {} limiters stayed limited", before.len(), USERS * KINDS.len());
+    eprintln!(
+        "{} limiters of the killed master kept their state; {} limiters stayed limited",
+        before.len(),
+        USERS * KINDS.len()
+    );
 }

@@ -5,8 +5,6 @@ mod harness;
 
 use harness::{Reply, Server, error_of, get_bytes, in_multi, pexpiretime, snapshot, throttle};
 
-
-
 fn exists(c: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query(c).unwrap()
 }
@@ -40,7 +38,11 @@ fn window_in_milliseconds_and_its_documented_layout() {
     assert_eq!(log.len(), 8 + 2 * 8);
     assert_eq!(log[0], 1);
     let newest = i64::from_le_bytes(log[16..24].try_into().unwrap());
-    assert_eq!(pexpiretime(&mut c, "m"), (newest + 500_000_000 + 999_999) / 1_000_000, "expires when the newest leaves");
+    assert_eq!(
+        pexpiretime(&mut c, "m"),
+        (newest + 500_000_000 + 999_999) / 1_000_000,
+        "expires when the newest leaves"
+    );
 }
 
 #[test]
@@ -112,7 +114,14 @@ fn bucket_vectors_peek_refund_and_state() {
     let r = in_multi(&mut c, &["CL.BUCKET b 5 2 10"; 6]);
     assert_eq!(
         r,
-        vec![[0, 5, 4, -1, 10], [0, 5, 3, -1, 10], [0, 5, 2, -1, 20], [0, 5, 1, -1, 20], [0, 5, 0, -1, 30], [1, 5, 0, 10, 30]]
+        vec![
+            [0, 5, 4, -1, 10],
+            [0, 5, 3, -1, 10],
+            [0, 5, 2, -1, 20],
+            [0, 5, 1, -1, 20],
+            [0, 5, 0, -1, 30],
+            [1, 5, 0, 10, 30]
+        ]
     );
     let stored: i64 = redis::cmd("GET").arg("b").query(&mut c).unwrap();
     assert_eq!(stored, -5, "the key holds minus the tokens missing");
@@ -208,7 +217,11 @@ fn one_limiters_key_used_by_another_is_wrongtype_and_untouched() {
                 continue;
             }
             let words = format!("{other_command} {key} 5 1 60");
-            let words = if other_command == "CL.WINDOW" || other_command == "CL.COUNTER" { format!("{other_command} {key} 5 60") } else { words };
+            let words = if other_command == "CL.WINDOW" || other_command == "CL.COUNTER" {
+                format!("{other_command} {key} 5 60")
+            } else {
+                words
+            };
             let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
             assert_eq!(
                 error_of(&mut c, &args),
@@ -254,13 +267,20 @@ fn error_messages_state_the_real_ranges() {
     let run = |c: &mut redis::Connection, template: &str, value: &str, key: &str| -> Result<(), String> {
         let words = template.replace("{k}", key).replace("{}", value);
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
-        harness::call(c, &args).map(|_| ()).map_err(|e| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string())
+        harness::call(c, &args)
+            .map(|_| ())
+            .map_err(|e| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string())
     };
     for (n, template) in templates.iter().enumerate() {
         let message = run(&mut c, template, "-1", &format!("r{n}a")).expect_err(template);
         let range = message.split(" from ").nth(1).unwrap_or_else(|| panic!("{template}: {message}"));
-        let max: i128 = range.split(' ').nth(2).and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{template}: {message}"));
-        assert_eq!(run(&mut c, template, &max.to_string(), &format!("r{n}b")), Ok(()), "{template}: the stated maximum {max}");
+        let max: i128 =
+            range.split(' ').nth(2).and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{template}: {message}"));
+        assert_eq!(
+            run(&mut c, template, &max.to_string(), &format!("r{n}b")),
+            Ok(()),
+            "{template}: the stated maximum {max}"
+        );
         if max < i128::from(i64::MAX) {
             let over = run(&mut c, template, &(max + 1).to_string(), &format!("r{n}c")).expect_err(template);
             assert_eq!(over, message, "{template}: one above the stated maximum");
@@ -313,11 +333,14 @@ fn reads_leave_the_value_as_it_was() {
     };
     let now = harness::server_ms(&mut c);
     let tat = (now + 30_000) * 1_000_000;
-    integers_stay(&mut c, &[
-        ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
-        ("set:c", "5".to_string(), now + 30_000, "CL.COUNTER set:c 5 60"),
-        ("set:b", "-3".to_string(), now + 150_000, "CL.BUCKET set:b 3 1 60"),
-    ]);
+    integers_stay(
+        &mut c,
+        &[
+            ("set:t", tat.to_string(), tat / 1_000_000, "CL.THROTTLE set:t 0 1 60"),
+            ("set:c", "5".to_string(), now + 30_000, "CL.COUNTER set:c 5 60"),
+            ("set:b", "-3".to_string(), now + 150_000, "CL.BUCKET set:b 3 1 60"),
+        ],
+    );
     // A reload stores every value compactly again: the module's own keys included.
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
     let reloaded = encoding_and_memory(&mut c, "c");
@@ -350,21 +373,34 @@ fn reads_leave_the_value_as_it_was() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     let now = harness::server_ms(&mut c);
     let tat = (now + 30_000) * 1_000_000;
-    integers_stay(&mut c, &[
-        ("reuse:expired", tat.to_string(), tat / 1_000_000, "CL.THROTTLE reuse:expired 0 1 60"),
-        ("reuse:deleted", "5".to_string(), now + 30_000, "CL.COUNTER reuse:deleted 5 60"),
-    ]);
+    integers_stay(
+        &mut c,
+        &[
+            ("reuse:expired", tat.to_string(), tat / 1_000_000, "CL.THROTTLE reuse:expired 0 1 60"),
+            ("reuse:deleted", "5".to_string(), now + 30_000, "CL.COUNTER reuse:deleted 5 60"),
+        ],
+    );
     // SWAPDB: the name the module wrote in database 0 now holds database 1's integer, of the
     // very same length (a TAT): a denial leaves it an integer.
     assert_eq!(throttle(&mut c, "CL.THROTTLE reuse:swapped 0 1 60")[0], 0);
     let _: () = redis::cmd("SELECT").arg(1).query(&mut c).unwrap();
-    let _: () = redis::cmd("SET").arg("reuse:swapped").arg(tat.to_string()).arg("PXAT").arg(tat / 1_000_000).query(&mut c).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("reuse:swapped")
+        .arg(tat.to_string())
+        .arg("PXAT")
+        .arg(tat / 1_000_000)
+        .query(&mut c)
+        .unwrap();
     let _: () = redis::cmd("SELECT").arg(0).query(&mut c).unwrap();
     let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
     let compact = encoding_and_memory(&mut c, "reuse:swapped");
     assert_eq!(compact.0, "int");
     assert_eq!(throttle(&mut c, "CL.THROTTLE reuse:swapped 0 1 60")[0], 1);
-    assert_eq!(encoding_and_memory(&mut c, "reuse:swapped"), compact, "after SWAPDB, a denial leaves the integer an integer");
+    assert_eq!(
+        encoding_and_memory(&mut c, "reuse:swapped"),
+        compact,
+        "after SWAPDB, a denial leaves the integer an integer"
+    );
 }
 
 /// `SHADOW` (module and Functions twin alike): a denial is answered as an admission, `limited`
@@ -392,15 +428,26 @@ fn shadow_answers_a_denial_as_an_admission_and_changes_nothing_else() {
         // `reset_after` (whole seconds, rounded up) may have ticked down by one in between.
         let as_admitted = |reply: Reply, what: &str| {
             assert_eq!(reply[..4], [0, enforced[1], enforced[2], -1], "{what}");
-            assert!((enforced[4] - 1..=enforced[4]).contains(&reply[4]), "{what}: reset_after {} after {}", reply[4], enforced[4]);
+            assert!(
+                (enforced[4] - 1..=enforced[4]).contains(&reply[4]),
+                "{what}: reset_after {} after {}",
+                reply[4],
+                enforced[4]
+            );
         };
         as_admitted(shadowed, &format!("{call} SHADOW"));
         assert_eq!(state(&mut c, key), before, "{call} SHADOW: the key as the denial left it");
         // Never admittable, a peek, a refund: as without SHADOW.
         as_admitted(throttle(&mut c, &format!("{call} 3 SHADOW")), &format!("{call} 3 SHADOW"));
-        let (shadow_peek, peek) = (throttle(&mut c, &format!("{call} 0 SHADOW")), throttle(&mut c, &format!("{call} 0")));
+        let (shadow_peek, peek) =
+            (throttle(&mut c, &format!("{call} 0 SHADOW")), throttle(&mut c, &format!("{call} 0")));
         assert_eq!(shadow_peek[..4], peek[..4], "{call} 0 SHADOW");
-        assert!((peek[4]..=peek[4] + 1).contains(&shadow_peek[4]), "{call} 0 SHADOW: reset_after {} then {}", shadow_peek[4], peek[4]);
+        assert!(
+            (peek[4]..=peek[4] + 1).contains(&shadow_peek[4]),
+            "{call} 0 SHADOW: reset_after {} then {}",
+            shadow_peek[4],
+            peek[4]
+        );
         assert_eq!(throttle(&mut c, &format!("{call} SHADOW -1"))[..3], [0, enforced[1], 1], "{call}: a refund");
         assert_eq!(throttle(&mut c, &format!("{call} SHADOW"))[..3], [0, enforced[1], 0], "{call}: then admitted");
     }
@@ -410,7 +457,8 @@ fn shadow_answers_a_denial_as_an_admission_and_changes_nothing_else() {
     let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
     let reply = harness::call(&mut c, &args).unwrap();
     let redis::Value::Array(items) = reply else { panic!("{reply:?}") };
-    let six: Vec<i64> = items[..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+    let six: Vec<i64> =
+        items[..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
     assert_eq!(six, vec![0, 1, 1, -1, 0, 2]);
     let details: Vec<Vec<i64>> = redis::FromRedisValue::from_redis_value(items[6].clone()).unwrap();
     assert_eq!(details, vec![vec![0, 5, 4, -1, 60], vec![0, 1, 1, -1, 0]]);

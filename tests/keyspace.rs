@@ -13,7 +13,8 @@ use harness::{Options, Server, drain, psubscribe, throttle};
 /// Subscribes to every keyevent of db 0 on `server` (with every class of events on); events
 /// arrive as `(event, key)`.
 fn subscribe(server: &Server) -> Receiver<(String, String)> {
-    let _: () = redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", "KEA"]).query(&mut server.client()).unwrap();
+    let _: () =
+        redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", "KEA"]).query(&mut server.client()).unwrap();
     let messages = psubscribe(server, "__keyevent@0__:*");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -35,12 +36,12 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     let on_replica = subscribe(&replica);
     let mut c = master.client();
     let calls = [
-        "CL.THROTTLE t 2 1 60",       // a new key
-        "CL.THROTTLE t 2 1 60",       // rewritten in place
-        "CL.THROTTLE t 2 1 60 -5",    // refunded to full: deleted
-        "CL.WINDOW w 5 60",           // a new log
-        "CL.WINDOW w 5 60 2",         // appended in place
-        "CL.WINDOW w 5 60 -1",        // a refund
+        "CL.THROTTLE t 2 1 60",    // a new key
+        "CL.THROTTLE t 2 1 60",    // rewritten in place
+        "CL.THROTTLE t 2 1 60 -5", // refunded to full: deleted
+        "CL.WINDOW w 5 60",        // a new log
+        "CL.WINDOW w 5 60 2",      // appended in place
+        "CL.WINDOW w 5 60 -1",     // a refund
         "CL.WINDOW p 5 60 PRECISION 10",
         "CL.WINDOW p 5 60 PRECISION 10 3",
         "CL.COUNTER c 5 60",
@@ -51,7 +52,10 @@ fn the_module_announces_what_its_replicated_commands_announce() {
     for words in calls {
         throttle(&mut c, words);
     }
-    let all: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"a1", b"a2", b"COUNTER", b"5", b"60", b"THROTTLE", b"4", b"1", b"60"]).query(&mut c).unwrap();
+    let all: Vec<i64> =
+        harness::command(&[b"CL.ALL", b"2", b"a1", b"a2", b"COUNTER", b"5", b"60", b"THROTTLE", b"4", b"1", b"60"])
+            .query(&mut c)
+            .unwrap();
     assert_eq!(all[0], 0);
     master.wait_replicated(&replica);
     let from_module = drain(&on_master);
@@ -93,7 +97,10 @@ fn each_class_is_announced_exactly_as_the_servers_flags_ask() {
     ];
     for (round, (flags, expected, also)) in classes.into_iter().enumerate() {
         for server in [&master, &replica] {
-            let _: () = redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", flags]).query(&mut server.client()).unwrap();
+            let _: () = redis::cmd("CONFIG")
+                .arg(&["SET", "notify-keyspace-events", flags])
+                .query(&mut server.client())
+                .unwrap();
         }
         let (t, w) = (format!("t{round}"), format!("w{round}"));
         for words in [
@@ -123,7 +130,9 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     let on_master = subscribe(&master);
     let on_replica = subscribe(&replica);
     let mut c = master.client();
-    let release = |c: &mut redis::Connection, key: &str, id: &str| -> i64 { redis::cmd("CL.RELEASE").arg(key).arg(id).query(c).unwrap() };
+    let release = |c: &mut redis::Connection, key: &str, id: &str| -> i64 {
+        redis::cmd("CL.RELEASE").arg(key).arg(id).query(c).unwrap()
+    };
     throttle(&mut c, "CL.PACE pace 10 60"); // SET … PXAT
     throttle(&mut c, "CL.PACE pace 10 60 QUANTITY 3");
     throttle(&mut c, "CL.ACQUIRE l 3 60 a"); // a new set: ZADD, PEXPIREAT
@@ -158,7 +167,11 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     throttle(&mut c, "CL.PACE pace 10 60 MAXWAIT 0");
     assert_eq!(release(&mut c, "full", "other"), 0);
     let throttled = |key: &str| ("throttled".to_string(), key.to_string());
-    assert_eq!(drain(&on_master), vec![throttled("full"), throttled("pace")], "calls that change nothing announce no write");
+    assert_eq!(
+        drain(&on_master),
+        vec![throttled("full"), throttled("pace")],
+        "calls that change nothing announce no write"
+    );
 }
 
 /// Which reads convert a compact value, exactly as the docs list them ("Encodings"): the module
@@ -172,7 +185,9 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
 fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
     let server = Server::start();
     let mut c = server.client();
-    let encoding = |c: &mut redis::Connection, key: &str| -> String { redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap() };
+    let encoding = |c: &mut redis::Connection, key: &str| -> String {
+        redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap()
+    };
     let cases: [(&str, &[&str], &str); 6] = [
         ("own-delete", &["CL.THROTTLE own-delete 5 1 60 -10"], "int"),
         ("del", &["DEL del"], "raw"),
@@ -191,7 +206,8 @@ fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
         assert_eq!(exists, 0, "{key}: removed");
         let now = harness::server_ms(&mut c);
         let tat = (now + 30_000) * 1_000_000;
-        let _: () = redis::cmd("SET").arg(key).arg(tat.to_string()).arg("PXAT").arg(now + 30_000).query(&mut c).unwrap();
+        let _: () =
+            redis::cmd("SET").arg(key).arg(tat.to_string()).arg("PXAT").arg(now + 30_000).query(&mut c).unwrap();
         assert_eq!(encoding(&mut c, key), "int", "{key}");
         let peek = throttle(&mut c, &format!("CL.THROTTLE {key} 5 1 60 0"));
         assert_eq!(peek[0], 0, "{key}");

@@ -23,7 +23,6 @@ fn leases(c: &mut redis::Connection, key: &str) -> Vec<(String, i64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap()
 }
 
-
 #[test]
 fn the_exports_example_field_by_field() {
     let server = Server::start();
@@ -73,7 +72,10 @@ fn no_reply_time_exceeds_the_lease() {
         let after = unix_ms();
         assert_eq!(r, [0, 1, 0, -1, 1500], "{key}");
         let score: i64 = redis::cmd("ZSCORE").arg(&key).arg("a").query(&mut c).unwrap();
-        assert!((before + 1500..=after + 1500).contains(&score), "the lease ends 1500 ms after the call's millisecond: {score} vs {before}..{after}");
+        assert!(
+            (before + 1500..=after + 1500).contains(&score),
+            "the lease ends 1500 ms after the call's millisecond: {score} vs {before}..{after}"
+        );
         assert_eq!(pexpiretime(&mut c, &key), score);
         let denied = throttle(&mut c, &format!("CL.ACQUIRE {key} 1 1500 b MS"));
         assert!(denied[0] == 1 && denied[3] <= 1500 && denied[3] == denied[4], "{denied:?}");
@@ -221,7 +223,9 @@ fn sets_holding_other_data_are_never_wiped() {
     zadd(&mut c, "beyond", &[("1e16", b"x")]);
     let before = snapshot(&mut c);
     for key in ["mixed", "neginf", "zero", "empty", "long", "beyond"] {
-        for words in [format!("CL.ACQUIRE {key} 5 60 job1"), format!("CL.RELEASE {key} x"), format!("CL.RELEASE {key} job1")] {
+        for words in
+            [format!("CL.ACQUIRE {key} 5 60 job1"), format!("CL.RELEASE {key} x"), format!("CL.RELEASE {key} job1")]
+        {
             let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
             assert_eq!(error_of(&mut c, &args), "ERR key does not hold valid CL.ACQUIRE state", "{words}");
         }
@@ -230,17 +234,22 @@ fn sets_holding_other_data_are_never_wiped() {
 
     // 40 expired leases, another application's member above them, a live lease: each call
     // removes the 32 lowest it read, never the member above; the call that reads it refuses.
-    let mut pairs: Vec<(String, Vec<u8>)> = (0..40).map(|i| ((1000 + i).to_string(), format!("w{i:02}").into_bytes())).collect();
+    let mut pairs: Vec<(String, Vec<u8>)> =
+        (0..40).map(|i| ((1000 + i).to_string(), format!("w{i:02}").into_bytes())).collect();
     pairs.push(("5000.5".into(), b"foreign".to_vec()));
     pairs.push((live.clone(), b"holder".to_vec()));
     let pairs: Vec<(&str, &[u8])> = pairs.iter().map(|(s, m)| (s.as_str(), m.as_slice())).collect();
     zadd(&mut c, "shared", &pairs);
     assert_eq!(throttle(&mut c, "CL.ACQUIRE shared 5 60 job1")[..3], [0, 5, 3]);
-    let left: Vec<(String, String)> = redis::cmd("ZRANGE").arg("shared").arg(0).arg(-1).arg("WITHSCORES").query(&mut c).unwrap();
+    let left: Vec<(String, String)> =
+        redis::cmd("ZRANGE").arg("shared").arg(0).arg(-1).arg("WITHSCORES").query(&mut c).unwrap();
     assert_eq!(left.len(), 42 - 32 + 1, "{left:?}");
     assert!(left.iter().any(|(m, _)| m == "foreign"));
     let before = snapshot(&mut c);
-    assert_eq!(error_of(&mut c, &[b"CL.ACQUIRE", b"shared", b"5", b"60", b"job2"]), "ERR key does not hold valid CL.ACQUIRE state");
+    assert_eq!(
+        error_of(&mut c, &[b"CL.ACQUIRE", b"shared", b"5", b"60", b"job2"]),
+        "ERR key does not hold valid CL.ACQUIRE state"
+    );
     assert_eq!(error_of(&mut c, &[b"CL.RELEASE", b"shared", b"job1"]), "ERR key does not hold valid CL.ACQUIRE state");
     assert_eq!(snapshot(&mut c), before);
 }
@@ -284,7 +293,10 @@ fn many_clients_with_crashes_never_hold_more_than_the_limit() {
                         // worker may oversleep its lease: then its slot has already gone). The
                         // lease starts on the call's whole millisecond, up to 1 ms before it.
                         let live = asked.elapsed() < Duration::from_millis(499);
-                        assert!(released == 1 || !live, "{id}, admitted with {r:?}, released {released} within its lease");
+                        assert!(
+                            released == 1 || !live,
+                            "{id}, admitted with {r:?}, released {released} within its lease"
+                        );
                     }
                     (admitted, crashed)
                 })
@@ -306,12 +318,16 @@ fn many_clients_with_crashes_never_hold_more_than_the_limit() {
             samples
         });
         let samples = sampler.join().unwrap();
-        let (admitted, crashed) = workers.into_iter().map(|w| w.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (admitted, crashed) =
+            workers.into_iter().map(|w| w.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         (samples, admitted, crashed)
     });
     let most = *samples.iter().max().unwrap();
     let at_limit = samples.iter().filter(|&&n| n == LIMIT).count();
-    eprintln!("{} samples, most live {most}, at the limit in {at_limit}; {admitted} leases, {crashed} crashes", samples.len());
+    eprintln!(
+        "{} samples, most live {most}, at the limit in {at_limit}; {admitted} leases, {crashed} crashes",
+        samples.len()
+    );
     assert!(most <= LIMIT, "never more than {LIMIT} live leases: {most}");
     assert!(at_limit > samples.len() / 4, "the pool was saturated");
     assert!(crashed > 5 && admitted > 50, "crashes happened and slots came back: {admitted} leases, {crashed} crashes");

@@ -137,7 +137,8 @@ fn survives(server: &mut Server, c: &mut Connection, failure: &str) {
     let mut c = server.client();
     let configs: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("throttle.*").query(&mut c).unwrap();
     assert!(configs.is_empty(), "after {failure}, configs are left: {configs:?}");
-    let info: Vec<redis::Value> = redis::cmd("COMMAND").arg("INFO").arg("cl.acquire").arg("cl.window").query(&mut c).unwrap();
+    let info: Vec<redis::Value> =
+        redis::cmd("COMMAND").arg("INFO").arg("cl.acquire").arg("cl.window").query(&mut c).unwrap();
     assert!(info.iter().all(|v| *v == redis::Value::Nil), "after {failure}, commands are left: {info:?}");
     let modules: Vec<redis::Value> = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
     assert!(modules.len() <= 1, "after {failure}: {modules:?}"); // the stand-in at most
@@ -214,7 +215,8 @@ fn a_command_name_already_taken_leaves_nothing_behind() {
     // transaction.
     let now_ms = harness::server_ms(&mut c);
     let tat_ns = (now_ms + 50_000) * 1_000_000; // burst 4 at 1 per 10 s, used up
-    let _: () = redis::cmd("SET").arg("user").arg(tat_ns.to_string()).arg("PXAT").arg(now_ms + 50_000).query(&mut c).unwrap();
+    let _: () =
+        redis::cmd("SET").arg("user").arg(tat_ns.to_string()).arg("PXAT").arg(now_ms + 50_000).query(&mut c).unwrap();
     let swapped: Vec<redis::Value> = redis::pipe()
         .atomic()
         .cmd("MODULE")
@@ -226,7 +228,11 @@ fn a_command_name_already_taken_leaves_nothing_behind() {
         .query(&mut c)
         .unwrap();
     assert_eq!(swapped, [redis::Value::Okay, redis::Value::Okay]);
-    assert_eq!(throttle(&mut c, "CL.THROTTLE user 4 1 10")[..4], [1, 5, 0, 10], "redis-cell's key, read by this module");
+    assert_eq!(
+        throttle(&mut c, "CL.THROTTLE user 4 1 10")[..4],
+        [1, 5, 0, 10],
+        "redis-cell's key, read by this module"
+    );
     if let Err(e) = every_event(&mut c) {
         panic!("after the swap, the server died ({e}): {}", server.log());
     }
@@ -242,7 +248,9 @@ fn a_module_loaded_into_a_primary_with_a_replica_replicates_its_first_write() {
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
     module_command(&mut c, &["LOAD", &module()]).expect("MODULE LOAD");
-    for words in ["CL.COUNTER first 5 600", "CL.THROTTLE gcra 5 3 600", "CL.WINDOW log 10 600 2", "CL.ACQUIRE leases 5 600 job"] {
+    for words in
+        ["CL.COUNTER first 5 600", "CL.THROTTLE gcra 5 3 600", "CL.WINDOW log 10 600 2", "CL.ACQUIRE leases 5 600 job"]
+    {
         throttle(&mut c, words);
     }
     master.wait_replicated(&replica);

@@ -48,7 +48,9 @@ fn noeviction_answers_oom_and_changes_nothing() {
     let before = snapshot(&mut c);
     for i in 0..CALLS.len() {
         // Existing limiters, new ones, peeks and refunds alike: the command is deny-oom.
-        for (key, quantity) in [(format!("rl:{i}"), 1), (format!("new:{i}"), 1), (format!("rl:{i}"), 0), (format!("rl:{i}"), -1)] {
+        for (key, quantity) in
+            [(format!("rl:{i}"), 1), (format!("new:{i}"), 1), (format!("rl:{i}"), 0), (format!("rl:{i}"), -1)]
+        {
             let w = words(i, &key, quantity);
             let args: Vec<&[u8]> = w.split_whitespace().map(str::as_bytes).collect();
             let e = error_of(&mut c, &args);
@@ -84,7 +86,11 @@ fn evicted_limiters_behave_as_full_ones() {
         }
         let evicted: i64 = server.info_field("stats", "evicted_keys").parse().unwrap();
         let exists: Vec<Vec<bool>> = (0..limiters)
-            .map(|n| (0..CALLS.len()).map(|i| redis::cmd("EXISTS").arg(format!("rl:{n}:{i}")).query(&mut c).unwrap()).collect())
+            .map(|n| {
+                (0..CALLS.len())
+                    .map(|i| redis::cmd("EXISTS").arg(format!("rl:{n}:{i}")).query(&mut c).unwrap())
+                    .collect()
+            })
             .collect();
         // Room again (with volatile-ttl the fillers, without expiry, are never evicted).
         let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
@@ -103,7 +109,9 @@ fn evicted_limiters_behave_as_full_ones() {
                 }
             }
         }
-        eprintln!("{policy}: {evicted} keys evicted; {gone} limiters evicted (read as full), {kept} kept (still used up)");
+        eprintln!(
+            "{policy}: {evicted} keys evicted; {gone} limiters evicted (read as full), {kept} kept (still used up)"
+        );
         assert!(gone > 0, "{policy}: some limiters were evicted");
     }
 }

@@ -104,7 +104,9 @@ fn scripted(command: &str, kind: Class, i: usize) -> String {
                 Class::Error => ("1", "1", ""),
             };
             let numkeys = if bad { 17 } else { 2 };
-            format!("CL.ALL {numkeys} mix:a:{i}:1 mix:a:{i}:2 COUNTER 5 60 QUANTITY {first} THROTTLE 4 1 60 QUANTITY {second} {options}")
+            format!(
+                "CL.ALL {numkeys} mix:a:{i}:1 mix:a:{i}:2 COUNTER 5 60 QUANTITY {first} THROTTLE 4 1 60 QUANTITY {second} {options}"
+            )
         }
     }
 }
@@ -125,7 +127,8 @@ fn info_counts_a_scripted_mix_exactly() {
         let kind = CLASSES[((rng >> 8) % 6) as usize].0;
         let words = if kind == Class::Error && i % 3 == 0 && command != "cl.all" {
             // A valid call on a key of another type: WRONGTYPE.
-            let mut words: Vec<String> = scripted(command, Class::Admitted, i).split_whitespace().map(String::from).collect();
+            let mut words: Vec<String> =
+                scripted(command, Class::Admitted, i).split_whitespace().map(String::from).collect();
             words[1] = "mix:list".into();
             words.join(" ")
         } else {
@@ -135,7 +138,8 @@ fn info_counts_a_scripted_mix_exactly() {
         match call(&mut c, &args) {
             Err(e) => assert_eq!(kind, Class::Error, "{words}: {e}"),
             Ok(Value::Array(reply)) => {
-                let ints: Vec<i64> = reply.iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+                let ints: Vec<i64> =
+                    reply.iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
                 let (limited, retry) = (ints[0], ints[3]);
                 match kind {
                     Class::Denied => assert_eq!(limited, 1, "{words}: {ints:?}"),
@@ -246,7 +250,10 @@ fn the_manual_shows_every_info_field_in_order() {
     for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if let Some(names) = line.split_once("(the same seven for ").map(|(_, rest)| rest.trim_end_matches(')')) {
             // The line continues the written-out fields: a command's first may be above it.
-            for name in names.split(", ").flat_map(|command| first.iter().map(move |field| format!("throttle_{command}_{field}"))) {
+            for name in names
+                .split(", ")
+                .flat_map(|command| first.iter().map(move |field| format!("throttle_{command}_{field}")))
+            {
                 if !shown.contains(&name) {
                     shown.push(name);
                 }
@@ -263,7 +270,8 @@ fn the_manual_shows_every_info_field_in_order() {
     let server = Server::start();
     let mut c = server.client();
     let text: String = redis::cmd("INFO").arg("throttle").query(&mut c).unwrap();
-    let printed: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(|l| l.split(':').next().unwrap_or(l).to_string()).collect();
+    let printed: Vec<String> =
+        text.lines().filter(|l| !l.is_empty()).map(|l| l.split(':').next().unwrap_or(l).to_string()).collect();
     assert_eq!(shown, printed, "the manual's INFO throttle example against the server's");
 }
 
@@ -278,10 +286,13 @@ fn cl_top_keeps_its_bound_against_exact_counts() {
     let cumulative: Vec<f64> = {
         let weights: Vec<f64> = (1..=keys).map(|r| 1.0 / (r as f64).powf(1.1)).collect();
         let total: f64 = weights.iter().sum();
-        weights.iter().scan(0.0, |acc, w| {
-            *acc += w / total;
-            Some(*acc)
-        }).collect()
+        weights
+            .iter()
+            .scan(0.0, |acc, w| {
+                *acc += w / total;
+                Some(*acc)
+            })
+            .collect()
     };
     let mut exact: HashMap<Vec<u8>, i64> = HashMap::new();
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
@@ -323,11 +334,19 @@ fn cl_top_keeps_its_bound_against_exact_counts() {
     assert_eq!(listed.iter().map(|(_, count)| count).sum::<i64>(), n, "every denial is in some count");
     for (key, count) in &listed {
         let truth = exact.get(key).copied().unwrap_or(0);
-        assert!(truth <= *count && *count <= truth + bound, "{:?}: {count}, exactly {truth}, bound {bound}", String::from_utf8_lossy(key));
+        assert!(
+            truth <= *count && *count <= truth + bound,
+            "{:?}: {count}, exactly {truth}, bound {bound}",
+            String::from_utf8_lossy(key)
+        );
     }
     for (key, &count) in &exact {
         if count > n / 1024 {
-            assert!(listed.iter().any(|(k, _)| k == key), "{:?} denied {count} times is listed", String::from_utf8_lossy(key));
+            assert!(
+                listed.iter().any(|(k, _)| k == key),
+                "{:?} denied {count} times is listed",
+                String::from_utf8_lossy(key)
+            );
         }
     }
     let mut truth: Vec<(&Vec<u8>, &i64)> = exact.iter().collect();
@@ -335,9 +354,16 @@ fn cl_top_keeps_its_bound_against_exact_counts() {
     let ten = top(&mut c, "10");
     assert_eq!(ten, listed[..10].to_vec(), "CL.TOP 10 is the head of the list");
     for (key, count) in &ten {
-        assert!(exact[key] + bound >= *truth[9].1, "{:?} ({count}) belongs in the top ten", String::from_utf8_lossy(key));
+        assert!(
+            exact[key] + bound >= *truth[9].1,
+            "{:?} ({count}) belongs in the top ten",
+            String::from_utf8_lossy(key)
+        );
     }
-    assert!(ten.iter().any(|(k, _)| k.as_slice() == b"zipf:\x00\xff:3"), "the binary key, fourth heaviest, comes back as it is");
+    assert!(
+        ten.iter().any(|(k, _)| k.as_slice() == b"zipf:\x00\xff:3"),
+        "the binary key, fourth heaviest, comes back as it is"
+    );
     assert_eq!(top(&mut c, "").len(), 10, "ten by default");
 
     // RESET answers the list, then starts afresh.
@@ -369,7 +395,10 @@ fn a_cl_all_denial_counts_and_announces_the_denying_keys() {
     let _: () = redis::cmd("CONFIG").arg(&["SET", "notify-keyspace-events", "Ed"]).query(&mut c).unwrap();
     let events = psubscribe(&server, "__keyevent@0__:throttled");
     let denied: Vec<Value> = redis::cmd("CL.ALL")
-        .arg(&["3", "{a}1", "{a}2", "{a}3", "COUNTER", "5", "60", "QUANTITY", "6", "COUNTER", "5", "60", "COUNTER", "1", "60", "QUANTITY", "2"])
+        .arg(&[
+            "3", "{a}1", "{a}2", "{a}3", "COUNTER", "5", "60", "QUANTITY", "6", "COUNTER", "5", "60", "COUNTER", "1",
+            "60", "QUANTITY", "2",
+        ])
         .query(&mut c)
         .unwrap();
     assert_eq!(denied[0], Value::Int(1));
@@ -407,7 +436,8 @@ fn every_denial_is_a_throttled_event_when_asked_for() {
     for classes in ["", "E$gx", "KE"] {
         notify(&mut c, classes);
         mix(&mut c);
-        let _ = redis::cmd("DEL").arg(&["yes:t", "no:t", "no:w", "no:b", "no:c", "yes:c"]).query::<i64>(&mut c).unwrap();
+        let _ =
+            redis::cmd("DEL").arg(&["yes:t", "no:t", "no:w", "no:b", "no:c", "yes:c"]).query::<i64>(&mut c).unwrap();
         assert_eq!(drain(&keyevents).into_iter().filter(|(ch, _)| ch.ends_with("throttled")).count(), 0, "{classes:?}");
         drain(&keyspace);
     }
@@ -415,7 +445,10 @@ fn every_denial_is_a_throttled_event_when_asked_for() {
     notify(&mut c, "Ed");
     mix(&mut c);
     let got = drain(&keyevents);
-    assert_eq!(got, denied.iter().map(|k| ("__keyevent@0__:throttled".to_string(), k.as_bytes().to_vec())).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        denied.iter().map(|k| ("__keyevent@0__:throttled".to_string(), k.as_bytes().to_vec())).collect::<Vec<_>>()
+    );
     assert_eq!(drain(&keyspace), vec![], "Ed publishes no keyspace channel");
     // `Kd`: the keyspace channel of each denied key, with the event as the message.
     let _ = redis::cmd("DEL").arg(&["yes:t", "no:t", "no:w", "no:b", "no:c", "yes:c"]).query::<i64>(&mut c).unwrap();
@@ -428,7 +461,8 @@ fn every_denial_is_a_throttled_event_when_asked_for() {
     let _ = redis::cmd("DEL").arg(&["yes:t", "no:t", "no:w", "no:b", "no:c", "yes:c"]).query::<i64>(&mut c).unwrap();
     notify(&mut c, "KEA");
     mix(&mut c);
-    let throttled: Vec<Vec<u8>> = drain(&keyevents).into_iter().filter(|(ch, _)| ch.ends_with(":throttled")).map(|(_, k)| k).collect();
+    let throttled: Vec<Vec<u8>> =
+        drain(&keyevents).into_iter().filter(|(ch, _)| ch.ends_with(":throttled")).map(|(_, k)| k).collect();
     assert_eq!(throttled, denied.iter().map(|k| k.as_bytes().to_vec()).collect::<Vec<_>>());
     assert_eq!(drain(&keyspace).into_iter().filter(|(_, m)| m == b"throttled").count(), denied.len());
 }
@@ -449,16 +483,22 @@ fn shadow_answers_denials_as_admissions_and_stores_what_enforce_stores() {
         ("CL.BUCKET {k}:b 3 1 60", &[2, 2, 1, 1, -1, 1, 9]),
         ("CL.COUNTER {k}:c 3 60", &[1, 1, 1, 1, 0, -1, 1, 5]),
     ];
-    let calls: Vec<(String, i64)> = sequences.iter().flat_map(|(base, qs)| qs.iter().map(move |q| (format!("{base} {q}"), *q))).collect();
+    let calls: Vec<(String, i64)> =
+        sequences.iter().flat_map(|(base, qs)| qs.iter().map(move |q| (format!("{base} {q}"), *q))).collect();
     let state = |c: &mut Connection, key: &str| -> (Option<Vec<u8>>, i64) {
         (redis::cmd("GET").arg(key).query(c).unwrap(), redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap())
     };
     // Shadow by the call's option, then by the node's mode.
     for by_config in [false, true] {
-        let _: i64 = redis::cmd("DEL").arg(&["{k}:t", "{k}:w", "{k}:b", "{k}:c", "{s}:t", "{s}:w", "{s}:b", "{s}:c"]).query(&mut c).unwrap();
+        let _: i64 = redis::cmd("DEL")
+            .arg(&["{k}:t", "{k}:w", "{k}:b", "{k}:c", "{s}:t", "{s}:w", "{s}:b", "{s}:c"])
+            .query(&mut c)
+            .unwrap();
         // A TAT an hour ahead (a clock that stepped back): the denial that finds it stores it
         // pulled back, in both modes.
-        let ahead = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() + 3_600_000_000_000).to_string();
+        let ahead = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            + 3_600_000_000_000)
+            .to_string();
         for key in ["{k}:t", "{s}:t"] {
             let _: () = redis::cmd("SET").arg(key).arg(&ahead).arg("EX").arg(7200).query(&mut c).unwrap();
         }
@@ -507,9 +547,16 @@ fn shadow_answers_denials_as_admissions_and_stores_what_enforce_stores() {
         assert!(denials >= 8, "the sequences deny often ({denials})");
         let after = info(&mut c);
         let delta = |class: &str| -> i64 {
-            ["cl_throttle", "cl_window", "cl_bucket", "cl_counter"].iter().map(|p| counter(&after, &format!("{p}_{class}")) - counter(&before, &format!("{p}_{class}"))).sum()
+            ["cl_throttle", "cl_window", "cl_bucket", "cl_counter"]
+                .iter()
+                .map(|p| counter(&after, &format!("{p}_{class}")) - counter(&before, &format!("{p}_{class}")))
+                .sum()
         };
-        assert_eq!((delta("denied"), delta("shadow_denied")), (denials, denials), "enforced and shadowed denials, counted apart");
+        assert_eq!(
+            (delta("denied"), delta("shadow_denied")),
+            (denials, denials),
+            "enforced and shadowed denials, counted apart"
+        );
         assert_eq!(after["mode"], if by_config { "shadow" } else { "enforce" });
         if frozen {
             for suffix in ["t", "w", "b", "c"] {
@@ -530,7 +577,9 @@ fn shadow_answers_denials_as_admissions_and_stores_what_enforce_stores() {
         }
     };
     let (enforced, shadowed) = (all(&mut c, ""), all(&mut c, "SHADOW"));
-    let ints = |v: &[Value]| v[..6].iter().map(|x| redis::FromRedisValue::from_redis_value(x.clone()).unwrap()).collect::<Vec<i64>>();
+    let ints = |v: &[Value]| {
+        v[..6].iter().map(|x| redis::FromRedisValue::from_redis_value(x.clone()).unwrap()).collect::<Vec<i64>>()
+    };
     assert_eq!(ints(&enforced), vec![1, 1, 1, -1, 0, 2], "never admittable: no retry time");
     assert_eq!(ints(&shadowed), vec![0, 1, 1, -1, 0, 2]);
     let details = |v: &Value| -> Vec<Vec<i64>> { redis::FromRedisValue::from_redis_value(v.clone()).unwrap() };
@@ -564,8 +613,22 @@ fn configs_round_trip_and_the_server_refuses_bad_values() {
     let mut c = server.client();
     let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("throttle.*").query(&mut c).unwrap();
     let all: HashMap<&str, &str> = all.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())).collect();
-    assert_eq!(all, HashMap::from([("throttle.mode", "enforce"), ("throttle.max-exact-limit", "100000"), ("throttle.max-buckets", "10000")]));
-    for (name, value) in [("throttle.mode", "shadow"), ("throttle.mode", "enforce"), ("throttle.max-exact-limit", "200000"), ("throttle.max-exact-limit", "1"), ("throttle.max-buckets", "100000"), ("throttle.max-buckets", "7")] {
+    assert_eq!(
+        all,
+        HashMap::from([
+            ("throttle.mode", "enforce"),
+            ("throttle.max-exact-limit", "100000"),
+            ("throttle.max-buckets", "10000")
+        ])
+    );
+    for (name, value) in [
+        ("throttle.mode", "shadow"),
+        ("throttle.mode", "enforce"),
+        ("throttle.max-exact-limit", "200000"),
+        ("throttle.max-exact-limit", "1"),
+        ("throttle.max-buckets", "100000"),
+        ("throttle.max-buckets", "7"),
+    ] {
         config_set(&mut c, name, value).unwrap();
         assert_eq!(config_get(&mut c, name), value);
     }
@@ -581,13 +644,20 @@ fn configs_round_trip_and_the_server_refuses_bad_values() {
     assert_eq!(ours, format!("{}following: enforce, shadow", head.replace("appendfsync", "throttle.mode")));
     assert_eq!(config_get(&mut c, "throttle.mode"), "shadow");
     let native_number = error_of(&mut c, &[b"CONFIG", b"SET", b"active-defrag-cycle-min", b"0"]);
-    for (name, bad, most) in [("throttle.max-exact-limit", "0", "200000"), ("throttle.max-exact-limit", "200001", "200000"), ("throttle.max-buckets", "100001", "100000")] {
+    for (name, bad, most) in [
+        ("throttle.max-exact-limit", "0", "200000"),
+        ("throttle.max-exact-limit", "200001", "200000"),
+        ("throttle.max-buckets", "100001", "100000"),
+    ] {
         let ours = error_of(&mut c, &[b"CONFIG", b"SET", name.as_bytes(), bad.as_bytes()]);
         let like = native_number.replace("active-defrag-cycle-min", name).replace("and 99 ", &format!("and {most} "));
         assert_eq!(ours, like, "{name} {bad}");
     }
     let not_a_number = error_of(&mut c, &[b"CONFIG", b"SET", b"throttle.max-buckets", b"ten"]);
-    assert!(not_a_number.starts_with("ERR CONFIG SET failed (possibly related to argument 'throttle.max-buckets')"), "{not_a_number}");
+    assert!(
+        not_a_number.starts_with("ERR CONFIG SET failed (possibly related to argument 'throttle.max-buckets')"),
+        "{not_a_number}"
+    );
     assert_eq!(config_get(&mut c, "throttle.max-exact-limit"), "1");
     assert_eq!(config_get(&mut c, "throttle.max-buckets"), "7");
 }
@@ -611,7 +681,11 @@ fn the_caps_bound_calls_and_the_messages_say_so() {
     config_set(&mut c, "throttle.max-buckets", "100000").unwrap();
     assert_eq!(throttle(&mut c, "CL.WINDOW ring 5 100000 PRECISION 1")[0], 0);
     config_set(&mut c, "throttle.max-buckets", "10").unwrap();
-    assert_eq!(throttle(&mut c, "CL.WINDOW ring 5 100 PRECISION 10")[..3], [0, 5, 3], "the ring regrouped, its unit kept");
+    assert_eq!(
+        throttle(&mut c, "CL.WINDOW ring 5 100 PRECISION 10")[..3],
+        [0, 5, 3],
+        "the ring regrouped, its unit kept"
+    );
 }
 
 /// The ceilings of the caps bound the longest call: at both ceilings at once, the largest
@@ -706,7 +780,9 @@ fn pacing_and_leases_count_every_outcome_exactly() {
     let mut c = server.client();
     config_set(&mut c, "notify-keyspace-events", "Ed").unwrap();
     let events = psubscribe(&server, "__keyevent@0__:throttled");
-    let release = |c: &mut Connection, key: &str, id: &str| -> redis::RedisResult<i64> { redis::cmd("CL.RELEASE").arg(key).arg(id).query(c) };
+    let release = |c: &mut Connection, key: &str, id: &str| -> redis::RedisResult<i64> {
+        redis::cmd("CL.RELEASE").arg(key).arg(id).query(c)
+    };
     // (call, limited as answered, what it counts as); the slots are a minute apart.
     let calls: [(&str, Option<i64>, &str); 13] = [
         ("CL.PACE p 1 60", Some(0), "admitted"),

@@ -25,7 +25,8 @@ fn answers_denials(c: &mut Connection) -> bool {
 
 #[test]
 fn module_arguments_set_the_defaults() {
-    let server = Server::with(Options::default().module_args("mode shadow throttle.max-exact-limit 500 MAX-BUCKETS 20"));
+    let server =
+        Server::with(Options::default().module_args("mode shadow throttle.max-exact-limit 500 MAX-BUCKETS 20"));
     let mut c = server.client();
     assert_eq!(config_get(&mut c, "throttle.mode"), "shadow");
     assert_eq!(config_get(&mut c, "throttle.max-exact-limit"), "500");
@@ -41,7 +42,10 @@ fn module_arguments_set_the_defaults() {
 fn config_file_lines_and_loadex_set_the_values() {
     let server = Server::with(Options::default().config_file("throttle.mode shadow\nthrottle.max-buckets 123\n"));
     let mut c = server.client();
-    assert_eq!((config_get(&mut c, "throttle.mode"), config_get(&mut c, "throttle.max-buckets")), ("shadow".into(), "123".into()));
+    assert_eq!(
+        (config_get(&mut c, "throttle.mode"), config_get(&mut c, "throttle.max-buckets")),
+        ("shadow".into(), "123".into())
+    );
     assert!(!answers_denials(&mut c));
 
     // A config line wins over a module argument (the argument is only the default).
@@ -57,7 +61,10 @@ fn config_file_lines_and_loadex_set_the_values() {
         .arg(&["CONFIG", "throttle.mode", "shadow", "CONFIG", "throttle.max-exact-limit", "42"])
         .query(&mut c)
         .unwrap();
-    assert_eq!((config_get(&mut c, "throttle.mode"), config_get(&mut c, "throttle.max-exact-limit")), ("shadow".into(), "42".into()));
+    assert_eq!(
+        (config_get(&mut c, "throttle.mode"), config_get(&mut c, "throttle.max-exact-limit")),
+        ("shadow".into(), "42".into())
+    );
     assert!(!answers_denials(&mut c));
 }
 
@@ -99,7 +106,10 @@ fn config_rewrite_keeps_the_values_across_a_restart() {
 fn bad_values_at_load_stop_the_load() {
     for (options, says) in [
         (Options::default().module_args("mode bogus"), "module argument mode must be enforce or shadow"),
-        (Options::default().module_args("max-exact-limit 0"), "module argument max-exact-limit must be an integer from 1 to 200000"),
+        (
+            Options::default().module_args("max-exact-limit 0"),
+            "module argument max-exact-limit must be an integer from 1 to 200000",
+        ),
         (Options::default().module_args("max-buckets"), "has no value"),
         (Options::default().module_args("colour blue"), "unknown module argument 'colour'"),
         (Options::default().config_file("throttle.mode bogus\n"), "throttle.mode"),

@@ -40,10 +40,16 @@ fn every_reply_field_and_the_stored_tat() {
     let replies = in_multi(&mut c, &[call, call, call, call, call]);
     let after = unix_ns();
     // One instant on 7.2+, microseconds apart on 7.0: the same replies.
-    assert_eq!(replies, [[0, 0, 1, -1, 10], [0, 10, 2, -1, 20], [0, 20, 3, -1, 30], [0, 30, 4, -1, 40], [1, -1, 4, 10, 40]]);
+    assert_eq!(
+        replies,
+        [[0, 0, 1, -1, 10], [0, 10, 2, -1, 20], [0, 20, 3, -1, 30], [0, 30, 4, -1, 40], [1, -1, 4, 10, 40]]
+    );
     // The state: `P` and the TAT in ns, the key expiring at it (whole ms, rounded up).
     let stored = tat(&mut c, "api:vendor").unwrap();
-    assert!((before + 40 * MS..=after + 40 * MS).contains(&stored), "the TAT is 40 ms after the calls: {stored} vs {before}..{after}");
+    assert!(
+        (before + 40 * MS..=after + 40 * MS).contains(&stored),
+        "the TAT is 40 ms after the calls: {stored} vs {before}..{after}"
+    );
     let at: i64 = redis::cmd("PEXPIRETIME").arg("api:vendor").query(&mut c).unwrap();
     assert_eq!(at, (stored + MS - 1) / MS);
     // A peek (QUANTITY 0) tells the wait and writes nothing; seconds are the default unit.
@@ -119,9 +125,21 @@ fn in_the_acl_categories_of_a_blocking_command() {
     let server = Server::start();
     let declared = server.version() >= (7, 2, 0);
     let mut admin = server.client();
-    for (i, (rules, allowed)) in [("+@all -@slow", !declared), ("-@all +@slow", declared), ("-@all +@fast", false), ("+@all -@blocking", !declared)].into_iter().enumerate() {
+    for (i, (rules, allowed)) in [
+        ("+@all -@slow", !declared),
+        ("-@all +@slow", declared),
+        ("-@all +@fast", false),
+        ("+@all -@blocking", !declared),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let name = format!("user-{i}");
-        let _: () = redis::cmd("ACL").arg(&["SETUSER", &name, "on", ">pw", "~*"]).arg(rules.split_whitespace().collect::<Vec<_>>()).query(&mut admin).unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", &name, "on", ">pw", "~*"])
+            .arg(rules.split_whitespace().collect::<Vec<_>>())
+            .query(&mut admin)
+            .unwrap();
         let mut c = server.client();
         let _: () = redis::cmd("AUTH").arg(&name).arg("pw").query(&mut c).unwrap();
         let reply = redis::cmd("CL.PACE").arg(&["p", "10", "1"]).query::<Vec<i64>>(&mut c);
@@ -211,8 +229,14 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         ("CL.PACE p 10 0", "ERR period must be an integer from 1 to 1000000000 (seconds)"),
         ("CL.PACE p 10 60 MAXWAIT -1 MS", "ERR maxwait must be an integer from 0 to 1000000000000 (milliseconds)"),
         ("CL.PACE p 1000000001 1", "ERR rate is too fast: period divided by count is less than one nanosecond"),
-        ("CL.PACE p 10 60 QUANTITY -1", "ERR quantity must be an integer from 0 to 1000000000000000000 (a reservation cannot be refunded)"),
-        ("CL.PACE p 10 60 QUANTITY 0 BLOCK", "ERR quantity must be at least 1 with BLOCK (a peek reserves no slot to wait for)"),
+        (
+            "CL.PACE p 10 60 QUANTITY -1",
+            "ERR quantity must be an integer from 0 to 1000000000000000000 (a reservation cannot be refunded)",
+        ),
+        (
+            "CL.PACE p 10 60 QUANTITY 0 BLOCK",
+            "ERR quantity must be at least 1 with BLOCK (a peek reserves no slot to wait for)",
+        ),
         ("CL.PACE junk 10 60", "ERR key does not hold valid CL.PACE state"),
         ("CL.PACE counter 10 60", wrongtype),
         ("CL.PACE bucket 10 60", wrongtype),
@@ -281,7 +305,9 @@ fn block_releases_at_the_slot_while_other_clients_are_served() {
         blocked.send(&format!("CL.PACE {key} 10 1000 MS MAXWAIT 5000 BLOCK"));
         // Meanwhile the server answers everyone else at once.
         let mut served = 0;
-        wait_until("the client to block", Duration::from_secs(5), || info_int(&server, "clients", "blocked_clients") == 1);
+        wait_until("the client to block", Duration::from_secs(5), || {
+            info_int(&server, "clients", "blocked_clients") == 1
+        });
         // The reservation is stored when the call is made, not when the block ends.
         assert_eq!(tat(&mut c, &key), Some(slot + 100 * MS), "written at the call");
         while unix_ns() < slot - 30 * MS {
@@ -294,7 +320,10 @@ fn block_releases_at_the_slot_while_other_clients_are_served() {
         let late = unix_ns() - slot;
         // Released with wait 0; its own slot under way, the schedule idle when it ends.
         assert_eq!(reply[..4], [0, 0, 1, -1], "released with wait 0: {reply:?}");
-        assert!((100 - late / MS - 1..=100).contains(&reply[4]), "idle when its slot ends, as of the reply: {reply:?}, {late} ns late");
+        assert!(
+            (100 - late / MS - 1..=100).contains(&reply[4]),
+            "idle when its slot ends, as of the reply: {reply:?}, {late} ns late"
+        );
         assert!(served > 0 || ahead == 1);
         lateness.push(late);
     }
@@ -325,7 +354,9 @@ fn a_blocked_reply_describes_the_schedule_when_it_is_sent() {
         throttle(c, &format!("CL.PACE {key} 10 1000 MS")); // the slot that is now
         let mut blocked = Raw::connect(&server);
         blocked.send(&call(key));
-        wait_until("the client to block", Duration::from_secs(5), || info_int(&server, "clients", "blocked_clients") == n);
+        wait_until("the client to block", Duration::from_secs(5), || {
+            info_int(&server, "clients", "blocked_clients") == n
+        });
         blocked
     };
     // Released by its slot, 5 units reserved behind it meanwhile.
@@ -335,7 +366,10 @@ fn a_blocked_reply_describes_the_schedule_when_it_is_sent() {
     let reply = blocked.read_reply().unwrap();
     let late = (unix_ns() - slot) / MS;
     assert_eq!(reply[..4], [0, 0, 6, -1], "its slot and the 5 behind it: {reply:?}");
-    assert!((600 - late - 1..=600).contains(&reply[4]), "idle 600 ms after its slot, as of the reply: {reply:?}, {late} ms late");
+    assert!(
+        (600 - late - 1..=600).contains(&reply[4]),
+        "idle 600 ms after its slot, as of the reply: {reply:?}, {late} ms late"
+    );
 
     // CLIENT UNBLOCK: the wait left and the queue as it stands.
     let mut blocked = block(&mut c, "early", 1);
@@ -365,7 +399,11 @@ fn a_blocked_reply_describes_the_schedule_when_it_is_sent() {
         let reply = blocked.read_reply().unwrap();
         assert_eq!(reply[..4], [0, 0, 1, -1], "{key}: {reply:?}");
         assert!((1..=100).contains(&reply[4]), "{key}: {reply:?}");
-        assert_eq!(throttle(&mut c, &format!("CL.PACE fine{i} 10 1000 MS")), [0, 0, 1, -1, 100], "the server carries on");
+        assert_eq!(
+            throttle(&mut c, &format!("CL.PACE fine{i} 10 1000 MS")),
+            [0, 0, 1, -1, 100],
+            "the server carries on"
+        );
     }
 }
 
@@ -374,7 +412,8 @@ fn inside_multi_and_scripts_block_answers_at_once_with_the_wait() {
     let server = Server::start();
     let mut c = server.client();
     let t = Instant::now();
-    let replies = in_multi(&mut c, &["CL.PACE m 10 1000 MS MAXWAIT 5000 QUANTITY 20", "CL.PACE m 10 1000 MS MAXWAIT 5000 BLOCK"]);
+    let replies =
+        in_multi(&mut c, &["CL.PACE m 10 1000 MS MAXWAIT 5000 QUANTITY 20", "CL.PACE m 10 1000 MS MAXWAIT 5000 BLOCK"]);
     assert_eq!(replies[1][0], 0);
     assert!((1999..=2000).contains(&replies[1][1]), "the wait is in the reply: {replies:?}");
     let script: Vec<i64> = redis::cmd("EVAL")
@@ -405,7 +444,9 @@ fn clients_that_leave_while_blocked_leave_nothing_behind() {
     let mut warm = Raw::connect(&server);
     warm.send("CL.PACE warm 1 10 BLOCK");
     warm.send("CL.PACE warm 1 10 BLOCK");
-    wait_until("the warm-up client to block", Duration::from_secs(5), || info_int(&server, "clients", "blocked_clients") == 1);
+    wait_until("the warm-up client to block", Duration::from_secs(5), || {
+        info_int(&server, "clients", "blocked_clients") == 1
+    });
     // While a client is blocked, the server refuses to unload the module (it holds the
     // client's handle and a timer): the check this test ends with.
     let refused = error_of(&mut c, &[b"MODULE", b"UNLOAD", b"throttle"]);
@@ -423,7 +464,9 @@ fn clients_that_leave_while_blocked_leave_nothing_behind() {
     for raw in &mut clients[1..] {
         raw.send("CL.PACE leave 1 60 MAXWAIT 100000 BLOCK");
     }
-    wait_until("every client to block", Duration::from_secs(20), || info_int(&server, "clients", "blocked_clients") == N as i64 - 1);
+    wait_until("every client to block", Duration::from_secs(20), || {
+        info_int(&server, "clients", "blocked_clients") == N as i64 - 1
+    });
     let during = memory();
     let mut unblocked = 0;
     for (i, mut raw) in clients.into_iter().enumerate().skip(1) {
@@ -449,7 +492,9 @@ fn clients_that_leave_while_blocked_leave_nothing_behind() {
     }
     assert!(unblocked > 50);
     wait_until("no client blocked", Duration::from_secs(10), || info_int(&server, "clients", "blocked_clients") == 0);
-    wait_until("the connections to close", Duration::from_secs(10), || info_int(&server, "clients", "connected_clients") <= 2);
+    wait_until("the connections to close", Duration::from_secs(10), || {
+        info_int(&server, "clients", "connected_clients") <= 2
+    });
     // The server pools the two temporary clients each blocked module client had, and frees the
     // unused ones (50 per cron run) down to 8 it keeps (about 27 KB each); nothing else stays.
     let left = memory();
@@ -459,7 +504,10 @@ fn clients_that_leave_while_blocked_leave_nothing_behind() {
     // What the README states: about 70 KB per blocked client, its connection included (an idle
     // connection costs about 37 KB; the server's two temporary clients per module-blocked
     // client, 16 KB reply buffers each, the rest).
-    eprintln!("per blocked client, its connection included: {:.1} KB", (during - before) as f64 / (N - 1) as f64 / 1024.0);
+    eprintln!(
+        "per blocked client, its connection included: {:.1} KB",
+        (during - before) as f64 / (N - 1) as f64 / 1024.0
+    );
     // The server refuses to unload a module that holds blocked clients or unfired timers.
     let _: () = redis::cmd("MODULE").arg("UNLOAD").arg("throttle").query(&mut c).unwrap();
     let _: () = redis::cmd("MODULE").arg("LOAD").arg(harness::module_path().to_str().unwrap()).query(&mut c).unwrap();
@@ -510,8 +558,14 @@ fn spacing(server: &Server, workers: usize, actions: usize, block: bool) -> Admi
                             assert_eq!(&r[..2], [0, 0], "BLOCK admits with wait 0");
                             None
                         } else {
-                            let (r, tat): (Vec<i64>, String) =
-                                redis::pipe().atomic().cmd("CL.PACE").arg(&["api:vendor", "100", "1000", "MS"]).cmd("GET").arg("api:vendor").query(&mut c).unwrap();
+                            let (r, tat): (Vec<i64>, String) = redis::pipe()
+                                .atomic()
+                                .cmd("CL.PACE")
+                                .arg(&["api:vendor", "100", "1000", "MS"])
+                                .cmd("GET")
+                                .arg("api:vendor")
+                                .query(&mut c)
+                                .unwrap();
                             assert_eq!(r[0], 0);
                             std::thread::sleep(Duration::from_millis(r[1] as u64));
                             Some(tat.strip_prefix('P').and_then(|t| t.parse::<i64>().ok()).unwrap() - 10 * MS)
@@ -537,10 +591,17 @@ fn report(label: &str, times: &[i64], unit: f64) -> f64 {
     let pct = |p: usize| gaps[(gaps.len() - 1) * p / 100] as f64 / unit;
     let mean = (times[times.len() - 1] - times[0]) as f64 / gaps.len() as f64 / unit;
     let second = (1000.0 * unit) as i64;
-    let busiest = (0..times.len()).map(|i| times[i..].iter().take_while(|&&t| t < times[i] + second).count()).max().unwrap_or(0);
+    let busiest =
+        (0..times.len()).map(|i| times[i..].iter().take_while(|&&t| t < times[i] + second).count()).max().unwrap_or(0);
     eprintln!(
         "{label}: gaps (ms): min {:.2}, p1 {:.2}, p10 {:.2}, median {:.2}, p90 {:.2}, p99 {:.2}, max {:.2}; mean {mean:.3}; most in any 1 s: {busiest}",
-        pct(0), pct(1), pct(10), pct(50), pct(90), pct(99), pct(100)
+        pct(0),
+        pct(1),
+        pct(10),
+        pct(50),
+        pct(90),
+        pct(99),
+        pct(100)
     );
     pct(50)
 }

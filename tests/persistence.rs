@@ -80,7 +80,8 @@ fn module_unload_and_load_on_a_live_server_keeps_every_limiter() {
     // a redis-cell TAT written with SET … PXAT) works once the module is back.
     let now_ms: i64 = redis::cmd("TIME").query::<Vec<i64>>(&mut c).map(|t| t[0] * 1000 + t[1] / 1000).unwrap();
     let tat_ns = (now_ms + 50_000) * 1_000_000; // 50 s ahead: burst 4 at 1 per 10 s, used up
-    let _: () = redis::cmd("SET").arg("cell").arg(tat_ns.to_string()).arg("PXAT").arg(now_ms + 50_000).query(&mut c).unwrap();
+    let _: () =
+        redis::cmd("SET").arg("cell").arg(tat_ns.to_string()).arg("PXAT").arg(now_ms + 50_000).query(&mut c).unwrap();
     let _: () = redis::cmd("MODULE").arg("LOAD").arg(harness::module_path().to_str().unwrap()).query(&mut c).unwrap();
     continues(&mut c);
     assert_eq!(throttle(&mut c, "CL.THROTTLE cell 4 1 10")[..4], [1, 5, 0, 10], "a limiter written without the module");

@@ -39,7 +39,9 @@ fn days_follow_local_midnight_across_dst_to_the_millisecond() {
     let mut c = server.client();
     let q = "CL.QUOTA d 2 PER DAY TZ Europe/Berlin MS";
     // 2027-03-28 in Berlin: 23 hours, from 2027-03-27T23:00Z to 2027-03-28T22:00Z.
-    for (day_start, day_end) in [("2027-03-27T23:00:00Z", "2027-03-28T22:00:00Z"), ("2027-10-30T22:00:00Z", "2027-10-31T23:00:00Z")] {
+    for (day_start, day_end) in
+        [("2027-03-27T23:00:00Z", "2027-03-28T22:00:00Z"), ("2027-10-30T22:00:00Z", "2027-10-31T23:00:00Z")]
+    {
         let (start, end) = (ms(day_start), ms(day_end));
         let _: () = redis::cmd("DEL").arg("d").query(&mut c).unwrap();
         pin(&mut c, start - 1);
@@ -51,7 +53,11 @@ fn days_follow_local_midnight_across_dst_to_the_millisecond() {
         pin(&mut c, end - 1);
         assert_eq!(throttle(&mut c, q), [0, 2, 0, -1, 1]);
         assert_eq!(throttle(&mut c, q), [1, 2, 0, 1, 1], "denied until the next day begins");
-        assert_eq!(throttle(&mut c, "CL.QUOTA d 2 PER DAY TZ Europe/Berlin QUANTITY 3 MS"), [1, 2, 0, -1, 1], "never admittable");
+        assert_eq!(
+            throttle(&mut c, "CL.QUOTA d 2 PER DAY TZ Europe/Berlin QUANTITY 3 MS"),
+            [1, 2, 0, -1, 1],
+            "never admittable"
+        );
         pin(&mut c, end);
         assert_eq!(throttle(&mut c, q)[..3], [0, 2, 1], "the next day starts empty");
     }
@@ -66,7 +72,13 @@ fn months_anchored_on_the_31st_and_offsets_to_the_millisecond() {
     let mut c = server.client();
     // Billing on the 31st at 09:00 (+05:30): the last day of shorter months, a leap February.
     let q = "CL.QUOTA m 1000 PER MONTH TZ +05:30 ANCHOR 2026-01-31T09:00:00+05:30 QUANTITY 400 MS";
-    let boundaries = ["2027-01-31T03:30:00Z", "2027-02-28T03:30:00Z", "2027-03-31T03:30:00Z", "2028-01-31T03:30:00Z", "2028-02-29T03:30:00Z"];
+    let boundaries = [
+        "2027-01-31T03:30:00Z",
+        "2027-02-28T03:30:00Z",
+        "2027-03-31T03:30:00Z",
+        "2028-01-31T03:30:00Z",
+        "2028-02-29T03:30:00Z",
+    ];
     for pair in boundaries.windows(2) {
         let (start, end) = (ms(pair[0]), ms(pair[1]));
         if end - start > 40 * 86_400_000 {
@@ -87,7 +99,11 @@ fn months_anchored_on_the_31st_and_offsets_to_the_millisecond() {
     assert_eq!(throttle(&mut c, "CL.QUOTA w 5 PER WEEK"), [0, 5, 4, -1, 7 * 86_400]);
     pin(&mut c, ms("2027-02-15T10:00:00Z"));
     let anchor = ms("2026-01-07T14:00:00Z") / 1000;
-    assert_eq!(throttle(&mut c, &format!("CL.QUOTA a 5 PER WEEK ANCHOR {anchor}")), [0, 5, 4, -1, 2 * 86_400 + 4 * 3600], "until Wednesday 14:00");
+    assert_eq!(
+        throttle(&mut c, &format!("CL.QUOTA a 5 PER WEEK ANCHOR {anchor}")),
+        [0, 5, 4, -1, 2 * 86_400 + 4 * 3600],
+        "until Wednesday 14:00"
+    );
 }
 
 #[test]
@@ -121,10 +137,18 @@ fn a_changed_period_never_admits_more_than_the_limit() {
     pin(&mut c, ms("2027-02-10T12:00:00Z"));
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER DAY QUANTITY 7 MS")[..3], [0, 10, 3]);
     // Now monthly: the seven units were taken this month too.
-    assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH QUANTITY 0 MS")[..3], [0, 10, 3], "a peek reads the carried count");
+    assert_eq!(
+        throttle(&mut c, "CL.QUOTA k 10 PER MONTH QUANTITY 0 MS")[..3],
+        [0, 10, 3],
+        "a peek reads the carried count"
+    );
     assert_eq!(pexpiretime(&mut c, "k"), ms("2027-02-11T00:00:00Z"), "and writes nothing");
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH QUANTITY 4 MS")[..3], [1, 10, 3]);
-    assert_eq!(pexpiretime(&mut c, "k"), ms("2027-03-01T00:00:00Z"), "a denial re-times the carried count to the month's end");
+    assert_eq!(
+        pexpiretime(&mut c, "k"),
+        ms("2027-03-01T00:00:00Z"),
+        "a denial re-times the carried count to the month's end"
+    );
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH QUANTITY 3 MS")[..3], [0, 10, 0]);
     pin(&mut c, ms("2027-02-20T12:00:00Z"));
     assert_eq!(throttle(&mut c, "CL.QUOTA k 10 PER MONTH MS")[0], 1, "ten this month, whatever the day");
@@ -153,9 +177,14 @@ fn a_stray_call_never_shortens_a_calendar() {
     let mut c = server.client();
     let day = "CL.QUOTA k 5 PER DAY";
     // Denied calls under another TZ, PER or ANCHOR, whose periods end before the UTC day's.
-    for (i, stray) in ["CL.QUOTA k 5 PER DAY TZ -12:00", "CL.QUOTA k 5 PER MINUTE", "CL.QUOTA k 5 PER DAY ANCHOR 2027-01-01T11:00:00Z", "CL.QUOTA k 5 PER DAY TZ Asia/Tokyo"]
-        .into_iter()
-        .enumerate()
+    for (i, stray) in [
+        "CL.QUOTA k 5 PER DAY TZ -12:00",
+        "CL.QUOTA k 5 PER MINUTE",
+        "CL.QUOTA k 5 PER DAY ANCHOR 2027-01-01T11:00:00Z",
+        "CL.QUOTA k 5 PER DAY TZ Asia/Tokyo",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let _: () = redis::cmd("DEL").arg("k").query(&mut c).unwrap();
         let morning = ms("2027-02-10T10:00:00Z") + i as i64 * 86_400_000;
@@ -167,7 +196,11 @@ fn a_stray_call_never_shortens_a_calendar() {
         // Later that UTC day, after the stray calendar's own period has ended.
         pin(&mut c, midnight - 60_000);
         assert_eq!(fill(&mut c, day, 10), 0, "{stray}: the UTC day admits nothing more");
-        assert_eq!(throttle(&mut c, &format!("{stray} QUANTITY 0"))[..3], [0, 5, 0], "{stray}: its peek counts the five until the key ends");
+        assert_eq!(
+            throttle(&mut c, &format!("{stray} QUANTITY 0"))[..3],
+            [0, 5, 0],
+            "{stray}: its peek counts the five until the key ends"
+        );
         pin(&mut c, midnight);
         assert_eq!(fill(&mut c, day, 10), 5, "{stray}: the next day starts empty");
     }
@@ -205,7 +238,10 @@ fn a_counter_call_on_a_quota_key_never_cuts_the_quota() {
     pin(&mut c, ms("2027-05-03T00:00:00Z"));
     assert_eq!(fill(&mut c, month, 20), 10);
     // A counter of 10 per minute on the same key, denied: the key keeps the month's end.
-    assert_eq!(throttle(&mut c, "CL.COUNTER k 10 60")[..4], [1, 10, 0, (ms("2027-06-01T00:00:00Z") - ms("2027-05-03T00:00:00Z")) / 1000]);
+    assert_eq!(
+        throttle(&mut c, "CL.COUNTER k 10 60")[..4],
+        [1, 10, 0, (ms("2027-06-01T00:00:00Z") - ms("2027-05-03T00:00:00Z")) / 1000]
+    );
     // And as a CL.ALL spec.
     let all: Vec<i64> = redis::cmd("CL.ALL").arg(1).arg("k").arg("COUNTER").arg(10).arg(60).query(&mut c).unwrap();
     assert_eq!(all[0], 1);
@@ -243,28 +279,62 @@ fn minutes_and_hours_last_their_length_across_any_transition() {
         throttle(c, &format!("CL.QUOTA t 5 {words} MS"))
     };
     // New York falls back on 2027-11-07 at 06:00Z (02:00 EDT → 01:00 EST).
-    assert_eq!(fresh(&mut c, "2027-11-07T05:59:30Z", "PER MINUTE TZ America/New_York"), [0, 5, 4, -1, 30_000], "01:59:30 EDT: a minute, not 61");
-    assert_eq!(fresh(&mut c, "2027-11-07T05:30:00Z", "PER HOUR TZ America/New_York"), [0, 5, 4, -1, 1_800_000], "01:30 EDT");
-    assert_eq!(fresh(&mut c, "2027-11-07T06:30:00Z", "PER HOUR TZ America/New_York"), [0, 5, 4, -1, 1_800_000], "01:30 EST: the repeated hour is a period of its own");
+    assert_eq!(
+        fresh(&mut c, "2027-11-07T05:59:30Z", "PER MINUTE TZ America/New_York"),
+        [0, 5, 4, -1, 30_000],
+        "01:59:30 EDT: a minute, not 61"
+    );
+    assert_eq!(
+        fresh(&mut c, "2027-11-07T05:30:00Z", "PER HOUR TZ America/New_York"),
+        [0, 5, 4, -1, 1_800_000],
+        "01:30 EDT"
+    );
+    assert_eq!(
+        fresh(&mut c, "2027-11-07T06:30:00Z", "PER HOUR TZ America/New_York"),
+        [0, 5, 4, -1, 1_800_000],
+        "01:30 EST: the repeated hour is a period of its own"
+    );
     // Lord Howe falls back half an hour on 2027-04-04 at 15:00Z (02:00 +11 → 01:30 +10:30).
     assert_eq!(fresh(&mut c, "2027-04-03T14:59:30Z", "PER MINUTE TZ Australia/Lord_Howe"), [0, 5, 4, -1, 30_000]);
-    assert_eq!(fresh(&mut c, "2027-04-03T14:30:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 1_800_000], "the hour from 01:00 +11 ends at the change");
-    assert_eq!(fresh(&mut c, "2027-04-03T15:10:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 1_200_000], "the repeated half hour, to 02:00 +10:30");
+    assert_eq!(
+        fresh(&mut c, "2027-04-03T14:30:00Z", "PER HOUR TZ Australia/Lord_Howe"),
+        [0, 5, 4, -1, 1_800_000],
+        "the hour from 01:00 +11 ends at the change"
+    );
+    assert_eq!(
+        fresh(&mut c, "2027-04-03T15:10:00Z", "PER HOUR TZ Australia/Lord_Howe"),
+        [0, 5, 4, -1, 1_200_000],
+        "the repeated half hour, to 02:00 +10:30"
+    );
     assert_eq!(fresh(&mut c, "2027-04-03T15:30:00Z", "PER HOUR TZ Australia/Lord_Howe"), [0, 5, 4, -1, 3_600_000]);
     // Transitions of a day and more: Kwajalein skipped 1993-08-21 (-12 → +12), Apia
     // 2011-12-30 (-10 → +14). No error; minutes and hours as long as ever.
     for (zone, change) in [("Pacific/Kwajalein", "1993-08-21T12:00:00Z"), ("Pacific/Apia", "2011-12-30T10:00:00Z")] {
-        for (at, unit, left) in [(-30_000, "MINUTE", 30_000), (0, "MINUTE", 60_000), (-1_000, "HOUR", 1_000), (90_000, "HOUR", 3_510_000)] {
+        for (at, unit, left) in
+            [(-30_000, "MINUTE", 30_000), (0, "MINUTE", 60_000), (-1_000, "HOUR", 1_000), (90_000, "HOUR", 3_510_000)]
+        {
             let when = ms(change) + at;
             let _: () = redis::cmd("DEL").arg("t").query(&mut c).unwrap();
             pin(&mut c, when);
-            assert_eq!(throttle(&mut c, &format!("CL.QUOTA t 5 PER {unit} TZ {zone} MS")), [0, 5, 4, -1, left], "{zone} {unit} at {change} {at:+} ms");
+            assert_eq!(
+                throttle(&mut c, &format!("CL.QUOTA t 5 PER {unit} TZ {zone} MS")),
+                [0, 5, 4, -1, left],
+                "{zone} {unit} at {change} {at:+} ms"
+            );
         }
     }
     // Vostok: +07 → -00 on 1994-01-31 at 17:00Z (a fold of 7 hours), → +05 on 2023-12-17 at 19:00Z.
-    for (at, unit) in [("1994-01-31T17:00:00Z", "MINUTE"), ("1994-01-31T20:00:30Z", "MINUTE"), ("1994-01-31T20:30:00Z", "HOUR"), ("2023-12-17T19:30:00Z", "HOUR")] {
+    for (at, unit) in [
+        ("1994-01-31T17:00:00Z", "MINUTE"),
+        ("1994-01-31T20:00:30Z", "MINUTE"),
+        ("1994-01-31T20:30:00Z", "HOUR"),
+        ("2023-12-17T19:30:00Z", "HOUR"),
+    ] {
         let r = fresh(&mut c, at, &format!("PER {unit} TZ Antarctica/Vostok"));
-        assert!(r[..4] == [0, 5, 4, -1] && r[4] > 0 && r[4] <= if unit == "MINUTE" { 60_000 } else { 3_600_000 }, "Vostok {unit} at {at}: {r:?}");
+        assert!(
+            r[..4] == [0, 5, 4, -1] && r[4] > 0 && r[4] <= if unit == "MINUTE" { 60_000 } else { 3_600_000 },
+            "Vostok {unit} at {at}: {r:?}"
+        );
     }
 }
 
@@ -296,9 +366,11 @@ fn all_takes_a_quota_spec() {
     pin(&mut c, ms("2027-05-31T23:59:59Z"));
     // 10 per second and 1,000,000 tokens per calendar month, 600,000 per call.
     let call = "CL.ALL 2 {u}:rate {u}:tokens THROTTLE 9 10 1 QUOTA 1000000 PER MONTH QUANTITY 600000";
-    let reply: Vec<i64> = redis::cmd("CL.ALL").arg(call.split_whitespace().skip(1).collect::<Vec<_>>()).query(&mut c).unwrap();
+    let reply: Vec<i64> =
+        redis::cmd("CL.ALL").arg(call.split_whitespace().skip(1).collect::<Vec<_>>()).query(&mut c).unwrap();
     assert_eq!(reply, [0, 10, 9, -1, 1, 1], "admitted: the fewest remaining binds");
-    let reply: Vec<i64> = redis::cmd("CL.ALL").arg(call.split_whitespace().skip(1).collect::<Vec<_>>()).query(&mut c).unwrap();
+    let reply: Vec<i64> =
+        redis::cmd("CL.ALL").arg(call.split_whitespace().skip(1).collect::<Vec<_>>()).query(&mut c).unwrap();
     assert_eq!(reply, [1, 1_000_000, 400_000, 1, 1, 2], "denied until June");
     assert_eq!(get_bytes(&mut c, "{u}:tokens"), b"600000");
     assert_eq!(pexpiretime(&mut c, "{u}:tokens"), ms("2027-06-01T00:00:00Z"));
@@ -315,14 +387,23 @@ fn bad_arguments_are_named_and_write_nothing() {
     for (words, want) in [
         ("CL.QUOTA k 10 PER FORTNIGHT", "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"),
         ("CL.QUOTA k 10 EVERY DAY", "ERR expected PER unit after the limit (e.g. 1000 PER MONTH)"),
-        ("CL.QUOTA k 10 PER DAY TZ Mars/Olympus", "ERR unknown time zone 'Mars/Olympus' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)"),
+        (
+            "CL.QUOTA k 10 PER DAY TZ Mars/Olympus",
+            "ERR unknown time zone 'Mars/Olympus' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)",
+        ),
         ("CL.QUOTA k 10 PER DAY TZ +5:30", "ERR bad offset '+5:30' for TZ: use +HH:MM or -HH:MM (at most 25:59)"),
-        ("CL.QUOTA k 10 PER DAY ANCHOR yesterday", "ERR bad ANCHOR 'yesterday': use Unix time in the call's unit or an RFC 3339 instant such as 2026-01-31T09:00:00Z, on a whole millisecond"),
+        (
+            "CL.QUOTA k 10 PER DAY ANCHOR yesterday",
+            "ERR bad ANCHOR 'yesterday': use Unix time in the call's unit or an RFC 3339 instant such as 2026-01-31T09:00:00Z, on a whole millisecond",
+        ),
         ("CL.QUOTA k 0 PER DAY", "ERR limit must be an integer from 1 to 999999999999999999"),
         ("CL.QUOTA k 10 PER", "ERR wrong number of arguments for 'cl.quota' command"),
         ("CL.QUOTA k 10 PER DAY BOGUS", "ERR syntax error"),
         ("CL.QUOTA list 10 PER DAY", "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        ("CL.ALL 1 k QUOTA 10 PER DAY TZ Nowhere", "ERR limiter 1: unknown time zone 'Nowhere' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)"),
+        (
+            "CL.ALL 1 k QUOTA 10 PER DAY TZ Nowhere",
+            "ERR limiter 1: unknown time zone 'Nowhere' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)",
+        ),
     ] {
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
         assert_eq!(error_of(&mut c, &args), want, "{words}");
@@ -338,7 +419,8 @@ fn info_reports_the_tz_database_and_the_calls() {
     throttle(&mut c, "CL.QUOTA i 1 PER HOUR");
     throttle(&mut c, "CL.QUOTA i 1 PER HOUR");
     let info: String = redis::cmd("INFO").arg("throttle").query(&mut c).unwrap();
-    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(&format!("throttle_{name}:"))).map(str::to_string);
+    let field =
+        |name: &str| info.lines().find_map(|l| l.strip_prefix(&format!("throttle_{name}:"))).map(str::to_string);
     let version = field("tzdb_version").expect("tzdb_version");
     assert!(version.len() == 5 && version.starts_with("20"), "{version}");
     assert_eq!(field("cl_quota_calls").as_deref(), Some("2"));

@@ -25,7 +25,8 @@ fn command_info_flags_arity_and_keys() {
         for flag in ["write", "denyoom", "fast"] {
             assert!(flags.iter().any(|f| f == flag), "{name} lacks flag {flag}: {flags:?}");
         }
-        let positions: Vec<i64> = info[3..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+        let positions: Vec<i64> =
+            info[3..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
         assert_eq!(positions, vec![1, 1, 1], "{name}: the key is argument 1");
 
         let words: Vec<String> = example.replace("{key}", "some:key").split_whitespace().map(String::from).collect();
@@ -71,7 +72,10 @@ fn acl_key_patterns_and_categories_apply() {
     if categories {
         // Proved by effect: Valkey 8.0 applies module commands' categories but leaves them out
         // of `ACL CAT fast`'s listing.
-        let _: () = redis::cmd("ACL").arg(&["SETUSER", "slowonly", "on", ">pw", "~*", "+@all", "-@fast"]).query(&mut c).unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "slowonly", "on", ">pw", "~*", "+@all", "-@fast"])
+            .query(&mut c)
+            .unwrap();
         let mut slow = server.client();
         let _: () = redis::cmd("AUTH").arg("slowonly").arg("pw").query(&mut slow).unwrap();
         for (name, example) in COMMANDS {
@@ -124,7 +128,8 @@ fn pace_and_lease_commands_present_themselves() {
             assert!(got.iter().any(|f| f == flag), "{name} lacks flag {flag}: {got:?}");
         }
         assert!(!got.iter().any(|f| f == not), "{name} is not {not}: {got:?}");
-        let positions: Vec<i64> = info[3..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
+        let positions: Vec<i64> =
+            info[3..6].iter().map(|v| redis::FromRedisValue::from_redis_value(v.clone()).unwrap()).collect();
         assert_eq!(positions, vec![1, 1, 1], "{name}: the key is argument 1");
         let words: Vec<String> = example.replace("{key}", "some:key").split_whitespace().map(String::from).collect();
         let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(&words).query(&mut c).unwrap();

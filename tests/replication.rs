@@ -27,7 +27,9 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
             "CL.COUNTER" => format!("CL.COUNTER {key} 9 {} {quantity}{unit}", t(600)),
             // A pacer (one per 200 s) on its own keys (a form of its own: CL.THROTTLE's keys
             // are WRONGTYPE to it).
-            "CL.PACE" => format!("CL.PACE {key} 3 {} MAXWAIT {} QUANTITY {}{unit}", t(600), t(1200), quantity.clamp(0, 3)),
+            "CL.PACE" => {
+                format!("CL.PACE {key} 3 {} MAXWAIT {} QUANTITY {}{unit}", t(600), t(1200), quantity.clamp(0, 3))
+            }
             // Leases of 1 s (they expire while the test runs: the calls prune them) or 600 s,
             // released at times; every lease key also holds a 600 s anchor (see below), so no
             // key expires while the copies are compared.
@@ -36,7 +38,8 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
                 format!("CL.ACQUIRE {key} 5 {lease} w{}{unit}", rng.random_range(0..8))
             }
             "CL.RELEASE" => {
-                let words = format!("CL.RELEASE {} w{}", key.replace("cl.release", "cl.acquire"), rng.random_range(0..8));
+                let words =
+                    format!("CL.RELEASE {} w{}", key.replace("cl.release", "cl.acquire"), rng.random_range(0..8));
                 let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
                 harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
                 continue;
@@ -56,7 +59,8 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
                 let first = rng.random_range(0..specs.len() - n + 1);
                 let chosen = &specs[first..first + n];
                 let keys: Vec<&str> = chosen.iter().map(|(k, _)| k.as_str()).collect();
-                let specs: Vec<String> = chosen.iter().map(|(_, s)| format!("{s} QUANTITY {}", rng.random_range(-2i64..4))).collect();
+                let specs: Vec<String> =
+                    chosen.iter().map(|(_, s)| format!("{s} QUANTITY {}", rng.random_range(-2i64..4))).collect();
                 let words = format!("CL.ALL {n} {} {}{unit}", keys.join(" "), specs.join(" "));
                 let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
                 harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
@@ -67,7 +71,9 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
         // Half the refunds of the single limiters are bounded (`HELD t`, the key's expiry now:
         // what a client reads with its taking call), so their effects replicate too.
         let limiter = !matches!(command, "CL.PACE" | "CL.ACQUIRE");
-        let held = (quantity < 0 && limiter && rng.random_bool(0.5)).then(|| harness::pexpiretime(c, &key)).filter(|&at| at > 0);
+        let held = (quantity < 0 && limiter && rng.random_bool(0.5))
+            .then(|| harness::pexpiretime(c, &key))
+            .filter(|&at| at > 0);
         let words = match held {
             Some(at) => format!("{words} HELD {at}"),
             None => words,
@@ -94,7 +100,8 @@ fn wait_for_replica(master: &Server, replica: &Server) {
 
 #[test]
 fn module_less_replica_and_aof_replay_are_byte_identical() {
-    let master = Server::with(Options::default().arg("--appendonly yes --appendfsync always --enable-debug-command local"));
+    let master =
+        Server::with(Options::default().arg("--appendonly yes --appendfsync always --enable-debug-command local"));
     let replica = master.replica(Options::default().without_module());
     let mut c = master.client();
 
@@ -106,7 +113,18 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
         }
     }
     let commands: &[&str] = match module {
-        true => &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL", "CL.PACE", "CL.ACQUIRE", "CL.ACQUIRE", "CL.RELEASE"],
+        true => &[
+            "CL.THROTTLE",
+            "CL.WINDOW",
+            "CL.WINDOW-P",
+            "CL.BUCKET",
+            "CL.COUNTER",
+            "CL.ALL",
+            "CL.PACE",
+            "CL.ACQUIRE",
+            "CL.ACQUIRE",
+            "CL.RELEASE",
+        ],
         false => &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL"],
     };
     random_calls(&mut c, 5000, commands);
@@ -122,7 +140,10 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
         // The replica applied plain sorted-set commands: leases taken, and released or pruned.
         for command in ["zadd", "zrem", "pexpireat"] {
             let stats = replica.info_field("commandstats", &format!("cmdstat_{command}"));
-            assert!(stats.starts_with("calls=") && !stats.starts_with("calls=0,"), "{command} on the replica: {stats:?}");
+            assert!(
+                stats.starts_with("calls=") && !stats.starts_with("calls=0,"),
+                "{command} on the replica: {stats:?}"
+            );
         }
     }
 
@@ -152,7 +173,10 @@ fn calls_that_change_nothing_propagate_nothing() {
     harness::throttle(&mut c, "CL.THROTTLE k 0 1 600 0");
     harness::throttle(&mut c, "CL.THROTTLE other 0 1 600 0");
     // A CL.ALL denied by one limiter writes nothing for the others either.
-    let denied: Vec<i64> = harness::command(&[b"CL.ALL", b"2", b"fresh", b"k", b"COUNTER", b"5", b"600", b"THROTTLE", b"0", b"1", b"600"]).query(&mut c).unwrap();
+    let denied: Vec<i64> =
+        harness::command(&[b"CL.ALL", b"2", b"fresh", b"k", b"COUNTER", b"5", b"600", b"THROTTLE", b"0", b"1", b"600"])
+            .query(&mut c)
+            .unwrap();
     assert_eq!((denied[0], denied[5]), (1, 2));
     if module {
         // A pacer refusing (the slot is beyond MAXWAIT) or peeking; a full lease set refusing;
@@ -235,7 +259,17 @@ fn every_command(c: &mut redis::Connection) -> &'static [&'static str] {
     for i in 0..40 {
         harness::throttle(c, &format!("CL.ACQUIRE rl:cl.acquire:{i} 5 600 anchor"));
     }
-    &["CL.THROTTLE", "CL.WINDOW", "CL.WINDOW-P", "CL.BUCKET", "CL.COUNTER", "CL.ALL", "CL.PACE", "CL.ACQUIRE", "CL.RELEASE"]
+    &[
+        "CL.THROTTLE",
+        "CL.WINDOW",
+        "CL.WINDOW-P",
+        "CL.BUCKET",
+        "CL.COUNTER",
+        "CL.ALL",
+        "CL.PACE",
+        "CL.ACQUIRE",
+        "CL.RELEASE",
+    ]
 }
 
 /// A server run as a cache (no AOF, no replica, no backlog; snapshots come and go) has nowhere
@@ -249,7 +283,9 @@ fn a_replica_attached_to_a_cache_holds_every_write_before_during_and_after_its_s
     let mut c = master.client();
     // A snapshot's child comes and goes first: the server is a cache again once it has ended.
     let _: () = redis::cmd("BGSAVE").query(&mut c).unwrap();
-    wait_until("the snapshot", Duration::from_secs(20), || master.info_field("persistence", "rdb_bgsave_in_progress") == "0");
+    wait_until("the snapshot", Duration::from_secs(20), || {
+        master.info_field("persistence", "rdb_bgsave_in_progress") == "0"
+    });
     let commands = every_command(&mut c);
     let changes = || master.info_field("persistence", "rdb_changes_since_last_save").parse::<u64>().unwrap();
     random_calls(&mut c, 1500, commands);
@@ -312,7 +348,12 @@ fn an_aof_turned_on_inside_a_transaction_replays_every_write() {
     let mut c = master.client();
     let commands = every_command(&mut c);
     random_calls(&mut c, 300, commands);
-    let calls = ["CL.THROTTLE rl:tx:g 5 3 600", "CL.COUNTER rl:tx:c 9 600", "CL.WINDOW rl:tx:w 12 600 2", "CL.THROTTLE rl:cl.throttle:1 5 3 600"];
+    let calls = [
+        "CL.THROTTLE rl:tx:g 5 3 600",
+        "CL.COUNTER rl:tx:c 9 600",
+        "CL.WINDOW rl:tx:w 12 600 2",
+        "CL.THROTTLE rl:cl.throttle:1 5 3 600",
+    ];
     let mut pipe = redis::pipe();
     pipe.atomic();
     let queue = |pipe: &mut redis::Pipeline| {
@@ -377,14 +418,18 @@ fn a_replica_back_from_a_cut_link_gets_every_write_made_while_it_was_away() {
     let paused = harness::Resume(replica.pid());
     harness::signal(paused.0, libc::SIGSTOP);
     let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut c).unwrap();
-    wait_until("the primary to drop its replica", Duration::from_secs(10), || master.info_field("replication", "connected_slaves") == "0");
+    wait_until("the primary to drop its replica", Duration::from_secs(10), || {
+        master.info_field("replication", "connected_slaves") == "0"
+    });
     // Long enough for the module's once-a-second look at the server (it must see the backlog).
     for _ in 0..3 {
         random_calls(&mut c, 300, commands);
         std::thread::sleep(Duration::from_millis(600));
     }
     drop(paused);
-    wait_until("the replica's partial sync", Duration::from_secs(30), || master.info_field("stats", "sync_partial_ok") == "1");
+    wait_until("the replica's partial sync", Duration::from_secs(30), || {
+        master.info_field("stats", "sync_partial_ok") == "1"
+    });
     random_calls(&mut c, 300, commands);
     wait_for_replica(&master, &replica);
     assert_eq!(snapshot(&mut replica.client()), snapshot(&mut c), "replica == master");

@@ -14,8 +14,19 @@ fn scripts_and_functions_call_every_limiter() {
     let script = "return {redis.call('CL.THROTTLE', KEYS[1], 1, 1, 60), redis.call('CL.THROTTLE', KEYS[1], 1, 1, 60), \
                   redis.call('CL.THROTTLE', KEYS[1], 1, 1, 60), redis.call('CL.WINDOW', KEYS[2], 2, 60), \
                   redis.call('CL.BUCKET', KEYS[3], 2, 1, 60), redis.call('CL.COUNTER', KEYS[4], 2, 60)}";
-    let replies: Vec<[i64; 5]> = redis::cmd("EVAL").arg(script).arg(4).arg(&["t", "w", "b", "c"]).query(&mut c).unwrap();
-    assert_eq!(replies, vec![[0, 2, 1, -1, 60], [0, 2, 0, -1, 120], [1, 2, 0, 60, 120], [0, 2, 1, -1, 60], [0, 2, 1, -1, 60], [0, 2, 1, -1, 60]]);
+    let replies: Vec<[i64; 5]> =
+        redis::cmd("EVAL").arg(script).arg(4).arg(&["t", "w", "b", "c"]).query(&mut c).unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            [0, 2, 1, -1, 60],
+            [0, 2, 0, -1, 120],
+            [1, 2, 0, 60, 120],
+            [0, 2, 1, -1, 60],
+            [0, 2, 1, -1, 60],
+            [0, 2, 1, -1, 60]
+        ]
+    );
 
     let _: String = redis::cmd("FUNCTION")
         .arg("LOAD")
@@ -36,7 +47,9 @@ fn a_scripts_effects_replicate_to_a_module_less_replica() {
     let _: i64 = redis::cmd("EVAL").arg(script).arg(2).arg("sw").arg("st").query(&mut c).unwrap();
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut c).unwrap();
     let on_master = snapshot(&mut c);
-    wait_until("the replica to match the master", Duration::from_secs(10), || snapshot(&mut replica.client()) == on_master);
+    wait_until("the replica to match the master", Duration::from_secs(10), || {
+        snapshot(&mut replica.client()) == on_master
+    });
 }
 
 /// Two `CL.THROTTLE … MS` calls with a few milliseconds of Lua work between them: the second's
@@ -51,7 +64,8 @@ fn one_instant_for_a_whole_script_or_function() {
     // functions must still give every call the command time of the EVAL or FCALL.
     let server = Server::start();
     let mut c = server.client();
-    let library = format!("#!lua name=clock\nredis.register_function('two_calls', function(KEYS, ARGV) {TWO_CALLS_APART} end)");
+    let library =
+        format!("#!lua name=clock\nredis.register_function('two_calls', function(KEYS, ARGV) {TWO_CALLS_APART} end)");
     let _: String = redis::cmd("FUNCTION").arg("LOAD").arg(library).query(&mut c).unwrap();
     let in_script: Vec<i64> = redis::cmd("EVAL").arg(TWO_CALLS_APART).arg(1).arg("s").query(&mut c).unwrap();
     let in_function: Vec<i64> = redis::cmd("FCALL").arg("two_calls").arg(1).arg("f").query(&mut c).unwrap();

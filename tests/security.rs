@@ -107,13 +107,13 @@ fn huge_arguments_are_refused_or_denied_fast() {
     let mut c = server.client();
     let max = i64::MAX.to_string();
     let refused: &[&str] = &[
-        "CL.THROTTLE k1 9223372036854775806 1 1",   // DVT overflows
-        "CL.THROTTLE k1 1 1 9223372036854775807",   // period overflows in ns
-        "CL.WINDOW k2 100001 60",                   // an exact log over 100,000 entries
-        "CL.WINDOW k2 5 10001 PRECISION 1",         // more than 10,000 buckets
+        "CL.THROTTLE k1 9223372036854775806 1 1", // DVT overflows
+        "CL.THROTTLE k1 1 1 9223372036854775807", // period overflows in ns
+        "CL.WINDOW k2 100001 60",                 // an exact log over 100,000 entries
+        "CL.WINDOW k2 5 10001 PRECISION 1",       // more than 10,000 buckets
         "CL.WINDOW k2 5 9223372036854775807 MS PRECISION 1 MS",
-        "CL.BUCKET k3 9223372036854775807 1 1",     // the refill time of a full bucket overflows
-        "CL.COUNTER k4 1000000000000000000 60",     // a count that could read as a TAT
+        "CL.BUCKET k3 9223372036854775807 1 1", // the refill time of a full bucket overflows
+        "CL.COUNTER k4 1000000000000000000 60", // a count that could read as a TAT
     ];
     for words in refused {
         let a: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
@@ -123,7 +123,13 @@ fn huge_arguments_are_refused_or_denied_fast() {
         assert!(t.elapsed() < Duration::from_millis(200), "{words} took {:?}", t.elapsed());
     }
     // Quantities beyond the limit are denied without work, whatever their size.
-    for template in ["CL.THROTTLE q1 4 1 60", "CL.WINDOW q2 100000 60", "CL.WINDOW q3 5 10000 PRECISION 1", "CL.BUCKET q4 5 1 60", "CL.COUNTER q5 5 60"] {
+    for template in [
+        "CL.THROTTLE q1 4 1 60",
+        "CL.WINDOW q2 100000 60",
+        "CL.WINDOW q3 5 10000 PRECISION 1",
+        "CL.BUCKET q4 5 1 60",
+        "CL.COUNTER q5 5 60",
+    ] {
         let t = Instant::now();
         let r = throttle(&mut c, &format!("{template} {max}"));
         assert_eq!((r[0], r[3]), (1, -1), "{template} {max}: never admittable");
@@ -131,7 +137,9 @@ fn huge_arguments_are_refused_or_denied_fast() {
     }
     // The largest allowed calls: the most a single call can cost.
     let mut worst = Duration::ZERO;
-    for words in ["CL.WINDOW big 100000 60 100000", "CL.WINDOW big 100000 60 1", "CL.WINDOW ring 1000 10000 PRECISION 1 1"] {
+    for words in
+        ["CL.WINDOW big 100000 60 100000", "CL.WINDOW big 100000 60 1", "CL.WINDOW ring 1000 10000 PRECISION 1 1"]
+    {
         let t = Instant::now();
         throttle(&mut c, words);
         worst = worst.max(t.elapsed());
@@ -181,7 +189,10 @@ fn the_largest_limits_deny_what_would_add_up_past_them() {
     let mut c = server.client();
     let max = i64::MAX;
     for (words, limit) in [
-        ("CL.THROTTLE t 999999999999999999 1000000000000000000 1000000000 1000000000000000000", 1_000_000_000_000_000_000),
+        (
+            "CL.THROTTLE t 999999999999999999 1000000000000000000 1000000000 1000000000000000000",
+            1_000_000_000_000_000_000,
+        ),
         ("CL.WINDOW e 100000 10 100000", 100_000),
         ("CL.WINDOW p 9223372036854775807 10 PRECISION 1 9223372036854775807", max),
         ("CL.BUCKET b 9223372036854775807 9223372036854775807 60 9223372036854775807", max),
@@ -191,7 +202,9 @@ fn the_largest_limits_deny_what_would_add_up_past_them() {
         let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
         let first: Vec<i64> = redis::FromRedisValue::from_redis_value(call(&mut c, &args).unwrap()).unwrap();
         assert_eq!(first[..3], [0, limit, 0], "{words}: admitted, nothing left");
-        let second: Vec<i64> = redis::FromRedisValue::from_redis_value(call(&mut c, &args).unwrap_or_else(|e| panic!("{words}: {e}"))).unwrap();
+        let second: Vec<i64> =
+            redis::FromRedisValue::from_redis_value(call(&mut c, &args).unwrap_or_else(|e| panic!("{words}: {e}")))
+                .unwrap();
         assert_eq!(second[..2], [1, limit], "{words}: denied");
         assert!(second[3] >= 1, "{words}: retried once the first units leave: {second:?}");
     }

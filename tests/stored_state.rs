@@ -9,8 +9,6 @@ mod harness;
 
 use harness::{Server, pexpiretime, server_ms as now_ms, throttle};
 
-
-
 fn run(c: &mut redis::Connection, words: &[&str]) {
     let mut cmd = redis::cmd(words[0]);
     for w in &words[1..] {

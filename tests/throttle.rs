@@ -16,7 +16,14 @@ fn documented_example_and_burst_vectors() {
     let burst = in_multi(&mut c, &["CL.THROTTLE b 4 1 10"; 6]);
     assert_eq!(
         burst,
-        vec![[0, 5, 4, -1, 10], [0, 5, 3, -1, 20], [0, 5, 2, -1, 30], [0, 5, 1, -1, 40], [0, 5, 0, -1, 50], [1, 5, 0, 10, 50]]
+        vec![
+            [0, 5, 4, -1, 10],
+            [0, 5, 3, -1, 20],
+            [0, 5, 2, -1, 30],
+            [0, 5, 1, -1, 40],
+            [0, 5, 0, -1, 50],
+            [1, 5, 0, 10, 50]
+        ]
     );
     assert_eq!(throttle(&mut c, "CL.THROTTLE fresh 4 1 10 6"), [1, 5, 5, -1, 0]);
     let exists: bool = redis::cmd("EXISTS").arg("fresh").query(&mut c).unwrap();
@@ -107,10 +114,19 @@ fn every_bad_input_is_a_clear_error_and_changes_nothing() {
     let int_err = "ERR value is not an integer or out of range";
     let cases: Vec<(&[&[u8]], &str)> = vec![
         (&[b"CL.THROTTLE", b"k", b"1", b"1"], "ERR wrong number of arguments for 'cl.throttle' command"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"1", b"MS", b"SHADOW", b"x"], "ERR wrong number of arguments for 'cl.throttle' command"),
+        (
+            &[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"1", b"MS", b"SHADOW", b"x"],
+            "ERR wrong number of arguments for 'cl.throttle' command",
+        ),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"SHADOW", b"x"], "ERR syntax error"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"HELD", b"5"], "ERR HELD is valid only with a negative quantity (a refund)"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"-5"], "ERR held must be an integer from 0 to 9223372036854"),
+        (
+            &[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"HELD", b"5"],
+            "ERR HELD is valid only with a negative quantity (a refund)",
+        ),
+        (
+            &[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"-5"],
+            "ERR held must be an integer from 0 to 9223372036854",
+        ),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD"], "ERR syntax error"),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"x"], "ERR syntax error"),
         (&[b"CL.THROTTLE", b"k", b"1.5", b"1", b"1"], int_err),
@@ -123,9 +139,18 @@ fn every_bad_input_is_a_clear_error_and_changes_nothing() {
         (&[b"CL.THROTTLE", b"k", b"-1", b"1", b"1"], "ERR max_burst must be an integer from 0 to 999999999999999999"),
         (&[b"CL.THROTTLE", b"k", b"1", b"0", b"1"], "ERR count must be an integer from 1 to 1000000000000000000"),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"-5"], "ERR period must be an integer from 1 to 1000000000 (seconds)"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1000000000", b"1", b"MS"], "ERR rate is too fast: period divided by count is less than one nanosecond"),
-        (&[b"CL.THROTTLE", b"k", b"1", b"1", b"9223372036854775807"], "ERR period must be an integer from 1 to 1000000000 (seconds)"),
-        (&[b"CL.THROTTLE", b"k", b"9223372036854775806", b"1", b"1000"], "ERR max_burst must be an integer from 0 to 999999999999999999"),
+        (
+            &[b"CL.THROTTLE", b"k", b"1", b"1000000000", b"1", b"MS"],
+            "ERR rate is too fast: period divided by count is less than one nanosecond",
+        ),
+        (
+            &[b"CL.THROTTLE", b"k", b"1", b"1", b"9223372036854775807"],
+            "ERR period must be an integer from 1 to 1000000000 (seconds)",
+        ),
+        (
+            &[b"CL.THROTTLE", b"k", b"9223372036854775806", b"1", b"1000"],
+            "ERR max_burst must be an integer from 0 to 999999999999999999",
+        ),
         (
             &[b"CL.THROTTLE", b"k", b"999999999", b"1", b"2"],
             "ERR parameters are too large: (max_burst + 1) * period / count must be at most 1000000000 seconds (1000000000000 milliseconds)",
@@ -134,7 +159,12 @@ fn every_bad_input_is_a_clear_error_and_changes_nothing() {
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"MS", b"MS"], "ERR syntax error"),
     ];
     for (args, want) in cases {
-        assert_eq!(error_of(&mut c, args), want, "{:?}", args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>());
+        assert_eq!(
+            error_of(&mut c, args),
+            want,
+            "{:?}",
+            args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+        );
     }
     assert_eq!(harness::snapshot(&mut c), before, "no error changed any key");
 }
@@ -153,7 +183,10 @@ fn other_types_and_corrupt_state_are_refused_untouched() {
     }
     for corrupt in [&b"hello"[..], b"1.5e18", b"", b"\x03\x01\x02"] {
         let _: () = redis::cmd("SET").arg("bad").arg(corrupt).query(&mut c).unwrap();
-        assert_eq!(error_of(&mut c, &[b"CL.THROTTLE", b"bad", b"1", b"1", b"1"]), "ERR key does not hold valid CL.THROTTLE state");
+        assert_eq!(
+            error_of(&mut c, &[b"CL.THROTTLE", b"bad", b"1", b"1", b"1"]),
+            "ERR key does not hold valid CL.THROTTLE state"
+        );
         let still: Vec<u8> = redis::cmd("GET").arg("bad").query(&mut c).unwrap();
         assert_eq!(still, corrupt, "the value is left untouched");
     }
@@ -199,7 +232,9 @@ fn clock_is_the_command_time_where_the_server_has_it_else_real_time() {
     let (first, _, second): (Vec<i64>, String, Vec<i64>) = redis::pipe()
         .atomic()
         .add_command(harness::command(call))
-        .cmd("DEBUG").arg("SLEEP").arg("0.2")
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.2")
         .add_command(harness::command(call))
         .query(&mut c)
         .unwrap();

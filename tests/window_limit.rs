@@ -8,7 +8,6 @@ mod harness;
 use harness::{Server, get_bytes, throttle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-
 /// Nanoseconds since the Unix epoch, on the clock the server reads too (same machine).
 fn wall_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
@@ -141,7 +140,10 @@ fn never_more_than_the_limit(forms: &[&str], limit: usize, window_ms: i64) {
     let server = Server::start();
     let (mut real, refunds) = hammer(&server, forms);
     let most = most_in_one_window(&mut real, window_ms);
-    eprintln!("{forms:?}: {} real actions, {refunds} refunds, at most {most} in one window of {window_ms} ms", real.len());
+    eprintln!(
+        "{forms:?}: {} real actions, {refunds} refunds, at most {most} in one window of {window_ms} ms",
+        real.len()
+    );
     assert!(most <= limit, "{most} real actions within {window_ms} ms against a limit of {limit}: {forms:?}");
     assert!(refunds > 20 && real.len() > 3 * limit, "the limiter was hammered: {} real, {refunds} refunds", real.len());
     assert!(most >= limit * 3 / 4, "the limiter was saturated: at most {most} in a window");

@@ -84,7 +84,9 @@ impl<'a> Request<'a> {
         // Split the specs: each is its algorithm's word, its numbers, and the options it
         // accepts with their values; call-level options may come between and after them.
         // The numbers are read once the call's unit is known.
-        let is_call_option = |w: &[u8]| call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+        let is_call_option = |w: &[u8]| {
+            call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())))
+        };
         let mut specs: Vec<(Algorithm, &[&'a [u8]])> = Vec::with_capacity(numkeys);
         let mut call_words: Vec<&[u8]> = Vec::new();
         // Whether the word read next directly follows a spec (no call option between).
@@ -102,18 +104,29 @@ impl<'a> Request<'a> {
                 if let Some((previous, _)) = specs.last().filter(|_| after_spec)
                     && let Some(option) = spec_option(word)
                 {
-                    return Err(Error::Call(format!("limiter {}: {} does not take {option}", index - 1, previous.word())));
+                    return Err(Error::Call(format!(
+                        "limiter {}: {} does not take {option}",
+                        index - 1,
+                        previous.word()
+                    )));
                 }
                 if index > numkeys {
                     return Err(Error::Syntax);
                 }
-                return Err(Error::Call(format!("limiter {index}: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got '{}'", printable(word))));
+                return Err(Error::Call(format!(
+                    "limiter {index}: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got '{}'",
+                    printable(word)
+                )));
             };
             let mut end = algorithm.param_words();
             if after.len() < end {
                 return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
             }
-            let accepts = |w: &[u8]| algorithm.options().chain([&QUANTITY]).any(|a| matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if w.eq_ignore_ascii_case(t.as_bytes())));
+            let accepts = |w: &[u8]| {
+                algorithm.options().chain([&QUANTITY]).any(
+                    |a| matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if w.eq_ignore_ascii_case(t.as_bytes())),
+                )
+            };
             while after.get(end).is_some_and(|w| accepts(w)) {
                 end += 2; // the option and its value (a missing value is the spec's syntax error)
             }
@@ -207,7 +220,13 @@ pub fn decide(limiters: &[(Limiter, i64)], stored: &[Option<Stored<'_>>], now: I
 
 /// [`decide`], each refund bounded by its `HELD t` (`held[i]`, missing entries `None`): see
 /// [`Limiter::decide_held`].
-pub fn decide_held(limiters: &[(Limiter, i64)], held: &[Option<Instant>], stored: &[Option<Stored<'_>>], now: Instant, unit: Unit) -> Result<Outcome> {
+pub fn decide_held(
+    limiters: &[(Limiter, i64)],
+    held: &[Option<Instant>],
+    stored: &[Option<Stored<'_>>],
+    now: Instant,
+    unit: Unit,
+) -> Result<Outcome> {
     let mut decisions = Vec::with_capacity(limiters.len());
     for (i, ((limiter, quantity), stored)) in limiters.iter().zip(stored).enumerate() {
         let held = held.get(i).copied().flatten();

@@ -187,7 +187,8 @@ impl Decimal {
 }
 
 /// Two decimal digits per pair, "00" to "99".
-const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+const PAIRS: &[u8; 200] =
+    b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
     5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
 
 /// `x` (below 10^8) as eight ASCII digits, computed in one word: its two four-digit halves in
@@ -219,10 +220,26 @@ mod tests {
 
     #[test]
     fn integers_parse_like_redis() {
-        for (s, v) in [("0", 0), ("7", 7), ("-7", -7), ("9223372036854775807", i64::MAX), ("-9223372036854775808", i64::MIN)] {
+        for (s, v) in
+            [("0", 0), ("7", 7), ("-7", -7), ("9223372036854775807", i64::MAX), ("-9223372036854775808", i64::MIN)]
+        {
             assert_eq!(integer(s.as_bytes()), Ok(v), "{s}");
         }
-        for s in ["", "-", "-0", "+5", "05", " 5", "5 ", "1.5", "0x10", "1e3", "9223372036854775808", "-9223372036854775809", "５"] {
+        for s in [
+            "",
+            "-",
+            "-0",
+            "+5",
+            "05",
+            " 5",
+            "5 ",
+            "1.5",
+            "0x10",
+            "1e3",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "５",
+        ] {
             assert_eq!(integer(s.as_bytes()), Err(Error::NotAnInteger), "{s:?}");
         }
         assert_eq!(integer(b"\xff\xfe"), Err(Error::NotAnInteger));
@@ -280,9 +297,26 @@ mod tests {
 
     #[test]
     fn ceil_millis_of_a_decimal_is_the_decimal_of_its_ceil_millis() {
-        for v in [0i64, 1, 999_999, 1_000_000, 1_000_001, 9_999_999, 999_999_999, 999_999_999_999, 1_795_354_456_188_603_542, 1_795_354_456_188_000_000, 9_223_372_036_854_000_001, i64::MAX] {
+        for v in [
+            0i64,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            9_999_999,
+            999_999_999,
+            999_999_999_999,
+            1_795_354_456_188_603_542,
+            1_795_354_456_188_000_000,
+            9_223_372_036_854_000_001,
+            i64::MAX,
+        ] {
             let expected = crate::time::Instant::from_nanos(v).ceil_millis();
-            assert_eq!(Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()), Some(expected.to_string().into_bytes()), "{v}");
+            assert_eq!(
+                Decimal::new(v).ceil_millis().map(|d| d.as_bytes().to_vec()),
+                Some(expected.to_string().into_bytes()),
+                "{v}"
+            );
         }
         assert!(Decimal::new(-5).ceil_millis().is_none());
         assert!(Decimal::tagged(b'P', 5).ceil_millis().is_none());

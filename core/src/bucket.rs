@@ -152,7 +152,9 @@ impl Now {
         // (n − ahead)·tokens < deficit since ahead ≥ 1, and (ahead − 1)·interval <
         // full_at − now: neither overflows.
         let deficit = deficit - (n - ahead) * p.tokens;
-        let next_refill = state.full_at.checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or_else(|| Error::TooLarge)?)?;
+        let next_refill = state
+            .full_at
+            .checked_sub(Nanos::new((ahead - 1) * p.interval.as_nanos()).ok_or_else(|| Error::TooLarge)?)?;
         Ok(Now { deficit, stepped, next_refill })
     }
 
@@ -224,14 +226,20 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
         return bucket.settle(deficit, now, params, had_state);
     }
     if quantity > params.capacity {
-        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, None), effect: bucket.denied_effect(now, params)? });
+        return Ok(Decision {
+            reply: params.reply(true, bucket.deficit, reset_after, None),
+            effect: bucket.denied_effect(now, params)?,
+        });
     }
     // Both are at most `capacity`, but their sum may still overflow (a capacity near
     // i64::MAX): then it is above the capacity too.
     let Some(deficit) = bucket.deficit.checked_add(quantity).filter(|&d| d <= params.capacity) else {
         let retry_at = bucket.refill_covering(params.capacity - quantity, now, params)?;
         let retry_after = Some(retry_at.saturating_since(now));
-        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect: bucket.denied_effect(now, params)? });
+        return Ok(Decision {
+            reply: params.reply(true, bucket.deficit, reset_after, retry_after),
+            effect: bucket.denied_effect(now, params)?,
+        });
     };
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });

@@ -94,10 +94,14 @@ impl Arg {
     /// Words this argument takes at least (`min`) and at most (`max`, `None`: unbounded).
     fn words(&self) -> (usize, Option<usize>) {
         let (min, max) = match self.kind {
-            ArgKind::Integer | ArgKind::Duration | ArgKind::String | ArgKind::Quantity | ArgKind::Flag(_) => (1, Some(1)),
+            ArgKind::Integer | ArgKind::Duration | ArgKind::String | ArgKind::Quantity | ArgKind::Flag(_) => {
+                (1, Some(1))
+            }
             ArgKind::Option(_) | ArgKind::Text(_) => (2, Some(2)),
             ArgKind::Spec => {
-                let words = |a: crate::limiter::Algorithm| (1 + a.param_words(), 1 + a.param_words() + 2 * a.options().count() + 2);
+                let words = |a: crate::limiter::Algorithm| {
+                    (1 + a.param_words(), 1 + a.param_words() + 2 * a.options().count() + 2)
+                };
                 let min = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).0).min().unwrap_or(0);
                 let max = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).1).max();
                 (min, max)
@@ -174,7 +178,9 @@ impl<'a> Parsed<'a> {
         let count = command.positional().count();
         // (The longest call the table allows matters only for a call of more words than the
         // table has arguments: each takes at least one word.)
-        if rest.len() < count || (args.len() > 1 + command.args.len() && command.max_words().is_some_and(|max| args.len() > max)) {
+        if rest.len() < count
+            || (args.len() > 1 + command.args.len() && command.max_words().is_some_and(|max| args.len() > max))
+        {
             return Err(arity());
         }
         let (fixed, tail) = rest.split_at(count);
@@ -277,7 +283,13 @@ mod tests {
         flags: "",
         acl_categories: "",
         keys: Keys::One,
-        args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::MS, Arg::option("precision", "PRECISION")],
+        args: &[
+            Arg::integer("limit"),
+            Arg::duration("window"),
+            Arg::QUANTITY,
+            Arg::MS,
+            Arg::option("precision", "PRECISION"),
+        ],
     };
 
     #[test]

@@ -71,7 +71,13 @@ impl Params {
     fn reply(&self, limited: bool, count: i64, until_close: Nanos, retry_after: Option<Nanos>) -> Reply {
         // A window with nothing counted is as good as closed: the limiter is full.
         let reset_after = if count > 0 { until_close } else { Nanos::ZERO };
-        Reply { limited, limit: self.limit, remaining: crate::limits::remaining(self.limit, count), retry_after, reset_after }
+        Reply {
+            limited,
+            limit: self.limit,
+            remaining: crate::limits::remaining(self.limit, count),
+            retry_after,
+            reset_after,
+        }
     }
 }
 
@@ -102,7 +108,8 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
             return Ok(Decision { reply: params.reply(false, 0, Nanos::ZERO, None), effect: Effect::Nothing });
         };
         let count = count.saturating_sub(crate::limits::refunded(quantity)).max(0);
-        let effect = if count == 0 { Effect::Delete } else { Effect::Store { state: count, expires_at: open.closes_at } };
+        let effect =
+            if count == 0 { Effect::Delete } else { Effect::Store { state: count, expires_at: open.closes_at } };
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect });
     }
     if quantity > params.limit {
@@ -110,7 +117,10 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
     }
     // `quantity <= limit`, so a denial only happens in an open window: retry when it closes.
     if count.saturating_add(quantity) > params.limit {
-        return Ok(Decision { reply: params.reply(true, count, until_close, Some(until_close)), effect: denied_effect });
+        return Ok(Decision {
+            reply: params.reply(true, count, until_close, Some(until_close)),
+            effect: denied_effect,
+        });
     }
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect: Effect::Nothing });

@@ -112,11 +112,20 @@ mod tests {
 
     #[test]
     fn texts_start_with_their_code() {
-        let e = Error::OutOfRange { name: "window", range: Range::Duration { min: 1, max: 1_000_000_000, unit: Unit::Seconds } };
+        let e = Error::OutOfRange {
+            name: "window",
+            range: Range::Duration { min: 1, max: 1_000_000_000, unit: Unit::Seconds },
+        };
         assert_eq!(e.to_string(), "ERR window must be an integer from 1 to 1000000000 (seconds)");
-        assert_eq!(e.clone().in_limiter(2).to_string(), "ERR limiter 2: window must be an integer from 1 to 1000000000 (seconds)");
+        assert_eq!(
+            e.clone().in_limiter(2).to_string(),
+            "ERR limiter 2: window must be an integer from 1 to 1000000000 (seconds)"
+        );
         assert_eq!(Error::WrongType.in_limiter(3), Error::WrongType);
-        assert_eq!(Error::NotAnInteger.in_limiter(2).to_string(), "ERR limiter 2: value is not an integer or out of range");
+        assert_eq!(
+            Error::NotAnInteger.in_limiter(2).to_string(),
+            "ERR limiter 2: value is not an integer or out of range"
+        );
         let span = Error::SpanTooLong("interval * ceil(capacity / tokens)");
         assert_eq!(
             span.to_string(),

@@ -146,7 +146,11 @@ struct Clock {
 
 impl Clock {
     fn start(input: &mut Input) -> Clock {
-        let now = if input.byte().is_multiple_of(8) { input.any(MIN_NOW, i64::MAX / 2) } else { T0 + input.small(0, 999) * 1_000 + input.small(0, 999) };
+        let now = if input.byte().is_multiple_of(8) {
+            input.any(MIN_NOW, i64::MAX / 2)
+        } else {
+            T0 + input.small(0, 999) * 1_000 + input.small(0, 999)
+        };
         Clock { now, stepped_back: false }
     }
     /// Advances by the input's next step; `false` when it would leave `MIN_NOW..=i64::MAX`.
@@ -170,7 +174,10 @@ pub fn parse(data: &[u8]) {
     let (selector, rest) = data.split_first().unwrap_or((&0, &[]));
     let args: Vec<&[u8]> = if rest.is_empty() { Vec::new() } else { rest.split(|&b| b == 0).take(14).collect() };
     for arg in &args {
-        let canonical = std::str::from_utf8(arg).ok().and_then(|s| s.parse::<i64>().ok()).filter(|v| v.to_string().as_bytes() == *arg);
+        let canonical = std::str::from_utf8(arg)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|v| v.to_string().as_bytes() == *arg);
         assert_eq!(crate::args::integer(arg).ok(), canonical, "integer({arg:?})");
     }
     let algorithm = Algorithm::ALL[usize::from(*selector) % Algorithm::ALL.len()];
@@ -183,7 +190,12 @@ pub fn parse(data: &[u8]) {
             assert!(!text.chars().any(char::is_control), "{text:?}");
             match e {
                 Error::WrongArity(n) => assert_eq!(n, name),
-                Error::NotAnInteger | Error::OutOfRange { .. } | Error::RateTooFast { .. } | Error::SpanTooLong(_) | Error::Syntax | Error::HeldWithoutRefund => {}
+                Error::NotAnInteger
+                | Error::OutOfRange { .. }
+                | Error::RateTooFast { .. }
+                | Error::SpanTooLong(_)
+                | Error::Syntax
+                | Error::HeldWithoutRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
@@ -246,8 +258,10 @@ pub fn counter(data: &[u8]) {
     let mut input = Input::new(data);
     let limit = if input.byte().is_multiple_of(8) { input.any(1, counter::MAX_LIMIT) } else { input.small(1, 20) };
     let window_ms = input.small(1, 1000);
-    let p = counter::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO)).expect("valid counter parameters");
-    let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::counter::Model::default());
+    let p = counter::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO))
+        .expect("valid counter parameters");
+    let (mut clock, mut key, mut model) =
+        (Clock::start(&mut input), Key::default(), reference::counter::Model::default());
     for _ in 0..MAX_CALLS {
         if input.is_empty() || !clock.advance(&mut input, window_ms * MS) {
             break;
@@ -283,7 +297,8 @@ pub fn quota(data: &[u8]) {
     };
     let limit = input.small(1, 20);
     let mut p = crate::quota::Params::new(limit, calendar(&mut input)).expect("valid quota parameters");
-    let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::quota::Model::default());
+    let (mut clock, mut key, mut model) =
+        (Clock::start(&mut input), Key::default(), reference::quota::Model::default());
     // Within jiff's years (the module's instants go further; the reference's do not).
     let max_now = 4_102_444_800 * NANOS_PER_SEC;
     for _ in 0..MAX_CALLS {
@@ -295,8 +310,10 @@ pub fn quota(data: &[u8]) {
         }
         let (now, q) = (clock.now, input.quantity(limit));
         let live = key.at(now);
-        let state = live.value.as_deref().map(|v| crate::quota::decode(v, live.expires_ms).expect("a stored count decodes"));
-        let d = crate::quota::decide(state, Instant::from_nanos(now), &p, q).unwrap_or_else(|e| panic!("a quota decides: {e} ({p:?} at {now} ns)"));
+        let state =
+            live.value.as_deref().map(|v| crate::quota::decode(v, live.expires_ms).expect("a stored count decodes"));
+        let d = crate::quota::decide(state, Instant::from_nanos(now), &p, q)
+            .unwrap_or_else(|e| panic!("a quota decides: {e} ({p:?} at {now} ns)"));
         let peek = crate::quota::decide(state, Instant::from_nanos(now), &p, 0).expect("a quota peeks");
         check_call("quota", limit, q, &peek, &d);
         let (_, end) = reference::quota::period(&p.calendar(), now.div_euclid(MS));
@@ -315,7 +332,8 @@ fn counter_state(key: &Key) -> Option<counter::State> {
 pub fn bucket(data: &[u8]) {
     let mut input = Input::new(data);
     let (capacity, tokens, interval_ms) = (input.small(1, 30), input.small(1, 10), input.small(1, 100));
-    let p = bucket::Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap_or(Nanos::ZERO)).expect("valid bucket parameters");
+    let p = bucket::Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap_or(Nanos::ZERO))
+        .expect("valid bucket parameters");
     let refill_all = (capacity + tokens - 1) / tokens * interval_ms * MS;
     let mut model = reference::bucket::Model::new(capacity, tokens, interval_ms * MS);
     let (mut clock, mut key) = (Clock::start(&mut input), Key::default());
@@ -356,10 +374,15 @@ pub fn window(data: &[u8]) {
     let first = form(&mut input);
     let second = if input.byte().is_multiple_of(4) { form(&mut input) } else { first };
     let params = |precision_ms: Option<i64>| {
-        window::Params::new(limit, Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO), precision_ms.map(|ms| Nanos::new(ms * MS).unwrap_or(Nanos::ZERO)))
-            .expect("valid window parameters")
+        window::Params::new(
+            limit,
+            Nanos::new(window_ms * MS).unwrap_or(Nanos::ZERO),
+            precision_ms.map(|ms| Nanos::new(ms * MS).unwrap_or(Nanos::ZERO)),
+        )
+        .expect("valid window parameters")
     };
-    let (mut clock, mut key, mut model) = (Clock::start(&mut input), Key::default(), reference::window::Model::default());
+    let (mut clock, mut key, mut model) =
+        (Clock::start(&mut input), Key::default(), reference::window::Model::default());
     for _ in 0..MAX_CALLS {
         if input.is_empty() || !clock.advance(&mut input, window_ms * MS) {
             break;
@@ -372,7 +395,13 @@ pub fn window(data: &[u8]) {
         let peek = window::decide(stored.as_deref(), Instant::from_nanos(now), &p, 0).expect("a window peeks");
         check_call("window", limit, q, &peek, &d);
         if !clock.stepped_back {
-            let want = model.call(now.into(), limit.into(), (window_ms * MS).into(), precision_ms.map(|ms| i128::from(ms * MS)), q.into());
+            let want = model.call(
+                now.into(),
+                limit.into(),
+                (window_ms * MS).into(),
+                precision_ms.map(|ms| i128::from(ms * MS)),
+                q.into(),
+            );
             assert_eq!(reply_i128(d.reply), want, "window reply at {now} q {q} precision {precision_ms:?}");
         }
         key.store_patch(d.effect, now);
@@ -385,15 +414,24 @@ pub fn window(data: &[u8]) {
     let p = params(first);
     let mut stored = key.clone();
     let now = clock.now;
-    let call = window::decide(stored.at(now).value.as_deref(), Instant::from_nanos(now), &p, 1).expect("a window decides");
+    let call =
+        window::decide(stored.at(now).value.as_deref(), Instant::from_nanos(now), &p, 1).expect("a window decides");
     stored.store_patch(call.effect, now);
     let later = now + recovery;
-    let full = window::decide(stored.at(later).value.as_deref(), Instant::from_nanos(later), &p, 0).expect("a window peeks");
+    let full =
+        window::decide(stored.at(later).value.as_deref(), Instant::from_nanos(later), &p, 0).expect("a window peeks");
     assert_eq!(full.reply.remaining, limit, "window: full again {recovery} ns after a call");
 }
 
 /// After one more call at `now` (stored), a peek `recovery` later finds the limiter full.
-fn recovers(what: &str, now: i64, recovery: i64, limit: i64, key: &mut Key, decide: impl Fn(&Key, i64, i64) -> crate::Result<Decision<i64>>) {
+fn recovers(
+    what: &str,
+    now: i64,
+    recovery: i64,
+    limit: i64,
+    key: &mut Key,
+    decide: impl Fn(&Key, i64, i64) -> crate::Result<Decision<i64>>,
+) {
     // Parameters near the 64-bit limits may make a call at these instants `TooLarge`.
     let first = match decide(key.at(now), now, 1) {
         Err(Error::TooLarge) => return,
@@ -424,7 +462,8 @@ pub fn held(data: &[u8]) {
     let (algorithm, words) = limiters[usize::from(input.byte()) % limiters.len()];
     let args: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
     let limiter = Request::parse(algorithm, &args, &crate::Caps::DEFAULT).expect("valid words").limiter;
-    let (mut now, mut value, mut expires_ms): (i64, Option<Vec<u8>>, Option<i64>) = (T0 + input.any(0, NANOS_PER_SEC), None, None);
+    let (mut now, mut value, mut expires_ms): (i64, Option<Vec<u8>>, Option<i64>) =
+        (T0 + input.any(0, NANOS_PER_SEC), None, None);
     let mut taken_at: Option<i64> = None;
     for _ in 0..MAX_CALLS {
         if input.is_empty() {
@@ -446,8 +485,14 @@ pub fn held(data: &[u8]) {
             if let Ok(b) = &bounded {
                 assert!(!b.reply.limited && b.reply.retry_after.is_none(), "a bounded refund is no denial: {b:?}");
                 if let (Ok(plain), Ok(peek)) = (limiter.decide(stored, at, q), limiter.decide(stored, at, 0)) {
-                    assert!(b.reply.remaining <= plain.reply.remaining, "{algorithm:?}: bounded {b:?} gives back more than plain {plain:?}");
-                    assert!(b.reply.remaining >= peek.reply.remaining.min(plain.reply.remaining), "{algorithm:?}: bounded {b:?} takes (peek {peek:?})");
+                    assert!(
+                        b.reply.remaining <= plain.reply.remaining,
+                        "{algorithm:?}: bounded {b:?} gives back more than plain {plain:?}"
+                    );
+                    assert!(
+                        b.reply.remaining >= peek.reply.remaining.min(plain.reply.remaining),
+                        "{algorithm:?}: bounded {b:?} takes (peek {peek:?})"
+                    );
                 }
             }
             bounded
@@ -491,7 +536,15 @@ mod tests {
     fn kept_seeds_replay_cleanly() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 7] = [("parse", parse), ("throttle", throttle), ("counter", counter), ("bucket", bucket), ("window", window), ("quota", quota), ("held", held)];
+        let targets: [Target; 7] = [
+            ("parse", parse),
+            ("throttle", throttle),
+            ("counter", counter),
+            ("bucket", bucket),
+            ("window", window),
+            ("quota", quota),
+            ("held", held),
+        ];
         let mut replayed = 0;
         for (name, target) in targets {
             let Ok(dir) = std::fs::read_dir(root.join(name)) else { continue };

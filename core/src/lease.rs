@@ -24,12 +24,12 @@
 //! The decision is pure: the module reads the set through [`Set`] (the key API), [`scan`]
 //! builds a small [`View`] of it, and [`acquire`] / [`release`] decide from the view alone.
 
+use crate::Reply;
 use crate::args::duration;
 use crate::command::{Arg, Command, Keys, Parsed};
 use crate::error::{Error, Range, Result};
 use crate::limiter::LIMITER_FLAGS;
 use crate::time::{Instant, NANOS_PER_MILLI, Nanos, Unit};
-use crate::Reply;
 
 /// The largest `limit`: a call may count up to `limit` members (see the module doc).
 pub const MAX_LIMIT: i64 = 10_000;
@@ -89,7 +89,14 @@ impl<'a> Acquire<'a> {
             return Err(Error::OutOfRange { name: "limit", range: Range::Integer { min: 1, max: MAX_LIMIT } });
         }
         let lease = duration(parsed.integer(1), unit, "lease")?;
-        Ok(Acquire { key: parsed.key, limit, lease, id: id(parsed.string(2))?, unit, shadow: parsed.tail.has("SHADOW") })
+        Ok(Acquire {
+            key: parsed.key,
+            limit,
+            lease,
+            id: id(parsed.string(2))?,
+            unit,
+            shadow: parsed.tail.has("SHADOW"),
+        })
     }
 }
 
@@ -308,12 +315,24 @@ pub fn acquire(view: &View, now: Instant, limit: i64, lease: Nanos) -> Result<Ou
     let expires_ms = expires.as_nanos() / NANOS_PER_MILLI;
     let until = |at: Option<Instant>| at.map_or(Nanos::ZERO, |at| at.saturating_since(now));
     if view.holder.is_none() && view.live >= limit {
-        let reply = Reply { limited: true, limit, remaining: 0, retry_after: Some(until(view.frees_at.or(view.latest))), reset_after: until(view.latest) };
+        let reply = Reply {
+            limited: true,
+            limit,
+            remaining: 0,
+            retry_after: Some(until(view.frees_at.or(view.latest))),
+            reset_after: until(view.latest),
+        };
         return Ok(Outcome { reply, effect: Change::Prune });
     }
     let live = if view.holder.is_some() { view.live } else { view.live + 1 };
     let latest = view.latest_other.map_or(expires, |other| other.max(expires));
-    let reply = Reply { limited: false, limit, remaining: (limit - live).clamp(0, limit), retry_after: None, reset_after: until(Some(latest)) };
+    let reply = Reply {
+        limited: false,
+        limit,
+        remaining: (limit - live).clamp(0, limit),
+        retry_after: None,
+        reset_after: until(Some(latest)),
+    };
     let others = view.members - usize::from(view.id_member);
     let effect = match view.latest_other {
         // Other members, all expired and all read: start the set afresh.

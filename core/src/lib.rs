@@ -19,6 +19,8 @@ pub mod caps;
 pub mod command;
 pub mod counter;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod lease;
 pub mod limiter;
 mod limits;
@@ -26,8 +28,6 @@ pub mod pace;
 pub mod quota;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod reference;
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod fuzzing;
 pub mod throttle;
 pub mod time;
 pub mod top;

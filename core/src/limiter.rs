@@ -76,7 +76,15 @@ static THROTTLE: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("max_burst"), Arg::integer("count"), Arg::duration("period"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
+    args: &[
+        Arg::integer("max_burst"),
+        Arg::integer("count"),
+        Arg::duration("period"),
+        Arg::QUANTITY,
+        Arg::HELD,
+        Arg::MS,
+        Arg::SHADOW,
+    ],
 };
 
 static WINDOW: Command = Command {
@@ -98,7 +106,15 @@ static BUCKET: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("capacity"), Arg::integer("tokens"), Arg::duration("interval"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
+    args: &[
+        Arg::integer("capacity"),
+        Arg::integer("tokens"),
+        Arg::duration("interval"),
+        Arg::QUANTITY,
+        Arg::HELD,
+        Arg::MS,
+        Arg::SHADOW,
+    ],
 };
 
 static COUNTER: Command = Command {
@@ -136,7 +152,8 @@ static QUOTA: Command = Command {
 const PRECISION: Arg = Arg::option("precision", "PRECISION");
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter, Algorithm::Quota];
+    pub const ALL: [Algorithm; 5] =
+        [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter, Algorithm::Quota];
 
     /// Its own command's table.
     pub const fn command(self) -> &'static Command {
@@ -172,7 +189,10 @@ impl Algorithm {
 
     /// Its options other than the shared quantity and unit (`PRECISION p`, `TZ zone`).
     pub fn options(self) -> impl Iterator<Item = &'static Arg> + Clone {
-        self.command().args.iter().filter(|a| a.optional && matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if t != "QUANTITY"))
+        self.command()
+            .args
+            .iter()
+            .filter(|a| a.optional && matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if t != "QUANTITY"))
     }
 
     /// The words its positional parameters take (`PER unit` takes two).
@@ -241,7 +261,9 @@ impl Algorithm {
     pub fn build(self, values: &[i64], tail: &Tail, unit: Unit, caps: &Caps) -> Result<Limiter> {
         let value = |i: usize| values.get(i).copied().unwrap_or(0);
         Ok(match self {
-            Algorithm::Throttle => Limiter::Throttle(throttle::Params::new(value(0), value(1), duration(value(2), unit, "period")?)?),
+            Algorithm::Throttle => {
+                Limiter::Throttle(throttle::Params::new(value(0), value(1), duration(value(2), unit, "period")?)?)
+            }
             Algorithm::Window => {
                 let window = duration(value(1), unit, "window")?;
                 let precision = match tail.value("PRECISION") {
@@ -251,15 +273,22 @@ impl Algorithm {
                         let (w, most) = (value(1), caps.max_buckets);
                         let (min, max) = (w / most + i64::from(w % most != 0), w);
                         if !(min..=max).contains(&p) {
-                            return Err(Error::OutOfRange { name: "precision", range: Range::Duration { min, max, unit } });
+                            return Err(Error::OutOfRange {
+                                name: "precision",
+                                range: Range::Duration { min, max, unit },
+                            });
                         }
                         Some(duration(p, unit, "precision")?)
                     }
                 };
                 Limiter::Window(window::Params::with_caps(value(0), window, precision, caps)?)
             }
-            Algorithm::Bucket => Limiter::Bucket(bucket::Params::new(value(0), value(1), duration(value(2), unit, "interval")?)?),
-            Algorithm::Counter => Limiter::Counter(counter::Params::new(value(0), duration(value(1), unit, "window")?)?),
+            Algorithm::Bucket => {
+                Limiter::Bucket(bucket::Params::new(value(0), value(1), duration(value(2), unit, "interval")?)?)
+            }
+            Algorithm::Counter => {
+                Limiter::Counter(counter::Params::new(value(0), duration(value(1), unit, "window")?)?)
+            }
             // Its words are not all numbers: see `quota_spec`.
             Algorithm::Quota => return Err(Error::Internal("CL.QUOTA is parsed from its words".into())),
         })
@@ -288,20 +317,25 @@ impl Limiter {
                 Some(s) => throttle::decode(s.value).and_then(|tat| throttle::decide(Some(tat), now, p, quantity)),
             }
             .map(|d| integer(d.map(Instant::as_nanos))),
-            Limiter::Window(p) => window::decide(stored.map(|s| s.value), now, p, quantity).map(|d| d.map(Write::Patch)),
+            Limiter::Window(p) => {
+                window::decide(stored.map(|s| s.value), now, p, quantity).map(|d| d.map(Write::Patch))
+            }
             Limiter::Bucket(p) => match stored {
                 None => bucket::decide(None, now, p, quantity),
-                Some(s) => bucket::decode(s.value, s.expires_at_ms).and_then(|state| bucket::decide(Some(state), now, p, quantity)),
+                Some(s) => bucket::decode(s.value, s.expires_at_ms)
+                    .and_then(|state| bucket::decide(Some(state), now, p, quantity)),
             }
             .map(integer),
             Limiter::Counter(p) => match stored {
                 None => counter::decide(None, now, p, quantity),
-                Some(s) => counter::decode(s.value, s.expires_at_ms).and_then(|state| counter::decide(Some(state), now, p, quantity)),
+                Some(s) => counter::decode(s.value, s.expires_at_ms)
+                    .and_then(|state| counter::decide(Some(state), now, p, quantity)),
             }
             .map(integer),
             Limiter::Quota(p) => match stored {
                 None => quota::decide(None, now, p, quantity),
-                Some(s) => quota::decode(s.value, s.expires_at_ms).and_then(|state| quota::decide(Some(state), now, p, quantity)),
+                Some(s) => quota::decode(s.value, s.expires_at_ms)
+                    .and_then(|state| quota::decide(Some(state), now, p, quantity)),
             }
             .map(integer),
         };
@@ -320,14 +354,23 @@ impl Limiter {
     /// - CL.WINDOW: only units logged at the taking instant that still count.
     ///
     /// Without `held`, or for a call that is not a refund, it is [`Limiter::decide`].
-    pub fn decide_held(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64, held: Option<Instant>) -> Result<Decision<Write>> {
+    pub fn decide_held(
+        &self,
+        stored: Option<Stored<'_>>,
+        now: Instant,
+        quantity: i64,
+        held: Option<Instant>,
+    ) -> Result<Decision<Write>> {
         let Some(held) = held.filter(|_| quantity < 0) else {
             return self.decide(stored, now, quantity);
         };
         let units = crate::limits::refunded(quantity);
         let bounded = match self {
             Limiter::Throttle(p) => {
-                let tat = stored.map(|s| throttle::decode(s.value)).transpose().map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))?;
+                let tat = stored
+                    .map(|s| throttle::decode(s.value))
+                    .transpose()
+                    .map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))?;
                 let d = throttle::refund_held(tat, now, p, units, held)?;
                 return Ok(Decision { reply: d.reply, effect: d.effect.map(|t| Write::Integer(t.as_nanos())) });
             }
@@ -336,14 +379,18 @@ impl Limiter {
                 .map(|s| bucket::decode(s.value, s.expires_at_ms))
                 .transpose()
                 .and_then(|state| bucket::held_units(state, now, p, units, held)),
-            Limiter::Counter(_) => stored.map(|s| counter::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
-                Some(s) if s.closes_at == held && now < held => units,
-                _ => 0,
-            }),
-            Limiter::Quota(_) => stored.map(|s| quota::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
-                Some(s) if s.expires_at == held && now < held => units,
-                _ => 0,
-            }),
+            Limiter::Counter(_) => {
+                stored.map(|s| counter::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
+                    Some(s) if s.closes_at == held && now < held => units,
+                    _ => 0,
+                })
+            }
+            Limiter::Quota(_) => {
+                stored.map(|s| quota::decode(s.value, s.expires_at_ms)).transpose().map(|state| match state {
+                    Some(s) if s.expires_at == held && now < held => units,
+                    _ => 0,
+                })
+            }
         };
         let bounded = bounded.map_err(|e| self.algorithm().state_error(e, stored.map(|s| s.value)))?;
         // A refund of nothing answers as a peek would, but never as a denial: it is a refund.
@@ -417,7 +464,14 @@ impl<'a> Request<'a> {
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
         let quantity = parsed.tail.quantity.unwrap_or(1);
         let held = held(parsed.tail.value("HELD"), quantity)?;
-        Ok(Request { key: parsed.key, limiter, quantity, unit: parsed.tail.unit, held, shadow: parsed.tail.has("SHADOW") })
+        Ok(Request {
+            key: parsed.key,
+            limiter,
+            quantity,
+            unit: parsed.tail.unit,
+            held,
+            shadow: parsed.tail.has("SHADOW"),
+        })
     }
 
     /// The common shapes, without walking the table: the key, the positional integers, then
@@ -461,7 +515,9 @@ impl<'a> Request<'a> {
         let (&key, rest) = args.split_first().ok_or_else(arity)?;
         // (As in `Parsed::parse`: the longest call the table allows matters only for a call of
         // more words than the table has arguments, each taking at least one word.)
-        if rest.len() < Algorithm::Quota.param_words() || (args.len() > 1 + table.args.len() && table.max_words().is_some_and(|max| args.len() > max)) {
+        if rest.len() < Algorithm::Quota.param_words()
+            || (args.len() > 1 + table.args.len() && table.max_words().is_some_and(|max| args.len() > max))
+        {
             return Err(arity());
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
@@ -474,7 +530,11 @@ impl<'a> Request<'a> {
 
 /// A quota's words (after its key, or its CL.ALL spec word): the limiter and the tail of the
 /// words `accepted` (`unit`: the call's, when the tail cannot set it).
-fn quota_words<'t>(words: &[&[u8]], accepted: impl Iterator<Item = &'t Arg> + Clone, unit: Option<Unit>) -> Result<(Limiter, Tail)> {
+fn quota_words<'t>(
+    words: &[&[u8]],
+    accepted: impl Iterator<Item = &'t Arg> + Clone,
+    unit: Option<Unit>,
+) -> Result<(Limiter, Tail)> {
     let words = quota::Words::split(words)?;
     let tail = Tail::parse(words.rest(), accepted)?;
     Ok((Limiter::Quota(words.params(unit.unwrap_or(tail.unit))?), tail))
@@ -482,7 +542,11 @@ fn quota_words<'t>(words: &[&[u8]], accepted: impl Iterator<Item = &'t Arg> + Cl
 
 /// A CL.ALL `QUOTA limit PER unit [TZ zone] [ANCHOR instant] [QUANTITY q] [HELD t]` spec (after
 /// its word): the limiter and the tail of its options.
-pub fn quota_spec<'t>(words: &[&[u8]], unit: Unit, accepted: impl Iterator<Item = &'t Arg> + Clone) -> Result<(Limiter, Tail)> {
+pub fn quota_spec<'t>(
+    words: &[&[u8]],
+    unit: Unit,
+    accepted: impl Iterator<Item = &'t Arg> + Clone,
+) -> Result<(Limiter, Tail)> {
     quota_words(words, accepted, Some(unit))
 }
 
@@ -533,13 +597,21 @@ mod tests {
         let throttle = parse(Algorithm::Throttle, "k 5 1 60").unwrap().limiter;
         assert_eq!(throttle.decide(stored(b"\x01\0\0\0\0\0\0\0"), now, 1), Err(Error::WrongType));
         // A pacer's key is no limiter's: WRONGTYPE for every one, its queue left as it is.
-        for limiter in [throttle, counter, parse(Algorithm::Bucket, "k 5 1 60").unwrap().limiter, parse(Algorithm::Window, "k 5 60").unwrap().limiter] {
+        for limiter in [
+            throttle,
+            counter,
+            parse(Algorithm::Bucket, "k 5 1 60").unwrap().limiter,
+            parse(Algorithm::Window, "k 5 60").unwrap().limiter,
+        ] {
             assert_eq!(limiter.decide(stored(b"P1700000000000000000"), now, 1), Err(Error::WrongType), "{limiter:?}");
             assert_eq!(limiter.decide(stored(b"P1700000000000000000"), now, 0), Err(Error::WrongType), "{limiter:?}");
         }
         // `P` and anything but a TAT is nobody's.
         for junk in [&b"P"[..], b"P5", b"P-1", b"Pabc", b"P 1700000000000000000"] {
-            assert_eq!(throttle.decide(Some(Stored { value: junk, expires_at_ms: Some(1) }), now, 1), Err(Error::InvalidState("CL.THROTTLE")));
+            assert_eq!(
+                throttle.decide(Some(Stored { value: junk, expires_at_ms: Some(1) }), now, 1),
+                Err(Error::InvalidState("CL.THROTTLE"))
+            );
         }
     }
 
@@ -547,7 +619,10 @@ mod tests {
     fn window_parses_its_arguments() {
         let w = parse(Algorithm::Window, "k 10 60").unwrap();
         assert_eq!((w.key, w.quantity, w.unit), (&b"k"[..], 1, Unit::Seconds));
-        assert_eq!(w.limiter, Limiter::Window(window::Params::new(10, Nanos::new(60 * NANOS_PER_SEC).unwrap(), None).unwrap()));
+        assert_eq!(
+            w.limiter,
+            Limiter::Window(window::Params::new(10, Nanos::new(60 * NANOS_PER_SEC).unwrap(), None).unwrap())
+        );
         let w = parse(Algorithm::Window, "k 10 600 PRECISION 5 3 MS").unwrap();
         assert_eq!((w.quantity, w.unit), (3, Unit::Millis));
         let Limiter::Window(p) = w.limiter else { panic!() };
@@ -561,22 +636,40 @@ mod tests {
         for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 SHADOW x"] {
             assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
         }
-        assert_eq!(error(Window, "k 0 1"), "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
+        assert_eq!(
+            error(Window, "k 0 1"),
+            "ERR limit must be an integer from 1 to 100000 (use PRECISION for larger limits)"
+        );
         assert_eq!(error(Window, "k 1 -1"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
-        assert_eq!(error(Window, "k 1 1000000000001 MS"), "ERR window must be an integer from 1 to 1000000000000 (milliseconds)");
+        assert_eq!(
+            error(Window, "k 1 1000000000001 MS"),
+            "ERR window must be an integer from 1 to 1000000000000 (milliseconds)"
+        );
         assert_eq!(error(Window, "k 1 60 PRECISION 61"), "ERR precision must be an integer from 1 to 60 (seconds)");
-        assert_eq!(error(Window, "k 1 60000 PRECISION 5 MS"), "ERR precision must be an integer from 6 to 60000 (milliseconds)");
+        assert_eq!(
+            error(Window, "k 1 60000 PRECISION 5 MS"),
+            "ERR precision must be an integer from 6 to 60000 (milliseconds)"
+        );
         assert!(parse(Window, "k 100001 1 PRECISION 1").is_ok());
         assert_eq!(parse(Window, "k 1 1.5"), Err(Error::NotAnInteger));
         assert_eq!(parse(Window, "k 1 1 FOO"), Err(Error::Syntax));
         assert_eq!(parse(Bucket, "k 1 1 1 PRECISION 1"), Err(Error::Syntax));
         assert_eq!(error(Throttle, "k -1 1 1"), "ERR max_burst must be an integer from 0 to 999999999999999999");
         assert_eq!(error(Throttle, "k 0 0 1"), "ERR count must be an integer from 1 to 1000000000000000000");
-        assert_eq!(error(Throttle, "k 0 1000000001 1"), "ERR rate is too fast: period divided by count is less than one nanosecond");
-        assert!(error(Throttle, "k 999999999999999999 1 1").starts_with("ERR parameters are too large: (max_burst + 1) * period / count"));
+        assert_eq!(
+            error(Throttle, "k 0 1000000001 1"),
+            "ERR rate is too fast: period divided by count is less than one nanosecond"
+        );
+        assert!(
+            error(Throttle, "k 999999999999999999 1 1")
+                .starts_with("ERR parameters are too large: (max_burst + 1) * period / count")
+        );
         assert!(parse(Throttle, "k 999999999999999999 1000000000 1").is_ok(), "one nanosecond per unit");
         assert_eq!(error(Bucket, "k 0 1 1"), "ERR capacity must be an integer from 1 to 9223372036854775807");
-        assert!(error(Bucket, "k 9223372036854775807 1 1").starts_with("ERR parameters are too large: interval * ceil(capacity / tokens)"));
+        assert!(
+            error(Bucket, "k 9223372036854775807 1 1")
+                .starts_with("ERR parameters are too large: interval * ceil(capacity / tokens)")
+        );
         assert_eq!(error(Counter, "k 0 1"), "ERR limit must be an integer from 1 to 999999999999999999");
         assert_eq!(error(Counter, "k 1 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
     }
@@ -588,7 +681,11 @@ mod tests {
         let tables = Algorithm::ALL.iter().map(|a| a.command()).chain([&crate::all::COMMAND, &crate::top::COMMAND]);
         for table in tables {
             let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
-            assert!(table.args[first_option..].iter().all(|a| a.optional || a.multiple), "{}: a required argument after an option", table.name);
+            assert!(
+                table.args[first_option..].iter().all(|a| a.optional || a.multiple),
+                "{}: a required argument after an option",
+                table.name
+            );
         }
     }
 
@@ -602,14 +699,34 @@ mod tests {
             let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, &Caps::DEFAULT)?;
             Ok((limiter, parsed.tail.quantity.unwrap_or(1), parsed.tail.unit, parsed.tail.has("SHADOW")))
         };
-        let tails = ["", "MS", "ms", "3", "-2", "0", "3 MS", "MS 3", "1.5", "MS MS", "3 3", "MS 1.5", "x", "SHADOW", "MS SHADOW", "05", "+3", "QUANTITY 3"];
+        let tails = [
+            "",
+            "MS",
+            "ms",
+            "3",
+            "-2",
+            "0",
+            "3 MS",
+            "MS 3",
+            "1.5",
+            "MS MS",
+            "3 3",
+            "MS 1.5",
+            "x",
+            "SHADOW",
+            "MS SHADOW",
+            "05",
+            "+3",
+            "QUANTITY 3",
+        ];
         for algorithm in [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter] {
             let count = algorithm.positional_integers().unwrap();
             for positional in ["5 1 60", "0 1 60", "x 1 60", "5 x 60", "5 1 1.5", "100000000 100000000 1", "5 1 0"] {
                 let positional: Vec<&str> = positional.split(' ').take(count).collect();
                 for tail in tails {
                     let s = format!("k {} {tail}", positional.join(" "));
-                    let fast = Request::parse(algorithm, &args(&s), &Caps::DEFAULT).map(|r| (r.limiter, r.quantity, r.unit, r.shadow));
+                    let fast = Request::parse(algorithm, &args(&s), &Caps::DEFAULT)
+                        .map(|r| (r.limiter, r.quantity, r.unit, r.shadow));
                     assert_eq!(fast, by_table(algorithm, &s), "{algorithm:?} {s}");
                 }
             }
@@ -621,7 +738,10 @@ mod tests {
         let caps = Caps { max_exact_limit: 500, max_buckets: 40 };
         let parse = |s: &str| Request::parse(Algorithm::Window, &args(s), &caps).map(|_| ()).map_err(|e| e.to_string());
         assert!(parse("k 500 60").is_ok());
-        assert_eq!(parse("k 501 60").unwrap_err(), "ERR limit must be an integer from 1 to 500 (use PRECISION for larger limits)");
+        assert_eq!(
+            parse("k 501 60").unwrap_err(),
+            "ERR limit must be an integer from 1 to 500 (use PRECISION for larger limits)"
+        );
         assert!(parse("k 501 60 PRECISION 2").is_ok());
         assert_eq!(parse("k 1 60 PRECISION 1").unwrap_err(), "ERR precision must be an integer from 2 to 60 (seconds)");
         assert_eq!(parse("k 1 81 PRECISION 2").unwrap_err(), "ERR precision must be an integer from 3 to 81 (seconds)");
@@ -632,7 +752,12 @@ mod tests {
 
     #[test]
     fn shadow_is_an_option_of_every_limiter_command() {
-        for (algorithm, words) in [(Algorithm::Throttle, "k 1 1 1"), (Algorithm::Window, "k 1 1"), (Algorithm::Bucket, "k 1 1 1"), (Algorithm::Counter, "k 1 1")] {
+        for (algorithm, words) in [
+            (Algorithm::Throttle, "k 1 1 1"),
+            (Algorithm::Window, "k 1 1"),
+            (Algorithm::Bucket, "k 1 1 1"),
+            (Algorithm::Counter, "k 1 1"),
+        ] {
             assert!(!parse(algorithm, words).unwrap().shadow());
             let with_options = format!("{words} shadow 3 MS");
             let r = parse(algorithm, &with_options).unwrap();

@@ -31,7 +31,9 @@ pub(crate) fn integer_with_expiry(
     let value = crate::args::integer(stored).ok().filter(|&v| v >= min).ok_or_else(|| Error::InvalidState(command))?;
     let expires_at = match expires_at_ms {
         None => Instant::from_nanos(i64::MAX),
-        Some(ms) => Instant::from_nanos(ms.checked_mul(NANOS_PER_MILLI).unwrap_or(if ms < 0 { i64::MIN } else { i64::MAX })),
+        Some(ms) => {
+            Instant::from_nanos(ms.checked_mul(NANOS_PER_MILLI).unwrap_or(if ms < 0 { i64::MIN } else { i64::MAX }))
+        }
     };
     Ok((value, expires_at))
 }
@@ -39,8 +41,8 @@ pub(crate) fn integer_with_expiry(
 /// Helpers the algorithms' tests share.
 #[cfg(test)]
 pub(crate) mod testing {
-    use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
     use crate::Effect;
+    use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC};
 
     /// A realistic now: November 2023.
     pub const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;

@@ -59,7 +59,10 @@ impl Params {
     /// `max_wait` defaults to `period`.
     pub fn new(count: i64, period: Nanos, max_wait: Option<Nanos>) -> Result<Params> {
         if !(1..=MAX_DURATION.as_nanos()).contains(&count) {
-            return Err(Error::OutOfRange { name: "count", range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() } });
+            return Err(Error::OutOfRange {
+                name: "count",
+                range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() },
+            });
         }
         let emission_interval = Nanos::new(period.as_nanos() / count)
             .filter(|ei| ei.as_nanos() > 0)
@@ -79,7 +82,10 @@ impl Params {
     pub fn check_quantity(&self, quantity: i64) -> Result<()> {
         let max = MAX_DURATION.as_nanos();
         if !(0..=max).contains(&quantity) {
-            return Err(Error::OutOfRange { name: "quantity", range: Range::Limit { min: 0, max, hint: "a reservation cannot be refunded" } });
+            return Err(Error::OutOfRange {
+                name: "quantity",
+                range: Range::Limit { min: 0, max, hint: "a reservation cannot be refunded" },
+            });
         }
         match self.emission_interval.checked_mul_nanos(quantity as u64) {
             Ok(span) if span <= MAX_DURATION => Ok(()),
@@ -124,7 +130,10 @@ impl<'a> Request<'a> {
         params.check_quantity(quantity)?;
         let block = parsed.tail.has("BLOCK");
         if block && quantity == 0 {
-            return Err(Error::OutOfRange { name: "quantity", range: Range::Text("at least 1 with BLOCK (a peek reserves no slot to wait for)") });
+            return Err(Error::OutOfRange {
+                name: "quantity",
+                range: Range::Text("at least 1 with BLOCK (a peek reserves no slot to wait for)"),
+            });
         }
         Ok(Request { key: parsed.key, params, quantity, unit, block, shadow: parsed.tail.has("SHADOW") })
     }
@@ -190,8 +199,10 @@ impl Reply {
 /// then the TAT moves on by `quantity` emission intervals (a peek, quantity 0, writes nothing).
 /// A refusal writes nothing.
 pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant, Reply>> {
-    let quantity = u64::try_from(quantity)
-        .map_err(|_| Error::OutOfRange { name: "quantity", range: Range::Text("0 or more (a reservation cannot be refunded)") })?;
+    let quantity = u64::try_from(quantity).map_err(|_| Error::OutOfRange {
+        name: "quantity",
+        range: Range::Text("0 or more (a reservation cannot be refunded)"),
+    })?;
     let at = tat.map_or(now, |tat| tat.max(now));
     let wait = at.saturating_since(now);
     if wait > params.max_wait {
@@ -206,7 +217,13 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     }
     let new_tat = at.checked_add(params.emission_interval.checked_mul_nanos(quantity)?)?;
     let reset_after = new_tat.saturating_since(now);
-    let reply = Reply { limited: false, wait: Some(wait), queued: units(reset_after, params.emission_interval), retry_after: None, reset_after };
+    let reply = Reply {
+        limited: false,
+        wait: Some(wait),
+        queued: units(reset_after, params.emission_interval),
+        retry_after: None,
+        reset_after,
+    };
     let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
     Ok(Decision { reply, effect })
 }

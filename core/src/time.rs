@@ -60,11 +60,7 @@ impl Nanos {
         self.0.checked_mul(n).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_mul_nanos(self, n: u64) -> Result<Nanos> {
-        i64::try_from(n)
-            .ok()
-            .and_then(|n| self.0.checked_mul(n))
-            .map(Nanos)
-            .ok_or_else(|| Error::TooLarge)
+        i64::try_from(n).ok().and_then(|n| self.0.checked_mul(n)).map(Nanos).ok_or_else(|| Error::TooLarge)
     }
     pub fn checked_add(self, other: Nanos) -> Result<Nanos> {
         self.0.checked_add(other.0).map(Nanos).ok_or_else(|| Error::TooLarge)
@@ -122,10 +118,7 @@ impl Unit {
 
     /// A time argument (already known to be positive) in nanoseconds.
     pub fn to_nanos(self, value: i64) -> Result<Nanos> {
-        value
-            .checked_mul(self.nanos())
-            .and_then(Nanos::new)
-            .ok_or_else(|| Error::TooLarge)
+        value.checked_mul(self.nanos()).and_then(Nanos::new).ok_or_else(|| Error::TooLarge)
     }
 
     /// A reply time. Seconds round as redis-cell does (whole seconds, plus one when the

@@ -40,7 +40,10 @@ pub static COMMAND: Command = Command {
     flags: "readonly admin allow-loading allow-stale",
     acl_categories: "admin slow dangerous",
     keys: Keys::None,
-    args: &[Arg { name: "count", kind: ArgKind::Quantity, optional: true, multiple: false }, Arg::flag("reset", "RESET")],
+    args: &[
+        Arg { name: "count", kind: ArgKind::Quantity, optional: true, multiple: false },
+        Arg::flag("reset", "RESET"),
+    ],
 };
 
 /// A parsed `CL.TOP [count] [RESET]`.
@@ -196,7 +199,11 @@ impl Sketch {
     pub fn top(&self, n: usize) -> Vec<Entry<'_>> {
         let mut slots: Vec<usize> = (0..self.used).collect();
         slots.sort_unstable_by(|&a, &b| self.counts[b].cmp(&self.counts[a]).then_with(|| self.key(a).cmp(self.key(b))));
-        slots.into_iter().take(n).map(|s| Entry { key: self.key(s), count: self.counts[s], error: self.errors[s] }).collect()
+        slots
+            .into_iter()
+            .take(n)
+            .map(|s| Entry { key: self.key(s), count: self.counts[s], error: self.errors[s] })
+            .collect()
     }
 
     fn key(&self, slot: usize) -> &[u8] {

@@ -115,12 +115,18 @@ impl Params {
             return Err(Error::OutOfRange { name: "limit", range });
         }
         if !(1..=MAX_DURATION.as_nanos()).contains(&window.as_nanos()) {
-            return Err(Error::OutOfRange { name: "window", range: Range::Text("a positive duration of at most 1000000000 seconds") });
+            return Err(Error::OutOfRange {
+                name: "window",
+                range: Range::Text("a positive duration of at most 1000000000 seconds"),
+            });
         }
         if let Some(p) = precision
             && (p.as_nanos() < 1 || p > window || buckets::spanned(window, p) > caps.max_buckets)
         {
-            return Err(Error::OutOfRange { name: "precision", range: Range::Text("a duration from the window divided by throttle.max-buckets to the window") });
+            return Err(Error::OutOfRange {
+                name: "precision",
+                range: Range::Text("a duration from the window divided by throttle.max-buckets to the window"),
+            });
         }
         Ok(Params { limit, window, precision })
     }
@@ -137,7 +143,14 @@ impl Params {
 
     /// The reply when `used` units count at `now`, the newest of them leaving at
     /// `full_at` (`None`: nothing counts), and a denied call could retry at `retry_at`.
-    fn reply(&self, now: Instant, limited: bool, used: i64, full_at: Option<Instant>, retry_at: Option<Instant>) -> Reply {
+    fn reply(
+        &self,
+        now: Instant,
+        limited: bool,
+        used: i64,
+        full_at: Option<Instant>,
+        retry_at: Option<Instant>,
+    ) -> Reply {
         Reply {
             limited,
             limit: self.limit,

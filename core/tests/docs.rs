@@ -49,7 +49,10 @@ fn entries() -> Vec<Entry> {
         // The manual's examples; for an algorithm not named here, 10 for every number and 60
         // for every duration (the test says so when that call does not parse).
         let (valid, probes): (Vec<&str>, &[&[&str]]) = match algorithm.word() {
-            "THROTTLE" => (vec!["key", "15", "30", "60"], &[&["key", "15", "1000000000000", "1"], &["key", "1000000", "1", "1000000000"]]),
+            "THROTTLE" => (
+                vec!["key", "15", "30", "60"],
+                &[&["key", "15", "1000000000000", "1"], &["key", "1000000", "1", "1000000000"]],
+            ),
             "WINDOW" => (vec!["key", "10", "60"], &[&["key", "100001", "60"], &["key", "10", "60", "PRECISION", "7"]]),
             "BUCKET" => (vec!["key", "10", "1", "6"], &[&["key", "1000000000", "1", "1000000000"]]),
             "COUNTER" => (vec!["key", "3", "3600"], &[]),
@@ -100,8 +103,18 @@ fn entries() -> Vec<Entry> {
         valid: vec!["key", "20", "300", "job-123"],
         probes: &[&["key", "20", "300", ""]],
     });
-    out.push(Entry { table: &lease::RELEASE, parse: Parser::Other(|a| lease::Release::parse(a).map(drop)), valid: vec!["key", "job-123"], probes: &[&["key", ""]] });
-    out.push(Entry { table: &top::COMMAND, parse: Parser::Other(|a| top::Request::parse(a).map(drop)), valid: vec![], probes: &[&["0"], &["1025"], &["x"], &["3", "BOGUS"]] });
+    out.push(Entry {
+        table: &lease::RELEASE,
+        parse: Parser::Other(|a| lease::Release::parse(a).map(drop)),
+        valid: vec!["key", "job-123"],
+        probes: &[&["key", ""]],
+    });
+    out.push(Entry {
+        table: &top::COMMAND,
+        parse: Parser::Other(|a| top::Request::parse(a).map(drop)),
+        valid: vec![],
+        probes: &[&["0"], &["1025"], &["x"], &["3", "BOGUS"]],
+    });
     out
 }
 
@@ -137,15 +150,30 @@ fn kind(arg: &Arg) -> String {
         ArgKind::Quantity => "an integer in any position after the positional arguments (optional)".into(),
         ArgKind::Flag(token) => format!("the word `{token}` (optional)"),
         ArgKind::Option(token) => format!("the word `{token}`, then its value (optional)"),
-        ArgKind::Text(token) => format!("the word `{token}`, then its {}{}", arg.name, if arg.optional { " (optional)" } else { "" }),
+        ArgKind::Text(token) => {
+            format!("the word `{token}`, then its {}{}", arg.name, if arg.optional { " (optional)" } else { "" })
+        }
         ArgKind::Spec => {
             let specs: Vec<String> = Algorithm::ALL
                 .iter()
                 .map(|&a| {
-                    let params: Vec<String> = a.params().map(|p| if token(p).is_empty() { p.name.to_string() } else { format!("{} {}", token(p), p.name) }).collect();
+                    let params: Vec<String> =
+                        a.params()
+                            .map(|p| {
+                                if token(p).is_empty() {
+                                    p.name.to_string()
+                                } else {
+                                    format!("{} {}", token(p), p.name)
+                                }
+                            })
+                            .collect();
                     let options: Vec<String> = a.options().map(|o| format!("[{} {}]", token(o), o.name)).collect();
                     let mut s = format!("{} {}", a.word(), params.join(" "));
-                    for o in options.iter().chain(std::iter::once(&format!("[{} {}]", token(&all::QUANTITY), all::QUANTITY.name))) {
+                    for o in options.iter().chain(std::iter::once(&format!(
+                        "[{} {}]",
+                        token(&all::QUANTITY),
+                        all::QUANTITY.name
+                    ))) {
                         s.push(' ');
                         s.push_str(o);
                     }
@@ -167,7 +195,11 @@ fn token(arg: &Arg) -> &'static str {
 fn arity(table: &Command) -> String {
     let a = table.arity();
     let words = a.unsigned_abs();
-    if a < 0 { format!("{a}: at least {words} words, the command's name included") } else { format!("{a}: exactly {words} words, the command's name included") }
+    if a < 0 {
+        format!("{a}: at least {words} words, the command's name included")
+    } else {
+        format!("{a}: exactly {words} words, the command's name included")
+    }
 }
 
 /// Every call that probes an error, and the error text its parser answers, in the order found,
@@ -281,9 +313,13 @@ fn every_command_page_shows_its_table() {
     let mut stale = Vec::new();
     for entry in &entries {
         let path = pages().join(format!("{}.md", entry.table.name));
-        let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: the page of {} ({e})", path.display(), entry.table.name));
+        let page = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: the page of {} ({e})", path.display(), entry.table.name));
         let (Some(b), Some(e)) = (page.find(BEGIN), page.find(END)) else {
-            panic!("{}: no generated block (put `{BEGIN}` and `{END}` under the title, then `make docs-gen`)", path.display());
+            panic!(
+                "{}: no generated block (put `{BEGIN}` and `{END}` under the title, then `make docs-gen`)",
+                path.display()
+            );
         };
         let wanted = render(entry);
         let shown = &page[b..e + END.len()];
@@ -295,7 +331,11 @@ fn every_command_page_shows_its_table() {
             }
         }
     }
-    assert!(stale.is_empty(), "command pages out of date with the command table (run `make docs-gen`):\n{}", stale.join("\n"));
+    assert!(
+        stale.is_empty(),
+        "command pages out of date with the command table (run `make docs-gen`):\n{}",
+        stale.join("\n")
+    );
     // Every page is a command's.
     let names: Vec<String> = entries.iter().map(|e| format!("{}.md", e.table.name)).collect();
     for file in std::fs::read_dir(pages()).unwrap() {
@@ -314,6 +354,7 @@ fn every_table_is_listed_here() {
     // Every entry's valid call parses: the probes vary one thing at a time from it.
     for e in entries() {
         let words: Vec<&[u8]> = e.valid.iter().map(|s| s.as_bytes()).collect();
-        e.parse(&words).unwrap_or_else(|err| panic!("{}: the valid call {:?} does not parse: {err}", e.table.name, e.valid));
+        e.parse(&words)
+            .unwrap_or_else(|err| panic!("{}: the valid call {:?} does not parse: {err}", e.table.name, e.valid));
     }
 }

@@ -5,8 +5,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::scenarios::{
-    ALGORITHMS, AlgorithmsRun, HOUR_MS, LLM_LIMITERS, LLM_SPIKE, LlmCall, PACE_COUNT,
-    PACE_PERIOD_MS, Slot, llm_command,
+    ALGORITHMS, AlgorithmsRun, HOUR_MS, LLM_LIMITERS, LLM_SPIKE, LlmCall, PACE_COUNT, PACE_PERIOD_MS, Slot, llm_command,
 };
 
 pub const ADMITTED: RGBColor = RGBColor(44, 160, 44);
@@ -15,11 +14,7 @@ pub const LINE: RGBColor = RGBColor(31, 119, 180);
 pub const GREY: RGBColor = RGBColor(120, 120, 120);
 pub const SHADE: RGBColor = RGBColor(236, 236, 236);
 /// One colour per CL.ALL limiter (and its denials).
-pub const LIMITER: [RGBColor; 3] = [
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
+pub const LIMITER: [RGBColor; 3] = [RGBColor(255, 127, 14), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
 pub const WORKER: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -40,24 +35,14 @@ pub struct Provenance {
 
 impl Provenance {
     pub fn line(&self) -> String {
-        format!(
-            "made by `{}` against {}, {}",
-            self.command, self.server, self.date
-        )
+        format!("made by `{}` against {}, {}", self.command, self.server, self.date)
     }
 }
 
 /// Puts `<!-- provenance -->` right after the `<svg …>` tag.
 pub fn with_comment(svg: String, prov: &Provenance, extra: &str) -> String {
-    let comment = format!(
-        "\n<!-- {}. {} -->",
-        prov.line().replace("--", "-"),
-        extra.replace("--", "-")
-    );
-    match svg
-        .find("<svg")
-        .and_then(|i| svg[i..].find('>').map(|j| i + j + 1))
-    {
+    let comment = format!("\n<!-- {}. {} -->", prov.line().replace("--", "-"), extra.replace("--", "-"));
+    match svg.find("<svg").and_then(|i| svg[i..].find('>').map(|j| i + j + 1)) {
         Some(at) => format!("{}{}{}", &svg[..at], comment, &svg[at..]),
         None => svg,
     }
@@ -111,32 +96,17 @@ pub fn frame<'a>(
     let head = 44 + 18 * lines.len() as u32;
     let (top, rest) = root.split_vertically(head);
     let (body, bottom) = rest.split_vertically(h - head - 24);
-    top.draw(&Text::new(
-        title.to_string(),
-        (12, 8),
-        ("sans-serif", 22).into_font().style(FontStyle::Bold),
-    ))?;
+    top.draw(&Text::new(title.to_string(), (12, 8), ("sans-serif", 22).into_font().style(FontStyle::Bold)))?;
     for (i, line) in lines.iter().enumerate() {
-        top.draw(&Text::new(
-            line.to_string(),
-            (12, 38 + 18 * i as i32),
-            ("sans-serif", 14).into_font().color(&GREY),
-        ))?;
+        top.draw(&Text::new(line.to_string(), (12, 38 + 18 * i as i32), ("sans-serif", 14).into_font().color(&GREY)))?;
     }
-    bottom.draw(&Text::new(
-        prov.line(),
-        (12, 4),
-        ("sans-serif", 12).into_font().color(&GREY),
-    ))?;
+    bottom.draw(&Text::new(prov.line(), (12, 4), ("sans-serif", 12).into_font().color(&GREY)))?;
     Ok(body)
 }
 
 // ---------------------------------------------------------------------------------------------
 
-pub fn algorithms(
-    run: &AlgorithmsRun,
-    prov: &Provenance,
-) -> Result<String, Box<dyn std::error::Error>> {
+pub fn algorithms(run: &AlgorithmsRun, prov: &Provenance) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 1180)).into_drawing_area();
@@ -176,11 +146,7 @@ pub fn algorithms(
                 .axis_desc_style(("sans-serif", 13))
                 .draw()?;
             chart.draw_series(run.phases.iter().enumerate().map(|(k, p)| {
-                let fill = if k % 2 == 0 {
-                    SHADE.filled()
-                } else {
-                    WHITE.filled()
-                };
+                let fill = if k % 2 == 0 { SHADE.filled() } else { WHITE.filled() };
                 Rectangle::new([(p.from_ms / 1000.0, -0.8), (p.to_ms / 1000.0, 12.0)], fill)
             }))?;
             for p in &run.phases {
@@ -191,39 +157,28 @@ pub fn algorithms(
                 )))?;
             }
             // Consecutive calls joined, not across a gap (a limiter refills between calls).
-            chart
-                .draw_series(
-                    calls
-                        .windows(2)
-                        .filter(|w| w[1].t_ms - w[0].t_ms <= 150.0)
-                        .map(|w| {
-                            PathElement::new(
-                                vec![
-                                    (w[0].t_ms / 1000.0, w[0].reply[2] as f64),
-                                    (w[1].t_ms / 1000.0, w[1].reply[2] as f64),
-                                ],
-                                LINE.mix(0.5).stroke_width(1),
-                            )
-                        }),
-                )?;
-            chart.draw_series(calls.iter().filter(|c| c.reply[0] == 0).map(|c| {
-                Circle::new((c.t_ms / 1000.0, c.reply[2] as f64), 3, ADMITTED.filled())
-            }))?;
-            chart.draw_series(calls.iter().filter(|c| c.reply[0] != 0).map(|c| {
-                Cross::new(
-                    (c.t_ms / 1000.0, c.reply[2] as f64),
-                    4,
-                    DENIED.stroke_width(2),
+            chart.draw_series(calls.windows(2).filter(|w| w[1].t_ms - w[0].t_ms <= 150.0).map(|w| {
+                PathElement::new(
+                    vec![(w[0].t_ms / 1000.0, w[0].reply[2] as f64), (w[1].t_ms / 1000.0, w[1].reply[2] as f64)],
+                    LINE.mix(0.5).stroke_width(1),
                 )
             }))?;
+            chart.draw_series(
+                calls
+                    .iter()
+                    .filter(|c| c.reply[0] == 0)
+                    .map(|c| Circle::new((c.t_ms / 1000.0, c.reply[2] as f64), 3, ADMITTED.filled())),
+            )?;
+            chart.draw_series(
+                calls
+                    .iter()
+                    .filter(|c| c.reply[0] != 0)
+                    .map(|c| Cross::new((c.t_ms / 1000.0, c.reply[2] as f64), 4, DENIED.stroke_width(2))),
+            )?;
         }
         root.present()?;
     }
-    Ok(with_comment(
-        svg,
-        prov,
-        "Calls timed by the client: each arrival pipelines the four commands on four keys",
-    ))
+    Ok(with_comment(svg, prov, "Calls timed by the client: each arrival pipelines the four commands on four keys"))
 }
 
 /// The algorithms picture's legend, in its own strip (the same marks as the panels).
@@ -255,17 +210,10 @@ pub fn spacing_words(min_gap: f64, max_gap: f64) -> String {
 
 pub fn pace(slots: &[Slot], prov: &Provenance) -> Result<String, Box<dyn std::error::Error>> {
     let spacing = f64::from(PACE_PERIOD_MS) / f64::from(PACE_COUNT);
-    let gaps: Vec<f64> = slots
-        .windows(2)
-        .map(|w| w[1].slot_ms - w[0].slot_ms)
-        .collect();
+    let gaps: Vec<f64> = slots.windows(2).map(|w| w[1].slot_ms - w[0].slot_ms).collect();
     let min_gap = gaps.iter().copied().fold(f64::INFINITY, f64::min);
     let max_gap = gaps.iter().copied().fold(0.0, f64::max);
-    let end = slots
-        .iter()
-        .map(|s| s.acted_ms.max(s.slot_ms))
-        .fold(0.0, f64::max)
-        + 40.0;
+    let end = slots.iter().map(|s| s.acted_ms.max(s.slot_ms)).fold(0.0, f64::max) + 40.0;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 760)).into_drawing_area();
@@ -303,11 +251,7 @@ pub fn pace(slots: &[Slot], prov: &Provenance) -> Result<String, Box<dyn std::er
                 vec![(s.asked_ms, y), (s.slot_ms, y)],
                 c.mix(0.45).stroke_width(2),
             )))?;
-            chart.draw_series(std::iter::once(Circle::new(
-                (s.asked_ms, y),
-                3,
-                c.stroke_width(1),
-            )))?;
+            chart.draw_series(std::iter::once(Circle::new((s.asked_ms, y), 3, c.stroke_width(1))))?;
             chart.draw_series(std::iter::once(Circle::new((s.slot_ms, y), 4, c.filled())))?;
         }
         let mut chart = panel(
@@ -336,41 +280,20 @@ pub fn pace(slots: &[Slot], prov: &Provenance) -> Result<String, Box<dyn std::er
             pts
         };
         let series = [
-            (
-                "asked (the workers' demand: bunched)".to_string(),
-                GREY,
-                2,
-                slots.iter().map(|s| s.asked_ms).collect(),
-            ),
-            (
-                format!("slots reserved (one every {spacing} ms)"),
-                LINE,
-                2,
-                slots.iter().map(|s| s.slot_ms).collect(),
-            ),
-            (
-                "acted (after sleeping the wait)".to_string(),
-                ADMITTED,
-                1,
-                slots.iter().map(|s| s.acted_ms).collect(),
-            ),
+            ("asked (the workers' demand: bunched)".to_string(), GREY, 2, slots.iter().map(|s| s.asked_ms).collect()),
+            (format!("slots reserved (one every {spacing} ms)"), LINE, 2, slots.iter().map(|s| s.slot_ms).collect()),
+            ("acted (after sleeping the wait)".to_string(), ADMITTED, 1, slots.iter().map(|s| s.acted_ms).collect()),
         ];
         for (label, colour, width, times) in series {
             chart
                 .draw_series(LineSeries::new(steps(times), colour.stroke_width(width)))?
                 .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
-                });
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present()?;
     }
-    Ok(with_comment(
-        svg,
-        prov,
-        "Times are the server's TIME, read in the same MULTI/EXEC as each CL.PACE call",
-    ))
+    Ok(with_comment(svg, prov, "Times are the server's TIME, read in the same MULTI/EXEC as each CL.PACE call"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,17 +306,10 @@ pub fn llm(calls: &[LlmCall], prov: &Provenance) -> Result<String, Box<dyn std::
         let slot = if c.limited { c.binding.clamp(1, 3) } else { 0 };
         per_hour[h][slot] += 1;
     }
-    let top = per_hour
-        .iter()
-        .map(|h| h.iter().sum::<u32>())
-        .max()
-        .unwrap_or(1) as f64
-        * 1.12;
+    let top = per_hour.iter().map(|h| h.iter().sum::<u32>()).max().unwrap_or(1) as f64 * 1.12;
     let admitted: u32 = per_hour.iter().map(|h| h[0]).sum();
     let tokens: u64 = calls.iter().filter(|c| !c.limited).map(|c| c.tokens).sum();
-    let denied: Vec<u32> = (1..4)
-        .map(|k| per_hour.iter().map(|h| h[k]).sum())
-        .collect();
+    let denied: Vec<u32> = (1..4).map(|k| per_hour.iter().map(|h| h[k]).sum()).collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 860)).into_drawing_area();
@@ -437,18 +353,10 @@ pub fn llm(calls: &[LlmCall], prov: &Provenance) -> Result<String, Box<dyn std::
                 .draw_series((0..24).map(|h| {
                     let base: u32 = per_hour[h][..k].iter().sum();
                     let x = h as f64;
-                    Rectangle::new(
-                        [
-                            (x + 0.1, base as f64),
-                            (x + 0.9, (base + per_hour[h][k]) as f64),
-                        ],
-                        colour.filled(),
-                    )
+                    Rectangle::new([(x + 0.1, base as f64), (x + 0.9, (base + per_hour[h][k]) as f64)], colour.filled())
                 }))?
                 .label(name.clone())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
-                });
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
         }
         chart.draw_series(std::iter::once(Text::new(
             format!(
@@ -461,8 +369,7 @@ pub fn llm(calls: &[LlmCall], prov: &Provenance) -> Result<String, Box<dyn std::
             ("sans-serif", 12).into_font().color(&GREY),
         )))?;
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-        let caption =
-            "What each limiter had left after every request (DETAILS), as a share of its limit";
+        let caption = "What each limiter had left after every request (DETAILS), as a share of its limit";
         let mut chart = panel(&lower, caption, 0f64..24.0, 0f64..105.0, 60)?;
         chart
             .configure_mesh()
@@ -479,16 +386,10 @@ pub fn llm(calls: &[LlmCall], prov: &Provenance) -> Result<String, Box<dyn std::
             chart
                 .draw_series(LineSeries::new(
                     calls.iter().map(|c| (c.hour, 100.0 * c.remaining[k])),
-                    if k == 0 {
-                        colour.mix(0.6).stroke_width(1)
-                    } else {
-                        colour.stroke_width(2)
-                    },
+                    if k == 0 { colour.mix(0.6).stroke_width(1) } else { colour.stroke_width(2) },
                 ))?
                 .label(lim.label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
-                });
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
         }
         legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
         root.present()?;

@@ -26,9 +26,7 @@ fn utc_date(unix_s: i64) -> String {
 }
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 fn write(out: &Path, name: &str, svg: &str) -> Res<()> {
@@ -43,8 +41,8 @@ pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
     std::fs::create_dir_all(out)?;
     if only.contains(&"performance") {
         let tsv = out.join("performance.tsv");
-        let text = std::fs::read_to_string(&tsv)
-            .map_err(|e| format!("{}: {e} (run `make plots-perf`)", tsv.display()))?;
+        let text =
+            std::fs::read_to_string(&tsv).map_err(|e| format!("{}: {e} (run `make plots-perf`)", tsv.display()))?;
         let table = perf::parse(&text)?;
         write(out, "performance.svg", &perf::chart(&table)?)?;
         // The figures the README and the manual quote, from the same run (when the chart goes
@@ -88,12 +86,9 @@ pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
 
 fn main() {
     let mut out = workspace().join("docs/src/img");
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map_or_else(|_| workspace().join("target"), PathBuf::from);
-    let mut module = std::env::var("THROTTLE_MODULE").map_or_else(
-        |_| target.join("release/libredis_throttle.so"),
-        PathBuf::from,
-    );
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| workspace().join("target"), PathBuf::from);
+    let mut module =
+        std::env::var("THROTTLE_MODULE").map_or_else(|_| target.join("release/libredis_throttle.so"), PathBuf::from);
     let mut only: Vec<String> = ALL.iter().map(|s| s.to_string()).collect();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -102,10 +97,7 @@ fn main() {
             ("--module", Some(v)) => module = PathBuf::from(v),
             ("--only", Some(v)) => only = v.split(',').map(String::from).collect(),
             _ => {
-                eprintln!(
-                    "usage: redis-throttle-plots [--out DIR] [--module PATH] [--only {}]",
-                    ALL.join(",")
-                );
+                eprintln!("usage: redis-throttle-plots [--out DIR] [--module PATH] [--only {}]", ALL.join(","));
                 std::process::exit(2);
             }
         }
@@ -142,14 +134,7 @@ mod real_server {
             return PathBuf::from(path);
         }
         let status = std::process::Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--lib",
-                "--quiet",
-                "-p",
-                "redis-throttle",
-            ])
+            .args(["build", "--release", "--lib", "--quiet", "-p", "redis-throttle"])
             .current_dir(workspace())
             .status()
             .expect("run cargo build for the module");
@@ -162,11 +147,7 @@ mod real_server {
     #[test]
     fn the_scenarios_run_and_draw() {
         let server = Server::start(&module()).expect("start redis-server with the module");
-        let prov = Provenance {
-            command: "cargo test".into(),
-            server: server.version().unwrap(),
-            date: utc_date(0),
-        };
+        let prov = Provenance { command: "cargo test".into(), server: server.version().unwrap(), date: utc_date(0) };
         let mut con = server.connect().unwrap();
 
         let run = scenarios::algorithms(&mut con).unwrap();
@@ -176,17 +157,9 @@ mod real_server {
             let burst = &calls[..20];
             assert!(burst[..10].iter().all(|c| c.reply[0] == 0), "{}", alg.name);
             let took = burst[19].t_ms - burst[0].t_ms;
-            let extra = if alg.name == "CL.THROTTLE" {
-                (took / 100.0).ceil() as usize
-            } else {
-                0
-            };
+            let extra = if alg.name == "CL.THROTTLE" { (took / 100.0).ceil() as usize } else { 0 };
             let admitted = burst.iter().filter(|c| c.reply[0] == 0).count();
-            assert!(
-                admitted <= 10 + extra,
-                "{}: {admitted} admitted in {took} ms",
-                alg.name
-            );
+            assert!(admitted <= 10 + extra, "{}: {admitted} admitted in {took} ms", alg.name);
         }
         let svg = draw::algorithms(&run, &prov).unwrap();
         assert!(
@@ -199,12 +172,7 @@ mod real_server {
         let interval = f64::from(scenarios::PACE_PERIOD_MS) / f64::from(scenarios::PACE_COUNT);
         for w in slots.windows(2) {
             // Slots read from the TAT (µs): never closer than one interval, whatever the workers do.
-            assert!(
-                w[1].slot_ms - w[0].slot_ms > interval - 0.002,
-                "{} then {}",
-                w[0].slot_ms,
-                w[1].slot_ms
-            );
+            assert!(w[1].slot_ms - w[0].slot_ms > interval - 0.002, "{} then {}", w[0].slot_ms, w[1].slot_ms);
         }
         assert!(draw::pace(&slots, &prov).unwrap().contains("</svg>"));
     }

@@ -34,14 +34,8 @@ pub fn parse(text: &str) -> Result<Table, String> {
         }
         let f: Vec<&str> = line.split('\t').collect();
         if let [run, name, instructions] = f[..] {
-            let instructions = instructions
-                .parse::<f64>()
-                .map_err(|e| format!("{line:?}: {e}"))?;
-            rows.push(Row {
-                run: run.into(),
-                name: name.into(),
-                instructions,
-            });
+            let instructions = instructions.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?;
+            rows.push(Row { run: run.into(), name: name.into(), instructions });
         }
     }
     if rows.is_empty() {
@@ -52,17 +46,10 @@ pub fn parse(text: &str) -> Result<Table, String> {
 
 impl Table {
     pub fn get(&self, key: &str) -> String {
-        self.header
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
+        self.header.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default()
     }
     fn floor(&self, run: &str) -> Option<f64> {
-        self.rows
-            .iter()
-            .find(|r| r.run == run && r.name == FLOOR)
-            .map(|r| r.instructions)
+        self.rows.iter().find(|r| r.run == run && r.name == FLOOR).map(|r| r.instructions)
     }
 }
 
@@ -87,15 +74,10 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
         .collect();
     let max = rows.iter().map(|(_, x)| *x).fold(1.0, f64::max);
     let n = rows.len();
-    let prov = Provenance {
-        command: table.get("command"),
-        server: table.get("server"),
-        date: table.get("date"),
-    };
+    let prov = Provenance { command: table.get("command"), server: table.get("server"), date: table.get("date") };
     let mut svg = String::new();
     {
-        let root =
-            SVGBackend::with_string(&mut svg, (1000, 150 + 40 * n as u32)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1000, 150 + 40 * n as u32)).into_drawing_area();
         let body = frame(
             &root,
             "CPU per call: instructions, as a multiple of the C floor module",
@@ -113,13 +95,7 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
             .build_cartesian_2d(0f64..max * 1.35, 0f64..n as f64)?;
         let names: Vec<String> = rows
             .iter()
-            .map(|(r, _)| {
-                if r.run == "redis-cell" {
-                    format!("redis-cell {}", r.name)
-                } else {
-                    r.name.clone()
-                }
-            })
+            .map(|(r, _)| if r.run == "redis-cell" { format!("redis-cell {}", r.name) } else { r.name.clone() })
             .collect();
         chart
             .configure_mesh()
@@ -138,10 +114,7 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
         for (i, (r, ratio)) in rows.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             let c = colour(&r.run, &r.name);
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(0.0, y + 0.2), (*ratio, y + 0.8)],
-                c.filled(),
-            )))?;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y + 0.2), (*ratio, y + 0.8)], c.filled())))?;
             chart.draw_series(std::iter::once(Text::new(
                 format!("{ratio:.2}x  ({:.0} instructions)", r.instructions),
                 (ratio + max * 0.01, y + 0.62),
@@ -154,11 +127,7 @@ pub fn chart(table: &Table) -> Result<String, Box<dyn std::error::Error>> {
         )))?;
         root.present()?;
     }
-    Ok(with_comment(
-        svg,
-        &prov,
-        "Figures: docs/src/img/performance.tsv, written by the same command",
-    ))
+    Ok(with_comment(svg, &prov, "Figures: docs/src/img/performance.tsv, written by the same command"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -284,11 +253,7 @@ fn performance_page(t: &Table) -> Result<String, String> {
     for n in [1u32, 3, 8] {
         let name = if n == 1 { "CL.ALL 1 limiter".to_string() } else { format!("CL.ALL {n} limiters") };
         let ir = t.ir("module", &name)?;
-        s += &format!(
-            "| {n} | {} | {:.2}× | ≤ 1× |\n",
-            thousands(ir),
-            ir / (f64::from(n) * single + floor)
-        );
+        s += &format!("| {n} | {} | {:.2}× | ≤ 1× |\n", thousands(ir), ir / (f64::from(n) * single + floor));
     }
     Ok(s)
 }
@@ -296,11 +261,7 @@ fn performance_page(t: &Table) -> Result<String, String> {
 /// docs/src/pictures.md: the chart's figures under it.
 fn pictures_page(t: &Table) -> Result<String, String> {
     let version = t.get("server");
-    let cell = version
-        .split("(redis-cell ")
-        .nth(1)
-        .and_then(|v| v.split(' ').next())
-        .unwrap_or("?");
+    let cell = version.split("(redis-cell ").nth(1).and_then(|v| v.split(' ').next()).unwrap_or("?");
     let mut s = format!(
         "CPU per call as instructions counted by callgrind (`bench/instructions.sh`: the server's `call()`\n\
          only, a hot key, every call admitted and written), so the figures do not depend on the\n\
@@ -327,11 +288,7 @@ fn pictures_page(t: &Table) -> Result<String, String> {
             (_, "CL.WINDOW limit 100") => "CL.WINDOW, limit 100".into(),
             (_, n) => n.into(),
         };
-        s += &format!(
-            "| {label} | {} | {} |\n",
-            thousands(t.ir(&run, &name)?),
-            t.times(&run, &name, FLOOR)?
-        );
+        s += &format!("| {label} | {} | {} |\n", thousands(t.ir(&run, &name)?), t.times(&run, &name, FLOOR)?);
     }
     let thr = t.ir("module", "CL.THROTTLE")?;
     s += &format!(
@@ -350,7 +307,12 @@ pub fn chart_rows(t: &Table) -> Vec<(String, String)> {
         .rows
         .iter()
         .filter(|r| r.run == "module" || !(r.name.starts_with("SET") || r.name == FLOOR))
-        .filter(|r| !r.name.contains("(whole)") && !r.name.contains("denied") && !r.name.starts_with("CL.ALL 1 ") && !r.name.starts_with("CL.ALL 8 "))
+        .filter(|r| {
+            !r.name.contains("(whole)")
+                && !r.name.contains("denied")
+                && !r.name.starts_with("CL.ALL 1 ")
+                && !r.name.starts_with("CL.ALL 8 ")
+        })
         .filter(|r| t.floor(&r.run).is_some())
         .collect();
     // The baselines, then CL.THROTTLE next to what it replaces (redis-cell, a Lua script), then

@@ -27,10 +27,7 @@ impl Lcg {
     }
     /// A number in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) % n.max(1)
     }
 }
@@ -51,11 +48,7 @@ fn ints(value: &Value) -> Vec<i64> {
 fn five(value: &Value) -> RedisResult<[i64; 5]> {
     let v = ints(value);
     v.get(..5).and_then(|s| s.try_into().ok()).ok_or_else(|| {
-        redis::RedisError::from((
-            redis::ErrorKind::Parse,
-            "expected five integers",
-            format!("{value:?}"),
-        ))
+        redis::RedisError::from((redis::ErrorKind::Parse, "expected five integers", format!("{value:?}")))
     })
 }
 
@@ -83,11 +76,7 @@ pub const ALGORITHMS: [Algorithm; 4] = [
         args: &["9", "10", "1000", "1", "MS"],
         about: "GCRA: a burst of 10, then one every 100 ms",
     },
-    Algorithm {
-        name: "CL.WINDOW",
-        args: &["10", "1000", "1", "MS"],
-        about: "sliding window: at most 10 in any 1 s",
-    },
+    Algorithm { name: "CL.WINDOW", args: &["10", "1000", "1", "MS"], about: "sliding window: at most 10 in any 1 s" },
     Algorithm {
         name: "CL.BUCKET",
         args: &["10", "10", "1000", "1", "MS"],
@@ -117,26 +106,10 @@ pub struct AlgorithmsRun {
 /// pipeline, so they see the same arrivals within a fraction of a millisecond.
 pub fn algorithms(con: &mut Connection) -> RedisResult<AlgorithmsRun> {
     let phases = vec![
-        Phase {
-            from_ms: 0.0,
-            to_ms: 150.0,
-            label: "burst of 20",
-        },
-        Phase {
-            from_ms: 500.0,
-            to_ms: 3500.0,
-            label: "20/s: twice the rate",
-        },
-        Phase {
-            from_ms: 3500.0,
-            to_ms: 5000.0,
-            label: "pause",
-        },
-        Phase {
-            from_ms: 5000.0,
-            to_ms: 6000.0,
-            label: "5/s: half the rate",
-        },
+        Phase { from_ms: 0.0, to_ms: 150.0, label: "burst of 20" },
+        Phase { from_ms: 500.0, to_ms: 3500.0, label: "20/s: twice the rate" },
+        Phase { from_ms: 3500.0, to_ms: 5000.0, label: "pause" },
+        Phase { from_ms: 5000.0, to_ms: 6000.0, label: "5/s: half the rate" },
     ];
     let mut arrivals: Vec<f64> = (0..20).map(|_| 0.0).collect();
     arrivals.extend((0..60).map(|i| 500.0 + 50.0 * f64::from(i)));
@@ -149,23 +122,14 @@ pub fn algorithms(con: &mut Connection) -> RedisResult<AlgorithmsRun> {
         let t_ms = ms_since(start);
         let mut pipe = redis::pipe();
         for alg in &ALGORITHMS {
-            pipe.cmd(alg.name)
-                .arg(format!("{prefix}:{}", alg.name))
-                .arg(alg.args);
+            pipe.cmd(alg.name).arg(format!("{prefix}:{}", alg.name)).arg(alg.args);
         }
         let replies: Vec<Value> = pipe.query(con)?;
         for (list, reply) in calls.iter_mut().zip(&replies) {
-            list.push(Call {
-                t_ms,
-                reply: five(reply)?,
-            });
+            list.push(Call { t_ms, reply: five(reply)? });
         }
     }
-    Ok(AlgorithmsRun {
-        phases,
-        calls,
-        end_ms: 6200.0,
-    })
+    Ok(AlgorithmsRun { phases, calls, end_ms: 6200.0 })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,46 +182,35 @@ pub fn pace(connect: &dyn Fn() -> RedisResult<Connection>, run_ms: f64) -> Redis
                         first = false;
                         // TIME, the call, and the schedule's TAT after it (`P` and decimal
                         // ns): the slot given is the TAT minus one unit's interval, exactly.
-                        let ((s, us), reply, tat): ((i64, i64), Value, Option<String>) =
-                            redis::pipe()
-                                .atomic()
-                                .cmd("TIME")
-                                .cmd("CL.PACE")
-                                .arg(key)
-                                .arg(PACE_COUNT)
-                                .arg(PACE_PERIOD_MS)
-                                .arg("MS")
-                                .cmd("GET")
-                                .arg(key)
-                                .query(con)?;
+                        let ((s, us), reply, tat): ((i64, i64), Value, Option<String>) = redis::pipe()
+                            .atomic()
+                            .cmd("TIME")
+                            .cmd("CL.PACE")
+                            .arg(key)
+                            .arg(PACE_COUNT)
+                            .arg(PACE_PERIOD_MS)
+                            .arg("MS")
+                            .cmd("GET")
+                            .arg(key)
+                            .query(con)?;
                         let reply = five(&reply)?;
                         if reply[0] != 0 {
                             continue; // a slot more than MAXWAIT (one period) away: ask again later
                         }
-                        let tat_ns: i64 = tat
-                            .and_then(|t| t.strip_prefix('P').and_then(|t| t.parse().ok()))
-                            .unwrap_or(0);
-                        let interval_ns =
-                            i64::from(PACE_PERIOD_MS) * 1_000_000 / i64::from(PACE_COUNT);
+                        let tat_ns: i64 =
+                            tat.and_then(|t| t.strip_prefix('P').and_then(|t| t.parse().ok())).unwrap_or(0);
+                        let interval_ns = i64::from(PACE_PERIOD_MS) * 1_000_000 / i64::from(PACE_COUNT);
                         let asked_ms = (s * 1_000_000 + us - origin) as f64 / 1000.0;
                         let slot_ms = ((tat_ns - interval_ns) / 1000 - origin) as f64 / 1000.0;
                         std::thread::sleep(Duration::from_millis(reply[1].max(0) as u64));
                         let acted_ms = (server_us(con)? - origin) as f64 / 1000.0;
-                        slots.push(Slot {
-                            worker,
-                            asked_ms,
-                            slot_ms,
-                            acted_ms,
-                        });
+                        slots.push(Slot { worker, asked_ms, slot_ms, acted_ms });
                     }
                     Ok(slots)
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new()))).collect()
     });
     let mut all = Vec::new();
     for r in results {
@@ -293,18 +246,12 @@ pub const LLM_LIMITERS: [Limiter; 3] = [
         spec: &["WINDOW", "200000", "1000", "PRECISION", "20"],
         tokens: true,
     },
-    Limiter {
-        label: "2,500,000 tokens/day (COUNTER)",
-        spec: &["COUNTER", "2500000", "24000"],
-        tokens: true,
-    },
+    Limiter { label: "2,500,000 tokens/day (COUNTER)", spec: &["COUNTER", "2500000", "24000"], tokens: true },
 ];
 
 /// Requests per hour of the day (a working day: quiet night, busy afternoon).
-pub const LLM_PROFILE: [u32; 24] = [
-    20, 15, 10, 10, 10, 20, 40, 80, 160, 200, 210, 200, 180, 200, 240, 250, 240, 200, 150, 120,
-    100, 80, 50, 30,
-];
+pub const LLM_PROFILE: [u32; 24] =
+    [20, 15, 10, 10, 10, 20, 40, 80, 160, 200, 210, 200, 180, 200, 240, 250, 240, 200, 150, 120, 100, 80, 50, 30];
 /// A client's retry storm at 07:20: this many requests at once.
 pub const LLM_SPIKE: (f64, u32) = (7.33, 60);
 
@@ -345,10 +292,7 @@ pub fn llm_day(con: &mut Connection) -> RedisResult<Vec<LlmCall>> {
     }
     arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
     let tag = format!("{{plots:llm:{}}}", std::process::id());
-    let keys: Vec<String> = ["req", "tok-h", "tok-d"]
-        .iter()
-        .map(|k| format!("{tag}:{k}"))
-        .collect();
+    let keys: Vec<String> = ["req", "tok-h", "tok-d"].iter().map(|k| format!("{tag}:{k}")).collect();
     let start = Instant::now();
     let mut calls = Vec::with_capacity(arrivals.len());
     for (at, tokens) in arrivals {

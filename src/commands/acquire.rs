@@ -3,11 +3,11 @@
 use redis_throttle_core::Result;
 use redis_throttle_core::lease::{self, Acquire};
 
-use crate::{clock, config};
 use crate::dispatch::{Call, Response};
 use crate::operate::{self, Class};
 use crate::register::{Registered, registered};
 use crate::store::Key;
+use crate::{clock, config};
 
 pub static COMMAND: Registered = registered!(handler, &lease::ACQUIRE);
 

@@ -53,7 +53,9 @@ fn handler(call: &Call) -> Result<Response> {
     let denied = quantity > 0 && !outcome.admitted();
     let shadow = denied && (config::shadow() || request.shadow());
     if denied {
-        for (i, (_, key)) in outcome.decisions.iter().zip(&request.keys).enumerate().filter(|(_, (d, _))| d.reply.limited) {
+        for (i, (_, key)) in
+            outcome.decisions.iter().zip(&request.keys).enumerate().filter(|(_, (d, _))| d.reply.limited)
+        {
             operate::denied(call, 1 + i, key);
         }
     }
@@ -70,7 +72,9 @@ fn handler(call: &Call) -> Result<Response> {
     let mut reply: Vec<Node> = five(outcome.reply()).into_iter().collect();
     reply.push(Node::Integer(index));
     if request.details {
-        reply.push(Node::Array(outcome.decisions.iter().map(|d| Node::Array(five(d.reply).into_iter().collect())).collect()));
+        reply.push(Node::Array(
+            outcome.decisions.iter().map(|d| Node::Array(five(d.reply).into_iter().collect())).collect(),
+        ));
     }
     Ok(Response::Tree(Node::Array(reply)))
 }

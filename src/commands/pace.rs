@@ -33,11 +33,11 @@ use redis_throttle_core::time::NANOS_PER_MILLI;
 use redis_throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
-use crate::{clock, config};
 use crate::dispatch::{Call, Node, Response, reply_error, reply_node};
 use crate::operate::{self, Class};
 use crate::register::{Registered, registered};
 use crate::store::Key;
+use crate::{clock, config};
 
 pub static COMMAND: Registered = registered!(handler, &pace::COMMAND);
 
@@ -66,9 +66,12 @@ fn handler(call: &Call) -> Result<Response> {
     }
     call.count(Class::of(request.quantity, denied, shadow));
     match (reply.wait, decision.effect) {
-        (Some(wait), Effect::Store { state: end, .. }) if request.block && wait > Nanos::ZERO && may_block(call.ctx) => {
+        (Some(wait), Effect::Store { state: end, .. })
+            if request.block && wait > Nanos::ZERO && may_block(call.ctx) =>
+        {
             let slot = now.checked_add(wait)?;
-            let entry = Pending { timer: 0, key: request.key.to_vec(), slot, end, params: request.params, unit: request.unit };
+            let entry =
+                Pending { timer: 0, key: request.key.to_vec(), slot, end, params: request.params, unit: request.unit };
             block(call.ctx, entry, wait)
         }
         _ => Ok(Response::Five(reply.to_array(request.unit))),
@@ -80,7 +83,9 @@ fn handler(call: &Call) -> Result<Response> {
 fn may_block(ctx: *mut RedisModuleCtx) -> bool {
     // SAFETY: the command's context.
     let flags = unsafe { (api().get_context_flags)(ctx) } as u32;
-    flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING) == 0
+    flags
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        == 0
 }
 
 /// A blocked client's admission, until its reply is sent.
@@ -119,7 +124,8 @@ fn stored_tat(ctx: *mut RedisModuleCtx, key: &[u8]) -> Option<Instant> {
     // SAFETY: as above.
     let ptr = if is_string { unsafe { (api.call_reply_string_ptr)(reply, &mut len) } } else { std::ptr::null() };
     // SAFETY: the reply holds `len` bytes at `ptr` until it is freed.
-    let tat = (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }).and_then(pace::decode);
+    let tat =
+        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }).and_then(pace::decode);
     // SAFETY: freed once, after its last use.
     unsafe { (api.free_call_reply)(reply) };
     tat

@@ -55,7 +55,12 @@ pub fn fingerprint(db: i32, name: &[u8]) -> u64 {
 /// SipHash-1-3 (one compression round per word, three finalization rounds) of `bytes`.
 #[inline(always)]
 fn sip13((k0, k1): (u64, u64), bytes: &[u8]) -> u64 {
-    let (mut v0, mut v1, mut v2, mut v3) = (k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573);
+    let (mut v0, mut v1, mut v2, mut v3) = (
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    );
     macro_rules! round {
         () => {
             v0 = v0.wrapping_add(v1);

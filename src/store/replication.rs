@@ -90,9 +90,9 @@ fn quiet_now(ctx: *mut RedisModuleCtx) -> bool {
         return false;
     }
     // SAFETY: copies of function pointers the server filled in (6.0+); `None` before.
-    let (Some(info), Some(field), Some(free)) =
-        (unsafe { (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldSigned, raw::RedisModule_FreeServerInfo) })
-    else {
+    let (Some(info), Some(field), Some(free)) = (unsafe {
+        (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldSigned, raw::RedisModule_FreeServerInfo)
+    }) else {
         return false;
     };
     // SAFETY: a valid context; the data is freed below, after its last use.

@@ -30,7 +30,15 @@ impl Key {
         }
         // SAFETY: an open key.
         let kind = unsafe { (api().key_type)(key) } as isize;
-        let key = Key { ctx: call.ctx, name, key, empty: kind == raw::REDISMODULE_KEYTYPE_EMPTY, value: Value::Missing, expires_at_ms: None, fingerprint: std::cell::Cell::new(0) };
+        let key = Key {
+            ctx: call.ctx,
+            name,
+            key,
+            empty: kind == raw::REDISMODULE_KEYTYPE_EMPTY,
+            value: Value::Missing,
+            expires_at_ms: None,
+            fingerprint: std::cell::Cell::new(0),
+        };
         match kind {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_ZSET => Ok(key),
             _ => Err(Error::WrongType),
@@ -45,14 +53,24 @@ impl Key {
     }
 
     /// Checks a change to the set (after `scan`), and what applying it writes.
-    pub fn prepare_leases<'s>(&self, change: Change, scan: &'s Scan<Member>, id: *mut RedisModuleString) -> Result<LeaseWrite<'s>> {
-        let mut write = LeaseWrite { clear: false, remove: Vec::new(), add: None, expires_ms: None, id, members: PhantomData };
+    pub fn prepare_leases<'s>(
+        &self,
+        change: Change,
+        scan: &'s Scan<Member>,
+        id: *mut RedisModuleString,
+    ) -> Result<LeaseWrite<'s>> {
+        let mut write =
+            LeaseWrite { clear: false, remove: Vec::new(), add: None, expires_ms: None, id, members: PhantomData };
         let exists = scan.view.members > 0;
         match change {
             Change::Prune => {}
             Change::Clear => write.clear = exists,
-            Change::Replace { expires_ms } => (write.clear, write.add, write.expires_ms) = (exists, Some(expires_ms), Some(expires_ms)),
-            Change::Hold { expires_ms, key_expires_ms } => (write.add, write.expires_ms) = (Some(expires_ms), Some(key_expires_ms)),
+            Change::Replace { expires_ms } => {
+                (write.clear, write.add, write.expires_ms) = (exists, Some(expires_ms), Some(expires_ms))
+            }
+            Change::Hold { expires_ms, key_expires_ms } => {
+                (write.add, write.expires_ms) = (Some(expires_ms), Some(key_expires_ms))
+            }
             Change::Remove { key_expires_ms } => {
                 write.remove.push(id);
                 write.expires_ms = key_expires_ms;

@@ -30,7 +30,9 @@ pub fn enabled() -> bool {
         Ok("container") => true,
         Ok("native") | Ok("") | Err(_) => false,
         Ok("twin") | Ok("twin-eval") => false, // native servers with the Functions twin (twin.rs)
-        Ok(other) => panic!("THROTTLE_BACKEND={other}: expected `native` (default), `container`, `twin` or `twin-eval`"),
+        Ok(other) => {
+            panic!("THROTTLE_BACKEND={other}: expected `native` (default), `container`, `twin` or `twin-eval`")
+        }
     }
 }
 

@@ -109,7 +109,14 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { module: true, debug_commands: false, cluster: false, args: Vec::new(), module_args: Vec::new(), config_file: None }
+        Options {
+            module: true,
+            debug_commands: false,
+            cluster: false,
+            args: Vec::new(),
+            module_args: Vec::new(),
+            config_file: None,
+        }
     }
 }
 
@@ -182,7 +189,8 @@ impl Server {
             if let Some(contents) = &options.config_file {
                 std::fs::write(dir.join("redis.conf"), contents).expect("write redis.conf");
             }
-            let mut server = Server { port, dir, options: options.clone(), child: None, container: None, config_only: false };
+            let mut server =
+                Server { port, dir, options: options.clone(), child: None, container: None, config_only: false };
             match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(log) if attempt < 5 && log.contains("Address already in use") => attempt += 1,
@@ -200,9 +208,16 @@ impl Server {
             cmd.arg(self.dir.join("redis.conf"));
         }
         if !self.config_only {
-            cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"])
-                .arg(&self.dir)
-                .args(["--save", "", "--appendonly", "no", "--logfile", "server.log", "--repl-diskless-sync-delay", "0"]);
+            cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--dir"]).arg(&self.dir).args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                "server.log",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]);
             if self.options.module && twin::backend().is_none() {
                 cmd.arg("--loadmodule").arg(module_path()).args(&self.options.module_args);
                 if self.options.debug_commands {
@@ -210,7 +225,14 @@ impl Server {
                 }
             }
             if self.options.cluster {
-                cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+                cmd.args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ]);
             }
             cmd.args(&self.options.args);
         }
@@ -225,12 +247,20 @@ impl Server {
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
-                return Err(format!("server exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+                return Err(format!(
+                    "server exited with {status}: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ));
             }
             if self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()) {
                 break;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for the server on port {} (log: {})", self.port, log.display());
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for the server on port {} (log: {})",
+                self.port,
+                log.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         // Make sure the server on this port is the one just started.
@@ -277,7 +307,10 @@ impl Server {
     /// The server process's id (INFO server `process_id`).
     pub fn pid(&self) -> u32 {
         let info: String = redis::cmd("INFO").arg("server").query(&mut self.client()).unwrap();
-        info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse().ok()).expect("process_id in INFO")
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("process_id in INFO")
     }
 
     /// Kills the server with SIGKILL (no persistence on the way out).
@@ -323,17 +356,13 @@ impl Server {
             Some(container) => container.is_running(),
             None => self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None))),
         };
-        running
-            && self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+        running && self.try_client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
     }
 
     /// `redis_version` from INFO, as (major, minor, patch).
     pub fn version(&self) -> (u32, u32, u32) {
         let info: String = redis::cmd("INFO").arg("server").query(&mut self.client()).unwrap();
-        let v = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .expect("redis_version in INFO");
+        let v = info.lines().find_map(|l| l.strip_prefix("redis_version:")).expect("redis_version in INFO");
         let mut parts = v.trim().split('.').map(|p| p.parse().unwrap_or(0));
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
     }
@@ -411,7 +440,10 @@ pub fn error_of(c: &mut Connection, args: &[&[u8]]) -> String {
             let detail = e.detail().unwrap_or("");
             format!("{code} {detail}").trim().to_string()
         }
-        Ok(v) => panic!("expected an error from {:?}, got {v:?}", args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()),
+        Ok(v) => panic!(
+            "expected an error from {:?}, got {v:?}",
+            args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+        ),
     }
 }
 
@@ -429,8 +461,17 @@ pub fn snapshot(c: &mut Connection) -> Snapshot {
             let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
             let v: Option<Vec<u8>> = match kind.as_str() {
                 "zset" => {
-                    let members: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap();
-                    Some(members.into_iter().flat_map(|mut m| { m.push(b' '); m }).collect())
+                    let members: Vec<Vec<u8>> =
+                        redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).arg("WITHSCORES").query(c).unwrap();
+                    Some(
+                        members
+                            .into_iter()
+                            .flat_map(|mut m| {
+                                m.push(b' ');
+                                m
+                            })
+                            .collect(),
+                    )
                 }
                 "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
                 _ => redis::cmd("DUMP").arg(&k).query(c).unwrap(),

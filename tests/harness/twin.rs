@@ -63,7 +63,8 @@ pub fn source(form: Form, test: bool) -> String {
 
 /// The library as `make twin` assembles it from functions/src (`scripts/twin.sh assemble`).
 pub fn assembled() -> String {
-    let out = Command::new(root().join("scripts/twin.sh")).arg("assemble").output().expect("run scripts/twin.sh assemble");
+    let out =
+        Command::new(root().join("scripts/twin.sh")).arg("assemble").output().expect("run scripts/twin.sh assemble");
     assert!(out.status.success(), "scripts/twin.sh assemble failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("the twin's sources are UTF-8")
 }
@@ -71,7 +72,9 @@ pub fn assembled() -> String {
 /// The twin as a user loads it: the library file itself, or the EVAL form generated from it.
 pub fn shipped(form: Form) -> String {
     match form {
-        Form::Library => std::fs::read_to_string(root().join("functions/throttle.lua")).expect("read functions/throttle.lua"),
+        Form::Library => {
+            std::fs::read_to_string(root().join("functions/throttle.lua")).expect("read functions/throttle.lua")
+        }
         Form::Eval => source(Form::Eval, false),
     }
 }
@@ -83,7 +86,8 @@ pub const CLOCK_KEY: &str = "throttle-twin-test:clock";
 pub fn load(c: &mut Connection, form: Form, code: &str) -> Option<String> {
     match form {
         Form::Library => {
-            let name: String = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(code).query(c).expect("FUNCTION LOAD the twin");
+            let name: String =
+                redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(code).query(c).expect("FUNCTION LOAD the twin");
             assert_eq!(name, "throttle");
             None
         }
@@ -112,8 +116,13 @@ pub fn after_launch(c: &mut Connection) {
     }
 }
 
-const SINGLE: &[(&[u8], &str)] =
-    &[(b"CL.THROTTLE", "cl_throttle"), (b"CL.WINDOW", "cl_window"), (b"CL.BUCKET", "cl_bucket"), (b"CL.COUNTER", "cl_counter"), (b"CL.QUOTA", "cl_quota")];
+const SINGLE: &[(&[u8], &str)] = &[
+    (b"CL.THROTTLE", "cl_throttle"),
+    (b"CL.WINDOW", "cl_window"),
+    (b"CL.BUCKET", "cl_bucket"),
+    (b"CL.COUNTER", "cl_counter"),
+    (b"CL.QUOTA", "cl_quota"),
+];
 
 /// A command as the twin backend sends it (unchanged without it, or for other commands).
 pub fn map(args: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -139,7 +148,8 @@ pub fn map(args: &[&[u8]]) -> Vec<Vec<u8>> {
         }
         Form::Eval => {
             let sha = EVAL_SHA.get().expect("the EVAL form is loaded when a server starts");
-            let keys = std::str::from_utf8(&numkeys).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0).min(rest.len());
+            let keys =
+                std::str::from_utf8(&numkeys).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0).min(rest.len());
             out.extend([b"EVALSHA".to_vec(), sha.as_bytes().to_vec(), numkeys]);
             out.extend(rest[..keys].iter().map(|a| a.to_vec()));
             out.push(function.as_bytes().to_vec());

@@ -49,13 +49,18 @@ pub fn request(body: &[u8]) -> Result<RateLimitRequest, String> {
     check_fields(&o, &["domain", "descriptors", "hits_addend", "hitsAddend"], "RateLimitRequest")?;
     let mut req = RateLimitRequest { domain: text(o.get("domain"), "domain")?, ..Default::default() };
     if let Some(h) = field(&o, "hits_addend", "hitsAddend") {
-        req.hits_addend = u32::try_from(unsigned(h, "hitsAddend")?).map_err(|_| "hitsAddend: out of range".to_string())?;
+        req.hits_addend =
+            u32::try_from(unsigned(h, "hitsAddend")?).map_err(|_| "hitsAddend: out of range".to_string())?;
     }
     if let Some(ds) = o.get("descriptors").filter(|v| !v.is_null()) {
         let Value::Array(ds) = ds else { return Err("descriptors: expected a list".into()) };
         for d in ds {
             let Value::Object(d) = d else { return Err("descriptors: expected objects".into()) };
-            check_fields(d, &["entries", "limit", "hits_addend", "hitsAddend", "is_negative_hits", "isNegativeHits"], "RateLimitDescriptor")?;
+            check_fields(
+                d,
+                &["entries", "limit", "hits_addend", "hitsAddend", "is_negative_hits", "isNegativeHits"],
+                "RateLimitDescriptor",
+            )?;
             let mut out = RateLimitDescriptor::default();
             if let Some(es) = d.get("entries").filter(|v| !v.is_null()) {
                 let Value::Array(es) = es else { return Err("entries: expected a list".into()) };
@@ -67,14 +72,20 @@ pub fn request(body: &[u8]) -> Result<RateLimitRequest, String> {
             }
             if let Some(Value::Object(l)) = d.get("limit") {
                 check_fields(l, &["requests_per_unit", "requestsPerUnit", "unit"], "RateLimitOverride")?;
-                let rpu = field(l, "requests_per_unit", "requestsPerUnit").map(|v| unsigned(v, "requestsPerUnit")).transpose()?.unwrap_or(0);
+                let rpu = field(l, "requests_per_unit", "requestsPerUnit")
+                    .map(|v| unsigned(v, "requestsPerUnit"))
+                    .transpose()?
+                    .unwrap_or(0);
                 let unit = match l.get("unit") {
                     None | Some(Value::Null) => 0,
                     Some(Value::String(s)) => Unit::parse(s).map_or(0, Unit::proto),
                     Some(Value::Number(n)) => i32::try_from(n.as_i64().unwrap_or(0)).unwrap_or(0),
                     Some(other) => return Err(format!("unit: expected a unit name, got {other}")),
                 };
-                out.limit = Some(RateLimitOverride { requests_per_unit: u32::try_from(rpu).map_err(|_| "requestsPerUnit: out of range".to_string())?, unit });
+                out.limit = Some(RateLimitOverride {
+                    requests_per_unit: u32::try_from(rpu).map_err(|_| "requestsPerUnit: out of range".to_string())?,
+                    unit,
+                });
             }
             if let Some(h) = field(d, "hits_addend", "hitsAddend") {
                 out.hits_addend = Some(pbt::UInt64Value { value: unsigned(h, "hitsAddend")? });
@@ -154,7 +165,10 @@ pub fn response(r: &RateLimitResponse) -> Value {
         o.insert("statuses".into(), Value::Array(statuses));
     }
     if !r.response_headers_to_add.is_empty() {
-        o.insert("responseHeadersToAdd".into(), Value::Array(r.response_headers_to_add.iter().map(|h| json!({"key": h.key, "value": h.value})).collect()));
+        o.insert(
+            "responseHeadersToAdd".into(),
+            Value::Array(r.response_headers_to_add.iter().map(|h| json!({"key": h.key, "value": h.value})).collect()),
+        );
     }
     if let Some(m) = &r.dynamic_metadata {
         o.insert("dynamicMetadata".into(), struct_to_json(m));

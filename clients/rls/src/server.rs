@@ -16,7 +16,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use redis_throttle_client::{Backend, Config, FailurePolicy, SystemClock, Throttle};
 use tokio::sync::watch;
@@ -41,8 +43,11 @@ pub struct Health {
 
 impl Health {
     pub fn healthy(&self, throttle: &Throttle) -> bool {
-        let redis = throttle.backend() != Backend::Unknown && (!self.active_connection || self.redis_answers.load(Ordering::Relaxed));
-        redis && !self.sigterm.load(Ordering::Relaxed) && (!self.need_config || self.config_loaded.load(Ordering::Relaxed))
+        let redis = throttle.backend() != Backend::Unknown
+            && (!self.active_connection || self.redis_answers.load(Ordering::Relaxed));
+        redis
+            && !self.sigterm.load(Ordering::Relaxed)
+            && (!self.need_config || self.config_loaded.load(Ordering::Relaxed))
     }
 }
 
@@ -59,7 +64,14 @@ async fn probe_redis(throttle: Throttle, health: Arc<Health>, key: String, every
             Err(_) => false,
         };
         if health.redis_answers.swap(answered, Ordering::Relaxed) != answered {
-            tracing::warn!("redis {}", if answered { "answers: healthy" } else { "does not answer: unhealthy (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)" });
+            tracing::warn!(
+                "redis {}",
+                if answered {
+                    "answers: healthy"
+                } else {
+                    "does not answer: unhealthy (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)"
+                }
+            );
         }
         tokio::time::sleep(every).await;
     }
@@ -74,7 +86,10 @@ struct Grpc(Arc<Service>);
 
 #[tonic::async_trait]
 impl RateLimitService for Grpc {
-    async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         tracing::debug!(request = ?request.get_ref(), "ShouldRateLimit");
         match self.0.should_rate_limit_grpc(request.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
@@ -85,7 +100,11 @@ impl RateLimitService for Grpc {
 }
 
 async fn healthcheck(State(app): State<Arc<App>>) -> Response {
-    if app.health.healthy(&app.service.throttle) { (StatusCode::OK, "OK").into_response() } else { StatusCode::INTERNAL_SERVER_ERROR.into_response() }
+    if app.health.healthy(&app.service.throttle) {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+    }
 }
 
 fn text_status(code: StatusCode) -> Response {
@@ -136,7 +155,9 @@ fn address(host: &str, port: u16) -> String {
 }
 
 async fn bind(what: &str, addr: &str) -> Result<tokio::net::TcpListener, String> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("Failed to open {what} listener on '{addr}': {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("Failed to open {what} listener on '{addr}': {e}"))?;
     let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::warn!("Listening for {what} on '{local}'");
     Ok(listener)
@@ -148,7 +169,14 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
     let urls = s.redis_urls();
     let certs = if s.redis_tls && (!s.redis_tls_cacert.is_empty() || !s.redis_tls_client_cert.is_empty()) {
         let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
-        let client_tls = if s.redis_tls_client_cert.is_empty() { None } else { Some(redis::ClientTlsConfig { client_cert: read(&s.redis_tls_client_cert)?, client_key: read(&s.redis_tls_client_key)? }) };
+        let client_tls = if s.redis_tls_client_cert.is_empty() {
+            None
+        } else {
+            Some(redis::ClientTlsConfig {
+                client_cert: read(&s.redis_tls_client_cert)?,
+                client_key: read(&s.redis_tls_client_key)?,
+            })
+        };
         let root_cert = if s.redis_tls_cacert.is_empty() { None } else { Some(read(&s.redis_tls_cacert)?) };
         Some(redis::TlsCertificates { client_tls, root_cert })
     } else {
@@ -165,7 +193,9 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
             Throttle::connect_degraded_client(client, config).map_err(|e| e.to_string())
         }
         RedisType::Cluster => {
-            let mut builder = redis::cluster::ClusterClientBuilder::new(urls).connection_timeout(s.redis_timeout).response_timeout(Duration::from_secs(3600));
+            let mut builder = redis::cluster::ClusterClientBuilder::new(urls)
+                .connection_timeout(s.redis_timeout)
+                .response_timeout(Duration::from_secs(3600));
             if let Some(c) = certs {
                 builder = builder.certs(c);
             }
@@ -191,7 +221,9 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
                 };
                 let max = s.redis_startup_max_elapsed_time;
                 if !max.is_zero() && started.elapsed() >= max {
-                    return Err(format!("redis cluster: not reached within REDIS_STARTUP_MAX_ELAPSED_TIME ({max:?}): {error}"));
+                    return Err(format!(
+                        "redis cluster: not reached within REDIS_STARTUP_MAX_ELAPSED_TIME ({max:?}): {error}"
+                    ));
                 }
                 tracing::error!("redis cluster: {error}; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -204,9 +236,17 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
             let name = parts.next().unwrap_or_default();
             let mut sentinels = Vec::new();
             for part in parts {
-                let (host, port) = part.rsplit_once(':').and_then(|(h, p)| Some((h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().ok()?))).ok_or_else(|| format!("REDIS_URL: the sentinel '{part}' is not host:port"))?;
+                let (host, port) = part
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h.trim_matches(|c| c == '[' || c == ']'), p.parse::<u16>().ok()?)))
+                    .ok_or_else(|| format!("REDIS_URL: the sentinel '{part}' is not host:port"))?;
                 sentinels.push(if s.redis_tls {
-                    redis::ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: s.redis_tls_skip_hostname_verification, tls_params: None }
+                    redis::ConnectionAddr::TcpTls {
+                        host: host.to_string(),
+                        port,
+                        insecure: s.redis_tls_skip_hostname_verification,
+                        tls_params: None,
+                    }
                 } else {
                     redis::ConnectionAddr::Tcp(host.to_string(), port)
                 });
@@ -215,7 +255,8 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
                 Some((u, p)) => (Some(u.to_string()), p.to_string()),
                 None => (None, auth.to_string()),
             };
-            let mut builder = SentinelClientBuilder::new(sentinels, name, SentinelServerType::Master).map_err(|e| format!("REDIS_URL: {e}"))?;
+            let mut builder = SentinelClientBuilder::new(sentinels, name, SentinelServerType::Master)
+                .map_err(|e| format!("REDIS_URL: {e}"))?;
             if !s.redis_auth.is_empty() {
                 let (user, pass) = split(&s.redis_auth);
                 if let Some(u) = user {
@@ -232,10 +273,15 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
             }
             // TLS to the servers and to the sentinels alike, as upstream dials both.
             if s.redis_tls {
-                let mode = if s.redis_tls_skip_hostname_verification { redis::TlsMode::Insecure } else { redis::TlsMode::Secure };
+                let mode = if s.redis_tls_skip_hostname_verification {
+                    redis::TlsMode::Insecure
+                } else {
+                    redis::TlsMode::Secure
+                };
                 builder = builder.set_client_to_redis_tls_mode(mode).set_client_to_sentinel_tls_mode(mode);
                 if let Some(c) = certs {
-                    builder = builder.set_client_to_redis_certificates(c.clone()).set_client_to_sentinel_certificates(c);
+                    builder =
+                        builder.set_client_to_redis_certificates(c.clone()).set_client_to_sentinel_certificates(c);
                 }
             }
             let sentinel = builder.build().map_err(|e| format!("REDIS_URL: {e}"))?;
@@ -246,7 +292,9 @@ async fn connect(s: &Settings, config: Config) -> Result<Throttle, String> {
 
 /// Loads the documents into the service: a bad configuration keeps the one in force.
 fn apply(service: &Service, health: &Health, merge: bool, docs: std::io::Result<crate::source::Documents>) {
-    let loaded = docs.map_err(|e| config::ConfigError(format!("cannot read the configuration: {e}"))).and_then(|docs| config::load(&docs, &service.stats, merge));
+    let loaded = docs
+        .map_err(|e| config::ConfigError(format!("cannot read the configuration: {e}")))
+        .and_then(|docs| config::load(&docs, &service.stats, merge));
     match loaded {
         Ok(c) => {
             health.config_loaded.store(!c.is_empty(), Ordering::Relaxed);
@@ -270,7 +318,13 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         FailureMode::Closed => FailurePolicy::FailClosed,
         FailureMode::Local => FailurePolicy::Local { share: s.failure_local_share },
     };
-    let mut client_config = Config { deadline: s.decision_deadline, failure, connect_timeout: s.redis_timeout, connections: s.redis_pool_size, ..Config::default() };
+    let mut client_config = Config {
+        deadline: s.decision_deadline,
+        failure,
+        connect_timeout: s.redis_timeout,
+        connections: s.redis_pool_size,
+        ..Config::default()
+    };
     client_config.deny_cache_bytes = s.local_cache_size_in_bytes;
     client_config.breaker.probe_interval = Duration::from_millis(200);
     let throttle = connect(&s, client_config).await?;
@@ -285,7 +339,10 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     if throttle.backend() == Backend::Unknown {
-        tracing::error!("redis: no answer within REDIS_TIMEOUT ({:?}); serving, FAILURE_MODE answers until Redis does", s.redis_timeout);
+        tracing::error!(
+            "redis: no answer within REDIS_TIMEOUT ({:?}); serving, FAILURE_MODE answers until Redis does",
+            s.redis_timeout
+        );
         let max = s.redis_startup_max_elapsed_time;
         if !max.is_zero() {
             // Upstream's REDIS_STARTUP_MAX_ELAPSED_TIME: Redis unreachable that long since the
@@ -304,7 +361,8 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
     }
     let stats = Arc::new(Stats::new());
     stats.configure(s.use_statsd && !s.disable_stats, s.prometheus_response_time_as_ms);
-    let service = Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
+    let service =
+        Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
     let health = Arc::new(Health {
         sigterm: AtomicBool::new(false),
         config_loaded: AtomicBool::new(false),
@@ -348,7 +406,11 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
             loop {
                 let now = app.health.healthy(&app.service.throttle);
                 if last != Some(now) {
-                    let status = if now { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+                    let status = if now {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
                     reporter.set_service_status("ratelimit", status).await;
                     last = Some(now);
                 }
@@ -365,7 +427,10 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
     }
     if s.grpc_server_use_tls {
         let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
-        let mut tls = tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(read(&s.grpc_server_tls_cert)?, read(&s.grpc_server_tls_key)?));
+        let mut tls = tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+            read(&s.grpc_server_tls_cert)?,
+            read(&s.grpc_server_tls_key)?,
+        ));
         if !s.grpc_client_tls_cacert.is_empty() {
             tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&s.grpc_client_tls_cacert)?));
         }
@@ -379,19 +444,30 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         };
         if s.grpc_uds.is_empty() {
             let listener = bind("gRPC", &address(&s.grpc_host, s.grpc_port)).await?;
-            tokio::spawn(router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), done))
+            tokio::spawn(
+                router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), done),
+            )
         } else {
             let _ = std::fs::remove_file(&s.grpc_uds);
-            let listener = tokio::net::UnixListener::bind(&s.grpc_uds).map_err(|e| format!("Failed to listen for gRPC on '{}': {e}", s.grpc_uds))?;
+            let listener = tokio::net::UnixListener::bind(&s.grpc_uds)
+                .map_err(|e| format!("Failed to listen for gRPC on '{}': {e}", s.grpc_uds))?;
             tracing::warn!("Listening for gRPC on '{}'", s.grpc_uds);
-            tokio::spawn(router.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), done))
+            tokio::spawn(
+                router.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), done),
+            )
         }
     };
 
     let http = Router::new().route("/healthcheck", any(healthcheck)).route("/json", any(json)).with_state(app.clone());
-    let debug = Router::new().route("/", get(debug_root)).route("/rlconfig", get(rlconfig)).route("/stats", get(stats_text)).with_state(app.clone());
+    let debug = Router::new()
+        .route("/", get(debug_root))
+        .route("/rlconfig", get(rlconfig))
+        .route("/stats", get(stats_text))
+        .with_state(app.clone());
     let mut tasks = Vec::new();
-    for (what, addr, router) in [("HTTP", address(&s.host, s.port), http), ("debug", address(&s.debug_host, s.debug_port), debug)] {
+    for (what, addr, router) in
+        [("HTTP", address(&s.host, s.port), http), ("debug", address(&s.debug_host, s.debug_port), debug)]
+    {
         let listener = bind(what, &addr).await?;
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -403,7 +479,11 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         }));
     }
     if s.use_prometheus && !s.disable_stats {
-        let addr = if s.prometheus_addr.starts_with(':') { format!("0.0.0.0{}", s.prometheus_addr) } else { s.prometheus_addr.clone() };
+        let addr = if s.prometheus_addr.starts_with(':') {
+            format!("0.0.0.0{}", s.prometheus_addr)
+        } else {
+            s.prometheus_addr.clone()
+        };
         let listener = bind("Prometheus", &addr).await?;
         let router = Router::new().route(&s.prometheus_path, get(prometheus)).with_state(app.clone());
         tasks.push(tokio::spawn(async move {
@@ -411,11 +491,16 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         }));
     }
     if s.use_statsd && !s.disable_stats {
-        tokio::spawn(crate::stats::statsd_loop(stats.clone(), address(&s.statsd_host, s.statsd_port), s.stats_flush_interval));
+        tokio::spawn(crate::stats::statsd_loop(
+            stats.clone(),
+            address(&s.statsd_host, s.statsd_port),
+            s.stats_flush_interval,
+        ));
     }
 
     // SIGTERM: unhealthy at once (upstream's sigterm component), then a graceful stop.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     tokio::select! {
         _ = term.recv() => tracing::warn!("Received SIGTERM, initiating shutdown"),
         _ = tokio::signal::ctrl_c() => tracing::warn!("Received SIGINT, initiating shutdown"),

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit as PbRateLimit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbRateLimit,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{self as pbt, value::Kind};
 use redis_throttle_client::{Clock, Decision, Error as ClientError, Throttle, Verdict};
@@ -56,7 +58,9 @@ impl Options {
             cache_key_prefix: s.cache_key_prefix.clone(),
             near_limit_ratio: s.near_limit_ratio,
             all_or_nothing: s.stop_cache_key_increment_when_overlimit,
-            headers: s.response_headers_enabled.then(|| (s.header_limit.clone(), s.header_remaining.clone(), s.header_reset.clone())),
+            headers: s
+                .response_headers_enabled
+                .then(|| (s.header_limit.clone(), s.header_remaining.clone(), s.header_reset.clone())),
             global_shadow_mode: s.global_shadow_mode,
             global_quota_mode: s.global_quota_mode,
             dynamic_metadata: s.response_dynamic_metadata,
@@ -67,7 +71,16 @@ impl Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { cache_key_prefix: String::new(), near_limit_ratio: 0.8, all_or_nothing: false, headers: None, global_shadow_mode: false, global_quota_mode: false, dynamic_metadata: false, failure_mode: FailureMode::Error }
+        Options {
+            cache_key_prefix: String::new(),
+            near_limit_ratio: 0.8,
+            all_or_nothing: false,
+            headers: None,
+            global_shadow_mode: false,
+            global_quota_mode: false,
+            dynamic_metadata: false,
+            failure_mode: FailureMode::Error,
+        }
     }
 }
 
@@ -106,7 +119,15 @@ impl Service {
             redis_error: stats.counter("ratelimit.service.call.should_rate_limit.redis_error"),
             global_shadow_mode: stats.counter("ratelimit.service.global_shadow_mode"),
         };
-        Service { options, stats, throttle, clock, config: RwLock::new(None), overrides: Mutex::new(HashMap::new()), counters }
+        Service {
+            options,
+            stats,
+            throttle,
+            clock,
+            config: RwLock::new(None),
+            overrides: Mutex::new(HashMap::new()),
+            counters,
+        }
     }
 
     /// The configuration in force, if one loaded.
@@ -123,8 +144,16 @@ impl Service {
         self.clock.now().as_nanos().div_euclid(1_000_000_000)
     }
 
-    fn override_limit(&self, domain: &str, entries: &[Entry<'_>], rpu: u32, unit: i32) -> Result<Arc<Limit>, ServiceError> {
-        let unit_of = Unit::from_proto(unit).ok_or_else(|| ServiceError::Service(format!("the descriptor's limit override has an unknown unit ({unit})")))?;
+    fn override_limit(
+        &self,
+        domain: &str,
+        entries: &[Entry<'_>],
+        rpu: u32,
+        unit: i32,
+    ) -> Result<Arc<Limit>, ServiceError> {
+        let unit_of = Unit::from_proto(unit).ok_or_else(|| {
+            ServiceError::Service(format!("the descriptor's limit override has an unknown unit ({unit})"))
+        })?;
         let key = override_key(domain, entries);
         let mut map = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() > 10_000 {
@@ -133,7 +162,10 @@ impl Service {
         if let Some(l) = map.get(&(key.clone(), rpu, unit)) {
             return Ok(l.clone());
         }
-        let limit = Arc::new(Limit::from_override(key.clone(), self.stats.limit(&key), rpu, unit_of).map_err(|e| ServiceError::Service(e.to_string()))?);
+        let limit = Arc::new(
+            Limit::from_override(key.clone(), self.stats.limit(&key), rpu, unit_of)
+                .map_err(|e| ServiceError::Service(e.to_string()))?,
+        );
         map.insert((key, rpu, unit), limit.clone());
         Ok(limit)
     }
@@ -208,7 +240,10 @@ impl Service {
         for d in &request.descriptors {
             let entries: Vec<Entry<'_>> = d.entries.iter().map(|e| Entry { key: &e.key, value: &e.value }).collect();
             let matched = match &d.limit {
-                Some(o) => Some(Matched { limit: self.override_limit(domain, &entries, o.requests_per_unit, o.unit)?, share: None }),
+                Some(o) => Some(Matched {
+                    limit: self.override_limit(domain, &entries, o.requests_per_unit, o.unit)?,
+                    share: None,
+                }),
                 None => config.get_limit(&self.stats, domain, &entries),
             };
             found.push(matched);
@@ -222,7 +257,9 @@ impl Service {
             }
         }
         for (i, (d, m)) in request.descriptors.iter().zip(found.iter()).enumerate() {
-            let keep = m.as_ref().filter(|m| !unlimited[i] && (m.limit.name.is_empty() || !replacing.contains(m.limit.name.as_str())));
+            let keep = m
+                .as_ref()
+                .filter(|m| !unlimited[i] && (m.limit.name.is_empty() || !replacing.contains(m.limit.name.as_str())));
             planned.push(keep.map(|m| {
                 // Upstream's GetHitsAddends: the descriptor's own hits_addend (0 included), else
                 // the request's, at least 1.
@@ -241,7 +278,16 @@ impl Service {
                 p.matched.limit.stats.total_hits.inc(p.hits);
             }
         }
-        let keys: Vec<Option<Vec<u8>>> = request.descriptors.iter().zip(&planned).map(|(d, p)| p.as_ref().filter(|p| p.matched.limit.policy.is_some()).map(|p| self.cache_key(domain, d, &p.matched, now))).collect();
+        let keys: Vec<Option<Vec<u8>>> = request
+            .descriptors
+            .iter()
+            .zip(&planned)
+            .map(|(d, p)| {
+                p.as_ref()
+                    .filter(|p| p.matched.limit.policy.is_some())
+                    .map(|p| self.cache_key(domain, d, &p.matched, now))
+            })
+            .collect();
         let mut calls = Vec::new();
         let mut call_of: Vec<Option<usize>> = vec![None; n];
         for (i, (p, key)) in planned.iter().zip(&keys).enumerate() {
@@ -264,7 +310,17 @@ impl Service {
             }
             // A degraded decision (fail open or closed) carries one verdict for every limit.
             let each = if d.each.len() == calls.len() { d.each.clone() } else { vec![d.numbers(); calls.len()] };
-            each.into_iter().map(|numbers| Decision { verdict: numbers.verdict, limit: numbers.limit, remaining: numbers.remaining, reset_after: numbers.reset_after, source: d.source.clone(), binding: 0, each: Vec::new() }).collect()
+            each.into_iter()
+                .map(|numbers| Decision {
+                    verdict: numbers.verdict,
+                    limit: numbers.limit,
+                    remaining: numbers.remaining,
+                    reset_after: numbers.reset_after,
+                    source: d.source.clone(),
+                    binding: 0,
+                    each: Vec::new(),
+                })
+                .collect()
         } else {
             let each = self.throttle.check_each(&calls).await.map_err(client_error)?;
             for d in &each {
@@ -282,7 +338,11 @@ impl Service {
         let (mut failed_rate, mut failed_quota, mut total_quota) = (0, 0, 0);
         for i in 0..n {
             if unlimited[i] {
-                response.statuses.push(DescriptorStatus { code: Code::Ok as i32, limit_remaining: u32::MAX, ..Default::default() });
+                response.statuses.push(DescriptorStatus {
+                    code: Code::Ok as i32,
+                    limit_remaining: u32::MAX,
+                    ..Default::default()
+                });
                 continue;
             }
             let Some(p) = &planned[i] else {
@@ -291,7 +351,14 @@ impl Service {
                 continue;
             };
             let limit = &p.matched.limit;
-            let status = self.status(limit, p, call_of[i].map(|c| &decisions[c]), calls.get(call_of[i].unwrap_or(usize::MAX)).map(|c| c.2), all_denied, now);
+            let status = self.status(
+                limit,
+                p,
+                call_of[i].map(|c| &decisions[c]),
+                calls.get(call_of[i].unwrap_or(usize::MAX)).map(|c| c.2),
+                all_denied,
+                now,
+            );
             if self.options.headers.is_some() && status.limit_remaining < min_remaining {
                 minimum = Some(i);
                 min_remaining = status.limit_remaining;
@@ -321,7 +388,11 @@ impl Service {
             let s = &response.statuses[m];
             let rpu = s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
             let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-            response.response_headers_to_add = vec![header(limit_h, rpu.to_string()), header(remaining_h, s.limit_remaining.to_string()), header(reset_h, reset.to_string())];
+            response.response_headers_to_add = vec![
+                header(limit_h, rpu.to_string()),
+                header(remaining_h, s.limit_remaining.to_string()),
+                header(reset_h, reset.to_string()),
+            ];
         }
         if overall == Code::OverLimit && self.options.global_shadow_mode {
             overall = Code::Ok;
@@ -344,8 +415,20 @@ impl Service {
     }
 
     /// One limited descriptor's status, and its stats counted as upstream counts them.
-    fn status(&self, limit: &Limit, p: &Planned, decision: Option<&Decision>, quantity: Option<i64>, all_denied: bool, now: i64) -> DescriptorStatus {
-        let current = PbRateLimit { name: limit.name.clone(), requests_per_unit: limit.requests_per_unit, unit: limit.unit.map_or(0, Unit::proto) };
+    fn status(
+        &self,
+        limit: &Limit,
+        p: &Planned,
+        decision: Option<&Decision>,
+        quantity: Option<i64>,
+        all_denied: bool,
+        now: i64,
+    ) -> DescriptorStatus {
+        let current = PbRateLimit {
+            name: limit.name.clone(),
+            requests_per_unit: limit.requests_per_unit,
+            unit: limit.unit.map_or(0, Unit::proto),
+        };
         let hits = p.hits;
         let (over, threshold, before, after, cached, remaining, wait) = match decision {
             // `requests_per_unit: 0`: every hit is over (nothing is sent).
@@ -360,12 +443,24 @@ impl Service {
                 }
                 let used = threshold.saturating_sub(u64::try_from(remaining).unwrap_or(0));
                 let charged = !over && !all_denied && !p.negative;
-                let (before, after) = if charged { (used.saturating_sub(hits), used) } else { (used, used.saturating_add(if p.negative { 0 } else { hits })) };
+                let (before, after) = if charged {
+                    (used.saturating_sub(hits), used)
+                } else {
+                    (used, used.saturating_add(if p.negative { 0 } else { hits }))
+                };
                 let wait = match d.verdict {
                     Verdict::Denied { retry_after } => Some(retry_after),
                     _ => None,
                 };
-                (over, threshold, before, after, matches!(d.source, redis_throttle_client::Source::DenyCache), remaining, wait.or(Some(d.reset_after)))
+                (
+                    over,
+                    threshold,
+                    before,
+                    after,
+                    matches!(d.source, redis_throttle_client::Source::DenyCache),
+                    remaining,
+                    wait.or(Some(d.reset_after)),
+                )
             }
         };
         let stats = &limit.stats;
@@ -438,8 +533,12 @@ pub fn json_to_value(v: &serde_json::Value) -> pbt::Value {
         serde_json::Value::Bool(b) => Kind::BoolValue(*b),
         serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
         serde_json::Value::String(s) => Kind::StringValue(s.clone()),
-        serde_json::Value::Array(a) => Kind::ListValue(pbt::ListValue { values: a.iter().map(json_to_value).collect() }),
-        serde_json::Value::Object(o) => Kind::StructValue(pbt::Struct { fields: o.iter().map(|(k, v)| (k.clone(), json_to_value(v))).collect() }),
+        serde_json::Value::Array(a) => {
+            Kind::ListValue(pbt::ListValue { values: a.iter().map(json_to_value).collect() })
+        }
+        serde_json::Value::Object(o) => {
+            Kind::StructValue(pbt::Struct { fields: o.iter().map(|(k, v)| (k.clone(), json_to_value(v))).collect() })
+        }
     };
     pbt::Value { kind: Some(kind) }
 }
@@ -472,9 +571,19 @@ fn metadata(request: &RateLimitRequest, passed: &[usize], planned: &[Option<Plan
         .iter()
         .map(|d| {
             let mut f = std::collections::BTreeMap::new();
-            f.insert("entries".to_string(), list(d.entries.iter().map(|e| string(format!("{}={}", e.key, e.value))).collect()));
+            f.insert(
+                "entries".to_string(),
+                list(d.entries.iter().map(|e| string(format!("{}={}", e.key, e.value))).collect()),
+            );
             if let Some(l) = &d.limit {
-                f.insert("limit".to_string(), string(format!("requests_per_unit:{} unit:{}", l.requests_per_unit, Unit::from_proto(l.unit).map_or("UNKNOWN", Unit::name))));
+                f.insert(
+                    "limit".to_string(),
+                    string(format!(
+                        "requests_per_unit:{} unit:{}",
+                        l.requests_per_unit,
+                        Unit::from_proto(l.unit).map_or("UNKNOWN", Unit::name)
+                    )),
+                );
             }
             if let Some(h) = &d.hits_addend {
                 f.insert("hitsAddend".to_string(), number(h.value as f64));

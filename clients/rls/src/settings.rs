@@ -113,15 +113,31 @@ impl std::error::Error for SettingsError {}
 /// may keep (its default; `None`: any value is refused once set). Setting one to anything else
 /// stops the start.
 const REFUSED: &[(&str, Option<&str>, &str)] = &[
-    ("BACKEND_TYPE", Some("redis"), "only Redis (with the redis-throttle module or its Functions twin) is a backend here"),
-    ("CONFIG_TYPE", Some("FILE"), "configuration comes from files (RUNTIME_ROOT…) here; xDS (GRPC_XDS_SOTW) is the next step, not this release"),
-    ("REDIS_PERSECOND", Some("false"), "one Redis (or one cluster) holds every limit here; a second Redis for per-second limits is not supported"),
+    (
+        "BACKEND_TYPE",
+        Some("redis"),
+        "only Redis (with the redis-throttle module or its Functions twin) is a backend here",
+    ),
+    (
+        "CONFIG_TYPE",
+        Some("FILE"),
+        "configuration comes from files (RUNTIME_ROOT…) here; xDS (GRPC_XDS_SOTW) is the next step, not this release",
+    ),
+    (
+        "REDIS_PERSECOND",
+        Some("false"),
+        "one Redis (or one cluster) holds every limit here; a second Redis for per-second limits is not supported",
+    ),
     ("USE_DOG_STATSD", Some("false"), "DogStatsD is not supported: use USE_STATSD or USE_PROMETHEUS"),
     ("USE_DOG_STATSD_MOGRIFIERS", None, "DogStatsD is not supported"),
     ("EXTRA_TAGS", None, "stat tags are not supported"),
     ("PROMETHEUS_MAPPER_YAML", None, "only upstream's default Prometheus mapping is built in"),
     ("TRACING_ENABLED", Some("false"), "OpenTelemetry tracing is not supported"),
-    ("GRPC_CLIENT_TLS_SAN", None, "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients"),
+    (
+        "GRPC_CLIENT_TLS_SAN",
+        None,
+        "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients",
+    ),
     ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
@@ -132,12 +148,27 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
 /// Upstream's tuning of its Go Redis client (radix) whose every value this service already
 /// satisfies: each is checked and logged at start with what it means here.
 const SATISFIED: &[(&str, &str)] = &[
-    ("REDIS_PIPELINE_WINDOW", "the commands of concurrent requests are always pipelined here: they share the connection's writes as they come, never held back for a window"),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        "the commands of concurrent requests are always pipelined here: they share the connection's writes as they come, never held back for a window",
+    ),
     ("REDIS_PIPELINE_LIMIT", "deprecated and without effect, as in upstream since radix v4"),
-    ("REDIS_POOL_ON_EMPTY_WAIT_DURATION", "no request waits for a free connection here (every connection is shared); DECISION_DEADLINE bounds each decision"),
-    ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "a request's hash slots are always decided in parallel here, one pipeline per slot"),
-    ("REDIS_STARTUP_INITIAL_INTERVAL", "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers"),
-    ("REDIS_STARTUP_MAX_INTERVAL", "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers"),
+    (
+        "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
+        "no request waits for a free connection here (every connection is shared); DECISION_DEADLINE bounds each decision",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "a request's hash slots are always decided in parallel here, one pipeline per slot",
+    ),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers",
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        "until Redis first answers, a connection is tried every 200 ms here while FAILURE_MODE answers",
+    ),
 ];
 
 struct Env<'a> {
@@ -170,7 +201,8 @@ impl Env<'_> {
     fn duration(&self, name: &str, default: Duration) -> Result<Duration, SettingsError> {
         match self.get(name) {
             None => Ok(default),
-            Some(v) => parse_go_duration(v).ok_or_else(|| SettingsError(format!("{name}={v}: expected a duration such as 20ms, 1s or 1m30s"))),
+            Some(v) => parse_go_duration(v)
+                .ok_or_else(|| SettingsError(format!("{name}={v}: expected a duration such as 20ms, 1s or 1m30s"))),
         }
     }
 }
@@ -236,15 +268,26 @@ impl Settings {
             }
         }
         for (name, value) in vars {
-            let refused_family = ["MEMCACHE_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "TRACING_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
-            if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() && name != "TRACING_ENABLED" {
-                return Err(SettingsError(format!("{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)")));
+            let refused_family = ["MEMCACHE_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "TRACING_", "DOG_STATSD_"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            if refused_family
+                && !REFUSED.iter().any(|(n, ..)| n == name)
+                && !value.is_empty()
+                && name != "TRACING_ENABLED"
+            {
+                return Err(SettingsError(format!(
+                    "{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)"
+                )));
             }
         }
         for (name, meaning) in SATISFIED {
             if let Some(v) = env.get(name) {
                 match *name {
-                    "REDIS_PIPELINE_WINDOW" | "REDIS_POOL_ON_EMPTY_WAIT_DURATION" | "REDIS_STARTUP_INITIAL_INTERVAL" | "REDIS_STARTUP_MAX_INTERVAL" => {
+                    "REDIS_PIPELINE_WINDOW"
+                    | "REDIS_POOL_ON_EMPTY_WAIT_DURATION"
+                    | "REDIS_STARTUP_INITIAL_INTERVAL"
+                    | "REDIS_STARTUP_MAX_INTERVAL" => {
                         env.duration(name, Duration::ZERO)?;
                     }
                     _ => {
@@ -269,9 +312,12 @@ impl Settings {
             "SINGLE" => RedisType::Single,
             "CLUSTER" => RedisType::Cluster,
             "SENTINEL" => RedisType::Sentinel,
-            other => return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE, CLUSTER or SENTINEL"))),
+            other => {
+                return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE, CLUSTER or SENTINEL")));
+            }
         };
-        let redis_socket_type = env.string("REDIS_SOCKET_TYPE", if redis_type == RedisType::Single { "unix" } else { "tcp" });
+        let redis_socket_type =
+            env.string("REDIS_SOCKET_TYPE", if redis_type == RedisType::Single { "unix" } else { "tcp" });
         if !matches!(redis_socket_type.as_str(), "unix" | "tcp") {
             return Err(SettingsError(format!("REDIS_SOCKET_TYPE={redis_socket_type}: expected unix or tcp")));
         }
@@ -282,7 +328,9 @@ impl Settings {
             let kind = if redis_type == RedisType::Cluster { "CLUSTER" } else { "SENTINEL" };
             return Err(SettingsError(format!("REDIS_SOCKET_TYPE=unix: REDIS_TYPE={kind} reaches its nodes over tcp")));
         }
-        if redis_type == RedisType::Sentinel && env.string("REDIS_URL", "").split(',').filter(|p| !p.trim().is_empty()).count() < 2 {
+        if redis_type == RedisType::Sentinel
+            && env.string("REDIS_URL", "").split(',').filter(|p| !p.trim().is_empty()).count() < 2
+        {
             return Err(SettingsError(
                 "REDIS_URL: expected the master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>".into(),
             ));
@@ -299,8 +347,13 @@ impl Settings {
             return Err(SettingsError(format!("LOG_FORMAT={log_format}: expected text or json")));
         }
         let log_level = env.string("LOG_LEVEL", "WARN");
-        if !matches!(log_level.to_ascii_lowercase().as_str(), "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic") {
-            return Err(SettingsError(format!("LOG_LEVEL={log_level}: expected trace, debug, info, warn, error, fatal or panic")));
+        if !matches!(
+            log_level.to_ascii_lowercase().as_str(),
+            "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic"
+        ) {
+            return Err(SettingsError(format!(
+                "LOG_LEVEL={log_level}: expected trace, debug, info, warn, error, fatal or panic"
+            )));
         }
         let near_limit_ratio: f32 = env.number("NEAR_LIMIT_RATIO", 0.8)?;
         if !(0.0..=1.0).contains(&near_limit_ratio) {
@@ -377,13 +430,17 @@ impl Settings {
             return Err(SettingsError("USE_STATSD=true and USE_PROMETHEUS=true: unable to use more than one stats sink at the same time; set USE_STATSD=false to use Prometheus".into()));
         }
         if s.grpc_server_use_tls && (s.grpc_server_tls_cert.is_empty() || s.grpc_server_tls_key.is_empty()) {
-            return Err(SettingsError("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY".into()));
+            return Err(SettingsError(
+                "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY".into(),
+            ));
         }
         if !s.grpc_client_tls_cacert.is_empty() && !s.grpc_server_use_tls {
             return Err(SettingsError("GRPC_CLIENT_TLS_CACERT is set but GRPC_SERVER_USE_TLS is not true: mTLS needs TLS on the gRPC listener".into()));
         }
         if s.failure_local_share == 0 {
-            return Err(SettingsError("FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into()));
+            return Err(SettingsError(
+                "FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into(),
+            ));
         }
         Ok(s)
     }
@@ -400,7 +457,11 @@ impl Settings {
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .map(|u| {
-                if u.starts_with("redis://") || u.starts_with("rediss://") || u.starts_with("unix://") || u.starts_with("redis+unix://") {
+                if u.starts_with("redis://")
+                    || u.starts_with("rediss://")
+                    || u.starts_with("unix://")
+                    || u.starts_with("redis+unix://")
+                {
                     return u.to_string();
                 }
                 if self.redis_socket_type == "unix" {
@@ -418,7 +479,8 @@ impl Settings {
                     (true, false) => format!(":{}@", encode(&pass)),
                     (false, false) => format!("{}:{}@", encode(&user), encode(&pass)),
                 };
-                let fragment = if self.redis_tls && self.redis_tls_skip_hostname_verification { "#insecure" } else { "" };
+                let fragment =
+                    if self.redis_tls && self.redis_tls_skip_hostname_verification { "#insecure" } else { "" };
                 format!("{scheme}://{auth}{u}{fragment}")
             })
             .collect()
@@ -427,7 +489,15 @@ impl Settings {
 
 /// Percent-encodes a URL's user or password.
 fn encode(s: &str) -> String {
-    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -469,7 +539,12 @@ mod tests {
             let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();
             assert!(e.0.starts_with(name), "{name}: {e}");
         }
-        for (name, value) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis"), ("REDIS_PERSECOND", "false"), ("REDIS_POOL_SIZE", "20")] {
+        for (name, value) in [
+            ("CONFIG_TYPE", "FILE"),
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_PERSECOND", "false"),
+            ("REDIS_POOL_SIZE", "20"),
+        ] {
             Settings::from_vars(&vars(&[(name, value)])).unwrap();
         }
         let both = Settings::from_vars(&vars(&[("USE_PROMETHEUS", "true")])).unwrap_err();
@@ -508,30 +583,71 @@ mod tests {
         ] {
             Settings::from_vars(&vars(&[(name, value)])).unwrap();
         }
-        let s = Settings::from_vars(&vars(&[("GRPC_MAX_CONNECTION_AGE_GRACE", "5m"), ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s")])).unwrap();
-        assert_eq!((s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time), (Duration::from_secs(300), Duration::from_secs(3)));
+        let s = Settings::from_vars(&vars(&[
+            ("GRPC_MAX_CONNECTION_AGE_GRACE", "5m"),
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time),
+            (Duration::from_secs(300), Duration::from_secs(3))
+        );
         let s = Settings::from_vars(&vars(&[])).unwrap();
-        assert_eq!((s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time), (Duration::from_secs(3600), Duration::ZERO));
+        assert_eq!(
+            (s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time),
+            (Duration::from_secs(3600), Duration::ZERO)
+        );
     }
 
     #[test]
     fn redis_urls_follow_socket_type_auth_and_tls() {
-        let s = Settings::from_vars(&vars(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "localhost:6379"), ("REDIS_AUTH", "user:p@ss"), ("REDIS_TLS", "true")])).unwrap();
+        let s = Settings::from_vars(&vars(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "localhost:6379"),
+            ("REDIS_AUTH", "user:p@ss"),
+            ("REDIS_TLS", "true"),
+        ]))
+        .unwrap();
         assert_eq!(s.redis_urls(), vec!["rediss://user:p%40ss@localhost:6379".to_string()]);
-        let c = Settings::from_vars(&vars(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2"), ("REDIS_AUTH", "pw")])).unwrap();
+        let c = Settings::from_vars(&vars(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_URL", "a:1,b:2"),
+            ("REDIS_AUTH", "pw"),
+        ]))
+        .unwrap();
         assert_eq!(c.redis_urls(), vec!["redis://:pw@a:1".to_string(), "redis://:pw@b:2".to_string()]);
     }
 
     #[test]
     fn sentinel_and_cluster_are_reached_over_tcp_sentinel_urls_name_the_master_first() {
-        let s = Settings::from_vars(&vars(&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "mymaster,10.0.0.1:26379,10.0.0.2:26379"), ("REDIS_SENTINEL_AUTH", "s3cret")])).unwrap();
-        assert_eq!((s.redis_type, s.redis_socket_type.as_str(), s.redis_sentinel_auth.as_str()), (RedisType::Sentinel, "tcp", "s3cret"));
-        assert_eq!(Settings::from_vars(&vars(&[("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2")])).unwrap().redis_socket_type, "tcp");
+        let s = Settings::from_vars(&vars(&[
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_URL", "mymaster,10.0.0.1:26379,10.0.0.2:26379"),
+            ("REDIS_SENTINEL_AUTH", "s3cret"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.redis_type, s.redis_socket_type.as_str(), s.redis_sentinel_auth.as_str()),
+            (RedisType::Sentinel, "tcp", "s3cret")
+        );
+        assert_eq!(
+            Settings::from_vars(&vars(&[("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2")]))
+                .unwrap()
+                .redis_socket_type,
+            "tcp"
+        );
         for (pairs, name) in [
             (&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "mymaster")][..], "REDIS_URL:"),
             (&[("REDIS_TYPE", "SENTINEL")][..], "REDIS_URL:"),
-            (&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "m,h:1"), ("REDIS_SOCKET_TYPE", "unix")][..], "REDIS_SOCKET_TYPE=unix"),
-            (&[("REDIS_TYPE", "CLUSTER"), ("REDIS_URL", "a:1"), ("REDIS_SOCKET_TYPE", "unix")][..], "REDIS_SOCKET_TYPE=unix"),
+            (
+                &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "m,h:1"), ("REDIS_SOCKET_TYPE", "unix")][..],
+                "REDIS_SOCKET_TYPE=unix",
+            ),
+            (
+                &[("REDIS_TYPE", "CLUSTER"), ("REDIS_URL", "a:1"), ("REDIS_SOCKET_TYPE", "unix")][..],
+                "REDIS_SOCKET_TYPE=unix",
+            ),
         ] {
             let e = Settings::from_vars(&vars(pairs)).unwrap_err();
             assert!(e.0.starts_with(name), "{pairs:?}: {e}");

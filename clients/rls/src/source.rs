@@ -106,7 +106,13 @@ mod tests {
     use super::*;
 
     fn source(root: PathBuf, watch_root: bool) -> FileSource {
-        FileSource { root, subdirectory: "ratelimit".into(), app_directory: "config".into(), ignore_dot_files: true, watch_root }
+        FileSource {
+            root,
+            subdirectory: "ratelimit".into(),
+            app_directory: "config".into(),
+            ignore_dot_files: true,
+            watch_root,
+        }
     }
 
     #[test]
@@ -125,7 +131,13 @@ mod tests {
         // Watching the root: edits inside do not reload, a swapped symlink does.
         let s = source(current.clone(), true);
         let docs = s.read().unwrap();
-        assert_eq!(docs, vec![("config.basic".to_string(), "domain: a\n".to_string()), ("config.nested.more".to_string(), "domain: a\n".to_string())]);
+        assert_eq!(
+            docs,
+            vec![
+                ("config.basic".to_string(), "domain: a\n".to_string()),
+                ("config.nested.more".to_string(), "domain: a\n".to_string())
+            ]
+        );
         let before = s.fingerprint();
         std::fs::write(base.join("v1/ratelimit/config/basic.yaml"), "domain: a2\n").unwrap();
         assert_eq!(s.fingerprint(), before);

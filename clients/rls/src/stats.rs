@@ -333,7 +333,10 @@ mod tests {
         let ms = Stats::new();
         ms.configure(false, true);
         ms.response_time.record(Duration::from_millis(3));
-        assert!(ms.prometheus().contains("ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"5\"} 1"));
+        assert!(
+            ms.prometheus()
+                .contains("ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"5\"} 1")
+        );
         // Without statsd nothing is kept; past MAX_SAMPLES the rest is sampled.
         assert_eq!(ms.response_time.take(), (vec![], 1.0));
         for _ in 0..MAX_SAMPLES * 2 {
@@ -352,9 +355,21 @@ mod tests {
 
     #[test]
     fn prometheus_names_follow_the_default_mapper() {
-        assert_eq!(prometheus_name("ratelimit.service.rate_limit.basic.key1.total_hits"), ("ratelimit_service_rate_limit_total_hits".into(), "{domain=\"basic\",key1=\"key1\"}".into()));
-        assert_eq!(prometheus_name("ratelimit.service.rate_limit.d.a_b.c.over_limit").1, "{domain=\"d\",key1=\"a_b\",key2=\"c\"}");
-        assert_eq!(prometheus_name("ratelimit.service.call.should_rate_limit.redis_error").0, "ratelimit_service_should_rate_limit_error");
-        assert_eq!(prometheus_name("ratelimit_server.ShouldRateLimit.total_requests").0, "ratelimit_service_total_requests");
+        assert_eq!(
+            prometheus_name("ratelimit.service.rate_limit.basic.key1.total_hits"),
+            ("ratelimit_service_rate_limit_total_hits".into(), "{domain=\"basic\",key1=\"key1\"}".into())
+        );
+        assert_eq!(
+            prometheus_name("ratelimit.service.rate_limit.d.a_b.c.over_limit").1,
+            "{domain=\"d\",key1=\"a_b\",key2=\"c\"}"
+        );
+        assert_eq!(
+            prometheus_name("ratelimit.service.call.should_rate_limit.redis_error").0,
+            "ratelimit_service_should_rate_limit_error"
+        );
+        assert_eq!(
+            prometheus_name("ratelimit_server.ShouldRateLimit.total_requests").0,
+            "ratelimit_service_total_requests"
+        );
     }
 }

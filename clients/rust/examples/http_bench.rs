@@ -91,9 +91,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key = Key::header(HeaderName::from_static("x-key"));
 
     let bare = serve(app().into_make_service_with_connect_info::<SocketAddr>()).await;
-    let admit_all = RateLimit::new(throttle.clone()).headers(Headers::default()).limit(Limit::rate("all", Policy::parse("1000000000/s")?).key(key.clone()));
+    let admit_all = RateLimit::new(throttle.clone())
+        .headers(Headers::default())
+        .limit(Limit::rate("all", Policy::parse("1000000000/s")?).key(key.clone()));
     let limited = serve(admit_all.into_make_service(app())?).await;
-    let mostly_denied = RateLimit::new(throttle.clone()).limit(Limit::rate("deny", Policy::parse("1/h counter")?).key(key));
+    let mostly_denied =
+        RateLimit::new(throttle.clone()).limit(Limit::rate("deny", Policy::parse("1/h counter")?).key(key));
     let denying = serve(mostly_denied.into_make_service(app())?).await;
 
     // Sequential, interleaved rounds so that all three see the same machine load.
@@ -117,7 +120,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         t_check += start.elapsed();
     }
-    let (b, l, c) = (per_request(t_bare, SEQUENTIAL), per_request(t_layer, SEQUENTIAL), per_request(t_check, SEQUENTIAL));
+    let (b, l, c) =
+        (per_request(t_bare, SEQUENTIAL), per_request(t_layer, SEQUENTIAL), per_request(t_check, SEQUENTIAL));
     println!("one connection, {SEQUENTIAL} requests each:");
     println!("  without the layer        {b:8.1} µs/request");
     println!("  with the layer           {l:8.1} µs/request");
@@ -131,6 +135,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  with the layer           {rps:10.0} requests/s");
     // 9 in 10 requests on the hot key, denied by the deny cache after its first denial.
     let (rps, denied) = throughput(denying, |i| if i % 10 == 0 { format!("fresh{i}") } else { "hot".into() }).await;
-    println!("  90% denied (deny cache)  {rps:10.0} requests/s ({:.1}% denied, {} denials cached)", denied * 100.0, throttle.deny_cache_len());
+    println!(
+        "  90% denied (deny cache)  {rps:10.0} requests/s ({:.1}% denied, {} denials cached)",
+        denied * 100.0,
+        throttle.deny_cache_len()
+    );
     Ok(())
 }

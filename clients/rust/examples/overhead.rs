@@ -32,7 +32,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for round in 0..10 {
         let start = Instant::now();
         for _ in 0..ROUND_TRIPS / 10 {
-            let cmd = redis::cmd("CL.THROTTLE").arg("overhead:raw").arg(999_999_999).arg(1_000_000_000).arg(1000).arg(1).arg("MS").clone();
+            let cmd = redis::cmd("CL.THROTTLE")
+                .arg("overhead:raw")
+                .arg(999_999_999)
+                .arg(1_000_000_000)
+                .arg(1000)
+                .arg(1)
+                .arg("MS")
+                .clone();
             let _: Vec<i64> = cmd.query_async(&mut raw).await?;
         }
         raw_time += start.elapsed();
@@ -62,7 +69,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tasks.spawn(async move {
                     for _ in 0..per_task {
                         if which == 0 {
-                            let cmd = redis::cmd("CL.THROTTLE").arg(format!("overhead:raw:{t}")).arg(999_999_999).arg(1_000_000_000).arg(1000).arg(1).arg("MS").clone();
+                            let cmd = redis::cmd("CL.THROTTLE")
+                                .arg(format!("overhead:raw:{t}"))
+                                .arg(999_999_999)
+                                .arg(1_000_000_000)
+                                .arg(1000)
+                                .arg(1)
+                                .arg("MS")
+                                .clone();
                             let _: Vec<i64> = cmd.query_async(&mut raw).await.expect("raw call");
                         } else {
                             client.check(&policy, format!("overhead:client:{t}")).await.expect("client call");

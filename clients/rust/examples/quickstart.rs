@@ -18,7 +18,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(policy, "20/s burst 5".parse()?);
     for i in 1..=7 {
         let d = client.check(&policy, "quickstart:user42").await?;
-        println!("call {i}: {:?}, remaining {}, retry after {:?} ({:?})", d.verdict, d.remaining, d.retry_after(), d.source);
+        println!(
+            "call {i}: {:?}, remaining {}, retry after {:?} ({:?})",
+            d.verdict,
+            d.remaining,
+            d.retry_after(),
+            d.source
+        );
     }
 
     // Several limits at one instant: the binding one answers.

@@ -85,7 +85,11 @@ impl Drop for Probe<'_> {
 impl Breaker {
     pub(crate) fn new(config: BreakerConfig, deadline: Duration) -> Breaker {
         let probe_deadline = deadline.saturating_mul(2).max(Duration::from_millis(100));
-        Breaker { config, probe_deadline, state: Mutex::new(State { consecutive: 0, open_until: None, probing: None, next_probe: 0 }) }
+        Breaker {
+            config,
+            probe_deadline,
+            state: Mutex::new(State { consecutive: 0, open_until: None, probing: None, next_probe: 0 }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -103,7 +107,10 @@ impl Breaker {
             let now = Instant::now();
             match s.open_until {
                 None => Permit::Call,
-                Some(until) if now >= until && s.probing.is_none_or(|(_, since)| now.duration_since(since) >= self.probe_deadline) => {
+                Some(until)
+                    if now >= until
+                        && s.probing.is_none_or(|(_, since)| now.duration_since(since) >= self.probe_deadline) =>
+                {
                     let n = s.next_probe;
                     s.next_probe = n.wrapping_add(1);
                     s.probing = Some((n, now));

@@ -71,7 +71,12 @@ impl DenyCache {
     pub(crate) fn new(capacity: usize, bytes: usize) -> DenyCache {
         let per_shard = capacity.div_ceil(SHARDS).max(1);
         let bytes_per_shard = (bytes / SHARDS).max(1);
-        DenyCache { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(), per_shard, bytes_per_shard, hasher: std::hash::RandomState::new() }
+        DenyCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard,
+            bytes_per_shard,
+            hasher: std::hash::RandomState::new(),
+        }
     }
 
     fn slot(&self, params: &Params, key: &[u8]) -> (u64, &Mutex<Shard>) {
@@ -134,7 +139,14 @@ impl DenyCache {
                 shard.map.shrink_to_fit();
             }
         }
-        let denial = Denial { params: *params, key: key.into(), quantity, until: sent + retry_after, limit: numbers.limit, reset_at: sent + numbers.reset_after };
+        let denial = Denial {
+            params: *params,
+            key: key.into(),
+            quantity,
+            until: sent + retry_after,
+            limit: numbers.limit,
+            reset_at: sent + numbers.reset_after,
+        };
         shard.bytes += cost;
         shard.map.insert(hash, denial);
     }
@@ -174,7 +186,6 @@ impl DenyCache {
             })
             .sum()
     }
-
 }
 
 /// A duration rounded up to the next whole millisecond (as the module's `MS` replies are).
@@ -188,7 +199,12 @@ mod tests {
     use super::*;
 
     fn denied(ms: u64) -> Numbers {
-        Numbers { verdict: Verdict::Denied { retry_after: Duration::from_millis(ms) }, limit: 5, remaining: 0, reset_after: Duration::from_millis(ms * 2) }
+        Numbers {
+            verdict: Verdict::Denied { retry_after: Duration::from_millis(ms) },
+            limit: 5,
+            remaining: 0,
+            reset_after: Duration::from_millis(ms * 2),
+        }
     }
 
     #[test]

@@ -220,7 +220,8 @@ impl Throttle {
     pub fn connect_degraded_client(client: redis::Client, config: Config) -> Result<Throttle, Error> {
         let throttle = Throttle::build(None, Some(client.clone()), config);
         let weak = Arc::downgrade(&throttle.inner);
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Invalid(format!("connect_degraded needs a tokio runtime: {e}")))?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| Error::Invalid(format!("connect_degraded needs a tokio runtime: {e}")))?;
         runtime.spawn(connect_in_background(weak, client, config));
         Ok(throttle)
     }
@@ -257,23 +258,37 @@ impl Throttle {
     /// times of `clock`.
     pub fn in_memory(clock: ManualClock, config: Config) -> Throttle {
         let store = Arc::new(Mutex::new(Store::new(config.local_keys)));
-        Throttle::build(Some(Link { conn: Conn::Memory(store, Arc::new(clock)), backend: Backend::Memory }), None, config)
+        Throttle::build(
+            Some(Link { conn: Conn::Memory(store, Arc::new(clock)), backend: Backend::Memory }),
+            None,
+            config,
+        )
     }
 
     pub(crate) fn build(link: Option<Link>, client: Option<redis::Client>, config: Config) -> Throttle {
         let memory = link.as_ref().is_some_and(|l| l.backend == Backend::Memory);
-        let cache = (config.deny_cache > 0 && config.deny_cache_bytes > 0 && !memory).then(|| DenyCache::new(config.deny_cache, config.deny_cache_bytes));
+        let cache = (config.deny_cache > 0 && config.deny_cache_bytes > 0 && !memory)
+            .then(|| DenyCache::new(config.deny_cache, config.deny_cache_bytes));
         let cell = OnceLock::new();
         if let Some(link) = link {
             let _ = cell.set(link);
         }
-        let inner = Inner { link: cell, client, config, cache, breaker: Breaker::new(config.breaker, config.deadline), local: Mutex::new(Store::new(config.local_keys)) };
+        let inner = Inner {
+            link: cell,
+            client,
+            config,
+            cache,
+            breaker: Breaker::new(config.breaker, config.deadline),
+            local: Mutex::new(Store::new(config.local_keys)),
+        };
         Throttle { inner: Arc::new(inner) }
     }
 
     /// Detects what the server offers within `config.connect_timeout`.
     async fn with_conn(conn: Conn, config: Config) -> Result<Throttle, Error> {
-        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn, None)).await.map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
+        let backend = tokio::time::timeout(config.connect_timeout, detect(&conn, None))
+            .await
+            .map_err(|_| Error::Connect(not_within(config.connect_timeout)))??;
         tracing::info!(?backend, "redis-throttle: connected");
         Ok(Throttle::build(Some(Link { conn, backend }), None, config))
     }
@@ -334,7 +349,9 @@ impl Throttle {
     /// as the module would store it; `None` for a missing key or another backend.
     pub fn stored(&self, key: impl AsRef<[u8]>) -> Option<(Vec<u8>, Option<i64>)> {
         match self.inner.link.get().map(|l| &l.conn) {
-            Some(Conn::Memory(store, clock)) => store.lock().unwrap_or_else(|e| e.into_inner()).get(key.as_ref(), clock.now()),
+            Some(Conn::Memory(store, clock)) => {
+                store.lock().unwrap_or_else(|e| e.into_inner()).get(key.as_ref(), clock.now())
+            }
             _ => None,
         }
     }
@@ -368,7 +385,13 @@ impl Throttle {
     /// is the instant (Unix ms) the limiter would have been full again right after the call that
     /// took them (`PEXPIRETIME key` then; see [`Throttle::check_held`]). A late refund gives
     /// back nothing the limiter has regained by time (`HELD t` of the commands).
-    pub async fn refund_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32, held: i64) -> Result<Decision, Error> {
+    pub async fn refund_held(
+        &self,
+        policy: &Policy,
+        key: impl AsRef<[u8]>,
+        quantity: u32,
+        held: i64,
+    ) -> Result<Decision, Error> {
         let key = key.as_ref();
         let inner = &*self.inner;
         let quantity = -i64::from(quantity);
@@ -380,7 +403,8 @@ impl Throttle {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let held = redis_throttle_core::limiter::held(Some(held), quantity).map_err(Error::Memory)?;
             let limiter = policy.limiter();
-            let (numbers, binding) = store.decide_held(&[(limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
+            let (numbers, binding) =
+                store.decide_held(&[(limiter, key, quantity)], &[held], clock.now(), false).map_err(Error::Memory)?;
             return Ok(Decision::new(numbers[binding], Source::Server));
         }
         let mut cmd = single_command(link.backend, policy, key, quantity);
@@ -402,7 +426,12 @@ impl Throttle {
     /// limiter would be full again right after it: the `held` of a later
     /// [`Throttle::refund_held`]. `None` when the server took nothing (a denial, a degraded
     /// decision).
-    pub async fn check_held(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<(Decision, Option<i64>), Error> {
+    pub async fn check_held(
+        &self,
+        policy: &Policy,
+        key: impl AsRef<[u8]>,
+        quantity: u32,
+    ) -> Result<(Decision, Option<i64>), Error> {
         let (decision, held) = self.take_held(&[(policy, key.as_ref(), i64::from(quantity))], false).await?;
         Ok((decision, held.first().copied().flatten()))
     }
@@ -424,17 +453,25 @@ impl Throttle {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock.now();
             let decision = memory_decision(&mut store, calls, now, all, Source::Server)?;
-            let held = calls.iter().map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed())).collect();
+            let held = calls
+                .iter()
+                .map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed()))
+                .collect();
             record(&decision);
             return Ok((decision, held));
         }
-        let cross_slot = link.conn.is_cluster() && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
+        let cross_slot =
+            link.conn.is_cluster() && calls.iter().any(|(_, k, _)| Slot::for_key(k) != Slot::for_key(first_key));
         if cross_slot || (link.backend == Backend::Twin && calls.iter().any(|(p, _, _)| p.named_zone().is_some())) {
             // Refused as `check` and `check_all` refuse them.
             return self.decide(calls, all).await.map(|d| (d, vec![None; calls.len()]));
         }
         let mut pipe = redis::pipe();
-        let cmd = if all { all_command(link.backend, calls) } else { single_command(link.backend, first_policy, first_key, quantity) };
+        let cmd = if all {
+            all_command(link.backend, calls)
+        } else {
+            single_command(link.backend, first_policy, first_key, quantity)
+        };
         let name = command_name(&cmd);
         pipe.atomic().add_command(cmd);
         for (_, key, _) in calls {
@@ -443,7 +480,11 @@ impl Throttle {
         let sent = self.request_pipe(pipe, &name, first_key).await;
         let (decision, held) = match sent {
             Ok(Value::Array(items)) if items.len() == 1 + calls.len() => {
-                let decision = if all { all_decision(&items[0], calls.len())? } else { Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server) };
+                let decision = if all {
+                    all_decision(&items[0], calls.len())?
+                } else {
+                    Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server)
+                };
                 let held = items[1..].iter().map(|v| integer(v).filter(|&ms| ms >= 0 && decision.allowed())).collect();
                 (decision, held)
             }
@@ -451,7 +492,9 @@ impl Throttle {
                 let Some(Value::ServerError(e)) = items.into_iter().next() else { unreachable!("matched above") };
                 return Err(Error::Server(e.into()));
             }
-            Ok(other) => return Err(Error::Invalid(format!("expected the call's reply and PEXPIRETIME, got {other:?}"))),
+            Ok(other) => {
+                return Err(Error::Invalid(format!("expected the call's reply and PEXPIRETIME, got {other:?}")));
+            }
             Err(Failed::Refused(e)) => return Err(Error::Server(e)),
             Err(Failed::Down(reason)) => (self.fallback(calls, all, reason)?, vec![None; calls.len()]),
         };
@@ -503,7 +546,11 @@ impl Throttle {
         {
             return Ok(Decision::new(numbers, Source::DenyCache));
         }
-        let cmd = if single { single_command(link.backend, first_policy, first_key, quantity) } else { all_command(link.backend, calls) };
+        let cmd = if single {
+            single_command(link.backend, first_policy, first_key, quantity)
+        } else {
+            all_command(link.backend, calls)
+        };
         let sent = std::time::Instant::now();
         let value = match self.request(cmd, first_key).await {
             Ok(value) => value,
@@ -529,7 +576,8 @@ impl Throttle {
     /// inside a `tracing` span `redis_throttle.call` (debug level) with the command's name, and
     /// its `outcome` (`ok`, `refused`, `connection`, `timeout`, `breaker_open`) recorded.
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
-        let span = tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
+        let span =
+            tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
         let (result, outcome) = self.guarded(|conn| send(conn, cmd, key)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
@@ -544,7 +592,10 @@ impl Throttle {
     }
 
     /// Sends what `send` sends on the connection, within the deadline, through the breaker.
-    pub(crate) async fn guarded<'a, F>(&'a self, send: impl FnOnce(&'a Conn) -> F) -> (Result<Value, Failed>, &'static str)
+    pub(crate) async fn guarded<'a, F>(
+        &'a self,
+        send: impl FnOnce(&'a Conn) -> F,
+    ) -> (Result<Value, Failed>, &'static str)
     where
         F: std::future::Future<Output = redis::RedisResult<Value>> + 'a,
     {
@@ -604,10 +655,16 @@ impl Throttle {
 
     /// A new connection of its own, for a blocking call (never the shared one).
     pub(crate) async fn blocking_connection(&self) -> Result<MultiplexedConnection, Error> {
-        let client = self.inner.client.as_ref().ok_or_else(|| Error::Invalid("blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into()))?;
+        let client = self.inner.client.as_ref().ok_or_else(|| {
+            Error::Invalid(
+                "blocking calls need a client made by Throttle::connect (a URL to open their own connection)".into(),
+            )
+        })?;
         // No response timeout of the redis crate's (500 ms by default): a blocked CL.PACE waits
         // up to its MAXWAIT by design, and `pace` bounds it by MAXWAIT plus the deadline.
-        let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(self.inner.config.deadline)).set_response_timeout(None);
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.inner.config.deadline))
+            .set_response_timeout(None);
         client.get_multiplexed_async_connection_with_config(&config).await.map_err(Error::Connect)
     }
 
@@ -618,13 +675,25 @@ impl Throttle {
         tracing::debug!(?reason, ?failure, "redis-throttle: degraded decision");
         let policy = calls[0].0;
         match failure {
-            FailurePolicy::FailClosed => Ok(Decision::degraded(policy, false, inner.breaker.config().probe_interval, reason, failure)),
+            FailurePolicy::FailClosed => {
+                Ok(Decision::degraded(policy, false, inner.breaker.config().probe_interval, reason, failure))
+            }
             FailurePolicy::FailOpen => Ok(Decision::degraded(policy, true, Duration::ZERO, reason, failure)),
             FailurePolicy::Local { share } => {
-                let divided = calls.iter().map(|(p, _, _)| p.divided(share)).collect::<Result<Vec<_>, _>>().map_err(|e| Error::Invalid(e.to_string()))?;
+                let divided = calls
+                    .iter()
+                    .map(|(p, _, _)| p.divided(share))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
                 let local: Vec<Call<'_>> = divided.iter().zip(calls).map(|(p, &(_, k, q))| (p, k, q)).collect();
                 let mut store = inner.local.lock().unwrap_or_else(|e| e.into_inner());
-                memory_decision(&mut store, &local, SystemClock.now(), all, Source::Degraded { reason, policy: failure })
+                memory_decision(
+                    &mut store,
+                    &local,
+                    SystemClock.now(),
+                    all,
+                    Source::Degraded { reason, policy: failure },
+                )
             }
         }
     }
@@ -634,7 +703,10 @@ pub(crate) const NOT_CONNECTED: &str = "the server has not been reached yet (sta
 
 /// An I/O timeout error: nothing within `limit`.
 fn not_within(limit: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection to the server (or no answer to detecting the module or the twin) within {limit:?}")))
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no connection to the server (or no answer to detecting the module or the twin) within {limit:?}"),
+    ))
 }
 
 /// `config.connections` connection managers to `client`'s server (one, or a pool), unbounded:
@@ -652,7 +724,11 @@ pub(crate) async fn managers(client: &redis::Client, config: Config) -> redis::R
     for _ in 0..config.connections.max(1) {
         managers.push(Conn::Manager(ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?));
     }
-    Ok(if managers.len() == 1 { managers.remove(0) } else { Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0))) })
+    Ok(if managers.len() == 1 {
+        managers.remove(0)
+    } else {
+        Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0)))
+    })
 }
 
 /// Connects with [`managers`] and detects what the server offers (unbounded: the caller bounds
@@ -679,7 +755,9 @@ async fn connect_in_background(weak: Weak<Inner>, client: redis::Client, config:
                 return;
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "redis-throttle: cannot connect yet; the failure policy answers"),
-            Err(_) => tracing::debug!(timeout = ?config.connect_timeout, "redis-throttle: no connection yet; the failure policy answers"),
+            Err(_) => {
+                tracing::debug!(timeout = ?config.connect_timeout, "redis-throttle: no connection yet; the failure policy answers")
+            }
         }
         tokio::time::sleep(pause).await;
     }
@@ -724,7 +802,13 @@ fn is_outage(e: &RedisError) -> bool {
 }
 
 /// Decides calls with `redis-throttle-core` in `store` (the test kit, or the `Local` failure policy).
-pub(crate) fn memory_decision(store: &mut Store, calls: &[Call<'_>], now: CoreInstant, all: bool, source: Source) -> Result<Decision, Error> {
+pub(crate) fn memory_decision(
+    store: &mut Store,
+    calls: &[Call<'_>],
+    now: CoreInstant,
+    all: bool,
+    source: Source,
+) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
     let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
     let mut decision = Decision::new(numbers[binding], source);
@@ -746,11 +830,18 @@ fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
 
 /// Sends a pipeline of calls on `key`, routed by it in a cluster: for an atomic one (`MULTI` …
 /// `EXEC`) the `EXEC` reply, for a plain one every reply.
-pub(crate) async fn send_pipe(conn: &Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
+pub(crate) async fn send_pipe(
+    conn: &Conn,
+    pipe: redis::Pipeline,
+    key: &[u8],
+    atomic: bool,
+) -> redis::RedisResult<Value> {
     let result = send_pipe_on(conn.pick(), pipe, key, atomic).await;
     match (conn, result) {
         (Conn::Sentinel(follower), Err(e)) => Err(follower.failed(e)),
-        (Conn::Sentinel(follower), Ok(Value::Array(replies))) => follower.check_replies(&replies).map(|()| Value::Array(replies)),
+        (Conn::Sentinel(follower), Ok(Value::Array(replies))) => {
+            follower.check_replies(&replies).map(|()| Value::Array(replies))
+        }
         (_, result) => result,
     }
 }
@@ -768,10 +859,18 @@ async fn send_pipe_on(conn: Conn, pipe: redis::Pipeline, key: &[u8], atomic: boo
             let mut exec = c.clone().route_pipeline(pipe, count + 1, 1, route).await?;
             match exec.pop() {
                 Some(Value::Array(items)) => items,
-                other => return Err(RedisError::from((redis::ErrorKind::Client, "unexpected EXEC reply", format!("{other:?}")))),
+                other => {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::Client,
+                        "unexpected EXEC reply",
+                        format!("{other:?}"),
+                    )));
+                }
             }
         }
-        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => {
+            return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing")));
+        }
     };
     Ok(Value::Array(replies))
 }
@@ -790,10 +889,13 @@ async fn send_on(conn: Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> 
         Conn::Multiplexed(mut c) => cmd.query_async(&mut c).await,
         Conn::Cluster(c) => {
             // Routed by the key, never by the first argument (CL.ALL's is `numkeys`).
-            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
+            let route =
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
             c.clone().route_command(cmd, route).await
         }
-        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing"))),
+        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => {
+            Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing")))
+        }
     }
 }
 
@@ -804,7 +906,8 @@ pub(crate) async fn detect_on(conn: &Conn, server: Option<&redis::ConnectionInfo
 }
 
 async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
-    let info = send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
+    let info =
+        send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
     if matches!(&info, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil))) {
         return Ok(Backend::Module);
     }
@@ -812,7 +915,10 @@ async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<B
     if let Ok(Value::Array(libraries)) = &functions
         && !libraries.is_empty()
     {
-        crate::twin::warn_if_outdated(&send_any(conn, redis::cmd("FCALL_RO").arg("cl_version").arg(0).clone()).await, server);
+        crate::twin::warn_if_outdated(
+            &send_any(conn, redis::cmd("FCALL_RO").arg("cl_version").arg(0).clone()).await,
+            server,
+        );
         return Ok(Backend::Twin);
     }
     Err(Error::NoLimiter(crate::twin::missing_library(server)))
@@ -821,7 +927,9 @@ async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<B
 /// A command for no key in particular (any node of a cluster).
 async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
     match conn.pick() {
-        Conn::Cluster(mut c) => c.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await,
+        Conn::Cluster(mut c) => {
+            c.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await
+        }
         _ => send(conn, cmd, b"").await,
     }
 }

@@ -9,7 +9,9 @@ use crate::policy::Policy;
 pub enum Verdict {
     Allowed,
     /// Denied for now: the same request is admitted after `retry_after`.
-    Denied { retry_after: Duration },
+    Denied {
+        retry_after: Duration,
+    },
     /// Refused forever: the request asks for more units than the limit (a full limiter) admits.
     Never,
 }
@@ -97,7 +99,15 @@ pub struct Decision {
 
 impl Decision {
     pub(crate) fn new(numbers: Numbers, source: Source) -> Decision {
-        Decision { verdict: numbers.verdict, limit: numbers.limit, remaining: numbers.remaining, reset_after: numbers.reset_after, source, binding: 0, each: Vec::new() }
+        Decision {
+            verdict: numbers.verdict,
+            limit: numbers.limit,
+            remaining: numbers.remaining,
+            reset_after: numbers.reset_after,
+            source,
+            binding: 0,
+            each: Vec::new(),
+        }
     }
 
     pub fn allowed(&self) -> bool {
@@ -121,7 +131,13 @@ impl Decision {
     }
 
     /// A decision the failure policy makes without the server (fail closed or open).
-    pub(crate) fn degraded(policy: &Policy, allowed: bool, retry_after: Duration, reason: Reason, failure: FailurePolicy) -> Decision {
+    pub(crate) fn degraded(
+        policy: &Policy,
+        allowed: bool,
+        retry_after: Duration,
+        reason: Reason,
+        failure: FailurePolicy,
+    ) -> Decision {
         let verdict = if allowed { Verdict::Allowed } else { Verdict::Denied { retry_after } };
         let numbers = Numbers { verdict, limit: policy.limit(), remaining: 0, reset_after: Duration::ZERO };
         Decision::new(numbers, Source::Degraded { reason, policy: failure })

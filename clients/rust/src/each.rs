@@ -10,7 +10,10 @@ use std::task::Poll;
 use redis::Value;
 use redis::cluster_routing::Slot;
 
-use crate::client::{Backend, Call, Conn, Error, Failed, NOT_CONNECTED, Throttle, five, memory_decision, record, send_pipe, single_command};
+use crate::client::{
+    Backend, Call, Conn, Error, Failed, NOT_CONNECTED, Throttle, five, memory_decision, record, send_pipe,
+    single_command,
+};
 use crate::decision::{Decision, Numbers, Reason, Source, Verdict};
 use crate::policy::Policy;
 
@@ -34,7 +37,11 @@ async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>)
                 }
             }
         }
-        if pending { Poll::Pending } else { Poll::Ready(out.iter_mut().map(|o| o.take().expect("every future finished")).collect()) }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(out.iter_mut().map(|o| o.take().expect("every future finished")).collect())
+        }
     })
     .await
 }
@@ -65,12 +72,18 @@ impl Throttle {
         }
         let inner = &*self.inner;
         let Some(link) = inner.link.get() else {
-            return calls.iter().map(|c| self.fallback(std::slice::from_ref(c), false, Reason::Connection(NOT_CONNECTED.into()))).collect();
+            return calls
+                .iter()
+                .map(|c| self.fallback(std::slice::from_ref(c), false, Reason::Connection(NOT_CONNECTED.into())))
+                .collect();
         };
         if let Conn::Memory(store, clock) = &link.conn {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock.now();
-            return calls.iter().map(|c| memory_decision(&mut store, std::slice::from_ref(c), now, false, Source::Server)).collect();
+            return calls
+                .iter()
+                .map(|c| memory_decision(&mut store, std::slice::from_ref(c), now, false, Source::Server))
+                .collect();
         }
         if link.backend == Backend::Twin
             && let Some((policy, zone)) = calls.iter().find_map(|(p, _, _)| p.named_zone().map(|z| (p, z)))
@@ -166,7 +179,8 @@ impl Throttle {
             .iter()
             .map(|group| {
                 let part: Vec<Call<'_>> = group.iter().map(|&i| calls[i]).collect();
-                let fut: Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(async move { self.take_held(&part, true).await });
+                let fut: Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                    Box::pin(async move { self.take_held(&part, true).await });
                 fut
             })
             .collect();
@@ -202,7 +216,8 @@ impl Throttle {
             if d.is_degraded() {
                 source = d.source.clone();
             }
-            let numbers: Vec<Numbers> = if d.each.len() == group.len() { d.each.clone() } else { vec![d.numbers(); group.len()] };
+            let numbers: Vec<Numbers> =
+                if d.each.len() == group.len() { d.each.clone() } else { vec![d.numbers(); group.len()] };
             for (&i, n) in group.iter().zip(numbers) {
                 each[i] = Some(n);
             }

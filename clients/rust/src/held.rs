@@ -88,11 +88,18 @@ fn fields(value: &Value) -> Vec<(String, String)> {
 }
 
 /// A connection of its own with `CLIENT TRACKING` on, its invalidation messages sent to `tx`.
-async fn tracking_connection(client: &redis::Client, tx: mpsc::UnboundedSender<redis::PushInfo>, timeout: Duration) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+async fn tracking_connection(
+    client: &redis::Client,
+    tx: mpsc::UnboundedSender<redis::PushInfo>,
+    timeout: Duration,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let info = client.get_connection_info().clone();
     let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
     let client = redis::Client::open(info.set_redis_settings(resp3))?;
-    let config = AsyncConnectionConfig::new().set_push_sender(tx).set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+    let config = AsyncConnectionConfig::new()
+        .set_push_sender(tx)
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
     let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
     redis::cmd("CLIENT").arg("TRACKING").arg("ON").exec_async(&mut conn).await?;
     Ok(conn)
@@ -137,7 +144,9 @@ impl Throttle {
                         tokio::time::sleep(poll).await;
                         match client.send_any(redis::cmd("HGETALL").arg(&hash).clone()).await {
                             Ok(v) => apply(&state, fields(&v), &hash),
-                            Err(e) => tracing::debug!(%e, "redis-throttle: cannot read the policies; keeping the last ones"),
+                            Err(e) => {
+                                tracing::debug!(%e, "redis-throttle: cannot read the policies; keeping the last ones")
+                            }
                         }
                     }
                 });

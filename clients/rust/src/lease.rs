@@ -118,15 +118,34 @@ impl Throttle {
     /// [`Lease::extend`]ed). `Err(decision)` when every slot is held (its `retry_after`: until
     /// the earliest lease ends) or the server cannot answer (degraded: leases fail closed
     /// whatever the failure policy). Needs the module.
-    pub async fn acquire(&self, key: impl AsRef<[u8]>, limit: i64, lease: Duration) -> Result<Result<Lease, Decision>, Error> {
+    pub async fn acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        limit: i64,
+        lease: Duration,
+    ) -> Result<Result<Lease, Decision>, Error> {
         let degraded = |client: &Throttle, reason| {
-            let numbers = Numbers { verdict: crate::Verdict::Denied { retry_after: client.config().breaker.probe_interval }, limit, remaining: 0, reset_after: Duration::ZERO };
+            let numbers = Numbers {
+                verdict: crate::Verdict::Denied { retry_after: client.config().breaker.probe_interval },
+                limit,
+                remaining: 0,
+                reset_after: Duration::ZERO,
+            };
             Ok(Err(Decision::new(numbers, Source::Degraded { reason, policy: crate::FailurePolicy::FailClosed })))
         };
         match self.backend() {
             Backend::Module => {}
-            Backend::Unknown => return degraded(self, crate::Reason::Connection("the server has not been reached yet (started degraded)".into())),
-            Backend::Twin | Backend::Memory => return Err(Error::Invalid("leases need the module (CL.ACQUIRE); the Functions twin and the test kit have none".into())),
+            Backend::Unknown => {
+                return degraded(
+                    self,
+                    crate::Reason::Connection("the server has not been reached yet (started degraded)".into()),
+                );
+            }
+            Backend::Twin | Backend::Memory => {
+                return Err(Error::Invalid(
+                    "leases need the module (CL.ACQUIRE); the Functions twin and the test kit have none".into(),
+                ));
+            }
         }
         let key = key.as_ref().to_vec();
         let id = new_id();
@@ -157,7 +176,16 @@ impl Throttle {
         });
         state.confirm(sent + lease);
         let renew = tokio::spawn(renew(self.clone(), key.clone(), id.clone(), limit, lease, state.clone()));
-        Ok(Ok(Lease { client: self.clone(), key, id, lease, state, renew: Some(renew), released: false, remaining: decision.remaining }))
+        Ok(Ok(Lease {
+            client: self.clone(),
+            key,
+            id,
+            lease,
+            state,
+            renew: Some(renew),
+            released: false,
+            remaining: decision.remaining,
+        }))
     }
 }
 
@@ -260,7 +288,9 @@ impl Lease {
             Ok(Value::Int(n)) => Ok(n == 1),
             Ok(other) => Err(Error::Invalid(format!("CL.RELEASE replied {other:?}"))),
             Err(Failed::Refused(e)) => Err(Error::Server(e)),
-            Err(Failed::Down(reason)) => Err(Error::Invalid(format!("the server could not be reached ({reason:?}); released in the background, or the lease frees itself when it ends"))),
+            Err(Failed::Down(reason)) => Err(Error::Invalid(format!(
+                "the server could not be reached ({reason:?}); released in the background, or the lease frees itself when it ends"
+            ))),
         }
     }
 

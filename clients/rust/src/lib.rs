@@ -36,11 +36,11 @@ pub mod twin;
 
 pub use breaker::BreakerConfig;
 pub use client::{Backend, Config, Error, Throttle};
+pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
 pub use held::{HeldPolicies, Refresh};
 pub use lease::Lease;
+pub use memory::{Clock, ManualClock, SystemClock};
 pub use pace::{Paced, Wait};
+pub use policy::{Policy, PolicyError, Quota, Rate};
 pub use reserve::Reservation;
 pub use twin::{LoadOptions, TwinError, TwinReport, load_twin, load_twin_with};
-pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
-pub use memory::{Clock, ManualClock, SystemClock};
-pub use policy::{Policy, PolicyError, Quota, Rate};

@@ -25,7 +25,8 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        let ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let ns =
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         Instant::from_nanos(ns)
     }
 }
@@ -82,21 +83,35 @@ impl Store {
     /// Decides every limiter against its key at `now`, as CL.ALL does when `all` (all or
     /// nothing), else as the single command does (one call), applies the effects, and returns
     /// each one's numbers and the binding index.
-    pub(crate) fn decide(&mut self, calls: &[(&Limiter, &[u8], i64)], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
+    pub(crate) fn decide(
+        &mut self,
+        calls: &[(&Limiter, &[u8], i64)],
+        now: Instant,
+        all: bool,
+    ) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
         self.decide_held(calls, &[], now, all)
     }
 
     /// [`Store::decide`], each refund bounded by its `held` (`HELD t`), as the module bounds it.
-    pub(crate) fn decide_held(&mut self, calls: &[(&Limiter, &[u8], i64)], held: &[Option<Instant>], now: Instant, all: bool) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
+    pub(crate) fn decide_held(
+        &mut self,
+        calls: &[(&Limiter, &[u8], i64)],
+        held: &[Option<Instant>],
+        now: Instant,
+        all: bool,
+    ) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
         let outcome = {
-            let stored: Vec<Option<Stored<'_>>> =
-                calls.iter().map(|(_, key, _)| self.live(key, now).map(|e| Stored { value: &e.value, expires_at_ms: e.expires_ms })).collect();
+            let stored: Vec<Option<Stored<'_>>> = calls
+                .iter()
+                .map(|(_, key, _)| self.live(key, now).map(|e| Stored { value: &e.value, expires_at_ms: e.expires_ms }))
+                .collect();
             match (all, calls, stored.as_slice()) {
                 // The single command keeps the effect of a denial (a GCRA TAT clamped after its
                 // parameters changed); CL.ALL writes nothing when any limiter denies.
-                (false, [(limiter, _, quantity)], [stored]) => {
-                    redis_throttle_core::all::Outcome { decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?], binding: 0 }
-                }
+                (false, [(limiter, _, quantity)], [stored]) => redis_throttle_core::all::Outcome {
+                    decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?],
+                    binding: 0,
+                },
                 _ => {
                     let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
                     // Replies are in milliseconds (the client's calls use MS): ties are judged as replied.

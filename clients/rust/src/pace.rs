@@ -55,7 +55,9 @@ impl Throttle {
     pub async fn pace(&self, key: impl AsRef<[u8]>, rate: Rate, max_wait: Duration, how: Wait) -> Result<Paced, Error> {
         match self.backend() {
             Backend::Module => {}
-            Backend::Unknown => return Err(Error::Invalid("CL.PACE: the server has not been reached yet (started degraded)".into())),
+            Backend::Unknown => {
+                return Err(Error::Invalid("CL.PACE: the server has not been reached yet (started degraded)".into()));
+            }
             Backend::Twin | Backend::Memory => return Err(Error::Invalid("pacing needs the module (CL.PACE)".into())),
         }
         let key = key.as_ref();
@@ -66,7 +68,9 @@ impl Throttle {
         let started = std::time::Instant::now();
         let limit = max_wait + self.config().deadline;
         let value = match how {
-            Wait::Sleep | Wait::SleepWithJitter(_) => tokio::time::timeout(self.config().deadline, self.send_shared(cmd, key)).await,
+            Wait::Sleep | Wait::SleepWithJitter(_) => {
+                tokio::time::timeout(self.config().deadline, self.send_shared(cmd, key)).await
+            }
             Wait::Block => {
                 cmd.arg("BLOCK");
                 let mut conn = self.blocking_connection().await?;

@@ -136,7 +136,8 @@ impl Quota {
     /// Periods start at the billing instant's position in them (an RFC 3339 instant such as
     /// `2026-01-31T09:00:00Z`, on a whole millisecond).
     pub fn anchor(self, instant: &str) -> Result<Quota, PolicyError> {
-        let ms = redis_throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
+        let ms = redis_throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis)
+            .map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
         Ok(self.anchor_unix_ms(ms))
     }
     /// As [`Quota::anchor`], the instant in Unix milliseconds.
@@ -233,7 +234,8 @@ impl Policy {
         args.push(b"MS");
         // The widest caps a server can be configured with: the server itself is the judge
         // of its own (narrower) caps.
-        let request = Request::parse(algorithm, &args, &Caps::CEILING).map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
+        let request = Request::parse(algorithm, &args, &Caps::CEILING)
+            .map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
         Ok(Policy { params, limiter: LimiterKey(request.limiter) })
     }
 
@@ -258,18 +260,30 @@ impl Policy {
 
     /// Sliding window (`CL.WINDOW`): at most `rate.count()` units in any span of `rate.period()`.
     pub fn window(rate: Rate) -> Result<Policy, PolicyError> {
-        Policy::from_params(Params::Window { limit: rate.count, window_ms: millis(rate.period, "the window")?, precision_ms: None })
+        Policy::from_params(Params::Window {
+            limit: rate.count,
+            window_ms: millis(rate.period, "the window")?,
+            precision_ms: None,
+        })
     }
 
     /// Sliding window counted per bucket of `precision` (for large limits).
     pub fn window_with_precision(rate: Rate, precision: Duration) -> Result<Policy, PolicyError> {
         let precision_ms = Some(millis(precision, "precision")?);
-        Policy::from_params(Params::Window { limit: rate.count, window_ms: millis(rate.period, "the window")?, precision_ms })
+        Policy::from_params(Params::Window {
+            limit: rate.count,
+            window_ms: millis(rate.period, "the window")?,
+            precision_ms,
+        })
     }
 
     /// Token bucket (`CL.BUCKET`) of `capacity`, refilled by `rate.count()` every `rate.period()`.
     pub fn bucket(rate: Rate, capacity: i64) -> Result<Policy, PolicyError> {
-        Policy::from_params(Params::Bucket { capacity, tokens: rate.count, interval_ms: millis(rate.period, "the refill interval")? })
+        Policy::from_params(Params::Bucket {
+            capacity,
+            tokens: rate.count,
+            interval_ms: millis(rate.period, "the refill interval")?,
+        })
     }
 
     /// Fixed window (`CL.COUNTER`): at most `rate.count()` units per window of `rate.period()`.
@@ -318,7 +332,8 @@ impl Policy {
         // rounded up: `share` instances then admit at most `amount` per `span_ms`.
         let split = |amount: i64, span_ms: i64| -> (i64, i64) {
             let part = (amount / share).max(1);
-            let stretched = ceil_div(i128::from(span_ms) * i128::from(share) * i128::from(part), i128::from(amount.max(1)));
+            let stretched =
+                ceil_div(i128::from(span_ms) * i128::from(share) * i128::from(part), i128::from(amount.max(1)));
             (part, i64::try_from(stretched).unwrap_or(i64::MAX))
         };
         Policy::from_params(match self.params {
@@ -330,7 +345,9 @@ impl Policy {
             Params::Window { limit, window_ms, precision_ms } => {
                 let (limit, stretched) = split(limit, window_ms);
                 // Buckets as many as before: the precision stretches with the window.
-                let precision_ms = precision_ms.map(|p| ceil_div(i128::from(p) * i128::from(stretched), i128::from(window_ms.max(1)))).map(|p| i64::try_from(p).unwrap_or(i64::MAX).min(stretched));
+                let precision_ms = precision_ms
+                    .map(|p| ceil_div(i128::from(p) * i128::from(stretched), i128::from(window_ms.max(1))))
+                    .map(|p| i64::try_from(p).unwrap_or(i64::MAX).min(stretched));
                 Params::Window { limit, window_ms: stretched, precision_ms }
             }
             Params::Bucket { capacity, tokens, interval_ms } => {
@@ -381,7 +398,9 @@ fn ceil_div(a: i128, b: i128) -> i128 {
 /// A policy's algorithm and its command's words after the key (times in milliseconds).
 fn command_words(params: &Params) -> (Algorithm, Vec<String>) {
     match *params {
-        Params::Throttle { max_burst, count, period_ms } => (Algorithm::Throttle, vec![max_burst.to_string(), count.to_string(), period_ms.to_string()]),
+        Params::Throttle { max_burst, count, period_ms } => {
+            (Algorithm::Throttle, vec![max_burst.to_string(), count.to_string(), period_ms.to_string()])
+        }
         Params::Window { limit, window_ms, precision_ms } => {
             let mut w = vec![limit.to_string(), window_ms.to_string()];
             if let Some(p) = precision_ms {
@@ -389,7 +408,9 @@ fn command_words(params: &Params) -> (Algorithm, Vec<String>) {
             }
             (Algorithm::Window, w)
         }
-        Params::Bucket { capacity, tokens, interval_ms } => (Algorithm::Bucket, vec![capacity.to_string(), tokens.to_string(), interval_ms.to_string()]),
+        Params::Bucket { capacity, tokens, interval_ms } => {
+            (Algorithm::Bucket, vec![capacity.to_string(), tokens.to_string(), interval_ms.to_string()])
+        }
         Params::Counter { limit, window_ms } => (Algorithm::Counter, vec![limit.to_string(), window_ms.to_string()]),
         Params::Quota(q) => {
             let mut w = vec![q.limit.to_string(), "PER".into(), q.per.word().into()];
@@ -471,11 +492,20 @@ impl FromStr for Policy {
     type Err = PolicyError;
 
     fn from_str(spec: &str) -> Result<Policy, PolicyError> {
-        let error = |word: &str, reason: &str| PolicyError::Spec { spec: spec.to_string(), word: word.to_string(), reason: reason.to_string() };
+        let error = |word: &str, reason: &str| PolicyError::Spec {
+            spec: spec.to_string(),
+            word: word.to_string(),
+            reason: reason.to_string(),
+        };
         let mut words = spec.split_whitespace();
         let rate = words.next().ok_or_else(|| error("", "empty: expected a rate such as 20/s"))?;
-        let (count, period) = rate.split_once('/').ok_or_else(|| error(rate, "expected a rate COUNT/UNIT such as 20/s or 1000/h"))?;
-        let count: i64 = count.parse().ok().filter(|&c| c > 0).ok_or_else(|| error(rate, "the count before '/' must be a positive integer"))?;
+        let (count, period) =
+            rate.split_once('/').ok_or_else(|| error(rate, "expected a rate COUNT/UNIT such as 20/s or 1000/h"))?;
+        let count: i64 = count
+            .parse()
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| error(rate, "the count before '/' must be a positive integer"))?;
         let period = span(period, true)
             .ok_or_else(|| error(rate, "the period after '/' must be a unit (ms, s, m, h, d, w; mo, y for a quota), optionally after an amount (10s)"))?;
 
@@ -488,7 +518,10 @@ impl FromStr for Policy {
             match word.to_ascii_lowercase().as_str() {
                 name @ ("throttle" | "gcra" | "window" | "bucket" | "counter" | "quota") => {
                     if algorithm.is_some() {
-                        return Err(error(word, "a second algorithm: give one of throttle, window, bucket, counter, quota"));
+                        return Err(error(
+                            word,
+                            "a second algorithm: give one of throttle, window, bucket, counter, quota",
+                        ));
                     }
                     algorithm = Some(match name {
                         "window" => Algorithm::Window,
@@ -503,31 +536,49 @@ impl FromStr for Policy {
                         return Err(error(word, "given twice"));
                     }
                     let n = words.next().ok_or_else(|| error(word, "expects a number after it"))?;
-                    burst = Some(n.parse().ok().filter(|&b| b > 0).ok_or_else(|| error(n, "burst must be a positive integer"))?);
+                    burst = Some(
+                        n.parse()
+                            .ok()
+                            .filter(|&b| b > 0)
+                            .ok_or_else(|| error(n, "burst must be a positive integer"))?,
+                    );
                 }
                 "precision" => {
                     if precision_ms.is_some() {
                         return Err(error(word, "given twice"));
                     }
                     let d = words.next().ok_or_else(|| error(word, "expects a duration after it, such as 1s"))?;
-                    precision_ms = Some(duration_word(d, false).ok_or_else(|| error(d, "precision must be a duration such as 500ms, 1s or 1m"))?);
+                    precision_ms = Some(
+                        duration_word(d, false)
+                            .ok_or_else(|| error(d, "precision must be a duration such as 500ms, 1s or 1m"))?,
+                    );
                 }
                 "tz" => {
                     if zone.is_some() {
                         return Err(error(word, "given twice"));
                     }
-                    let z = words.next().ok_or_else(|| error(word, "expects a zone after it, such as Europe/Berlin or +05:30"))?;
+                    let z = words
+                        .next()
+                        .ok_or_else(|| error(word, "expects a zone after it, such as Europe/Berlin or +05:30"))?;
                     zone = Some((z, Zone::parse(z.as_bytes()).map_err(|e| error(z, &strip_code(&e.to_string())))?));
                 }
                 "anchor" => {
                     if anchor.is_some() {
                         return Err(error(word, "given twice"));
                     }
-                    let a = words.next().ok_or_else(|| error(word, "expects an instant after it, such as 2026-01-31T09:00:00Z"))?;
-                    let ms = redis_throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis).map_err(|e| error(a, &strip_code(&e.to_string())))?;
+                    let a = words
+                        .next()
+                        .ok_or_else(|| error(word, "expects an instant after it, such as 2026-01-31T09:00:00Z"))?;
+                    let ms = redis_throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis)
+                        .map_err(|e| error(a, &strip_code(&e.to_string())))?;
                     anchor = Some((a, ms));
                 }
-                _ => return Err(error(word, "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor")),
+                _ => {
+                    return Err(error(
+                        word,
+                        "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor",
+                    ));
+                }
             }
         }
         let algorithm = algorithm.unwrap_or(Algorithm::Throttle);
@@ -547,13 +598,22 @@ impl FromStr for Policy {
         }
         let period_ms = match (algorithm, period.unit_ms) {
             (Algorithm::Quota, _) => 0,
-            (_, Some(unit_ms)) => period.amount.checked_mul(unit_ms).ok_or_else(|| error(rate, "the period is too long"))?,
-            (_, None) => return Err(error(rate, "a month or a year has no fixed length: add the word quota for a calendar period")),
+            (_, Some(unit_ms)) => {
+                period.amount.checked_mul(unit_ms).ok_or_else(|| error(rate, "the period is too long"))?
+            }
+            (_, None) => {
+                return Err(error(
+                    rate,
+                    "a month or a year has no fixed length: add the word quota for a calendar period",
+                ));
+            }
         };
         let params = match algorithm {
             Algorithm::Throttle => Params::Throttle { max_burst: burst.unwrap_or(count) - 1, count, period_ms },
             Algorithm::Window => Params::Window { limit: count, window_ms: period_ms, precision_ms },
-            Algorithm::Bucket => Params::Bucket { capacity: burst.unwrap_or(count), tokens: count, interval_ms: period_ms },
+            Algorithm::Bucket => {
+                Params::Bucket { capacity: burst.unwrap_or(count), tokens: count, interval_ms: period_ms }
+            }
             Algorithm::Counter => Params::Counter { limit: count, window_ms: period_ms },
             Algorithm::Quota => {
                 let per = period
@@ -586,7 +646,9 @@ fn duration_text(ms: i64) -> String {
 /// A rate's period: its amount left out when it is one unit (`/s`, `/10s`).
 fn period_text(ms: i64) -> String {
     let text = duration_text(ms);
-    text.strip_prefix('1').filter(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic())).map_or(text.clone(), str::to_string)
+    text.strip_prefix('1')
+        .filter(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic()))
+        .map_or(text.clone(), str::to_string)
 }
 
 impl fmt::Display for Policy {
@@ -648,9 +710,18 @@ mod tests {
         assert_eq!(p.limit(), 20);
         let p = Policy::throttle_with_burst(Rate::per_second(20), 5).unwrap();
         assert_eq!(p.params(), Params::Throttle { max_burst: 4, count: 20, period_ms: 1000 });
-        assert_eq!(Policy::window(Rate::per_hour(1000)).unwrap().params(), Params::Window { limit: 1000, window_ms: 3_600_000, precision_ms: None });
-        assert_eq!(Policy::bucket(Rate::per_second(10), 100).unwrap().params(), Params::Bucket { capacity: 100, tokens: 10, interval_ms: 1000 });
-        assert_eq!(Policy::counter(Rate::per_day(5000)).unwrap().params(), Params::Counter { limit: 5000, window_ms: 86_400_000 });
+        assert_eq!(
+            Policy::window(Rate::per_hour(1000)).unwrap().params(),
+            Params::Window { limit: 1000, window_ms: 3_600_000, precision_ms: None }
+        );
+        assert_eq!(
+            Policy::bucket(Rate::per_second(10), 100).unwrap().params(),
+            Params::Bucket { capacity: 100, tokens: 10, interval_ms: 1000 }
+        );
+        assert_eq!(
+            Policy::counter(Rate::per_day(5000)).unwrap().params(),
+            Params::Counter { limit: 5000, window_ms: 86_400_000 }
+        );
     }
 
     #[test]
@@ -660,7 +731,10 @@ mod tests {
             ("20/s burst 5", Policy::throttle_with_burst(Rate::per_second(20), 5)),
             ("20/S BURST 5 THROTTLE", Policy::throttle_with_burst(Rate::per_second(20), 5)),
             ("1000/h window", Policy::window(Rate::per_hour(1000))),
-            ("1000000/h window precision 1m", Policy::window_with_precision(Rate::per_hour(1_000_000), Duration::from_secs(60))),
+            (
+                "1000000/h window precision 1m",
+                Policy::window_with_precision(Rate::per_hour(1_000_000), Duration::from_secs(60)),
+            ),
             ("10/s bucket burst 100", Policy::bucket(Rate::per_second(10), 100)),
             ("5000/d counter", Policy::counter(Rate::per_day(5000))),
             ("5/10s", Policy::throttle(Rate::per(5, Duration::from_secs(10)))),
@@ -670,14 +744,21 @@ mod tests {
         for (spec, expected) in cases {
             let parsed = Policy::parse(spec).unwrap();
             assert_eq!(parsed, expected.unwrap(), "{spec}");
-            assert_eq!(Policy::parse(&parsed.to_string()).unwrap(), parsed, "{spec} displays as {parsed}, which parses back");
+            assert_eq!(
+                Policy::parse(&parsed.to_string()).unwrap(),
+                parsed,
+                "{spec} displays as {parsed}, which parses back"
+            );
         }
     }
 
     #[test]
     fn errors_name_the_bad_word() {
         let err = |spec: &str| Policy::parse(spec).unwrap_err().to_string();
-        assert_eq!(err("20/s brust 5"), r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor"#);
+        assert_eq!(
+            err("20/s brust 5"),
+            r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor"#
+        );
         assert!(err("20/fortnight").contains(r#""20/fortnight": the period"#), "{}", err("20/fortnight"));
         assert!(err("x/s").contains(r#""x/s": the count"#));
         assert!(err("20").contains(r#""20": expected a rate"#));
@@ -689,7 +770,10 @@ mod tests {
         assert!(err("20/s window counter").contains(r#""counter": a second algorithm"#));
         assert_eq!(err(""), r#"policy "": empty: expected a rate such as 20/s"#);
         // Out of range for the module: its own message.
-        assert_eq!(err("20/s window precision 2s"), r#"policy "20/s window precision 2s": precision must be an integer from 1 to 1000 (milliseconds)"#);
+        assert_eq!(
+            err("20/s window precision 2s"),
+            r#"policy "20/s window precision 2s": precision must be an integer from 1 to 1000 (milliseconds)"#
+        );
         assert!(err("2000000000000000000/s counter").contains("limit must be an integer from 1 to 999999999999999999"));
     }
 
@@ -706,13 +790,31 @@ mod tests {
         let p = Policy::parse("3/s window").unwrap().divided(10).unwrap();
         assert_eq!(p.params(), Params::Window { limit: 1, window_ms: 3334, precision_ms: None });
         // A share of 1/s among 8: one per 8 s.
-        assert_eq!(Policy::parse("1/s counter").unwrap().divided(8).unwrap().params(), Params::Counter { limit: 1, window_ms: 8000 });
-        assert_eq!(Policy::parse("4/s counter").unwrap().divided(8).unwrap().params(), Params::Counter { limit: 1, window_ms: 2000 });
-        assert_eq!(Policy::parse("10/s counter").unwrap().divided(3).unwrap().params(), Params::Counter { limit: 3, window_ms: 900 });
-        assert_eq!(Policy::parse("1/s bucket burst 4").unwrap().divided(8).unwrap().params(), Params::Bucket { capacity: 1, tokens: 1, interval_ms: 8000 });
-        assert_eq!(Policy::parse("100/m window precision 1s").unwrap().divided(200).unwrap().params(), Params::Window { limit: 1, window_ms: 120_000, precision_ms: Some(2000) });
+        assert_eq!(
+            Policy::parse("1/s counter").unwrap().divided(8).unwrap().params(),
+            Params::Counter { limit: 1, window_ms: 8000 }
+        );
+        assert_eq!(
+            Policy::parse("4/s counter").unwrap().divided(8).unwrap().params(),
+            Params::Counter { limit: 1, window_ms: 2000 }
+        );
+        assert_eq!(
+            Policy::parse("10/s counter").unwrap().divided(3).unwrap().params(),
+            Params::Counter { limit: 3, window_ms: 900 }
+        );
+        assert_eq!(
+            Policy::parse("1/s bucket burst 4").unwrap().divided(8).unwrap().params(),
+            Params::Bucket { capacity: 1, tokens: 1, interval_ms: 8000 }
+        );
+        assert_eq!(
+            Policy::parse("100/m window precision 1s").unwrap().divided(200).unwrap().params(),
+            Params::Window { limit: 1, window_ms: 120_000, precision_ms: Some(2000) }
+        );
         // A calendar limit below the share: a counter over the longest periods it spans.
-        assert_eq!(Policy::parse("3/day quota").unwrap().divided(6).unwrap().params(), Params::Counter { limit: 1, window_ms: 2 * 25 * 3_600_000 });
+        assert_eq!(
+            Policy::parse("3/day quota").unwrap().divided(6).unwrap().params(),
+            Params::Counter { limit: 1, window_ms: 2 * 25 * 3_600_000 }
+        );
     }
 
     /// A degraded fleet (`Local { share }`): `share` instances, each deciding alone with its
@@ -762,7 +864,10 @@ mod tests {
         let q = |spec: &str| Policy::parse(spec).unwrap();
         assert_eq!(q("100000/month quota"), Policy::quota(Quota::per_month(100_000)).unwrap());
         assert_eq!(q("100000/mo QUOTA"), Policy::quota(Quota::per_month(100_000)).unwrap());
-        assert_eq!(q("1000/day quota tz Europe/Berlin"), Policy::quota(Quota::per_day(1000).tz("Europe/Berlin").unwrap()).unwrap());
+        assert_eq!(
+            q("1000/day quota tz Europe/Berlin"),
+            Policy::quota(Quota::per_day(1000).tz("Europe/Berlin").unwrap()).unwrap()
+        );
         assert_eq!(q("5/min quota tz +05:30"), Policy::quota(Quota::per_minute(5).tz("+05:30").unwrap()).unwrap());
         assert_eq!(q("7/w quota"), Policy::quota(Quota::per_week(7)).unwrap());
         assert_eq!(q("9/y quota"), Policy::quota(Quota::per_year(9)).unwrap());
@@ -771,14 +876,23 @@ mod tests {
         assert_eq!(q("1000/month quota anchor 2026-01-31T10:00:00+01:00"), anchored, "the same instant");
         assert_eq!(q("1000/month quota anchor 1769850000000"), anchored, "Unix ms");
         // What is sent: the command's own words, times in ms.
-        assert_eq!(anchored.command(), ("QUOTA", vec!["1000".into(), "PER".into(), "MONTH".into(), "ANCHOR".into(), "1769850000000".into()]));
+        assert_eq!(
+            anchored.command(),
+            ("QUOTA", vec!["1000".into(), "PER".into(), "MONTH".into(), "ANCHOR".into(), "1769850000000".into()])
+        );
         assert_eq!(q("1000/day quota tz Europe/Berlin").command().1[3..], ["TZ".to_string(), "Europe/Berlin".into()]);
         assert_eq!(q("5/min quota tz -00:30").command().1[3..], ["TZ".to_string(), "-00:30".into()]);
         assert_eq!(q("1000/day quota tz Europe/Berlin").named_zone(), Some("Europe/Berlin"));
         assert_eq!(q("1000/day quota tz +01:00").named_zone(), None);
         // A week is seven days for the other algorithms.
         assert_eq!(q("3/w counter").params(), Params::Counter { limit: 3, window_ms: 604_800_000 });
-        for spec in ["100000/month quota", "1000/day quota tz Europe/Berlin", "5/min quota tz +05:30", "1/h quota anchor 2026-02-03T04:05:06.789Z", "2/week quota tz -03:00 anchor 2026-01-01T00:00:00Z"] {
+        for spec in [
+            "100000/month quota",
+            "1000/day quota tz Europe/Berlin",
+            "5/min quota tz +05:30",
+            "1/h quota anchor 2026-02-03T04:05:06.789Z",
+            "2/week quota tz -03:00 anchor 2026-01-01T00:00:00Z",
+        ] {
             let p = q(spec);
             assert_eq!(p.to_string(), spec.replace("/mo ", "/month "));
             assert_eq!(Policy::parse(&p.to_string()).unwrap(), p, "{spec}");
@@ -789,10 +903,18 @@ mod tests {
     #[test]
     fn quota_errors_name_the_bad_word() {
         let err = |spec: &str| Policy::parse(spec).unwrap_err().to_string();
-        assert!(err("1000/month").contains(r#""1000/month": a month or a year has no fixed length: add the word quota"#), "{}", err("1000/month"));
+        assert!(
+            err("1000/month").contains(r#""1000/month": a month or a year has no fixed length: add the word quota"#),
+            "{}",
+            err("1000/month")
+        );
         assert!(err("1000/2d quota").contains(r#""1000/2d": a quota's period is one calendar unit"#));
         assert!(err("1000/s quota").contains(r#""1000/s": a quota's period is one calendar unit"#));
-        assert!(err("1000/d quota tz Mars/Olympus").contains(r#""Mars/Olympus": unknown time zone 'Mars/Olympus' for TZ"#), "{}", err("1000/d quota tz Mars/Olympus"));
+        assert!(
+            err("1000/d quota tz Mars/Olympus").contains(r#""Mars/Olympus": unknown time zone 'Mars/Olympus' for TZ"#),
+            "{}",
+            err("1000/d quota tz Mars/Olympus")
+        );
         assert!(err("1000/d quota anchor yesterday").contains(r#""yesterday": bad ANCHOR 'yesterday'"#));
         assert!(err("1000/d tz +01:00").contains(r#""+01:00": tz applies to quota only"#));
         assert!(err("1000/d counter anchor 0").contains(r#""0": anchor applies to quota only"#));

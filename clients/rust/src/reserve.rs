@@ -34,7 +34,10 @@ pub struct Reservation {
 
 impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservation").field("key", &String::from_utf8_lossy(&self.key)).field("left", &self.left()).finish()
+        f.debug_struct("Reservation")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("left", &self.left())
+            .finish()
     }
 }
 
@@ -50,7 +53,13 @@ async fn give_back(client: &Throttle, policy: &Policy, key: &[u8], left: &Atomic
 impl Throttle {
     /// Takes `n` units of `key` in one call, to spend within `valid_for`. `Err(decision)` when
     /// the server does not grant all `n` (or, degraded, the failure policy denies).
-    pub async fn reserve(&self, policy: &Policy, key: impl AsRef<[u8]>, n: u32, valid_for: Duration) -> Result<Result<Reservation, Decision>, Error> {
+    pub async fn reserve(
+        &self,
+        policy: &Policy,
+        key: impl AsRef<[u8]>,
+        n: u32,
+        valid_for: Duration,
+    ) -> Result<Result<Reservation, Decision>, Error> {
         let key = key.as_ref().to_vec();
         let (decision, held) = self.check_held(policy, &key, n).await?;
         if !decision.allowed() {
@@ -108,7 +117,8 @@ impl Drop for Reservation {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (client, policy, key, left, held) = (self.client.clone(), self.policy, std::mem::take(&mut self.key), self.left.clone(), self.held);
+            let (client, policy, key, left, held) =
+                (self.client.clone(), self.policy, std::mem::take(&mut self.key), self.left.clone(), self.held);
             runtime.spawn(async move { give_back(&client, &policy, &key, &left, held).await });
         }
     }

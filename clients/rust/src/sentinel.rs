@@ -86,7 +86,8 @@ impl Throttle {
     pub fn connect_sentinel_degraded(sentinel: SentinelClient, config: Config) -> Result<Throttle, Error> {
         let throttle = Throttle::build(None, None, config);
         let weak = Arc::downgrade(&throttle.inner);
-        let runtime = tokio::runtime::Handle::try_current().map_err(|e| Error::Invalid(format!("connect_sentinel_degraded needs a tokio runtime: {e}")))?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| Error::Invalid(format!("connect_sentinel_degraded needs a tokio runtime: {e}")))?;
         runtime.spawn(follow(weak, sentinel, config));
         Ok(throttle)
     }
@@ -102,19 +103,29 @@ async fn follow(weak: Weak<Inner>, mut sentinel: SentinelClient, config: Config)
         }
         let found = async {
             let client = master(&mut sentinel, config).await?;
-            let conn = tokio::time::timeout(config.connect_timeout, managers(&client, config)).await.map_err(|_| "no connection to the master".to_string())?.map_err(|e| e.to_string())?;
-            let backend = tokio::time::timeout(config.connect_timeout, detect_on(&conn, Some(client.get_connection_info()))).await.map_err(|_| "no answer from the master".to_string())?.map_err(|e| e.to_string())?;
+            let conn = tokio::time::timeout(config.connect_timeout, managers(&client, config))
+                .await
+                .map_err(|_| "no connection to the master".to_string())?
+                .map_err(|e| e.to_string())?;
+            let backend =
+                tokio::time::timeout(config.connect_timeout, detect_on(&conn, Some(client.get_connection_info())))
+                    .await
+                    .map_err(|_| "no answer from the master".to_string())?
+                    .map_err(|e| e.to_string())?;
             Ok::<_, String>((address_of(&client), conn, backend))
         };
         match found.await {
             Ok((address, conn, backend)) => {
                 let Some(inner) = weak.upgrade() else { return };
                 tracing::info!(?backend, master = %address, "redis-throttle: connected to the sentinels' master");
-                let follower = Arc::new(Follower { current: RwLock::new((address, conn)), check: tokio::sync::Notify::new() });
+                let follower =
+                    Arc::new(Follower { current: RwLock::new((address, conn)), check: tokio::sync::Notify::new() });
                 let _ = inner.link.set(Link { conn: Conn::Sentinel(follower.clone()), backend });
                 break follower;
             }
-            Err(e) => tracing::debug!(error = %e, "redis-throttle: no master from the sentinels yet; the failure policy answers"),
+            Err(e) => {
+                tracing::debug!(error = %e, "redis-throttle: no master from the sentinels yet; the failure policy answers")
+            }
         }
         tokio::time::sleep(pause).await;
     };
@@ -145,7 +156,9 @@ async fn follow(weak: Weak<Inner>, mut sentinel: SentinelClient, config: Config)
                 tracing::warn!(from = %follower.address(), to = %address, "redis-throttle: the sentinels name a new master; calls go there now");
                 *follower.current.write().unwrap_or_else(|e| e.into_inner()) = (address, conn);
             }
-            Ok(Err(e)) => tracing::debug!(error = %e, master = %address, "redis-throttle: cannot connect to the new master yet"),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, master = %address, "redis-throttle: cannot connect to the new master yet")
+            }
             Err(_) => tracing::debug!(master = %address, "redis-throttle: no connection to the new master yet"),
         }
     }

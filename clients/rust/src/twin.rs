@@ -103,12 +103,17 @@ impl fmt::Display for TwinError {
                     let sep = if i > 0 { "; " } else { "" };
                     match compare_versions(found, version) {
                         Some(_) => write!(f, "{sep}{node} has the twin {found}, newer than this crate's {version}")?,
-                        None => write!(f, "{sep}{node} states the version {found:?}, which cannot be compared with {version}")?,
+                        None => write!(
+                            f,
+                            "{sep}{node} states the version {found:?}, which cannot be compared with {version}"
+                        )?,
                     }
                 }
                 f.write_str(". Nothing was loaded. Load this crate's twin anyway with LoadOptions { force: true }")
             }
-            TwinError::Replica(node) => write!(f, "{node} is a replica: load the twin on its primary (replicas receive it from there)"),
+            TwinError::Replica(node) => {
+                write!(f, "{node} is a replica: load the twin on its primary (replicas receive it from there)")
+            }
             TwinError::Redis { node, error, loaded } => {
                 write!(f, "{node}: {error}")?;
                 if !loaded.is_empty() {
@@ -159,7 +164,10 @@ pub async fn load_twin<'a>(target: impl Into<TwinTarget<'a>>) -> Result<TwinRepo
 }
 
 /// [`load_twin`] with options (`force`: replace a newer twin).
-pub async fn load_twin_with<'a>(target: impl Into<TwinTarget<'a>>, options: LoadOptions) -> Result<TwinReport, TwinError> {
+pub async fn load_twin_with<'a>(
+    target: impl Into<TwinTarget<'a>>,
+    options: LoadOptions,
+) -> Result<TwinReport, TwinError> {
     let nodes = match target.into() {
         TwinTarget::Cluster(cluster) => cluster_nodes(cluster).await?,
         TwinTarget::Client(client) => {
@@ -195,7 +203,8 @@ impl Node {
         match &self.conn {
             NodeConn::Plain(c) => cmd.query_async(&mut c.clone()).await,
             NodeConn::Cluster { conn, host, port } => {
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
+                let route =
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
                 conn.clone().route_command(cmd, route).await
             }
         }
@@ -214,13 +223,23 @@ async fn cluster_nodes(cluster: &ClusterClient) -> Result<Vec<Node>, TwinError> 
     let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None::<ResponsePolicy>));
     let reply = conn.clone().route_command(redis::cmd("PING").clone(), route).await.map_err(fail)?;
     let Value::Map(replies) = reply else {
-        return Err(fail(RedisError::from((redis::ErrorKind::Client, "unexpected reply to PING on every primary", format!("{reply:?}")))));
+        return Err(fail(RedisError::from((
+            redis::ErrorKind::Client,
+            "unexpected reply to PING on every primary",
+            format!("{reply:?}"),
+        ))));
     };
     let mut nodes = Vec::new();
     for (address, _) in replies {
         let address = text(&address).unwrap_or_default();
-        let Some((host, port)) = address.rsplit_once(':').and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?))) else {
-            return Err(fail(RedisError::from((redis::ErrorKind::Client, "a primary's address is not host:port", address))));
+        let Some((host, port)) =
+            address.rsplit_once(':').and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        else {
+            return Err(fail(RedisError::from((
+                redis::ErrorKind::Client,
+                "a primary's address is not host:port",
+                address,
+            ))));
         };
         nodes.push(Node { name: address.clone(), conn: NodeConn::Cluster { conn: conn.clone(), host, port } });
     }
@@ -240,10 +259,13 @@ fn text(v: &Value) -> Option<String> {
 /// The fields of a RESP2 array of pairs or a RESP3 map.
 fn fields(v: &Value) -> Vec<(String, &Value)> {
     match v {
-        Value::Array(items) => items.chunks(2).filter_map(|p| match p {
-            [k, v] => Some((text(k)?, v)),
-            _ => None,
-        }).collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|p| match p {
+                [k, v] => Some((text(k)?, v)),
+                _ => None,
+            })
+            .collect(),
         Value::Map(pairs) => pairs.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
         _ => Vec::new(),
     }
@@ -259,7 +281,10 @@ fn find_library(reply: &Value) -> Option<(Option<String>, Vec<String>)> {
             return None;
         }
         let functions = match get("functions") {
-            Some(Value::Array(fns)) => fns.iter().filter_map(|f| fields(f).into_iter().find(|(k, _)| k == "name").and_then(|(_, v)| text(v))).collect(),
+            Some(Value::Array(fns)) => fns
+                .iter()
+                .filter_map(|f| fields(f).into_iter().find(|(k, _)| k == "name").and_then(|(_, v)| text(v)))
+                .collect(),
             _ => Vec::new(),
         };
         Some((get("library_code").and_then(text), functions))
@@ -296,7 +321,10 @@ fn plan(before: &Found, code: Option<&str>, force: bool) -> Plan {
 async fn load_on(nodes: &[Node], force: bool) -> Result<TwinReport, TwinError> {
     let mut found = Vec::with_capacity(nodes.len());
     for node in nodes {
-        let libraries = node.send(redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").arg("WITHCODE").clone()).await.map_err(|e| node.fail(e, &[]))?;
+        let libraries = node
+            .send(redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").arg("WITHCODE").clone())
+            .await
+            .map_err(|e| node.fail(e, &[]))?;
         let (before, code) = match find_library(&libraries) {
             None => (Found::Nothing, None),
             Some((code, functions)) if functions.iter().any(|f| f == "cl_version") => {
@@ -308,10 +336,14 @@ async fn load_on(nodes: &[Node], force: bool) -> Result<TwinReport, TwinError> {
         found.push((before, code));
     }
     let plans: Vec<Plan> = found.iter().map(|(before, code)| plan(before, code.as_deref(), force)).collect();
-    let refused: Vec<(String, String)> = nodes.iter().zip(&plans).filter_map(|(n, p)| match p {
-        Plan::Refuse(v) => Some((n.name.clone(), v.clone())),
-        Plan::Do(_) => None,
-    }).collect();
+    let refused: Vec<(String, String)> = nodes
+        .iter()
+        .zip(&plans)
+        .filter_map(|(n, p)| match p {
+            Plan::Refuse(v) => Some((n.name.clone(), v.clone())),
+            Plan::Do(_) => None,
+        })
+        .collect();
     if !refused.is_empty() {
         return Err(TwinError::Downgrade { nodes: refused, version: TWIN_VERSION });
     }
@@ -324,7 +356,9 @@ async fn load_on(nodes: &[Node], force: bool) -> Result<TwinReport, TwinError> {
                 _ => None,
             }
         } else {
-            node.send(redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(TWIN_LIBRARY).clone()).await.map_err(|e| node.fail(e, &report))?;
+            node.send(redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(TWIN_LIBRARY).clone())
+                .await
+                .map_err(|e| node.fail(e, &report))?;
             // A library without cl_version (built before it existed) states none.
             node.send(version_cmd()).await.ok().as_ref().and_then(text)
         };
@@ -395,8 +429,12 @@ fn address(info: &ConnectionInfo) -> (String, String) {
     };
     let bracket = |h: &str| if h.contains(':') { format!("[{h}]") } else { h.to_string() };
     match info.addr() {
-        ConnectionAddr::Tcp(host, port) => (format!("redis://{auth}{}:{port}", bracket(host)), format!("{}:{port}", bracket(host))),
-        ConnectionAddr::TcpTls { host, port, .. } => (format!("rediss://{auth}{}:{port}", bracket(host)), format!("{}:{port}", bracket(host))),
+        ConnectionAddr::Tcp(host, port) => {
+            (format!("redis://{auth}{}:{port}", bracket(host)), format!("{}:{port}", bracket(host)))
+        }
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            (format!("rediss://{auth}{}:{port}", bracket(host)), format!("{}:{port}", bracket(host)))
+        }
         ConnectionAddr::Unix(path) => (format!("unix://{}", path.display()), path.display().to_string()),
         _ => ("redis://HOST:PORT".into(), "the server".into()),
     }
@@ -429,7 +467,13 @@ pub(crate) fn warn_if_outdated(reply: &redis::RedisResult<Value>, info: Option<&
     };
     let url = info.map_or_else(|| "redis://HOST:PORT".to_string(), |i| address(i).0);
     static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    if !older || !WARNED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).insert(format!("{url} {found}")) {
+    if !older
+        || !WARNED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(format!("{url} {found}"))
+    {
         return None;
     }
     let what = match &found {
@@ -473,7 +517,8 @@ mod tests {
     fn the_library_is_functions_throttle_lua_and_the_version_the_workspace_one() {
         assert!(TWIN_LIBRARY.starts_with("#!lua name=throttle"));
         let cargo = include_str!("../../../Cargo.toml");
-        let workspace = cargo.split("[workspace.package]").nth(1).or_else(|| cargo.split("[package]").nth(1)).unwrap_or_default();
+        let workspace =
+            cargo.split("[workspace.package]").nth(1).or_else(|| cargo.split("[package]").nth(1)).unwrap_or_default();
         let version = workspace.lines().find_map(|l| l.strip_prefix("version = ")).map(|v| v.trim_matches('"'));
         assert_eq!(version, Some(TWIN_VERSION), "the root Cargo.toml's version");
     }

@@ -61,7 +61,9 @@ fn calls() -> Vec<(&'static str, Make)> {
                 drop(c.check_all(&[(&a, b"{u}:s", 1), (&b, b"{u}:h", 1)]).await)
             })
         }),
-        ("reserve + drop", |c| Box::pin(async move { drop(c.reserve(&policy(), "r", 5, Duration::from_secs(5)).await) })),
+        ("reserve + drop", |c| {
+            Box::pin(async move { drop(c.reserve(&policy(), "r", 5, Duration::from_secs(5)).await) })
+        }),
         ("reserve + finish", |c| {
             Box::pin(async move {
                 if let Ok(Ok(r)) = c.reserve(&policy(), "r", 5, Duration::from_secs(5)).await {
@@ -77,9 +79,15 @@ fn calls() -> Vec<(&'static str, Make)> {
                 }
             })
         }),
-        ("pace sleep", |c| Box::pin(async move { drop(c.pace("p", Rate::per_second(20), Duration::from_secs(1), Wait::Sleep).await) })),
-        ("pace block", |c| Box::pin(async move { drop(c.pace("p", Rate::per_second(20), Duration::from_secs(1), Wait::Block).await) })),
-        ("held_policies", |c| Box::pin(async move { drop(c.held_policies("throttle:policies", Duration::from_secs(60)).await) })),
+        ("pace sleep", |c| {
+            Box::pin(async move { drop(c.pace("p", Rate::per_second(20), Duration::from_secs(1), Wait::Sleep).await) })
+        }),
+        ("pace block", |c| {
+            Box::pin(async move { drop(c.pace("p", Rate::per_second(20), Duration::from_secs(1), Wait::Block).await) })
+        }),
+        ("held_policies", |c| {
+            Box::pin(async move { drop(c.held_policies("throttle:policies", Duration::from_secs(60)).await) })
+        }),
         ("top", |c| Box::pin(async move { drop(c.top(5).await) })),
         ("info", |c| Box::pin(async move { drop(c.info().await) })),
     ]
@@ -116,7 +124,12 @@ async fn assert_correct(server: &Server, client: &Throttle, what: &str) {
 }
 
 fn config() -> Config {
-    Config { deadline: DEADLINE, failure: FailurePolicy::FailOpen, breaker: BreakerConfig { failures: 1, probe_interval: PROBE }, ..Config::default() }
+    Config {
+        deadline: DEADLINE,
+        failure: FailurePolicy::FailOpen,
+        breaker: BreakerConfig { failures: 1, probe_interval: PROBE },
+        ..Config::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +149,8 @@ async fn a_call_cancelled_while_it_probes_a_paused_server_leaves_the_client_corr
             tokio::time::sleep(PROBE + Duration::from_millis(10)).await;
             let ended = CancelAfter { future: make(client.clone()), pendings }.await;
             signal(pid, libc::SIGCONT);
-            assert_correct(&server, &client, &format!("{name}, cancelled at await point {pendings} (server paused)")).await;
+            assert_correct(&server, &client, &format!("{name}, cancelled at await point {pendings} (server paused)"))
+                .await;
             if ended {
                 eprintln!("{name}: {pendings} await points with the server paused");
                 break;
@@ -171,7 +185,8 @@ async fn a_lease_dropped_while_its_renewal_probes_leaves_the_breaker_working() {
     let pid = server.pid();
     let _resume = Resume(pid);
     let deadline = Duration::from_secs(1);
-    let config = Config { deadline, breaker: BreakerConfig { failures: 1, probe_interval: PROBE }, ..Config::default() };
+    let config =
+        Config { deadline, breaker: BreakerConfig { failures: 1, probe_interval: PROBE }, ..Config::default() };
     let client = Throttle::connect_with(&server.url(), config).await.unwrap();
     // Renewed every 200 ms.
     let lease = client.acquire("renewed", 1, Duration::from_millis(600)).await.unwrap().unwrap();

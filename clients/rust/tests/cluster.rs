@@ -49,7 +49,12 @@ async fn calls_go_to_their_keys_primary() {
     // of these land on another node first and are redirected.
     for i in 0..20 {
         let (s, h) = (format!("rl:{{user{i}}}:s"), format!("rl:{{user{i}}}:h"));
-        let cmd = redis::cmd("CL.ALL").arg(2).arg(&s).arg(&h).arg(&["THROTTLE", "9", "10", "1", "COUNTER", "5", "60"][..]).clone();
+        let cmd = redis::cmd("CL.ALL")
+            .arg(2)
+            .arg(&s)
+            .arg(&h)
+            .arg(&["THROTTLE", "9", "10", "1", "COUNTER", "5", "60"][..])
+            .clone();
         let _: redis::RedisResult<redis::Value> = cmd.query_async(&mut raw).await;
     }
     assert!(cluster.nodes.iter().map(redirects).sum::<u64>() > after, "unrouted CL.ALL calls are redirected");

@@ -10,19 +10,30 @@ use std::time::{Duration, Instant};
 
 use harness::twin::{self, Form};
 use harness::{Options, Resume, Server, signal};
-use redis_throttle_client::{Backend, BreakerConfig, Config, Error, FailurePolicy, Policy, Reason, Source, Throttle, Verdict};
+use redis_throttle_client::{
+    Backend, BreakerConfig, Config, Error, FailurePolicy, Policy, Reason, Source, Throttle, Verdict,
+};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const PROBE: Duration = Duration::from_millis(100);
 
 fn config(failure: FailurePolicy) -> Config {
-    Config { deadline: Duration::from_millis(50), failure, connect_timeout: CONNECT_TIMEOUT, breaker: BreakerConfig { failures: 3, probe_interval: PROBE }, ..Config::default() }
+    Config {
+        deadline: Duration::from_millis(50),
+        failure,
+        connect_timeout: CONNECT_TIMEOUT,
+        breaker: BreakerConfig { failures: 3, probe_interval: PROBE },
+        ..Config::default()
+    }
 }
 
 /// `connect_with`, or a test failure after 10 s (the bug: it never returned).
 async fn connect(url: &str) -> (Result<Throttle, Error>, Duration) {
     let start = Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(10), Throttle::connect_with(url, config(FailurePolicy::FailClosed))).await.expect("connect returned within 10 s");
+    let result =
+        tokio::time::timeout(Duration::from_secs(10), Throttle::connect_with(url, config(FailurePolicy::FailClosed)))
+            .await
+            .expect("connect returned within 10 s");
     (result, start.elapsed())
 }
 
@@ -76,7 +87,10 @@ async fn a_client_started_degraded_answers_by_its_policy_until_the_server_comes_
         let d = closed.check(&policy, "k").await.unwrap();
         assert!(start.elapsed() < Duration::from_millis(50), "answered at once");
         assert!(matches!(d.verdict, Verdict::Denied { .. }), "{d:?}");
-        assert!(matches!(&d.source, Source::Degraded { reason: Reason::Connection(_), policy: FailurePolicy::FailClosed }), "{d:?}");
+        assert!(
+            matches!(&d.source, Source::Degraded { reason: Reason::Connection(_), policy: FailurePolicy::FailClosed }),
+            "{d:?}"
+        );
         let d = open.check(&policy, "k").await.unwrap();
         assert!(d.allowed() && d.is_degraded(), "{d:?}");
     }
@@ -165,7 +179,10 @@ async fn connections_spread_calls_and_share_every_limit_exactly() {
     assert_eq!(admitted, 10);
     assert_eq!(limiter_connections(&server), 3, "every connection took calls");
     // The default: one connection for every call.
-    let single = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let single =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let with_single: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.client()).unwrap();
     assert_eq!(with_single.lines().count(), after.lines().count() + 1);
     for _ in 0..5 {

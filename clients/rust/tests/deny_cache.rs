@@ -108,7 +108,10 @@ async fn the_deny_cache_is_bounded_in_bytes_with_long_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_key_stays_denied_until_the_cache_forgets_it() {
     let server = Server::start();
-    let client = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let client =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let policy = Policy::parse("1/h").unwrap();
     for key in ["a", "b"] {
         assert!(client.check(&policy, key).await.unwrap().allowed());

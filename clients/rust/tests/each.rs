@@ -33,7 +33,8 @@ async fn each_decides_alone_and_all_slots_refund() {
     let conn = redis::cluster::ClusterClient::new(cluster.urls()).unwrap().get_async_connection().await.unwrap();
     let client = Throttle::from_cluster(conn, Config::default()).await.unwrap();
     let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
-    let slots: std::collections::HashSet<redis::cluster_routing::Slot> = keys.iter().map(|k| redis::cluster_routing::Slot::for_key(k.as_bytes())).collect();
+    let slots: std::collections::HashSet<redis::cluster_routing::Slot> =
+        keys.iter().map(|k| redis::cluster_routing::Slot::for_key(k.as_bytes())).collect();
     assert!(slots.len() > 3, "keys spread over slots");
     let one = Policy::parse("1/m counter").unwrap();
     let ten = Policy::parse("10/m counter").unwrap();
@@ -46,7 +47,10 @@ async fn each_decides_alone_and_all_slots_refund() {
 
     // All or nothing across slots: "a" admits (10/m), "b" is spent (1/m) in another slot.
     let (a, b) = ("all:a", "all:b-0");
-    assert_ne!(redis::cluster_routing::Slot::for_key(a.as_bytes()), redis::cluster_routing::Slot::for_key(b.as_bytes()));
+    assert_ne!(
+        redis::cluster_routing::Slot::for_key(a.as_bytes()),
+        redis::cluster_routing::Slot::for_key(b.as_bytes())
+    );
     assert!(client.check(&one, b).await.unwrap().allowed());
     let d = client.check_all_slots(&[(&ten, a.as_bytes(), 1), (&one, b.as_bytes(), 1)]).await.unwrap();
     assert!(!d.allowed());

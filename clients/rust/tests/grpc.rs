@@ -5,10 +5,10 @@
 //! `retry-after` as the reply implies, and never reaches the method; with the server gone and
 //! the failure policy refusing, `UNAVAILABLE`.
 
-#[path = "../../../tests/harness/mod.rs"]
-mod harness;
 #[path = "../examples/grpc/greeter.rs"]
 mod greeter;
+#[path = "../../../tests/harness/mod.rs"]
+mod harness;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,12 +36,22 @@ fn get<'m>(metadata: &'m MetadataMap, name: &str) -> &'m str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_call_past_its_limit_ends_with_resource_exhausted_and_retry_after() {
     let server = Server::start();
-    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
-    let limits = RateLimit::new(throttle).route(SAY_HELLO, [Limit::rate("per-key", Policy::parse("1/h burst 3").unwrap()).key(Key::header(HeaderName::from_static("x-api-key")))]);
+    let throttle =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
+    let limits = RateLimit::new(throttle).route(
+        SAY_HELLO,
+        [Limit::rate("per-key", Policy::parse("1/h burst 3").unwrap())
+            .key(Key::header(HeaderName::from_static("x-api-key")))],
+    );
     let greeter = Greeter::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let serve = tonic::transport::Server::builder().layer(limits.layer().unwrap()).add_service(greeter.clone()).serve_with_incoming(TcpIncoming::from(listener));
+    let serve = tonic::transport::Server::builder()
+        .layer(limits.layer().unwrap())
+        .add_service(greeter.clone())
+        .serve_with_incoming(TcpIncoming::from(listener));
     tokio::spawn(async move { serve.await.unwrap() });
     let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
 

@@ -35,7 +35,9 @@ fn policy(spec: &str) -> Policy {
 }
 
 /// Serves the router (with the peer's address) on a free loopback port.
-async fn serve(make_service: axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr>) -> SocketAddr {
+async fn serve(
+    make_service: axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr>,
+) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, make_service).await.unwrap() });
@@ -65,7 +67,11 @@ async fn send(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
 }
 
 /// A request whose response head has arrived; the connection lives as long as the task.
-async fn start(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>) {
+async fn start(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>) {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     let task = tokio::spawn(async move {
@@ -94,26 +100,47 @@ async fn surface(response: axum::response::Response) -> axum::response::Response
     let shadow: Vec<String> = response
         .extensions()
         .get::<RateLimitReport>()
-        .map(|r| r.outcomes.iter().filter(|o| o.shadow).map(|o| format!("{}={}", o.policy, if o.allowed { "allowed" } else { "denied" })).collect())
+        .map(|r| {
+            r.outcomes
+                .iter()
+                .filter(|o| o.shadow)
+                .map(|o| format!("{}={}", o.policy, if o.allowed { "allowed" } else { "denied" }))
+                .collect()
+        })
         .unwrap_or_default();
     response.headers_mut().insert("x-test-shadow", shadow.join(",").parse().unwrap());
     response
 }
 
 async fn fields_and_refusals(server: &Server) {
-    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let throttle =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let per_ip = Limit::rate("per-ip", policy("1/h burst 5")).key(Key::forwarded_for(1));
     let tenant = HeaderName::from_static("x-tenant");
     let limits = RateLimit::new(throttle.clone())
-        .route("/a", [per_ip.clone(), Limit::rate("shadow-ip", policy("1/h burst 1")).key(Key::forwarded_for(1)).shadow()])
+        .route(
+            "/a",
+            [per_ip.clone(), Limit::rate("shadow-ip", policy("1/h burst 1")).key(Key::forwarded_for(1)).shadow()],
+        )
         .route("/b", [per_ip.clone(), Limit::rate("per-tenant", policy("1/h burst 2")).key(Key::header(tenant))])
         .route("/c", [Limit::rate("per-route", policy("1/h burst 7")).key(Key::route())])
         .route("/peer", [Limit::rate("peer", policy("10/s"))]);
     // A peer-IP key (the default) fails when the layer is built, not on each request.
-    assert_eq!(RateLimit::new(throttle.clone()).limit(Limit::rate("x", policy("1/s"))).layer().err(), Some(ConfigError::NeedsConnectInfo));
+    assert_eq!(
+        RateLimit::new(throttle.clone()).limit(Limit::rate("x", policy("1/s"))).layer().err(),
+        Some(ConfigError::NeedsConnectInfo)
+    );
     let layer = limits.with_connect_info().layer().unwrap();
     let ok = || async { "ok" };
-    let app = Router::new().route("/a", get(ok)).route("/b", get(ok)).route("/c", get(ok)).route("/peer", get(ok)).layer(layer).layer(axum::middleware::map_response(surface));
+    let app = Router::new()
+        .route("/a", get(ok))
+        .route("/b", get(ok))
+        .route("/c", get(ok))
+        .route("/peer", get(ok))
+        .layer(layer)
+        .layer(axum::middleware::map_response(surface));
     let addr = serve(app.into_make_service_with_connect_info::<SocketAddr>()).await;
 
     // Five admitted, each with the numbers of the reply; the client's forged entries (left of
@@ -155,7 +182,10 @@ async fn fields_and_refusals(server: &Server) {
         let r = send(addr, "/b", &[ip, t]).await;
         assert_eq!(r.status, 200);
         assert_eq!(r.header("ratelimit-policy"), r#""per-ip";q=5;w=18000, "per-tenant";q=2;w=7200"#);
-        assert_eq!(r.header("ratelimit"), format!(r#""per-ip";r={};t={}, "per-tenant";r={};t={}"#, 5 - i, i * 3600, 2 - i, i * 3600));
+        assert_eq!(
+            r.header("ratelimit"),
+            format!(r#""per-ip";r={};t={}, "per-tenant";r={};t={}"#, 5 - i, i * 3600, 2 - i, i * 3600)
+        );
         assert_eq!(r.header("x-ratelimit-limit"), "2", "the binding limit: the fewest remaining");
     }
     let r = send(addr, "/b", &[ip, t]).await;
@@ -191,10 +221,12 @@ async fn fields_equal_the_reply_and_refusals_name_the_binding_limit() {
     fields_and_refusals(&twin).await;
     // Leases are the module's: a concurrency limit on the twin is refused at build.
     let throttle = Throttle::connect(&twin.url()).await.unwrap();
-    let limits = RateLimit::new(throttle.clone()).limit(Limit::concurrent("jobs", 2, Duration::from_secs(5)).key(Key::route()));
+    let limits =
+        RateLimit::new(throttle.clone()).limit(Limit::concurrent("jobs", 2, Duration::from_secs(5)).key(Key::route()));
     assert!(matches!(limits.layer().err(), Some(ConfigError::LeasesNeedTheModule(_))));
     // So is a quota in a named time zone (the twin has no zone database): not a 500 per request.
-    let limits = RateLimit::new(throttle).limit(Limit::rate("daily", policy("1000/day quota tz Europe/Berlin")).key(Key::route()));
+    let limits = RateLimit::new(throttle)
+        .limit(Limit::rate("daily", policy("1000/day quota tz Europe/Berlin")).key(Key::route()));
     assert_eq!(limits.layer().err(), Some(ConfigError::ZoneNeedsTheModule("daily".into())));
 }
 
@@ -210,7 +242,10 @@ async fn serve_paths(limits: RateLimit, paths: &[&str]) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_that_are_not_ascii_never_move_a_request_to_the_shared_key() {
     let server = Server::start();
-    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let throttle =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let api_key = HeaderName::from_static("x-api-key");
     let limits = RateLimit::new(throttle)
         .route("/ip", [Limit::rate("per-ip", policy("1/h burst 2")).key(Key::forwarded_for(1))])
@@ -253,7 +288,10 @@ async fn bytes_that_are_not_ascii_never_move_a_request_to_the_shared_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_listed_twice_is_one_limit_and_routes_add_up() {
     let server = Server::start();
-    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let throttle =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let per_ip = Limit::rate("per-ip", policy("1/h burst 5")).key(Key::forwarded_for(1));
     let per_route = Limit::rate("per-route", policy("1/h burst 3")).key(Key::route());
     let limits = RateLimit::new(throttle.clone())
@@ -276,8 +314,16 @@ async fn a_limit_listed_twice_is_one_limit_and_routes_add_up() {
 
     // What CL.ALL or CL.ACQUIRE would refuse on every request does not build.
     let many: Vec<Limit> = (0..17).map(|i| Limit::rate(format!("l{i}"), policy("1/s")).key(Key::route())).collect();
-    assert_eq!(RateLimit::new(throttle.clone()).route("/many", many).layer().err(), Some(ConfigError::TooManyLimits("/many".into())));
-    for (most, lease) in [(0, Duration::from_secs(1)), (10_001, Duration::from_secs(1)), (1, Duration::ZERO), (1, Duration::from_micros(999))] {
+    assert_eq!(
+        RateLimit::new(throttle.clone()).route("/many", many).layer().err(),
+        Some(ConfigError::TooManyLimits("/many".into()))
+    );
+    for (most, lease) in [
+        (0, Duration::from_secs(1)),
+        (10_001, Duration::from_secs(1)),
+        (1, Duration::ZERO),
+        (1, Duration::from_micros(999)),
+    ] {
         let limits = RateLimit::new(throttle.clone()).limit(Limit::concurrent("jobs", most, lease).key(Key::route()));
         assert_eq!(limits.layer().err(), Some(ConfigError::Concurrency("jobs".into())), "{most} {lease:?}");
     }
@@ -292,7 +338,8 @@ fn cluster_get(cluster: &Cluster, key: &str) -> Option<String> {
 async fn on_a_cluster_a_route_with_several_rate_limits_is_decided_per_slot() {
     let cluster = Cluster::start(3, 0);
     let conn = redis::cluster::ClusterClient::new(cluster.urls()).unwrap().get_async_connection().await.unwrap();
-    let throttle = Throttle::from_cluster(conn, Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let throttle =
+        Throttle::from_cluster(conn, Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
     let tenant = Key::header(HeaderName::from_static("x-tenant"));
     // The guide's example: per-IP limits on every route, a per-tenant one on /search.
     let limits = RateLimit::new(throttle)
@@ -352,7 +399,8 @@ async fn on_a_cluster_a_route_with_several_rate_limits_is_decided_per_slot() {
 
     // The server refuses a call (a key of another type): 500, and the body says nothing of the
     // keys or of the server's error; the units taken before it are given back.
-    let _: () = redis::cmd("HSET").arg("rl:per-tenant:{initech}").arg("f").arg("v").query(&mut cluster.client()).unwrap();
+    let _: () =
+        redis::cmd("HSET").arg("rl:per-tenant:{initech}").arg("f").arg("v").query(&mut cluster.client()).unwrap();
     let r = send(addr, "/search", &[("x-forwarded-for", "1.0.0.2"), ("x-tenant", "initech")]).await;
     assert_eq!(r.status, 500);
     let body = String::from_utf8_lossy(&r.body);
@@ -363,17 +411,37 @@ async fn on_a_cluster_a_route_with_several_rate_limits_is_decided_per_slot() {
 
     // A request dropped between two slots (its client goes away while the tenant's node is
     // paused) gives back the units of the slots before.
-    let owner = |key: &str| cluster.nodes.iter().position(|n| redis::cmd("GET").arg(key).query::<Option<String>>(&mut n.client()).is_ok()).unwrap();
+    let owner = |key: &str| {
+        cluster
+            .nodes
+            .iter()
+            .position(|n| redis::cmd("GET").arg(key).query::<Option<String>>(&mut n.client()).is_ok())
+            .unwrap()
+    };
     let tenant_node = owner("rl:per-tenant:{umbrella}");
-    let ip = (1..).map(|n| format!("1.0.1.{n}")).find(|ip| owner(&format!("rl:per-ip:{{{ip}}}")) != tenant_node).unwrap();
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("WRITE").query(&mut cluster.nodes[tenant_node].client()).unwrap();
+    let ip =
+        (1..).map(|n| format!("1.0.1.{n}")).find(|ip| owner(&format!("rl:per-ip:{{{ip}}}")) != tenant_node).unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("WRITE")
+        .query(&mut cluster.nodes[tenant_node].client())
+        .unwrap();
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     let conn = tokio::spawn(async move {
         let _ = conn.await;
     });
-    let request = Request::get("/search").header("host", "localhost").header("x-forwarded-for", &ip).header("x-tenant", "umbrella").body(Empty::<Bytes>::new()).unwrap();
-    assert!(tokio::time::timeout(Duration::from_millis(300), sender.send_request(request)).await.is_err(), "the tenant's node is paused");
+    let request = Request::get("/search")
+        .header("host", "localhost")
+        .header("x-forwarded-for", &ip)
+        .header("x-tenant", "umbrella")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sender.send_request(request)).await.is_err(),
+        "the tenant's node is paused"
+    );
     drop(sender);
     conn.abort();
     tokio::time::sleep(Duration::from_millis(2000)).await;
@@ -401,7 +469,10 @@ fn holders(server: &Server, key: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_last_as_long_as_the_response_body() {
     let server = Server::start();
-    let throttle = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let throttle =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let in_flight = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let work = {
@@ -409,11 +480,11 @@ async fn leases_last_as_long_as_the_response_body() {
         move || {
             let (in_flight, most) = (in_flight.clone(), most.clone());
             async move {
-            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            most.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            in_flight.fetch_sub(1, Ordering::SeqCst);
-            "done"
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                "done"
             }
         }
     };
@@ -421,14 +492,21 @@ async fn leases_last_as_long_as_the_response_body() {
     let limits = RateLimit::new(throttle)
         .route("/stream", [Limit::concurrent("streams", 1, Duration::from_secs(2)).key(Key::route())])
         .route("/work", [Limit::concurrent("workers", 3, Duration::from_secs(2)).key(Key::route())])
-        .route("/both", [Limit::rate("hourly", policy("10/h counter")).key(Key::route()), Limit::concurrent("one", 1, Duration::from_secs(2)).key(Key::route())]);
+        .route(
+            "/both",
+            [
+                Limit::rate("hourly", policy("10/h counter")).key(Key::route()),
+                Limit::concurrent("one", 1, Duration::from_secs(2)).key(Key::route()),
+            ],
+        );
     let app = Router::new().route("/stream", get(stream)).route("/work", get(work)).route("/both", get(stream));
     let addr = serve(limits.into_make_service(app).unwrap()).await;
 
     // A request the concurrency limit refuses was not served: its rate unit is given back.
     let (response, _held) = start(addr, "/both", &[]).await;
     assert_eq!(response.status(), 200);
-    let counted = |server: &Server| -> String { redis::cmd("GET").arg("rl:hourly:/both").query(&mut server.client()).unwrap() };
+    let counted =
+        |server: &Server| -> String { redis::cmd("GET").arg("rl:hourly:/both").query(&mut server.client()).unwrap() };
     assert_eq!(counted(&server), "1");
     for _ in 0..3 {
         let r = send(addr, "/both", &[]).await;
@@ -455,7 +533,9 @@ async fn leases_last_as_long_as_the_response_body() {
     // The client goes away mid-stream: the body is dropped, the lease released.
     drop(body);
     connection.abort();
-    harness::wait_until("the cancelled stream's lease to be released", Duration::from_secs(3), || holders(&server, "rl:streams:/stream") == 0);
+    harness::wait_until("the cancelled stream's lease to be released", Duration::from_secs(3), || {
+        holders(&server, "rl:streams:/stream") == 0
+    });
     let (response, _connection) = start(addr, "/stream", &[]).await;
     assert_eq!(response.status(), 200, "the slot is free again");
     drop(response);
@@ -471,7 +551,9 @@ async fn leases_last_as_long_as_the_response_body() {
     }
     assert!(most.load(Ordering::SeqCst) <= 3, "{} in flight at once", most.load(Ordering::SeqCst));
     assert!(admitted >= 3, "{admitted} admitted");
-    harness::wait_until("every finished response's lease to be released", Duration::from_secs(3), || holders(&server, "rl:workers:/work") == 0);
+    harness::wait_until("every finished response's lease to be released", Duration::from_secs(3), || {
+        holders(&server, "rl:workers:/work") == 0
+    });
 }
 
 const DEADLINE: Duration = Duration::from_millis(30);
@@ -479,15 +561,30 @@ const DEADLINE: Duration = Duration::from_millis(30);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_gets_the_failure_policys_answer_within_the_deadline() {
     let server = Server::start();
-    let config = |failure| Config { deadline: DEADLINE, failure, breaker: BreakerConfig { failures: 3, probe_interval: Duration::from_millis(1500) }, ..Config::default() };
+    let config = |failure| Config {
+        deadline: DEADLINE,
+        failure,
+        breaker: BreakerConfig { failures: 3, probe_interval: Duration::from_millis(1500) },
+        ..Config::default()
+    };
     let app = || Router::new().route("/", get(|| async { "ok" })).route("/lease", get(|| async { "ok" }));
     let limits = |t: Throttle| {
         RateLimit::new(t)
             .route("/", [Limit::rate("per-ip", policy("100/s")).key(Key::forwarded_for(1))])
             .route("/lease", [Limit::concurrent("jobs", 5, Duration::from_secs(5)).key(Key::route())])
     };
-    let closed = serve(limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailClosed)).await.unwrap()).into_make_service(app()).unwrap()).await;
-    let open = serve(limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailOpen)).await.unwrap()).into_make_service(app()).unwrap()).await;
+    let closed = serve(
+        limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailClosed)).await.unwrap())
+            .into_make_service(app())
+            .unwrap(),
+    )
+    .await;
+    let open = serve(
+        limits(Throttle::connect_with(&server.url(), config(FailurePolicy::FailOpen)).await.unwrap())
+            .into_make_service(app())
+            .unwrap(),
+    )
+    .await;
     let ip = [("x-forwarded-for", "2.2.2.2")];
     assert_eq!(send(closed, "/", &ip).await.status, 200);
     assert_eq!(send(open, "/", &ip).await.status, 200);
@@ -527,13 +624,19 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
     // every lease / 3 = 100 ms), and a pause longer than a renewal interval plus that deadline.
     let deadline = Duration::from_millis(100);
     let pause = Duration::from_millis(250);
-    let config = Config { deadline, breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
+    let config = Config {
+        deadline,
+        breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) },
+        ..Config::default()
+    };
     let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
     let lease = Duration::from_millis(300);
     let stream = || async { axum::body::Body::new(Ticks(Box::pin(tokio::time::sleep(Duration::ZERO)))) };
     let limits = RateLimit::new(throttle).route("/stream", [Limit::concurrent("streams", 1, lease).key(Key::route())]);
     let addr = serve(limits.into_make_service(Router::new().route("/stream", get(stream))).unwrap()).await;
-    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+        .await
+        .unwrap();
 
     let (response, _connection) = start(addr, "/stream", &[]).await;
     assert_eq!(response.status(), 200);
@@ -551,14 +654,18 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
     let paused_at = Instant::now();
     let cut = loop {
         match body.frame().await {
-            Some(Ok(_)) => assert!(paused_at.elapsed() < Duration::from_secs(3), "the response streams on after its lease ran out"),
+            Some(Ok(_)) => {
+                assert!(paused_at.elapsed() < Duration::from_secs(3), "the response streams on after its lease ran out")
+            }
             Some(Err(_)) | None => break paused_at.elapsed(),
         }
     };
     eprintln!("cut {cut:?} after SIGCONT ({pause:?} after SIGSTOP; lease {lease:?})");
     assert!(cut <= lease + Duration::from_millis(100), "{cut:?}");
     // The slot is another's to take once the lease has run out.
-    harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || holders(&server, "rl:streams:/stream") == 0);
+    harness::wait_until("the unrenewed lease to run out", Duration::from_secs(2), || {
+        holders(&server, "rl:streams:/stream") == 0
+    });
     assert!(other.acquire("rl:streams:/stream", 1, lease).await.unwrap().is_ok());
 }
 
@@ -569,7 +676,11 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
 async fn a_client_that_disconnects_while_its_request_probes_leaves_the_layer_working() {
     let server = Server::start();
     let probe = Duration::from_millis(100);
-    let config = Config { deadline: Duration::from_secs(1), breaker: BreakerConfig { failures: 1, probe_interval: probe }, ..Config::default() };
+    let config = Config {
+        deadline: Duration::from_secs(1),
+        breaker: BreakerConfig { failures: 1, probe_interval: probe },
+        ..Config::default()
+    };
     let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();
     let limits = RateLimit::new(throttle).route("/", [Limit::rate("per-route", policy("1000/s")).key(Key::route())]);
     let addr = serve(limits.into_make_service(Router::new().route("/", get(|| async { "ok" }))).unwrap()).await;

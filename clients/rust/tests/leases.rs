@@ -83,7 +83,10 @@ async fn lease_guards_release_renew_and_expire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_holder_frees_its_slot_at_its_lease() {
     let server = Server::start();
-    let client = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let client =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     // A holder that takes a slot, leaks the guard and dies: its runtime (and so its renewal
     // task) goes away without a release.
     {
@@ -118,7 +121,9 @@ async fn a_guard_leaked_in_a_live_process_frees_its_slot_within_the_max_hold() {
     let lease = Duration::from_millis(150);
     let config = Config { deadline: Duration::from_secs(2), lease_max_hold: max_hold, ..Config::default() };
     let client = Throttle::connect_with(&server.url(), config).await.unwrap();
-    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+        .await
+        .unwrap();
 
     let start = std::time::Instant::now();
     std::mem::forget(client.acquire("leaked", 1, lease).await.unwrap().unwrap());
@@ -129,7 +134,11 @@ async fn a_guard_leaked_in_a_live_process_frees_its_slot_within_the_max_hold() {
         if other.acquire("leaked", 1, Duration::from_secs(5)).await.unwrap().is_ok() {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(3), "the leaked guard still holds its slot after {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the leaked guard still holds its slot after {:?}",
+            start.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let freed = start.elapsed();
@@ -157,9 +166,15 @@ async fn a_guard_whose_renewals_cannot_be_sent_knows_it_may_have_lost_its_slot()
     let server = Server::start();
     // The holder's breaker opens on one failure and probes only after 10 s: its renewals are
     // not sent meanwhile.
-    let config = Config { deadline: Duration::from_millis(30), breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) }, ..Config::default() };
+    let config = Config {
+        deadline: Duration::from_millis(30),
+        breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) },
+        ..Config::default()
+    };
     let holder = Throttle::connect_with(&server.url(), config).await.unwrap();
-    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let other = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+        .await
+        .unwrap();
     let lease = Duration::from_millis(300);
     let guard = holder.acquire("solo", 1, lease).await.unwrap().unwrap();
     assert!(!guard.is_lost());
@@ -190,8 +205,12 @@ async fn a_guard_whose_renewals_cannot_be_sent_knows_it_may_have_lost_its_slot()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_more_holders_than_the_limit() {
     let server = Server::start();
-    let client = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
-    let (held, most, acquired) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let client =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
+    let (held, most, acquired) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..32 {
         let (client, held, most, acquired) = (client.clone(), held.clone(), most.clone(), acquired.clone());
@@ -218,7 +237,10 @@ async fn never_more_holders_than_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservations_never_admit_more_than_the_server_granted() {
     let server = Server::start();
-    let client = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let client =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     let policy = Policy::parse("1000/h counter").unwrap();
     let admitted = Arc::new(AtomicI64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -226,7 +248,9 @@ async fn reservations_never_admit_more_than_the_server_granted() {
         let (client, admitted) = (client.clone(), admitted.clone());
         tasks.spawn(async move {
             for _ in 0..5 {
-                let Ok(reservation) = client.reserve(&policy, "hot", 10, Duration::from_secs(5)).await.unwrap() else { continue };
+                let Ok(reservation) = client.reserve(&policy, "hot", 10, Duration::from_secs(5)).await.unwrap() else {
+                    continue;
+                };
                 // Spend some of it (task-dependent), leave the rest to go back on drop.
                 for _ in 0..(3 + t % 8) {
                     if reservation.take() {
@@ -237,7 +261,8 @@ async fn reservations_never_admit_more_than_the_server_granted() {
         });
     }
     join_all(tasks).await;
-    let count = || -> i64 { redis::cmd("GET").arg("hot").query::<Option<i64>>(&mut server.client()).unwrap().unwrap_or(0) };
+    let count =
+        || -> i64 { redis::cmd("GET").arg("hot").query::<Option<i64>>(&mut server.client()).unwrap().unwrap_or(0) };
     // Unused units go back: the server's count settles at what was spent.
     let spent = admitted.load(Ordering::SeqCst);
     wait_for("unused units to go back", || count() == spent).await;
@@ -248,7 +273,10 @@ async fn reservations_never_admit_more_than_the_server_granted() {
     assert!(r.take());
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(!r.take(), "expired");
-    wait_for("the expired reservation's refund", || redis::cmd("GET").arg("exp").query::<Option<i64>>(&mut server.client()).unwrap() == Some(1)).await;
+    wait_for("the expired reservation's refund", || {
+        redis::cmd("GET").arg("exp").query::<Option<i64>>(&mut server.client()).unwrap() == Some(1)
+    })
+    .await;
     drop(r);
     // And a limit the reservations cannot overrun: 64 tasks on a limit of 100.
     let small = Policy::parse("100/h counter").unwrap();

@@ -21,7 +21,9 @@ fn stated() -> Option<String> {
 fn fake(version: Option<&str>) -> String {
     match version {
         None => "#!lua name=throttle\nredis.register_function('cl_dummy', function() return 1 end)\n".into(),
-        Some(v) => format!("#!lua name=throttle\nredis.register_function{{function_name='cl_version', callback=function() return '{v}' end, flags={{'no-writes'}}}}\n"),
+        Some(v) => format!(
+            "#!lua name=throttle\nredis.register_function{{function_name='cl_version', callback=function() return '{v}' end, flags={{'no-writes'}}}}\n"
+        ),
     }
 }
 
@@ -38,7 +40,8 @@ fn stated_version(server: &Server) -> String {
 }
 
 fn libraries(server: &Server) -> usize {
-    let libs: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").query(&mut server.client()).unwrap();
+    let libs: Vec<redis::Value> =
+        redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").query(&mut server.client()).unwrap();
     libs.len()
 }
 
@@ -49,7 +52,10 @@ async fn loads_on_a_plain_server_reports_and_decides_and_a_second_load_sends_not
     let node = format!("127.0.0.1:{}", server.port);
     let report = load_twin(&client).await.unwrap();
     assert_eq!(report.version, TWIN_VERSION);
-    assert_eq!(report.nodes, vec![TwinNode { node: node.clone(), before: Found::Nothing, after: stated(), action: TwinAction::Loaded }]);
+    assert_eq!(
+        report.nodes,
+        vec![TwinNode { node: node.clone(), before: Found::Nothing, after: stated(), action: TwinAction::Loaded }]
+    );
 
     let throttle = Throttle::connect(&server.url()).await.unwrap();
     assert_eq!(throttle.backend(), Backend::Twin);
@@ -71,19 +77,31 @@ async fn loads_on_a_plain_server_reports_and_decides_and_a_second_load_sends_not
 async fn older_unversioned_and_same_version_twins_are_replaced_and_a_newer_one_only_by_force() {
     let server = plain();
     let client = redis::Client::open(server.url()).unwrap();
-    let actions = |r: redis_throttle_client::TwinReport| r.nodes.into_iter().map(|n| (n.before, n.action)).collect::<Vec<_>>();
+    let actions =
+        |r: redis_throttle_client::TwinReport| r.nodes.into_iter().map(|n| (n.before, n.action)).collect::<Vec<_>>();
     function_load(&server, &fake(Some("0.0.1")));
     assert_eq!(actions(load_twin(&client).await.unwrap()), [(Found::Version("0.0.1".into()), TwinAction::Upgraded)]);
     function_load(&server, &fake(None));
     assert_eq!(actions(load_twin(&client).await.unwrap()), [(Found::Unversioned, TwinAction::Upgraded)]);
     function_load(&server, &fake(Some(TWIN_VERSION)));
-    assert_eq!(actions(load_twin(&client).await.unwrap()), [(Found::Version(TWIN_VERSION.into()), TwinAction::Replaced)]);
+    assert_eq!(
+        actions(load_twin(&client).await.unwrap()),
+        [(Found::Version(TWIN_VERSION.into()), TwinAction::Replaced)]
+    );
 
     function_load(&server, &fake(Some("99.1.0")));
     let err = load_twin(&client).await.unwrap_err();
-    assert!(matches!(&err, TwinError::Downgrade { nodes, .. } if nodes == &[(format!("127.0.0.1:{}", server.port), "99.1.0".to_string())]), "{err:?}");
+    assert!(
+        matches!(&err, TwinError::Downgrade { nodes, .. } if nodes == &[(format!("127.0.0.1:{}", server.port), "99.1.0".to_string())]),
+        "{err:?}"
+    );
     let text = err.to_string();
-    assert!(text.contains("has the twin 99.1.0, newer than this crate's") && text.contains(TWIN_VERSION) && text.contains("force"), "{text}");
+    assert!(
+        text.contains("has the twin 99.1.0, newer than this crate's")
+            && text.contains(TWIN_VERSION)
+            && text.contains("force"),
+        "{text}"
+    );
     assert_eq!(stated_version(&server), "99.1.0", "the newer twin was replaced");
     let forced = load_twin_with(&client, LoadOptions { force: true }).await.unwrap();
     assert_eq!(actions(forced), [(Found::Version("99.1.0".into()), TwinAction::Downgraded)]);
@@ -97,12 +115,22 @@ async fn every_primary_of_a_cluster_from_a_cluster_client_or_one_nodes_client() 
     let clients = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
     let report = load_twin(&clients).await.unwrap();
     assert_eq!(report.nodes.iter().map(|n| n.node.clone()).collect::<Vec<_>>(), names);
-    assert!(report.nodes.iter().all(|n| n.action == TwinAction::Loaded && n.before == Found::Nothing && n.after == stated()), "{report:?}");
+    assert!(
+        report
+            .nodes
+            .iter()
+            .all(|n| n.action == TwinAction::Loaded && n.before == Found::Nothing && n.after == stated()),
+        "{report:?}"
+    );
     assert!(cluster.nodes.iter().all(|n| libraries(n) == 1));
 
     let one = redis::Client::open(cluster.nodes[1].url()).unwrap();
     let again = load_twin(&one).await.unwrap();
-    assert_eq!(again.nodes.iter().map(|n| n.action).collect::<Vec<_>>(), [TwinAction::Unchanged; 3], "a node's client loads on every primary");
+    assert_eq!(
+        again.nodes.iter().map(|n| n.action).collect::<Vec<_>>(),
+        [TwinAction::Unchanged; 3],
+        "a node's client loads on every primary"
+    );
 
     for n in &cluster.nodes {
         let _: String = redis::cmd("FUNCTION").arg("DELETE").arg("throttle").query(&mut n.client()).unwrap();
@@ -120,10 +148,15 @@ async fn every_primary_of_a_cluster_from_a_cluster_client_or_one_nodes_client() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_with_neither_names_the_loader_in_the_connect_error() {
     let server = plain();
-    let Err(Error::NoLimiter(text)) = Throttle::connect(&server.url()).await else { panic!("connected to a server with neither") };
+    let Err(Error::NoLimiter(text)) = Throttle::connect(&server.url()).await else {
+        panic!("connected to a server with neither")
+    };
     let url = format!("redis://127.0.0.1:{}", server.port);
     assert!(text.contains("neither the redis-throttle module"), "{text}");
-    assert!(text.contains(&format!("redis_throttle_client::load_twin(&redis::Client::open(\"{url}\")?).await")), "{text}");
+    assert!(
+        text.contains(&format!("redis_throttle_client::load_twin(&redis::Client::open(\"{url}\")?).await")),
+        "{text}"
+    );
     assert!(text.contains(&format!("npx redis-throttle-js twin load {url}")), "{text}");
 }
 
@@ -172,7 +205,11 @@ async fn an_outdated_or_unversioned_twin_is_warned_about_once_per_process_and_se
     let seen = warnings.lock().unwrap().clone();
     let ours: Vec<&String> = seen.iter().filter(|w| w.contains("Functions twin")).collect();
     assert_eq!(ours.len(), 1, "{seen:?}");
-    assert!(ours[0].contains(&format!("is 0.0.2, older than this crate's {TWIN_VERSION}")) && ours[0].contains("load_twin"), "{}", ours[0]);
+    assert!(
+        ours[0].contains(&format!("is 0.0.2, older than this crate's {TWIN_VERSION}")) && ours[0].contains("load_twin"),
+        "{}",
+        ours[0]
+    );
     function_load(&server, &fake(None));
     for _ in 0..2 {
         assert_eq!(Throttle::connect(&server.url()).await.unwrap().backend(), Backend::Twin);

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use harness::Server;
-use metrics::{Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
 use redis_throttle_client::{BreakerConfig, Config, FailurePolicy, Policy, Throttle};
 
 #[derive(Default)]
@@ -101,7 +103,11 @@ impl Spans {
     /// The calls' spans, as `command outcome`.
     fn calls(&self) -> Vec<String> {
         let spans = self.0.lock().unwrap();
-        spans.iter().filter(|(name, _)| name == "redis_throttle.call").map(|(_, f)| format!("{} {}", f["command"], f.get("outcome").map_or("-", String::as_str))).collect()
+        spans
+            .iter()
+            .filter(|(name, _)| name == "redis_throttle.call")
+            .map(|(_, f)| format!("{} {}", f["command"], f.get("outcome").map_or("-", String::as_str)))
+            .collect()
     }
 }
 
@@ -112,7 +118,12 @@ async fn decisions_are_counted() {
     let spans: &'static Spans = Box::leak(Box::default());
     tracing::subscriber::set_global_default(spans).unwrap();
     let mut server = Server::start();
-    let config = Config { deadline: Duration::from_millis(50), failure: FailurePolicy::FailOpen, breaker: BreakerConfig { failures: 100, ..BreakerConfig::default() }, ..Config::default() };
+    let config = Config {
+        deadline: Duration::from_millis(50),
+        failure: FailurePolicy::FailOpen,
+        breaker: BreakerConfig { failures: 100, ..BreakerConfig::default() },
+        ..Config::default()
+    };
     let client = Throttle::connect_with(&server.url(), config).await.unwrap();
     let policy = Policy::parse("2/m counter").unwrap();
     for _ in 0..5 {

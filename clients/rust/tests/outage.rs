@@ -8,7 +8,9 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::{Resume, Server, signal};
-use redis_throttle_client::{BreakerConfig, Config, Decision, FailurePolicy, Policy, Reason, Source, Throttle, Verdict};
+use redis_throttle_client::{
+    BreakerConfig, Config, Decision, FailurePolicy, Policy, Reason, Source, Throttle, Verdict,
+};
 
 const DEADLINE: Duration = Duration::from_millis(30);
 const PROBE: Duration = Duration::from_millis(300);
@@ -45,8 +47,15 @@ fn p99(samples: &[(Duration, Decision)]) -> Duration {
     let mut latencies: Vec<Duration> = samples.iter().map(|(l, _)| *l).collect();
     latencies.sort();
     let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
-    let waited = samples.iter().filter(|(_, d)| !matches!(d.source, Source::Degraded { reason: Reason::BreakerOpen, .. })).count();
-    eprintln!("{} degraded decisions ({waited} not answered by the open breaker): p99 {p99:?}, slowest {:?}", samples.len(), latencies[latencies.len() - 1]);
+    let waited = samples
+        .iter()
+        .filter(|(_, d)| !matches!(d.source, Source::Degraded { reason: Reason::BreakerOpen, .. }))
+        .count();
+    eprintln!(
+        "{} degraded decisions ({waited} not answered by the open breaker): p99 {p99:?}, slowest {:?}",
+        samples.len(),
+        latencies[latencies.len() - 1]
+    );
     p99
 }
 
@@ -68,7 +77,12 @@ async fn back_on_server(client: &Throttle, policy: &Policy, since: Instant) -> D
 const RECONNECT_SLACK: Duration = Duration::from_millis(100);
 
 fn config(failure: FailurePolicy) -> Config {
-    Config { deadline: DEADLINE, failure, breaker: BreakerConfig { failures: 3, probe_interval: PROBE }, ..Config::default() }
+    Config {
+        deadline: DEADLINE,
+        failure,
+        breaker: BreakerConfig { failures: 3, probe_interval: PROBE },
+        ..Config::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +104,10 @@ async fn a_paused_server_fails_closed_within_the_deadline_and_is_found_again() {
             other => panic!("expected a degraded decision, got {other:?}"),
         }
     }
-    assert!(samples.iter().any(|(_, d)| matches!(&d.source, Source::Degraded { reason: Reason::BreakerOpen, .. })), "the breaker opened");
+    assert!(
+        samples.iter().any(|(_, d)| matches!(&d.source, Source::Degraded { reason: Reason::BreakerOpen, .. })),
+        "the breaker opened"
+    );
     let p99 = p99(&samples);
     assert!(p99 <= DEADLINE + Duration::from_millis(5), "p99 {p99:?} over {} decisions", samples.len());
     // Fail open: admitted, and says so.

@@ -32,13 +32,19 @@ async fn spaced(client: &Throttle, key: &str, how: Wait) -> Vec<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paced_calls_leave_evenly_spaced() {
     let server = Server::start();
-    let client = Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() }).await.unwrap();
+    let client =
+        Throttle::connect_with(&server.url(), Config { deadline: Duration::from_secs(2), ..Config::default() })
+            .await
+            .unwrap();
     for (key, how) in [("sleep", Wait::Sleep), ("block", Wait::Block)] {
         // Slot k is 100 ms after slot k - 1, the first at or after the start: no call leaves
         // before its slot (a call late on a loaded machine may leave closer to the next one).
         let done = spaced(&client, key, how).await;
         for (k, at) in done.iter().enumerate() {
-            assert!(*at + Duration::from_millis(5) >= Duration::from_millis(100 * k as u64), "{how:?}: slot {k} left at {at:?}: {done:?}");
+            assert!(
+                *at + Duration::from_millis(5) >= Duration::from_millis(100 * k as u64),
+                "{how:?}: slot {k} left at {at:?}: {done:?}"
+            );
         }
     }
     // With a jitter of up to 40 ms: never before its slot (k × 100 ms).
@@ -62,7 +68,11 @@ async fn paced_calls_leave_evenly_spaced() {
     for _ in 0..5 {
         let start = Instant::now();
         client.check(&policy, "other").await.unwrap();
-        assert!(start.elapsed() < Duration::from_millis(100), "a check waited {:?} behind a blocking call", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "a check waited {:?} behind a blocking call",
+            start.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     blocked.await.unwrap();
@@ -74,12 +84,18 @@ async fn paced_calls_leave_evenly_spaced() {
         let paced = client.pace("far", Rate::per_minute(40), Duration::from_secs(3), Wait::Block).await.unwrap();
         assert!(matches!(paced, Paced::Go { .. }), "{paced:?}");
     }
-    assert!(start.elapsed() >= Duration::from_millis(1400), "the second slot is 1.5 s after the first: {:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(1400),
+        "the second slot is 1.5 s after the first: {:?}",
+        start.elapsed()
+    );
 
     // No slot within MAXWAIT: refused, with when one frees.
     client.pace("busy", Rate::per_second(1), Duration::ZERO, Wait::Sleep).await.unwrap();
     match client.pace("busy", Rate::per_second(1), Duration::ZERO, Wait::Sleep).await.unwrap() {
-        Paced::Refused { retry_after } => assert!(retry_after > Duration::from_millis(900) && retry_after <= Duration::from_secs(1)),
+        Paced::Refused { retry_after } => {
+            assert!(retry_after > Duration::from_millis(900) && retry_after <= Duration::from_secs(1))
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -47,7 +47,9 @@ async fn a_late_refund_never_over_admits_on_the_module_and_the_twin() {
     for server in [&module, &twin] {
         let client = Throttle::connect(&server.url()).await.unwrap();
         // (limit, the most the other client may be admitted in the ~0.1 s the attack lasts)
-        for (spec, most) in [("100/s counter", 100), ("100/s window", 100), ("100/s burst 100", 115), ("100/s bucket burst 100", 115)] {
+        for (spec, most) in
+            [("100/s counter", 100), ("100/s window", 100), ("100/s burst 100", 115), ("100/s bucket burst 100", 115)]
+        {
             let got = attack(&client, spec, spec).await;
             assert!(got <= most, "{spec} on {}: {got} admitted after a late refund (at most {most})", server.url());
             assert!(got >= 90, "{spec}: {got}: the limiter must still admit what it has regained");
@@ -98,7 +100,11 @@ async fn check_all_held_bounds_each_refund() {
         }
         for ((policy, key, n), held) in calls.iter().zip(&held) {
             client.refund_held(policy, key, *n, held.unwrap()).await.unwrap();
-            assert!(!client.check(policy, key).await.unwrap().allowed(), "{policy} on {}: a late refund gave units back", server.url());
+            assert!(
+                !client.check(policy, key).await.unwrap().allowed(),
+                "{policy} on {}: a late refund gave units back",
+                server.url()
+            );
         }
     }
 }
@@ -120,7 +126,11 @@ async fn an_expired_reservation_gives_back_nothing_regained() {
             let after = admitted(&client, &policy, spec, 100).await;
             drop(reservation);
             let most = if spec.contains("burst") { 50 + 25 } else { 50 };
-            assert!(before + after <= most, "{spec} on {}: {before} + {after} admitted around an expired reservation's refund", server.url());
+            assert!(
+                before + after <= most,
+                "{spec} on {}: {before} + {after} admitted around an expired reservation's refund",
+                server.url()
+            );
         }
     }
 }

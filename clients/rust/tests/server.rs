@@ -74,7 +74,11 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
     // machine the second call can leave a few ms after the first).
     let since = first.elapsed().as_millis() as u64 + 1;
     assert_eq!(d.remaining, 14);
-    assert!(d.reset_after <= ms(4000) && d.reset_after >= ms(4000 - since.min(4000)), "reset_after {:?}, {since} ms after the first call", d.reset_after);
+    assert!(
+        d.reset_after <= ms(4000) && d.reset_after >= ms(4000 - since.min(4000)),
+        "reset_after {:?}, {since} ms after the first call",
+        d.reset_after
+    );
     // A peek consumes nothing; a refund gives back.
     assert_eq!(client.peek(&policy, "user123").await.unwrap().remaining, 14);
     assert_eq!(client.refund(&policy, "user123", 1).await.unwrap().remaining, 15);
@@ -96,7 +100,11 @@ async fn module_decisions_are_the_commands_replies_in_milliseconds() {
     let top = client.top(5).await.unwrap();
     assert_eq!(top.first(), Some(&(b"k".to_vec(), 1)), "{top:?}");
     let info = client.info().await.unwrap();
-    assert_eq!(info.get("cl_throttle_denied").map(String::as_str), Some("2"), "the never-admitted call and this one: {info:?}");
+    assert_eq!(
+        info.get("cl_throttle_denied").map(String::as_str),
+        Some("2"),
+        "the never-admitted call and this one: {info:?}"
+    );
     assert_eq!(info.get("mode").map(String::as_str), Some("enforce"));
 
     // A key of another kind: the server's error, not a degraded answer.
@@ -158,10 +166,16 @@ async fn calendar_quotas_on_the_module_and_the_twin() {
     assert!(on_module.check(&berlin, "b").await.unwrap().allowed());
     let sent = twin.command_calls("fcall");
     match on_twin.check(&berlin, "b").await {
-        Err(Error::Invalid(text)) => assert!(text.contains("Europe/Berlin") && text.contains("Functions twin") && text.contains("fixed offset"), "{text}"),
+        Err(Error::Invalid(text)) => assert!(
+            text.contains("Europe/Berlin") && text.contains("Functions twin") && text.contains("fixed offset"),
+            "{text}"
+        ),
         other => panic!("expected a clear error, got {other:?}"),
     }
-    assert!(matches!(on_twin.check_all(&[(&burst, b"{u}:s", 1), (&berlin, b"{u}:b", 1)]).await, Err(Error::Invalid(_))));
+    assert!(matches!(
+        on_twin.check_all(&[(&burst, b"{u}:s", 1), (&berlin, b"{u}:b", 1)]).await,
+        Err(Error::Invalid(_))
+    ));
     assert_eq!(twin.command_calls("fcall"), sent, "nothing sent");
 }
 
@@ -182,7 +196,8 @@ async fn check_all_names_the_binding_policy_and_writes_nothing_when_one_denies()
     let per_second = Policy::parse("10/s").unwrap();
     let per_hour = Policy::parse("3/h window").unwrap();
     let tokens = Policy::parse("100/m bucket burst 500").unwrap();
-    let calls = [(&per_second, &b"{user42}:s"[..], 1), (&per_hour, &b"{user42}:h"[..], 1), (&tokens, &b"{user42}:t"[..], 100)];
+    let calls =
+        [(&per_second, &b"{user42}:s"[..], 1), (&per_hour, &b"{user42}:h"[..], 1), (&tokens, &b"{user42}:t"[..], 100)];
     for remaining in [2, 1, 0] {
         let d = client.check_all(&calls).await.unwrap();
         assert_eq!((d.verdict, d.binding, d.remaining), (Verdict::Allowed, 1, remaining));
@@ -213,7 +228,11 @@ async fn repeated_denials_inside_retry_after_make_one_server_call() {
         assert_eq!(d.source, Source::DenyCache);
         assert!(d.retry_after().unwrap() <= first.retry_after().unwrap());
     }
-    assert_eq!(server.command_calls("cl.counter"), 3, "two admitted, one denied: the 10,000 repeats never reached the server");
+    assert_eq!(
+        server.command_calls("cl.counter"),
+        3,
+        "two admitted, one denied: the 10,000 repeats never reached the server"
+    );
 
     // A smaller request, a changed policy, and a peek are not answered by the cache.
     let raised = Policy::parse("3/m counter").unwrap();
@@ -245,14 +264,21 @@ async fn distinct_denied_keys_stay_within_the_cache_bound() {
     while let Some(r) = tasks.join_next().await {
         r.unwrap();
     }
-    assert!(client.deny_cache_len() <= client.deny_cache_capacity(), "{} > {}", client.deny_cache_len(), client.deny_cache_capacity());
+    assert!(
+        client.deny_cache_len() <= client.deny_cache_capacity(),
+        "{} > {}",
+        client.deny_cache_len(),
+        client.deny_cache_capacity()
+    );
     assert!(client.deny_cache_capacity() <= 1_024);
 }
 
 /// Edits of the hash reach `held` within a second (each wait measured and returned); an
 /// invalid edit keeps the last good policy and is reported; a removal removes.
 fn edits_arrive(server: &Server, held: &HeldPolicies) -> Vec<Duration> {
-    let hset = |value: &str| redis::cmd("HSET").arg("throttle:policies").arg("api").arg(value).query::<()>(&mut server.client()).unwrap();
+    let hset = |value: &str| {
+        redis::cmd("HSET").arg("throttle:policies").arg("api").arg(value).query::<()>(&mut server.client()).unwrap()
+    };
     let mut waits = Vec::new();
     let mut wait = |what: &str, ok: &dyn Fn() -> bool| {
         let start = std::time::Instant::now();
@@ -280,13 +306,23 @@ fn edits_arrive(server: &Server, held: &HeldPolicies) -> Vec<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_policies_follow_edits_through_invalidation_messages() {
     let server = Server::start();
-    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    redis::cmd("HSET")
+        .arg("throttle:policies")
+        .arg("api")
+        .arg("2/m counter")
+        .query::<()>(&mut server.client())
+        .unwrap();
     let client = Throttle::connect(&server.url()).await.unwrap();
     // Polled only every minute: only an invalidation message can bring an edit within a second.
     let held = client.held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
     assert_eq!(held.refresh(), &Refresh::Tracking);
     // Another process's client: every client is told.
-    let other = Throttle::connect(&server.url()).await.unwrap().held_policies("throttle:policies", Duration::from_secs(60)).await.unwrap();
+    let other = Throttle::connect(&server.url())
+        .await
+        .unwrap()
+        .held_policies("throttle:policies", Duration::from_secs(60))
+        .await
+        .unwrap();
     let waits = edits_arrive(&server, &held);
     eprintln!("edits arrived through invalidation after {waits:?}");
     let start = std::time::Instant::now();
@@ -294,7 +330,12 @@ async fn held_policies_follow_edits_through_invalidation_messages() {
         assert!(start.elapsed() < Duration::from_secs(1), "the other client did not see the removal within a second");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("7/m counter").query::<()>(&mut server.client()).unwrap();
+    redis::cmd("HSET")
+        .arg("throttle:policies")
+        .arg("api")
+        .arg("7/m counter")
+        .query::<()>(&mut server.client())
+        .unwrap();
     let start = std::time::Instant::now();
     while other.get("api") != Some(Policy::parse("7/m counter").unwrap()) || held.get("api") != other.get("api") {
         assert!(start.elapsed() < Duration::from_secs(1), "both clients within a second");
@@ -303,13 +344,22 @@ async fn held_policies_follow_edits_through_invalidation_messages() {
 
     // The connection lost (CLIENT KILL of every other client): the client reconnects, tracks
     // again, and reads what changed meanwhile.
-    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    redis::cmd("HSET")
+        .arg("throttle:policies")
+        .arg("api")
+        .arg("2/m counter")
+        .query::<()>(&mut server.client())
+        .unwrap();
     let mut admin = server.client();
     redis::cmd("CLIENT").arg("KILL").arg("SKIPME").arg("yes").arg("TYPE").arg("normal").exec(&mut admin).unwrap();
     redis::cmd("HSET").arg("throttle:policies").arg("api").arg("3/m counter").query::<()>(&mut admin).unwrap();
     let start = std::time::Instant::now();
     while held.get("api") != Some(Policy::parse("3/m counter").unwrap()) {
-        assert!(start.elapsed() < Duration::from_secs(2), "the edit after a reconnect did not arrive: {:?}", held.get("api"));
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the edit after a reconnect did not arrive: {:?}",
+            held.get("api")
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     eprintln!("after the connection was killed: {:?}", start.elapsed());
@@ -325,7 +375,12 @@ async fn held_policies_follow_edits_through_invalidation_messages() {
 async fn held_policies_are_polled_where_tracking_is_refused() {
     // An ACL that refuses CLIENT TRACKING (as some managed services do).
     let server = Server::with(Options::default().arg("--user default on nopass ~* &* +@all -client|tracking"));
-    redis::cmd("HSET").arg("throttle:policies").arg("api").arg("2/m counter").query::<()>(&mut server.client()).unwrap();
+    redis::cmd("HSET")
+        .arg("throttle:policies")
+        .arg("api")
+        .arg("2/m counter")
+        .query::<()>(&mut server.client())
+        .unwrap();
     let client = Throttle::connect(&server.url()).await.unwrap();
     let held = client.held_policies("throttle:policies", Duration::from_millis(100)).await.unwrap();
     match held.refresh() {

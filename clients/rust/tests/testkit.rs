@@ -93,11 +93,16 @@ async fn the_test_kit_decides_exactly_as_the_module() {
                     picked.push(p);
                 }
             }
-            let calls: Vec<(&Policy, &[u8], u32)> = picked.iter().map(|(p, k)| (p, k.as_bytes(), rng.random_range(1..=2))).collect();
+            let calls: Vec<(&Policy, &[u8], u32)> =
+                picked.iter().map(|(p, k)| (p, k.as_bytes(), rng.random_range(1..=2))).collect();
             let (a, b) = (module.check_all(&calls).await, kit.check_all(&calls).await);
             match (a, b) {
                 (Ok(a), Ok(b)) => {
-                    assert_eq!((a.numbers(), a.binding, &a.each), (b.numbers(), b.binding, &b.each), "{context}: CL.ALL {calls:?}");
+                    assert_eq!(
+                        (a.numbers(), a.binding, &a.each),
+                        (b.numbers(), b.binding, &b.each),
+                        "{context}: CL.ALL {calls:?}"
+                    );
                 }
                 (a, b) => assert_eq!(format!("{:?}", a.map(|_| ())), format!("{:?}", b.map(|_| ())), "{context}"),
             }

@@ -19,7 +19,10 @@ fn error(s: &str) -> String {
 fn parses_the_documented_examples() {
     let r = parse("2 rl:{u42}:s rl:{u42}:h THROTTLE 9 10 1 WINDOW 1000 3600").unwrap();
     assert_eq!(r.keys, vec![&b"rl:{u42}:s"[..], b"rl:{u42}:h"]);
-    assert_eq!(r.limiters.iter().map(|(l, q)| (l.algorithm(), *q)).collect::<Vec<_>>(), [(Algorithm::Throttle, 1), (Algorithm::Window, 1)]);
+    assert_eq!(
+        r.limiters.iter().map(|(l, q)| (l.algorithm(), *q)).collect::<Vec<_>>(),
+        [(Algorithm::Throttle, 1), (Algorithm::Window, 1)]
+    );
     assert_eq!((r.unit, r.details), (Unit::Seconds, false));
 
     let r = parse("2 req:{t7} tok:{t7} THROTTLE 59 60 60 BUCKET 100000 100000 60 QUANTITY 750").unwrap();
@@ -54,16 +57,28 @@ fn errors_say_what_and_which_limiter() {
     assert_eq!(error("2 a b COUNTER 1 1"), "ERR numkeys is 2 but 1 limiter specs follow the keys");
     assert_eq!(error("1 a COUNTER 1 1 COUNTER 1 1"), "ERR numkeys is 1 but 2 limiter specs follow the keys");
     assert_eq!(error("3 a b a COUNTER 1 1 COUNTER 1 1 COUNTER 1 1"), "ERR limiters 1 and 3 name the same key");
-    assert_eq!(error("1 a LEAKY 1 1"), "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'LEAKY'");
-    assert_eq!(error("2 a b COUNTER 1 1 WINDOW 0 10"), "ERR limiter 2: limit must be an integer from 1 to 100000 (use PRECISION for larger limits)");
+    assert_eq!(
+        error("1 a LEAKY 1 1"),
+        "ERR limiter 1: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'LEAKY'"
+    );
+    assert_eq!(
+        error("2 a b COUNTER 1 1 WINDOW 0 10"),
+        "ERR limiter 2: limit must be an integer from 1 to 100000 (use PRECISION for larger limits)"
+    );
     assert_eq!(error("2 a b COUNTER 1 1 BUCKET 1 1"), "ERR limiter 2: BUCKET takes 3 numbers");
-    assert_eq!(error("2 a b COUNTER 1 1 BOGUS 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'BOGUS'");
+    assert_eq!(
+        error("2 a b COUNTER 1 1 BOGUS 1 1"),
+        "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'BOGUS'"
+    );
     assert_eq!(error("1 a COUNTER 1 1 BOGUS"), "ERR syntax error");
     assert_eq!(error("1 a COUNTER 1 1 5"), "ERR syntax error");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY"), "ERR limiter 1: syntax error");
     assert_eq!(error("1 a THROTTLE 1 1 1 QUANTITY 1 QUANTITY 2"), "ERR limiter 1: syntax error");
     assert_eq!(error("1 a COUNTER 1 1 MS MS"), "ERR syntax error");
-    assert_eq!(error("1 a COUNTER 1 1000000000001 MS"), "ERR limiter 1: window must be an integer from 1 to 1000000000000 (milliseconds)");
+    assert_eq!(
+        error("1 a COUNTER 1 1000000000001 MS"),
+        "ERR limiter 1: window must be an integer from 1 to 1000000000000 (milliseconds)"
+    );
 }
 
 #[test]
@@ -73,26 +88,45 @@ fn a_non_integer_in_a_spec_names_its_limiter() {
     assert_eq!(error("2 a b COUNTER 1 60 THROTTLE 1 x 60"), not_integer(2));
     assert_eq!(error("2 a b COUNTER 1 60 QUANTITY 0x1 THROTTLE 1 1 60"), not_integer(1));
     assert_eq!(error("2 a b COUNTER 1 60 WINDOW 5 60 PRECISION 1.5"), not_integer(2));
-    assert_eq!(error("2 a b COUNTER 1 PRECISION THROTTLE 1 1 1"), not_integer(1), "a word among the numbers is a number");
+    assert_eq!(
+        error("2 a b COUNTER 1 PRECISION THROTTLE 1 1 1"),
+        not_integer(1),
+        "a word among the numbers is a number"
+    );
     // Before any spec, the plain text.
     assert_eq!(error("x a COUNTER 1 1"), Error::NotAnInteger.to_string());
 }
 
 #[test]
 fn an_option_the_spec_does_not_take_names_that_spec() {
-    assert_eq!(error("2 a b COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1"), "ERR limiter 1: COUNTER does not take PRECISION");
-    assert_eq!(error("2 a b THROTTLE 1 1 1 precision 5 COUNTER 1 1"), "ERR limiter 1: THROTTLE does not take PRECISION");
-    assert_eq!(error("2 a b COUNTER 4 60 QUANTITY 2 PRECISION 5 THROTTLE 1 1 1"), "ERR limiter 1: COUNTER does not take PRECISION");
+    assert_eq!(
+        error("2 a b COUNTER 4 60 PRECISION 5 THROTTLE 1 1 1"),
+        "ERR limiter 1: COUNTER does not take PRECISION"
+    );
+    assert_eq!(
+        error("2 a b THROTTLE 1 1 1 precision 5 COUNTER 1 1"),
+        "ERR limiter 1: THROTTLE does not take PRECISION"
+    );
+    assert_eq!(
+        error("2 a b COUNTER 4 60 QUANTITY 2 PRECISION 5 THROTTLE 1 1 1"),
+        "ERR limiter 1: COUNTER does not take PRECISION"
+    );
     // After the last spec alike.
     assert_eq!(error("1 a THROTTLE 1 1 1 PRECISION 5"), "ERR limiter 1: THROTTLE does not take PRECISION");
     assert_eq!(error("2 a b WINDOW 5 60 BUCKET 5 1 60 PRECISION 5"), "ERR limiter 2: BUCKET does not take PRECISION");
     // A window takes it.
     assert!(parse("2 a b WINDOW 5 60 PRECISION 5 COUNTER 1 1").is_ok());
     // Not right after the spec (a call option between ends it): the word is no spec.
-    assert_eq!(error("2 a b WINDOW 5 60 MS PRECISION 5 COUNTER 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'");
+    assert_eq!(
+        error("2 a b WINDOW 5 60 MS PRECISION 5 COUNTER 1 1"),
+        "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'PRECISION'"
+    );
     assert_eq!(error("1 a WINDOW 5 60 MS PRECISION 5"), "ERR syntax error");
     // A word that is no option at all keeps the texts above.
-    assert_eq!(error("2 a b COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1"), "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'");
+    assert_eq!(
+        error("2 a b COUNTER 4 60 MAXWAIT 5 THROTTLE 1 1 1"),
+        "ERR limiter 2: expected THROTTLE, WINDOW, BUCKET, COUNTER or QUOTA, got 'MAXWAIT'"
+    );
     assert_eq!(error("1 a COUNTER 4 60 MAXWAIT 5"), "ERR syntax error");
 }
 
@@ -147,7 +181,11 @@ fn limiter() -> impl Strategy<Value = Limiter> {
             Algorithm::Window | Algorithm::Counter => [a, ms, 0],
             Algorithm::Bucket => [a, b, ms],
             Algorithm::Quota => {
-                let calendar = crate::quota::Calendar { per: crate::quota::Per::Minute, zone: crate::quota::Zone::UTC, anchor_ms: None };
+                let calendar = crate::quota::Calendar {
+                    per: crate::quota::Per::Minute,
+                    zone: crate::quota::Zone::UTC,
+                    anchor_ms: None,
+                };
                 return Limiter::Quota(crate::quota::Params::new(a, calendar).unwrap());
             }
         };
@@ -239,7 +277,8 @@ fn a_denial_anywhere_writes_nothing_anywhere() {
 #[test]
 fn ties_are_judged_on_the_replied_retry_after() {
     let tail = Tail::parse(&[], std::iter::empty()).unwrap();
-    let throttle = |period_ms| Algorithm::Throttle.build(&[0, 1, period_ms], &tail, Unit::Millis, &Caps::DEFAULT).unwrap();
+    let throttle =
+        |period_ms| Algorithm::Throttle.build(&[0, 1, period_ms], &tail, Unit::Millis, &Caps::DEFAULT).unwrap();
     let limiters = [(throttle(1200), 1), (throttle(1900), 1)];
     let now = Instant::from_nanos(T0);
     let mut keys = [Key::default(), Key::default()];

@@ -1,7 +1,7 @@
 use super::*;
-use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
 use crate::limits::testing::{IntegerKey, T0, carry, reply_i128};
 use crate::reference::bucket::Model;
+use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
 use proptest::prelude::*;
 
 const MS: i64 = NANOS_PER_MILLI;
@@ -132,7 +132,14 @@ fn parameters_are_validated() {
 #[test]
 fn stored_state_is_a_deficit_with_an_expiry() {
     assert_eq!(decode(b"-3", Some(7)), Ok(State { deficit: 3, full_at: Instant::from_nanos(7 * MS) }));
-    for (bad, ms) in [(&b"0"[..], Some(7)), (b"3", Some(7)), (b"-9223372036854775808", Some(7)), (b"", Some(7)), (b" 3", Some(7)), (b"3", None)] {
+    for (bad, ms) in [
+        (&b"0"[..], Some(7)),
+        (b"3", Some(7)),
+        (b"-9223372036854775808", Some(7)),
+        (b"", Some(7)),
+        (b" 3", Some(7)),
+        (b"3", None),
+    ] {
         assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.BUCKET")), "{bad:?} {ms:?}");
     }
     // No expiry, or one beyond the nanosecond range: full too far ahead, pulled back when

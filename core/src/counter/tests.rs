@@ -1,7 +1,7 @@
 use super::*;
-use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
 use crate::limits::testing::{IntegerKey, T0, carry, reply_i128};
 use crate::reference::counter::Model;
+use crate::time::{NANOS_PER_MILLI, NANOS_PER_SEC, Unit};
 use proptest::prelude::*;
 
 fn secs(s: i64) -> Nanos {
@@ -100,7 +100,9 @@ fn parameters_are_validated() {
 fn stored_state_is_an_integer_with_an_expiry() {
     assert_eq!(decode(b"12", Some(5)), Ok(State { count: 12, closes_at: Instant::from_nanos(5 * NANOS_PER_MILLI) }));
     assert_eq!(decode(b"0", Some(5)).map(|s| s.count), Ok(0));
-    for (bad, ms) in [(&b"-1"[..], Some(5)), (b"1000000000000000000", Some(5)), (b"", Some(5)), (b"1.0", Some(5)), (b"x", Some(5))] {
+    for (bad, ms) in
+        [(&b"-1"[..], Some(5)), (b"1000000000000000000", Some(5)), (b"", Some(5)), (b"1.0", Some(5)), (b"x", Some(5))]
+    {
         assert_eq!(decode(bad, ms), Err(Error::InvalidState("CL.COUNTER")), "{bad:?} {ms:?}");
     }
     // No expiry, or one beyond the nanosecond range: closing too far ahead, pulled back when
@@ -200,7 +202,11 @@ fn a_window_closing_far_ahead_is_never_moved_earlier() {
     let mut s = Some((3, close));
     assert_eq!(arr(run(&mut s, T0, &p, 1)), [1, 3, 0, 3600, 3600]);
     assert_eq!(s, Some((3, close)), "a denial writes nothing");
-    assert_eq!(arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)), [1, 3, 0, 3590, 3590], "still counted a window later");
+    assert_eq!(
+        arr(run(&mut s, T0 + secs(10).as_nanos(), &p, 1)),
+        [1, 3, 0, 3590, 3590],
+        "still counted a window later"
+    );
     assert_eq!(arr(run(&mut s, close * NANOS_PER_MILLI, &p, 1)), [0, 3, 2, -1, 10], "a new window once it closes");
 }
 

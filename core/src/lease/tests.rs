@@ -70,7 +70,11 @@ impl Fake {
         }
     }
     fn live(&self, now: i64) -> std::collections::BTreeMap<Vec<u8>, i128> {
-        self.members.iter().filter(|(_, s)| *s as i128 * MS as i128 > i128::from(now)).map(|(m, s)| (m.clone(), *s as i128 * MS as i128)).collect()
+        self.members
+            .iter()
+            .filter(|(_, s)| *s as i128 * MS as i128 > i128::from(now))
+            .map(|(m, s)| (m.clone(), *s as i128 * MS as i128))
+            .collect()
     }
 }
 
@@ -84,7 +88,8 @@ impl Set for Fake {
         Ok(self.members.iter().find(|(m, _)| *m == self.id).map(|(_, s)| *s))
     }
     fn start(&mut self, from: From, threshold: f64) -> Result<Option<(Vec<u8>, f64)>> {
-        let part: Vec<usize> = (0..self.members.len()).filter(|&i| (self.members[i].1 > threshold) == (from != From::Expired)).collect();
+        let part: Vec<usize> =
+            (0..self.members.len()).filter(|&i| (self.members[i].1 > threshold) == (from != From::Expired)).collect();
         let part = if from == From::Latest { part.into_iter().rev().collect() } else { part };
         self.cursor = Some((part, 0));
         self.next_in_part()
@@ -127,7 +132,10 @@ fn release_on(f: &mut Fake, now: i64, id: &[u8]) -> Result<bool> {
 fn parses_and_bounds_its_arguments() {
     let words = |s: &'static str| s.split_whitespace().map(str::as_bytes).collect::<Vec<_>>();
     let a = Acquire::parse(&words("exports:t7 20 300 job-123")).unwrap();
-    assert_eq!((a.key, a.limit, a.lease.as_nanos(), a.id, a.unit), (&b"exports:t7"[..], 20, 300 * NANOS_PER_SEC, &b"job-123"[..], Unit::Seconds));
+    assert_eq!(
+        (a.key, a.limit, a.lease.as_nanos(), a.id, a.unit),
+        (&b"exports:t7"[..], 20, 300 * NANOS_PER_SEC, &b"job-123"[..], Unit::Seconds)
+    );
     let a = Acquire::parse(&words("k 1 1500 id MS")).unwrap();
     assert_eq!((a.lease.as_nanos(), a.unit), (1500 * MS, Unit::Millis));
     let err = |s: &'static str| Acquire::parse(&words(s)).unwrap_err().to_string();
@@ -145,8 +153,14 @@ fn parses_and_bounds_its_arguments() {
     let long = vec![b'x'; MAX_ID + 1];
     let args: Vec<&[u8]> = vec![b"k", b"1", b"1", &long];
     assert_eq!(Acquire::parse(&args).unwrap_err().to_string(), "ERR id must be a string of 1 to 128 bytes");
-    assert_eq!(Acquire::parse(&[b"k", b"1", b"1", b""]).unwrap_err().to_string(), "ERR id must be a string of 1 to 128 bytes");
-    assert!(Acquire::parse(&[b"k", b"10000", b"1000000000", &long[..MAX_ID]]).is_ok(), "the stated maxima are accepted");
+    assert_eq!(
+        Acquire::parse(&[b"k", b"1", b"1", b""]).unwrap_err().to_string(),
+        "ERR id must be a string of 1 to 128 bytes"
+    );
+    assert!(
+        Acquire::parse(&[b"k", b"10000", b"1000000000", &long[..MAX_ID]]).is_ok(),
+        "the stated maxima are accepted"
+    );
     assert_eq!(Release::parse(&words("k id")).unwrap(), Release { key: b"k", id: b"id" });
     assert_eq!(Release::parse(&words("k")).unwrap_err(), Error::WrongArity("cl.release"));
     assert_eq!(Release::parse(&words("k id MS")).unwrap_err(), Error::WrongArity("cl.release"));
@@ -203,7 +217,10 @@ fn a_set_whose_leases_all_ended_is_read_then_replaced_or_deleted_at_once() {
     assert_eq!(acquire_on(&mut f, T0 + 60 * MS, 1000, 50, b"new").unwrap(), [0, 1000, 999, -1, 50]);
     assert_eq!(f.members.len(), 1, "DEL, then the one lease");
     assert!(f.visits <= 200 + 2, "each member read once before the DEL: {} visits", f.visits);
-    let mut g = Fake { members: (0..100).map(|i| (format!("w{i}").into_bytes(), (T0 / MS) as f64)).collect(), ..Fake::default() };
+    let mut g = Fake {
+        members: (0..100).map(|i| (format!("w{i}").into_bytes(), (T0 / MS) as f64)).collect(),
+        ..Fake::default()
+    };
     g.sort();
     assert!(!release_on(&mut g, T0 + MS, b"w1").unwrap());
     assert!(g.members.is_empty(), "a release that finds only expired leases deletes the key");
@@ -321,7 +338,11 @@ fn run_scenario(ids: u8, calls: &[(i64, u8, u8, i64, i64)]) -> std::result::Resu
         }
         prop_assert!(f.members.len() as i64 <= most_limit, "{} members, limits up to {most_limit}", f.members.len());
         if let Some(latest) = f.live(now).values().max() {
-            prop_assert_eq!(f.expires_ms.map(|ms| i128::from(ms) * MS as i128), Some(*latest), "the key expires with its latest lease");
+            prop_assert_eq!(
+                f.expires_ms.map(|ms| i128::from(ms) * MS as i128),
+                Some(*latest),
+                "the key expires with its latest lease"
+            );
         }
     }
     Ok(())

@@ -16,7 +16,10 @@ struct Key(Option<(Vec<u8>, i64)>);
 
 impl Key {
     fn live(&self, now: i64) -> Option<Stored<'_>> {
-        self.0.as_ref().filter(|(_, ms)| now.div_euclid(NANOS_PER_MILLI) <= *ms).map(|(v, ms)| Stored { value: v, expires_at_ms: Some(*ms) })
+        self.0
+            .as_ref()
+            .filter(|(_, ms)| now.div_euclid(NANOS_PER_MILLI) <= *ms)
+            .map(|(v, ms)| Stored { value: v, expires_at_ms: Some(*ms) })
     }
 
     /// One call at `now`; the reply and the key's expiry after it (`PEXPIRETIME`).
@@ -54,7 +57,14 @@ fn limiter(algorithm: Algorithm, words: &str) -> Limiter {
 /// step moves time on and lets another client take `q`; at step `refund_at` the holder gives
 /// its `k` back (bounded by `HELD` when `bounded`). Returns the others' admissions (instant,
 /// units) and the expiry of each admitting call.
-fn attack(limiter: &Limiter, start: i64, k: i64, steps: &[(i64, i64)], refund_at: usize, bounded: bool) -> Vec<(i64, i64, Option<i64>)> {
+fn attack(
+    limiter: &Limiter,
+    start: i64,
+    k: i64,
+    steps: &[(i64, i64)],
+    refund_at: usize,
+    bounded: bool,
+) -> Vec<(i64, i64, Option<i64>)> {
     let mut key = Key::default();
     let (reply, held) = key.call(limiter, start, k, None);
     assert!(!reply.limited);
@@ -75,7 +85,11 @@ fn attack(limiter: &Limiter, start: i64, k: i64, steps: &[(i64, i64)], refund_at
 
 /// The most units admitted in any span `[s, s + len)` starting at an admission.
 fn most_in_span(admitted: &[(i64, i64, Option<i64>)], len: i64) -> i64 {
-    admitted.iter().map(|&(s, _, _)| admitted.iter().filter(|&&(t, _, _)| t >= s && t < s + len).map(|&(_, q, _)| q).sum()).max().unwrap_or(0)
+    admitted
+        .iter()
+        .map(|&(s, _, _)| admitted.iter().filter(|&&(t, _, _)| t >= s && t < s + len).map(|&(_, q, _)| q).sum())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The most units admitted in one fixed window or period (those whose call left the same expiry).
@@ -173,7 +187,10 @@ fn a_late_refund_gives_nothing_back_and_an_immediate_one_everything() {
             attack(&l, start, k, &steps, 150, bounded).iter().map(|a| a.1).sum::<i64>()
         };
         let (plain, bounded) = (late(false), late(true));
-        assert!(plain > bounded, "{words}: the plain refund over-admits ({plain}), the bounded one must not ({bounded})");
+        assert!(
+            plain > bounded,
+            "{words}: the plain refund over-admits ({plain}), the bounded one must not ({bounded})"
+        );
         assert!(bounded <= 100 + 11, "{words}: {bounded}");
         // At once: everything back.
         let mut key = Key::default();
@@ -201,18 +218,46 @@ fn a_late_refund_gives_nothing_back_and_an_immediate_one_everything() {
 
 #[test]
 fn held_is_only_for_refunds_and_in_range() {
-    let parse = |a: Algorithm, s: &str| Request::parse(a, &s.split(' ').map(str::as_bytes).collect::<Vec<_>>(), &Caps::DEFAULT).map(|r| r.held);
-    assert_eq!(parse(Algorithm::Counter, "k 10 60 -3 HELD 1700000000000"), Ok(Some(Instant::from_nanos(1_700_000_000_000 * NANOS_PER_MILLI))));
-    assert_eq!(parse(Algorithm::Window, "k 10 60 HELD 1700000000000 -3 MS PRECISION 5"), Ok(Some(Instant::from_nanos(1_700_000_000_000 * NANOS_PER_MILLI))));
-    assert_eq!(parse(Algorithm::Quota, "k 10 PER DAY QUANTITY -3 HELD 5"), Ok(Some(Instant::from_nanos(5 * NANOS_PER_MILLI))));
-    assert_eq!(parse(Algorithm::Counter, "k 10 60 3 HELD 1").unwrap_err().to_string(), "ERR HELD is valid only with a negative quantity (a refund)");
-    assert_eq!(parse(Algorithm::Counter, "k 10 60 HELD 1").unwrap_err().to_string(), "ERR HELD is valid only with a negative quantity (a refund)");
-    assert_eq!(parse(Algorithm::Throttle, "k 1 1 1 -1 HELD -1").unwrap_err().to_string(), "ERR held must be an integer from 0 to 9223372036854");
+    let parse = |a: Algorithm, s: &str| {
+        Request::parse(a, &s.split(' ').map(str::as_bytes).collect::<Vec<_>>(), &Caps::DEFAULT).map(|r| r.held)
+    };
+    assert_eq!(
+        parse(Algorithm::Counter, "k 10 60 -3 HELD 1700000000000"),
+        Ok(Some(Instant::from_nanos(1_700_000_000_000 * NANOS_PER_MILLI)))
+    );
+    assert_eq!(
+        parse(Algorithm::Window, "k 10 60 HELD 1700000000000 -3 MS PRECISION 5"),
+        Ok(Some(Instant::from_nanos(1_700_000_000_000 * NANOS_PER_MILLI)))
+    );
+    assert_eq!(
+        parse(Algorithm::Quota, "k 10 PER DAY QUANTITY -3 HELD 5"),
+        Ok(Some(Instant::from_nanos(5 * NANOS_PER_MILLI)))
+    );
+    assert_eq!(
+        parse(Algorithm::Counter, "k 10 60 3 HELD 1").unwrap_err().to_string(),
+        "ERR HELD is valid only with a negative quantity (a refund)"
+    );
+    assert_eq!(
+        parse(Algorithm::Counter, "k 10 60 HELD 1").unwrap_err().to_string(),
+        "ERR HELD is valid only with a negative quantity (a refund)"
+    );
+    assert_eq!(
+        parse(Algorithm::Throttle, "k 1 1 1 -1 HELD -1").unwrap_err().to_string(),
+        "ERR held must be an integer from 0 to 9223372036854"
+    );
     assert_eq!(parse(Algorithm::Bucket, "k 1 1 1 -1 HELD x"), Err(Error::NotAnInteger));
     assert_eq!(parse(Algorithm::Bucket, "k 1 1 1 -1 HELD 1 HELD 1"), Err(Error::Syntax));
-    let all = |s: &str| crate::all::Request::parse(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>(), &Caps::DEFAULT).map(|r| r.held);
-    assert_eq!(all("2 a b COUNTER 1 1 QUANTITY -1 HELD 7 QUOTA 5 PER DAY HELD 9 QUANTITY -2"), Ok(vec![Some(Instant::from_nanos(7 * NANOS_PER_MILLI)), Some(Instant::from_nanos(9 * NANOS_PER_MILLI))]));
-    assert_eq!(all("1 a WINDOW 1 1 HELD 7").unwrap_err().to_string(), "ERR limiter 1: HELD is valid only with a negative quantity (a refund)");
+    let all = |s: &str| {
+        crate::all::Request::parse(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>(), &Caps::DEFAULT).map(|r| r.held)
+    };
+    assert_eq!(
+        all("2 a b COUNTER 1 1 QUANTITY -1 HELD 7 QUOTA 5 PER DAY HELD 9 QUANTITY -2"),
+        Ok(vec![Some(Instant::from_nanos(7 * NANOS_PER_MILLI)), Some(Instant::from_nanos(9 * NANOS_PER_MILLI))])
+    );
+    assert_eq!(
+        all("1 a WINDOW 1 1 HELD 7").unwrap_err().to_string(),
+        "ERR limiter 1: HELD is valid only with a negative quantity (a refund)"
+    );
 }
 
 proptest! {

@@ -48,14 +48,25 @@ fn bad_arguments_get_clear_errors() {
     assert_eq!(parse("k x 1"), Err(Error::NotAnInteger));
     assert_eq!(parse("k 1 1 MAXWAIT x"), Err(Error::NotAnInteger));
     assert_eq!(parse("k 1 1 QUANTITY 1.5"), Err(Error::NotAnInteger));
-    for syntax in ["k 1 1 5", "k 1 1 MAXWAIT", "k 1 1 BLOCK BLOCK", "k 1 1 MS MS", "k 1 1 QUANTITY 1 QUANTITY 1", "k 1 1 PRECISION 1", "k 1 1 NOW"] {
+    for syntax in [
+        "k 1 1 5",
+        "k 1 1 MAXWAIT",
+        "k 1 1 BLOCK BLOCK",
+        "k 1 1 MS MS",
+        "k 1 1 QUANTITY 1 QUANTITY 1",
+        "k 1 1 PRECISION 1",
+        "k 1 1 NOW",
+    ] {
         assert_eq!(parse(syntax), Err(Error::Syntax), "{syntax}");
     }
     assert_eq!(error("k 0 1"), "ERR count must be an integer from 1 to 1000000000000000000");
     assert_eq!(error("k 1 0"), "ERR period must be an integer from 1 to 1000000000 (seconds)");
     assert_eq!(error("k 1 1000000000001 MS"), "ERR period must be an integer from 1 to 1000000000000 (milliseconds)");
     assert_eq!(error("k 1 1 MAXWAIT -1"), "ERR maxwait must be an integer from 0 to 1000000000 (seconds)");
-    assert_eq!(error("k 1 1 MAXWAIT 1000000000001 MS"), "ERR maxwait must be an integer from 0 to 1000000000000 (milliseconds)");
+    assert_eq!(
+        error("k 1 1 MAXWAIT 1000000000001 MS"),
+        "ERR maxwait must be an integer from 0 to 1000000000000 (milliseconds)"
+    );
     assert_eq!(error("k 1000000001 1"), "ERR rate is too fast: period divided by count is less than one nanosecond");
     assert_eq!(
         error("k 1 1 QUANTITY -1"),
@@ -65,7 +76,10 @@ fn bad_arguments_get_clear_errors() {
         error("k 1 1 QUANTITY 1000000001"),
         "ERR parameters are too large: quantity * period / count must be at most 1000000000 seconds (1000000000000 milliseconds)"
     );
-    assert_eq!(error("k 1 1 QUANTITY 0 BLOCK"), "ERR quantity must be at least 1 with BLOCK (a peek reserves no slot to wait for)");
+    assert_eq!(
+        error("k 1 1 QUANTITY 0 BLOCK"),
+        "ERR quantity must be at least 1 with BLOCK (a peek reserves no slot to wait for)"
+    );
     // The largest values the messages state are accepted.
     assert!(parse("k 1 1000000000 MAXWAIT 1000000000 QUANTITY 1").is_ok());
     assert!(parse("k 1000000000000000000 1000000000 QUANTITY 1000000000000000000").is_ok());
@@ -136,7 +150,11 @@ fn a_released_call_replies_the_schedule_as_it_stands() {
 fn the_state_is_a_tagged_tat_and_other_limiters_are_wrongtype() {
     assert_eq!(read(b"P1700000000000000000"), Ok(Instant::from_nanos(T0)));
     assert_eq!(encode(Instant::from_nanos(T0)), b"P1700000000000000000");
-    assert_eq!(read(b"1700000000000000000"), Err(Error::WrongType), "CL.THROTTLE's bare TAT (and the previous version's pacer keys)");
+    assert_eq!(
+        read(b"1700000000000000000"),
+        Err(Error::WrongType),
+        "CL.THROTTLE's bare TAT (and the previous version's pacer keys)"
+    );
     for junk in [&b"P"[..], b"P5", b"P-1", b"p1700000000000000000", b"P+1700000000000000000"] {
         assert_eq!(read(junk), Err(Error::InvalidState("CL.PACE")), "{junk:?}");
     }
@@ -167,10 +185,18 @@ fn in_nanos(r: &Reply) -> [i128; 5] {
     ]
 }
 
-fn check(tat: Option<i64>, now: i64, count: i64, period: i64, max_wait: i64, q: i64) -> std::result::Result<(), TestCaseError> {
+fn check(
+    tat: Option<i64>,
+    now: i64,
+    count: i64,
+    period: i64,
+    max_wait: i64,
+    q: i64,
+) -> std::result::Result<(), TestCaseError> {
     let valid = crate::reference::pace::valid(count, period, max_wait, q);
     // Durations reach the parameters already checked by the parser (1 or 0 to 10^18 ns).
-    let durations = (1..=MAX_DURATION.as_nanos()).contains(&period) && (0..=MAX_DURATION.as_nanos()).contains(&max_wait);
+    let durations =
+        (1..=MAX_DURATION.as_nanos()).contains(&period) && (0..=MAX_DURATION.as_nanos()).contains(&max_wait);
     let params = Params::new(count, Nanos::new(period).unwrap(), Some(Nanos::new(max_wait).unwrap()))
         .and_then(|p| p.check_quantity(q).map(|()| p))
         .ok()

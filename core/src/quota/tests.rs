@@ -13,7 +13,11 @@ fn ns(ms: i64) -> Instant {
 }
 
 fn cal(per: Per, zone: &str, anchor: Option<&str>) -> Calendar {
-    Calendar { per, zone: Zone::parse(zone.as_bytes()).unwrap(), anchor_ms: anchor.map(|a| parse_anchor(a.as_bytes(), Unit::Millis).unwrap()) }
+    Calendar {
+        per,
+        zone: Zone::parse(zone.as_bytes()).unwrap(),
+        anchor_ms: anchor.map(|a| parse_anchor(a.as_bytes(), Unit::Millis).unwrap()),
+    }
 }
 
 /// Checks the period of `c` holding `start` is `[start, end)`, and that the millisecond
@@ -95,7 +99,11 @@ fn dst_days_last_23_and_25_hours() {
     // Transitions of a day or more, or folds of many hours: Kwajalein skipped 1993-08-20
     // (-12 → +12 at 12:00Z), Apia 2011-12-30 (-10 → +14 at 10:00Z), Vostok repeated 7 hours
     // on 1994-01-31 (+07 → -00 at 17:00Z). Minutes and hours go on as in UTC.
-    for (zone, change) in [("Pacific/Kwajalein", "1993-08-21T12:00:00Z"), ("Pacific/Apia", "2011-12-30T10:00:00Z"), ("Antarctica/Vostok", "1994-01-31T17:00:00Z")] {
+    for (zone, change) in [
+        ("Pacific/Kwajalein", "1993-08-21T12:00:00Z"),
+        ("Pacific/Apia", "2011-12-30T10:00:00Z"),
+        ("Antarctica/Vostok", "1994-01-31T17:00:00Z"),
+    ] {
         let t = ms(change);
         for (per, unit) in [(Per::Minute, 60_000), (Per::Hour, 3_600_000)] {
             let c = cal(per, zone, None);
@@ -125,7 +133,9 @@ fn anchors_move_the_start_and_clamp_to_short_months() {
     boundaries(&m, "2027-02-28T09:00:00Z", "2027-03-31T09:00:00Z");
     boundaries(&m, "2027-03-31T09:00:00Z", "2027-04-30T09:00:00Z");
     boundaries(&m, "2028-01-31T09:00:00Z", "2028-02-29T09:00:00Z");
-    for (anchor, feb27, feb28) in [("2026-01-29T00:00:00Z", "2027-02-28", "2028-02-29"), ("2026-01-30T00:00:00Z", "2027-02-28", "2028-02-29")] {
+    for (anchor, feb27, feb28) in
+        [("2026-01-29T00:00:00Z", "2027-02-28", "2028-02-29"), ("2026-01-30T00:00:00Z", "2027-02-28", "2028-02-29")]
+    {
         let m = cal(Per::Month, "UTC", Some(anchor));
         let day = &anchor[8..10];
         boundaries(&m, &format!("2027-01-{day}T00:00:00Z"), &format!("{feb27}T00:00:00Z"));
@@ -145,9 +155,17 @@ fn anchors_move_the_start_and_clamp_to_short_months() {
     // Weekly from Wednesday 14:00; daily at 06:30; hourly at :20:15.500.
     boundaries(&cal(Per::Week, "UTC", Some("2026-01-07T14:00:00Z")), "2027-02-10T14:00:00Z", "2027-02-17T14:00:00Z");
     boundaries(&cal(Per::Day, "UTC", Some("2026-01-07T06:30:00Z")), "2027-02-10T06:30:00Z", "2027-02-11T06:30:00Z");
-    boundaries(&cal(Per::Hour, "UTC", Some("2026-01-07T06:20:15.500Z")), "2027-02-10T06:20:15.500Z", "2027-02-10T07:20:15.500Z");
+    boundaries(
+        &cal(Per::Hour, "UTC", Some("2026-01-07T06:20:15.500Z")),
+        "2027-02-10T06:20:15.500Z",
+        "2027-02-10T07:20:15.500Z",
+    );
     // An anchor time the clock skips begins the day as if it had not jumped (03:30 CEST).
-    boundaries(&cal(Per::Day, "Europe/Berlin", Some("2027-01-10T01:30:00Z")), "2027-03-28T01:30:00Z", "2027-03-29T00:30:00Z");
+    boundaries(
+        &cal(Per::Day, "Europe/Berlin", Some("2027-01-10T01:30:00Z")),
+        "2027-03-28T01:30:00Z",
+        "2027-03-29T00:30:00Z",
+    );
     // An anchor in the last hours of 9999, in a zone (beyond jiff's instants): its local
     // position, as 400 years earlier.
     let last = cal(Per::Day, "Europe/Berlin", Some("9999-12-31T23:59:59.999Z"));
@@ -164,13 +182,29 @@ fn anchors_move_the_start_and_clamp_to_short_months() {
 #[test]
 fn bad_arguments_are_named() {
     let err = |r: Result<Zone>| r.unwrap_err().to_string();
-    assert_eq!(err(Zone::parse(b"Mars/Olympus")), "ERR unknown time zone 'Mars/Olympus' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)");
+    assert_eq!(
+        err(Zone::parse(b"Mars/Olympus")),
+        "ERR unknown time zone 'Mars/Olympus' for TZ: use an IANA name (e.g. Europe/Berlin) or an offset (e.g. +05:30)"
+    );
     assert!(err(Zone::parse(b"+26:00")).starts_with("ERR bad offset '+26:00' for TZ"));
     assert!(err(Zone::parse(b"+5:30")).starts_with("ERR bad offset"));
     assert!(err(Zone::parse(b"+05:60")).starts_with("ERR bad offset"));
-    assert!(parse_anchor(b"2026-01-31T09:00:00.0001Z", Unit::Seconds).unwrap_err().to_string().starts_with("ERR bad ANCHOR '2026-01-31T09:00:00.0001Z'"));
+    assert!(
+        parse_anchor(b"2026-01-31T09:00:00.0001Z", Unit::Seconds)
+            .unwrap_err()
+            .to_string()
+            .starts_with("ERR bad ANCHOR '2026-01-31T09:00:00.0001Z'")
+    );
     assert!(parse_anchor(b"tomorrow", Unit::Seconds).is_err());
-    for lenient in ["2026-01-31T09:00Z", "2026-01-31 09:00:00Z", "2026-01-31t09:00:00z", "2026-01-31T09:00:00+0100", "2026-01-31T09:00:60Z", "2026-02-29T09:00:00Z", "2026-01-31T09:00:00.Z"] {
+    for lenient in [
+        "2026-01-31T09:00Z",
+        "2026-01-31 09:00:00Z",
+        "2026-01-31t09:00:00z",
+        "2026-01-31T09:00:00+0100",
+        "2026-01-31T09:00:60Z",
+        "2026-02-29T09:00:00Z",
+        "2026-01-31T09:00:00.Z",
+    ] {
         assert!(parse_anchor(lenient.as_bytes(), Unit::Seconds).is_err(), "{lenient}");
     }
     assert_eq!(parse_anchor(b"2026-01-31T09:00:00.5Z", Unit::Seconds), Ok(ms("2026-01-31T09:00:00.500Z")));
@@ -179,7 +213,10 @@ fn bad_arguments_are_named() {
     assert_eq!(parse_anchor(b"9999-12-31T23:59:59.999Z", Unit::Seconds), Ok(ANCHOR_MAX_MS));
     assert!(parse_anchor(b"253402300800", Unit::Seconds).is_err());
     assert!(parse_anchor(b"9223372036854775807", Unit::Seconds).is_err());
-    assert_eq!(Per::parse(b"fortnight").unwrap_err().to_string(), "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR");
+    assert_eq!(
+        Per::parse(b"fortnight").unwrap_err().to_string(),
+        "ERR unit must be MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+    );
     // Each unit's word in any case parses to it, and nothing else does.
     for per in Per::ALL {
         let word = per.word();
@@ -189,13 +226,18 @@ fn bad_arguments_are_named() {
         assert!(Per::parse(&word.as_bytes()[1..]).is_err());
         assert!(Per::parse(format!("{word}S").as_bytes()).is_err());
     }
-    let split = |s: &str| Words::split(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|_| ()).map_err(|e| e.to_string());
+    let split = |s: &str| {
+        Words::split(&s.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|_| ()).map_err(|e| e.to_string())
+    };
     assert_eq!(split("10 EVERY DAY"), Err("ERR expected PER unit after the limit (e.g. 1000 PER MONTH)".into()));
     assert_eq!(split("10 PER DAY TZ UTC TZ UTC"), Err("ERR syntax error".into()));
     assert_eq!(split("10 PER DAY TZ"), Err("ERR syntax error".into()));
     assert!(split("10 PER day tz Europe/Berlin anchor 0 QUANTITY 3").is_ok());
     let w = Words::split(&[b"0", b"PER", b"DAY"]).unwrap();
-    assert_eq!(w.params(Unit::Seconds).unwrap_err().to_string(), "ERR limit must be an integer from 1 to 999999999999999999");
+    assert_eq!(
+        w.params(Unit::Seconds).unwrap_err().to_string(),
+        "ERR limit must be an integer from 1 to 999999999999999999"
+    );
 }
 
 fn run(key: &mut IntegerKey, now: i64, p: &Params, q: i64) -> [i64; 5] {
@@ -231,7 +273,10 @@ fn a_changed_period_carries_its_count_over() {
     let mut key = None;
     run(&mut key, t, &day, 7);
     // The seven units were taken this month too: only three more this month.
-    assert_eq!(run(&mut key, t + 1, &month, 0), [0, 10, 3, -1, ms("2027-03-01T00:00:00Z") - ms("2027-02-10T12:00:00Z")]);
+    assert_eq!(
+        run(&mut key, t + 1, &month, 0),
+        [0, 10, 3, -1, ms("2027-03-01T00:00:00Z") - ms("2027-02-10T12:00:00Z")]
+    );
     assert_eq!(key, Some((7, ms("2027-02-11T00:00:00Z"))), "a peek writes nothing");
     assert_eq!(run(&mut key, t + 1, &month, 4)[0], 1);
     assert_eq!(key, Some((7, ms("2027-03-01T00:00:00Z"))), "a denial re-times the carried count");
@@ -270,7 +315,11 @@ fn calendars() -> impl Strategy<Value = Calendar> {
         proptest::sample::select(&NAMED[..]).prop_map(|n| Zone::parse(n.as_bytes()).unwrap()),
     ];
     let anchor = proptest::option::of(0i64..4_102_444_800_000); // 1970 to 2100
-    (proptest::sample::select(&Per::ALL[..]), zone, anchor).prop_map(|(per, zone, anchor_ms)| Calendar { per, zone, anchor_ms })
+    (proptest::sample::select(&Per::ALL[..]), zone, anchor).prop_map(|(per, zone, anchor_ms)| Calendar {
+        per,
+        zone,
+        anchor_ms,
+    })
 }
 
 /// From 1971 to 2099.
@@ -381,15 +430,27 @@ proptest! {
 fn commands_parse_quota_words() {
     use crate::limiter::{Limiter, Request};
     let words = |s: &'static str| s.split(' ').map(str::as_bytes).collect::<Vec<_>>();
-    let r = Request::parse(crate::limiter::Algorithm::Quota, &words("k 100 PER month TZ Europe/Berlin ANCHOR 2026-01-31T09:00:00Z QUANTITY 3 MS SHADOW"), &crate::Caps::DEFAULT).unwrap();
+    let r = Request::parse(
+        crate::limiter::Algorithm::Quota,
+        &words("k 100 PER month TZ Europe/Berlin ANCHOR 2026-01-31T09:00:00Z QUANTITY 3 MS SHADOW"),
+        &crate::Caps::DEFAULT,
+    )
+    .unwrap();
     assert_eq!((r.key, r.quantity, r.unit, r.shadow()), (&b"k"[..], 3, Unit::Millis, true));
     let Limiter::Quota(p) = r.limiter else { panic!() };
     assert_eq!(p.calendar(), cal(Per::Month, "Europe/Berlin", Some("2026-01-31T09:00:00Z")));
     // ANCHOR as Unix time reads in the call's unit, wherever MS is.
-    let r = Request::parse(crate::limiter::Algorithm::Quota, &words("k 1 PER DAY ANCHOR 1769850000000 MS"), &crate::Caps::DEFAULT).unwrap();
+    let r = Request::parse(
+        crate::limiter::Algorithm::Quota,
+        &words("k 1 PER DAY ANCHOR 1769850000000 MS"),
+        &crate::Caps::DEFAULT,
+    )
+    .unwrap();
     let Limiter::Quota(p) = r.limiter else { panic!() };
     assert_eq!(p.calendar().anchor_ms, Some(1_769_850_000_000));
-    let err = |s: &'static str| Request::parse(crate::limiter::Algorithm::Quota, &words(s), &crate::Caps::DEFAULT).unwrap_err().to_string();
+    let err = |s: &'static str| {
+        Request::parse(crate::limiter::Algorithm::Quota, &words(s), &crate::Caps::DEFAULT).unwrap_err().to_string()
+    };
     assert_eq!(err("k 100 PER"), "ERR wrong number of arguments for 'cl.quota' command");
     assert_eq!(err("k 100 PER DAY 5"), "ERR syntax error");
     assert_eq!(err("k 100 PER DAY PRECISION 5"), "ERR syntax error");
@@ -405,7 +466,6 @@ fn commands_parse_quota_words() {
     assert_eq!(err("1 a QUOTA 5 PER DAY TZ Nowhere/Land").split(':').next(), Some("ERR limiter 1"));
     assert_eq!(err("1 a QUOTA 5 PER"), "ERR limiter 1: QUOTA takes 3 numbers");
 }
-
 
 /// A call of the invariant below: CL.QUOTA under a calendar, or CL.COUNTER with a window (s).
 #[derive(Debug, Clone, Copy)]

@@ -12,7 +12,13 @@ pub struct Model {
 
 impl Model {
     pub fn new(capacity: i64, tokens: i64, interval: i64) -> Model {
-        Model { capacity: capacity.into(), tokens_per_refill: tokens.into(), interval: interval.into(), tokens: capacity.into(), next_refill: None }
+        Model {
+            capacity: capacity.into(),
+            tokens_per_refill: tokens.into(),
+            interval: interval.into(),
+            tokens: capacity.into(),
+            next_refill: None,
+        }
     }
 
     /// Applies every refill due by `now` (one at a time), stopping the clock when full.
@@ -38,7 +44,9 @@ impl Model {
     pub fn call(&mut self, now: i128, q: i128) -> [i128; 5] {
         self.advance(now);
         let cap = self.capacity;
-        let reply = |m: &Model, limited: bool, retry: i128| [limited as i128, cap, m.tokens, retry, m.when_holding(cap, now) - now];
+        let reply = |m: &Model, limited: bool, retry: i128| {
+            [limited as i128, cap, m.tokens, retry, m.when_holding(cap, now) - now]
+        };
         if q < 0 {
             self.tokens = (self.tokens - q).min(cap);
             if self.tokens == cap {

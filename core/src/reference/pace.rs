@@ -7,7 +7,12 @@ const MAX: i128 = 1_000_000_000_000_000_000;
 pub fn valid(count: i64, period: i64, max_wait: i64, q: i64) -> bool {
     let (count, period, max_wait, q) = (i128::from(count), i128::from(period), i128::from(max_wait), i128::from(q));
     let ei = if count > 0 { period / count } else { 0 };
-    (1..=MAX).contains(&count) && (1..=MAX).contains(&period) && (0..=MAX).contains(&max_wait) && ei >= 1 && (0..=MAX).contains(&q) && q * ei <= MAX
+    (1..=MAX).contains(&count)
+        && (1..=MAX).contains(&period)
+        && (0..=MAX).contains(&max_wait)
+        && ei >= 1
+        && (0..=MAX).contains(&q)
+        && q * ei <= MAX
 }
 
 /// The units a span of `ahead` ns holds, one under way counting as one.

@@ -84,7 +84,8 @@ fn real_time(tz: &TimeZone, unit: i64, time: jiff::civil::Time, now_ms: i64) -> 
     let position = ms_in_unit(time);
     let offset = |t: i64| i64::from(tz.to_offset(Timestamp::from_millisecond(t).unwrap()).seconds()) * 1000;
     let begins = |t: i64| {
-        let reads = ms_in_unit(Timestamp::from_millisecond(t).unwrap().to_zoned(tz.clone()).datetime().time()) == position;
+        let reads =
+            ms_in_unit(Timestamp::from_millisecond(t).unwrap().to_zoned(tz.clone()).datetime().time()) == position;
         reads || (offset(t) - offset(t - 1)).rem_euclid(unit) != 0
     };
     // Offsets are whole seconds: readings fall on the position's millisecond of a second,
@@ -135,7 +136,11 @@ impl Model {
                 return reply(false, 0, -1);
             }
             let c = (count + q).max(0);
-            if c == 0 { *self = Model::default() } else { store(self, c) }
+            if c == 0 {
+                *self = Model::default()
+            } else {
+                store(self, c)
+            }
             return reply(false, c, -1);
         }
         if q > limit || count + q > limit {

@@ -36,7 +36,13 @@ struct Call {
 impl Call {
     fn reply(&self, limited: bool, used: i128, leaves: Option<i128>, retry_at: Option<i128>) -> [i128; 5] {
         let reset = if used > 0 { leaves.map_or(0, |at| (at - self.now).max(0)) } else { 0 };
-        [limited as i128, self.limit, (self.limit - used).clamp(0, self.limit), retry_at.map_or(-1, |at| at - self.now), reset]
+        [
+            limited as i128,
+            self.limit,
+            (self.limit - used).clamp(0, self.limit),
+            retry_at.map_or(-1, |at| at - self.now),
+            reset,
+        ]
     }
 }
 
@@ -137,7 +143,9 @@ fn buckets(state: &State, c: Call, p: i128, q: i128) -> Outcome {
             }
             (current, counts)
         }
-        State::Buckets { p: p0, slots: s0, newest, counts } if *p0 == p && *s0 == slots && *newest <= cap => (*newest, counts.clone()),
+        State::Buckets { p: p0, slots: s0, newest, counts } if *p0 == p && *s0 == slots && *newest <= cap => {
+            (*newest, counts.clone())
+        }
         State::Buckets { p: p0, counts: old, .. } => {
             // Each bucket moves to the one holding its last instant (never beyond `cap`), and
             // what would fall off the new ring's back to its oldest slot.

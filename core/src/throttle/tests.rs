@@ -82,7 +82,14 @@ fn stored_state_is_decimal_nanoseconds() {
     }
 }
 
-fn check(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> std::result::Result<(), TestCaseError> {
+fn check(
+    tat: Option<i64>,
+    now: i64,
+    max_burst: i64,
+    count: i64,
+    period: i64,
+    q: i64,
+) -> std::result::Result<(), TestCaseError> {
     let Ok(p) = Params::new(max_burst, count, Nanos::new(period).unwrap()) else {
         prop_assert!(!crate::reference::throttle::valid(max_burst, count, period));
         return Ok(());

@@ -20,7 +20,12 @@ fn check_bounds(s: &Sketch, exact: &HashMap<Vec<u8>, u64>) {
         let truth = exact.get(e.key).copied().unwrap_or(0);
         assert!(truth <= e.count, "{:?}: {} under its true {}", e.key, e.count, truth);
         assert!(e.count - e.error <= truth, "{:?}: count {} − error {} over {}", e.key, e.count, e.error, truth);
-        assert!(e.error <= bound.max(if s.tracked() < SLOTS { 0 } else { n / SLOTS as u64 }), "error {} above the bound {}", e.error, bound);
+        assert!(
+            e.error <= bound.max(if s.tracked() < SLOTS { 0 } else { n / SLOTS as u64 }),
+            "error {} above the bound {}",
+            e.error,
+            bound
+        );
         assert!(e.count <= truth + n / SLOTS as u64, "{:?}: {} more than N/SLOTS over {}", e.key, e.count, truth);
     }
     for (key, &count) in exact {
@@ -82,7 +87,10 @@ fn a_skewed_stream_keeps_the_bound() {
     let top = s.top(10);
     // The ten heaviest keys are far above the bound: reported exactly in order.
     assert!(*truth[9].1 > 4 * s.error_bound());
-    assert_eq!(top.iter().map(|e| e.key).collect::<Vec<_>>(), truth[..10].iter().map(|(k, _)| k.as_slice()).collect::<Vec<_>>());
+    assert_eq!(
+        top.iter().map(|e| e.key).collect::<Vec<_>>(),
+        truth[..10].iter().map(|(k, _)| k.as_slice()).collect::<Vec<_>>()
+    );
 }
 
 #[test]

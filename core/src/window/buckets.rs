@@ -127,7 +127,14 @@ impl<'a> Ring<'a> {
     /// each action still counting goes to its own bucket `⌊t / p⌋` (so it counts at least
     /// as long as it did), all of them between `oldest` and `current`. Whether the log held
     /// actions stamped after now (they count as at now).
-    fn from_log(log: &[u8], now: Instant, params: &Params, p: i64, slots: usize, current: i64) -> Result<(Ring<'static>, bool)> {
+    fn from_log(
+        log: &[u8],
+        now: Instant,
+        params: &Params,
+        p: i64,
+        slots: usize,
+        current: i64,
+    ) -> Result<(Ring<'static>, bool)> {
         let mut ring = Ring::empty(p, current, slots);
         let ahead = exact::for_each_live(log, now, params.window, |t| ring.add(t.as_nanos().div_euclid(p), 1))?;
         Ok((ring, ahead))
@@ -199,7 +206,14 @@ pub(super) fn to_log(bytes: &[u8], now: Instant, params: &Params) -> Result<(Vec
 /// How many units of a stored ring a bounded refund (`HELD`) may stand for: those of the
 /// bucket the taking call wrote (its end is `at − window`, `at` the key's expiry then), if it
 /// still counts and the ring has this call's precision, at most `units`.
-pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, p: Nanos, units: i64, at: Instant) -> Result<i64> {
+pub(super) fn held_units(
+    stored: &[u8],
+    now: Instant,
+    params: &Params,
+    p: Nanos,
+    units: i64,
+    at: Instant,
+) -> Result<i64> {
     if stored.first() != Some(&VERSION) {
         return Ok(0);
     }
@@ -217,7 +231,13 @@ pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, p: Nanos,
     Ok(ring.count(k)?.min(units))
 }
 
-pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Nanos, quantity: i64) -> Result<Decision<Patch>> {
+pub(super) fn decide(
+    stored: Option<&[u8]>,
+    now: Instant,
+    params: &Params,
+    p: Nanos,
+    quantity: i64,
+) -> Result<Decision<Patch>> {
     let slots = slots_for(params, p);
     let precision = p.as_nanos();
     let current = current_of(now, precision);
@@ -231,7 +251,9 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
     // An exact log (the key was written without PRECISION) becomes buckets: see `from_log`.
     let (ring, stepped) = match stored {
         None => (Ring::empty(precision, current, slots), false),
-        Some(log) if log.first() == Some(&exact::VERSION) => Ring::from_log(log, now, params, precision, slots, current)?,
+        Some(log) if log.first() == Some(&exact::VERSION) => {
+            Ring::from_log(log, now, params, precision, slots, current)?
+        }
         Some(bytes) => {
             let ring = Ring::parse(bytes)?;
             let stepped = ring.is_ahead(now, params.window);
@@ -319,7 +341,8 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, p: Na
             let top = current.max(ring.newest);
             // Saturating: a hostile stored `newest` far in the past must start a new ring, not
             // wrap around into a walk over every bucket in between.
-            let ring = if top.saturating_sub(ring.newest) >= slots as i64 { Ring::empty(precision, top, slots) } else { ring };
+            let ring =
+                if top.saturating_sub(ring.newest) >= slots as i64 { Ring::empty(precision, top, slots) } else { ring };
             let mut edits = Vec::new();
             // Buckets between the newest and `top` reuse slots of buckets long gone.
             let mut k = ring.newest;

@@ -127,7 +127,12 @@ pub(super) fn image(entries: &[i64]) -> Vec<u8> {
 /// Calls `f` with each action of a stored log still counting at `now` in a window of
 /// `window`, oldest first; an action stamped after `now` (the clock stepped back) as at `now`.
 /// Whether there was such an action.
-pub(super) fn for_each_live(bytes: &[u8], now: Instant, window: Nanos, mut f: impl FnMut(Instant) -> Result<()>) -> Result<bool> {
+pub(super) fn for_each_live(
+    bytes: &[u8],
+    now: Instant,
+    window: Nanos,
+    mut f: impl FnMut(Instant) -> Result<()>,
+) -> Result<bool> {
     let log = Log::parse(bytes)?;
     for i in log.first_after(now.checked_sub(window)?)?..log.len {
         f(log.at(i)?.min(now))?;
@@ -145,7 +150,10 @@ pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, units: i6
     }
     let log = Log::parse(stored)?;
     let taken = at.checked_sub(params.window)?;
-    let (lo, hi) = (log.first_after(taken.checked_sub(Nanos::new(crate::time::NANOS_PER_MILLI).ok_or_else(|| INVALID)?)?)?, log.first_after(taken)?);
+    let (lo, hi) = (
+        log.first_after(taken.checked_sub(Nanos::new(crate::time::NANOS_PER_MILLI).ok_or_else(|| INVALID)?)?)?,
+        log.first_after(taken)?,
+    );
     if lo >= hi || log.at(lo)? <= now.checked_sub(params.window)? {
         return Ok(0);
     }
@@ -187,7 +195,8 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             let Some(full_at) = full_at.filter(|_| taken < in_window) else {
                 return Ok(emptied(now, params, in_window > 0));
             };
-            let effect = Effect::Store { state: log.patch(first + taken, log.len, Vec::new(), now)?, expires_at: full_at };
+            let effect =
+                Effect::Store { state: log.patch(first + taken, log.len, Vec::new(), now)?, expires_at: full_at };
             let used = used - taken as i64;
             Ok(Decision { reply: params.reply(now, false, used, Some(full_at), None), effect })
         }
@@ -203,7 +212,9 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             // A denial rewrites entries stamped in the future (a peek stays pure), so that
             // they leave one window from now rather than from every later call's now.
             let effect = match (stepped && quantity != 0, full_at) {
-                (true, Some(full_at)) => Effect::Store { state: log.patch(first, log.len, Vec::new(), now)?, expires_at: full_at },
+                (true, Some(full_at)) => {
+                    Effect::Store { state: log.patch(first, log.len, Vec::new(), now)?, expires_at: full_at }
+                }
                 _ => Effect::Nothing,
             };
             Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })

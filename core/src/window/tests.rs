@@ -291,7 +291,9 @@ fn ring_counts(value: &[u8]) -> (i64, Vec<(i64, i64)>) {
     let slots = (value.len() - 24) / 8;
     let counts = (0..slots as i64)
         .map(|i| newest - i)
-        .map(|k| (k, i64::from_le_bytes(value[24 + 8 * k.rem_euclid(slots as i64) as usize..][..8].try_into().unwrap())))
+        .map(|k| {
+            (k, i64::from_le_bytes(value[24 + 8 * k.rem_euclid(slots as i64) as usize..][..8].try_into().unwrap()))
+        })
         .filter(|&(_, c)| c > 0)
         .collect::<Vec<_>>()
         .into_iter()
@@ -314,7 +316,10 @@ fn adding_precision_puts_each_logged_action_in_its_bucket() {
     assert_eq!(k.value, before.value, "and writes nothing");
     assert_eq!(k.run(at(12), &fine, 1), [0, 5, 1, -1, 11]);
     let base = T0 / NANOS_PER_SEC;
-    assert_eq!(ring_counts(k.value.as_ref().unwrap()), (NANOS_PER_SEC, vec![(base + 3, 2), (base + 11, 1), (base + 12, 1)]));
+    assert_eq!(
+        ring_counts(k.value.as_ref().unwrap()),
+        (NANOS_PER_SEC, vec![(base + 3, 2), (base + 11, 1), (base + 12, 1)])
+    );
     // Bucket 3 counts until 14 (the exact entries until 13.4: never less).
     assert_eq!(k.run(at(13) + 500 * MS, &fine, 2), [1, 5, 1, 1, 10]);
     assert_eq!(k.run(at(14), &fine, 2), [0, 5, 1, -1, 11]);
@@ -396,7 +401,16 @@ fn hostile_strings_are_invalid_state() {
     let now = Instant::from_nanos(T0);
     let mut bad_head = vec![1, 0, 0, 0, 2, 0, 0, 0];
     bad_head.extend_from_slice(&T0.to_le_bytes());
-    for bad in [&b""[..], b"\x01", b"\x01\0\0\0\0\0\0", b"\x01\0\0\0\0\0\0\0\0", b"\x01\x01\0\0\0\0\0\0", b"12", b"\x03\0\0\0\0\0\0\0", &bad_head] {
+    for bad in [
+        &b""[..],
+        b"\x01",
+        b"\x01\0\0\0\0\0\0",
+        b"\x01\0\0\0\0\0\0\0\0",
+        b"\x01\x01\0\0\0\0\0\0",
+        b"12",
+        b"\x03\0\0\0\0\0\0\0",
+        &bad_head,
+    ] {
         assert_eq!(decide(Some(bad), now, &p, 1), Err(INVALID), "{bad:?}");
     }
     let ring = |p: i64, slots: usize| {
@@ -406,7 +420,13 @@ fn hostile_strings_are_invalid_state() {
         v.resize(24 + 8 * slots, 0);
         v
     };
-    for bad in [ring(0, 11), ring(-5, 11), ring(NANOS_PER_SEC, 0), ring(NANOS_PER_SEC, 100_002), ring(NANOS_PER_SEC, 11)[..30].to_vec()] {
+    for bad in [
+        ring(0, 11),
+        ring(-5, 11),
+        ring(NANOS_PER_SEC, 0),
+        ring(NANOS_PER_SEC, 100_002),
+        ring(NANOS_PER_SEC, 11)[..30].to_vec(),
+    ] {
         assert_eq!(decide(Some(&bad), now, &pb, 1), Err(INVALID));
     }
     let mut negative = ring(NANOS_PER_SEC, 11);
@@ -464,13 +484,21 @@ impl Real {
 /// Calls: a time step, a quantity (negative: refund that many real actions), and how the
 /// client picks the actions it refunds.
 fn sequence() -> impl Strategy<Value = Vec<(i64, i64, u8)>> {
-    proptest::collection::vec((prop_oneof![0i64..3 * MS, 0i64..30 * MS, Just(0)], prop_oneof![-3i64..6, 1i64..3], any::<u8>()), 1..50)
+    proptest::collection::vec(
+        (prop_oneof![0i64..3 * MS, 0i64..30 * MS, Just(0)], prop_oneof![-3i64..6, 1i64..3], any::<u8>()),
+        1..50,
+    )
 }
 
 /// Runs `calls` with parameters chosen per call by `params` (from the call's index and
 /// pick), checking every reply against the reference model and the reply bounds `bound`
 /// (`None`: the parameters change, no bound), and returns the real actions.
-fn run_real(calls: &[(i64, i64, u8)], window: i64, params: impl Fn(usize, u8) -> Params, bound: Option<i64>) -> std::result::Result<(Key, Real), TestCaseError> {
+fn run_real(
+    calls: &[(i64, i64, u8)],
+    window: i64,
+    params: impl Fn(usize, u8) -> Params,
+    bound: Option<i64>,
+) -> std::result::Result<(Key, Real), TestCaseError> {
     let (mut key, mut model, mut real, mut now) = (Key::default(), Model::default(), Real::default(), T0 + 77);
     for (i, &(step, q, pick)) in calls.iter().enumerate() {
         now += step;

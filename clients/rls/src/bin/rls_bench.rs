@@ -24,7 +24,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -62,14 +64,20 @@ fn proc_cpu(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // USER_HZ: 100 on every Linux this runs on.
     ticks / 100.0
 }
 
 fn redis_cpu(c: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO").arg("cpu").query(c).unwrap();
-    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     field("used_cpu_user") + field("used_cpu_sys")
 }
 
@@ -77,7 +85,13 @@ fn redis_cpu(c: &mut redis::Connection) -> f64 {
 /// and the commands it executed (`calls`), INFO itself left out.
 fn redis_command_us(c: &mut redis::Connection) -> (f64, f64) {
     let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    let sum = |field: &str| info.lines().filter(|l| !l.starts_with("cmdstat_info:")).filter_map(|l| l.split(field).nth(1)).filter_map(|v| v.split(',').next()?.parse::<f64>().ok()).sum();
+    let sum = |field: &str| {
+        info.lines()
+            .filter(|l| !l.starts_with("cmdstat_info:"))
+            .filter_map(|l| l.split(field).nth(1))
+            .filter_map(|v| v.split(',').next()?.parse::<f64>().ok())
+            .sum()
+    };
     (sum("usec="), sum("calls="))
 }
 
@@ -110,7 +124,12 @@ const DOMAIN: &str = "bench";
 const REPLAY_DOMAIN: &str = "bencu";
 
 fn request(domain: &str, k: usize, user: usize) -> RateLimitRequest {
-    let descriptors = (0..k).map(|d| RateLimitDescriptor { entries: vec![Entry { key: format!("d{d}"), value: format!("u{user}") }], ..Default::default() }).collect();
+    let descriptors = (0..k)
+        .map(|d| RateLimitDescriptor {
+            entries: vec![Entry { key: format!("d{d}"), value: format!("u{user}") }],
+            ..Default::default()
+        })
+        .collect();
     RateLimitRequest { domain: domain.into(), descriptors, hits_addend: 0 }
 }
 
@@ -197,10 +216,22 @@ struct Floor {
 
 #[tonic::async_trait]
 impl RateLimitService for Floor {
-    async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let r = request.into_inner();
-        let key = format!("floor_{}", r.descriptors.first().and_then(|d| d.entries.first()).map_or("", |e| e.value.as_str()));
-        let _: redis::Value = redis::cmd("CL.COUNTER").arg(key).arg(1_000_000_000).arg(60_000).arg(1).arg("MS").query_async(&mut self.conn.clone()).await.map_err(fail)?;
+        let key =
+            format!("floor_{}", r.descriptors.first().and_then(|d| d.entries.first()).map_or("", |e| e.value.as_str()));
+        let _: redis::Value = redis::cmd("CL.COUNTER")
+            .arg(key)
+            .arg(1_000_000_000)
+            .arg(60_000)
+            .arg(1)
+            .arg("MS")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(fail)?;
         Ok(ok(&r))
     }
 }
@@ -210,7 +241,8 @@ fn fail(e: redis::RedisError) -> tonic::Status {
 }
 
 fn ok(r: &RateLimitRequest) -> tonic::Response<RateLimitResponse> {
-    let statuses = r.descriptors.iter().map(|_| DescriptorStatus { code: Code::Ok as i32, ..Default::default() }).collect();
+    let statuses =
+        r.descriptors.iter().map(|_| DescriptorStatus { code: Code::Ok as i32, ..Default::default() }).collect();
     tonic::Response::new(RateLimitResponse { overall_code: Code::Ok as i32, statuses, ..Default::default() })
 }
 
@@ -235,7 +267,8 @@ impl Replay {
         match model {
             Model::V3 => {
                 let _permit = self.free.acquire().await.map_err(|e| tonic::Status::internal(e.to_string()))?;
-                let mut conn = self.exclusive.lock().await.pop().ok_or_else(|| tonic::Status::internal("no free connection"))?;
+                let mut conn =
+                    self.exclusive.lock().await.pop().ok_or_else(|| tonic::Status::internal("no free connection"))?;
                 let result: Result<Vec<redis::Value>, _> = pipe.query_async(&mut conn).await;
                 self.exclusive.lock().await.push(conn);
                 result.map_err(fail)?;
@@ -262,7 +295,10 @@ impl Replay {
 
 #[tonic::async_trait]
 impl RateLimitService for Replay {
-    async fn should_rate_limit(&self, request: tonic::Request<RateLimitRequest>) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let meta = |name: &str| request.metadata().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let model = Model::parse(&meta("x-model")).ok_or_else(|| tonic::Status::invalid_argument("x-model"))?;
         let stop = meta("x-stop") == "1";
@@ -303,7 +339,11 @@ where
 {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     eprintln!("FLOOR '{}'", listener.local_addr().unwrap());
-    tonic::transport::Server::builder().add_service(RateLimitServiceServer::new(service)).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
+    tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
+        .unwrap();
 }
 
 /// `n` connections without the redis crate's response timeout (500 ms: a loaded machine's
@@ -352,7 +392,12 @@ async fn http_latencies(port: u16, path: &str, n: usize, user: usize) -> Vec<Dur
             let text = String::from_utf8_lossy(&got);
             if let Some((head, body)) = text.split_once("\r\n\r\n") {
                 assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-                let len: usize = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
                 if body.len() >= len {
                     break;
                 }
@@ -371,12 +416,22 @@ fn p99(mut v: Vec<Duration>) -> Duration {
 fn envoy_config(listen: u16, upstream: u16, rls: &str, floor: &str) -> String {
     let cluster = |name: &str, addr: &str| {
         let (h, p) = addr.rsplit_once(':').unwrap();
-        format!("  - name: {name}\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{http2_protocol_options: {{}}}}\n    load_assignment: {{cluster_name: {name}, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: {h}, port_value: {p}}}}}}}}}]}}]}}\n")
+        format!(
+            "  - name: {name}\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{http2_protocol_options: {{}}}}\n    load_assignment: {{cluster_name: {name}, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: {h}, port_value: {p}}}}}}}}}]}}]}}\n"
+        )
     };
-    let filter = |stage: u32, cluster: &str| format!("          - name: envoy.filters.http.ratelimit\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n              domain: bench\n              stage: {stage}\n              timeout: 1s\n              rate_limit_service: {{transport_api_version: V3, grpc_service: {{envoy_grpc: {{cluster_name: {cluster}}}}}}}\n");
+    let filter = |stage: u32, cluster: &str| {
+        format!(
+            "          - name: envoy.filters.http.ratelimit\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n              domain: bench\n              stage: {stage}\n              timeout: 1s\n              rate_limit_service: {{transport_api_version: V3, grpc_service: {{envoy_grpc: {{cluster_name: {cluster}}}}}}}\n"
+        )
+    };
     let route = |path: &str, stage: Option<u32>| match stage {
-        Some(s) => format!("              - match: {{prefix: \"{path}\"}}\n                route: {{cluster: upstream, rate_limits: [{{stage: {s}, actions: [{{request_headers: {{header_name: x-user, descriptor_key: d0}}}}]}}]}}\n"),
-        None => format!("              - match: {{prefix: \"{path}\"}}\n                route: {{cluster: upstream}}\n"),
+        Some(s) => format!(
+            "              - match: {{prefix: \"{path}\"}}\n                route: {{cluster: upstream, rate_limits: [{{stage: {s}, actions: [{{request_headers: {{header_name: x-user, descriptor_key: d0}}}}]}}]}}\n"
+        ),
+        None => {
+            format!("              - match: {{prefix: \"{path}\"}}\n                route: {{cluster: upstream}}\n")
+        }
     };
     format!(
         "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{}{}{}          http_filters:\n{}{}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]}}\n{}{}",
@@ -391,11 +446,28 @@ fn envoy_config(listen: u16, upstream: u16, rls: &str, floor: &str) -> String {
 }
 
 /// A redis-server on a free port (with the module, or as a replica of `replica_of`).
-fn redis_server(dir: &std::path::Path, module: Option<&str>, replica_of: Option<u16>) -> (Proc, u16, redis::Connection) {
+fn redis_server(
+    dir: &std::path::Path,
+    module: Option<&str>,
+    replica_of: Option<u16>,
+) -> (Proc, u16, redis::Connection) {
     let port = free_port();
     std::fs::create_dir_all(dir).unwrap();
     let mut cmd = Command::new(std::env::var("THROTTLE_SERVER").unwrap_or_else(|_| "redis-server".into()));
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir"]).arg(dir);
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--dir",
+    ])
+    .arg(dir);
     if let Some(m) = module {
         cmd.arg("--loadmodule").arg(m);
     }
@@ -420,7 +492,10 @@ fn redis_server(dir: &std::path::Path, module: Option<&str>, replica_of: Option<
 /// request means more requests' commands arrived in each read.
 fn redis_reads(c: &mut redis::Connection) -> f64 {
     let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
-    info.lines().find_map(|l| l.strip_prefix("total_reads_processed:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// One measurement of Redis while `target` answers `requests()` requests of `k` descriptors:
@@ -437,8 +512,14 @@ async fn measure(c: &mut redis::Connection, addr: &str, k: usize, target: Target
 /// The Redis CPU table of one regime: for 1, 2 and 4 descriptors and each mode, ours and the
 /// three replays of upstream, alternating (each round starts with the next contender).
 async fn redis_table(c: &mut redis::Connection, ours: [&str; 2], replay: &str) {
-    println!("{:>3} {:<15}| {:>6} {:>6} {:>9} {:>6} | {:>7} {:>10} {:>7} | {:>8} | {:>11} | {:>11}", "", "", "ours", "v3", "v3-window", "v4", "ours/v3", "/v3-window", "ours/v4", "commands", "command µs", "reads");
-    println!("{:>3} {:<15}| {:^31} | {:^28} | {:>8} | {:>11} | {:>11}", "k", "mode", "Redis CPU µs/request", "ratio (target <= 0.50x)", "ours/up", "ours/v3", "ours/v3");
+    println!(
+        "{:>3} {:<15}| {:>6} {:>6} {:>9} {:>6} | {:>7} {:>10} {:>7} | {:>8} | {:>11} | {:>11}",
+        "", "", "ours", "v3", "v3-window", "v4", "ours/v3", "/v3-window", "ours/v4", "commands", "command µs", "reads"
+    );
+    println!(
+        "{:>3} {:<15}| {:^31} | {:^28} | {:>8} | {:>11} | {:>11}",
+        "k", "mode", "Redis CPU µs/request", "ratio (target <= 0.50x)", "ours/up", "ours/v3", "ours/v3"
+    );
     for k in [1usize, 2, 4] {
         for stop in [false, true] {
             let mut contenders = vec![(Target::Ours, ours[usize::from(stop)])];
@@ -526,12 +607,24 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
     }
 
     let (n, r) = (requests(), rounds());
-    println!("\nThe gateway service (clients/rls/src/bin/rls_bench.rs, release; {n} requests of k descriptors per measurement from {CONCURRENCY} concurrent gRPC calls, every one admitted; medians of {r} rounds, the contenders alternating)");
-    println!("\nRedis CPU per ShouldRateLimit (fixed windows, INFO cpu), ours against upstream's Redis traffic for the same requests, replayed as each upstream client sends it:");
-    println!("  v3:        radix v3 (upstream until 2025-12), defaults: a pool of 10 connections, each request's INCRBY+EXPIRE pipeline alone on one");
-    println!("  v3-window: radix v3 with REDIS_PIPELINE_WINDOW set: each command on its own, in order, batched with other requests' (one multiplexed connection)");
-    println!("  v4:        radix v4 (upstream since 2026-01), defaults: 10 shared connections, each request's pipeline on a random one");
-    println!("  mode: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false (independent: ours one pipeline of CL.COUNTER per request)");
+    println!(
+        "\nThe gateway service (clients/rls/src/bin/rls_bench.rs, release; {n} requests of k descriptors per measurement from {CONCURRENCY} concurrent gRPC calls, every one admitted; medians of {r} rounds, the contenders alternating)"
+    );
+    println!(
+        "\nRedis CPU per ShouldRateLimit (fixed windows, INFO cpu), ours against upstream's Redis traffic for the same requests, replayed as each upstream client sends it:"
+    );
+    println!(
+        "  v3:        radix v3 (upstream until 2025-12), defaults: a pool of 10 connections, each request's INCRBY+EXPIRE pipeline alone on one"
+    );
+    println!(
+        "  v3-window: radix v3 with REDIS_PIPELINE_WINDOW set: each command on its own, in order, batched with other requests' (one multiplexed connection)"
+    );
+    println!(
+        "  v4:        radix v4 (upstream since 2026-01), defaults: 10 shared connections, each request's pipeline on a random one"
+    );
+    println!(
+        "  mode: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false (independent: ours one pipeline of CL.COUNTER per request)"
+    );
     println!("        or true (all or nothing: ours one CL.ALL; upstream a GET pipeline, then INCRBY+EXPIRE)");
     println!("\n-- a server run as a cache (no replica, no AOF: the module builds no replicated command) --");
     redis_table(&mut c, [&rls_addr, &rls_all_addr], &replay_addr).await;
@@ -540,7 +633,12 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
     // and PEXPIREAT).
     let (_replica, _, mut replica) = redis_server(&dir.join("replica"), None, Some(redis_port));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !redis::cmd("INFO").arg("replication").query::<String>(&mut replica).unwrap_or_default().contains("master_link_status:up") {
+    while !redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(&mut replica)
+        .unwrap_or_default()
+        .contains("master_link_status:up")
+    {
         assert!(Instant::now() < deadline, "the replica did not sync");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -558,7 +656,8 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
         let floor = (proc_cpu(floor_proc.0.id()) - before) / n as f64 * 1e6;
         rounds.push((ours, floor));
     }
-    let (ours_us, floor_us) = (median(rounds.iter().map(|r| r.0).collect()), median(rounds.iter().map(|r| r.1).collect()));
+    let (ours_us, floor_us) =
+        (median(rounds.iter().map(|r| r.0).collect()), median(rounds.iter().map(|r| r.1).collect()));
     let ratio = median(rounds.iter().map(|r| r.0 / r.1).collect());
     println!("{:>14} {:>14} {:>8}   (medians of {r} rounds)", "ours µs/req", "floor µs/req", "ratio");
     println!("{ours_us:>14.1} {floor_us:>14.1} {ratio:>7.2}x   target: <= 1.30x");
@@ -600,8 +699,16 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
     let best = |p: &str| results.iter().filter(|(q, _)| *q == p).map(|(_, d)| *d).min().unwrap();
     let (rls_p99, floor_p99) = (best("/rls"), best("/floor"));
     println!("  no rate limit {:>8.0} µs", none.as_secs_f64() * 1e6);
-    println!("  our service   {:>8.0} µs  (+{:.0} µs)", rls_p99.as_secs_f64() * 1e6, (rls_p99.saturating_sub(none)).as_secs_f64() * 1e6);
-    println!("  the floor     {:>8.0} µs  (+{:.0} µs)", floor_p99.as_secs_f64() * 1e6, (floor_p99.saturating_sub(none)).as_secs_f64() * 1e6);
+    println!(
+        "  our service   {:>8.0} µs  (+{:.0} µs)",
+        rls_p99.as_secs_f64() * 1e6,
+        (rls_p99.saturating_sub(none)).as_secs_f64() * 1e6
+    );
+    println!(
+        "  the floor     {:>8.0} µs  (+{:.0} µs)",
+        floor_p99.as_secs_f64() * 1e6,
+        (floor_p99.saturating_sub(none)).as_secs_f64() * 1e6
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -193,7 +193,12 @@ pub struct Limit {
 
 impl Limit {
     /// The limit an Envoy descriptor's `limit` override asks for (a fixed window, as upstream).
-    pub fn from_override(full_key: String, stats: Arc<LimitStats>, requests_per_unit: u32, unit: Unit) -> Result<Limit, PolicyError> {
+    pub fn from_override(
+        full_key: String,
+        stats: Arc<LimitStats>,
+        requests_per_unit: u32,
+        unit: Unit,
+    ) -> Result<Limit, PolicyError> {
         let policy = policy_for(Algorithm::FixedWindow, requests_per_unit, unit, None, None, None)?;
         Ok(Limit {
             full_key,
@@ -234,7 +239,14 @@ impl Limit {
 
 /// The policy that decides `requests_per_unit` per `unit` with `algorithm` (`None` for 0,
 /// upstream's block-list idiom: nothing to ask, every hit is over the limit).
-pub fn policy_for(algorithm: Algorithm, rpu: u32, unit: Unit, burst: Option<u32>, zone: Option<&str>, precision: Option<Duration>) -> Result<Option<Policy>, PolicyError> {
+pub fn policy_for(
+    algorithm: Algorithm,
+    rpu: u32,
+    unit: Unit,
+    burst: Option<u32>,
+    zone: Option<&str>,
+    precision: Option<Duration>,
+) -> Result<Option<Policy>, PolicyError> {
     if rpu == 0 {
         return Ok(None);
     }
@@ -245,7 +257,9 @@ pub fn policy_for(algorithm: Algorithm, rpu: u32, unit: Unit, burst: Option<u32>
         Algorithm::FixedWindow => Policy::counter(rate)?,
         Algorithm::SlidingWindow => match precision {
             Some(p) => Policy::window_with_precision(rate, p)?,
-            None if rpu > EXACT_WINDOW_MAX => Policy::window_with_precision(rate, (period / 100).max(Duration::from_millis(1)))?,
+            None if rpu > EXACT_WINDOW_MAX => {
+                Policy::window_with_precision(rate, (period / 100).max(Duration::from_millis(1)))?
+            }
             None => Policy::window(rate)?,
         },
         Algorithm::Gcra => Policy::throttle_with_burst(rate, i64::from(burst.unwrap_or(rpu)))?,
@@ -258,7 +272,11 @@ pub fn policy_for(algorithm: Algorithm, rpu: u32, unit: Unit, burst: Option<u32>
                 Unit::Week => Per::Week,
                 Unit::Month => Per::Month,
                 Unit::Year => Per::Year,
-                Unit::Second => return Err(PolicyError::Invalid("a calendar limit counts per minute, hour, day, week, month or year, not per second".into())),
+                Unit::Second => {
+                    return Err(PolicyError::Invalid(
+                        "a calendar limit counts per minute, hour, day, week, month or year, not per second".into(),
+                    ));
+                }
             };
             let mut quota = Quota::per(count, per);
             if let Some(zone) = zone {
@@ -340,7 +358,10 @@ impl RateLimitConfig {
         fn walk(d: &Descriptor, out: &mut Vec<String>) {
             if let Some(l) = &d.limit {
                 let unit = l.unit.map_or("UNKNOWN", Unit::name);
-                let mut line = format!("{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}", l.full_key, unit, l.requests_per_unit, l.shadow_mode, l.quota_mode);
+                let mut line = format!(
+                    "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
+                    l.full_key, unit, l.requests_per_unit, l.shadow_mode, l.quota_mode
+                );
                 if l.algorithm != Algorithm::FixedWindow {
                     let _ = write!(line, ", algorithm: {}", l.algorithm.name());
                     if let Some(p) = &l.policy {
@@ -367,7 +388,9 @@ impl RateLimitConfig {
     /// or a descriptor that matches no limit.
     pub fn get_limit(&self, stats: &Stats, domain: &str, entries: &[Entry<'_>]) -> Option<Matched> {
         let Some(root) = self.domains.get(domain) else {
-            stats.counter(&format!("ratelimit.service.rate_limit.{}.domain_not_found", crate::stats::sanitize(domain))).inc(1);
+            stats
+                .counter(&format!("ratelimit.service.rate_limit.{}.domain_not_found", crate::stats::sanitize(domain)))
+                .inc(1);
             return None;
         };
         let mut level = &root.children;
@@ -442,7 +465,8 @@ impl RateLimitConfig {
             }
         }
         let limit = limit?;
-        let share_vec = (!share.is_empty()).then(|| (0..entries.len()).map(|i| share.get(&i).cloned()).collect::<Vec<_>>());
+        let share_vec =
+            (!share.is_empty()).then(|| (0..entries.len()).map(|i| share.get(&i).cloned()).collect::<Vec<_>>());
         let limit = if limit.detailed_metric {
             let key = match &share_vec {
                 Some(patterns) => {
@@ -535,7 +559,13 @@ fn scalar_text(v: &Value) -> Option<String> {
 fn validate_keys(name: &str, map: &serde_norway::Mapping) -> Result<(), ConfigError> {
     for (k, v) in map {
         let Value::String(key) = k else {
-            return Err(error(name, format!("config error, key is not of type string: {}", scalar_text(k).unwrap_or_else(|| format!("{k:?}")))));
+            return Err(error(
+                name,
+                format!(
+                    "config error, key is not of type string: {}",
+                    scalar_text(k).unwrap_or_else(|| format!("{k:?}"))
+                ),
+            ));
         };
         if !VALID_KEYS.contains(&key.as_str()) {
             return Err(error(name, format!("config error, unknown key '{key}'")));
@@ -547,7 +577,13 @@ fn validate_keys(name: &str, map: &serde_norway::Mapping) -> Result<(), ConfigEr
             Value::Sequence(items) => {
                 for item in items {
                     let Value::Mapping(m) = item else {
-                        return Err(error(name, format!("config error, yaml file contains list of type other than map: {}", scalar_text(item).unwrap_or_else(|| format!("{item:?}")))));
+                        return Err(error(
+                            name,
+                            format!(
+                                "config error, yaml file contains list of type other than map: {}",
+                                scalar_text(item).unwrap_or_else(|| format!("{item:?}"))
+                            ),
+                        ));
                     };
                     validate_keys(name, m)?;
                 }
@@ -577,15 +613,29 @@ fn bool_field(name: &str, map: &serde_norway::Mapping, key: &str) -> Result<bool
     match get(map, key) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(error(name, format!("error loading config file: {key} must be true or false, got {}", scalar_text(other).unwrap_or_default()))),
+        Some(other) => Err(error(
+            name,
+            format!(
+                "error loading config file: {key} must be true or false, got {}",
+                scalar_text(other).unwrap_or_default()
+            ),
+        )),
     }
 }
 
 fn u32_field(name: &str, map: &serde_norway::Mapping, key: &str) -> Result<Option<u32>, ConfigError> {
     match get(map, key) {
         None => Ok(None),
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= u64::from(u32::MAX)) => Ok(n.as_u64().and_then(|v| u32::try_from(v).ok())),
-        Some(other) => Err(error(name, format!("error loading config file: {key} must be an integer from 0 to 4294967295, got {}", scalar_text(other).unwrap_or_default()))),
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= u64::from(u32::MAX)) => {
+            Ok(n.as_u64().and_then(|v| u32::try_from(v).ok()))
+        }
+        Some(other) => Err(error(
+            name,
+            format!(
+                "error loading config file: {key} must be an integer from 0 to 4294967295, got {}",
+                scalar_text(other).unwrap_or_default()
+            ),
+        )),
     }
 }
 
@@ -594,10 +644,14 @@ fn to_json(v: &Value) -> serde_json::Value {
     match v {
         Value::Null => serde_json::Value::Null,
         Value::Bool(b) => serde_json::Value::Bool(*b),
-        Value::Number(n) => n.as_f64().and_then(serde_json::Number::from_f64).map_or(serde_json::Value::Null, serde_json::Value::Number),
+        Value::Number(n) => {
+            n.as_f64().and_then(serde_json::Number::from_f64).map_or(serde_json::Value::Null, serde_json::Value::Number)
+        }
         Value::String(s) => serde_json::Value::String(s.clone()),
         Value::Sequence(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
-        Value::Mapping(m) => serde_json::Value::Object(m.iter().map(|(k, v)| (scalar_text(k).unwrap_or_default(), to_json(v))).collect()),
+        Value::Mapping(m) => {
+            serde_json::Value::Object(m.iter().map(|(k, v)| (scalar_text(k).unwrap_or_default(), to_json(v))).collect())
+        }
         Value::Tagged(t) => to_json(&t.value),
     }
 }
@@ -619,11 +673,20 @@ fn parse_duration(text: &str) -> Option<Duration> {
 
 /// One document, parsed and its keys checked: upstream's `ConfigFileContentToYaml`.
 pub fn parse_document(name: &str, content: &str) -> Result<Value, ConfigError> {
-    let root: Value = serde_norway::from_str(content).map_err(|e| error(name, format!("error loading config file: {e}")))?;
+    let root: Value =
+        serde_norway::from_str(content).map_err(|e| error(name, format!("error loading config file: {e}")))?;
     match &root {
         Value::Mapping(m) => validate_keys(name, m)?,
         Value::Null => {}
-        other => return Err(error(name, format!("error loading config file: the document must be a map, got {}", scalar_text(other).unwrap_or_else(|| format!("{other:?}"))))),
+        other => {
+            return Err(error(
+                name,
+                format!(
+                    "error loading config file: the document must be a map, got {}",
+                    scalar_text(other).unwrap_or_else(|| format!("{other:?}"))
+                ),
+            ));
+        }
     }
     Ok(root)
 }
@@ -633,11 +696,25 @@ struct Loader<'s> {
 }
 
 impl Loader<'_> {
-    fn descriptors(&self, name: &str, parent: &mut Descriptor, parent_key: &str, list: Option<&Value>) -> Result<(), ConfigError> {
+    fn descriptors(
+        &self,
+        name: &str,
+        parent: &mut Descriptor,
+        parent_key: &str,
+        list: Option<&Value>,
+    ) -> Result<(), ConfigError> {
         let items = match list {
             None | Some(Value::Null) => return Ok(()),
             Some(Value::Sequence(items)) => items,
-            Some(other) => return Err(error(name, format!("error loading config file: descriptors must be a list, got {}", scalar_text(other).unwrap_or_default()))),
+            Some(other) => {
+                return Err(error(
+                    name,
+                    format!(
+                        "error loading config file: descriptors must be a list, got {}",
+                        scalar_text(other).unwrap_or_default()
+                    ),
+                ));
+            }
         };
         for item in items {
             let Value::Mapping(d) = item else { continue };
@@ -663,15 +740,44 @@ impl Loader<'_> {
                     serde_json::Value::Object(o) => Some(o),
                     _ => None,
                 },
-                Some(other) => return Err(error(name, format!("error parsing metadata: metadata must be a map, got {}", scalar_text(other).unwrap_or_default()))),
+                Some(other) => {
+                    return Err(error(
+                        name,
+                        format!(
+                            "error parsing metadata: metadata must be a map, got {}",
+                            scalar_text(other).unwrap_or_default()
+                        ),
+                    ));
+                }
             };
             let limit = match get(d, "rate_limit") {
                 None => None,
-                Some(Value::Mapping(r)) => Some(Arc::new(self.rate_limit(name, r, &new_parent_key, shadow_mode, quota_mode, detailed_metric, metadata.clone())?)),
-                Some(other) => return Err(error(name, format!("error loading config file: rate_limit must be a map, got {}", scalar_text(other).unwrap_or_default()))),
+                Some(Value::Mapping(r)) => Some(Arc::new(self.rate_limit(
+                    name,
+                    r,
+                    &new_parent_key,
+                    shadow_mode,
+                    quota_mode,
+                    detailed_metric,
+                    metadata.clone(),
+                )?)),
+                Some(other) => {
+                    return Err(error(
+                        name,
+                        format!(
+                            "error loading config file: rate_limit must be a map, got {}",
+                            scalar_text(other).unwrap_or_default()
+                        ),
+                    ));
+                }
             };
             if share_threshold && !final_key.contains('*') {
-                return Err(error(name, format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'")));
+                return Err(error(
+                    name,
+                    format!(
+                        "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
+                    ),
+                ));
             }
             if final_key.contains('*') {
                 parent.wildcards.push((final_key.clone(), final_key.split('*').map(str::to_string).collect()));
@@ -690,7 +796,16 @@ impl Loader<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn rate_limit(&self, name: &str, r: &serde_norway::Mapping, full_key: &str, shadow_mode: bool, quota_mode: bool, detailed_metric: bool, metadata: Option<serde_json::Map<String, serde_json::Value>>) -> Result<Limit, ConfigError> {
+    fn rate_limit(
+        &self,
+        name: &str,
+        r: &serde_norway::Mapping,
+        full_key: &str,
+        shadow_mode: bool,
+        quota_mode: bool,
+        detailed_metric: bool,
+        metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Limit, ConfigError> {
         let unlimited = bool_field(name, r, "unlimited")?;
         let unit_text = string_field(name, r, "unit")?;
         let unit = Unit::parse(&unit_text);
@@ -712,7 +827,15 @@ impl Loader<'_> {
                     replaces.push(string_field(name, m, "name")?);
                 }
             }
-            Some(other) => return Err(error(name, format!("error loading config file: replaces must be a list, got {}", scalar_text(other).unwrap_or_default()))),
+            Some(other) => {
+                return Err(error(
+                    name,
+                    format!(
+                        "error loading config file: replaces must be a list, got {}",
+                        scalar_text(other).unwrap_or_default()
+                    ),
+                ));
+            }
         }
         for replaced in &replaces {
             if replaced.is_empty() {
@@ -736,7 +859,15 @@ impl Loader<'_> {
         } else {
             Some(parse_duration(&precision_text).ok_or_else(|| error(name, format!("invalid precision '{precision_text}' for '{full_key}': expected a duration such as 250ms, 1s, 1m or 1h")))?)
         };
-        let misplaced = |word: &str, owner: &str| error(name, format!("'{word}' applies to algorithm {owner} only, but '{full_key}' counts with {}", algorithm.name()));
+        let misplaced = |word: &str, owner: &str| {
+            error(
+                name,
+                format!(
+                    "'{word}' applies to algorithm {owner} only, but '{full_key}' counts with {}",
+                    algorithm.name()
+                ),
+            )
+        };
         if burst.is_some() && !matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket) {
             return Err(misplaced("burst", "gcra or token_bucket"));
         }
@@ -750,7 +881,10 @@ impl Loader<'_> {
             return Err(error(name, format!("'{full_key}' is unlimited: it takes no algorithm")));
         }
         let policy = match unit {
-            Some(unit) if !unlimited => policy_for(algorithm, rpu, unit, burst, (!zone.is_empty()).then_some(zone.as_str()), precision).map_err(|e| error(name, format!("invalid rate limit for '{full_key}': {e}")))?,
+            Some(unit) if !unlimited => {
+                policy_for(algorithm, rpu, unit, burst, (!zone.is_empty()).then_some(zone.as_str()), precision)
+                    .map_err(|e| error(name, format!("invalid rate limit for '{full_key}': {e}")))?
+            }
             _ => None,
         };
         Ok(Limit {

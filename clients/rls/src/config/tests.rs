@@ -94,13 +94,26 @@ fn basic_matching_is_upstream_s() {
     assert_eq!(limit_of(&c, &stats, "test-domain", &[("key3", "b")]).unwrap().limit.stats.over_limit.get(), 1);
     // The dump lists every limit.
     let dump = c.dump();
-    assert!(dump.contains("test-domain.key1_value1.subkey1: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n"), "{dump}");
+    assert!(
+        dump.contains(
+            "test-domain.key1_value1.subkey1: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n"
+        ),
+        "{dump}"
+    );
 }
 
 #[test]
 fn domains_merge_only_when_asked() {
-    let a = ("a".to_string(), "domain: d\ndescriptors:\n  - key: k1\n    value: v1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n".to_string());
-    let b = ("b".to_string(), "domain: d\ndescriptors:\n  - key: k2\n    value: v2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n".to_string());
+    let a = (
+        "a".to_string(),
+        "domain: d\ndescriptors:\n  - key: k1\n    value: v1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+            .to_string(),
+    );
+    let b = (
+        "b".to_string(),
+        "domain: d\ndescriptors:\n  - key: k2\n    value: v2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+            .to_string(),
+    );
     let stats = Stats::new();
     assert_eq!(load(&[a.clone(), b.clone()], &stats, false).unwrap_err().0, "b: duplicate domain 'd' in config file");
     let c = load(&[a.clone(), b], &stats, true).unwrap();
@@ -114,18 +127,48 @@ fn errors_are_upstream_s_texts() {
     let cases: &[(&str, &str)] = &[
         ("descriptors:\n", "config file cannot have empty domain"),
         ("domain: d\ndescriptors:\n  - value: v\n", "descriptor has empty key"),
-        ("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n", "duplicate descriptor composite key 'd.k_v'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo, requests_per_unit: 5}\n", "invalid rate limit unit 'foo'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 5}\n", "invalid rate limit unit 'unknown'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: self}], unit: second, requests_per_unit: 5}\n", "replaces should not contain name of same descriptor"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: }], unit: second, requests_per_unit: 5}\n", "should not have an empty replaces entry"),
-        ("domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day, requests_per_unit: 5}\n", "config error, unknown key 'ratelimit'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requestsperunit: 5}\n", "config error, unknown key 'requestsperunit'"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+            "duplicate descriptor composite key 'd.k_v'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo, requests_per_unit: 5}\n",
+            "invalid rate limit unit 'foo'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 5}\n",
+            "invalid rate limit unit 'unknown'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: self}], unit: second, requests_per_unit: 5}\n",
+            "replaces should not contain name of same descriptor",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: }], unit: second, requests_per_unit: 5}\n",
+            "should not have an empty replaces entry",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day, requests_per_unit: 5}\n",
+            "config error, unknown key 'ratelimit'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requestsperunit: 5}\n",
+            "config error, unknown key 'requestsperunit'",
+        ),
         ("0.25: d\ndescriptors:\n  - key: k\n", "config error, key is not of type string: 0.25"),
         ("domain: d\ndescriptors:\n  - a\n  - b\n", "config error, yaml file contains list of type other than map: a"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day, requests_per_unit: 25}\n", "should not specify rate limit unit when unlimited"),
-        ("domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 25}\n", "share_threshold can only be used with wildcard values (containing '*'), but found key 'k'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 2.5}\n", "error checking config"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day, requests_per_unit: 25}\n",
+            "should not specify rate limit unit when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 25}\n",
+            "share_threshold can only be used with wildcard values (containing '*'), but found key 'k'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 2.5}\n",
+            "error checking config",
+        ),
     ];
     for (yaml, want) in cases {
         let e = load_one("file.yaml", yaml).unwrap_err();
@@ -133,7 +176,9 @@ fn errors_are_upstream_s_texts() {
     }
     let bad = load_one("bad", "'''\n").unwrap_err();
     assert!(bad.0.starts_with("bad: error loading config file: "), "{bad}");
-    let negative = load_one("neg", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: -1}\n").unwrap_err();
+    let negative =
+        load_one("neg", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: -1}\n")
+            .unwrap_err();
     assert!(negative.0.starts_with("neg: error loading config file: requests_per_unit"), "{negative}");
 }
 
@@ -143,10 +188,19 @@ fn our_options_are_checked_where_they_apply() {
     for (rl, want) in [
         ("unit: minute, requests_per_unit: 5, algorithm: leaky", "invalid algorithm 'leaky' for 'd.k'"),
         ("unit: minute, requests_per_unit: 5, burst: 3", "'burst' applies to algorithm gcra or token_bucket only"),
-        ("unit: minute, requests_per_unit: 5, algorithm: gcra, time_zone: UTC", "'time_zone' applies to algorithm calendar only"),
+        (
+            "unit: minute, requests_per_unit: 5, algorithm: gcra, time_zone: UTC",
+            "'time_zone' applies to algorithm calendar only",
+        ),
         ("unit: second, requests_per_unit: 5, algorithm: calendar", "a calendar limit counts per minute"),
-        ("unit: day, requests_per_unit: 5, algorithm: calendar, time_zone: Mars/Olympus", "invalid rate limit for 'd.k'"),
-        ("unit: minute, requests_per_unit: 5, algorithm: gcra, precision: 1s", "'precision' applies to algorithm sliding_window only"),
+        (
+            "unit: day, requests_per_unit: 5, algorithm: calendar, time_zone: Mars/Olympus",
+            "invalid rate limit for 'd.k'",
+        ),
+        (
+            "unit: minute, requests_per_unit: 5, algorithm: gcra, precision: 1s",
+            "'precision' applies to algorithm sliding_window only",
+        ),
         ("unit: minute, requests_per_unit: 5, algorithm: sliding_window, precision: fast", "invalid precision 'fast'"),
     ] {
         let e = load_one("f", &yaml(rl)).unwrap_err();
@@ -256,5 +310,8 @@ fn metadata_is_kept_as_json() {
     let stats = Stats::new();
     let c = load(&[("m".into(), yaml.into())], &stats, false).unwrap();
     let m = limit_of(&c, &stats, "m", &[("k", "x")]).unwrap();
-    assert_eq!(serde_json::Value::Object(m.limit.metadata.clone().unwrap()), serde_json::json!({"service_with_quota": {"name": "service_2"}}));
+    assert_eq!(
+        serde_json::Value::Object(m.limit.metadata.clone().unwrap()),
+        serde_json::json!({"service_with_quota": {"name": "service_2"}})
+    );
 }

@@ -151,7 +151,12 @@ impl Rls {
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-throttle-rls"));
         cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).envs(&env);
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start redis-throttle-rls");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start redis-throttle-rls");
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().unwrap();
         {
@@ -211,7 +216,10 @@ impl Rls {
 
     pub fn stats(&self) -> HashMap<String, u64> {
         let (_, body) = Rls::http(&self.debug, "GET", "/stats", "");
-        body.lines().filter_map(|l| l.split_once(": ")).filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?))).collect()
+        body.lines()
+            .filter_map(|l| l.split_once(": "))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+            .collect()
     }
 
     pub fn stat(&self, name: &str) -> u64 {
@@ -236,7 +244,10 @@ impl Drop for Rls {
 }
 
 pub fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor { entries: pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(), ..Default::default() }
+    RateLimitDescriptor {
+        entries: pairs.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+        ..Default::default()
+    }
 }
 
 pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
@@ -267,10 +278,23 @@ impl Sentinel {
         )
         .unwrap();
         // The server the harness runs (THROTTLE_SERVER may name another, with its words).
-        let words: Vec<String> = std::env::var("THROTTLE_SERVER").unwrap_or_else(|_| "redis-server".into()).split_whitespace().map(String::from).collect();
-        let child = Command::new(&words[0]).args(&words[1..]).arg(dir.join("sentinel.conf")).arg("--sentinel").stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server --sentinel");
+        let words: Vec<String> = std::env::var("THROTTLE_SERVER")
+            .unwrap_or_else(|_| "redis-server".into())
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        let child = Command::new(&words[0])
+            .args(&words[1..])
+            .arg(dir.join("sentinel.conf"))
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
         let sentinel = Sentinel { child, dir, port };
-        crate::harness::wait_until("the sentinel", Duration::from_secs(20), || sentinel.client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()));
+        crate::harness::wait_until("the sentinel", Duration::from_secs(20), || {
+            sentinel.client().is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+        });
         sentinel
     }
 

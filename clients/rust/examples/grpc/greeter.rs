@@ -48,7 +48,9 @@ impl tonic::server::UnaryService<HelloRequest> for SayHello {
     type Future = std::future::Ready<Result<tonic::Response<HelloReply>, tonic::Status>>;
     fn call(&mut self, request: tonic::Request<HelloRequest>) -> Self::Future {
         self.0.fetch_add(1, Ordering::SeqCst);
-        std::future::ready(Ok(tonic::Response::new(HelloReply { message: format!("hello, {}", request.into_inner().name) })))
+        std::future::ready(Ok(tonic::Response::new(HelloReply {
+            message: format!("hello, {}", request.into_inner().name),
+        })))
     }
 }
 
@@ -78,7 +80,10 @@ where
 }
 
 /// The client's call of `SayHello` on a channel (metadata, such as `x-api-key`, on the request).
-pub async fn say_hello(channel: tonic::transport::Channel, request: tonic::Request<HelloRequest>) -> Result<tonic::Response<HelloReply>, tonic::Status> {
+pub async fn say_hello(
+    channel: tonic::transport::Channel,
+    request: tonic::Request<HelloRequest>,
+) -> Result<tonic::Response<HelloReply>, tonic::Status> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.map_err(|e| tonic::Status::unknown(format!("the channel is not ready: {e}")))?;
     grpc.unary(request, http::uri::PathAndQuery::from_static(SAY_HELLO), tonic_prost::ProstCodec::default()).await

@@ -30,7 +30,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:50051".into());
     let throttle = Throttle::connect(&url).await?;
 
-    let peer = Key::from_fn(|request| request.extensions.get::<TcpConnectInfo>()?.remote_addr().map(|a| a.ip().to_string()));
+    let peer =
+        Key::from_fn(|request| request.extensions.get::<TcpConnectInfo>()?.remote_addr().map(|a| a.ip().to_string()));
     let api_key = Key::header(HeaderName::from_static("x-api-key"));
     let limits = RateLimit::new(throttle)
         .limit(Limit::rate("per-peer", Policy::parse("20/s")?).key(peer))
@@ -40,7 +41,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     println!("serving demo.Greeter on http://{local}");
     // The one line: the layer around every service of the server.
-    let server = Server::builder().layer(limits.layer()?).add_service(Greeter::default()).serve_with_incoming(TcpIncoming::from(listener));
+    let server = Server::builder()
+        .layer(limits.layer()?)
+        .add_service(Greeter::default())
+        .serve_with_incoming(TcpIncoming::from(listener));
     let server = tokio::spawn(server);
 
     let channel = Channel::from_shared(format!("http://{local}"))?.connect().await?;
@@ -48,8 +52,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut request = tonic::Request::new(HelloRequest { name: "world".into() });
         request.metadata_mut().insert("x-api-key", "demo-key".parse()?);
         match say_hello(channel.clone(), request).await {
-            Ok(reply) => println!("{i}  OK {:?}  ratelimit: {}", reply.get_ref().message, field(reply.metadata(), "ratelimit")),
-            Err(status) => println!("{i}  {:?} {:?}  retry-after: {}  ratelimit: {}", status.code(), status.message(), field(status.metadata(), "retry-after"), field(status.metadata(), "ratelimit")),
+            Ok(reply) => {
+                println!("{i}  OK {:?}  ratelimit: {}", reply.get_ref().message, field(reply.metadata(), "ratelimit"))
+            }
+            Err(status) => println!(
+                "{i}  {:?} {:?}  retry-after: {}  ratelimit: {}",
+                status.code(),
+                status.message(),
+                field(status.metadata(), "retry-after"),
+                field(status.metadata(), "ratelimit")
+            ),
         }
     }
     server.await??;

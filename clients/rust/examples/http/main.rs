@@ -29,7 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .limit(Limit::rate("per-ip", Policy::parse("10/s")?).key(Key::peer_ip()))
         .route("/search", [Limit::rate("per-tenant", Policy::parse("10000/h window")?).key(tenant.clone())])
         .route("/export", [Limit::concurrent("exports", 2, Duration::from_secs(30)).key(tenant)]);
-    let app = Router::new().route("/search", get(|| async { "results\n" })).route("/export", get(|| async { "export\n" }));
+    let app =
+        Router::new().route("/search", get(|| async { "results\n" })).route("/export", get(|| async { "export\n" }));
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}", listener.local_addr()?);

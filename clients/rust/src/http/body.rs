@@ -20,7 +20,10 @@ pub struct LeaseLost;
 
 impl std::fmt::Display for LeaseLost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the response's concurrency lease may have been taken by another request (its renewals could not reach the server): the response is cut")
+        write!(
+            f,
+            "the response's concurrency lease may have been taken by another request (its renewals could not reach the server): the response is cut"
+        )
     }
 }
 
@@ -51,7 +54,11 @@ impl<B> LimitedBody<B> {
 }
 
 /// Whether a lease may be lost; otherwise arms `timer` for the earliest confirmed expiry.
-fn lease_lost(leases: &[Lease], timer: &mut Option<(Instant, Pin<Box<tokio::time::Sleep>>)>, cx: &mut Context<'_>) -> bool {
+fn lease_lost(
+    leases: &[Lease],
+    timer: &mut Option<(Instant, Pin<Box<tokio::time::Sleep>>)>,
+    cx: &mut Context<'_>,
+) -> bool {
     let Some(earliest) = leases.iter().map(Lease::held_until).min() else { return false };
     if leases.iter().any(Lease::is_lost) {
         return true;
@@ -86,7 +93,9 @@ where
         match self.project() {
             Projected::Inner { body, leases, timer } => {
                 if lease_lost(leases, timer, cx) {
-                    tracing::warn!("redis-throttle: a response's concurrency lease may have been lost; the response is cut");
+                    tracing::warn!(
+                        "redis-throttle: a response's concurrency lease may have been lost; the response is cut"
+                    );
                     metrics::counter!("throttle_http_lease_lost_total").increment(1);
                     leases.clear();
                     *timer = None;

@@ -61,9 +61,13 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 pub(crate) fn window_secs(policy: &Policy) -> u64 {
     let u = |v: i64| u64::try_from(v).unwrap_or(0).max(1);
     let ms = match policy.params() {
-        Params::Throttle { max_burst, count, period_ms } => u(max_burst + 1).saturating_mul(u(period_ms)).div_ceil(u(count)),
+        Params::Throttle { max_burst, count, period_ms } => {
+            u(max_burst + 1).saturating_mul(u(period_ms)).div_ceil(u(count))
+        }
         Params::Window { window_ms, .. } | Params::Counter { window_ms, .. } => u(window_ms),
-        Params::Bucket { capacity, tokens, interval_ms } => u(capacity).div_ceil(u(tokens)).saturating_mul(u(interval_ms)),
+        Params::Bucket { capacity, tokens, interval_ms } => {
+            u(capacity).div_ceil(u(tokens)).saturating_mul(u(interval_ms))
+        }
         // A calendar period's length varies (DST days, months, leap years): its nominal length,
         // a month and a year at their Gregorian averages (30.436875 and 365.2425 days).
         Params::Quota(quota) => match quota.period() {
@@ -95,12 +99,24 @@ fn value(text: String) -> HeaderValue {
 }
 
 /// Writes the chosen fields for `entries` (`binding`: the one the single-valued forms describe).
-pub(crate) fn write(map: &mut HeaderMap, style: Headers, entries: &[Entry<'_>], binding: Option<usize>, partition_keys: bool) {
+pub(crate) fn write(
+    map: &mut HeaderMap,
+    style: Headers,
+    entries: &[Entry<'_>],
+    binding: Option<usize>,
+    partition_keys: bool,
+) {
     if entries.is_empty() {
         return;
     }
     if style.contains(Headers::DRAFT_11) {
-        let pk = |e: &Entry<'_>| if partition_keys { format!(";pk=:{}:", base64::engine::general_purpose::STANDARD.encode(e.key)) } else { String::new() };
+        let pk = |e: &Entry<'_>| {
+            if partition_keys {
+                format!(";pk=:{}:", base64::engine::general_purpose::STANDARD.encode(e.key))
+            } else {
+                String::new()
+            }
+        };
         let policy: Vec<String> = entries
             .iter()
             .map(|e| match e.window {
@@ -128,7 +144,10 @@ pub(crate) fn write(map: &mut HeaderMap, style: Headers, entries: &[Entry<'_>], 
         map.insert(HeaderName::from_static("ratelimit-policy"), value(format!("{limit};w={window}")));
     }
     if style.contains(Headers::DRAFT_7) {
-        map.insert(HeaderName::from_static("ratelimit"), value(format!("limit={limit}, remaining={remaining}, reset={reset}")));
+        map.insert(
+            HeaderName::from_static("ratelimit"),
+            value(format!("limit={limit}, remaining={remaining}, reset={reset}")),
+        );
         map.insert(HeaderName::from_static("ratelimit-policy"), value(format!("{limit};w={window}")));
     }
     if style.contains(Headers::GITHUB) {
@@ -173,7 +192,8 @@ pub struct Refusal {
 
 /// The problem types of draft-ietf-httpapi-ratelimit-headers-11 §5.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-pub const TEMPORARY_REDUCED_CAPACITY: &str = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+pub const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
 
 fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -194,12 +214,21 @@ impl Refusal {
     /// The default response: an RFC 9457 `application/problem+json` body.
     pub fn problem(&self) -> Response<Bytes> {
         let (kind, title) = match self.kind {
-            RefusalKind::QuotaExceeded => (QUOTA_EXCEEDED, "Request cannot be satisfied as assigned quota has been exceeded"),
-            RefusalKind::ReducedCapacity => (TEMPORARY_REDUCED_CAPACITY, "Request cannot be satisfied due to temporary server capacity constraints"),
+            RefusalKind::QuotaExceeded => {
+                (QUOTA_EXCEEDED, "Request cannot be satisfied as assigned quota has been exceeded")
+            }
+            RefusalKind::ReducedCapacity => {
+                (TEMPORARY_REDUCED_CAPACITY, "Request cannot be satisfied due to temporary server capacity constraints")
+            }
             RefusalKind::NoKey => ("about:blank", "Bad Request"),
             RefusalKind::Error => ("about:blank", "Internal Server Error"),
         };
-        let mut body = format!("{{\"type\":{},\"title\":{},\"status\":{}", json_string(kind), json_string(title), self.status.as_u16());
+        let mut body = format!(
+            "{{\"type\":{},\"title\":{},\"status\":{}",
+            json_string(kind),
+            json_string(title),
+            self.status.as_u16()
+        );
         if let Some(detail) = &self.detail {
             body.push_str(&format!(",\"detail\":{}", json_string(detail)));
         }
@@ -249,7 +278,9 @@ impl Refusal {
     pub fn grpc_response(&self) -> Response<Bytes> {
         let message = match (self.kind, &self.detail) {
             (RefusalKind::QuotaExceeded, _) => format!("quota exceeded: {}", self.violated.join(", ")),
-            (RefusalKind::ReducedCapacity, _) => "temporary reduced capacity: the rate limit cannot be decided".to_string(),
+            (RefusalKind::ReducedCapacity, _) => {
+                "temporary reduced capacity: the rate limit cannot be decided".to_string()
+            }
             (_, Some(detail)) => detail.clone(),
             (_, None) => "the rate limit cannot be decided".to_string(),
         };
@@ -269,7 +300,8 @@ impl Refusal {
 /// (gRPC-Web's `application/grpc-web…` excluded: its statuses travel in the body).
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
-        ct.strip_prefix("application/grpc").is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
+        ct.strip_prefix("application/grpc")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
     })
 }
 
@@ -280,20 +312,45 @@ mod tests {
     #[test]
     fn fields_follow_each_draft() {
         let entries = [
-            Entry { name: "per-ip", limit: 10, window: Some(1), remaining: 3, reset_after: Duration::from_millis(700), key: b"1.2.3.4" },
-            Entry { name: "per-tenant", limit: 10_000, window: Some(3600), remaining: 9000, reset_after: Duration::from_secs(360), key: b"t" },
+            Entry {
+                name: "per-ip",
+                limit: 10,
+                window: Some(1),
+                remaining: 3,
+                reset_after: Duration::from_millis(700),
+                key: b"1.2.3.4",
+            },
+            Entry {
+                name: "per-tenant",
+                limit: 10_000,
+                window: Some(3600),
+                remaining: 9000,
+                reset_after: Duration::from_secs(360),
+                key: b"t",
+            },
             Entry { name: "in-flight", limit: 4, window: None, remaining: 2, reset_after: Duration::ZERO, key: b"t" },
         ];
         let mut m = HeaderMap::new();
         write(&mut m, Headers::DRAFT_11, &entries, Some(0), false);
-        assert_eq!(m["ratelimit-policy"], r#""per-ip";q=10;w=1, "per-tenant";q=10000;w=3600, "in-flight";q=4;qu="concurrent-requests""#);
+        assert_eq!(
+            m["ratelimit-policy"],
+            r#""per-ip";q=10;w=1, "per-tenant";q=10000;w=3600, "in-flight";q=4;qu="concurrent-requests""#
+        );
         assert_eq!(m["ratelimit"], r#""per-ip";r=3;t=1, "per-tenant";r=9000;t=360, "in-flight";r=2"#);
         let mut m = HeaderMap::new();
         write(&mut m, Headers::DRAFT_11, &entries[..1], Some(0), true);
         assert_eq!(m["ratelimit"], r#""per-ip";r=3;t=1;pk=:MS4yLjMuNA==:"#);
         let mut m = HeaderMap::new();
         write(&mut m, Headers::DRAFT_6, &entries, Some(0), false);
-        assert_eq!((&m["ratelimit-limit"], &m["ratelimit-remaining"], &m["ratelimit-reset"], &m["ratelimit-policy"]), (&"10".parse::<HeaderValue>().unwrap(), &"3".parse().unwrap(), &"1".parse().unwrap(), &"10;w=1".parse().unwrap()));
+        assert_eq!(
+            (&m["ratelimit-limit"], &m["ratelimit-remaining"], &m["ratelimit-reset"], &m["ratelimit-policy"]),
+            (
+                &"10".parse::<HeaderValue>().unwrap(),
+                &"3".parse().unwrap(),
+                &"1".parse().unwrap(),
+                &"10;w=1".parse().unwrap()
+            )
+        );
         let mut m = HeaderMap::new();
         write(&mut m, Headers::DRAFT_7, &entries, Some(1), false);
         assert_eq!(m["ratelimit"], "limit=10000, remaining=9000, reset=360");
@@ -307,39 +364,75 @@ mod tests {
         assert_eq!(window_secs(&Policy::parse("10000/h window").unwrap()), 3600);
         assert_eq!(window_secs(&Policy::parse("10/m bucket burst 25").unwrap()), 180);
         assert_eq!(window_secs(&Policy::parse("1/h burst 10").unwrap()), 36_000);
-        assert_eq!(window_secs(&Policy::parse("1000/day quota tz Europe/Berlin").unwrap()), 86_400, "a day's nominal length, DST or not");
+        assert_eq!(
+            window_secs(&Policy::parse("1000/day quota tz Europe/Berlin").unwrap()),
+            86_400,
+            "a day's nominal length, DST or not"
+        );
         assert_eq!(window_secs(&Policy::parse("100000/month quota").unwrap()), 2_629_746, "a Gregorian average month");
     }
 
     #[test]
     fn a_problem_names_its_type_and_policies() {
-        let r = Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec!["per-\"ip".into()], retry_after: Some(1), detail: None, grpc: false };
+        let r = Refusal {
+            kind: RefusalKind::QuotaExceeded,
+            status: StatusCode::TOO_MANY_REQUESTS,
+            violated: vec!["per-\"ip".into()],
+            retry_after: Some(1),
+            detail: None,
+            grpc: false,
+        };
         let p = r.problem();
         assert_eq!(p.status(), 429);
         assert_eq!(p.headers()["content-type"], "application/problem+json");
         let body = String::from_utf8(p.body().to_vec()).unwrap();
-        assert_eq!(body, r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["per-\"ip"]}"#);
+        assert_eq!(
+            body,
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["per-\"ip"]}"#
+        );
     }
 
     #[test]
     fn a_grpc_refusal_is_a_trailers_only_status() {
-        let r = Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec!["per-key".into()], retry_after: Some(3), detail: None, grpc: true };
+        let r = Refusal {
+            kind: RefusalKind::QuotaExceeded,
+            status: StatusCode::TOO_MANY_REQUESTS,
+            violated: vec!["per-key".into()],
+            retry_after: Some(3),
+            detail: None,
+            grpc: true,
+        };
         let g = r.grpc_response();
         assert_eq!(g.status(), 200, "gRPC statuses travel in grpc-status, over HTTP 200");
-        assert_eq!((&g.headers()["content-type"], &g.headers()["grpc-status"]), (&HeaderValue::from_static("application/grpc"), &HeaderValue::from_static("8")));
+        assert_eq!(
+            (&g.headers()["content-type"], &g.headers()["grpc-status"]),
+            (&HeaderValue::from_static("application/grpc"), &HeaderValue::from_static("8"))
+        );
         assert_eq!(g.headers()["grpc-message"], "quota exceeded: per-key");
         assert_eq!(g.headers()["grpc-retry-pushback-ms"], "3000");
         assert!(g.body().is_empty(), "trailers-only: no message");
         let down = Refusal { kind: RefusalKind::ReducedCapacity, status: StatusCode::SERVICE_UNAVAILABLE, ..r.clone() };
         assert_eq!(down.grpc_response().headers()["grpc-status"], "14");
-        let keyless = Refusal { kind: RefusalKind::NoKey, status: StatusCode::BAD_REQUEST, retry_after: None, detail: Some("no key for \"per-key\" (100% é)".into()), ..r };
+        let keyless = Refusal {
+            kind: RefusalKind::NoKey,
+            status: StatusCode::BAD_REQUEST,
+            retry_after: None,
+            detail: Some("no key for \"per-key\" (100% é)".into()),
+            ..r
+        };
         let g = keyless.grpc_response();
         assert_eq!(g.headers()["grpc-status"], "3");
-        assert_eq!(g.headers()["grpc-message"], "no key for \"per-key\" (100%25 %C3%A9)", "percent-encoded as gRPC says");
+        assert_eq!(
+            g.headers()["grpc-message"],
+            "no key for \"per-key\" (100%25 %C3%A9)",
+            "percent-encoded as gRPC says"
+        );
         assert!(!g.headers().contains_key("grpc-retry-pushback-ms"));
 
         let ct = |v: &'static str| HeaderMap::from_iter([(http::header::CONTENT_TYPE, HeaderValue::from_static(v))]);
         assert!(is_grpc(&ct("application/grpc")) && is_grpc(&ct("application/grpc+proto")));
-        assert!(!is_grpc(&ct("application/grpc-web")) && !is_grpc(&ct("application/json")) && !is_grpc(&HeaderMap::new()));
+        assert!(
+            !is_grpc(&ct("application/grpc-web")) && !is_grpc(&ct("application/json")) && !is_grpc(&HeaderMap::new())
+        );
     }
 }

@@ -120,7 +120,9 @@ impl Key {
             #[cfg(feature = "axum")]
             KeyKind::PeerIp => Some(peer_ip(req.extensions).ok_or(KeyError::NoConnectInfo)?.to_string().into_bytes()),
             KeyKind::ForwardedFor(n) => forwarded_for(req.headers, *n).map(|ip| ip.to_string().into_bytes()),
-            KeyKind::Header(name) => req.headers.get(name).map(|v| v.as_bytes().trim_ascii()).filter(|v| !v.is_empty()).map(<[u8]>::to_vec),
+            KeyKind::Header(name) => {
+                req.headers.get(name).map(|v| v.as_bytes().trim_ascii()).filter(|v| !v.is_empty()).map(<[u8]>::to_vec)
+            }
             KeyKind::Subject => req.extensions.get::<Subject>().map(|s| s.0.clone().into_bytes()),
             KeyKind::Route => Some(req.route.as_bytes().to_vec()),
             KeyKind::Fn(f) => f(req).map(String::into_bytes),
@@ -138,7 +140,12 @@ fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
 /// left (bytes that are not ASCII, anything else) is never looked at.
 pub(crate) fn forwarded_for(headers: &HeaderMap, trusted: usize) -> Option<IpAddr> {
     let skip = trusted.checked_sub(1)?;
-    let entry = headers.get_all("x-forwarded-for").iter().rev().flat_map(|line| line.as_bytes().rsplit(|&b| b == b',')).nth(skip)?;
+    let entry = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+        .nth(skip)?;
     let entry = std::str::from_utf8(entry.trim_ascii()).ok()?;
     // `1.2.3.4:5678` and `[::1]:5678` carry a port some proxies add.
     let ip: IpAddr = entry.parse().ok().or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()))?;

@@ -50,9 +50,9 @@ pub use headers::{Headers, QUOTA_EXCEEDED, Refusal, RefusalKind, TEMPORARY_REDUC
 pub use key::{Key, RequestParts, Subject};
 
 use crate::{Decision, Error, Lease, Numbers, Policy, Reason, Source, Throttle, Verdict};
-use redis::cluster_routing::Slot;
 use headers::{Entry, ceil_secs, window_secs};
 use key::KeyError;
+use redis::cluster_routing::Slot;
 
 /// One limit: a name (its policy name in fields and problem bodies), what it limits, and the
 /// key it counts by.
@@ -140,17 +140,39 @@ pub enum ConfigError {
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ConfigError::Name(n) => write!(f, "limit name {n:?}: names are unique tokens of letters, digits, '-', '_' and '.'"),
+            ConfigError::Name(n) => {
+                write!(f, "limit name {n:?}: names are unique tokens of letters, digits, '-', '_' and '.'")
+            }
             ConfigError::NeedsConnectInfo => write!(
                 f,
                 "a limit keyed by the peer IP needs axum's ConnectInfo<SocketAddr>: serve with RateLimit::into_make_service(router), or with router.into_make_service_with_connect_info::<SocketAddr>() and say so with RateLimit::with_connect_info()"
             ),
-            ConfigError::LeasesNeedTheModule(n) => write!(f, "concurrency limit {n:?}: leases need the module (CL.ACQUIRE); the server runs the Functions twin"),
-            ConfigError::Headers => write!(f, "at most one of Headers::DRAFT_6, DRAFT_7 and DRAFT_11: they name their fields alike"),
-            ConfigError::NoTrustedProxy(n) => write!(f, "limit {n:?}: Key::forwarded_for needs at least one trusted proxy (without proxies, use Key::peer_ip)"),
-            ConfigError::TooManyLimits(route) => write!(f, "route {route:?}: at most {} enforced and {} shadow rate limits per route", redis_throttle_core::all::MAX_KEYS, redis_throttle_core::all::MAX_KEYS),
-            ConfigError::ZoneNeedsTheModule(n) => write!(f, "limit {n:?} follows a named time zone, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"),
-            ConfigError::Concurrency(n) => write!(f, "concurrency limit {n:?}: the limit is 1 to {} requests in flight and the lease at least 1 ms", redis_throttle_core::lease::MAX_LIMIT),
+            ConfigError::LeasesNeedTheModule(n) => write!(
+                f,
+                "concurrency limit {n:?}: leases need the module (CL.ACQUIRE); the server runs the Functions twin"
+            ),
+            ConfigError::Headers => {
+                write!(f, "at most one of Headers::DRAFT_6, DRAFT_7 and DRAFT_11: they name their fields alike")
+            }
+            ConfigError::NoTrustedProxy(n) => write!(
+                f,
+                "limit {n:?}: Key::forwarded_for needs at least one trusted proxy (without proxies, use Key::peer_ip)"
+            ),
+            ConfigError::TooManyLimits(route) => write!(
+                f,
+                "route {route:?}: at most {} enforced and {} shadow rate limits per route",
+                redis_throttle_core::all::MAX_KEYS,
+                redis_throttle_core::all::MAX_KEYS
+            ),
+            ConfigError::ZoneNeedsTheModule(n) => write!(
+                f,
+                "limit {n:?} follows a named time zone, but the server runs the Functions twin, which has no time zone database: give the quota a fixed offset (tz +01:00) or load the module"
+            ),
+            ConfigError::Concurrency(n) => write!(
+                f,
+                "concurrency limit {n:?}: the limit is 1 to {} requests in flight and the lease at least 1 ms",
+                redis_throttle_core::lease::MAX_LIMIT
+            ),
         }
     }
 }
@@ -257,13 +279,17 @@ impl RateLimit {
         let all: Vec<&Limit> = self.every.iter().chain(self.routes.iter().flat_map(|(_, l)| l)).collect();
         let mut names: HashMap<&str, &Limit> = HashMap::new();
         for limit in &all {
-            let ok = !limit.name.is_empty() && limit.name.len() <= 64 && limit.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            let ok = !limit.name.is_empty()
+                && limit.name.len() <= 64
+                && limit.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
             if !ok {
                 return Err(ConfigError::Name(limit.name.clone()));
             }
             // One name, one limit: the same `Limit` may be listed on several routes.
             if let Some(other) = names.insert(&limit.name, limit)
-                && (format!("{:?}", other.kind) != format!("{:?}", limit.kind) || format!("{:?}", other.key) != format!("{:?}", limit.key) || other.shadow != limit.shadow)
+                && (format!("{:?}", other.kind) != format!("{:?}", limit.kind)
+                    || format!("{:?}", other.key) != format!("{:?}", limit.key)
+                    || other.shadow != limit.shadow)
             {
                 return Err(ConfigError::Name(limit.name.clone()));
             }
@@ -274,11 +300,18 @@ impl RateLimit {
                 return Err(ConfigError::NoTrustedProxy(limit.name.clone()));
             }
             match limit.kind {
-                Kind::Concurrent { .. } if self.throttle.backend() != crate::Backend::Module => return Err(ConfigError::LeasesNeedTheModule(limit.name.clone())),
-                Kind::Concurrent { limit: most, lease } if !(1..=redis_throttle_core::lease::MAX_LIMIT).contains(&most) || lease < Duration::from_millis(1) => {
+                Kind::Concurrent { .. } if self.throttle.backend() != crate::Backend::Module => {
+                    return Err(ConfigError::LeasesNeedTheModule(limit.name.clone()));
+                }
+                Kind::Concurrent { limit: most, lease }
+                    if !(1..=redis_throttle_core::lease::MAX_LIMIT).contains(&most)
+                        || lease < Duration::from_millis(1) =>
+                {
                     return Err(ConfigError::Concurrency(limit.name.clone()));
                 }
-                Kind::Rate(ref policy) if policy.named_zone().is_some() && self.throttle.backend() == crate::Backend::Twin => {
+                Kind::Rate(ref policy)
+                    if policy.named_zone().is_some() && self.throttle.backend() == crate::Backend::Twin =>
+                {
                     return Err(ConfigError::ZoneNeedsTheModule(limit.name.clone()));
                 }
                 _ => {}
@@ -305,13 +338,18 @@ impl RateLimit {
                 }
             }
             let plan = Plan::new(once, &self.prefix);
-            if plan.rate.len() > redis_throttle_core::all::MAX_KEYS || plan.shadow_rate.len() > redis_throttle_core::all::MAX_KEYS {
+            if plan.rate.len() > redis_throttle_core::all::MAX_KEYS
+                || plan.shadow_rate.len() > redis_throttle_core::all::MAX_KEYS
+            {
                 return Err(ConfigError::TooManyLimits(template.to_string()));
             }
             Ok(plan)
         };
         let default = plan("*", self.every.clone())?;
-        let routes = merged.into_iter().map(|(t, l)| Ok((t.clone(), plan(&t, l)?))).collect::<Result<HashMap<_, _>, ConfigError>>()?;
+        let routes = merged
+            .into_iter()
+            .map(|(t, l)| Ok((t.clone(), plan(&t, l)?)))
+            .collect::<Result<HashMap<_, _>, ConfigError>>()?;
         let shared = Shared {
             cluster: self.throttle.is_cluster(),
             throttle: self.throttle,
@@ -329,7 +367,13 @@ impl RateLimit {
     /// The router with the layer on every route, served with the peer's address
     /// (`ConnectInfo<SocketAddr>`, which [`Key::peer_ip`] reads): give it to `axum::serve`.
     #[cfg(feature = "axum")]
-    pub fn into_make_service(self, router: axum::Router) -> Result<axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, std::net::SocketAddr>, ConfigError> {
+    pub fn into_make_service(
+        self,
+        router: axum::Router,
+    ) -> Result<
+        axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, std::net::SocketAddr>,
+        ConfigError,
+    > {
         let layer = self.with_connect_info().layer()?;
         Ok(router.layer(layer).into_make_service_with_connect_info::<std::net::SocketAddr>())
     }
@@ -554,7 +598,8 @@ fn reason_word(reason: &Reason) -> &'static str {
 fn random(bound: u64) -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos().into());
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos().into());
     let mut z = STATE.fetch_add(0x9e37_79b9_7f4a_7c15 ^ nanos, Ordering::Relaxed);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -562,7 +607,11 @@ fn random(bound: u64) -> u64 {
 }
 
 impl Shared {
-    fn keyed<'p>(&self, planned: &'p [Planned], parts: &RequestParts<'_>) -> Result<Vec<(&'p Limit, Vec<u8>)>, Refusal> {
+    fn keyed<'p>(
+        &self,
+        planned: &'p [Planned],
+        parts: &RequestParts<'_>,
+    ) -> Result<Vec<(&'p Limit, Vec<u8>)>, Refusal> {
         let mut out = Vec::with_capacity(planned.len());
         for p in planned {
             let key = match p.limit.key.extract(parts) {
@@ -576,7 +625,10 @@ impl Shared {
                         status: StatusCode::BAD_REQUEST,
                         violated: vec![p.limit.name.clone()],
                         retry_after: None,
-                        detail: Some(format!("the request has no key for the rate limit {:?} ({:?})", p.limit.name, p.limit.key)),
+                        detail: Some(format!(
+                            "the request has no key for the rate limit {:?} ({:?})",
+                            p.limit.name, p.limit.key
+                        )),
                         grpc: false,
                     });
                 }
@@ -619,7 +671,8 @@ impl Shared {
         if keyed.is_empty() {
             return Ok(None);
         }
-        let mut decided = Decided { groups: Vec::new(), numbers: vec![None; keyed.len()], held: vec![None; keyed.len()] };
+        let mut decided =
+            Decided { groups: Vec::new(), numbers: vec![None; keyed.len()], held: vec![None; keyed.len()] };
         let mut taken = Taken { throttle: self.throttle.clone(), units: Vec::new() };
         let groups = self.slot_groups(keyed);
         let bounded = refundable || groups.len() > 1;
@@ -654,7 +707,9 @@ impl Shared {
             let rates = limits.iter().copied().filter(|&i| matches!(keyed[i].0.kind, Kind::Rate(_)));
             for (i, held) in rates.zip(held) {
                 decided.held[i] = held;
-                if let (true, Source::Server, Kind::Rate(policy), Some(held)) = (allowed, &decision.source, &keyed[i].0.kind, held) {
+                if let (true, Source::Server, Kind::Rate(policy), Some(held)) =
+                    (allowed, &decision.source, &keyed[i].0.kind, held)
+                {
                     taken.units.push((i, *policy, keyed[i].1.clone(), held));
                 }
             }
@@ -693,17 +748,34 @@ impl Shared {
         let route = route_of(request);
         let plan = self.routes.get(route).unwrap_or(&self.default);
         if plan.is_empty() {
-            return Admission::Pass { fields: http::HeaderMap::new(), leases: Vec::new(), report: RateLimitReport::default() };
+            return Admission::Pass {
+                fields: http::HeaderMap::new(),
+                leases: Vec::new(),
+                report: RateLimitReport::default(),
+            };
         }
         let grpc = headers::is_grpc(&request.headers);
-        let parts = RequestParts { method: &request.method, uri: &request.uri, headers: &request.headers, extensions: &request.extensions, route };
-        let keyed = (|| Ok((self.keyed(&plan.rate, &parts)?, self.keyed(&plan.shadow_rate, &parts)?, self.keyed(&plan.concurrent, &parts)?)))();
+        let parts = RequestParts {
+            method: &request.method,
+            uri: &request.uri,
+            headers: &request.headers,
+            extensions: &request.extensions,
+            route,
+        };
+        let keyed = (|| {
+            Ok((
+                self.keyed(&plan.rate, &parts)?,
+                self.keyed(&plan.shadow_rate, &parts)?,
+                self.keyed(&plan.concurrent, &parts)?,
+            ))
+        })();
         let (rate, shadow, concurrent) = match keyed {
             Ok(k) => k,
             Err(refusal) => return Admission::Refuse(self.refuse(refusal, grpc, &[], None)),
         };
         // A route with a concurrency limit may give its rate units back: read their bounds then.
-        let (enforced, shadowed) = tokio::join!(self.decide(&rate, !concurrent.is_empty()), self.decide(&shadow, false));
+        let (enforced, shadowed) =
+            tokio::join!(self.decide(&rate, !concurrent.is_empty()), self.decide(&shadow, false));
         let mut report = RateLimitReport::default();
         let mut entries: Vec<Entry<'_>> = Vec::new();
         let mut binding = None;
@@ -726,11 +798,25 @@ impl Shared {
             let binding_limit = d.binding();
             for (i, ((limit, key), n)) in rate.iter().zip(&d.numbers).enumerate() {
                 let (Kind::Rate(policy), Some(n)) = (&limit.kind, n) else { continue };
-                report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: false, allowed: n.verdict == Verdict::Allowed, limit: n.limit, remaining: n.remaining, degraded: d.degraded().is_some() });
+                report.outcomes.push(Outcome {
+                    policy: limit.name.clone(),
+                    shadow: false,
+                    allowed: n.verdict == Verdict::Allowed,
+                    limit: n.limit,
+                    remaining: n.remaining,
+                    degraded: d.degraded().is_some(),
+                });
                 if binding_limit == Some(i) {
                     binding = Some(entries.len());
                 }
-                entries.push(Entry { name: &limit.name, limit: n.limit, window: Some(window_secs(policy)), remaining: n.remaining, reset_after: n.reset_after, key });
+                entries.push(Entry {
+                    name: &limit.name,
+                    limit: n.limit,
+                    window: Some(window_secs(policy)),
+                    remaining: n.remaining,
+                    reset_after: n.reset_after,
+                    key,
+                });
             }
             if let Some(reason) = d.degraded() {
                 degraded = Some(reason);
@@ -748,15 +834,36 @@ impl Shared {
             let Kind::Concurrent { limit: most, lease } = limit.kind else { continue };
             match self.throttle.acquire(key, most, lease).await {
                 Ok(Ok(held)) => {
-                    report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: limit.shadow, allowed: true, limit: most, remaining: held.remaining(), degraded: false });
+                    report.outcomes.push(Outcome {
+                        policy: limit.name.clone(),
+                        shadow: limit.shadow,
+                        allowed: true,
+                        limit: most,
+                        remaining: held.remaining(),
+                        degraded: false,
+                    });
                     if !limit.shadow {
-                        entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: held.remaining(), reset_after: Duration::ZERO, key });
+                        entries.push(Entry {
+                            name: &limit.name,
+                            limit: most,
+                            window: None,
+                            remaining: held.remaining(),
+                            reset_after: Duration::ZERO,
+                            key,
+                        });
                     }
                     leases.push(held);
                 }
                 Ok(Err(d)) if limit.shadow => {
                     shadow_denied(&limit.name, key);
-                    report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: true, allowed: false, limit: most, remaining: 0, degraded: d.is_degraded() });
+                    report.outcomes.push(Outcome {
+                        policy: limit.name.clone(),
+                        shadow: true,
+                        allowed: false,
+                        limit: most,
+                        remaining: 0,
+                        degraded: d.is_degraded(),
+                    });
                 }
                 Ok(Err(d)) => {
                     drop(leases);
@@ -764,7 +871,14 @@ impl Shared {
                         self.refund_rate(&rate, decided).await;
                     }
                     if !d.is_degraded() {
-                        entries.push(Entry { name: &limit.name, limit: most, window: None, remaining: 0, reset_after: Duration::ZERO, key });
+                        entries.push(Entry {
+                            name: &limit.name,
+                            limit: most,
+                            window: None,
+                            remaining: 0,
+                            reset_after: Duration::ZERO,
+                            key,
+                        });
                     }
                     let binding = entries.len().checked_sub(1);
                     return Admission::Refuse(self.refusal(&d, limit.name.clone(), grpc, &entries, binding));
@@ -809,12 +923,26 @@ impl Shared {
                 shadow_denied(&limit.name, key);
             }
             let allowed = n.verdict == Verdict::Allowed && !denied;
-            report.outcomes.push(Outcome { policy: limit.name.clone(), shadow: true, allowed, limit: n.limit, remaining: n.remaining, degraded: d.degraded().is_some() });
+            report.outcomes.push(Outcome {
+                policy: limit.name.clone(),
+                shadow: true,
+                allowed,
+                limit: n.limit,
+                remaining: n.remaining,
+                degraded: d.degraded().is_some(),
+            });
         }
     }
 
     /// A refusal for a denying (or failing-closed) decision.
-    fn refusal(&self, d: &Decision, name: String, grpc: bool, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
+    fn refusal(
+        &self,
+        d: &Decision,
+        name: String,
+        grpc: bool,
+        entries: &[Entry<'_>],
+        binding: Option<usize>,
+    ) -> Response<Bytes> {
         let wait = match d.verdict {
             Verdict::Denied { retry_after } => retry_after,
             // Never admitted as asked: come back no sooner than a full window.
@@ -822,14 +950,34 @@ impl Shared {
         };
         let retry_after = Some(ceil_secs(wait).max(1) + if self.jitter > 0 { random(self.jitter) } else { 0 });
         let refusal = if d.is_degraded() {
-            Refusal { kind: RefusalKind::ReducedCapacity, status: StatusCode::SERVICE_UNAVAILABLE, violated: vec![name], retry_after, detail: None, grpc: false }
+            Refusal {
+                kind: RefusalKind::ReducedCapacity,
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                violated: vec![name],
+                retry_after,
+                detail: None,
+                grpc: false,
+            }
         } else {
-            Refusal { kind: RefusalKind::QuotaExceeded, status: StatusCode::TOO_MANY_REQUESTS, violated: vec![name], retry_after, detail: None, grpc: false }
+            Refusal {
+                kind: RefusalKind::QuotaExceeded,
+                status: StatusCode::TOO_MANY_REQUESTS,
+                violated: vec![name],
+                retry_after,
+                detail: None,
+                grpc: false,
+            }
         };
         self.refuse(refusal, grpc, entries, binding)
     }
 
-    fn refuse(&self, mut refusal: Refusal, grpc: bool, entries: &[Entry<'_>], binding: Option<usize>) -> Response<Bytes> {
+    fn refuse(
+        &self,
+        mut refusal: Refusal,
+        grpc: bool,
+        entries: &[Entry<'_>],
+        binding: Option<usize>,
+    ) -> Response<Bytes> {
         refusal.grpc = grpc;
         let mut response = match &self.respond {
             Some(f) => f(&refusal),
@@ -851,7 +999,14 @@ impl Shared {
 /// The layer could not decide: a 500 that says only that (keys and the server's error text,
 /// which can hold them, go to the log).
 fn error_refusal() -> Refusal {
-    Refusal { kind: RefusalKind::Error, status: StatusCode::INTERNAL_SERVER_ERROR, violated: Vec::new(), retry_after: None, detail: Some("the rate limit cannot be decided".into()), grpc: false }
+    Refusal {
+        kind: RefusalKind::Error,
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        violated: Vec::new(),
+        retry_after: None,
+        detail: Some("the rate limit cannot be decided".into()),
+        grpc: false,
+    }
 }
 
 fn shadow_denied(name: &str, key: &[u8]) {
@@ -934,23 +1089,57 @@ mod tests {
         let grpc = [("content-type", "application/grpc")];
         assert_eq!(call(&layer, &grpc).await.status(), 200);
         let r = call(&layer, &grpc).await;
-        assert_eq!((r.status(), &r.headers()["grpc-status"], &r.headers()["content-type"]), (StatusCode::OK, &HeaderValue::from_static("8"), &HeaderValue::from_static("application/grpc")));
-        assert_eq!((&r.headers()["retry-after"], &r.headers()["ratelimit"]), (&HeaderValue::from_static("3600"), &HeaderValue::from_static("\"per-key\";r=0;t=3600")));
+        assert_eq!(
+            (r.status(), &r.headers()["grpc-status"], &r.headers()["content-type"]),
+            (StatusCode::OK, &HeaderValue::from_static("8"), &HeaderValue::from_static("application/grpc"))
+        );
+        assert_eq!(
+            (&r.headers()["retry-after"], &r.headers()["ratelimit"]),
+            (&HeaderValue::from_static("3600"), &HeaderValue::from_static("\"per-key\";r=0;t=3600"))
+        );
         // The same limit refuses a plain HTTP request with a problem document.
         let r = call(&layer, &[]).await;
-        assert_eq!((r.status(), &r.headers()["content-type"]), (StatusCode::TOO_MANY_REQUESTS, &HeaderValue::from_static("application/problem+json")));
+        assert_eq!(
+            (r.status(), &r.headers()["content-type"]),
+            (StatusCode::TOO_MANY_REQUESTS, &HeaderValue::from_static("application/problem+json"))
+        );
     }
 
     #[test]
     fn configurations_that_cannot_work_do_not_build() {
         let limit = Limit::rate("a", Policy::parse("1/s").unwrap()).key(Key::route());
         let build = |r: RateLimit| r.layer().err();
-        assert_eq!(build(RateLimit::new(throttle()).limit(limit.clone()).headers(Headers::DRAFT_6 | Headers::DRAFT_11)), Some(ConfigError::Headers));
-        assert_eq!(build(RateLimit::new(throttle()).limit(Limit::rate("a b", Policy::parse("1/s").unwrap()))), Some(ConfigError::Name("a b".into())));
+        assert_eq!(
+            build(RateLimit::new(throttle()).limit(limit.clone()).headers(Headers::DRAFT_6 | Headers::DRAFT_11)),
+            Some(ConfigError::Headers)
+        );
+        assert_eq!(
+            build(RateLimit::new(throttle()).limit(Limit::rate("a b", Policy::parse("1/s").unwrap()))),
+            Some(ConfigError::Name("a b".into()))
+        );
         let other = Limit::rate("a", Policy::parse("2/s").unwrap()).key(Key::route());
-        assert_eq!(build(RateLimit::new(throttle()).limit(limit.clone()).route("/x", [other])), Some(ConfigError::Name("a".into())), "one name, two limits");
-        assert_eq!(build(RateLimit::new(throttle()).limit(limit.clone()).route("/x", [limit.clone()])), None, "the same limit on two routes");
-        assert!(matches!(build(RateLimit::new(throttle()).limit(Limit::rate("a", Policy::parse("1/s").unwrap()).key(Key::forwarded_for(0)))), Some(ConfigError::NoTrustedProxy(_))));
-        assert!(matches!(build(RateLimit::new(throttle()).limit(Limit::concurrent("c", 1, Duration::from_secs(1)).key(Key::route()))), Some(ConfigError::LeasesNeedTheModule(_))));
+        assert_eq!(
+            build(RateLimit::new(throttle()).limit(limit.clone()).route("/x", [other])),
+            Some(ConfigError::Name("a".into())),
+            "one name, two limits"
+        );
+        assert_eq!(
+            build(RateLimit::new(throttle()).limit(limit.clone()).route("/x", [limit.clone()])),
+            None,
+            "the same limit on two routes"
+        );
+        assert!(matches!(
+            build(
+                RateLimit::new(throttle())
+                    .limit(Limit::rate("a", Policy::parse("1/s").unwrap()).key(Key::forwarded_for(0)))
+            ),
+            Some(ConfigError::NoTrustedProxy(_))
+        ));
+        assert!(matches!(
+            build(
+                RateLimit::new(throttle()).limit(Limit::concurrent("c", 1, Duration::from_secs(1)).key(Key::route()))
+            ),
+            Some(ConfigError::LeasesNeedTheModule(_))
+        ));
     }
 }
