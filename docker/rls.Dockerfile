@@ -1,4 +1,4 @@
-# The gateway service, redis-throttle-rls (clients/rls), as an image that replaces
+# The gateway service, redis-throttle-rls (gateway), as an image that replaces
 # envoyproxy/ratelimit's by its name alone: the same entrypoint (/bin/ratelimit), ports (8080 HTTP,
 # 8081 gRPC, 6070 debug) and environment variables. From a clean clone, with only Docker:
 #
@@ -23,21 +23,21 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY core/Cargo.toml core/
 COPY clients/rust/Cargo.toml clients/rust/
-COPY clients/rls/Cargo.toml clients/rls/
+COPY gateway/Cargo.toml gateway/
 COPY plots/Cargo.toml plots/
-RUN mkdir -p src core/src clients/rust/src clients/rls/src/bin plots/src \
-    && touch src/lib.rs core/src/lib.rs clients/rust/src/lib.rs clients/rls/src/lib.rs \
-    && for m in plots/src/main.rs clients/rls/src/main.rs clients/rls/src/bin/rls_bench.rs; do echo 'fn main() {}' > "$m"; done \
+RUN mkdir -p src core/src clients/rust/src gateway/src/bin plots/src \
+    && touch src/lib.rs core/src/lib.rs clients/rust/src/lib.rs gateway/src/lib.rs \
+    && for m in plots/src/main.rs gateway/src/main.rs gateway/src/bin/rls_bench.rs; do echo 'fn main() {}' > "$m"; done \
     && cargo build --release --locked -p redis-throttle-rls --bin redis-throttle-rls \
-    && rm -r core/src clients/rust/src clients/rls/src
+    && rm -r core/src clients/rust/src gateway/src
 COPY core/src core/src
 COPY clients/rust/src clients/rust/src
-COPY clients/rls/src clients/rls/src
+COPY gateway/src gateway/src
 # The client crate embeds the Functions twin (its loader's library).
 COPY functions/throttle.lua functions/
 # COPY keeps the files' times, which can be older than the empty crates': touch them so cargo
 # rebuilds. Only the binary leaves this layer (/out).
-RUN touch core/src/lib.rs clients/rust/src/lib.rs clients/rls/src/lib.rs clients/rls/src/main.rs \
+RUN touch core/src/lib.rs clients/rust/src/lib.rs gateway/src/lib.rs gateway/src/main.rs \
     && cargo build --release --locked -p redis-throttle-rls --bin redis-throttle-rls \
     && mkdir /out && cp target/release/redis-throttle-rls /out/ \
     && rm -r target

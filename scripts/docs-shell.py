@@ -59,12 +59,12 @@ MAPPED: list[tuple[str, str, str]] = [
      "a make target (make -n)"),
     (r"^make rls(\s.*)?$", "make -n rls >/dev/null",
      "builds the gateway service in release (minutes on 2 cores): make test's cargo test --workspace "
-     "builds it and runs it against real servers (clients/rls/tests); checked to be a make target (make -n)"),
+     "builds it and runs it against real servers (gateway/tests); checked to be a make target (make -n)"),
     (r"^make run-rls(\s.*)?$", "make -n run-rls >/dev/null",
      "serves the gateway on upstream's fixed ports (8080, 8081, 6070) in the foreground: its tests start "
      "the same service on free ports (make test); checked to be a make target (make -n)"),
     (r"^curl -s localhost:8080/json\b.*$", "docs_covered 'make test'",
-     "asks the service make run-rls serves on 8080: clients/rls/tests post the same /json requests to the "
+     "asks the service make run-rls serves on 8080: gateway/tests post the same /json requests to the "
      "service they start (make test runs them)"),
     (r"^make test(\s.*)?$", "make -n test >/dev/null",
      "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)"),

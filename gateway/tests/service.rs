@@ -4,7 +4,7 @@
 //! old configuration); refused variables; the failure modes with Redis paused and killed; TLS
 //! and mTLS on the gRPC listener.
 
-#[path = "../../../tests/harness/mod.rs"]
+#[path = "../../tests/harness/mod.rs"]
 mod harness;
 mod rls;
 

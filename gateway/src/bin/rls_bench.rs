@@ -608,7 +608,7 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
 
     let (n, r) = (requests(), rounds());
     println!(
-        "\nThe gateway service (clients/rls/src/bin/rls_bench.rs, release; {n} requests of k descriptors per measurement from {CONCURRENCY} concurrent gRPC calls, every one admitted; medians of {r} rounds, the contenders alternating)"
+        "\nThe gateway service (gateway/src/bin/rls_bench.rs, release; {n} requests of k descriptors per measurement from {CONCURRENCY} concurrent gRPC calls, every one admitted; medians of {r} rounds, the contenders alternating)"
     );
     println!(
         "\nRedis CPU per ShouldRateLimit (fixed windows, INFO cpu), ours against upstream's Redis traffic for the same requests, replayed as each upstream client sends it:"

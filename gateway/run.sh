@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run-rls`: a throwaway redis-server with the module on REDIS_PORT, and the gateway service
 # in the foreground on upstream's ports (HTTP 8080, gRPC 8081, debug 6070), serving
-# clients/rls/example's configuration. Ctrl-C stops both.
+# gateway/example's configuration. Ctrl-C stops both.
 set -euo pipefail
 module=$1 rls=$2 port=$3
 here=$(cd "$(dirname "$0")" && pwd)

@@ -6,7 +6,7 @@
 //! and headers; shadow mode; `replaces`; quota mode; `hits_addend` from a header; Redis paused
 //! and killed under load with each failure mode.
 
-#[path = "../../../tests/harness/mod.rs"]
+#[path = "../../tests/harness/mod.rs"]
 mod harness;
 mod rls;
 
