@@ -72,9 +72,9 @@ local VERSION = '0.1.0'
 -- turns error values into strings), so that anything else is known to be a bug (errors.lua).
 local failed
 -- The last TAT text written, and its value: a hot key's next call reads it back (Lua strings
--- are interned, so the comparison is one pointer), and skips parsing it (gcra.lua, hot.lua).
+-- are interned, so the comparison is one pointer), and skips parsing it (throttle.lua, hot.lua).
 local last_tat, last_am, last_au
--- The decimal text of the current millisecond, and a table of '000' to '999' (gcra.lua's
+-- The decimal text of the current millisecond, and a table of '000' to '999' (throttle.lua's
 -- instant_ms, read by hot.lua's cl_throttle).
 local D3, text_m, text_m_digits
 -- The last call's parsed parameters (store.lua's `single`; the hot paths keep them).
@@ -484,8 +484,8 @@ end
 
 return { invalid = invalid, decision = decision, since = since }
 end)()
--- ---- functions/src/gcra.lua
-lib.gcra = (function()
+-- ---- functions/src/throttle.lua
+lib.throttle = (function()
 -- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
 
 local errors, integers, kinds = lib.errors, lib.integers, lib.kinds
@@ -1168,8 +1168,8 @@ return {
   read_window = read_window, whole = whole,
 }
 end)()
--- ---- functions/src/window_log.lua
-lib.window_log = (function()
+-- ---- functions/src/window_exact.lua
+lib.window_exact = (function()
 -- CL.WINDOW's exact log (layout 1): header [1,0,0,0, head u32], then one i64 instant per action.
 
 local integers, window = lib.integers, lib.window
@@ -1656,14 +1656,14 @@ return {
   exact_decide = exact_decide,
 }
 end)()
--- ---- functions/src/window_ring.lua
-lib.window_ring = (function()
+-- ---- functions/src/window_buckets.lua
+lib.window_buckets = (function()
 -- CL.WINDOW's ring (layout 2): header [2, 0 x7, p i64, newest i64], then m = ceil(W/p) + 1 u64
 -- counts, slot k mod m holding bucket k. Here every bucket index and time is in whole ms.
 -- Then the switches between layouts on a live key, and a CL.WINDOW call's decision
 -- (`window_decide`: the stored value, either layout, read as the call's own).
 
-local integers, window, window_log = lib.integers, lib.window, lib.window_log
+local integers, window, window_exact = lib.integers, lib.window, lib.window_exact
 local ERR, fail = lib.errors.ERR, lib.errors.fail
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, i64_array, int_le = integers.div_floor, integers.i64_array, integers.int_le
@@ -1672,10 +1672,10 @@ local t_fits, t_le, t_lt, t_sub = integers.t_fits, integers.t_le, integers.t_lt,
 local invalid = lib.kinds.invalid
 local RING_MAX_SLOTS, emptied, verdict = window.RING_MAX_SLOTS, window.emptied, window.verdict
 local whole, window_reply = window.whole, window.window_reply
-local CHUNK, EMPTY_LOG, PER = window_log.CHUNK, window_log.EMPTY_LOG, window_log.PER
-local exact_decide, log_at = window_log.exact_decide, window_log.log_at
-local log_bytes, log_first_after = window_log.log_bytes, window_log.log_first_after
-local log_parse = window_log.log_parse
+local CHUNK, EMPTY_LOG, PER = window_exact.CHUNK, window_exact.EMPTY_LOG, window_exact.PER
+local exact_decide, log_at = window_exact.exact_decide, window_exact.log_at
+local log_bytes, log_first_after = window_exact.log_bytes, window_exact.log_first_after
+local log_parse = window_exact.log_parse
 
 local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
@@ -2719,7 +2719,7 @@ local errors, integers, calendar = lib.errors, lib.integers, lib.calendar
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal
 local M, div_ceil, div_floor = integers.M, integers.div_ceil, integers.div_floor
 local parse_i64, t_capped = integers.parse_i64, integers.t_capped
-local gcra_params = lib.gcra.gcra_params
+local gcra_params = lib.throttle.gcra_params
 local counter_params = lib.counter.counter_params
 local ANCHOR_MAX, ANCHOR_MIN, MS_DAY = calendar.ANCHOR_MAX, calendar.ANCHOR_MIN, calendar.MS_DAY
 local civil_from_days, days_from_civil = calendar.civil_from_days, calendar.days_from_civil
@@ -3028,13 +3028,13 @@ lib.store = (function()
 local ERR, fail = lib.errors.ERR, lib.errors.fail
 local int_text, t_capped = lib.integers.int_text, lib.integers.t_capped
 local clock, reply_time = lib.time.clock, lib.time.reply_time
-local gcra_decide = lib.gcra.gcra_decide
+local gcra_decide = lib.throttle.gcra_decide
 local counter_decide = lib.counter.counter_decide
 local quota_decide = lib.quota.quota_decide
 local bucket_decide = lib.bucket.bucket_decide
 local read_window, whole = lib.window.read_window, lib.window.whole
-local CHUNK = lib.window_log.CHUNK
-local window_decide = lib.window_ring.window_decide
+local CHUNK = lib.window_exact.CHUNK
+local window_decide = lib.window_buckets.window_decide
 local parse = lib.arguments.parse
 
 local function read(key, with_expiry)
@@ -3164,8 +3164,8 @@ return {
   single = single,
 }
 end)()
--- ---- functions/src/cl_all.lua
-lib.cl_all = (function()
+-- ---- functions/src/all.lua
+lib.all = (function()
 -- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
 -- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
 --   spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
@@ -3179,7 +3179,7 @@ local ERR, fail = lib.errors.ERR, lib.errors.fail
 local div_ceil, le_t = lib.integers.div_ceil, lib.integers.le_t
 local clock, reply_time = lib.time.clock, lib.time.reply_time
 local RING_MAX_SLOTS = lib.window.RING_MAX_SLOTS
-local RING_HEAD = lib.window_ring.RING_HEAD
+local RING_HEAD = lib.window_buckets.RING_HEAD
 local COMMANDS, held_of, positional = arguments.COMMANDS, arguments.held_of, arguments.positional
 local printable, quota_parse, tail = arguments.printable, arguments.quota_parse, arguments.tail
 local apply, decide, five, read_of = store.apply, store.decide, store.five, store.read_of
@@ -3396,7 +3396,7 @@ lib.hot = (function()
 -- The hot paths of FCALL cl_throttle, cl_window and cl_counter: the common calls decided in
 -- plain numbers, everything else handed to store.lua's `single`.
 
-local integers, gcra, window_log = lib.integers, lib.gcra, lib.window_log
+local integers, throttle, window_exact = lib.integers, lib.throttle, lib.window_exact
 local run = lib.errors.run
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, int_le, int_text = integers.div_floor, integers.int_le, integers.int_text
@@ -3404,11 +3404,11 @@ local le_t, le_u32, repeat_of = integers.le_t, integers.le_u32, integers.repeat_
 local t_add, t_capped, t_fits = integers.t_add, integers.t_capped, integers.t_fits
 local t_le, t_lt, t_sub, u32_le = integers.t_le, integers.t_lt, integers.t_sub, integers.u32_le
 local clock = lib.time.clock
-local gcra_step, instant_ms, tat_of = gcra.gcra_step, gcra.instant_ms, gcra.tat_of
+local gcra_step, instant_ms, tat_of = throttle.gcra_step, throttle.instant_ms, throttle.tat_of
 local LONG, READ_WHOLE = lib.window.LONG, lib.window.READ_WHOLE
-local CHUNK, EMPTY_LOG, HEAD_WINDOW = window_log.CHUNK, window_log.EMPTY_LOG, window_log.HEAD_WINDOW
-local log_at, log_first_after = window_log.log_at, window_log.log_first_after
-local RING_HEAD, ring_count_at = lib.window_ring.RING_HEAD, lib.window_ring.ring_count_at
+local CHUNK, EMPTY_LOG, HEAD_WINDOW = window_exact.CHUNK, window_exact.EMPTY_LOG, window_exact.HEAD_WINDOW
+local log_at, log_first_after = window_exact.log_at, window_exact.log_first_after
+local RING_HEAD, ring_count_at = lib.window_buckets.RING_HEAD, lib.window_buckets.ring_count_at
 local single = lib.store.single
 
 -- FCALL cl_throttle's hot path: a call whose words were seen before (its parameters kept in a
@@ -3864,7 +3864,7 @@ local errors, hot = lib.errors, lib.hot
 local ERR, fail, run = errors.ERR, errors.fail, errors.run
 local printable = lib.arguments.printable
 local single = lib.store.single
-local all = lib.cl_all.all
+local all = lib.all.all
 local cl_counter, cl_throttle, cl_window = hot.cl_counter, hot.cl_throttle, hot.cl_window
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...

@@ -4,7 +4,7 @@ local errors, hot = lib.errors, lib.hot
 local ERR, fail, run = errors.ERR, errors.fail, errors.run
 local printable = lib.arguments.printable
 local single = lib.store.single
-local all = lib.cl_all.all
+local all = lib.all.all
 local cl_counter, cl_throttle, cl_window = hot.cl_counter, hot.cl_throttle, hot.cl_window
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...

@@ -1,7 +1,7 @@
 -- The hot paths of FCALL cl_throttle, cl_window and cl_counter: the common calls decided in
 -- plain numbers, everything else handed to store.lua's `single`.
 
-local integers, gcra, window_log = lib.integers, lib.gcra, lib.window_log
+local integers, throttle, window_exact = lib.integers, lib.throttle, lib.window_exact
 local run = lib.errors.run
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, int_le, int_text = integers.div_floor, integers.int_le, integers.int_text
@@ -9,11 +9,11 @@ local le_t, le_u32, repeat_of = integers.le_t, integers.le_u32, integers.repeat_
 local t_add, t_capped, t_fits = integers.t_add, integers.t_capped, integers.t_fits
 local t_le, t_lt, t_sub, u32_le = integers.t_le, integers.t_lt, integers.t_sub, integers.u32_le
 local clock = lib.time.clock
-local gcra_step, instant_ms, tat_of = gcra.gcra_step, gcra.instant_ms, gcra.tat_of
+local gcra_step, instant_ms, tat_of = throttle.gcra_step, throttle.instant_ms, throttle.tat_of
 local LONG, READ_WHOLE = lib.window.LONG, lib.window.READ_WHOLE
-local CHUNK, EMPTY_LOG, HEAD_WINDOW = window_log.CHUNK, window_log.EMPTY_LOG, window_log.HEAD_WINDOW
-local log_at, log_first_after = window_log.log_at, window_log.log_first_after
-local RING_HEAD, ring_count_at = lib.window_ring.RING_HEAD, lib.window_ring.ring_count_at
+local CHUNK, EMPTY_LOG, HEAD_WINDOW = window_exact.CHUNK, window_exact.EMPTY_LOG, window_exact.HEAD_WINDOW
+local log_at, log_first_after = window_exact.log_at, window_exact.log_first_after
+local RING_HEAD, ring_count_at = lib.window_buckets.RING_HEAD, lib.window_buckets.ring_count_at
 local single = lib.store.single
 
 -- FCALL cl_throttle's hot path: a call whose words were seen before (its parameters kept in a

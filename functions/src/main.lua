@@ -70,9 +70,9 @@ local VERSION = '@VERSION@'
 -- turns error values into strings), so that anything else is known to be a bug (errors.lua).
 local failed
 -- The last TAT text written, and its value: a hot key's next call reads it back (Lua strings
--- are interned, so the comparison is one pointer), and skips parsing it (gcra.lua, hot.lua).
+-- are interned, so the comparison is one pointer), and skips parsing it (throttle.lua, hot.lua).
 local last_tat, last_am, last_au
--- The decimal text of the current millisecond, and a table of '000' to '999' (gcra.lua's
+-- The decimal text of the current millisecond, and a table of '000' to '999' (throttle.lua's
 -- instant_ms, read by hot.lua's cl_throttle).
 local D3, text_m, text_m_digits
 -- The last call's parsed parameters (store.lua's `single`; the hot paths keep them).
@@ -84,18 +84,18 @@ local lib = {}
 -- @include integers
 -- @include time
 -- @include kinds
--- @include gcra
+-- @include throttle
 -- @include counter
 -- @include calendar
 -- @include quota
 -- @include bucket
 -- @include window
--- @include window_log
--- @include window_ring
+-- @include window_exact
+-- @include window_buckets
 -- @include zones
 -- @include arguments
 -- @include store
--- @include cl_all
+-- @include all
 -- @include hot
 -- @include entry
 -- @eval begin

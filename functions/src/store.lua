@@ -4,13 +4,13 @@
 local ERR, fail = lib.errors.ERR, lib.errors.fail
 local int_text, t_capped = lib.integers.int_text, lib.integers.t_capped
 local clock, reply_time = lib.time.clock, lib.time.reply_time
-local gcra_decide = lib.gcra.gcra_decide
+local gcra_decide = lib.throttle.gcra_decide
 local counter_decide = lib.counter.counter_decide
 local quota_decide = lib.quota.quota_decide
 local bucket_decide = lib.bucket.bucket_decide
 local read_window, whole = lib.window.read_window, lib.window.whole
-local CHUNK = lib.window_log.CHUNK
-local window_decide = lib.window_ring.window_decide
+local CHUNK = lib.window_exact.CHUNK
+local window_decide = lib.window_buckets.window_decide
 local parse = lib.arguments.parse
 
 local function read(key, with_expiry)

@@ -3,7 +3,7 @@
 -- Then the switches between layouts on a live key, and a CL.WINDOW call's decision
 -- (`window_decide`: the stored value, either layout, read as the call's own).
 
-local integers, window, window_log = lib.integers, lib.window, lib.window_log
+local integers, window, window_exact = lib.integers, lib.window, lib.window_exact
 local ERR, fail = lib.errors.ERR, lib.errors.fail
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, i64_array, int_le = integers.div_floor, integers.i64_array, integers.int_le
@@ -12,10 +12,10 @@ local t_fits, t_le, t_lt, t_sub = integers.t_fits, integers.t_le, integers.t_lt,
 local invalid = lib.kinds.invalid
 local RING_MAX_SLOTS, emptied, verdict = window.RING_MAX_SLOTS, window.emptied, window.verdict
 local whole, window_reply = window.whole, window.window_reply
-local CHUNK, EMPTY_LOG, PER = window_log.CHUNK, window_log.EMPTY_LOG, window_log.PER
-local exact_decide, log_at = window_log.exact_decide, window_log.log_at
-local log_bytes, log_first_after = window_log.log_bytes, window_log.log_first_after
-local log_parse = window_log.log_parse
+local CHUNK, EMPTY_LOG, PER = window_exact.CHUNK, window_exact.EMPTY_LOG, window_exact.PER
+local exact_decide, log_at = window_exact.exact_decide, window_exact.log_at
+local log_bytes, log_first_after = window_exact.log_bytes, window_exact.log_first_after
+local log_parse = window_exact.log_parse
 
 local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
