@@ -90,13 +90,18 @@ def module_ver(version: str) -> int:
 
 
 def clean_env(extra_path: list[Path] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV", "CARGO_MANIFEST_DIR")
-           and not k.startswith("npm_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV", "CARGO_MANIFEST_DIR")
+        and not k.startswith("npm_")
+    }
     # The pinned Node.js (make puts it first on PATH; scripts/deps.sh installs it under the target
     # folder) is a toolchain, not the checkout's code: it stays.
     node = str(Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").resolve() / "node") + os.sep
-    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and (not p.startswith(str(ROOT)) or p.startswith(node))]
+    path = [
+        p for p in env.get("PATH", "").split(os.pathsep) if p and (not p.startswith(str(ROOT)) or p.startswith(node))
+    ]
     env["PATH"] = os.pathsep.join([str(p) for p in extra_path or []] + path)
     env["npm_config_yes"] = "false"  # npx never fetches a package: the one installed here, or fail
     env["npm_config_update_notifier"] = "false"
@@ -104,8 +109,9 @@ def clean_env(extra_path: list[Path] | None = None) -> dict[str, str]:
     return env
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
-        stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(argv, cwd=cwd, env=env or clean_env(), input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -157,7 +163,8 @@ def call(port: int, *args: object, user: str | None = None, password: str | None
         commands = ([["AUTH", user, password]] if password is not None else []) + [list(args)]
         for words in commands:
             data = b"*%d\r\n" % len(words) + b"".join(
-                b"$%d\r\n%s\r\n" % (len(w), w) for w in (str(a).encode() for a in words))
+                b"$%d\r\n%s\r\n" % (len(w), w) for w in (str(a).encode() for a in words)
+            )
             s.sendall(data)
             reply = _read(f)
             if words[0] == "AUTH" and isinstance(reply, ReplyError):
@@ -173,8 +180,22 @@ class Server:
         self.dir = tmp / "servers" / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "server.log"
-        argv = program + args + ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", str(self.dir)]
+        argv = (
+            program
+            + args
+            + [
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ]
+        )
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT)
         SERVERS.append(self)
@@ -231,7 +252,7 @@ def elf_facts(path: Path) -> dict[str, object]:
 
     def string(table: int, offset: int) -> str:
         start = sections[table][4] + offset
-        return data[start:data.index(b"\0", start)].decode()
+        return data[start : data.index(b"\0", start)].decode()
 
     needs: list[tuple[str, str]] = []
     needed: list[str] = []
@@ -255,7 +276,7 @@ def elf_facts(path: Path) -> dict[str, object]:
 
 
 def glibc_versions(needs: list[tuple[str, str]]) -> list[tuple[int, ...]]:
-    return [tuple(int(p) for p in v[len("GLIBC_"):].split(".")) for _, v in needs if re.fullmatch(r"GLIBC_[\d.]+", v)]
+    return [tuple(int(p) for p in v[len("GLIBC_") :].split(".")) for _, v in needs if re.fullmatch(r"GLIBC_[\d.]+", v)]
 
 
 # ---- the steps
@@ -271,7 +292,11 @@ def step_versions_and_sums() -> None:
         listed[name.lstrip("*")] = digest
     files = {p.name for p in DIST.iterdir()} - {"SHA256SUMS"}
     check(set(listed) == files, "SHA256SUMS lists every artifact", f"listed {sorted(listed)}, present {sorted(files)}")
-    bad = [n for n, d in listed.items() if (DIST / n).is_file() and hashlib.sha256((DIST / n).read_bytes()).hexdigest() != d]
+    bad = [
+        n
+        for n, d in listed.items()
+        if (DIST / n).is_file() and hashlib.sha256((DIST / n).read_bytes()).hexdigest() != d
+    ]
     check(not bad, "every artifact matches its SHA256SUMS line", f"differ: {bad}")
 
 
@@ -286,36 +311,67 @@ def step_tarballs(tmp: Path) -> dict[str, Path]:
         with tarfile.open(archive) as t:
             members = t.getmembers()
             names = sorted(m.name for m in members)
-            want = sorted([name] + [f"{name}/{f}" for f in ("LICENSE", "README.md", "libredis_throttle.so", "throttle.lua")])
-            check(names == want, f"{archive.name} holds {name}/ with the module, the twin, LICENSE and README.md", f"it holds {names}")
+            want = sorted(
+                [name] + [f"{name}/{f}" for f in ("LICENSE", "README.md", "libredis_throttle.so", "throttle.lua")]
+            )
+            check(
+                names == want,
+                f"{archive.name} holds {name}/ with the module, the twin, LICENSE and README.md",
+                f"it holds {names}",
+            )
             safe = all(not m.issym() and not m.islnk() and ".." not in m.name.split("/") for m in members)
             if not check(safe, f"{archive.name} has no links or paths out of its folder"):
                 continue
             t.extractall(tmp / "modules")
         folder = tmp / "modules" / name
         so = folder / "libredis_throttle.so"
-        check(os.access(so, os.X_OK), f"{arch}: libredis_throttle.so is executable (mode {oct(so.stat().st_mode & 0o777)})")
-        check((folder / "throttle.lua").read_bytes() == (ROOT / "functions/throttle.lua").read_bytes(),
-              f"{arch}: throttle.lua is functions/throttle.lua byte for byte")
-        check((folder / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes(), f"{arch}: LICENSE is the repository's")
+        check(
+            os.access(so, os.X_OK),
+            f"{arch}: libredis_throttle.so is executable (mode {oct(so.stat().st_mode & 0o777)})",
+        )
+        check(
+            (folder / "throttle.lua").read_bytes() == (ROOT / "functions/throttle.lua").read_bytes(),
+            f"{arch}: throttle.lua is functions/throttle.lua byte for byte",
+        )
+        check(
+            (folder / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes(), f"{arch}: LICENSE is the repository's"
+        )
         readme = (folder / "README.md").read_text()
-        says = ["--loadmodule", "loadmodule /", "MODULE LOAD", "enable-module-command", "docker run",
-                "FUNCTION LOAD REPLACE < throttle.lua", "twin load", VERSION, arch]
+        says = [
+            "--loadmodule",
+            "loadmodule /",
+            "MODULE LOAD",
+            "enable-module-command",
+            "docker run",
+            "FUNCTION LOAD REPLACE < throttle.lua",
+            "twin load",
+            VERSION,
+            arch,
+        ]
         missing = [s for s in says if s not in readme]
-        check(not missing, f"{arch}: README.md says how to load it (--loadmodule, redis.conf, MODULE LOAD with "
-              "enable-module-command, Docker, the twin)", f"missing: {missing}")
+        check(
+            not missing,
+            f"{arch}: README.md says how to load it (--loadmodule, redis.conf, MODULE LOAD with "
+            "enable-module-command, Docker, the twin)",
+            f"missing: {missing}",
+        )
         facts = elf_facts(so)
-        check(facts["type"] == 3 and facts["machine"] == machine,
-              f"{arch}: an ELF shared object for e_machine {machine}", f"e_type {facts['type']}, e_machine {facts['machine']}")
+        check(
+            facts["type"] == 3 and facts["machine"] == machine,
+            f"{arch}: an ELF shared object for e_machine {machine}",
+            f"e_type {facts['type']}, e_machine {facts['machine']}",
+        )
         needs = facts["needs"]
         assert isinstance(needs, list)
         versions = glibc_versions(needs)
         newest = ".".join(map(str, max(versions))) if versions else "none"
         private = [v for _, v in needs if v == "GLIBC_PRIVATE"]
-        check(bool(versions) and max(versions) <= GLIBC_MAX and not private,
-              f"{arch}: needs glibc {'.'.join(map(str, GLIBC_MAX))} at most (newest symbol version GLIBC_{newest}; "
-              f"libraries {', '.join(facts['needed'])})",  # type: ignore[arg-type]
-              f"symbol versions: {sorted(set(v for _, v in needs))}")
+        check(
+            bool(versions) and max(versions) <= GLIBC_MAX and not private,
+            f"{arch}: needs glibc {'.'.join(map(str, GLIBC_MAX))} at most (newest symbol version GLIBC_{newest}; "
+            f"libraries {', '.join(facts['needed'])})",  # type: ignore[arg-type]
+            f"symbol versions: {sorted(set(v for _, v in needs))}",
+        )
         modules[arch] = so
     return modules
 
@@ -337,7 +393,11 @@ def step_module(tmp: Path, so: Path) -> None:
     section("the x86_64 module in redis-server")
     server = Server("module-cmdline", ["redis-server"], ["--loadmodule", str(so)], tmp)
     if check(server.alive, "redis-server --loadmodule <tarball's .so> starts", server.log_tail()):
-        check(decision(server.port) == DECISION, f"CL.THROTTLE user123 15 30 60 answers {DECISION}", repr(decision(server.port)))
+        check(
+            decision(server.port) == DECISION,
+            f"CL.THROTTLE user123 15 30 60 answers {DECISION}",
+            repr(decision(server.port)),
+        )
         ver = module_list(server.port).get("throttle", {}).get("ver")
         check(ver == module_ver(VERSION), f"MODULE LIST: throttle ver {ver} (= {VERSION})")
     server.stop()
@@ -347,9 +407,19 @@ def step_module(tmp: Path, so: Path) -> None:
     server = Server("module-conf", ["redis-server", str(conf)], [], tmp)
     if check(server.alive, "redis-server with `loadmodule` in redis.conf starts", server.log_tail()):
         check(decision(server.port) == DECISION, "... and decides as the README says", repr(decision(server.port)))
-        check(call(server.port, "MODULE", "UNLOAD", "throttle") == "OK", "MODULE UNLOAD throttle (enable-module-command yes)")
-        check(call(server.port, "MODULE", "LOAD", str(so)) == "OK", "MODULE LOAD <tarball's .so> (enable-module-command yes)")
-        check(decision(server.port, "user456") == DECISION, "... and the module decides again", repr(decision(server.port, "user456")))
+        check(
+            call(server.port, "MODULE", "UNLOAD", "throttle") == "OK",
+            "MODULE UNLOAD throttle (enable-module-command yes)",
+        )
+        check(
+            call(server.port, "MODULE", "LOAD", str(so)) == "OK",
+            "MODULE LOAD <tarball's .so> (enable-module-command yes)",
+        )
+        check(
+            decision(server.port, "user456") == DECISION,
+            "... and the module decides again",
+            repr(decision(server.port, "user456")),
+        )
     server.stop()
 
 
@@ -369,8 +439,11 @@ def step_old_glibc(tmp: Path, so: Path) -> None:
     libs = f"{rootfs}/lib/x86_64-linux-gnu:{rootfs}/usr/lib/x86_64-linux-gnu"
     loader = [f"{rootfs}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "--library-path", libs, str(valkey)]
     server = Server("old-glibc", loader, ["--loadmodule", str(so)], tmp)
-    if not check(server.alive, "Valkey on bullseye's loader and libraries starts with --loadmodule <tarball's .so>",
-                 server.log_tail()):
+    if not check(
+        server.alive,
+        "Valkey on bullseye's loader and libraries starts with --loadmodule <tarball's .so>",
+        server.log_tail(),
+    ):
         return
     maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
     libc = sorted({m for m in re.findall(r"(/\S*/libc[-.][^/\s]*)", maps)})
@@ -378,9 +451,11 @@ def step_old_glibc(tmp: Path, so: Path) -> None:
     check(on_231, f"the server runs on glibc 2.31: its libc is {', '.join(libc) or '(none mapped)'}")
     info = call(server.port, "INFO", "server")
     server_version = re.search(r"valkey_version:(\S+)", info if isinstance(info, str) else "")
-    check(decision(server.port) == DECISION,
-          f"Valkey {server_version.group(1) if server_version else '?'} on glibc 2.31 answers CL.THROTTLE {DECISION}",
-          repr(decision(server.port)))
+    check(
+        decision(server.port) == DECISION,
+        f"Valkey {server_version.group(1) if server_version else '?'} on glibc 2.31 answers CL.THROTTLE {DECISION}",
+        repr(decision(server.port)),
+    )
     server.stop()
 
 
@@ -396,7 +471,9 @@ def step_node_install(tmp: Path) -> Path | None:
     (project / "package.json").write_text(json.dumps({"name": "dist-test-app", "private": True, "type": "module"}))
     tarball = DIST / f"redis-throttle-js-{VERSION}.tgz"
     p = run(["npm", "install", "--no-audit", "--no-fund", str(tarball), *pins_node()], project, timeout=600)
-    if not check(p.returncode == 0, f"npm install dist/{tarball.name} {' '.join(pins_node())} in a new project", tail(p)):
+    if not check(
+        p.returncode == 0, f"npm install dist/{tarball.name} {' '.join(pins_node())} in a new project", tail(p)
+    ):
         return None
     installed = project / "node_modules/redis-throttle-js"
     check(installed.is_dir() and not installed.is_symlink(), "node_modules/redis-throttle-js is a copy, not a link")
@@ -404,10 +481,17 @@ def step_node_install(tmp: Path) -> Path | None:
     check(meta.get("version") == VERSION, f"the installed package is version {meta.get('version')}")
     twins = [p for p in installed.rglob("throttle.lua")]
     same = [p for p in twins if p.read_bytes() == (ROOT / "functions/throttle.lua").read_bytes()]
-    check(bool(same), "the package carries the twin, functions/throttle.lua byte for byte",
-          f"throttle.lua files: {[str(p.relative_to(installed)) for p in twins]}")
+    check(
+        bool(same),
+        "the package carries the twin, functions/throttle.lua byte for byte",
+        f"throttle.lua files: {[str(p.relative_to(installed)) for p in twins]}",
+    )
     p = run(["node", "-e", "import('redis-throttle-js').then(m => console.log(typeof m.loadTwin))"], project)
-    check(p.returncode == 0 and p.stdout.decode().strip() == "function", "import('redis-throttle-js') exports loadTwin", tail(p))
+    check(
+        p.returncode == 0 and p.stdout.decode().strip() == "function",
+        "import('redis-throttle-js') exports loadTwin",
+        tail(p),
+    )
     return project
 
 
@@ -419,19 +503,47 @@ def step_python_install(tmp: Path) -> Path | None:
         return None
     wheel = DIST / f"redis_throttle-{VERSION}-py3-none-any.whl"
     constraints = ROOT / "clients/python/matrix/newest.txt"  # the package tests' newest row
-    p = run([str(venv / "bin/python"), "-m", "pip", "install", "-q", f"{wheel}[limits]", "Flask", "Flask-Limiter",
-             "-c", str(constraints)], tmp, timeout=600)
-    if not check(p.returncode == 0, f"pip install 'dist/{wheel.name}[limits]' Flask Flask-Limiter (pinned as the package's tests)", tail(p)):
+    p = run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            f"{wheel}[limits]",
+            "Flask",
+            "Flask-Limiter",
+            "-c",
+            str(constraints),
+        ],
+        tmp,
+        timeout=600,
+    )
+    if not check(
+        p.returncode == 0,
+        f"pip install 'dist/{wheel.name}[limits]' Flask Flask-Limiter (pinned as the package's tests)",
+        tail(p),
+    ):
         return None
-    p = run([str(venv / "bin/python"), "-c",
-             "import redis_throttle, os; print(os.path.dirname(redis_throttle.__file__)); print(redis_throttle.__version__)"], tmp)
+    p = run(
+        [
+            str(venv / "bin/python"),
+            "-c",
+            "import redis_throttle, os; print(os.path.dirname(redis_throttle.__file__)); print(redis_throttle.__version__)",
+        ],
+        tmp,
+    )
     lines = p.stdout.decode().split()
     where = Path(lines[0]) if lines else Path("/")
-    check(p.returncode == 0 and where.is_relative_to(venv), f"redis_throttle is imported from the venv ({where})", tail(p))
+    check(
+        p.returncode == 0 and where.is_relative_to(venv), f"redis_throttle is imported from the venv ({where})", tail(p)
+    )
     check(lines[1:2] == [VERSION], f"redis_throttle.__version__ is {lines[1:2]}")
     twins = list(where.rglob("throttle.lua"))
     same = [t for t in twins if t.read_bytes() == (ROOT / "functions/throttle.lua").read_bytes()]
-    check(bool(same), "the wheel carries the twin, functions/throttle.lua byte for byte", f"throttle.lua files: {twins}")
+    check(
+        bool(same), "the wheel carries the twin, functions/throttle.lua byte for byte", f"throttle.lua files: {twins}"
+    )
     with tarfile.open(DIST / f"redis_throttle-{VERSION}.tar.gz") as t:
         in_sdist = [m.name for m in t.getmembers() if m.name.endswith("/throttle.lua")]
     check(bool(in_sdist), "the sdist carries the twin too", "no throttle.lua in the sdist")
@@ -532,19 +644,33 @@ def step_twin_node(tmp: Path, project: Path) -> None:
     section("the twin through the npm package's CLI, and express-rate-limit")
     server = Server("twin-node", ["redis-server"], [], tmp)
     refused = call(server.port, "MODULE", "LOAD", str(tmp / "nothing.so"))
-    check(isinstance(refused, ReplyError) and "enable-module-command" in str(refused),
-          "a default redis-server refuses MODULE LOAD, naming enable-module-command", repr(refused))
+    check(
+        isinstance(refused, ReplyError) and "enable-module-command" in str(refused),
+        "a default redis-server refuses MODULE LOAD, naming enable-module-command",
+        repr(refused),
+    )
     npx = ["npx", "redis-throttle-js", "twin"]
     p = run(npx + ["load", server.url()], project, timeout=120)
-    check(p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
-          f"npx redis-throttle-js twin load {server.url()} (reports {VERSION})", tail(p))
+    check(
+        p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
+        f"npx redis-throttle-js twin load {server.url()} (reports {VERSION})",
+        tail(p),
+    )
     twin_checks(server, "after npx … twin load")
     p = run(npx + ["print"], project)
-    check(p.stdout == (ROOT / "functions/throttle.lua").read_bytes(), "npx redis-throttle-js twin print is the twin byte for byte", tail(p))
+    check(
+        p.stdout == (ROOT / "functions/throttle.lua").read_bytes(),
+        "npx redis-throttle-js twin print is the twin byte for byte",
+        tail(p),
+    )
     check(module_list(server.port) == {}, "the server has no module: every decision below is the twin's")
     for algorithm in ("counter", "gcra", "window"):
         statuses, log = express(project, server.url(), algorithm)
-        check(statuses == ALLOWED_THEN_429, f"Express + express-rate-limit (algorithm '{algorithm}', limit 3): {statuses}", log)
+        check(
+            statuses == ALLOWED_THEN_429,
+            f"Express + express-rate-limit (algorithm '{algorithm}', limit 3): {statuses}",
+            log,
+        )
     keys = call(server.port, "KEYS", "rl:*")
     check(isinstance(keys, list) and len(keys) >= 3, f"the store wrote its keys on the server ({keys})")
     server.stop()
@@ -555,25 +681,39 @@ def step_twin_python(tmp: Path, venv: Path) -> None:
     server = Server("twin-python", ["redis-server"], [], tmp)
     env = clean_env([venv / "bin"])
     p = run(["python", "-m", "redis_throttle", "twin", "load", server.url()], tmp, env=env, timeout=120)
-    check(p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
-          f"python -m redis_throttle twin load {server.url()} (reports {VERSION})", tail(p))
+    check(
+        p.returncode == 0 and VERSION in (p.stdout + p.stderr).decode(),
+        f"python -m redis_throttle twin load {server.url()} (reports {VERSION})",
+        tail(p),
+    )
     twin_checks(server, "after python -m redis_throttle twin load")
     p = run(["python", "-m", "redis_throttle", "twin", "print"], tmp, env=env)
-    check(p.stdout == (ROOT / "functions/throttle.lua").read_bytes(), "python -m redis_throttle twin print is the twin byte for byte", tail(p))
+    check(
+        p.stdout == (ROOT / "functions/throttle.lua").read_bytes(),
+        "python -m redis_throttle twin print is the twin byte for byte",
+        tail(p),
+    )
     check(module_list(server.port) == {}, "the server has no module: every decision below is the twin's")
     for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
         statuses, log = flask(venv, tmp, server.url(scheme="redis+throttle"), strategy)
         check(statuses == ALLOWED_THEN_429, f"Flask + Flask-Limiter ({strategy}, 3 per minute): {statuses}", log)
     keys = call(server.port, "KEYS", "THROTTLE:*")
-    check(isinstance(keys, list) and len(keys) >= 3, f"the storage wrote its keys on the server ({len(keys) if isinstance(keys, list) else keys})")
+    check(
+        isinstance(keys, list) and len(keys) >= 3,
+        f"the storage wrote its keys on the server ({len(keys) if isinstance(keys, list) else keys})",
+    )
     server.stop()
 
 
 def acl_line() -> tuple[list[str], str, str] | None:
     """The docs' ACL SETUSER line (managed-redis.md, a shell block) as words, its user and password."""
     page = ROOT / "docs/src/guides/managed-redis.md"
-    lines = [ln for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", page.read_text(), re.S)
-             for ln in block.splitlines() if "ACL SETUSER" in ln]
+    lines = [
+        ln
+        for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", page.read_text(), re.S)
+        for ln in block.splitlines()
+        if "ACL SETUSER" in ln
+    ]
     if len(lines) != 1:
         return None
     words = shlex.split(lines[0], comments=True)
@@ -585,13 +725,22 @@ def acl_line() -> tuple[list[str], str, str] | None:
 def step_acl(tmp: Path, project: Path | None, venv: Path | None) -> None:
     section("the docs' ACL line, on a twin-only server")
     found = acl_line()
-    if not check(found is not None, "docs/src/guides/managed-redis.md shows one `redis-cli ACL SETUSER …` line in a shell block"):
+    if not check(
+        found is not None, "docs/src/guides/managed-redis.md shows one `redis-cli ACL SETUSER …` line in a shell block"
+    ):
         return
     words, user, password = found  # type: ignore[misc]
     server = Server("acl", ["redis-server"], [], tmp)
-    p = run(["redis-cli", "-p", str(server.port), "-x", "FUNCTION", "LOAD", "REPLACE"], tmp,
-            stdin=(ROOT / "functions/throttle.lua").read_bytes())
-    check(p.returncode == 0 and p.stdout.decode().strip() == "throttle", "redis-cli -x FUNCTION LOAD REPLACE < throttle.lua", tail(p))
+    p = run(
+        ["redis-cli", "-p", str(server.port), "-x", "FUNCTION", "LOAD", "REPLACE"],
+        tmp,
+        stdin=(ROOT / "functions/throttle.lua").read_bytes(),
+    )
+    check(
+        p.returncode == 0 and p.stdout.decode().strip() == "throttle",
+        "redis-cli -x FUNCTION LOAD REPLACE < throttle.lua",
+        tail(p),
+    )
     assert words[0] == "redis-cli"
     p = run(["redis-cli", "-p", str(server.port)] + words[1:], tmp)
     check(p.returncode == 0 and p.stdout.decode().strip() == "OK", f"the docs' line, run: {shlex.join(words)}", tail(p))
@@ -600,36 +749,69 @@ def step_acl(tmp: Path, project: Path | None, venv: Path | None) -> None:
     if project is not None:
         for algorithm in ("counter", "gcra", "window"):
             statuses, log = express(project, server.url(user, password), algorithm)
-            check(statuses == ALLOWED_THEN_429, f"as {user}: Express + express-rate-limit ('{algorithm}'): {statuses}", log)
+            check(
+                statuses == ALLOWED_THEN_429,
+                f"as {user}: Express + express-rate-limit ('{algorithm}'): {statuses}",
+                log,
+            )
         # The loader's version check needs no more than the line: it finds the library up to date.
         p = run(["npx", "redis-throttle-js", "twin", "load", server.url(user, password)], project, timeout=120)
-        check(p.returncode == 0 and VERSION.encode() in p.stdout + p.stderr,
-              f"as {user}: npx redis-throttle-js twin load finds the library {VERSION} in place", tail(p))
+        check(
+            p.returncode == 0 and VERSION.encode() in p.stdout + p.stderr,
+            f"as {user}: npx redis-throttle-js twin load finds the library {VERSION} in place",
+            tail(p),
+        )
     if venv is not None:
         for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
             statuses, log = flask(venv, tmp, server.url(user, password, "redis+throttle"), strategy)
             check(statuses == ALLOWED_THEN_429, f"as {user}: Flask + Flask-Limiter ({strategy}): {statuses}", log)
     # Each permission the line grants is needed: without it, one of the apps fails (+fcall_ro is for
     # the packages' version check, FCALL_RO cl_version 0, called as this user above).
-    apps = ([(f"Express ('{a}')", lambda url, tag, a=a: express(project, url, a, tag)) for a in ("counter", "gcra", "window")]
-            if project is not None else [])
-    apps += ([(f"Flask ({st})", lambda url, tag, st=st: flask(venv, tmp, url.replace("redis://", "redis+throttle://"), st, tag))
-              for st in ("fixed-window", "moving-window", "sliding-window-counter")] if venv is not None else [])
+    apps = (
+        [
+            (f"Express ('{a}')", lambda url, tag, a=a: express(project, url, a, tag))
+            for a in ("counter", "gcra", "window")
+        ]
+        if project is not None
+        else []
+    )
+    apps += (
+        [
+            (
+                f"Flask ({st})",
+                lambda url, tag, st=st: flask(venv, tmp, url.replace("redis://", "redis+throttle://"), st, tag),
+            )
+            for st in ("fixed-window", "moving-window", "sliding-window-counter")
+        ]
+        if venv is not None
+        else []
+    )
     for k, grant in enumerate(w for w in words if w.startswith("+") and w != "+fcall_ro"):
         fewer = [w for w in words if w != grant]
         fewer[fewer.index("SETUSER") + 1] = "app-minus"
         run(["redis-cli", "-p", str(server.port)] + fewer[1:], tmp)
-        broken = next((name for name, app in apps
-                       if app(server.url("app-minus", password), f"m{k}-")[0] != ALLOWED_THEN_429), None)
+        broken = next(
+            (name for name, app in apps if app(server.url("app-minus", password), f"m{k}-")[0] != ALLOWED_THEN_429),
+            None,
+        )
         check(broken is not None, f"without {grant}, {broken or 'nothing'} fails: the line needs it")
-    for denied in (["FUNCTION", "LOAD", "REPLACE", "#!lua name=x\nredis.register_function('f', function() return 1 end)"],
-                   ["FUNCTION", "DELETE", "throttle"], ["CONFIG", "GET", "*"], ["FLUSHALL"], ["FLUSHDB"], ["KEYS", "*"],
-                   ["GET", "someone-elses-key"], ["FCALL", "cl_throttle", 1, "someone-elses-key", 15, 30, 60],
-                   ["FUNCTION", "FLUSH"]):
+    for denied in (
+        ["FUNCTION", "LOAD", "REPLACE", "#!lua name=x\nredis.register_function('f', function() return 1 end)"],
+        ["FUNCTION", "DELETE", "throttle"],
+        ["CONFIG", "GET", "*"],
+        ["FLUSHALL"],
+        ["FLUSHDB"],
+        ["KEYS", "*"],
+        ["GET", "someone-elses-key"],
+        ["FCALL", "cl_throttle", 1, "someone-elses-key", 15, 30, 60],
+        ["FUNCTION", "FLUSH"],
+    ):
         reply = call(server.port, *denied, **auth)
         what = " ".join(map(str, denied)).replace("\n", " ")[:40]
-        check(isinstance(reply, ReplyError) and str(reply).startswith("NOPERM"),
-              f"as {user}: {what} is refused ({str(reply)[:60]})")
+        check(
+            isinstance(reply, ReplyError) and str(reply).startswith("NOPERM"),
+            f"as {user}: {what} is refused ({str(reply)[:60]})",
+        )
     server.stop()
 
 

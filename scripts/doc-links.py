@@ -6,6 +6,7 @@ Links to web addresses are not fetched (the check runs offline). Anchors are the
 GitHub give a heading: lower case, letters, digits, `-` and `_` kept, spaces made `-`, anything
 else dropped, and `-1`, `-2`, ... appended to a repeated id.
 """
+
 import os
 import re
 import sys

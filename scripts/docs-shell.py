@@ -48,47 +48,88 @@ INFOS = {"sh", "bash", "shell", "console"}
 # (pattern, replacement, reason): `re.sub(pattern, replacement, line)` on each command line that
 # the pattern matches. $DOCS_* are set in each block's shell (see prelude()).
 MAPPED: list[tuple[str, str, str]] = [
-    (r"^make run(\s.*)?$", "docs_serve make run PORT=$DOCS_RUN_PORT",
-     "make run serves on port 6379 in the foreground until stopped: it runs on a free port until its "
-     "server answers CL.THROTTLE, then that server is shut down"),
-    (r"^redis-server\b([^#]*).*$", r"docs_serve redis-server\1 --port $DOCS_RUN_PORT",
-     "redis-server serves on port 6379 in the foreground until stopped: it runs on a free port until it "
-     "answers CL.THROTTLE, then it is shut down"),
-    (r"^make dist(\s.*)?$", "make -n dist >/dev/null",
-     "make dist wrote what this test runs on just before (make dist-test depends on it): checked to be "
-     "a make target (make -n)"),
-    (r"^make rls(\s.*)?$", "make -n rls >/dev/null",
-     "builds the gateway service in release (minutes on 2 cores): make test's cargo test --workspace "
-     "builds it and runs it against real servers (gateway/tests); checked to be a make target (make -n)"),
-    (r"^make run-rls(\s.*)?$", "make -n run-rls >/dev/null",
-     "serves the gateway on upstream's fixed ports (8080, 8081, 6070) in the foreground: its tests start "
-     "the same service on free ports (make test); checked to be a make target (make -n)"),
-    (r"^curl -s localhost:8080/json\b.*$", "docs_covered 'make test'",
-     "asks the service make run-rls serves on 8080: gateway/tests post the same /json requests to the "
-     "service they start (make test runs them)"),
-    (r"^make test(\s.*)?$", "make -n test >/dev/null",
-     "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)"),
-    (r"^make (plots|plots-perf)\b.*$", r"make -n \1 >/dev/null",
-     "rewrites the committed pictures (plots-perf also measures for minutes with callgrind): checked "
-     "to be a make target (make -n)"),
-    (r"^make test-matrix\b([^#]*).*$", r"make -n test-matrix\1>/dev/null",
-     ".ci/run runs make test-matrix (every server of the matrix, ~15 min): checked to be a make "
-     "target taking these variables (make -n)"),
-    (r"^docker (build|run)\b.*$", "docs_covered 'make test-image'",
-     "the Dockerfile's default bases come from a container registry, which CI cannot reach: .ci/run's "
-     "make test-image builds this Dockerfile from local Debian bases, and its smoke test runs the image "
-     "with docker run -p and asks CL.THROTTLE from the host"),
-    (r"\bnpm install redis-throttle-js\b", "npm install $DOCS_DIST/redis-throttle-js-$DOCS_VERSION.tgz",
-     "the package is not on the npm registry yet: the tarball make dist wrote (npm pack of clients/node)"),
-    (r"""\bpip install (["']?)redis-throttle(\[limits\])?\1(?=\s|$)""",
-     r'pip install "$DOCS_DIST/redis_throttle-$DOCS_VERSION-py3-none-any.whl\2"',
-     "the package is not on PyPI yet: the wheel make dist wrote"),
-    (r"git\+https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=[@#\s\"']|$)", "git+file://localhost$DOCS_REPO",
-     "the public repository cannot be reached from CI: the same VCS install from a git repository "
-     "holding this checkout's files"),
-    (r"--git https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=\s|$)", "--git file://$DOCS_REPO",
-     "the public repository cannot be reached from CI: cargo fetches the same crate from a git "
-     "repository holding this checkout's files"),
+    (
+        r"^make run(\s.*)?$",
+        "docs_serve make run PORT=$DOCS_RUN_PORT",
+        "make run serves on port 6379 in the foreground until stopped: it runs on a free port until its "
+        "server answers CL.THROTTLE, then that server is shut down",
+    ),
+    (
+        r"^redis-server\b([^#]*).*$",
+        r"docs_serve redis-server\1 --port $DOCS_RUN_PORT",
+        "redis-server serves on port 6379 in the foreground until stopped: it runs on a free port until it "
+        "answers CL.THROTTLE, then it is shut down",
+    ),
+    (
+        r"^make dist(\s.*)?$",
+        "make -n dist >/dev/null",
+        "make dist wrote what this test runs on just before (make dist-test depends on it): checked to be "
+        "a make target (make -n)",
+    ),
+    (
+        r"^make rls(\s.*)?$",
+        "make -n rls >/dev/null",
+        "builds the gateway service in release (minutes on 2 cores): make test's cargo test --workspace "
+        "builds it and runs it against real servers (gateway/tests); checked to be a make target (make -n)",
+    ),
+    (
+        r"^make run-rls(\s.*)?$",
+        "make -n run-rls >/dev/null",
+        "serves the gateway on upstream's fixed ports (8080, 8081, 6070) in the foreground: its tests start "
+        "the same service on free ports (make test); checked to be a make target (make -n)",
+    ),
+    (
+        r"^curl -s localhost:8080/json\b.*$",
+        "docs_covered 'make test'",
+        "asks the service make run-rls serves on 8080: gateway/tests post the same /json requests to the "
+        "service they start (make test runs them)",
+    ),
+    (
+        r"^make test(\s.*)?$",
+        "make -n test >/dev/null",
+        "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)",
+    ),
+    (
+        r"^make (plots|plots-perf)\b.*$",
+        r"make -n \1 >/dev/null",
+        "rewrites the committed pictures (plots-perf also measures for minutes with callgrind): checked "
+        "to be a make target (make -n)",
+    ),
+    (
+        r"^make test-matrix\b([^#]*).*$",
+        r"make -n test-matrix\1>/dev/null",
+        ".ci/run runs make test-matrix (every server of the matrix, ~15 min): checked to be a make "
+        "target taking these variables (make -n)",
+    ),
+    (
+        r"^docker (build|run)\b.*$",
+        "docs_covered 'make test-image'",
+        "the Dockerfile's default bases come from a container registry, which CI cannot reach: .ci/run's "
+        "make test-image builds this Dockerfile from local Debian bases, and its smoke test runs the image "
+        "with docker run -p and asks CL.THROTTLE from the host",
+    ),
+    (
+        r"\bnpm install redis-throttle-js\b",
+        "npm install $DOCS_DIST/redis-throttle-js-$DOCS_VERSION.tgz",
+        "the package is not on the npm registry yet: the tarball make dist wrote (npm pack of clients/node)",
+    ),
+    (
+        r"""\bpip install (["']?)redis-throttle(\[limits\])?\1(?=\s|$)""",
+        r'pip install "$DOCS_DIST/redis_throttle-$DOCS_VERSION-py3-none-any.whl\2"',
+        "the package is not on PyPI yet: the wheel make dist wrote",
+    ),
+    (
+        r"git\+https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=[@#\s\"']|$)",
+        "git+file://localhost$DOCS_REPO",
+        "the public repository cannot be reached from CI: the same VCS install from a git repository "
+        "holding this checkout's files",
+    ),
+    (
+        r"--git https://github\.com/[^/\s]+/redis-throttle(\.git)?(?=\s|$)",
+        "--git file://$DOCS_REPO",
+        "the public repository cannot be reached from CI: cargo fetches the same crate from a git "
+        "repository holding this checkout's files",
+    ),
 ]
 
 
@@ -108,9 +149,14 @@ def shell_blocks(page: Path) -> list[tuple[int, str, list[tuple[int, str]]]]:
             continue
         indent, fence, info = m.group(1), m.group(2), m.group(3)
         j = i + 1
-        while j < len(lines) and not (lines[j].strip().startswith(fence) and lines[j].strip() == fence[0] * len(lines[j].strip())):
+        while j < len(lines) and not (
+            lines[j].strip().startswith(fence) and lines[j].strip() == fence[0] * len(lines[j].strip())
+        ):
             j += 1
-        body = [(n + 1, ln[len(indent):] if ln.startswith(indent) else ln) for n, ln in enumerate(lines[i + 1:j], start=i + 1)]
+        body = [
+            (n + 1, ln[len(indent) :] if ln.startswith(indent) else ln)
+            for n, ln in enumerate(lines[i + 1 : j], start=i + 1)
+        ]
         if info in INFOS:
             commands: list[tuple[int, str]] = []
             pending: tuple[int, str] | None = None
@@ -144,7 +190,9 @@ def top_level_paths() -> list[str]:
 def in_checkout(commands: list[str], tops: list[str]) -> bool:
     for c in commands:
         for word in re.split(r"[\s<>|;&()\"'=]+", c):
-            if word == "make" or any(word == t or word.startswith(t + "/") or word.startswith("./" + t + "/") for t in tops):
+            if word == "make" or any(
+                word == t or word.startswith(t + "/") or word.startswith("./" + t + "/") for t in tops
+            ):
                 return True
     return False
 
@@ -177,8 +225,9 @@ docs_covered() {{  # STEP: the line is what .ci/run's STEP runs; it must be ther
 """
 
 
-def run_block(page: Path, commands: list[tuple[int, str]], env: dict[str, str], cwd: Path, tmp: Path,
-              server_port: int) -> list[tuple[bool, str, str]]:
+def run_block(
+    page: Path, commands: list[tuple[int, str]], env: dict[str, str], cwd: Path, tmp: Path, server_port: int
+) -> list[tuple[bool, str, str]]:
     """Runs a block's commands in one bash; returns (ok, label, detail) per command."""
     script = ["set -eo pipefail", prelude(tmp)]
     labels = []
@@ -205,7 +254,9 @@ def run_block(page: Path, commands: list[tuple[int, str]], env: dict[str, str], 
         mapped = f"  [mapped: {notes[0]}]" if notes else ""
         detail = ""
         if not ok and k == last:
-            tail = (p.stdout.decode(errors="replace") + "\n" + re.sub(r"^@@docs-shell.*\n", "", err, flags=re.M)).strip()
+            tail = (
+                p.stdout.decode(errors="replace") + "\n" + re.sub(r"^@@docs-shell.*\n", "", err, flags=re.M)
+            ).strip()
             detail = "\n     ".join(tail.splitlines()[-20:]) + f"\n     (exit {p.returncode})"
         elif not ok:
             detail = "not reached"
@@ -222,7 +273,9 @@ def main() -> None:
     parser.add_argument("--app", help="an APP with the npm tarball and a .venv with the wheel installed")
     args = parser.parse_args()
     dist = Path(args.dist).resolve()
-    version = re.search(r'^\[package\]\n(?:[^\[]*?\n)?version\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
+    version = re.search(
+        r'^\[package\]\n(?:[^\[]*?\n)?version\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M
+    ).group(1)  # type: ignore[union-attr]
     results: list[tuple[bool, str]] = []
 
     def report(ok: bool, what: str, detail: str = "") -> None:
@@ -247,8 +300,20 @@ def main() -> None:
         # A git repository of this checkout's files (committed or not, .gitignore applied), for the
         # VCS installs: a clone of the public repository, as far as pip and cargo can tell.
         repo = tmp / "repo.git"
-        git = ["git", "-c", "user.name=docs-shell", "-c", "user.email=docs-shell@localhost", f"--git-dir={repo}", f"--work-tree={ROOT}"]
-        for step in (["git", "init", "-q", "--bare", str(repo)], git + ["add", "-A"], git + ["commit", "-q", "-m", "the checkout's files"]):
+        git = [
+            "git",
+            "-c",
+            "user.name=docs-shell",
+            "-c",
+            "user.email=docs-shell@localhost",
+            f"--git-dir={repo}",
+            f"--work-tree={ROOT}",
+        ]
+        for step in (
+            ["git", "init", "-q", "--bare", str(repo)],
+            git + ["add", "-A"],
+            git + ["commit", "-q", "-m", "the checkout's files"],
+        ):
             subprocess.run(step, check=True, capture_output=True)
         # APP: a user's project, with the repository cloned next to it.
         app = Path(args.app).resolve() if args.app else tmp / "app"
@@ -256,16 +321,38 @@ def main() -> None:
         if not (app.parent / "redis-throttle").exists():
             (app.parent / "redis-throttle").symlink_to(ROOT)
         venv = app / ".venv"
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV") and not k.startswith("npm_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "NODE_PATH", "VIRTUAL_ENV") and not k.startswith("npm_")
+        }
         env["PATH"] = os.pathsep.join([str(bin_dir), str(venv / "bin"), env.get("PATH", "")])
-        env.update(npm_config_yes="false", npm_config_update_notifier="false", PIP_DISABLE_PIP_VERSION_CHECK="1",
-                   DOCS_DIST=str(dist), DOCS_VERSION=version, DOCS_ROOT=str(ROOT), DOCS_REPO=str(repo),
-                   DOCS_TMP=str(tmp), DOCS_REDIS_CLI=real_cli)
-        setup = [] if args.app else [
-            ([sys.executable, "-m", "venv", str(venv)], "a venv"),
-            ([str(venv / "bin/pip"), "install", "-q", str(dist / f"redis_throttle-{version}-py3-none-any.whl")], "the wheel, into it"),
-            (["npm", "install", "--no-audit", "--no-fund", str(dist / f"redis-throttle-js-{version}.tgz")], "the npm tarball"),
-        ]
+        env.update(
+            npm_config_yes="false",
+            npm_config_update_notifier="false",
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            DOCS_DIST=str(dist),
+            DOCS_VERSION=version,
+            DOCS_ROOT=str(ROOT),
+            DOCS_REPO=str(repo),
+            DOCS_TMP=str(tmp),
+            DOCS_REDIS_CLI=real_cli,
+        )
+        setup = (
+            []
+            if args.app
+            else [
+                ([sys.executable, "-m", "venv", str(venv)], "a venv"),
+                (
+                    [str(venv / "bin/pip"), "install", "-q", str(dist / f"redis_throttle-{version}-py3-none-any.whl")],
+                    "the wheel, into it",
+                ),
+                (
+                    ["npm", "install", "--no-audit", "--no-fund", str(dist / f"redis-throttle-js-{version}.tgz")],
+                    "the npm tarball",
+                ),
+            ]
+        )
         setup.append((["cargo", "init", "-q", "--lib", "--name", "docs_app", "--vcs", "none"], "a Cargo project"))
         for artifact in dist.iterdir():
             shutil.copy2(artifact, app / artifact.name)
@@ -282,12 +369,31 @@ def main() -> None:
                     continue
                 port = free_port()
                 log = open(tmp / f"server-{port}.log", "wb")
-                server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                           "--appendonly", "no", "--dir", str(tmp), "--loadmodule", str(module)],
-                                          stdout=log, stderr=subprocess.STDOUT)
+                server = subprocess.Popen(
+                    [
+                        "redis-server",
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        str(tmp),
+                        "--loadmodule",
+                        str(module),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
                 servers.append(server)
                 for _ in range(200):
-                    if subprocess.run([real_cli, "-p", str(port), "PING"], capture_output=True).stdout.strip() == b"PONG":
+                    if (
+                        subprocess.run([real_cli, "-p", str(port), "PING"], capture_output=True).stdout.strip()
+                        == b"PONG"
+                    ):
                         break
                     time.sleep(0.05)
                 texts = [c for _, c in commands]
@@ -309,8 +415,11 @@ def main() -> None:
                 server.terminate()
                 server.wait()
         for pattern, _replacement, reason in MAPPED:
-            report(pattern in USED, f"the mapping for {reason.split(':')[0]!r} matches a line of the docs",
-                   f"no line matches {pattern}: remove the rule")
+            report(
+                pattern in USED,
+                f"the mapping for {reason.split(':')[0]!r} matches a line of the docs",
+                f"no line matches {pattern}: remove the rule",
+            )
     finally:
         for s in servers:
             if s.poll() is None:

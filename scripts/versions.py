@@ -51,7 +51,10 @@ def workspace_version() -> str:
 def crates(version: str) -> None:
     out = subprocess.run(
         ["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     meta = json.loads(out)
     members = set(meta["workspace_members"])
@@ -73,7 +76,7 @@ def node(version: str) -> None:
     lock = json.loads(read("clients/node/package-lock.json"))
     check(lock.get("version") == version, f"clients/node/package-lock.json version {lock.get('version')}")
     root = lock.get("packages", {}).get("", {})
-    check(root.get("version") == version, f"clients/node/package-lock.json packages[\"\"] version {root.get('version')}")
+    check(root.get("version") == version, f'clients/node/package-lock.json packages[""] version {root.get("version")}')
 
 
 def python(version: str) -> None:
@@ -111,22 +114,27 @@ def twin(version: str) -> None:
             continue
         break
     stated = re.findall(r"(?:\bversion|redis-throttle)\W{0,3}(" + SEMVER + ")", "\n".join(header), re.I)
-    check(bool(stated) and all(v == version for v in stated),
-          f"functions/throttle.lua header states version {', '.join(stated) or '(none)'}")
+    check(
+        bool(stated) and all(v == version for v in stated),
+        f"functions/throttle.lua header states version {', '.join(stated) or '(none)'}",
+    )
     literal = re.findall(r"^\s*local\s+VERSION\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
     check(literal == [version], f"functions/throttle.lua: local VERSION = {', '.join(literal) or '(none)'}")
     # cl_version: registered read-only (FCALL_RO), replying the version (scripts/dist-test.py calls it).
     registered = re.search(r"function_name\s*=\s*['\"]cl_version['\"]", text) or re.search(
-        r"register(?:_function)?\(\s*['\"]cl_version['\"]", text)
+        r"register(?:_function)?\(\s*['\"]cl_version['\"]", text
+    )
     check(bool(registered), "functions/throttle.lua registers cl_version")
     if registered:
-        near = text[max(0, registered.start() - 400):registered.end() + 400]
+        near = text[max(0, registered.start() - 400) : registered.end() + 400]
         check("no-writes" in near, "cl_version is registered with flags = { 'no-writes' }")
 
 
 def docker(version: str) -> None:
     labels = re.findall(r'org\.opencontainers\.image\.version="?([^"\s]+)"?', read("docker/Dockerfile"))
-    check(labels == [version], f"docker/Dockerfile LABEL org.opencontainers.image.version {', '.join(labels) or '(none)'}")
+    check(
+        labels == [version], f"docker/Dockerfile LABEL org.opencontainers.image.version {', '.join(labels) or '(none)'}"
+    )
 
 
 def docs(version: str) -> None:
@@ -134,7 +142,8 @@ def docs(version: str) -> None:
     pages += sorted(glob.glob(os.path.join(ROOT, "docs/src/**/*.md"), recursive=True))
     pattern = re.compile(
         r"redis-throttle-(" + SEMVER + r")-(?:x86_64|aarch64)-linux-gnu|redis-throttle-js-(" + SEMVER + r")\.tgz"
-        r"|redis_throttle-(" + SEMVER + r")(?:-py3|\.tar\.gz)")
+        r"|redis_throttle-(" + SEMVER + r")(?:-py3|\.tar\.gz)"
+    )
     shown, wrong = 0, []
     for page in pages:
         with open(page, encoding="utf-8") as f:
@@ -144,7 +153,10 @@ def docs(version: str) -> None:
                     named = next(g for g in m.groups() if g)
                     if named != version:
                         wrong.append(f"{os.path.relpath(page, ROOT)}:{n} {m.group(0)}")
-    check(not wrong, f"the docs name artifacts of this version only ({shown} mentions{': ' if wrong else ''}{', '.join(wrong)})")
+    check(
+        not wrong,
+        f"the docs name artifacts of this version only ({shown} mentions{': ' if wrong else ''}{', '.join(wrong)})",
+    )
 
 
 def dist(version: str, folder: str) -> None:

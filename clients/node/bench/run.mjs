@@ -43,13 +43,15 @@ const userOf = (req) => req.headers['x-user'] ?? req.ip;
 async function commandStats(c) {
   const info = String(await c.sendCommand(['INFO', 'commandstats']));
   const stats = new Map();
-  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) if (!['info', 'config'].includes(m[1])) stats.set(m[1], [Number(m[2]), Number(m[3])]);
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm))
+    if (!['info', 'config'].includes(m[1])) stats.set(m[1], [Number(m[2]), Number(m[3])]);
   return stats;
 }
 const usecOf = (stats) => [...stats.values()].reduce((sum, [, usec]) => sum + usec, 0);
 // BENCH_DETAIL=1: what each case sent, per request (calls and µs of each command).
 const detail = (before, after) =>
-  [...after].map(([name, [calls, usec]]) => [name, calls - (before.get(name)?.[0] ?? 0), usec - (before.get(name)?.[1] ?? 0)])
+  [...after]
+    .map(([name, [calls, usec]]) => [name, calls - (before.get(name)?.[0] ?? 0), usec - (before.get(name)?.[1] ?? 0)])
     .filter(([, calls]) => calls > 0)
     .map(([name, calls, usec]) => `${name} ${(calls / N).toFixed(2)}/req ${(usec / calls).toFixed(2)} us`)
     .join(', ');
@@ -71,7 +73,10 @@ async function drive(url) {
   return N / ((performance.now() - t0) / 1000);
 }
 
-const listen = (app) => new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+const listen = (app) =>
+  new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
 
 async function expressApp(store) {
   const app = express();
@@ -82,23 +87,52 @@ async function expressApp(store) {
     r.status(500).end();
   });
   const s = await listen(app);
-  return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
+  return {
+    url: `http://127.0.0.1:${s.address().port}/`,
+    close: () =>
+      new Promise((r) => {
+        s.closeAllConnections();
+        s.close(() => r());
+      }),
+  };
 }
 
 async function rlfApp(limiter) {
   const app = express();
-  app.use((q, r, next) => limiter.consume(userOf(q)).then(() => next(), () => r.status(429).end()));
+  app.use((q, r, next) =>
+    limiter.consume(userOf(q)).then(
+      () => next(),
+      () => r.status(429).end(),
+    ),
+  );
   app.get('/', (_q, r) => r.send('ok'));
   const s = await listen(app);
-  return { url: `http://127.0.0.1:${s.address().port}/`, close: () => new Promise((r) => { s.closeAllConnections(); s.close(() => r()); }) };
+  return {
+    url: `http://127.0.0.1:${s.address().port}/`,
+    close: () =>
+      new Promise((r) => {
+        s.closeAllConnections();
+        s.close(() => r());
+      }),
+  };
 }
 
 async function nestApp(storage) {
-  class C { hello() { return 'ok'; } }
+  class C {
+    hello() {
+      return 'ok';
+    }
+  }
   Get()(C.prototype, 'hello', Object.getOwnPropertyDescriptor(C.prototype, 'hello'));
   Controller()(C);
   class M {}
-  Module({ imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: workload.limit }], storage, getTracker: userOf })], controllers: [C], providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }] })(M);
+  Module({
+    imports: [
+      ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: workload.limit }], storage, getTracker: userOf }),
+    ],
+    controllers: [C],
+    providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
+  })(M);
   const app = await NestFactory.create(M, { logger: false });
   await app.listen(0, '127.0.0.1');
   return { url: `http://127.0.0.1:${app.getHttpServer().address().port}/`, close: () => app.close() };
@@ -123,7 +157,8 @@ const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const floorModule = execFileSync('bash', [path.join(benchDir, '../../../bench/floor.sh')], { encoding: 'utf8' }).trim();
 const toFloor = (args) => (/^CL\./i.test(args[0]) ? ['FLOOR.TOUCH', args[1]] : args);
 const toAppendFloor = (args) => (/^CL\.WINDOW$/i.test(args[0]) ? ['FLOOR.APPEND', args[1]] : args);
-const toLogFloor = (args) => (args[0] === 'FCALL' && args[1] === 'cl_window' ? ['FCALL', 'floor_log', '1', args[3]] : args);
+const toLogFloor = (args) =>
+  args[0] === 'FCALL' && args[1] === 'cl_window' ? ['FCALL', 'floor_log', '1', args[3]] : args;
 // An ioredis client whose commands pass through `rewrite`: Throttle sends ioredis Command objects
 // (`sendCommand`), and `call` for commands without a key.
 const rewriting = (client, rewrite) =>
@@ -151,38 +186,155 @@ try {
   const nr = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
   for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
   const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
-  await admin.twin.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8')]);
-  const floor = { module: rewriting(io.module, toFloor), append: rewriting(io.module, toAppendFloor), log: rewriting(io.twin, toLogFloor) };
+  await admin.twin.sendCommand([
+    'FUNCTION',
+    'LOAD',
+    'REPLACE',
+    readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8'),
+  ]);
+  const floor = {
+    module: rewriting(io.module, toFloor),
+    append: rewriting(io.module, toAppendFloor),
+    log: rewriting(io.twin, toLogFloor),
+  };
   const cases = [
-    ['express-rate-limit', 'rate-limit-redis', 'module', () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
-    ['express-rate-limit', 'redis-throttle', 'module', () => expressApp(new RedisThrottleStore({ ...T, prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) }))],
-    ['express-rate-limit', 'redis-throttle', 'twin', () => expressApp(new RedisThrottleStore({ ...T, prefix: 'b:', sendCommand: (...a) => nr.twin.sendCommand(a) }))],
-    ['express-rate-limit', 'floor: FLOOR.TOUCH', 'module', () => expressApp(new RedisThrottleStore({ ...T, prefix: 'f:', sendCommand: (...a) => nr.module.sendCommand(toFloor(a)) }))],
-    ['rate-limiter-flexible', 'RateLimiterRedis', 'module', () => rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: workload.limit, duration: 60 }))],
-    ['rate-limiter-flexible', 'redis-throttle', 'module', () => rlfApp(new RateLimiterRedisThrottle({ ...T, storeClient: io.module, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
-    ['rate-limiter-flexible', 'redis-throttle', 'twin', () => rlfApp(new RateLimiterRedisThrottle({ ...T, storeClient: io.twin, keyPrefix: 'd', points: workload.limit, duration: 60 }))],
-    ['rate-limiter-flexible', 'floor: FLOOR.TOUCH', 'module', () => rlfApp(new RateLimiterRedisThrottle({ ...T, storeClient: floor.module, keyPrefix: 'f', points: workload.limit, duration: 60 }))],
-    ['@nestjs/throttler', '@nest-lab/throttler-storage-redis', 'module', () => nestApp(new ThrottlerStorageRedisService(io.module))],
+    [
+      'express-rate-limit',
+      'rate-limit-redis',
+      'module',
+      () => expressApp(new RedisStore({ prefix: 'a:', sendCommand: (...a) => nr.module.sendCommand(a) })),
+    ],
+    [
+      'express-rate-limit',
+      'redis-throttle',
+      'module',
+      () => expressApp(new RedisThrottleStore({ ...T, prefix: 'b:', sendCommand: (...a) => nr.module.sendCommand(a) })),
+    ],
+    [
+      'express-rate-limit',
+      'redis-throttle',
+      'twin',
+      () => expressApp(new RedisThrottleStore({ ...T, prefix: 'b:', sendCommand: (...a) => nr.twin.sendCommand(a) })),
+    ],
+    [
+      'express-rate-limit',
+      'floor: FLOOR.TOUCH',
+      'module',
+      () =>
+        expressApp(
+          new RedisThrottleStore({ ...T, prefix: 'f:', sendCommand: (...a) => nr.module.sendCommand(toFloor(a)) }),
+        ),
+    ],
+    [
+      'rate-limiter-flexible',
+      'RateLimiterRedis',
+      'module',
+      () =>
+        rlfApp(new RateLimiterRedis({ storeClient: io.module, keyPrefix: 'c', points: workload.limit, duration: 60 })),
+    ],
+    [
+      'rate-limiter-flexible',
+      'redis-throttle',
+      'module',
+      () =>
+        rlfApp(
+          new RateLimiterRedisThrottle({
+            ...T,
+            storeClient: io.module,
+            keyPrefix: 'd',
+            points: workload.limit,
+            duration: 60,
+          }),
+        ),
+    ],
+    [
+      'rate-limiter-flexible',
+      'redis-throttle',
+      'twin',
+      () =>
+        rlfApp(
+          new RateLimiterRedisThrottle({
+            ...T,
+            storeClient: io.twin,
+            keyPrefix: 'd',
+            points: workload.limit,
+            duration: 60,
+          }),
+        ),
+    ],
+    [
+      'rate-limiter-flexible',
+      'floor: FLOOR.TOUCH',
+      'module',
+      () =>
+        rlfApp(
+          new RateLimiterRedisThrottle({
+            ...T,
+            storeClient: floor.module,
+            keyPrefix: 'f',
+            points: workload.limit,
+            duration: 60,
+          }),
+        ),
+    ],
+    [
+      '@nestjs/throttler',
+      '@nest-lab/throttler-storage-redis',
+      'module',
+      () => nestApp(new ThrottlerStorageRedisService(io.module)),
+    ],
     ['@nestjs/throttler', 'redis-throttle', 'module', () => nestApp(new RedisThrottleStorage(io.module, T))],
     ['@nestjs/throttler', 'redis-throttle', 'twin', () => nestApp(new RedisThrottleStorage(io.twin, T))],
-    ['@nestjs/throttler', 'floor: FLOOR.TOUCH', 'module', () => nestApp(new RedisThrottleStorage(floor.module, { ...T, prefix: 'f:' }))],
-    ['@nestjs/throttler', 'floor: FLOOR.APPEND (exact window)', 'module', () => nestApp(new RedisThrottleStorage(floor.append, { ...T, prefix: 'g:' }))],
-    ['@nestjs/throttler', 'floor: floor_log (exact window)', 'twin', () => nestApp(new RedisThrottleStorage(floor.log, { ...T, prefix: 'f:' }))],
-    ['@nestjs/throttler', 'redis-throttle (counter)', 'module', () => nestApp(new RedisThrottleStorage(io.module, { ...T, algorithm: 'counter', prefix: 'e:' }))],
-    ['@nestjs/throttler', 'redis-throttle (counter)', 'twin', () => nestApp(new RedisThrottleStorage(io.twin, { ...T, algorithm: 'counter', prefix: 'e:' }))],
+    [
+      '@nestjs/throttler',
+      'floor: FLOOR.TOUCH',
+      'module',
+      () => nestApp(new RedisThrottleStorage(floor.module, { ...T, prefix: 'f:' })),
+    ],
+    [
+      '@nestjs/throttler',
+      'floor: FLOOR.APPEND (exact window)',
+      'module',
+      () => nestApp(new RedisThrottleStorage(floor.append, { ...T, prefix: 'g:' })),
+    ],
+    [
+      '@nestjs/throttler',
+      'floor: floor_log (exact window)',
+      'twin',
+      () => nestApp(new RedisThrottleStorage(floor.log, { ...T, prefix: 'f:' })),
+    ],
+    [
+      '@nestjs/throttler',
+      'redis-throttle (counter)',
+      'module',
+      () => nestApp(new RedisThrottleStorage(io.module, { ...T, algorithm: 'counter', prefix: 'e:' })),
+    ],
+    [
+      '@nestjs/throttler',
+      'redis-throttle (counter)',
+      'twin',
+      () => nestApp(new RedisThrottleStorage(io.twin, { ...T, algorithm: 'counter', prefix: 'e:' })),
+    ],
     ['@fastify/rate-limit', 'its Redis store', 'module', () => fastifyApp({ redis: io.module })],
     ['@fastify/rate-limit', 'redis-throttle', 'module', () => fastifyApp({ store: redisThrottleStore(io.module, T) })],
     ['@fastify/rate-limit', 'redis-throttle', 'twin', () => fastifyApp({ store: redisThrottleStore(io.twin, T) })],
-    ['@fastify/rate-limit', 'floor: FLOOR.TOUCH', 'module', () => fastifyApp({ store: redisThrottleStore(floor.module, { ...T, nameSpace: 'f-' }) })],
+    [
+      '@fastify/rate-limit',
+      'floor: FLOOR.TOUCH',
+      'module',
+      () => fastifyApp({ store: redisThrottleStore(floor.module, { ...T, nameSpace: 'f-' }) }),
+    ],
   ];
   // BENCH_ONLY=<text>: only the cases whose host library contains it (e.g. nestjs).
-  if (process.env.BENCH_ONLY) cases.splice(0, cases.length, ...cases.filter(([host]) => host.includes(process.env.BENCH_ONLY)));
+  if (process.env.BENCH_ONLY)
+    cases.splice(0, cases.length, ...cases.filter(([host]) => host.includes(process.env.BENCH_ONLY)));
   // Rounds over every case, keeping each case's lowest CPU and highest rate: on a shared machine
   // the noise only ever adds time.
   for (const [name, w] of Object.entries(WORKLOADS)) {
     workload = w;
     const first = rows.length;
-    for (const [host, store, server] of cases) rows.push({ workload: name, host, store, server, cpu: Infinity, rps: 0 });
+    for (const [host, store, server] of cases)
+      rows.push({ workload: name, host, store, server, cpu: Infinity, rps: 0 });
     for (let round = 0; round < ROUNDS; round++) {
       for (const [i, [host, store, server, make]] of cases.entries()) {
         const app = await make();
@@ -196,7 +348,9 @@ try {
         const row = rows[first + i];
         row.cpu = Math.min(row.cpu, usec / N);
         row.rps = Math.max(row.rps, rps);
-        console.error(`${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`);
+        console.error(
+          `${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`,
+        );
       }
     }
   }
@@ -212,12 +366,15 @@ try {
 // twin. The twin's fixed window sends plain commands, which have no floor command of their own.
 const floorOf = (r) => {
   if (!r.store.startsWith('redis-throttle')) return undefined;
-  const same = (name, server) => rows.find((x) => x.workload === r.workload && x.host === r.host && x.store === name && x.server === server);
+  const same = (name, server) =>
+    rows.find((x) => x.workload === r.workload && x.host === r.host && x.store === name && x.server === server);
   const window = r.host === '@nestjs/throttler' && r.store === 'redis-throttle';
   if (r.server === 'twin') return window ? same('floor: floor_log (exact window)', 'twin') : undefined;
   return same(window ? 'floor: FLOOR.APPEND (exact window)' : 'floor: FLOOR.TOUCH', 'module');
 };
-console.log(`| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | requests/s |`);
+console.log(
+  `| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | requests/s |`,
+);
 console.log(`|---|---|---|---|---|---|---|---|`);
 let base;
 for (const r of rows) {
@@ -225,6 +382,8 @@ for (const r of rows) {
   const ratio = r === base ? '1' : `${(r.cpu / base.cpu).toFixed(2)}×`;
   const floor = floorOf(r);
   const vsFloor = floor ? `${(r.cpu / floor.cpu).toFixed(2)}×` : '—';
-  console.log(`| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${vsFloor} | ${r.rps.toFixed(0)} |`);
+  console.log(
+    `| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${vsFloor} | ${r.rps.toFixed(0)} |`,
+  );
 }
 process.exit(0);

@@ -5,7 +5,9 @@ import { copyFileSync, existsSync } from 'node:fs';
 
 const source = new URL('../../../LICENSE', import.meta.url);
 if (!existsSync(source)) {
-  console.error(`redis-throttle-js: ${source.pathname} not found: the package is packed from a checkout of the repository (its LICENSE and clients/node/)`);
+  console.error(
+    `redis-throttle-js: ${source.pathname} not found: the package is packed from a checkout of the repository (its LICENSE and clients/node/)`,
+  );
   process.exit(1);
 }
 copyFileSync(source, new URL('../LICENSE', import.meta.url));

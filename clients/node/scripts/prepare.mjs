@@ -15,16 +15,29 @@ const run = (args) => {
 };
 
 const mtime = (p) => (existsSync(p) ? statSync(p).mtimeMs : Infinity);
-const files = (d) => readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(path.join(d, e.name)) : [path.join(d, e.name)]));
-const inputs = [...files(path.join(dir, 'src')), ...files(path.join(dir, 'scripts')), ...['package.json', 'tsconfig.json', 'tsconfig.cjs.json', '../../functions/throttle.lua'].map((f) => path.join(dir, f))];
+const files = (d) =>
+  readdirSync(d, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? files(path.join(d, e.name)) : [path.join(d, e.name)],
+  );
+const inputs = [
+  ...files(path.join(dir, 'src')),
+  ...files(path.join(dir, 'scripts')),
+  ...['package.json', 'tsconfig.json', 'tsconfig.cjs.json', '../../functions/throttle.lua'].map((f) =>
+    path.join(dir, f),
+  ),
+];
 // dist/throttle.lua is written last by the build (scripts/twin.mjs).
-const built = existsSync(path.join(dir, 'dist/throttle.lua')) ? statSync(path.join(dir, 'dist/throttle.lua')).mtimeMs : -Infinity;
+const built = existsSync(path.join(dir, 'dist/throttle.lua'))
+  ? statSync(path.join(dir, 'dist/throttle.lua')).mtimeMs
+  : -Infinity;
 if (inputs.every((f) => mtime(f) <= built)) {
   console.error('redis-throttle-js: dist/ is up to date');
   process.exit(0);
 }
 if (!existsSync(path.join(dir, 'node_modules/typescript/package.json'))) {
-  console.error('redis-throttle-js: building from source: installing the build tools first (npm ci --ignore-scripts in clients/node)');
+  console.error(
+    'redis-throttle-js: building from source: installing the build tools first (npm ci --ignore-scripts in clients/node)',
+  );
   run(['ci', '--ignore-scripts', '--no-audit', '--no-fund']);
 }
 run(['run', 'build']);

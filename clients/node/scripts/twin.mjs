@@ -6,7 +6,9 @@ import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 const source = new URL('../../../functions/throttle.lua', import.meta.url);
 if (!existsSync(source)) {
-  console.error(`redis-throttle-js: ${source.pathname} not found: the package is built from a checkout of the repository (its functions/ and clients/node/)`);
+  console.error(
+    `redis-throttle-js: ${source.pathname} not found: the package is built from a checkout of the repository (its functions/ and clients/node/)`,
+  );
   process.exit(1);
 }
 const bytes = readFileSync(source);
@@ -18,7 +20,10 @@ if (!Buffer.from(library, 'utf8').equals(bytes) || !library.startsWith('#!lua na
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
 const values = `LIBRARY = ${JSON.stringify(library)};\n`;
 const header = '// Written by scripts/twin.mjs from functions/throttle.lua and package.json.\n';
-writeFileSync(new URL('../dist/esm/library.js', import.meta.url), `${header}export const VERSION = ${JSON.stringify(version)};\nexport const ${values}`);
+writeFileSync(
+  new URL('../dist/esm/library.js', import.meta.url),
+  `${header}export const VERSION = ${JSON.stringify(version)};\nexport const ${values}`,
+);
 writeFileSync(
   new URL('../dist/cjs/library.js', import.meta.url),
   `"use strict";\n${header}Object.defineProperty(exports, "__esModule", { value: true });\nexports.VERSION = ${JSON.stringify(version)};\nexports.${values}`,

@@ -7,7 +7,13 @@ export type Algorithm = 'counter' | 'window' | 'gcra';
 export const MAX_WINDOW_MS = 1_000_000_000_000;
 
 /** `limit` units per `windowMs` as one limiter of the chosen algorithm. */
-export function limiter(algorithm: Algorithm, key: string, limit: number | bigint, windowMs: number, quantity?: number): Limiter {
+export function limiter(
+  algorithm: Algorithm,
+  key: string,
+  limit: number | bigint,
+  windowMs: number,
+  quantity?: number,
+): Limiter {
   // Values go to the server as they are: a limit or window it refuses gets its own error.
   const q = quantity === undefined ? {} : { quantity };
   switch (algorithm) {
@@ -17,9 +23,18 @@ export function limiter(algorithm: Algorithm, key: string, limit: number | bigin
       return { key, algorithm: 'window', limit, windowMs, ...q };
     case 'gcra':
       // limit at once (max_burst = limit - 1), refilling limit per windowMs.
-      return { key, algorithm: 'throttle', maxBurst: typeof limit === 'bigint' ? limit - 1n : limit - 1, count: limit, periodMs: windowMs, ...q };
+      return {
+        key,
+        algorithm: 'throttle',
+        maxBurst: typeof limit === 'bigint' ? limit - 1n : limit - 1,
+        count: limit,
+        periodMs: windowMs,
+        ...q,
+      };
     default:
-      throw new RangeError(`redis-throttle: algorithm must be 'counter', 'window' or 'gcra', got ${JSON.stringify(algorithm)}`);
+      throw new RangeError(
+        `redis-throttle: algorithm must be 'counter', 'window' or 'gcra', got ${JSON.stringify(algorithm)}`,
+      );
   }
 }
 
@@ -42,7 +57,11 @@ export function refund(l: Limiter, units: number): Limiter {
 export function plainCounter(limit: number | bigint, windowMs: number, quantity = 1): boolean {
   const whole = (v: number | bigint, lo: number, hi: number): boolean =>
     typeof v === 'bigint' ? v >= BigInt(lo) && v <= BigInt(hi) : Number.isSafeInteger(v) && v >= lo && v <= hi;
-  return whole(limit, 1, Number.MAX_SAFE_INTEGER) && whole(windowMs, 1, MAX_WINDOW_MS) && whole(quantity, 1, Number.MAX_SAFE_INTEGER);
+  return (
+    whole(limit, 1, Number.MAX_SAFE_INTEGER) &&
+    whole(windowMs, 1, MAX_WINDOW_MS) &&
+    whole(quantity, 1, Number.MAX_SAFE_INTEGER)
+  );
 }
 
 /**
@@ -66,7 +85,10 @@ export function longestWindow(windowMs: number, what: string): number {
   if (windowMs <= MAX_WINDOW_MS) return windowMs;
   if (!warned) {
     warned = true;
-    process.emitWarning(`redis-throttle: ${what} ${windowMs} ms is longer than the commands take: ${MAX_WINDOW_MS} ms (31.7 years) is used`, 'RedisThrottleWarning');
+    process.emitWarning(
+      `redis-throttle: ${what} ${windowMs} ms is longer than the commands take: ${MAX_WINDOW_MS} ms (31.7 years) is used`,
+      'RedisThrottleWarning',
+    );
   }
   return MAX_WINDOW_MS;
 }

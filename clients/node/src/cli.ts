@@ -12,7 +12,14 @@
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
-import { clusterPrimaries, loadTwinOn, twinLibrary, TwinDowngradeError, type TwinNode, type TwinReport } from './twin.js';
+import {
+  clusterPrimaries,
+  loadTwinOn,
+  twinLibrary,
+  TwinDowngradeError,
+  type TwinNode,
+  type TwinReport,
+} from './twin.js';
 
 const USAGE = `Usage:
   npx redis-throttle-js twin load [URL] [--cluster] [--force] [--json] [--cacert FILE] [--insecure]
@@ -186,7 +193,15 @@ interface Options {
 }
 
 function options(argv: string[]): Options {
-  const o: Options = { command: 'help', url: 'redis://127.0.0.1:6379', cluster: false, force: false, json: false, cacert: undefined, insecure: false };
+  const o: Options = {
+    command: 'help',
+    url: 'redis://127.0.0.1:6379',
+    cluster: false,
+    force: false,
+    json: false,
+    cacert: undefined,
+    insecure: false,
+  };
   const words: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] as string;
@@ -220,9 +235,13 @@ function target(url: string, o: Options): Target {
   } catch {
     throw new UsageError(`not a URL: ${JSON.stringify(url)} (redis://HOST:PORT)`);
   }
-  const auth = { username: u.username ? decodeURIComponent(u.username) : undefined, password: u.password ? decodeURIComponent(u.password) : undefined };
+  const auth = {
+    username: u.username ? decodeURIComponent(u.username) : undefined,
+    password: u.password ? decodeURIComponent(u.password) : undefined,
+  };
   if (u.protocol === 'unix:') return { host: '', port: 0, path: decodeURIComponent(u.pathname), ...auth };
-  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') throw new UsageError(`unsupported scheme ${u.protocol} (redis:, rediss: or unix:)`);
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:')
+    throw new UsageError(`unsupported scheme ${u.protocol} (redis:, rediss: or unix:)`);
   const host = u.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1';
   const t: Target = { host, port: u.port ? Number(u.port) : 6379, ...auth };
   if (u.protocol === 'rediss:') t.tls = tlsOptions(host, o);
@@ -267,14 +286,17 @@ async function load(o: Options): Promise<TwinReport> {
     const isCluster = /^cluster_enabled:1/m.test(info) || o.cluster;
     let nodes: TwinNode[];
     if (!isCluster) {
-      if (/^role:slave/m.test(info)) throw new Error(`${name(seed)} is a replica: load the twin on its primary (replicas receive it from there)`);
+      if (/^role:slave/m.test(info))
+        throw new Error(`${name(seed)} is a replica: load the twin on its primary (replicas receive it from there)`);
       nodes = [{ name: name(seed), send: (args) => first.send(args) }];
     } else {
       let listed: string;
       try {
         listed = String(await first.send(['CLUSTER', 'NODES']));
       } catch (e) {
-        throw new Error(`${name(seed)}: CLUSTER NODES: ${(e as Error).message}${o.cluster ? ' (--cluster was given: is it a cluster node?)' : ''}`);
+        throw new Error(
+          `${name(seed)}: CLUSTER NODES: ${(e as Error).message}${o.cluster ? ' (--cluster was given: is it a cluster node?)' : ''}`,
+        );
       }
       nodes = [];
       for (const p of clusterPrimaries(listed)) {
@@ -292,10 +314,17 @@ async function load(o: Options): Promise<TwinReport> {
 }
 
 function print(report: TwinReport): string {
-  const lines = [`redis-throttle-js: the Functions twin ${report.version} on ${report.nodes.length === 1 ? '1 server' : `${report.nodes.length} primaries`}:`];
+  const lines = [
+    `redis-throttle-js: the Functions twin ${report.version} on ${report.nodes.length === 1 ? '1 server' : `${report.nodes.length} primaries`}:`,
+  ];
   const width = Math.max(...report.nodes.map((n) => n.node.length));
   for (const n of report.nodes) {
-    const was = n.before === null ? 'no library before' : n.action === 'unchanged' ? 'the same library was there' : `was ${n.before}`;
+    const was =
+      n.before === null
+        ? 'no library before'
+        : n.action === 'unchanged'
+          ? 'the same library was there'
+          : `was ${n.before}`;
     lines.push(`  ${n.node.padEnd(width)}  ${n.action.padEnd(10)}  ${n.after ?? '(no version)'}  (${was})`);
   }
   return lines.join('\n');

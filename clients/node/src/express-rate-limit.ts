@@ -16,7 +16,11 @@ import { type Decision, type Limiter, Throttle } from './throttle.js';
 
 type Reply = unknown;
 export type SendCommandFn = (...args: string[]) => Promise<Reply>;
-export type SendCommandClusterFn = (details: { key?: string; isReadOnly: boolean; command: string[] }) => Promise<Reply>;
+export type SendCommandClusterFn = (details: {
+  key?: string;
+  isReadOnly: boolean;
+  command: string[];
+}) => Promise<Reply>;
 
 export interface RedisThrottleStoreOptions {
   /** As rate-limit-redis: `(...args) => client.sendCommand(args)` (node-redis) or `(cmd, ...args) => client.call(cmd, ...args)` (ioredis). */
@@ -52,7 +56,9 @@ const PROBE = 'redis-throttle:key-prefix-probe';
  * keys of the commands it knows (EVAL, FCALL, SET, DEL…) and not those of CL.*, so the store
  * prefixes CL.*'s keys itself and every key carries the prefix exactly once.
  */
-function prefixing(send: (key: string | undefined, args: string[]) => Promise<Reply>): (key: string | undefined, args: string[]) => Promise<Reply> {
+function prefixing(
+  send: (key: string | undefined, args: string[]) => Promise<Reply>,
+): (key: string | undefined, args: string[]) => Promise<Reply> {
   let prefix: Promise<string> | undefined;
   const ask = (): Promise<string> => {
     const p = send(PROBE, ['EVAL', 'return KEYS[1]', '1', PROBE]).then(
@@ -62,7 +68,12 @@ function prefixing(send: (key: string | undefined, args: string[]) => Promise<Re
       },
       (e: unknown) => {
         // A server that refuses EVAL (an ACL, a proxy) answers: no client prefix can be seen.
-        if (e instanceof Error && /^[A-Z]+ /.test(e.message) && !/^(LOADING|BUSY|TRYAGAIN|MASTERDOWN|CLUSTERDOWN) /.test(e.message)) return '';
+        if (
+          e instanceof Error &&
+          /^[A-Z]+ /.test(e.message) &&
+          !/^(LOADING|BUSY|TRYAGAIN|MASTERDOWN|CLUSTERDOWN) /.test(e.message)
+        )
+          return '';
         prefix = undefined;
         throw e;
       },
@@ -101,23 +112,35 @@ export class RedisThrottleStore {
   #trackOwed = false;
 
   constructor(options: RedisThrottleStoreOptions) {
-    if (typeof options !== 'object' || options === null) throw new TypeError('redis-throttle: RedisThrottleStore needs an options object');
+    if (typeof options !== 'object' || options === null)
+      throw new TypeError('redis-throttle: RedisThrottleStore needs an options object');
     const { sendCommand, sendCommandCluster } = options;
     if ((sendCommand === undefined) === (sendCommandCluster === undefined)) {
-      throw new TypeError('redis-throttle: give RedisThrottleStore either sendCommand or sendCommandCluster (not both)');
+      throw new TypeError(
+        'redis-throttle: give RedisThrottleStore either sendCommand or sendCommandCluster (not both)',
+      );
     }
     const send = prefixing(
       sendCommand
         ? (_key, args) => sendCommand(...args)
-        : (key, args) => (sendCommandCluster as SendCommandClusterFn)({ ...(key === undefined ? {} : { key }), isReadOnly: false, command: args }),
+        : (key, args) =>
+            (sendCommandCluster as SendCommandClusterFn)({
+              ...(key === undefined ? {} : { key }),
+              isReadOnly: false,
+              command: args,
+            }),
     );
     const client = sendCommand
       ? { sendCommand: (args: string[]) => send(args[0] === 'FCALL' ? args[3] : args[1], args) }
-      : { masters: [], sendCommand: (key: string | undefined, _isReadOnly: boolean, args: string[]) => send(key, args) };
+      : {
+          masters: [],
+          sendCommand: (key: string | undefined, _isReadOnly: boolean, args: string[]) => send(key, args),
+        };
     this.#throttle = new Throttle(client, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
     this.prefix = options.prefix ?? 'rl:';
     this.#algorithm = options.algorithm ?? 'counter';
-    if (options.limit !== undefined && typeof options.limit !== 'number') throw new TypeError('redis-throttle: RedisThrottleStore `limit` must be a number');
+    if (options.limit !== undefined && typeof options.limit !== 'number')
+      throw new TypeError('redis-throttle: RedisThrottleStore `limit` must be a number');
     this.#storeLimit = options.limit;
     this.#cluster = sendCommandCluster !== undefined;
     limiter(this.#algorithm, 'x', 1, 1); // rejects an unknown algorithm now
@@ -126,13 +149,17 @@ export class RedisThrottleStore {
   /** express-rate-limit passes its options: `windowMs` and `limit`. */
   init(options: { windowMs: number; limit?: unknown; max?: unknown; skipFailedRequests?: boolean }): void {
     const w = options.windowMs;
-    if (typeof w !== 'number' || Number.isNaN(w)) throw new TypeError(`redis-throttle: express-rate-limit's windowMs must be a number of ms, got ${String(w)}`);
+    if (typeof w !== 'number' || Number.isNaN(w))
+      throw new TypeError(`redis-throttle: express-rate-limit's windowMs must be a number of ms, got ${String(w)}`);
     this.#windowMs = w <= 0 ? 0 : w === Infinity ? Infinity : Math.ceil(w);
-    if ((this.#algorithm !== 'counter' || this.#cluster) && this.#windowMs > 0) this.#windowMs = longestWindow(this.#windowMs, "express-rate-limit's windowMs");
+    if ((this.#algorithm !== 'counter' || this.#cluster) && this.#windowMs > 0)
+      this.#windowMs = longestWindow(this.#windowMs, "express-rate-limit's windowMs");
     const l = options.limit ?? options.max;
     this.#fixed = typeof l === 'number' ? l : undefined;
     if (this.#fixed === undefined && this.#storeLimit === undefined && this.#algorithm !== 'counter') {
-      throw new TypeError("redis-throttle: express-rate-limit's limit is a function: give RedisThrottleStore a number `limit` for algorithm 'window' or 'gcra'");
+      throw new TypeError(
+        "redis-throttle: express-rate-limit's limit is a function: give RedisThrottleStore a number `limit` for algorithm 'window' or 'gcra'",
+      );
     }
     this.#trackOwed = options.skipFailedRequests === true;
     void this.#throttle.backend().catch(() => undefined);
@@ -162,13 +189,20 @@ export class RedisThrottleStore {
     const counter = n === Infinity || this.#algorithm === 'counter';
     if (!counter) return 'decide';
     const limit = n === Infinity ? COUNTER_MAX : n;
-    if (!this.#cluster && (!plainCounter(limit, this.#windowMs) || (await this.#throttle.backend()) === 'twin')) return 'count';
+    if (!this.#cluster && (!plainCounter(limit, this.#windowMs) || (await this.#throttle.backend()) === 'twin'))
+      return 'count';
     return n === Infinity ? 'tally' : 'decide';
   }
 
   #limiter(key: string, quantity?: number): Limiter {
     const n = this.#admits();
-    return limiter(n === Infinity ? 'counter' : this.#algorithm, this.prefix + key, n === Infinity ? COUNTER_MAX : n, this.#windowMs, quantity);
+    return limiter(
+      n === Infinity ? 'counter' : this.#algorithm,
+      this.prefix + key,
+      n === Infinity ? COUNTER_MAX : n,
+      this.#windowMs,
+      quantity,
+    );
   }
 
   #count(key: string, quantity = 1): Promise<{ count: number; ttlMs: number }> {
@@ -188,7 +222,10 @@ export class RedisThrottleStore {
       const now = Date.now();
       const o = this.#owed.get(key);
       const until = now + Math.max(d.resetAfterMs, d.retryAfterMs, 0);
-      this.#owed.set(key, o && o.until > now ? { count: o.count + 1, until: Math.max(until, o.until) } : { count: 1, until });
+      this.#owed.set(
+        key,
+        o && o.until > now ? { count: o.count + 1, until: Math.max(until, o.until) } : { count: 1, until },
+      );
     }
     return this.#info(d);
   }
@@ -197,7 +234,11 @@ export class RedisThrottleStore {
     const ms = d.limited && d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
     // A denial took nothing. express-rate-limit denies when totalHits > its limit: with a number
     // limit that is the server's (limit + 1 is above it); with a function, whatever it returns.
-    const totalHits = !d.limited ? d.limit - d.remaining : this.#fixed !== undefined ? d.limit + 1 : Number.MAX_SAFE_INTEGER;
+    const totalHits = !d.limited
+      ? d.limit - d.remaining
+      : this.#fixed !== undefined
+        ? d.limit + 1
+        : Number.MAX_SAFE_INTEGER;
     return { totalHits, resetTime: new Date(Date.now() + (ms > 0 ? ms : this.#windowMs)) };
   }
 
@@ -231,7 +272,12 @@ export class RedisThrottleStore {
       await this.#count(key, -1);
       return;
     }
-    await this.#throttle.decide(refund(mode === 'count' ? limiter('counter', this.prefix + key, COUNTER_MAX, this.#windowMs) : this.#limiter(key), 1));
+    await this.#throttle.decide(
+      refund(
+        mode === 'count' ? limiter('counter', this.prefix + key, COUNTER_MAX, this.#windowMs) : this.#limiter(key),
+        1,
+      ),
+    );
   }
 
   async resetKey(key: string): Promise<void> {

@@ -76,7 +76,10 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && !Numbe
  * The class to pass as the plugin's `store` option, sending through `client` (node-redis (4.7 to 6) or
  * ioredis, standalone or cluster).
  */
-export function redisThrottleStore(client: object, options: FastifyStoreOptions = {}): new (pluginOptions: object) => FastifyRateLimitStore {
+export function redisThrottleStore(
+  client: object,
+  options: FastifyStoreOptions = {},
+): new (pluginOptions: object) => FastifyRateLimitStore {
   const throttle = new Throttle(client, options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs });
   const algorithm = options.algorithm ?? 'counter';
   limiter(algorithm, 'x', 1, 1);
@@ -95,10 +98,16 @@ export function redisThrottleStore(client: object, options: FastifyStoreOptions 
       this.exponentialBackoff = this.params.exponentialBackoff === true;
       this.prefix = prefix;
       if (this.exponentialBackoff && algorithm === 'window') {
-        throw new TypeError("redis-throttle: @fastify/rate-limit's exponentialBackoff needs algorithm 'counter' or 'gcra' (a window's block lasts one window)");
+        throw new TypeError(
+          "redis-throttle: @fastify/rate-limit's exponentialBackoff needs algorithm 'counter' or 'gcra' (a window's block lasts one window)",
+        );
       }
       // Up to version 9 the plugin leaves its callbacks null when not given; from 10 they are functions.
-      if (protocol === undefined && (this.params.onBanReach === null || this.params.onExceeding === null || this.params.onExceeded === null)) protocol = 'v9';
+      if (
+        protocol === undefined &&
+        (this.params.onBanReach === null || this.params.onExceeding === null || this.params.onExceeded === null)
+      )
+        protocol = 'v9';
     }
 
     /** The window (ms) and limit of a call, read as the plugin that made it passes them. */
@@ -136,7 +145,9 @@ export function redisThrottleStore(client: object, options: FastifyStoreOptions 
       let ttl = d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs > 0 ? d.resetAfterMs : timeWindow;
       const reset = Math.max(d.resetAfterMs, ttl);
       // This denial's number in the limiter's current window, counted on the server.
-      const denials = await throttle.tally(l.key, ':ban', reset, { extend: this.continueExceeding || this.exponentialBackoff });
+      const denials = await throttle.tally(l.key, ':ban', reset, {
+        extend: this.continueExceeding || this.exponentialBackoff,
+      });
       if (this.continueExceeding && d.retryAfterMs >= 0) ttl = await this.#extend(l, timeWindow);
       else if (this.exponentialBackoff && d.retryAfterMs >= 0) {
         const ms = Math.min(timeWindow * 2 ** (denials - 1), MAX_BACKOFF);
@@ -159,19 +170,27 @@ export function redisThrottleStore(client: object, options: FastifyStoreOptions 
       if (max <= 0) return this.#refused(key, tw, ban);
       if (!(tw > 0)) return { current: 1, ttl: 0 };
       const limit = max === Infinity ? Number.MAX_SAFE_INTEGER : max;
-      const timeWindow = algorithm === 'counter' ? Math.ceil(tw) : longestWindow(Math.ceil(tw), "@fastify/rate-limit's timeWindow");
+      const timeWindow =
+        algorithm === 'counter' ? Math.ceil(tw) : longestWindow(Math.ceil(tw), "@fastify/rate-limit's timeWindow");
       const l = limiter(algorithm, this.prefix + key, limit, timeWindow);
       // The fixed window with only the Functions twin (or beyond CL.COUNTER's range): plain
       // commands counting every hit, as the plugin's Redis store does (Throttle.hit); the plugin
       // compares the count with max (and derives `ban` from it).
       if (algorithm === 'counter' && (!plainCounter(limit, timeWindow) || (await throttle.backend()) === 'twin')) {
         const h = await throttle.hit(l.key, timeWindow);
-        if (h.count > max && this.continueExceeding) return { current: h.count, ttl: await this.#extend(l, timeWindow) };
-        if (h.count > max && this.exponentialBackoff) return { current: h.count, ttl: await this.#extend(l, Math.min(timeWindow * 2 ** (h.count - max - 1), MAX_BACKOFF)) };
+        if (h.count > max && this.continueExceeding)
+          return { current: h.count, ttl: await this.#extend(l, timeWindow) };
+        if (h.count > max && this.exponentialBackoff)
+          return {
+            current: h.count,
+            ttl: await this.#extend(l, Math.min(timeWindow * 2 ** (h.count - max - 1), MAX_BACKOFF)),
+          };
         return { current: h.count, ttl: h.ttlMs > 0 ? h.ttlMs : timeWindow };
       }
       const d = await throttle.decide(l);
-      return d.limited ? this.#denied(l, d, max, timeWindow, ban) : { current: d.limit - d.remaining, ttl: d.resetAfterMs };
+      return d.limited
+        ? this.#denied(l, d, max, timeWindow, ban)
+        : { current: d.limit - d.remaining, ttl: d.resetAfterMs };
     }
 
     /** The key's state without counting (the plugin's `{ increment: false }`). */
@@ -183,7 +202,8 @@ export function redisThrottleStore(client: object, options: FastifyStoreOptions 
         return { current: denials, ttl: 0 };
       }
       const limit = max === Infinity ? Number.MAX_SAFE_INTEGER : max;
-      const timeWindow = algorithm === 'counter' ? Math.ceil(tw) : longestWindow(Math.ceil(tw), "@fastify/rate-limit's timeWindow");
+      const timeWindow =
+        algorithm === 'counter' ? Math.ceil(tw) : longestWindow(Math.ceil(tw), "@fastify/rate-limit's timeWindow");
       const l = limiter(algorithm, this.prefix + key, limit, timeWindow);
       if (algorithm === 'counter' && (!plainCounter(limit, timeWindow) || (await throttle.backend()) === 'twin')) {
         const c = await throttle.count(l.key);

@@ -64,7 +64,9 @@ const COUNTER_MAX = 1_000_000_000_000_000;
 
 /** Whether the installed @nestjs/throttler calls `increment(key, ttl)` (version 5) rather than with the limit (6 on). */
 function countsOnly(): boolean {
-  const increment = (ThrottlerStorageService as unknown as { prototype?: { increment?: { length: number } } } | undefined)?.prototype?.increment;
+  const increment = (
+    ThrottlerStorageService as unknown as { prototype?: { increment?: { length: number } } } | undefined
+  )?.prototype?.increment;
   return typeof increment?.length === 'number' && increment.length < 3;
 }
 
@@ -81,7 +83,9 @@ export class RedisThrottleStorage {
     this.#algorithm = options.algorithm ?? 'window';
     limiter(this.#algorithm, 'x', 1, 1);
     if (this.#algorithm === 'gcra' && countsOnly()) {
-      throw new TypeError("redis-throttle: RedisThrottleStorage algorithm 'gcra' needs @nestjs/throttler 6 or later (version 5 does not pass the limit to its storage): use 'window' or 'counter'");
+      throw new TypeError(
+        "redis-throttle: RedisThrottleStorage algorithm 'gcra' needs @nestjs/throttler 6 or later (version 5 does not pass the limit to its storage): use 'window' or 'counter'",
+      );
     }
   }
 
@@ -91,27 +95,50 @@ export class RedisThrottleStorage {
    * admits again if that is later (`timeToBlockExpire`, seconds). Called by @nestjs/throttler 5
    * with `key` and `ttl` only: then a count of every hit, which the guard compares.
    */
-  async increment(key: string, ttl: number, limit?: number, blockDuration?: number, throttlerName?: string): Promise<ThrottlerStorageRecord> {
+  async increment(
+    key: string,
+    ttl: number,
+    limit?: number,
+    blockDuration?: number,
+    throttlerName?: string,
+  ): Promise<ThrottlerStorageRecord> {
     if (limit === undefined) return this.#count(key, ttl);
     const n = admits(limit);
-    const block = typeof blockDuration === 'number' && blockDuration > 0 ? longestWindow(blockDuration, "@nestjs/throttler's blockDuration") : 0;
+    const block =
+      typeof blockDuration === 'number' && blockDuration > 0
+        ? longestWindow(blockDuration, "@nestjs/throttler's blockDuration")
+        : 0;
     if (n <= 0) {
       // Nothing is admitted: every hit is over the limit, and blocked as the throttler blocks it.
       const ms = block > 0 ? block : ttl;
-      return { totalHits: 1, timeToExpire: seconds(Math.max(ttl, ms)), isBlocked: true, timeToBlockExpire: Math.max(1, seconds(ms)) };
+      return {
+        totalHits: 1,
+        timeToExpire: seconds(Math.max(ttl, ms)),
+        isBlocked: true,
+        timeToBlockExpire: Math.max(1, seconds(ms)),
+      };
     }
     // A window of no length (or no limit) holds nothing: each hit is alone in it.
-    if (!(ttl > 0) || n === Infinity) return { totalHits: 1, timeToExpire: seconds(ttl), isBlocked: false, timeToBlockExpire: 0 };
-    const window = this.#algorithm === 'counter' ? Math.ceil(ttl) : longestWindow(Math.ceil(ttl), "@nestjs/throttler's ttl");
+    if (!(ttl > 0) || n === Infinity)
+      return { totalHits: 1, timeToExpire: seconds(ttl), isBlocked: false, timeToBlockExpire: 0 };
+    const window =
+      this.#algorithm === 'counter' ? Math.ceil(ttl) : longestWindow(Math.ceil(ttl), "@nestjs/throttler's ttl");
     const l = limiter(this.#algorithm, `${this.#prefix}${throttlerName ?? 'default'}:${key}`, n, window);
     if (this.#algorithm === 'counter' && (!plainCounter(n, window) || (await this.#throttle.backend()) === 'twin')) {
       const h = await this.#throttle.hit(l.key, window);
       const reset = h.ttlMs > 0 ? h.ttlMs : window;
-      if (h.count <= n) return { totalHits: h.count, timeToExpire: seconds(reset), isBlocked: false, timeToBlockExpire: 0 };
+      if (h.count <= n)
+        return { totalHits: h.count, timeToExpire: seconds(reset), isBlocked: false, timeToBlockExpire: 0 };
       return this.#denied(l, window, block, h.count, reset, reset);
     }
     const d = await this.#throttle.decide(l);
-    if (!d.limited) return { totalHits: d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
+    if (!d.limited)
+      return {
+        totalHits: d.limit - d.remaining,
+        timeToExpire: seconds(d.resetAfterMs),
+        isBlocked: false,
+        timeToBlockExpire: 0,
+      };
     // retryAfterMs < 0: never admitted (nothing a block could add).
     const wait = d.retryAfterMs >= 0 ? d.retryAfterMs : Infinity;
     if (this.#algorithm === 'window' && block > 0 && block !== window && !this.#warned) {
@@ -133,24 +160,53 @@ export class RedisThrottleStorage {
       const window = Math.ceil(ttl);
       if (!plainCounter(COUNTER_MAX, window) || (await this.#throttle.backend()) === 'twin') {
         const h = await this.#throttle.hit(k, window);
-        return { totalHits: h.count, timeToExpire: seconds(h.ttlMs > 0 ? h.ttlMs : window), isBlocked: false, timeToBlockExpire: 0 };
+        return {
+          totalHits: h.count,
+          timeToExpire: seconds(h.ttlMs > 0 ? h.ttlMs : window),
+          isBlocked: false,
+          timeToBlockExpire: 0,
+        };
       }
       const d = await this.#throttle.decide(limiter('counter', k, COUNTER_MAX, window));
-      return { totalHits: d.limited ? COUNTER_MAX + 1 : d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
+      return {
+        totalHits: d.limited ? COUNTER_MAX + 1 : d.limit - d.remaining,
+        timeToExpire: seconds(d.resetAfterMs),
+        isBlocked: false,
+        timeToBlockExpire: 0,
+      };
     }
-    const d = await this.#throttle.decide(limiter('window', k, COUNT_CAP, longestWindow(Math.ceil(ttl), "@nestjs/throttler's ttl")));
-    return { totalHits: d.limited ? COUNT_CAP + 1 : d.limit - d.remaining, timeToExpire: seconds(d.resetAfterMs), isBlocked: false, timeToBlockExpire: 0 };
+    const d = await this.#throttle.decide(
+      limiter('window', k, COUNT_CAP, longestWindow(Math.ceil(ttl), "@nestjs/throttler's ttl")),
+    );
+    return {
+      totalHits: d.limited ? COUNT_CAP + 1 : d.limit - d.remaining,
+      timeToExpire: seconds(d.resetAfterMs),
+      isBlocked: false,
+      timeToBlockExpire: 0,
+    };
   }
 
   /** A denied hit whose limiter admits again in `wait` ms: blocks the key (see the class) and answers. */
-  async #denied(l: Limiter, ttl: number, blockDuration: number, totalHits: number, resetMs: number, wait: number): Promise<ThrottlerStorageRecord> {
+  async #denied(
+    l: Limiter,
+    ttl: number,
+    blockDuration: number,
+    totalHits: number,
+    resetMs: number,
+    wait: number,
+  ): Promise<ThrottlerStorageRecord> {
     let block = Number.isFinite(wait) ? wait : resetMs;
     // A wait beyond one ttl is a block already (a limiter's own wait never exceeds its window).
     if (Number.isFinite(wait) && blockDuration > wait && wait <= ttl) {
       // The first denial of a block writes it; later ones, while it lasts, do not extend it.
       block = (await this.#throttle.blockOnce(l, blockDuration)) ?? wait;
     }
-    return { totalHits, timeToExpire: seconds(Math.max(resetMs, block)), isBlocked: true, timeToBlockExpire: Math.max(1, seconds(block)) };
+    return {
+      totalHits,
+      timeToExpire: seconds(Math.max(resetMs, block)),
+      isBlocked: true,
+      timeToBlockExpire: Math.max(1, seconds(block)),
+    };
   }
 }
 

@@ -100,7 +100,8 @@ export class RateLimiterRedisThrottle extends Abstract {
     super(opts as unknown as IRateLimiterOptions);
     if (opts.storeClient === undefined) throw new Error('storeClient is not set');
     for (const [name, why] of Object.entries(REFUSED)) {
-      if (opts[name] !== undefined && opts[name] !== false) throw new TypeError(`redis-throttle: ${name} is not supported (${why})`);
+      if (opts[name] !== undefined && opts[name] !== false)
+        throw new TypeError(`redis-throttle: ${name} is not supported (${why})`);
     }
     this.#throttle = new Throttle(opts.storeClient, opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs });
     this.#algorithm = opts.algorithm ?? 'counter';
@@ -108,11 +109,14 @@ export class RateLimiterRedisThrottle extends Abstract {
     this.#admits = admits(this.points);
     // The thresholds, checked as RateLimiterStoreAbstract checks them.
     this.blockOnConsumed = whole(opts.blockOnConsumed);
-    if (this.blockOnConsumed > 0 && this.points > this.blockOnConsumed) throw new Error('blockOnConsumed option must be greater or equal "points" option');
+    if (this.blockOnConsumed > 0 && this.points > this.blockOnConsumed)
+      throw new Error('blockOnConsumed option must be greater or equal "points" option');
     this.inMemoryBlockOnConsumed = whole(opts.inMemoryBlockOnConsumed);
-    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed) throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
+    if (this.inMemoryBlockOnConsumed > 0 && this.points > this.inMemoryBlockOnConsumed)
+      throw new Error('inMemoryBlockOnConsumed option must be greater or equal "points" option');
     this.inMemoryBlockDuration = whole(opts.inMemoryBlockDuration);
-    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0) throw new Error('inMemoryBlockOnConsumed option must be set up');
+    if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0)
+      throw new Error('inMemoryBlockOnConsumed option must be set up');
     // A denial takes nothing on the module, so a consume reports at most the points plus its own:
     // thresholds above that, a limit below 1 and a window without an end need every consume
     // counted (the fixed window's plain commands).
@@ -123,14 +127,21 @@ export class RateLimiterRedisThrottle extends Abstract {
       beyond(this.blockOnConsumed) ? `blockOnConsumed above points + 1` : undefined,
       beyond(this.inMemoryBlockOnConsumed) ? `inMemoryBlockOnConsumed above points + 1` : undefined,
     ].filter((x): x is string => x !== undefined);
-    if (needs.length > 0 && this.#algorithm !== 'counter') throw new TypeError(`redis-throttle: ${needs.join(', ')} needs algorithm 'counter'`);
+    if (needs.length > 0 && this.#algorithm !== 'counter')
+      throw new TypeError(`redis-throttle: ${needs.join(', ')} needs algorithm 'counter'`);
     this.#counts = needs.length > 0;
-    if (this.blockDuration > 0 && this.#algorithm === 'window') throw new TypeError("redis-throttle: blockDuration needs algorithm 'counter' or 'gcra'");
+    if (this.blockDuration > 0 && this.#algorithm === 'window')
+      throw new TypeError("redis-throttle: blockDuration needs algorithm 'counter' or 'gcra'");
     this.insuranceLimiter = opts.insuranceLimiter;
     const client = opts.storeClient as { status?: unknown; isReady?: unknown; isOpen?: unknown };
     this.#ready =
       opts.rejectIfRedisNotReady === true
-        ? () => (typeof client.status === 'string' ? client.status === 'ready' : typeof client.isReady === 'boolean' ? client.isReady : client.isOpen !== false)
+        ? () =>
+            typeof client.status === 'string'
+              ? client.status === 'ready'
+              : typeof client.isReady === 'boolean'
+                ? client.isReady
+                : client.isOpen !== false
         : () => true;
   }
 
@@ -140,7 +151,8 @@ export class RateLimiterRedisThrottle extends Abstract {
 
   /** As RateLimiterRedis: any rate-limiter-flexible limiter, given this one's blockDuration and execEvenly. */
   set insuranceLimiter(value: object | undefined) {
-    if (value !== undefined && !compatible(value)) throw new Error('insuranceLimiter must be instance of RateLimiterAbstract or RateLimiterCompatibleAbstract');
+    if (value !== undefined && !compatible(value))
+      throw new Error('insuranceLimiter must be instance of RateLimiterAbstract or RateLimiterCompatibleAbstract');
     this.#insurance = value;
     if (value) {
       (value as Insurance).blockDuration = this.blockDuration;
@@ -163,8 +175,12 @@ export class RateLimiterRedisThrottle extends Abstract {
   /** The limiter of `key` (what CL.ALL takes too). */
   limiterOf(key: string | number, quantity?: number, durationSec?: number): Limiter {
     const ms = this.#windowMs(durationSec === undefined ? {} : { customDuration: durationSec });
-    if (ms === null) throw new ThrottleError(`redis-throttle: a window that never expires (duration 0) is counted, not decided by ${this.#algorithm === 'counter' ? 'CL.COUNTER' : 'the server'}`);
-    if (this.#admits <= 0 || this.#admits === Infinity) throw new ThrottleError(`redis-throttle: points ${this.points} cannot be decided by the server`);
+    if (ms === null)
+      throw new ThrottleError(
+        `redis-throttle: a window that never expires (duration 0) is counted, not decided by ${this.#algorithm === 'counter' ? 'CL.COUNTER' : 'the server'}`,
+      );
+    if (this.#admits <= 0 || this.#admits === Infinity)
+      throw new ThrottleError(`redis-throttle: points ${this.points} cannot be decided by the server`);
     return limiter(this.#algorithm, this.getKey(key), this.#admits, ms, quantity);
   }
 
@@ -190,7 +206,8 @@ export class RateLimiterRedisThrottle extends Abstract {
   /** Whether calls with these options count every consume with plain commands (Throttle.hit). */
   async #counting(options: Options): Promise<boolean> {
     if (this.#algorithm !== 'counter') {
-      if (this.#windowMs(options) === null) throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
+      if (this.#windowMs(options) === null)
+        throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
       return false;
     }
     if (this.#counts || this.#windowMs(options) === null) return true;
@@ -223,7 +240,9 @@ export class RateLimiterRedisThrottle extends Abstract {
         const d = await this.#throttle.decide(l);
         res = RateLimiterRedisThrottle.resOf(d, points);
         // More points than the limiter holds: as RateLimiterRedis reports it, the window's time.
-        if (d.limited && d.retryAfterMs < 0 && d.resetAfterMs === 0) (res as { msBeforeNext: number }).msBeforeNext = (l as { windowMs?: number; periodMs?: number }).windowMs ?? (l as { periodMs: number }).periodMs;
+        if (d.limited && d.retryAfterMs < 0 && d.resetAfterMs === 0)
+          (res as { msBeforeNext: number }).msBeforeNext =
+            (l as { windowMs?: number; periodMs?: number }).windowMs ?? (l as { periodMs: number }).periodMs;
         over = d.limited;
         // A denial takes nothing, so the one that goes over is the first without a block in force.
         crossed = over;
@@ -234,14 +253,27 @@ export class RateLimiterRedisThrottle extends Abstract {
 
   /** The consume whose count first reaches the block threshold (RateLimiterStoreAbstract's rule). */
   #crossed(consumed: number, changed: number): boolean {
-    if (!(this.blockOnConsumed > 0 && this.blockOnConsumed > this.points)) return consumed > this.points && consumed <= this.points + changed;
+    if (!(this.blockOnConsumed > 0 && this.blockOnConsumed > this.points))
+      return consumed > this.points && consumed <= this.points + changed;
     return consumed >= this.blockOnConsumed && consumed - changed < this.blockOnConsumed;
   }
 
   /** RateLimiterStoreAbstract's `_afterConsume`: in-memory blocks, then the storage block. */
-  async #afterConsume(key: string | number, rlKey: string, res: RateLimiterRes, over: boolean, crossed: boolean, points: number, options: Options): Promise<RateLimiterRes> {
+  async #afterConsume(
+    key: string | number,
+    rlKey: string,
+    res: RateLimiterRes,
+    over: boolean,
+    crossed: boolean,
+    points: number,
+    options: Options,
+  ): Promise<RateLimiterRes> {
     const r = res as { msBeforeNext: number };
-    if (this.inMemoryBlockOnConsumed > 0 && !(this.inMemoryBlockDuration > 0) && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
+    if (
+      this.inMemoryBlockOnConsumed > 0 &&
+      !(this.inMemoryBlockDuration > 0) &&
+      res.consumedPoints >= this.inMemoryBlockOnConsumed
+    ) {
       this.#inMemory.set(rlKey, Date.now() + res.msBeforeNext);
       if (over) throw res;
       return res;
@@ -253,7 +285,9 @@ export class RateLimiterRedisThrottle extends Abstract {
         // RateLimiterRedis writes the consumed points for the block.
         await this.#throttle.put(rlKey, String(res.consumedPoints), ms);
         r.msBeforeNext = ms;
-      } else if ((await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), ms)) !== undefined) {
+      } else if (
+        (await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), ms)) !== undefined
+      ) {
         r.msBeforeNext = ms;
       }
     }
@@ -292,7 +326,8 @@ export class RateLimiterRedisThrottle extends Abstract {
         return this.#res(h.count, h.ttlMs, points);
       }
       let d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
-      if (d.limited && d.remaining > 0) d = await this.#throttle.decide(this.limiterOf(key, d.remaining, options.customDuration));
+      if (d.limited && d.remaining > 0)
+        d = await this.#throttle.decide(this.limiterOf(key, d.remaining, options.customDuration));
       return RateLimiterRedisThrottle.resOf({ ...d, limited: false }, points);
     });
   }
@@ -341,16 +376,26 @@ export class RateLimiterRedisThrottle extends Abstract {
   override block(key: string | number, secDuration: number, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('block', [key, secDuration, options], async () => {
       const ms = secDuration * 1000;
-      const points = this.blockOnConsumed > 0 && this.blockOnConsumed > this.points ? this.blockOnConsumed : Math.floor(this.points) + 1;
-      if (this.#algorithm === 'window') throw new ThrottleError("redis-throttle: block() needs algorithm 'counter' or 'gcra'");
-      if (this.#algorithm === 'counter') await this.#throttle.put(this.getKey(key), String(points), ms >= 1 ? ms : Infinity);
+      const points =
+        this.blockOnConsumed > 0 && this.blockOnConsumed > this.points
+          ? this.blockOnConsumed
+          : Math.floor(this.points) + 1;
+      if (this.#algorithm === 'window')
+        throw new ThrottleError("redis-throttle: block() needs algorithm 'counter' or 'gcra'");
+      if (this.#algorithm === 'counter')
+        await this.#throttle.put(this.getKey(key), String(points), ms >= 1 ? ms : Infinity);
       else await this.#throttle.block(this.limiterOf(key), ms >= 1 ? ms : Infinity);
       return new RateLimiterRes(0, ms >= 1 ? ms : -1, points);
     });
   }
 
   /** Sets the points consumed for `secDuration` seconds (default `duration`; 0: no expiry); algorithm 'counter' only (its state is that count). */
-  override set(key: string | number, points: number, secDuration: number, options: Options = {}): Promise<RateLimiterRes> {
+  override set(
+    key: string | number,
+    points: number,
+    secDuration: number,
+    options: Options = {},
+  ): Promise<RateLimiterRes> {
     return this.#insured('set', [key, points, secDuration, options], async () => {
       if (this.#algorithm !== 'counter') throw new ThrottleError("redis-throttle: set() needs algorithm 'counter'");
       const ms = (secDuration >= 0 ? secDuration : this.duration) * 1000;
@@ -372,9 +417,11 @@ export class RateLimiterUnionAtomic {
 
   constructor(...limiters: RateLimiterRedisThrottle[]) {
     if (limiters.length < 1) throw new Error('RateLimiterUnionAtomic: at least one limiter is required');
-    if (!limiters.every((l) => l instanceof RateLimiterRedisThrottle)) throw new Error('RateLimiterUnionAtomic: every limiter must be a RateLimiterRedisThrottle');
+    if (!limiters.every((l) => l instanceof RateLimiterRedisThrottle))
+      throw new Error('RateLimiterUnionAtomic: every limiter must be a RateLimiterRedisThrottle');
     const prefixes = new Set(limiters.map((l) => l.keyPrefix));
-    if (prefixes.size !== limiters.length) throw new Error('RateLimiterUnionAtomic: every limiter needs its own keyPrefix');
+    if (prefixes.size !== limiters.length)
+      throw new Error('RateLimiterUnionAtomic: every limiter needs its own keyPrefix');
     for (const l of limiters) l.limiterOf('x');
     this.#limiters = limiters;
     // Every limiter sends through its own client; one CL.ALL goes through the first's.
@@ -386,7 +433,8 @@ export class RateLimiterUnionAtomic {
     const out: Record<string, RateLimiterRes> = {};
     this.#limiters.forEach((l, i) => {
       const each = d.details[i] as Decision;
-      if (!d.limited || each.limited) out[l.keyPrefix] = RateLimiterRedisThrottle.resOf(d.limited ? each : { ...each, limited: false }, points);
+      if (!d.limited || each.limited)
+        out[l.keyPrefix] = RateLimiterRedisThrottle.resOf(d.limited ? each : { ...each, limited: false }, points);
     });
     if (d.limited) throw out;
     return out;

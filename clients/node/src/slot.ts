@@ -44,7 +44,8 @@ function tagOf(s: number): string {
     for (let n = 0, left = 16384; left > 0; n++) {
       const t = String(n);
       let crc = 0; // CRC16 of the ASCII digits, as slot() computes it
-      for (let i = 0; i < t.length; i++) crc = ((crc << 8) & 0xffff) ^ (TABLE[((crc >> 8) ^ t.charCodeAt(i)) & 0xff] as number);
+      for (let i = 0; i < t.length; i++)
+        crc = ((crc << 8) & 0xffff) ^ (TABLE[((crc >> 8) ^ t.charCodeAt(i)) & 0xff] as number);
       const k = crc & 16383;
       if (all[k] === undefined) {
         all[k] = t;
@@ -70,5 +71,7 @@ export function sibling(key: string, suffix: string, prefix = ''): string {
   if (slot(prefix + name) === s) return name;
   const tagged = `{${tagOf(s)}}${name}`;
   if (slot(prefix + tagged) === s) return tagged;
-  throw new RangeError(`redis-throttle: no key beside ${JSON.stringify(prefix + key)} in its hash slot (the key prefix ${JSON.stringify(prefix)} opens a hash tag it does not close)`);
+  throw new RangeError(
+    `redis-throttle: no key beside ${JSON.stringify(prefix + key)} in its hash slot (the key prefix ${JSON.stringify(prefix)} opens a hash tag it does not close)`,
+  );
 }

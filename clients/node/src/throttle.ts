@@ -32,10 +32,29 @@ export interface PaceDecision {
 }
 
 type Int = number | bigint;
-export interface ThrottleParams { maxBurst: Int; count: Int; periodMs: Int; quantity?: Int }
-export interface WindowParams { limit: Int; windowMs: Int; precisionMs?: Int; quantity?: Int }
-export interface BucketParams { capacity: Int; tokens: Int; intervalMs: Int; quantity?: Int }
-export interface CounterParams { limit: Int; windowMs: Int; quantity?: Int }
+export interface ThrottleParams {
+  maxBurst: Int;
+  count: Int;
+  periodMs: Int;
+  quantity?: Int;
+}
+export interface WindowParams {
+  limit: Int;
+  windowMs: Int;
+  precisionMs?: Int;
+  quantity?: Int;
+}
+export interface BucketParams {
+  capacity: Int;
+  tokens: Int;
+  intervalMs: Int;
+  quantity?: Int;
+}
+export interface CounterParams {
+  limit: Int;
+  windowMs: Int;
+  quantity?: Int;
+}
 export interface QuotaParams {
   limit: Int;
   per: 'MINUTE' | 'HOUR' | 'DAY' | 'WEEK' | 'MONTH' | 'YEAR';
@@ -45,8 +64,17 @@ export interface QuotaParams {
   anchor?: string;
   quantity?: Int;
 }
-export interface AcquireParams { limit: Int; leaseMs: Int; id: string }
-export interface PaceParams { count: Int; periodMs: Int; maxWaitMs?: Int; quantity?: Int }
+export interface AcquireParams {
+  limit: Int;
+  leaseMs: Int;
+  id: string;
+}
+export interface PaceParams {
+  count: Int;
+  periodMs: Int;
+  maxWaitMs?: Int;
+  quantity?: Int;
+}
 
 /** One limiter of a CL.ALL call. */
 export type Limiter =
@@ -111,13 +139,16 @@ function sendAllNow(send: (args: string[]) => Promise<unknown>, commands: string
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 function transport(client: any): Transport {
-  if (client == null || typeof client !== 'object') throw new TypeError('redis-throttle: expected a node-redis or ioredis client');
+  if (client == null || typeof client !== 'object')
+    throw new TypeError('redis-throttle: expected a node-redis or ioredis client');
   // ioredis: Redis and Cluster both have `call`; Cluster has `isCluster`.
   if (typeof client.call === 'function' && typeof client.defineCommand === 'function') return ioredis(client);
   if (typeof client.sendCommand === 'function') {
     // node-redis cluster: sendCommand(firstKey, isReadonly, args, options); it has `masters`.
     const cluster = 'masters' in client || typeof client.getMasters === 'function';
-    const send: Send = cluster ? (key, args) => client.sendCommand(key, false, args) : (_key, args) => client.sendCommand(args);
+    const send: Send = cluster
+      ? (key, args) => client.sendCommand(key, false, args)
+      : (_key, args) => client.sendCommand(args);
     // A transaction through node-redis's own MULTI (on one connection of the key's node; a
     // client pool's on one of its clients): raw MULTI/EXEC sent one by one may not stay together.
     const exec =
@@ -148,7 +179,8 @@ function transport(client: any): Transport {
 function ioredis(client: any): Transport {
   const cluster = client.isCluster === true;
   const prefix: unknown = client.options?.keyPrefix ?? '';
-  if (typeof prefix !== 'string') throw new TypeError('redis-throttle: an ioredis keyPrefix must be a string (a Buffer keyPrefix is not supported)');
+  if (typeof prefix !== 'string')
+    throw new TypeError('redis-throttle: an ioredis keyPrefix must be a string (a Buffer keyPrefix is not supported)');
   // ioredis exports Command as a property of its Redis class; a Cluster's is imported.
   let Command: any = cluster ? undefined : client.constructor?.Command;
   let loading: Promise<any> | undefined;
@@ -159,19 +191,28 @@ function ioredis(client: any): Transport {
       () => undefined,
     );
     Command = await loading;
-    if (typeof Command !== 'function') throw new ThrottleError('redis-throttle: ioredis.Command is unavailable: cannot send commands by slot or without ioredis\'s keyPrefix');
+    if (typeof Command !== 'function')
+      throw new ThrottleError(
+        "redis-throttle: ioredis.Command is unavailable: cannot send commands by slot or without ioredis's keyPrefix",
+      );
     return Command;
   };
   const now = (C: any, key: string | undefined, args: string[], asCall: boolean): Promise<unknown> => {
-    const command = new C(args[0], args.slice(1), asCall && prefix ? { replyEncoding: 'utf8', keyPrefix: prefix } : { replyEncoding: 'utf8' });
+    const command = new C(
+      args[0],
+      args.slice(1),
+      asCall && prefix ? { replyEncoding: 'utf8', keyPrefix: prefix } : { replyEncoding: 'utf8' },
+    );
     if (cluster && key !== undefined) command.slot = slot(asCall ? prefix + key : key);
     client.sendCommand(command);
     return command.promise;
   };
-  const send = (asCall: boolean): Send => async (key, args) => {
-    if (cluster && key === undefined) return client.call(args[0], ...args.slice(1));
-    return now(await load(), key, args, asCall);
-  };
+  const send =
+    (asCall: boolean): Send =>
+    async (key, args) => {
+      if (cluster && key === undefined) return client.call(args[0], ...args.slice(1));
+      return now(await load(), key, args, asCall);
+    };
   // MULTI, the commands and EXEC issued in one tick: ioredis writes them in order on one connection.
   const exec = (asCall: boolean) => async (key: string, cmds: string[][]) => {
     const C = await load();
@@ -198,8 +239,14 @@ function int(v: unknown, what: string): number {
   let n: number | undefined;
   if (typeof v === 'number' && Number.isInteger(v)) n = v;
   else if (typeof v === 'bigint' || (typeof v === 'string' && /^-?\d+$/.test(v))) n = Number(v);
-  if (n === undefined) throw new ThrottleError(`redis-throttle: expected an integer for ${what}, got ${JSON.stringify(typeof v === 'bigint' ? String(v) : v)}`);
-  if (!Number.isSafeInteger(n)) throw new ThrottleError(`redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1, which a JS number cannot hold exactly`);
+  if (n === undefined)
+    throw new ThrottleError(
+      `redis-throttle: expected an integer for ${what}, got ${JSON.stringify(typeof v === 'bigint' ? String(v) : v)}`,
+    );
+  if (!Number.isSafeInteger(n))
+    throw new ThrottleError(
+      `redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1, which a JS number cannot hold exactly`,
+    );
   return n;
 }
 
@@ -220,12 +267,19 @@ function count(v: unknown, what: string): number {
  */
 function exact(v: Int | undefined, what: string): void {
   if (v === undefined) return;
-  const big = typeof v === 'bigint' ? v > BigInt(Number.MAX_SAFE_INTEGER) || v < -BigInt(Number.MAX_SAFE_INTEGER) : Number.isInteger(v) && !Number.isSafeInteger(v);
-  if (big) throw new ThrottleError(`redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1: replies in JS numbers could not be exact (nothing was sent)`);
+  const big =
+    typeof v === 'bigint'
+      ? v > BigInt(Number.MAX_SAFE_INTEGER) || v < -BigInt(Number.MAX_SAFE_INTEGER)
+      : Number.isInteger(v) && !Number.isSafeInteger(v);
+  if (big)
+    throw new ThrottleError(
+      `redis-throttle: ${what} ${String(v)} is beyond 2^53 - 1: replies in JS numbers could not be exact (nothing was sent)`,
+    );
 }
 
 function decision(reply: unknown): Decision {
-  if (!Array.isArray(reply) || reply.length < 5) throw new ThrottleError(`redis-throttle: expected five integers, got ${JSON.stringify(reply)}`);
+  if (!Array.isArray(reply) || reply.length < 5)
+    throw new ThrottleError(`redis-throttle: expected five integers, got ${JSON.stringify(reply)}`);
   return {
     limited: int(reply[0], 'limited') === 1,
     limit: int(reply[1], 'limit'),
@@ -243,16 +297,20 @@ const BLOCKED = 'redis-throttle:blocked';
 /** The server's refusal of a key whose value is not the command's state (e.g. BLOCKED under CL.THROTTLE). */
 const invalidState = (e: unknown): boolean => e instanceof Error && e.message.includes('does not hold valid');
 
-const MODULE_ONLY = 'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
+const MODULE_ONLY =
+  'the server runs the Functions twin (no module): CL.ACQUIRE, CL.RELEASE and CL.PACE exist only in the redis-throttle module';
 
 /** The words of a limiter after its key, as CL.ALL's spec and the single command take them (without quantity). */
 function params(l: Limiter): string[] {
-  for (const [name, v] of Object.entries(l)) if (name !== 'key' && name !== 'algorithm' && (typeof v === 'number' || typeof v === 'bigint')) exact(v, name);
+  for (const [name, v] of Object.entries(l))
+    if (name !== 'key' && name !== 'algorithm' && (typeof v === 'number' || typeof v === 'bigint')) exact(v, name);
   switch (l.algorithm) {
     case 'throttle':
       return [s(l.maxBurst), s(l.count), s(l.periodMs)];
     case 'window':
-      return l.precisionMs === undefined ? [s(l.limit), s(l.windowMs)] : [s(l.limit), s(l.windowMs), 'PRECISION', s(l.precisionMs)];
+      return l.precisionMs === undefined
+        ? [s(l.limit), s(l.windowMs)]
+        : [s(l.limit), s(l.windowMs), 'PRECISION', s(l.precisionMs)];
     case 'bucket':
       return [s(l.capacity), s(l.tokens), s(l.intervalMs)];
     case 'counter':
@@ -264,7 +322,9 @@ function params(l: Limiter): string[] {
       return w;
     }
     default:
-      throw new ThrottleError(`redis-throttle: unknown algorithm ${JSON.stringify((l as { algorithm: unknown }).algorithm)}`);
+      throw new ThrottleError(
+        `redis-throttle: unknown algorithm ${JSON.stringify((l as { algorithm: unknown }).algorithm)}`,
+      );
   }
 }
 
@@ -355,7 +415,10 @@ export class Throttle {
     if (!(this.#timeoutMs > 0)) return p;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ThrottleError(`redis-throttle: no reply from Redis within ${this.#timeoutMs} ms`)), this.#timeoutMs);
+      timer = setTimeout(
+        () => reject(new ThrottleError(`redis-throttle: no reply from Redis within ${this.#timeoutMs} ms`)),
+        this.#timeoutMs,
+      );
     });
     p.catch(() => undefined);
     return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
@@ -371,7 +434,12 @@ export class Throttle {
   }
 
   /** CL.<name> key … or FCALL cl_<name> 1 key …, then quantity (positional or QUANTITY) and MS. `key` is sent as it is. */
-  async #single(name: 'throttle' | 'window' | 'bucket' | 'counter' | 'quota', key: string, words: string[], quantity: Int | undefined): Promise<Decision> {
+  async #single(
+    name: 'throttle' | 'window' | 'bucket' | 'counter' | 'quota',
+    key: string,
+    words: string[],
+    quantity: Int | undefined,
+  ): Promise<Decision> {
     if (quantity !== undefined) exact(quantity, 'quantity');
     const backend = await this.backend();
     const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
@@ -414,7 +482,10 @@ export class Throttle {
   async #blocked(key: string): Promise<number | 'gone' | undefined> {
     let replies: unknown[];
     try {
-      replies = await this.#transaction(key, [['GET', key], ['PTTL', key]]);
+      replies = await this.#transaction(key, [
+        ['GET', key],
+        ['PTTL', key],
+      ]);
     } catch {
       return undefined; // (a key of another type: the call's own error stands)
     }
@@ -494,7 +565,9 @@ export class Throttle {
    * Keys are sent as they are.
    */
   async #allBlocked(limiters: readonly Limiter[]): Promise<AllDecision | 'gone' | undefined> {
-    const state = await Promise.all(limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))));
+    const state = await Promise.all(
+      limiters.map((l) => (l.algorithm === 'throttle' ? this.#blocked(l.key) : Promise.resolve(undefined))),
+    );
     const held = state.map((h) => (h === 'gone' ? undefined : h));
     const binding = held.findIndex((h) => h !== undefined);
     if (binding < 0 && state.includes('gone')) return 'gone';
@@ -507,7 +580,12 @@ export class Throttle {
         const h = held[i];
         if (h === undefined) return d;
         const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
-        return { ...d, limited: units > 0n, retryAfterMs: h >= 0 && units > 0n && units <= BigInt(d.limit) ? h : -1, resetAfterMs: h };
+        return {
+          ...d,
+          limited: units > 0n,
+          retryAfterMs: h >= 0 && units > 0n && units <= BigInt(d.limit) ? h : -1,
+          resetAfterMs: h,
+        };
       }),
     );
     return { ...(details[binding] as Decision), binding, details };
@@ -539,7 +617,13 @@ export class Throttle {
     if (p.quantity !== undefined) args.push('QUANTITY', s(p.quantity));
     args.push('MS');
     const d = decision(await this.#call(k, args));
-    return { limited: d.limited, waitMs: d.limit, queued: d.remaining, retryAfterMs: d.retryAfterMs, resetAfterMs: d.resetAfterMs };
+    return {
+      limited: d.limited,
+      waitMs: d.limit,
+      queued: d.remaining,
+      retryAfterMs: d.retryAfterMs,
+      resetAfterMs: d.resetAfterMs,
+    };
   }
 
   /**
@@ -562,11 +646,18 @@ export class Throttle {
   async #hit(key: string, windowMs: Int | null, quantity: Int): Promise<{ count: number; ttlMs: number }> {
     exact(quantity, 'quantity');
     if (windowMs === null) {
-      const reply = await this.#transaction(key, [['INCRBY', key, s(quantity)], ['PTTL', key]]);
+      const reply = await this.#transaction(key, [
+        ['INCRBY', key, s(quantity)],
+        ['PTTL', key],
+      ]);
       return { count: count(reply[0], 'INCRBY reply'), ttlMs: int(reply[1], 'PTTL reply') };
     }
     const w = s(windowMs);
-    const reply = await this.#transaction(key, [['SET', key, '0', 'PX', w, 'NX'], ['INCRBY', key, s(quantity)], ['PTTL', key]]);
+    const reply = await this.#transaction(key, [
+      ['SET', key, '0', 'PX', w, 'NX'],
+      ['INCRBY', key, s(quantity)],
+      ['PTTL', key],
+    ]);
     const n = count(reply[1], 'INCRBY reply');
     let ttlMs = int(reply[2], 'PTTL reply');
     if (ttlMs === -1) {
@@ -583,7 +674,10 @@ export class Throttle {
    */
   async count(key: string): Promise<{ count: number; ttlMs: number } | undefined> {
     const k = this.#w(key);
-    const [v, ttl] = await this.#transaction(k, [['GET', k], ['PTTL', k]]);
+    const [v, ttl] = await this.#transaction(k, [
+      ['GET', k],
+      ['PTTL', k],
+    ]);
     if (v == null) return undefined;
     return { count: count(v, 'GET reply'), ttlMs: int(ttl, 'PTTL reply') };
   }
@@ -611,7 +705,9 @@ export class Throttle {
       throw asError(e);
     }
     if (!Array.isArray(reply) || reply.length !== commands.length) {
-      throw new ThrottleError(`redis-throttle: expected EXEC's ${commands.length} replies, got ${JSON.stringify(reply)}`);
+      throw new ThrottleError(
+        `redis-throttle: expected EXEC's ${commands.length} replies, got ${JSON.stringify(reply)}`,
+      );
     }
     for (const r of reply) if (r instanceof Error) throw asError(r);
     return reply;
@@ -651,9 +747,12 @@ export class Throttle {
 
   async #block(l: Limiter, ms: number, marker: string | undefined): Promise<number> {
     const forever = ms === Infinity;
-    if (!(forever || (Number.isFinite(ms) && ms > 0))) throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms (or Infinity), got ${ms}`);
+    if (!(forever || (Number.isFinite(ms) && ms > 0)))
+      throw new ThrottleError(`redis-throttle: a block needs a positive duration in ms (or Infinity), got ${ms}`);
     if (marker !== undefined && this.#t.cluster && slot(marker) !== slot(l.key)) {
-      throw new ThrottleError(`redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`);
+      throw new ThrottleError(
+        `redis-throttle: the block marker ${JSON.stringify(marker)} is not in the slot of ${JSON.stringify(l.key)}; nothing was sent`,
+      );
     }
     const msInt = forever ? '' : String(Math.max(1, Math.round(ms)));
     const px = forever ? [] : ['PX', msInt];
@@ -671,21 +770,31 @@ export class Throttle {
         await send([['SET', l.key, BLOCKED, ...px]]);
         return forever ? Infinity : Number(msInt);
       case 'window': {
-        if (forever) throw new ThrottleError('redis-throttle: a window limiter cannot be blocked without an end (its log expires with the window)');
+        if (forever)
+          throw new ThrottleError(
+            'redis-throttle: a window limiter cannot be blocked without an end (its log expires with the window)',
+          );
         const backend = await this.backend();
         const words = params(l);
         const fill =
-          backend === 'module' ? ['CL.WINDOW', l.key, ...words, s(l.limit), 'MS'] : ['FCALL', 'cl_window', '1', l.key, ...words, s(l.limit), 'MS'];
+          backend === 'module'
+            ? ['CL.WINDOW', l.key, ...words, s(l.limit), 'MS']
+            : ['FCALL', 'cl_window', '1', l.key, ...words, s(l.limit), 'MS'];
         const span = Number(s(l.windowMs));
         const cmds = [['DEL', l.key], fill];
         if (marker !== undefined) cmds.push(['SET', marker, '1', 'PX', String(span)]);
         const replies = await this.#transaction(l.key, cmds);
         const d = decision(replies[1]);
-        if (d.limited) throw new ThrottleError(`redis-throttle: the window refused its own limit while blocking ${JSON.stringify(l.key)}`);
+        if (d.limited)
+          throw new ThrottleError(
+            `redis-throttle: the window refused its own limit while blocking ${JSON.stringify(l.key)}`,
+          );
         return d.resetAfterMs > 0 ? d.resetAfterMs : span;
       }
       default:
-        throw new ThrottleError(`redis-throttle: a ${l.algorithm} limiter cannot be blocked (only counter, window and throttle/GCRA)`);
+        throw new ThrottleError(
+          `redis-throttle: a ${l.algorithm} limiter cannot be blocked (only counter, window and throttle/GCRA)`,
+        );
     }
   }
 
@@ -762,7 +871,10 @@ export class Throttle {
 
   async put(key: string, value: string, ms: number): Promise<void> {
     const k = this.#w(key);
-    await this.#call(k, ms === Infinity ? ['SET', k, value] : ['SET', k, value, 'PX', String(Math.max(1, Math.round(ms)))]);
+    await this.#call(
+      k,
+      ms === Infinity ? ['SET', k, value] : ['SET', k, value, 'PX', String(Math.max(1, Math.round(ms)))],
+    );
   }
 
   async renew(key: string, ms: number): Promise<void> {
@@ -776,11 +888,19 @@ export class Throttle {
    * count lives `ms` from its first event (or from its latest, with `extend`). Returns the count.
    * @fastify/rate-limit's `ban`, `exponentialBackoff` and `read` count a key's denials with it.
    */
-  async tally(key: string, suffix: string, ms: number, options: { extend?: boolean; by?: number } = {}): Promise<number> {
+  async tally(
+    key: string,
+    suffix: string,
+    ms: number,
+    options: { extend?: boolean; by?: number } = {},
+  ): Promise<number> {
     const k = this.#w(key);
     const t = this.#sibling(k, suffix);
     const px = String(Math.max(1, Math.round(ms)));
-    const cmds = [['SET', t, '0', 'PX', px, 'NX'], ['INCRBY', t, String(options.by ?? 1)]];
+    const cmds = [
+      ['SET', t, '0', 'PX', px, 'NX'],
+      ['INCRBY', t, String(options.by ?? 1)],
+    ];
     if (options.extend === true) cmds.push(['PEXPIRE', t, px, 'GT']);
     return int((await this.#transaction(k, cmds))[1], 'INCRBY reply');
   }

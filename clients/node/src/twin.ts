@@ -58,7 +58,9 @@ export interface TwinNode {
 export async function twinLibrary(): Promise<{ library: string; version: string }> {
   const { LIBRARY, VERSION } = await import('./library.js');
   if (!LIBRARY.startsWith('#!lua') || VERSION === '') {
-    throw new ThrottleError('redis-throttle: this build of redis-throttle-js carries no Functions twin (dist/*/library.js is the placeholder): build it with `npm run build` in a checkout of the repository');
+    throw new ThrottleError(
+      'redis-throttle: this build of redis-throttle-js carries no Functions twin (dist/*/library.js is the placeholder): build it with `npm run build` in a checkout of the repository',
+    );
   }
   return { library: LIBRARY, version: VERSION };
 }
@@ -125,7 +127,9 @@ export function findLibrary(reply: unknown): { code: string | undefined; functio
     const fields = pairs(lib);
     if (text(fields.get('library_name')) !== 'throttle') continue;
     const fns = fields.get('functions');
-    const functions = (Array.isArray(fns) ? fns : []).map((f) => text(pairs(f).get('name'))).filter((n): n is string => n !== undefined);
+    const functions = (Array.isArray(fns) ? fns : [])
+      .map((f) => text(pairs(f).get('name')))
+      .filter((n): n is string => n !== undefined);
     return { code: text(fields.get('library_code')), functions };
   }
   return undefined;
@@ -143,12 +147,21 @@ async function found(node: TwinNode): Promise<{ before: string | null; code: str
 }
 
 /** What loading `version` over `before` does, or why it is refused (a downgrade without force). */
-function plan(before: string | null, code: string | undefined, library: string, version: string, force: boolean): TwinAction | { refuse: string } {
+function plan(
+  before: string | null,
+  code: string | undefined,
+  library: string,
+  version: string,
+  force: boolean,
+): TwinAction | { refuse: string } {
   if (code === library) return 'unchanged';
   if (before === null) return 'loaded';
   if (before === UNVERSIONED) return 'upgraded';
   const order = compareVersions(before, version);
-  if (order === undefined) return force ? 'replaced' : { refuse: `states the version ${JSON.stringify(before)}, which cannot be compared with ${version}` };
+  if (order === undefined)
+    return force
+      ? 'replaced'
+      : { refuse: `states the version ${JSON.stringify(before)}, which cannot be compared with ${version}` };
   if (order < 0) return 'upgraded';
   if (order === 0) return 'replaced';
   return force ? 'downgraded' : { refuse: `has the twin ${before}, newer than this package's ${version}` };
@@ -163,14 +176,18 @@ export async function loadTwinOn(nodes: readonly TwinNode[], options: LoadTwinOp
       try {
         return await found(node);
       } catch (e) {
-        throw new ThrottleError(`redis-throttle: cannot read the Functions library on ${node.name}: ${errorText(e)}`, { cause: e });
+        throw new ThrottleError(`redis-throttle: cannot read the Functions library on ${node.name}: ${errorText(e)}`, {
+          cause: e,
+        });
       }
     }),
   );
   const plans = seen.map((s) => plan(s.before, s.code, library, version, options.force === true));
   const refused = plans.flatMap((p, i) => (typeof p === 'object' ? [`${nodes[i]!.name} ${p.refuse}`] : []));
   if (refused.length > 0) {
-    throw new TwinDowngradeError(`redis-throttle: refusing to downgrade the Functions twin: ${refused.join('; ')}. Nothing was loaded. Load this package's twin anyway with force (loadTwin(client, { force: true }), or --force)`);
+    throw new TwinDowngradeError(
+      `redis-throttle: refusing to downgrade the Functions twin: ${refused.join('; ')}. Nothing was loaded. Load this package's twin anyway with force (loadTwin(client, { force: true }), or --force)`,
+    );
   }
   const report: TwinNodeReport[] = [];
   for (const [i, node] of nodes.entries()) {
@@ -184,7 +201,10 @@ export async function loadTwinOn(nodes: readonly TwinNode[], options: LoadTwinOp
       await node.send(['FUNCTION', 'LOAD', 'REPLACE', library]);
     } catch (e) {
       const done = report.filter((r) => r.action !== 'unchanged').map((r) => r.node);
-      throw new ThrottleError(`redis-throttle: FUNCTION LOAD failed on ${node.name}: ${errorText(e)}${done.length ? ` (already loaded on ${done.join(', ')}; loading again is safe)` : ''}`, { cause: e });
+      throw new ThrottleError(
+        `redis-throttle: FUNCTION LOAD failed on ${node.name}: ${errorText(e)}${done.length ? ` (already loaded on ${done.join(', ')}; loading again is safe)` : ''}`,
+        { cause: e },
+      );
     }
     let after: string | null = null;
     try {
@@ -201,7 +221,8 @@ export async function loadTwinOn(nodes: readonly TwinNode[], options: LoadTwinOp
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 const isIoredis = (c: any): boolean => typeof c?.call === 'function' && typeof c?.defineCommand === 'function';
-const isNodeRedisCluster = (c: any): boolean => typeof c?.sendCommand === 'function' && ('masters' in c || typeof c?.getMasters === 'function');
+const isNodeRedisCluster = (c: any): boolean =>
+  typeof c?.sendCommand === 'function' && ('masters' in c || typeof c?.getMasters === 'function');
 
 /** A plain client's one server, as a TwinNode. */
 function single(client: any, name: string): TwinNode {
@@ -220,7 +241,11 @@ export function clusterPrimaries(nodes: string): { host: string; port: number; s
     if (!flags.includes('master') || flags.some((x) => x === 'fail' || x === 'handshake' || x === 'noaddr')) continue;
     const addr = (f[1] ?? '').split('@')[0] ?? '';
     const colon = addr.lastIndexOf(':');
-    out.push({ host: addr.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(addr.slice(colon + 1)), slots: f.length > 8 });
+    out.push({
+      host: addr.slice(0, colon).replace(/^\[|\]$/g, ''),
+      port: Number(addr.slice(colon + 1)),
+      slots: f.length > 8,
+    });
   }
   return out;
 }
@@ -236,7 +261,9 @@ export async function primaries(client: RedisLike): Promise<TwinNode[]> {
   }
   if (isNodeRedisCluster(c)) {
     const masters: any[] = c.masters ?? c.getMasters();
-    const nodes = await Promise.all(masters.map(async (m) => single(await c.nodeClient(m), m.address ?? `${m.host}:${m.port}`)));
+    const nodes = await Promise.all(
+      masters.map(async (m) => single(await c.nodeClient(m), m.address ?? `${m.host}:${m.port}`)),
+    );
     await checkComplete(nodes);
     return nodes;
   }
@@ -247,17 +274,23 @@ export async function primaries(client: RedisLike): Promise<TwinNode[]> {
       `redis-throttle: ${node.name} is a node of a cluster: load the twin on every primary with a cluster client (createCluster, new Redis.Cluster), or \`${loaderCommand(c)} --cluster\``,
     );
   }
-  if (/^role:slave/m.test(info)) throw new ThrottleError(`redis-throttle: ${node.name} is a replica: load the twin on its primary (replicas receive it from there)`);
+  if (/^role:slave/m.test(info))
+    throw new ThrottleError(
+      `redis-throttle: ${node.name} is a replica: load the twin on its primary (replicas receive it from there)`,
+    );
   return [node];
 }
 
 /** A cluster client that knows fewer primaries than the cluster has slot owners would skip some. */
 async function checkComplete(nodes: TwinNode[]): Promise<void> {
-  if (nodes.length === 0) throw new ThrottleError('redis-throttle: the cluster client knows no primary yet: connect it first');
+  if (nodes.length === 0)
+    throw new ThrottleError('redis-throttle: the cluster client knows no primary yet: connect it first');
   const listed = text(await nodes[0]!.send(['CLUSTER', 'NODES'])) ?? '';
   const owners = clusterPrimaries(listed).filter((p) => p.slots).length;
   if (owners > nodes.length) {
-    throw new ThrottleError(`redis-throttle: the cluster has ${owners} primaries serving slots but the client knows ${nodes.length} (${nodes.map((n) => n.name).join(', ')}): wait for it to discover them, then load again`);
+    throw new ThrottleError(
+      `redis-throttle: the cluster has ${owners} primaries serving slots but the client knows ${nodes.length} (${nodes.map((n) => n.name).join(', ')}): wait for it to discover them, then load again`,
+    );
   }
 }
 
@@ -308,7 +341,8 @@ function address(c: any): Address | undefined {
     secret = secret || o.password != null;
     if (host === undefined || port === undefined) return undefined;
     const h = host.includes(':') ? `[${host}]` : host;
-    const auth = user !== undefined && user !== 'default' ? `${encodeURIComponent(user)}:PASSWORD@` : secret ? ':PASSWORD@' : '';
+    const auth =
+      user !== undefined && user !== 'default' ? `${encodeURIComponent(user)}:PASSWORD@` : secret ? ':PASSWORD@' : '';
     return { url: `${tls ? 'rediss' : 'redis'}://${auth}${h}:${port}`, hostPort: `${h}:${port}` };
   } catch {
     return undefined;
@@ -354,8 +388,11 @@ export async function warnIfOutdated(send: (args: string[]) => Promise<unknown>,
   if (order === undefined || order >= 0 || warned.has(key)) return;
   warned.add(key);
   const what = found === UNVERSIONED ? 'states no version (it predates cl_version)' : `is ${found}`;
-  process.emitWarning(`the server's Functions twin ${what}, older than this package's ${version}: load this package's with \`${loaderCommand(client)}\``, {
-    type: 'RedisThrottleWarning',
-    code: 'REDIS_THROTTLE_TWIN_OUTDATED',
-  });
+  process.emitWarning(
+    `the server's Functions twin ${what}, older than this package's ${version}: load this package's with \`${loaderCommand(client)}\``,
+    {
+      type: 'RedisThrottleWarning',
+      code: 'REDIS_THROTTLE_TWIN_OUTDATED',
+    },
+  );
 }

@@ -32,7 +32,10 @@ export async function nodeRedis(kind) {
 export async function ioredis(kind, options = {}) {
   const c =
     kind === 'cluster'
-      ? new IORedis.Cluster(ports.cluster.map((p) => ({ host: '127.0.0.1', port: p })), options)
+      ? new IORedis.Cluster(
+          ports.cluster.map((p) => ({ host: '127.0.0.1', port: p })),
+          options,
+        )
       : new IORedis({ host: '127.0.0.1', port: ports[kind], ...options });
   c.on('error', () => {});
   opened.push(() => c.quit().catch(() => {}));
@@ -77,7 +80,15 @@ export async function serve(app) {
   return `http://127.0.0.1:${server.address().port}`;
 }
 export async function closeServers() {
-  await Promise.all(servers.splice(0).map((s) => new Promise((r) => { s.closeAllConnections?.(); s.close(() => r()); })));
+  await Promise.all(
+    servers.splice(0).map(
+      (s) =>
+        new Promise((r) => {
+          s.closeAllConnections?.();
+          s.close(() => r());
+        }),
+    ),
+  );
 }
 
 /** The installed version of a package (this cell's: test/run.mjs runs each cell from its folder). */
@@ -110,7 +121,12 @@ export function counting(client) {
       if (typeof v !== 'function' || name === 'constructor') return v;
       if (['sendCommand', 'call', 'multi'].includes(name)) {
         return (...args) => {
-          const cmd = name === 'multi' ? ['MULTI'] : name === 'call' ? args.map(String) : (args.find(Array.isArray) ?? [String(args[0]?.name ?? '?')]);
+          const cmd =
+            name === 'multi'
+              ? ['MULTI']
+              : name === 'call'
+                ? args.map(String)
+                : (args.find(Array.isArray) ?? [String(args[0]?.name ?? '?')]);
           log.push(cmd);
           return v.apply(target, args);
         };
@@ -118,7 +134,9 @@ export function counting(client) {
       return v.bind(target);
     },
   });
-  const serverQuestion = (c) => ['COMMAND', 'FUNCTION', 'EVAL'].includes(String(c[0]).toUpperCase()) || (/^FCALL(_RO)?$/i.test(String(c[0])) && String(c[2]) === '0');
+  const serverQuestion = (c) =>
+    ['COMMAND', 'FUNCTION', 'EVAL'].includes(String(c[0]).toUpperCase()) ||
+    (/^FCALL(_RO)?$/i.test(String(c[0])) && String(c[2]) === '0');
   const keyed = () => log.filter((c) => !serverQuestion(c)).length;
   return { client: proxy, sent: () => log.length, keyed, log };
 }

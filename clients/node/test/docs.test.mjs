@@ -48,7 +48,9 @@ test("the docs' TypeScript compiles under --strict with this cell's host librari
   const docs = [
     path.join(root, 'README.md'),
     path.join(root, 'clients/node/README.md'),
-    ...readdirSync(path.join(root, 'docs/src/guides')).filter((f) => f.endsWith('.md')).map((f) => path.join(root, 'docs/src/guides', f)),
+    ...readdirSync(path.join(root, 'docs/src/guides'))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => path.join(root, 'docs/src/guides', f)),
   ];
   // Beside the cell's node_modules, so the snippets import the cell's versions.
   const dir = path.join(process.cwd(), 'test', 'docs-ts');
@@ -67,13 +69,25 @@ test("the docs' TypeScript compiles under --strict with this cell's host librari
   }
   assert.ok(files.length >= 6, `only ${files.length - 1} TypeScript blocks found`);
   const tsconfig = {
-    compilerOptions: { strict: true, noEmit: true, target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', skipLibCheck: true, types: ['node'], esModuleInterop: true },
+    compilerOptions: {
+      strict: true,
+      noEmit: true,
+      target: 'ES2022',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      skipLibCheck: true,
+      types: ['node'],
+      esModuleInterop: true,
+    },
     files,
   };
   writeFileSync(path.join(dir, 'tsconfig.json'), JSON.stringify(tsconfig));
   const tsc = path.join(process.cwd(), 'node_modules', 'typescript', 'bin', 'tsc');
   const r = spawnSync(process.execPath, [tsc, '-p', path.join(dir, 'tsconfig.json')], { encoding: 'utf8' });
   // Each diagnostic names the doc and line of its block.
-  const report = `${r.stdout}${r.stderr}`.replace(/test\/docs-ts\/(\S+?\.ts)\((\d+),(\d+)\)/g, (_, f, l, c) => `${origin[f] ?? f} (+${l}, col ${c})`);
+  const report = `${r.stdout}${r.stderr}`.replace(
+    /test\/docs-ts\/(\S+?\.ts)\((\d+),(\d+)\)/g,
+    (_, f, l, c) => `${origin[f] ?? f} (+${l}, col ${c})`,
+  );
   assert.equal(r.status, 0, `the docs' TypeScript does not compile:\n${report}`);
 });

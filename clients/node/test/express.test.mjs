@@ -4,7 +4,19 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
-import { KINDS, SLOW, atLeast, burst, closeAll, closeServers, counting, nodeRedis, ioredis, serve, unique } from './common.mjs';
+import {
+  KINDS,
+  SLOW,
+  atLeast,
+  burst,
+  closeAll,
+  closeServers,
+  counting,
+  nodeRedis,
+  ioredis,
+  serve,
+  unique,
+} from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -22,7 +34,12 @@ const admitted = (replies) => replies.filter((r) => r.status === 200).length;
 function storeFor(kind, client, extra = {}) {
   const prefix = unique('erl') + ':';
   if (kind === 'cluster') {
-    return new RedisThrottleStore({ prefix, ...SLOW, ...extra, sendCommandCluster: ({ key, isReadOnly, command }) => client.sendCommand(key, isReadOnly, command) });
+    return new RedisThrottleStore({
+      prefix,
+      ...SLOW,
+      ...extra,
+      sendCommandCluster: ({ key, isReadOnly, command }) => client.sendCommand(key, isReadOnly, command),
+    });
   }
   return new RedisThrottleStore({ prefix, ...SLOW, ...extra, sendCommand: (...args) => client.sendCommand(args) });
 }
@@ -33,7 +50,15 @@ for (const kind of KINDS) {
       test(`${algorithm ? 200 : '1,000'} concurrent requests against a limit of 5 admit exactly 5 (${algorithm ?? 'default: fixed window'}), with the library's headers`, async () => {
         const client = await nodeRedis(kind);
         const app = express();
-        app.use(rateLimit({ windowMs: 60_000, limit: 5, standardHeaders: 'draft-6', legacyHeaders: true, store: storeFor(kind, client, algorithm ? { algorithm } : {}) }));
+        app.use(
+          rateLimit({
+            windowMs: 60_000,
+            limit: 5,
+            standardHeaders: 'draft-6',
+            legacyHeaders: true,
+            store: storeFor(kind, client, algorithm ? { algorithm } : {}),
+          }),
+        );
         app.get('/', (_req, res) => res.send('ok'));
         const url = await serve(app);
         const replies = await burst(url, algorithm ? 200 : 1000);
@@ -83,7 +108,10 @@ for (const kind of KINDS) {
         const { client, keyed } = counting(real);
         const replies = await burst(await appWith(kind, client, { limit: 0, passOnStoreError: pass }), 200);
         assert.equal(admitted(replies), 0, `passOnStoreError: ${pass}`);
-        assert.ok(replies.every((r) => r.status === 429), `passOnStoreError: ${pass}`);
+        assert.ok(
+          replies.every((r) => r.status === 429),
+          `passOnStoreError: ${pass}`,
+        );
         assert.equal(keyed(), 0, 'the denials asked Redis');
       }
       for (const limit of [-1, 0.5]) {
@@ -110,18 +138,30 @@ for (const kind of KINDS) {
         const replies = await burst(await serve(a), 20);
         assert.equal(admitted(replies), 3, algorithm);
         assert.equal(replies.filter((r) => r.status === 500).length, 0, algorithm);
-        const pttl = Number(await client.sendCommand(...(kind === 'cluster' ? [`${s.prefix}k`, true, ['PTTL', `${s.prefix}k`]] : [['PTTL', `${s.prefix}k`]])));
+        const pttl = Number(
+          await client.sendCommand(
+            ...(kind === 'cluster' ? [`${s.prefix}k`, true, ['PTTL', `${s.prefix}k`]] : [['PTTL', `${s.prefix}k`]]),
+          ),
+        );
         // The fixed window keeps its whole length (counted with plain commands; through
         // sendCommandCluster, which sends no MULTI, CL.COUNTER's longest); the others the longest
         // the commands take (10^12 ms).
-        assert.ok(algorithm === 'counter' && kind !== 'cluster' ? pttl > 1e12 : pttl > 0.99e12 && pttl <= 1e12, `${algorithm}: PTTL ${pttl}`);
+        assert.ok(
+          algorithm === 'counter' && kind !== 'cluster' ? pttl > 1e12 : pttl > 0.99e12 && pttl <= 1e12,
+          `${algorithm}: PTTL ${pttl}`,
+        );
       }
     });
 
-    test('getKey of a key never seen is undefined, as the library\'s own stores answer', async () => {
+    test("getKey of a key never seen is undefined, as the library's own stores answer", async () => {
       const client = await nodeRedis(kind);
       for (const algorithm of ['counter', 'window', 'gcra']) {
-        const limiter = rateLimit({ windowMs: 60_000, limit: 5, store: storeFor(kind, client, { algorithm }), validate: false });
+        const limiter = rateLimit({
+          windowMs: 60_000,
+          limit: 5,
+          store: storeFor(kind, client, { algorithm }),
+          validate: false,
+        });
         assert.equal(await limiter.getKey('nobody'), undefined, algorithm);
       }
     });
@@ -132,7 +172,16 @@ for (const kind of KINDS) {
       // A key of another application: every increment fails with the server's error, the key untouched.
       await client.hSet(`${store.prefix}k`, 'a', '1');
       const app = express();
-      app.use(rateLimit({ windowMs: 60_000, limit: 5, passOnStoreError: true, store, keyGenerator: () => 'k', validate: false }));
+      app.use(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 5,
+          passOnStoreError: true,
+          store,
+          keyGenerator: () => 'k',
+          validate: false,
+        }),
+      );
       app.get('/', (_req, res) => res.send('ok'));
       const url = await serve(app);
       assert.equal((await fetch(url)).status, 200);
@@ -163,10 +212,17 @@ test('get() reads without counting; resetKey() starts the key afresh', async () 
   assert.equal((await fetch(url)).status, 200);
 });
 
-test("a limit given as a function: the store counts, express-rate-limit compares", async () => {
+test('a limit given as a function: the store counts, express-rate-limit compares', async () => {
   const client = await nodeRedis('module');
   const app = express();
-  app.use(rateLimit({ windowMs: 60_000, limit: (req) => (req.get('x-plan') === 'pro' ? 4 : 2), store: storeFor('module', client), keyGenerator: (req) => req.get('x-user') }));
+  app.use(
+    rateLimit({
+      windowMs: 60_000,
+      limit: (req) => (req.get('x-plan') === 'pro' ? 4 : 2),
+      store: storeFor('module', client),
+      keyGenerator: (req) => req.get('x-user'),
+    }),
+  );
   app.get('/', (_req, res) => res.send('ok'));
   const url = await serve(app);
   const free = await burst(url, 50, { headers: { 'x-user': 'a' } });
@@ -181,7 +237,17 @@ test("a limit given as a function: the store counts, express-rate-limit compares
 test('ioredis through sendCommand, as rate-limit-redis documents it', async () => {
   const client = await ioredis('module');
   const app = express();
-  app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new RedisThrottleStore({ prefix: unique('io') + ':', ...SLOW, sendCommand: (command, ...args) => client.call(command, ...args) }) }));
+  app.use(
+    rateLimit({
+      windowMs: 60_000,
+      limit: 5,
+      store: new RedisThrottleStore({
+        prefix: unique('io') + ':',
+        ...SLOW,
+        sendCommand: (command, ...args) => client.call(command, ...args),
+      }),
+    }),
+  );
   app.get('/', (_req, res) => res.send('ok'));
   const url = await serve(app);
   const replies = await burst(url, 200);

@@ -53,18 +53,36 @@ export async function freePort(cluster = false) {
  * floor module).
  */
 export async function startServer({ kind = 'module', cluster = false, args: more = [] } = {}) {
-  if (kind === 'module' && !existsSync(modulePath)) throw new Error(`the module is not built: ${modulePath} (cargo build --release --lib, or set THROTTLE_MODULE)`);
+  if (kind === 'module' && !existsSync(modulePath))
+    throw new Error(`the module is not built: ${modulePath} (cargo build --release --lib, or set THROTTLE_MODULE)`);
   const port = await freePort(cluster);
   const dir = mkdtempSync(path.join(tmpdir(), 'rt-node-'));
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', '--logfile', path.join(dir, 'log')];
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--dir',
+    dir,
+    '--daemonize',
+    'no',
+    '--logfile',
+    path.join(dir, 'log'),
+  ];
   if (kind === 'module') args.push('--loadmodule', modulePath);
   args.push(...more);
-  if (cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000');
+  if (cluster)
+    args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000');
   const child = spawn(serverBin, args, { stdio: 'ignore' });
   const server = { port, pid: child.pid, child, dir, kind, url: `redis://127.0.0.1:${port}` };
   const deadline = Date.now() + 10000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`redis-server exited: ${readFileSync(path.join(dir, 'log'), 'utf8').slice(-2000)}`);
+    if (child.exitCode !== null)
+      throw new Error(`redis-server exited: ${readFileSync(path.join(dir, 'log'), 'utf8').slice(-2000)}`);
     try {
       const c = createClient({ url: server.url, socket: { reconnectStrategy: false } });
       c.on('error', () => {});
@@ -94,7 +112,11 @@ export function stopServer(server) {
 /** Three primaries (no replicas), each with the module (kind 'plain': without), state ok on every node. */
 export async function startCluster({ kind = 'module' } = {}) {
   const nodes = await Promise.all([0, 1, 2].map(() => startServer({ kind, cluster: true })));
-  const r = spawnSync(cliBin, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8' });
+  const r = spawnSync(
+    cliBin,
+    ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+    { encoding: 'utf8' },
+  );
   if (r.status !== 0) throw new Error(`cluster create failed: ${r.stdout}${r.stderr}`);
   const deadline = Date.now() + 60000;
   for (const n of nodes) {

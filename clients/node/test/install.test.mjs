@@ -40,23 +40,39 @@ function checkout() {
   mkdirSync(path.join(co, 'functions'), { recursive: true });
   cpSync(twinPath, path.join(co, 'functions/throttle.lua'));
   cpSync(path.join(root, 'LICENSE'), path.join(co, 'LICENSE'));
-  for (const f of ['src', 'scripts', 'package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.cjs.json', 'README.md']) cpSync(path.join(pkgDir, f), path.join(node, f), { recursive: true });
+  for (const f of [
+    'src',
+    'scripts',
+    'package.json',
+    'package-lock.json',
+    'tsconfig.json',
+    'tsconfig.cjs.json',
+    'README.md',
+  ])
+    cpSync(path.join(pkgDir, f), path.join(node, f), { recursive: true });
   symlinkSync(path.join(pkgDir, 'node_modules'), path.join(node, 'node_modules'));
   return node;
 }
 
 /** Makes the host libraries of the app (this cell's, already installed) resolvable from `app`. */
 function hostLibraries(app, names) {
-  for (const name of names) symlinkSync(path.join(process.cwd(), 'node_modules', name), path.join(app, 'node_modules', name));
+  for (const name of names)
+    symlinkSync(path.join(process.cwd(), 'node_modules', name), path.join(app, 'node_modules', name));
 }
 
 test(`npm ${(await sh(work, 'npm', ['--version'])).stdout.trim()} on Node.js ${process.versions.node}: npm install <checkout>/clients/node builds dist (prepare) and imports; npm pack packs it with the LICENSE; the tarball, installed in a clean directory, loads the twin with its CLI and express-rate-limit answers 429`, async () => {
   const src = checkout();
   const linked = path.join(work, 'from-checkout');
   mkdirSync(linked);
-  writeFileSync(path.join(linked, 'package.json'), JSON.stringify({ name: 'from-checkout', version: '1.0.0', private: true }));
+  writeFileSync(
+    path.join(linked, 'package.json'),
+    JSON.stringify({ name: 'from-checkout', version: '1.0.0', private: true }),
+  );
   await npm(linked, 'install', '--offline', src);
-  const imported = await sh(linked, process.execPath, ['-e', "import('redis-throttle-js').then(async (m) => console.log(typeof m.Throttle, typeof m.loadTwin, (await m.twinLibrary()).version))"]);
+  const imported = await sh(linked, process.execPath, [
+    '-e',
+    "import('redis-throttle-js').then(async (m) => console.log(typeof m.Throttle, typeof m.loadTwin, (await m.twinLibrary()).version))",
+  ]);
   assert.equal(imported.stdout.trim(), `function function ${pkg.version}`);
 
   const out = path.join(work, 'out');
@@ -65,23 +81,54 @@ test(`npm ${(await sh(work, 'npm', ['--version'])).stdout.trim()} on Node.js ${p
   const [tarball] = readdirSync(out);
   assert.equal(tarball, `${pkg.name}-${pkg.version}.tgz`);
   const listed = (await sh(out, 'tar', ['tzf', tarball])).stdout.split('\n').filter(Boolean).sort();
-  for (const f of ['package/package.json', 'package/README.md', 'package/LICENSE', 'package/dist/throttle.lua', 'package/dist/esm/cli.js', 'package/dist/esm/index.js', 'package/dist/esm/library.js', 'package/dist/cjs/index.js', 'package/dist/cjs/library.js', 'package/dist/cjs/package.json']) {
+  for (const f of [
+    'package/package.json',
+    'package/README.md',
+    'package/LICENSE',
+    'package/dist/throttle.lua',
+    'package/dist/esm/cli.js',
+    'package/dist/esm/index.js',
+    'package/dist/esm/library.js',
+    'package/dist/cjs/index.js',
+    'package/dist/cjs/library.js',
+    'package/dist/cjs/package.json',
+  ]) {
     assert.ok(listed.includes(f), `${f} not in the tarball: ${listed.join(' ')}`);
   }
-  assert.deepEqual(listed.filter((f) => !/^package\/(dist\/.*|package\.json|README\.md|LICENSE)$/.test(f)), [], 'only dist/, package.json, README.md and LICENSE');
+  assert.deepEqual(
+    listed.filter((f) => !/^package\/(dist\/.*|package\.json|README\.md|LICENSE)$/.test(f)),
+    [],
+    'only dist/, package.json, README.md and LICENSE',
+  );
 
   const app = path.join(work, 'app');
   mkdirSync(app);
-  writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
+  writeFileSync(
+    path.join(app, 'package.json'),
+    JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }),
+  );
   await npm(app, 'install', '--offline', path.join(out, tarball));
   hostLibraries(app, ['express', 'express-rate-limit', 'redis']);
-  assert.equal(readFileSync(path.join(app, 'node_modules/redis-throttle-js/LICENSE'), 'utf8'), readFileSync(path.join(root, 'LICENSE'), 'utf8'), "the package's LICENSE is the repository's");
+  assert.equal(
+    readFileSync(path.join(app, 'node_modules/redis-throttle-js/LICENSE'), 'utf8'),
+    readFileSync(path.join(root, 'LICENSE'), 'utf8'),
+    "the package's LICENSE is the repository's",
+  );
 
   const server = await startServer({ kind: 'plain' });
   servers.push(server);
   const loaded = await sh(app, 'npx', ['--no-install', 'redis-throttle-js', 'twin', 'load', server.url]);
-  assert.match(loaded.stdout, new RegExp(`the Functions twin ${pkg.version.replace(/\./g, '\\.')} on 1 server:\\n  127\\.0\\.0\\.1:${server.port}  loaded`));
-  const printed = await promisify(execFile)('npx', ['--no-install', 'redis-throttle-js', 'twin', 'print'], { cwd: app, encoding: 'buffer', maxBuffer: 1 << 24 });
+  assert.match(
+    loaded.stdout,
+    new RegExp(
+      `the Functions twin ${pkg.version.replace(/\./g, '\\.')} on 1 server:\\n  127\\.0\\.0\\.1:${server.port}  loaded`,
+    ),
+  );
+  const printed = await promisify(execFile)('npx', ['--no-install', 'redis-throttle-js', 'twin', 'print'], {
+    cwd: app,
+    encoding: 'buffer',
+    maxBuffer: 1 << 24,
+  });
   assert.ok(Buffer.compare(printed.stdout, readFileSync(twinPath)) === 0, 'twin print of the installed package');
 
   writeFileSync(
@@ -110,5 +157,10 @@ const listener = app.listen(0, '127.0.0.1', async () => {
 `,
   );
   const { stdout } = await sh(app, process.execPath, ['server.mjs', server.url]);
-  assert.deepEqual(JSON.parse(stdout), { statuses: [200, 200, 429], cjs: 'function', lua: readFileSync(twinPath, 'utf8').length, from: path.join(app, 'node_modules/redis-throttle-js/dist/cjs/index.js') });
+  assert.deepEqual(JSON.parse(stdout), {
+    statuses: [200, 200, 429],
+    cjs: 'function',
+    lua: readFileSync(twinPath, 'utf8').length,
+    from: path.join(app, 'node_modules/redis-throttle-js/dist/cjs/index.js'),
+  });
 });

@@ -35,7 +35,11 @@ async function keysWith(client, marker) {
   return all.sort();
 }
 
-const rejected = (p) => p.then(() => assert.fail('admitted'), (e) => e);
+const rejected = (p) =>
+  p.then(
+    () => assert.fail('admitted'),
+    (e) => e,
+  );
 
 for (const kind of KINDS) {
   describe(`ioredis keyPrefix on ${kind}`, () => {
@@ -44,18 +48,40 @@ for (const kind of KINDS) {
       const prefix = `app${marker}:`;
       const client = await ioredis(kind, { keyPrefix: prefix });
       for (const algorithm of ['counter', 'gcra']) {
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: `rlf-${algorithm}`, points: 3, duration: 60, algorithm });
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: `rlf-${algorithm}`,
+          points: 3,
+          duration: 60,
+          algorithm,
+        });
         assert.equal((await limiter.consume('u1')).remainingPoints, 2, algorithm);
         await limiter.block('u1', 30);
         const blocked = await rejected(limiter.consume('u1'));
-        assert.ok(blocked instanceof RateLimiterRes && blocked.msBeforeNext > 29_000, `${algorithm}: admitted after block(): ${blocked}`);
+        assert.ok(
+          blocked instanceof RateLimiterRes && blocked.msBeforeNext > 29_000,
+          `${algorithm}: admitted after block(): ${blocked}`,
+        );
         assert.equal(await limiter.delete('u1'), true, algorithm);
         assert.equal(await limiter.get('u1'), null, algorithm);
         assert.equal((await limiter.consume('u1')).remainingPoints, 2, `${algorithm}: delete() reset nothing`);
       }
       // CL.ALL (one slot: the prefixed keys' in a cluster).
-      const a = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'ua', points: 2, duration: 60 });
-      const b = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'ub', points: 5, duration: 60 });
+      const a = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: 'ua',
+        points: 2,
+        duration: 60,
+      });
+      const b = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: 'ub',
+        points: 5,
+        duration: 60,
+      });
       const union = new RateLimiterUnionAtomic(a, b);
       await union.consume('{u2}');
       await union.consume('{u2}');
@@ -63,7 +89,11 @@ for (const kind of KINDS) {
       assert.equal((await b.get('{u2}')).consumedPoints, 2);
       const keys = await keysWith(client, marker);
       assert.ok(keys.length >= 4, JSON.stringify(keys));
-      for (const k of keys) assert.ok(k.startsWith(prefix) && !k.slice(prefix.length).includes(marker), `a key without the prefix exactly once: ${k}`);
+      for (const k of keys)
+        assert.ok(
+          k.startsWith(prefix) && !k.slice(prefix.length).includes(marker),
+          `a key without the prefix exactly once: ${k}`,
+        );
     });
 
     test('express-rate-limit through sendCommand (ioredis call): resetKey and getKey reach the counted key, prefixed as this ioredis prefixes `call`', async () => {
@@ -78,7 +108,12 @@ for (const kind of KINDS) {
           limit: 2,
           validate: false,
           keyGenerator: () => 'u1',
-          store: new RedisThrottleStore({ ...SLOW, prefix: `rl${marker}-${algorithm}:`, algorithm, sendCommand: (cmd, ...args) => client.call(cmd, ...args) }),
+          store: new RedisThrottleStore({
+            ...SLOW,
+            prefix: `rl${marker}-${algorithm}:`,
+            algorithm,
+            sendCommand: (cmd, ...args) => client.call(cmd, ...args),
+          }),
         });
         const app = express();
         app.use(limiter);
@@ -88,7 +123,11 @@ for (const kind of KINDS) {
         for (let i = 0; i < 3; i++) statuses.push((await fetch(url)).status);
         assert.deepEqual(statuses, [200, 200, 429], algorithm);
         // (With only the twin the fixed window counts the denied hit too, as rate-limit-redis does.)
-        assert.equal((await limiter.getKey('u1')).totalHits, kind === 'twin' && algorithm === 'counter' ? 3 : 2, algorithm);
+        assert.equal(
+          (await limiter.getKey('u1')).totalHits,
+          kind === 'twin' && algorithm === 'counter' ? 3 : 2,
+          algorithm,
+        );
         await limiter.resetKey('u1');
         assert.equal(await limiter.getKey('u1'), undefined, `${algorithm}: resetKey reset nothing`);
         assert.equal((await fetch(url)).status, 200, algorithm);
@@ -97,7 +136,10 @@ for (const kind of KINDS) {
       assert.ok(keys.length >= 2, JSON.stringify(keys));
       for (const k of keys) {
         const rest = prefixes ? k.slice(prefix.length) : k;
-        assert.ok((!prefixes || k.startsWith(prefix)) && rest.startsWith(`rl${marker}-`) && !rest.slice(1).includes(prefix), `${k}: not prefixed as ioredis's call prefixes (${prefixes})`);
+        assert.ok(
+          (!prefixes || k.startsWith(prefix)) && rest.startsWith(`rl${marker}-`) && !rest.slice(1).includes(prefix),
+          `${k}: not prefixed as ioredis's call prefixes (${prefixes})`,
+        );
       }
     });
 
@@ -107,11 +149,17 @@ for (const kind of KINDS) {
       const client = await ioredis(kind, { keyPrefix: prefix });
       // (@nestjs/throttler 5 has no blockDuration: its counter's window outlives the test instead.)
       const v6 = atLeast('@nestjs/throttler', '6.0.0');
-      const nest = await nestApp(new RedisThrottleStorage(client, { ...SLOW, algorithm: v6 ? 'gcra' : 'counter' }), [{ ttl: v6 ? 1000 : 60_000, limit: 1, blockDuration: 20_000 }]);
+      const nest = await nestApp(new RedisThrottleStorage(client, { ...SLOW, algorithm: v6 ? 'gcra' : 'counter' }), [
+        { ttl: v6 ? 1000 : 60_000, limit: 1, blockDuration: 20_000 },
+      ]);
       const n = [];
       for (let i = 0; i < 3; i++) n.push((await fetch(nest)).status);
       assert.deepEqual(n, [200, 429, 429]);
-      const f = await fastifyApp(redisThrottleStore(client, { ...SLOW, algorithm: 'window' }), { max: 1, timeWindow: 60_000, ban: 0 });
+      const f = await fastifyApp(redisThrottleStore(client, { ...SLOW, algorithm: 'window' }), {
+        max: 1,
+        timeWindow: 60_000,
+        ban: 0,
+      });
       const s = [];
       for (let i = 0; i < 3; i++) s.push((await fetch(f)).status);
       assert.deepEqual(s, [200, 403, 403]);
@@ -122,7 +170,11 @@ for (const kind of KINDS) {
       assert.equal(Number(await client.get('c')), 1, 'ioredis reads the same key');
       const keys = await keysWith(client, marker);
       assert.ok(keys.length >= 4, JSON.stringify(keys));
-      for (const k of keys) assert.ok(k.startsWith(prefix) && !k.slice(prefix.length).includes(marker), `a key without the prefix exactly once: ${k}`);
+      for (const k of keys)
+        assert.ok(
+          k.startsWith(prefix) && !k.slice(prefix.length).includes(marker),
+          `a key without the prefix exactly once: ${k}`,
+        );
     });
   });
 }

@@ -26,24 +26,31 @@ const LIBS = [
   ['ioredis', ioredis, (c, args) => c.call(args[0], ...args.slice(1))],
 ];
 
-
 for (const [lib, connect, send] of LIBS) {
   describe(`Throttle.hit through ${lib}`, () => {
     test('stores the bytes and the absolute expiry CL.COUNTER stores, and the module reads its keys (and back)', async () => {
       const c = await connect('module');
       const raw = (args) => send(c, args);
       const t = new Throttle(c, SLOW);
-      for (const [windowMs, quantity] of [[1500, 1], [60_000, 3], [2_000_000, 7]]) {
+      for (const [windowMs, quantity] of [
+        [1500, 1],
+        [60_000, 3],
+        [2_000_000, 7],
+      ]) {
         const plain = unique('plain');
         const mod = unique('mod');
         const before = Number(await raw(['PEXPIRETIME', mod])); // -2: no key yet
         assert.equal(before, -2);
-        const [h] = await Promise.all([t.hit(plain, windowMs, quantity), raw(['CL.COUNTER', mod, '1000', String(windowMs), String(quantity), 'MS'])]);
+        const [h] = await Promise.all([
+          t.hit(plain, windowMs, quantity),
+          raw(['CL.COUNTER', mod, '1000', String(windowMs), String(quantity), 'MS']),
+        ]);
         assert.equal(h.count, quantity);
         assert.ok(h.ttlMs > windowMs - 1000 && h.ttlMs <= windowMs, `ttl ${h.ttlMs}`);
         assert.equal(String(await raw(['GET', plain])), String(await raw(['GET', mod])));
         // DUMP: the serialized value (payload, RDB version, checksum) is byte for byte the same.
-        const dump = async (k) => (lib === 'ioredis' ? c.dumpBuffer(k) : c.sendCommand(['DUMP', k], { returnBuffers: true }));
+        const dump = async (k) =>
+          lib === 'ioredis' ? c.dumpBuffer(k) : c.sendCommand(['DUMP', k], { returnBuffers: true });
         assert.ok(Buffer.from(await dump(plain)).equals(Buffer.from(await dump(mod))), 'DUMP differs');
         // The absolute expiry: both are "now + window" at their command's instant (sent together).
         const ep = Number(await raw(['PEXPIRETIME', plain]));
@@ -68,8 +75,28 @@ for (const [lib, connect, send] of LIBS) {
       // The same commands Throttle.hit sends, next to CL.COUNTER, with TIME before, between and after.
       const r =
         lib === 'ioredis'
-          ? (await c.multi().time().call('CL.COUNTER', mod, '100', '7000', '4', 'MS').time().set(plain, '0', 'PX', '7000', 'NX').incrby(plain, 4).pttl(plain).time().exec()).map((x) => x[1])
-          : await c.multi().addCommand(['TIME']).addCommand(['CL.COUNTER', mod, '100', '7000', '4', 'MS']).addCommand(['TIME']).addCommand(['SET', plain, '0', 'PX', '7000', 'NX']).addCommand(['INCRBY', plain, '4']).addCommand(['PTTL', plain]).addCommand(['TIME']).exec();
+          ? (
+              await c
+                .multi()
+                .time()
+                .call('CL.COUNTER', mod, '100', '7000', '4', 'MS')
+                .time()
+                .set(plain, '0', 'PX', '7000', 'NX')
+                .incrby(plain, 4)
+                .pttl(plain)
+                .time()
+                .exec()
+            ).map((x) => x[1])
+          : await c
+              .multi()
+              .addCommand(['TIME'])
+              .addCommand(['CL.COUNTER', mod, '100', '7000', '4', 'MS'])
+              .addCommand(['TIME'])
+              .addCommand(['SET', plain, '0', 'PX', '7000', 'NX'])
+              .addCommand(['INCRBY', plain, '4'])
+              .addCommand(['PTTL', plain])
+              .addCommand(['TIME'])
+              .exec();
       assert.equal(Number(r[4]), 4);
       const [ep, em] = [Number(await raw(['PEXPIRETIME', plain])), Number(await raw(['PEXPIRETIME', mod]))];
       const version = /redis_version:(\d+)\.(\d+)/.exec(String(await raw(['INFO', 'server'])));
@@ -80,8 +107,13 @@ for (const [lib, connect, send] of LIBS) {
         // Before 7.2 each command reads the clock as it runs (the module, without the server's
         // command time, reads the real-time clock as SET does): each expiry is its own command's
         // instant + the window, between the TIMEs around it.
-        const [before, between, after] = [r[0], r[2], r[6]].map(([sec, usec]) => Math.floor((Number(sec) * 1e6 + Number(usec)) / 1000) + 7000);
-        assert.ok(before <= em && em <= between && between <= ep && ep <= after, `TIME+window ${before} <= CL.COUNTER's ${em} <= ${between} <= SET's ${ep} <= ${after}`);
+        const [before, between, after] = [r[0], r[2], r[6]].map(
+          ([sec, usec]) => Math.floor((Number(sec) * 1e6 + Number(usec)) / 1000) + 7000,
+        );
+        assert.ok(
+          before <= em && em <= between && between <= ep && ep <= after,
+          `TIME+window ${before} <= CL.COUNTER's ${em} <= ${between} <= SET's ${ep} <= ${after}`,
+        );
       }
       assert.equal(String(await raw(['GET', plain])), String(await raw(['GET', mod])));
     });
@@ -130,7 +162,10 @@ for (const [lib, connect, send] of LIBS) {
       const keys = Array.from({ length: 30 }, (_, i) => unique(`cl${i}`));
       const all = await Promise.all(keys.flatMap((k) => Array.from({ length: 10 }, () => t.hit(k, 60_000))));
       for (let i = 0; i < keys.length; i++) {
-        const counts = all.slice(i * 10, i * 10 + 10).map((h) => h.count).sort((a, b) => a - b);
+        const counts = all
+          .slice(i * 10, i * 10 + 10)
+          .map((h) => h.count)
+          .sort((a, b) => a - b);
         assert.deepEqual(counts, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
       }
       // The module on that node reads the same count.
@@ -141,20 +176,24 @@ for (const [lib, connect, send] of LIBS) {
 }
 
 // node-redis 5 and later have a client pool (4 has none).
-if (typeof redis.createClientPool === 'function') test("node-redis's client pool: each transaction runs on one of its clients", async () => {
-  const pool = redis.createClientPool({ url: `redis://127.0.0.1:${ports.twin}` }, { minimum: 4, maximum: 4 });
-  pool.on('error', () => {});
-  await pool.connect();
-  try {
-    const t = new Throttle(pool, SLOW);
-    const key = unique('pool');
-    const all = await Promise.all(Array.from({ length: 100 }, () => t.hit(key, 60_000)));
-    assert.deepEqual(all.map((h) => h.count).sort((a, b) => a - b), Array.from({ length: 100 }, (_, i) => i + 1));
-    assert.ok(Number(await pool.sendCommand(['PTTL', key])) > 59_000);
-  } finally {
-    await pool.close();
-  }
-});
+if (typeof redis.createClientPool === 'function')
+  test("node-redis's client pool: each transaction runs on one of its clients", async () => {
+    const pool = redis.createClientPool({ url: `redis://127.0.0.1:${ports.twin}` }, { minimum: 4, maximum: 4 });
+    pool.on('error', () => {});
+    await pool.connect();
+    try {
+      const t = new Throttle(pool, SLOW);
+      const key = unique('pool');
+      const all = await Promise.all(Array.from({ length: 100 }, () => t.hit(key, 60_000)));
+      assert.deepEqual(
+        all.map((h) => h.count).sort((a, b) => a - b),
+        Array.from({ length: 100 }, (_, i) => i + 1),
+      );
+      assert.ok(Number(await pool.sendCommand(['PTTL', key])) > 59_000);
+    } finally {
+      await pool.close();
+    }
+  });
 
 describe('the stores send no FCALL for the fixed window on a twin-only server', () => {
   test('express-rate-limit, rate-limiter-flexible, Fastify and NestJS (counter): plain commands, exactly the limit admitted', async () => {
@@ -164,14 +203,28 @@ describe('the stores send no FCALL for the fixed window on a twin-only server', 
     const client = nr.client;
     const io = ior.client;
     // Detection happens once per store; warm each up, then record the commands of the real traffic.
-    const erl = new RedisThrottleStore({ prefix: unique('erl') + ':', ...SLOW, sendCommand: (...args) => client.sendCommand(args) });
+    const erl = new RedisThrottleStore({
+      prefix: unique('erl') + ':',
+      ...SLOW,
+      sendCommand: (...args) => client.sendCommand(args),
+    });
     const app = express();
     app.use(rateLimit({ windowMs: 60_000, limit: 5, store: erl }));
     app.get('/', (_req, res) => res.send('ok'));
     const url = await serve(app);
-    const rlf = new RateLimiterRedisThrottle({ storeClient: io, points: 5, duration: 60, keyPrefix: unique('rlf'), ...SLOW });
+    const rlf = new RateLimiterRedisThrottle({
+      storeClient: io,
+      points: 5,
+      duration: 60,
+      keyPrefix: unique('rlf'),
+      ...SLOW,
+    });
     const fastify = Fastify({ keepAliveTimeout: 1000 });
-    await fastify.register(fastifyRateLimit, { max: 5, timeWindow: 60_000, store: redisThrottleStore(client, { nameSpace: unique('fst') + '-', ...SLOW }) });
+    await fastify.register(fastifyRateLimit, {
+      max: 5,
+      timeWindow: 60_000,
+      store: redisThrottleStore(client, { nameSpace: unique('fst') + '-', ...SLOW }),
+    });
     fastify.get('/', async () => 'ok');
     await fastify.listen({ port: 0, host: '127.0.0.1' });
     const nest = new RedisThrottleStorage(io, { ...SLOW, prefix: unique('nst') + ':', algorithm: 'counter' });

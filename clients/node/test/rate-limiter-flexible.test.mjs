@@ -4,7 +4,19 @@ import { after, describe, test } from 'node:test';
 import express from 'express';
 import { RateLimiterMemory, RateLimiterRes, RateLimiterUnion } from 'rate-limiter-flexible';
 import { RateLimiterRedisThrottle, RateLimiterUnionAtomic } from 'redis-throttle-js/rate-limiter-flexible';
-import { KINDS, SLOW, burst, closeAll, closeServers, counting, ioredis, nodeRedis, serve, unique, version } from './common.mjs';
+import {
+  KINDS,
+  SLOW,
+  burst,
+  closeAll,
+  closeServers,
+  counting,
+  ioredis,
+  nodeRedis,
+  serve,
+  unique,
+  version,
+} from './common.mjs';
 
 after(closeAll);
 after(closeServers);
@@ -12,7 +24,13 @@ after(closeServers);
 for (const kind of KINDS) {
   describe(`rate-limiter-flexible on ${kind}`, () => {
     test('an Express app: 1,000 concurrent requests against 5 points admit exactly 5; 429 with Retry-After', async () => {
-      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('rlf'), points: 5, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: await nodeRedis(kind),
+        keyPrefix: unique('rlf'),
+        points: 5,
+        duration: 60,
+      });
       const app = express();
       app.use((req, res, next) =>
         limiter
@@ -39,14 +57,30 @@ for (const kind of KINDS) {
     });
 
     test(`the limiter is a RateLimiterAbstract of this version (${version('rate-limiter-flexible')}): RateLimiterUnion and insuranceLimiter take it; getKey and parseKey are its`, async () => {
-      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('abs'), points: 2, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: await nodeRedis(kind),
+        keyPrefix: unique('abs'),
+        points: 2,
+        duration: 60,
+      });
       const union = new RateLimiterUnion(limiter, new RateLimiterMemory({ keyPrefix: 'mem', points: 5, duration: 60 }));
       await union.consume('u');
       await union.consume('u');
-      const rejected = await union.consume('u').then(() => assert.fail('admitted'), (e) => e);
+      const rejected = await union.consume('u').then(
+        () => assert.fail('admitted'),
+        (e) => e,
+      );
       assert.deepEqual(Object.keys(rejected), [limiter.keyPrefix]);
       const insured = new RateLimiterMemory({ points: 1, duration: 1, insuranceLimiter: undefined });
-      assert.ok(new RateLimiterRedisThrottle({ storeClient: await nodeRedis(kind), points: 1, duration: 1, insuranceLimiter: insured }));
+      assert.ok(
+        new RateLimiterRedisThrottle({
+          storeClient: await nodeRedis(kind),
+          points: 1,
+          duration: 1,
+          insuranceLimiter: insured,
+        }),
+      );
       // The names this version's own limiters give (parseKey left a ':' before 6.x).
       const own = new RateLimiterMemory({ keyPrefix: limiter.keyPrefix, points: 1, duration: 1 });
       assert.equal(limiter.getKey('u'), own.getKey('u'));
@@ -57,35 +91,81 @@ for (const kind of KINDS) {
       const client = await nodeRedis(kind);
       const pttl = (k) => client.sendCommand(...(kind === 'cluster' ? [k, true, ['PTTL', k]] : [['PTTL', k]]));
       for (const algorithm of ['counter', 'gcra']) {
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('forever'), points: 3, duration: 2, algorithm });
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: unique('forever'),
+          points: 3,
+          duration: 2,
+          algorithm,
+        });
         const b = await limiter.block('u', 0);
         assert.equal(b.msBeforeNext, -1, algorithm);
         assert.equal(Number(await pttl(limiter.getKey('u'))), -1, `${algorithm}: the block has an expiry`);
-        const denied = await limiter.consume('u').then(() => assert.fail(`${algorithm}: admitted after block(key, 0)`), (e) => e);
+        const denied = await limiter.consume('u').then(
+          () => assert.fail(`${algorithm}: admitted after block(key, 0)`),
+          (e) => e,
+        );
         assert.ok(denied instanceof RateLimiterRes, `${algorithm}: ${denied}`);
         // A counter's block keeps its points until a consume opens a window on it (RateLimiterRedis's script does the same); a GCRA block stays.
-        assert.ok(algorithm === 'counter' ? denied.msBeforeNext > 1000 && denied.msBeforeNext <= 2000 : denied.msBeforeNext === -1, `${algorithm}: ${denied.msBeforeNext}`);
+        assert.ok(
+          algorithm === 'counter'
+            ? denied.msBeforeNext > 1000 && denied.msBeforeNext <= 2000
+            : denied.msBeforeNext === -1,
+          `${algorithm}: ${denied.msBeforeNext}`,
+        );
       }
-      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('set0'), points: 3, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('set0'),
+        points: 3,
+        duration: 60,
+      });
       const set = await limiter.set('u', 2, 0);
       assert.deepEqual([set.consumedPoints, set.msBeforeNext], [2, -1]);
       assert.equal(Number(await pttl(limiter.getKey('u'))), -1);
       const got = await limiter.get('u');
       assert.deepEqual([got.consumedPoints, got.remainingPoints, got.msBeforeNext], [2, 1, -1]);
-      const never = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('dur0'), points: 2, duration: 0 });
+      const never = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('dur0'),
+        points: 2,
+        duration: 0,
+      });
       for (let i = 0; i < 2; i++) assert.equal((await never.consume('u')).msBeforeNext, -1);
-      const over = await never.consume('u').then(() => assert.fail('admitted'), (e) => e);
+      const over = await never.consume('u').then(
+        () => assert.fail('admitted'),
+        (e) => e,
+      );
       assert.deepEqual([over.remainingPoints, over.msBeforeNext, over.consumedPoints], [0, -1, 3]);
-      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: client, points: 2, duration: 0, algorithm: 'gcra' }), /duration 0 \(never expires\) needs algorithm 'counter'/);
+      assert.throws(
+        () => new RateLimiterRedisThrottle({ storeClient: client, points: 2, duration: 0, algorithm: 'gcra' }),
+        /duration 0 \(never expires\) needs algorithm 'counter'/,
+      );
     });
 
     test('a consume of more points than the limiter has is rejected with the time its window has left, never 0', async () => {
       const client = await nodeRedis(kind);
       for (const algorithm of ['counter', 'window', 'gcra']) {
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('big'), points: 5, duration: 30, algorithm });
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: unique('big'),
+          points: 5,
+          duration: 30,
+          algorithm,
+        });
         for (let i = 0; i < 3; i++) {
-          const r = await limiter.consume('u', 10).then(() => assert.fail('admitted'), (e) => e);
-          assert.ok(r instanceof RateLimiterRes && r.msBeforeNext > 0 && r.msBeforeNext <= 30_000, `${algorithm}: ${r.msBeforeNext}`);
+          const r = await limiter.consume('u', 10).then(
+            () => assert.fail('admitted'),
+            (e) => e,
+          );
+          assert.ok(
+            r instanceof RateLimiterRes && r.msBeforeNext > 0 && r.msBeforeNext <= 30_000,
+            `${algorithm}: ${r.msBeforeNext}`,
+          );
         }
       }
     });
@@ -94,44 +174,104 @@ for (const kind of KINDS) {
       const real = await nodeRedis(kind);
       for (const algorithm of ['counter', 'gcra', 'window']) {
         const { client, keyed } = counting(real);
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('mem'), points: 2, duration: 60, inMemoryBlockOnConsumed: 3, inMemoryBlockDuration: 30, algorithm });
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: unique('mem'),
+          points: 2,
+          duration: 60,
+          inMemoryBlockOnConsumed: 3,
+          inMemoryBlockDuration: 30,
+          algorithm,
+        });
         await limiter.consume('u');
         await limiter.consume('u');
-        const over = await limiter.consume('u').then(() => assert.fail('admitted'), (e) => e);
+        const over = await limiter.consume('u').then(
+          () => assert.fail('admitted'),
+          (e) => e,
+        );
         assert.equal(over.msBeforeNext, 30_000, algorithm);
         const asked = keyed();
         const blocked = await Promise.allSettled(Array.from({ length: 50 }, () => limiter.consume('u')));
-        assert.ok(blocked.every((r) => r.status === 'rejected' && r.reason.msBeforeNext > 29_000), algorithm);
+        assert.ok(
+          blocked.every((r) => r.status === 'rejected' && r.reason.msBeforeNext > 29_000),
+          algorithm,
+        );
         assert.equal(keyed(), asked, `${algorithm}: Redis was asked during the in-memory block`);
         assert.ok(limiter.getInMemoryBlockMsBeforeExpire(limiter.getKey('u')) > 29_000);
         limiter.deleteInMemoryBlockedAll();
         assert.equal(limiter.getInMemoryBlockMsBeforeExpire(limiter.getKey('u')), 0);
-        await limiter.consume('u').then(() => assert.fail('admitted'), () => {}); // (the limiter is still full)
+        await limiter.consume('u').then(
+          () => assert.fail('admitted'),
+          () => {},
+        ); // (the limiter is still full)
         assert.ok(keyed() > asked, 'Redis was not asked after deleteInMemoryBlockedAll');
         await limiter.delete('u');
         assert.equal((await limiter.consume('u')).remainingPoints, 1, algorithm);
       }
       // A threshold the limiter alone cannot report (denials take nothing there) needs counted consumes.
-      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: real, points: 2, duration: 1, inMemoryBlockOnConsumed: 5, algorithm: 'gcra' }), /inMemoryBlockOnConsumed above points \+ 1 needs algorithm 'counter'/);
-      assert.throws(() => new RateLimiterRedisThrottle({ storeClient: real, points: 5, duration: 1, inMemoryBlockOnConsumed: 2 }), /inMemoryBlockOnConsumed option must be greater or equal "points" option/);
-      const counted = new RateLimiterRedisThrottle({ ...SLOW, storeClient: real, keyPrefix: unique('mem5'), points: 2, duration: 60, inMemoryBlockOnConsumed: 5, inMemoryBlockDuration: 30 });
+      assert.throws(
+        () =>
+          new RateLimiterRedisThrottle({
+            storeClient: real,
+            points: 2,
+            duration: 1,
+            inMemoryBlockOnConsumed: 5,
+            algorithm: 'gcra',
+          }),
+        /inMemoryBlockOnConsumed above points \+ 1 needs algorithm 'counter'/,
+      );
+      assert.throws(
+        () => new RateLimiterRedisThrottle({ storeClient: real, points: 5, duration: 1, inMemoryBlockOnConsumed: 2 }),
+        /inMemoryBlockOnConsumed option must be greater or equal "points" option/,
+      );
+      const counted = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: real,
+        keyPrefix: unique('mem5'),
+        points: 2,
+        duration: 60,
+        inMemoryBlockOnConsumed: 5,
+        inMemoryBlockDuration: 30,
+      });
       const seen = [];
-      for (let i = 0; i < 6; i++) seen.push(await counted.consume('u').then((r) => r.consumedPoints, (r) => -r.consumedPoints));
+      for (let i = 0; i < 6; i++)
+        seen.push(
+          await counted.consume('u').then(
+            (r) => r.consumedPoints,
+            (r) => -r.consumedPoints,
+          ),
+        );
       // Every consume counted (as RateLimiterRedis counts it) until the 5th, then blocked in memory.
       assert.deepEqual(seen, [1, 2, -3, -4, -5, -0]);
     });
 
     test('points 0 rejects every consume (1,000 at once; 200 with an insuranceLimiter)', async () => {
       for (const insuranceLimiter of [undefined, new RateLimiterMemory({ points: 100, duration: 60 })]) {
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('p0'), points: 0, duration: 60, insuranceLimiter });
-        const all = await Promise.allSettled(Array.from({ length: insuranceLimiter ? 200 : 1000 }, () => limiter.consume('u')));
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: await nodeRedis(kind),
+          keyPrefix: unique('p0'),
+          points: 0,
+          duration: 60,
+          insuranceLimiter,
+        });
+        const all = await Promise.allSettled(
+          Array.from({ length: insuranceLimiter ? 200 : 1000 }, () => limiter.consume('u')),
+        );
         assert.equal(all.filter((r) => r.status === 'fulfilled').length, 0);
         assert.ok(all.every((r) => r.reason instanceof RateLimiterRes && r.reason.msBeforeNext > 0));
       }
     });
 
     test('consume, reward, penalty, get, block, delete keep their documented meaning', async () => {
-      const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await ioredis(kind), keyPrefix: unique('m'), points: 3, duration: 60 });
+      const limiter = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: await ioredis(kind),
+        keyPrefix: unique('m'),
+        points: 3,
+        duration: 60,
+      });
       const key = 'user1';
       assert.equal(await limiter.get(key), null);
       const r1 = await limiter.consume(key);
@@ -139,7 +279,10 @@ for (const kind of KINDS) {
       assert.equal(r1.consumedPoints, 1);
       assert.equal(r1.isFirstInDuration, true);
       await limiter.consume(key, 2);
-      const denied = await limiter.consume(key).then(() => assert.fail('admitted'), (r) => r);
+      const denied = await limiter.consume(key).then(
+        () => assert.fail('admitted'),
+        (r) => r,
+      );
       assert.ok(denied instanceof RateLimiterRes);
       assert.equal(denied.remainingPoints, 0);
       assert.ok(denied.consumedPoints > 3);
@@ -153,7 +296,10 @@ for (const kind of KINDS) {
       const fined = await limiter.penalty(key, 1);
       assert.equal(fined.remainingPoints, 1 - counted);
       await limiter.block(key, 30);
-      const blocked = await limiter.consume(key).then(() => assert.fail('admitted while blocked'), (r) => r);
+      const blocked = await limiter.consume(key).then(
+        () => assert.fail('admitted while blocked'),
+        (r) => r,
+      );
       assert.ok(blocked.msBeforeNext > 29_000 && blocked.msBeforeNext <= 30_000, `${blocked.msBeforeNext}`);
       assert.equal(await limiter.delete(key), true);
       assert.equal(await limiter.delete(key), false);
@@ -162,14 +308,28 @@ for (const kind of KINDS) {
 
     test('blockDuration blocks a key that went over its points, for gcra too', async () => {
       for (const algorithm of ['counter', 'gcra']) {
-        const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('b'), points: 2, duration: 1, blockDuration: 20, algorithm });
+        const limiter = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: await nodeRedis(kind),
+          keyPrefix: unique('b'),
+          points: 2,
+          duration: 1,
+          blockDuration: 20,
+          algorithm,
+        });
         await limiter.consume('k');
         await limiter.consume('k');
-        const r = await limiter.consume('k').then(() => assert.fail('admitted'), (e) => e);
+        const r = await limiter.consume('k').then(
+          () => assert.fail('admitted'),
+          (e) => e,
+        );
         assert.equal(r.msBeforeNext, 20_000, algorithm);
         await new Promise((res) => setTimeout(res, 1100));
         // The window has passed, the block has not.
-        const again = await limiter.consume('k').then(() => assert.fail(`admitted during the block (${algorithm})`), (e) => e);
+        const again = await limiter.consume('k').then(
+          () => assert.fail(`admitted during the block (${algorithm})`),
+          (e) => e,
+        );
         assert.ok(again.msBeforeNext > 15_000, `${algorithm}: ${again.msBeforeNext}`);
       }
     });
@@ -177,18 +337,38 @@ for (const kind of KINDS) {
     test('denials during a block do not extend it (only the consume that goes over blocks, as RateLimiterRedis)', async () => {
       await Promise.all(
         ['counter', 'gcra'].map(async (algorithm) => {
-          const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: await nodeRedis(kind), keyPrefix: unique('once'), points: 2, duration: 1, blockDuration: 2, algorithm });
+          const limiter = new RateLimiterRedisThrottle({
+            ...SLOW,
+            storeClient: await nodeRedis(kind),
+            keyPrefix: unique('once'),
+            points: 2,
+            duration: 1,
+            blockDuration: 2,
+            algorithm,
+          });
           await limiter.consume('k');
           await limiter.consume('k');
           const began = Date.now();
-          await limiter.consume('k').then(() => assert.fail('admitted'), () => {});
+          await limiter.consume('k').then(
+            () => assert.fail('admitted'),
+            () => {},
+          );
           // A user retrying all through the block.
           while (Date.now() - began < 1800) {
-            await limiter.consume('k').then(() => assert.fail(`admitted during the block (${algorithm})`), () => {});
+            await limiter.consume('k').then(
+              () => assert.fail(`admitted during the block (${algorithm})`),
+              () => {},
+            );
             await new Promise((res) => setTimeout(res, 150));
           }
           await new Promise((res) => setTimeout(res, Math.max(0, 2300 - (Date.now() - began))));
-          const r = await limiter.consume('k').catch((e) => assert.fail(`${algorithm}: still blocked ${Date.now() - began} ms after going over (${e.msBeforeNext} ms left)`));
+          const r = await limiter
+            .consume('k')
+            .catch((e) =>
+              assert.fail(
+                `${algorithm}: still blocked ${Date.now() - began} ms after going over (${e.msBeforeNext} ms left)`,
+              ),
+            );
           assert.ok(r.remainingPoints >= 0, algorithm);
         }),
       );
@@ -196,11 +376,30 @@ for (const kind of KINDS) {
 
     test('RateLimiterUnionAtomic: several limiters by one CL.ALL, all or nothing', async () => {
       const client = await nodeRedis(kind);
-      const perSecond = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('s'), points: 5, duration: 1 });
-      const perMinute = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('min'), points: 3, duration: 60 });
+      const perSecond = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('s'),
+        points: 5,
+        duration: 1,
+      });
+      const perMinute = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('min'),
+        points: 3,
+        duration: 60,
+      });
       const union = new RateLimiterUnionAtomic(perSecond, perMinute);
       const key = '{user7}';
-      const all = await Promise.all(Array.from({ length: 200 }, () => union.consume(key).then(() => true, (e) => e)));
+      const all = await Promise.all(
+        Array.from({ length: 200 }, () =>
+          union.consume(key).then(
+            () => true,
+            (e) => e,
+          ),
+        ),
+      );
       assert.equal(all.filter((x) => x === true).length, 3);
       const rejected = all.find((x) => x !== true);
       assert.deepEqual(Object.keys(rejected), [perMinute.keyPrefix]);
@@ -210,13 +409,29 @@ for (const kind of KINDS) {
 
     test('RateLimiterUnionAtomic with a blocked GCRA limiter: denied by it, nothing taken from the others', async () => {
       const client = await nodeRedis(kind);
-      const gcra = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('ug'), points: 2, duration: 1, algorithm: 'gcra' });
-      const counter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('uc'), points: 5, duration: 60 });
+      const gcra = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('ug'),
+        points: 2,
+        duration: 1,
+        algorithm: 'gcra',
+      });
+      const counter = new RateLimiterRedisThrottle({
+        ...SLOW,
+        storeClient: client,
+        keyPrefix: unique('uc'),
+        points: 5,
+        duration: 60,
+      });
       const union = new RateLimiterUnionAtomic(gcra, counter);
       const key = '{user8}';
       await union.consume(key);
       await gcra.block(key, 20);
-      const rejected = await union.consume(key).then(() => assert.fail('admitted while blocked'), (e) => e);
+      const rejected = await union.consume(key).then(
+        () => assert.fail('admitted while blocked'),
+        (e) => e,
+      );
       assert.deepEqual(Object.keys(rejected), [gcra.keyPrefix]);
       assert.ok(rejected[gcra.keyPrefix].msBeforeNext > 19_000, `${rejected[gcra.keyPrefix].msBeforeNext}`);
       assert.equal((await counter.get(key)).consumedPoints, 1);
@@ -225,21 +440,45 @@ for (const kind of KINDS) {
     if (kind === 'cluster') {
       test('RateLimiterUnionAtomic refuses keys in different slots before sending', async () => {
         const client = await nodeRedis(kind);
-        const a = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'a', points: 5, duration: 1 });
-        const b = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: 'bb', points: 5, duration: 1 });
+        const a = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: 'a',
+          points: 5,
+          duration: 1,
+        });
+        const b = new RateLimiterRedisThrottle({
+          ...SLOW,
+          storeClient: client,
+          keyPrefix: 'bb',
+          points: 5,
+          duration: 1,
+        });
         await assert.rejects(new RateLimiterUnionAtomic(a, b).consume('user7'), /share a hash slot/);
       });
     }
   });
 }
 
-test('bad options give the server error; another application\'s key is refused untouched', async () => {
+test("bad options give the server error; another application's key is refused untouched", async () => {
   const client = await nodeRedis('module');
-  const bad = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: unique('bad'), points: 5, duration: 1e10 });
+  const bad = new RateLimiterRedisThrottle({
+    ...SLOW,
+    storeClient: client,
+    keyPrefix: unique('bad'),
+    points: 5,
+    duration: 1e10,
+  });
   await assert.rejects(bad.consume('k'), /^ThrottleError: ERR window must be an integer/);
   const prefix = unique('other');
   await client.hSet(`${prefix}:k`, 'a', '1');
-  const limiter = new RateLimiterRedisThrottle({ ...SLOW, storeClient: client, keyPrefix: prefix, points: 5, duration: 1 });
+  const limiter = new RateLimiterRedisThrottle({
+    ...SLOW,
+    storeClient: client,
+    keyPrefix: prefix,
+    points: 5,
+    duration: 1,
+  });
   await assert.rejects(limiter.consume('k'), /^ThrottleError: WRONGTYPE/);
   assert.deepEqual({ ...(await client.hGetAll(`${prefix}:k`)) }, { a: '1' });
 });

@@ -18,7 +18,17 @@
 //
 // Usage: node test/run.mjs [file.test.mjs …]; RT_CELLS=oldest,newest runs only those cells.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -45,14 +55,17 @@ const seconds = () => `${((Date.now() - t0) / 1000).toFixed(0)} s`;
 
 function run(cmd, args, options) {
   const r = spawnSync(cmd, args, { encoding: 'utf8', ...options });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status}):\n${r.stdout ?? ''}${r.stderr ?? ''}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(' ')} failed (${r.status}):\n${r.stdout ?? ''}${r.stderr ?? ''}`);
   return r.stdout;
 }
 
 /** The package as npm publishes it (dist, README, package.json): a tarball. */
 function pack() {
   const dir = mkdtempSync(path.join(tmpdir(), 'rt-pack-'));
-  const [{ filename }] = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: pkgDir }).replace(/^[^[]*/, ''));
+  const [{ filename }] = JSON.parse(
+    run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: pkgDir }).replace(/^[^[]*/, ''),
+  );
   return path.join(dir, path.basename(filename));
 }
 
@@ -65,7 +78,10 @@ function runtime(cell) {
   const version = readFileSync(path.join(matrix, cell, '.node-version'), 'utf8').trim();
   const bin = path.join(nodes, version, 'bin');
   const found = spawnSync(path.join(bin, 'node'), ['--version'], { encoding: 'utf8' }).stdout?.trim();
-  if (found !== `v${version}`) throw new Error(`${cell}: Node.js ${version} is not in ${bin} (found: ${found ?? 'nothing'}): \`scripts/deps.sh node\` installs it (make test-node runs it)`);
+  if (found !== `v${version}`)
+    throw new Error(
+      `${cell}: Node.js ${version} is not in ${bin} (found: ${found ?? 'nothing'}): \`scripts/deps.sh node\` installs it (make test-node runs it)`,
+    );
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)));
   env.PATH = `${bin}${path.delimiter}${process.env.PATH ?? ''}`;
   return { version, bin, env };
@@ -80,7 +96,11 @@ function install(cell, node) {
   if (current && existsSync(from) && readFileSync(from, 'utf8') === node.version) return Promise.resolve();
   console.log(`# ${cell}: npm ci (Node.js ${node.version})`);
   return new Promise((resolve, reject) => {
-    const c = spawn(path.join(node.bin, 'node'), [path.join(node.bin, 'npm'), 'ci', '--no-audit', '--no-fund'], { cwd: dir, env: node.env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const c = spawn(path.join(node.bin, 'node'), [path.join(node.bin, 'npm'), 'ci', '--no-audit', '--no-fund'], {
+      cwd: dir,
+      env: node.env,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let err = '';
     c.stderr.on('data', (d) => (err += d));
     c.on('exit', (code) => {
@@ -101,8 +121,15 @@ function prepare(cell, tarball) {
   const tests = path.join(dir, 'test');
   rmSync(tests, { recursive: true, force: true });
   mkdirSync(tests);
-  for (const f of readdirSync(here)) if (f.endsWith('.mjs') && f !== 'run.mjs') copyFileSync(path.join(here, f), path.join(tests, f));
-  const chosen = (files.length ? files : readdirSync(tests).filter((f) => f.endsWith('.test.mjs')).sort())
+  for (const f of readdirSync(here))
+    if (f.endsWith('.mjs') && f !== 'run.mjs') copyFileSync(path.join(here, f), path.join(tests, f));
+  const chosen = (
+    files.length
+      ? files
+      : readdirSync(tests)
+          .filter((f) => f.endsWith('.test.mjs'))
+          .sort()
+  )
     .filter((f) => (ONCE[f] ?? cell) === cell)
     .map((f) => path.join(tests, f));
   return { cell, dir, files: chosen };
@@ -118,7 +145,11 @@ function runCell({ cell, dir, files: list }, node, env) {
   return new Promise((resolve) => {
     const began = Date.now();
     // detached: its own process group, so that a cell over its limit is stopped with its test files.
-    const child = spawn(path.join(node.bin, 'node'), ['--test', '--test-concurrency=1', '--test-reporter=spec', ...list], { cwd: dir, env: { ...node.env, ...env, RT_CELL: cell }, detached: true });
+    const child = spawn(
+      path.join(node.bin, 'node'),
+      ['--test', '--test-concurrency=1', '--test-reporter=spec', ...list],
+      { cwd: dir, env: { ...node.env, ...env, RT_CELL: cell }, detached: true },
+    );
     running.add(child);
     let out = '';
     let late = false;
@@ -133,8 +164,12 @@ function runCell({ cell, dir, files: list }, node, env) {
     child.on('exit', (code) => {
       running.delete(child);
       clearTimeout(watchdog);
-      const over = late ? `\n# ${cell}: STOPPED after ${CELL_LIMIT_S} s (RT_CELL_LIMIT_S): a test file did not end\n` : '';
-      console.log(`\n# ---- ${cell} on Node.js ${node.version}: ${list.map((f) => path.basename(f)).join(' ')} (${((Date.now() - began) / 1000).toFixed(0)} s) ----\n${out}${over}`);
+      const over = late
+        ? `\n# ${cell}: STOPPED after ${CELL_LIMIT_S} s (RT_CELL_LIMIT_S): a test file did not end\n`
+        : '';
+      console.log(
+        `\n# ---- ${cell} on Node.js ${node.version}: ${list.map((f) => path.basename(f)).join(' ')} (${((Date.now() - began) / 1000).toFixed(0)} s) ----\n${out}${over}`,
+      );
       resolve(late ? 1 : (code ?? 1));
     });
   });
@@ -180,10 +215,15 @@ function checkEngines(tested) {
   const oldest = all.reduce((a, b) => (older(b, a) ? b : a));
   const newest = all.reduce((a, b) => (older(a, b) ? b : a));
   const wrong = [];
-  if (pkg.engines?.node !== `>=${oldest}`) wrong.push(`package.json's engines.node is "${pkg.engines?.node}", the cells test ">=${oldest}" (the oldest Node.js they run on)`);
+  if (pkg.engines?.node !== `>=${oldest}`)
+    wrong.push(
+      `package.json's engines.node is "${pkg.engines?.node}", the cells test ">=${oldest}" (the oldest Node.js they run on)`,
+    );
   const at = (cell) => tested.find((t) => t.cell === cell)?.node;
-  if (at('oldest') !== oldest) wrong.push(`the oldest cell runs Node.js ${at('oldest')}, not the oldest tested (${oldest})`);
-  if (at('newest') !== newest) wrong.push(`the newest cell runs Node.js ${at('newest')}, not the newest tested (${newest})`);
+  if (at('oldest') !== oldest)
+    wrong.push(`the oldest cell runs Node.js ${at('oldest')}, not the oldest tested (${oldest})`);
+  if (at('newest') !== newest)
+    wrong.push(`the newest cell runs Node.js ${at('newest')}, not the newest tested (${newest})`);
   if (wrong.length) throw new Error(`engines is not the tested Node.js:\n  ${wrong.join('\n  ')}`);
 }
 
@@ -197,15 +237,21 @@ function writeTable(tested, server) {
     ['node-redis (`redis`)', 'redis', (v) => v.redis],
     ['ioredis', 'ioredis', (v) => v.ioredis],
   ];
-  const begin = '<!-- tested versions: written by clients/node/test/run.mjs (make test-node) when every cell passes -->';
+  const begin =
+    '<!-- tested versions: written by clients/node/test/run.mjs (make test-node) when every cell passes -->';
   const end = '<!-- end of tested versions -->';
-  const once = Object.entries(ONCE).map(([f, cell]) => `${f} in the ${cell} cell`).join(', ');
+  const once = Object.entries(ONCE)
+    .map(([f, cell]) => `${f} in the ${cell} cell`)
+    .join(', ');
   const table = [
     begin,
     `| library | declared range | ${tested.map((t) => t.cell).join(' | ')} |`,
     `|---|---|${tested.map(() => '---|').join('')}`,
     `| Node.js (\`engines\`) | \`${pkg.engines.node}\` | ${tested.map((t) => t.node).join(' | ')} |`,
-    ...rows.map(([label, peer, cellText]) => `| ${label} | \`${pkg.peerDependencies[peer]}\` | ${tested.map((t) => cellText(t.versions)).join(' | ')} |`),
+    ...rows.map(
+      ([label, peer, cellText]) =>
+        `| ${label} | \`${pkg.peerDependencies[peer]}\` | ${tested.map((t) => cellText(t.versions)).join(' | ')} |`,
+    ),
     '',
     `Each cell ran every test file (${once} only) on its Node.js against Redis ${server} with the module, with only the Functions twin, and on a 3-primary cluster.`,
     end,
@@ -237,28 +283,45 @@ try {
   await Promise.all(cells.map((c) => install(c, runtimes[c])));
   const prepared = cells.map((c) => prepare(c, tarball));
   console.log(`# packed ${path.basename(tarball)}; cells ready: ${cells.join(', ')} (${seconds()})`);
-  const [mod, twin, cluster] = await Promise.all([startServer({ kind: 'module' }), startServer({ kind: 'twin' }), startCluster()]);
+  const [mod, twin, cluster] = await Promise.all([
+    startServer({ kind: 'module' }),
+    startServer({ kind: 'twin' }),
+    startCluster(),
+  ]);
   started.push(mod, twin, ...cluster.nodes);
-  const env = { RT_ROOT: root, RT_MODULE_PORT: String(mod.port), RT_TWIN_PORT: String(twin.port), RT_CLUSTER_PORTS: cluster.ports.join(',') };
+  const env = {
+    RT_ROOT: root,
+    RT_MODULE_PORT: String(mod.port),
+    RT_TWIN_PORT: String(twin.port),
+    RT_CLUSTER_PORTS: cluster.ports.join(','),
+  };
   // The cells share the servers (every test uses keys of its own).
   const parallel = Math.max(1, Number(process.env.RT_PARALLEL ?? 3));
   const queue = [...prepared];
   const results = [];
   await Promise.all(
     Array.from({ length: Math.min(parallel, queue.length) }, async () => {
-      for (let c = queue.shift(); c; c = queue.shift()) results.push({ cell: c.cell, code: await runCell(c, runtimes[c.cell], env) });
+      for (let c = queue.shift(); c; c = queue.shift())
+        results.push({ cell: c.cell, code: await runCell(c, runtimes[c.cell], env) });
     }),
   );
   const failed = results.filter((r) => r.code !== 0).map((r) => r.cell);
-  console.log(`\n# cells: ${results.map((r) => `${r.cell} ${r.code === 0 ? 'ok' : 'FAILED'}`).join(', ')} (${seconds()})`);
+  console.log(
+    `\n# cells: ${results.map((r) => `${r.cell} ${r.code === 0 ? 'ok' : 'FAILED'}`).join(', ')} (${seconds()})`,
+  );
   code = failed.length ? 1 : 0;
   if (code === 0 && files.length === 0 && only.length === 0) {
     const tested = cells.map((cell) => ({ cell, versions: versions(cell), node: runtimes[cell].version }));
     checkRanges(tested);
     checkEngines(tested);
-    const server = execFileSync(process.env.THROTTLE_SERVER ?? 'redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)?.[1] ?? '?';
+    const server =
+      execFileSync(process.env.THROTTLE_SERVER ?? 'redis-server', ['--version'], { encoding: 'utf8' }).match(
+        /v=(\S+)/,
+      )?.[1] ?? '?';
     writeTable(tested, server);
-    console.log('# peerDependencies and engines match the tested ranges; the tested versions written into docs/src/guides/node.md');
+    console.log(
+      '# peerDependencies and engines match the tested ranges; the tested versions written into docs/src/guides/node.md',
+    );
   }
 } catch (e) {
   console.error(e);

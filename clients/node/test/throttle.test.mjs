@@ -10,7 +10,10 @@ after(closeAll);
 const until = (t) => new Promise((r) => setTimeout(r, Math.max(0, t - Date.now())));
 
 for (const kind of KINDS) {
-  for (const [lib, connect] of [['node-redis', nodeRedis], ['ioredis', ioredis]]) {
+  for (const [lib, connect] of [
+    ['node-redis', nodeRedis],
+    ['ioredis', ioredis],
+  ]) {
     describe(`${kind} through ${lib}`, () => {
       test('1,000 concurrent decisions against a limit of 5 admit exactly 5, for every algorithm', async () => {
         const t = new Throttle(await connect(kind), SLOW);
@@ -66,7 +69,10 @@ for (const kind of KINDS) {
           const d = await other.decide(l);
           assert.deepEqual([d.limited, d.remaining], [false, 1], `${l.algorithm} after its block`);
         }
-        await assert.rejects(t.block({ key: `${tag}:b`, algorithm: 'bucket', capacity: 2, tokens: 1, intervalMs: 100 }, 100), /cannot be blocked/);
+        await assert.rejects(
+          t.block({ key: `${tag}:b`, algorithm: 'bucket', capacity: 2, tokens: 1, intervalMs: 100 }, 100),
+          /cannot be blocked/,
+        );
       });
 
       test('blockOnce(): the denial that goes over blocks once; a denial decided under a block that has ended since writes nothing', async () => {
@@ -86,16 +92,28 @@ for (const kind of KINDS) {
             const began = Date.now();
             const spans = await Promise.all(Array.from({ length: 20 }, () => t.blockOnce(l, 700)));
             const span = l.algorithm === 'window' ? 1500 : 700;
-            assert.deepEqual(spans.filter((x) => x !== undefined), [span], `${l.algorithm}: ${spans}`);
+            assert.deepEqual(
+              spans.filter((x) => x !== undefined),
+              [span],
+              `${l.algorithm}: ${spans}`,
+            );
             // A denial during the block, whose blockOnce is delayed past the block's end (a
             // stalled app server): it must not start a second block.
             const late = await t.decide(l);
             assert.equal(late.limited, true, l.algorithm);
             const marker = sibling(l.key, ':blocked');
-            while (Number(await t.command(marker, ['EXISTS', marker])) === 1) await new Promise((r) => setTimeout(r, 20));
-            assert.ok(Date.now() - began >= span - 100, `${l.algorithm}: the marker outlived its block? ${Date.now() - began} ms`);
+            while (Number(await t.command(marker, ['EXISTS', marker])) === 1)
+              await new Promise((r) => setTimeout(r, 20));
+            assert.ok(
+              Date.now() - began >= span - 100,
+              `${l.algorithm}: the marker outlived its block? ${Date.now() - began} ms`,
+            );
             assert.equal(await t.blockOnce(l, 700), undefined, `${l.algorithm}: a stale denial blocked again`);
-            assert.equal(Number(await t.command(marker, ['EXISTS', marker])), 0, `${l.algorithm}: the stale denial left its marker`);
+            assert.equal(
+              Number(await t.command(marker, ['EXISTS', marker])),
+              0,
+              `${l.algorithm}: the stale denial left its marker`,
+            );
             const d = await t.decide(l);
             assert.deepEqual([d.limited, d.remaining], [false, 1], `${l.algorithm} after its block`);
           }),
@@ -134,20 +152,31 @@ for (const kind of KINDS) {
       test('quota: a calendar day in UTC, then the server refuses an unknown unit', async () => {
         const t = new Throttle(await connect(kind), SLOW);
         const key = unique('quota');
-        const all = await Promise.all(Array.from({ length: 20 }, () => t.quota(key, { limit: 2, per: 'DAY', tz: '+00:00' })));
+        const all = await Promise.all(
+          Array.from({ length: 20 }, () => t.quota(key, { limit: 2, per: 'DAY', tz: '+00:00' })),
+        );
         assert.equal(all.filter((d) => !d.limited).length, 2);
         const denied = all.find((d) => d.limited);
         const untilMidnight = 86_400_000 - (Date.now() % 86_400_000);
         assert.ok(Math.abs(denied.retryAfterMs - untilMidnight) < 5_000, `${denied.retryAfterMs} vs ${untilMidnight}`);
-        await assert.rejects(t.quota(unique('q'), { limit: 2, per: 'FORTNIGHT' }), (e) => e instanceof ThrottleError && e.message.startsWith('ERR'));
+        await assert.rejects(
+          t.quota(unique('q'), { limit: 2, per: 'FORTNIGHT' }),
+          (e) => e instanceof ThrottleError && e.message.startsWith('ERR'),
+        );
       });
 
       test('bad arguments give the server error and write nothing', async () => {
         const client = await connect(kind);
         const t = new Throttle(client, SLOW);
         const key = unique('bad');
-        await assert.rejects(t.window(key, { limit: 0, windowMs: 1000 }), (e) => e instanceof ThrottleError && /^ERR limit must be an integer from 1/.test(e.message));
-        await assert.rejects(t.counter(key, { limit: 3, windowMs: 0 }), (e) => e instanceof ThrottleError && /^ERR window must be/.test(e.message));
+        await assert.rejects(
+          t.window(key, { limit: 0, windowMs: 1000 }),
+          (e) => e instanceof ThrottleError && /^ERR limit must be an integer from 1/.test(e.message),
+        );
+        await assert.rejects(
+          t.counter(key, { limit: 3, windowMs: 0 }),
+          (e) => e instanceof ThrottleError && /^ERR window must be/.test(e.message),
+        );
         const exists = lib === 'ioredis' ? await client.exists(key) : await client.exists(key);
         assert.equal(Number(exists), 0);
       });
@@ -164,8 +193,14 @@ for (const kind of KINDS) {
           await client.hSet(hash, 'field', 'value');
           await client.set(str, 'hello world');
         }
-        await assert.rejects(t.counter(hash, { limit: 5, windowMs: 1000 }), (e) => e instanceof ThrottleError && e.message.startsWith('WRONGTYPE'));
-        await assert.rejects(t.throttle(str, { maxBurst: 4, count: 5, periodMs: 1000 }), (e) => e instanceof ThrottleError && /^ERR key does not hold valid CL.THROTTLE state/.test(e.message));
+        await assert.rejects(
+          t.counter(hash, { limit: 5, windowMs: 1000 }),
+          (e) => e instanceof ThrottleError && e.message.startsWith('WRONGTYPE'),
+        );
+        await assert.rejects(
+          t.throttle(str, { maxBurst: 4, count: 5, periodMs: 1000 }),
+          (e) => e instanceof ThrottleError && /^ERR key does not hold valid CL.THROTTLE state/.test(e.message),
+        );
         const h = lib === 'ioredis' ? await client.hgetall(hash) : await client.hGetAll(hash);
         assert.deepEqual({ ...h }, { field: 'value' });
         assert.equal(await client.get(str), 'hello world');
@@ -184,7 +219,10 @@ for (const kind of KINDS) {
         assert.equal(d1.limited, false);
         assert.equal(d1.binding, 1);
         assert.equal(d1.details.length, 2);
-        assert.deepEqual(d1.details.map((d) => d.remaining), [2, 1]);
+        assert.deepEqual(
+          d1.details.map((d) => d.remaining),
+          [2, 1],
+        );
         await t.all(limiters);
         const d3 = await t.all(limiters);
         assert.equal(d3.limited, true);
@@ -213,7 +251,10 @@ for (const kind of KINDS) {
       if (kind === 'twin') {
         test('the module-only commands are refused with a clear error', async () => {
           const t = new Throttle(await connect(kind), SLOW);
-          await assert.rejects(t.acquire(unique('l'), { limit: 2, leaseMs: 1000, id: 'a' }), /Functions twin \(no module\): CL.ACQUIRE/);
+          await assert.rejects(
+            t.acquire(unique('l'), { limit: 2, leaseMs: 1000, id: 'a' }),
+            /Functions twin \(no module\): CL.ACQUIRE/,
+          );
           await assert.rejects(t.pace(unique('p'), { count: 10, periodMs: 1000 }), /Functions twin/);
         });
       } else {
@@ -250,7 +291,11 @@ test('a limit beyond 2^53 - 1 is refused before anything is sent; a count beyond
       () => t.throttle(key, { maxBurst: 2n ** 55n, count: 1, periodMs: 1000 }),
       () => t.all([{ key, algorithm: 'counter', limit: 9007199254740993n, windowMs: 1000 }]),
     ]) {
-      await assert.rejects(call(), (e) => e instanceof ThrottleError && /beyond 2\^53 - 1/.test(e.message) && /nothing was sent/.test(e.message), kind);
+      await assert.rejects(
+        call(),
+        (e) => e instanceof ThrottleError && /beyond 2\^53 - 1/.test(e.message) && /nothing was sent/.test(e.message),
+        kind,
+      );
     }
     assert.equal(Number(await raw(['EXISTS', key])), 0, kind);
     // Someone else's count beyond 2^53: exact replies are refused; a plain count reads Infinity.
@@ -261,7 +306,7 @@ test('a limit beyond 2^53 - 1 is refused before anything is sent; a count beyond
   }
 });
 
-test('slot() is Redis Cluster\'s: CLUSTER KEYSLOT agrees', async () => {
+test("slot() is Redis Cluster's: CLUSTER KEYSLOT agrees", async () => {
   const c = await nodeRedis('cluster');
   for (const key of ['a', 'user:1000', 'rl:{user42}:s', '{}x', 'x{}{y}', 'ünïcode']) {
     const master = c.masters[0];

@@ -85,7 +85,10 @@ after(async () => {
 });
 
 test('twin print writes functions/throttle.lua byte for byte, and twinLibrary() holds the same text and the package version', async () => {
-  const r = await promisify(execFile)(process.execPath, [cli, 'twin', 'print'], { encoding: 'buffer', maxBuffer: 1 << 24 });
+  const r = await promisify(execFile)(process.execPath, [cli, 'twin', 'print'], {
+    encoding: 'buffer',
+    maxBuffer: 1 << 24,
+  });
   assert.ok(Buffer.compare(r.stdout, readFileSync(twinPath)) === 0, 'twin print differs from functions/throttle.lua');
   const { library, version: v } = await twinLibrary();
   assert.equal(library, shipped);
@@ -97,7 +100,14 @@ test('the CLI: --help, exit code 2 on usage errors, 1 when the server cannot be 
   const help = await run('--help');
   assert.equal(help.code, 0);
   assert.match(help.stdout, /twin load \[URL\] \[--cluster\] \[--force\]/);
-  for (const bad of [[], ['twin'], ['twin', 'unload'], ['twin', 'load', '--frobnicate'], ['twin', 'load', 'http://x:1'], ['twin', 'print', 'extra']]) {
+  for (const bad of [
+    [],
+    ['twin'],
+    ['twin', 'unload'],
+    ['twin', 'load', '--frobnicate'],
+    ['twin', 'load', 'http://x:1'],
+    ['twin', 'print', 'extra'],
+  ]) {
     const r = await run(...bad);
     assert.equal(r.code, 2, `${bad.join(' ')}: ${r.stderr}`);
     assert.match(r.stderr, /Usage:/);
@@ -121,16 +131,29 @@ describe('loadTwin on a server without the module', () => {
       if (lib === nodeRedis) await client.connect();
       clients.push(client);
       const report = await loadTwin(client);
-      assert.deepEqual(report, { version: pkg.version, nodes: [{ node: `127.0.0.1:${server.port}`, before: null, after: stated, action: 'loaded' }] });
+      assert.deepEqual(report, {
+        version: pkg.version,
+        nodes: [{ node: `127.0.0.1:${server.port}`, before: null, after: stated, action: 'loaded' }],
+      });
       const t = new Throttle(client);
       assert.equal(await t.backend(), 'twin');
       const key = unique('first');
       const decisions = [];
       for (let i = 0; i < 3; i++) decisions.push(await t.throttle(key, { maxBurst: 1, count: 2, periodMs: 60_000 }));
-      assert.deepEqual(decisions.map((d) => d.limited), [false, false, true]);
+      assert.deepEqual(
+        decisions.map((d) => d.limited),
+        [false, false, true],
+      );
       const sent = await loads(c);
       const again = await loadTwin(client);
-      assert.deepEqual(again.nodes, [{ node: `127.0.0.1:${server.port}`, before: stated ?? 'unversioned', after: stated ?? 'unversioned', action: 'unchanged' }]);
+      assert.deepEqual(again.nodes, [
+        {
+          node: `127.0.0.1:${server.port}`,
+          before: stated ?? 'unversioned',
+          after: stated ?? 'unversioned',
+          action: 'unchanged',
+        },
+      ]);
       assert.equal(await loads(c), sent, 'FUNCTION LOAD sent for the same library');
     });
   }
@@ -139,13 +162,21 @@ describe('loadTwin on a server without the module', () => {
     const { server, c } = await plain();
     await c.sendCommand(['FUNCTION', 'LOAD', fake('0.0.1')]);
     let r = await loadTwin(c);
-    assert.deepEqual(r.nodes, [{ node: `127.0.0.1:${server.port}`, before: '0.0.1', after: stated, action: 'upgraded' }]);
+    assert.deepEqual(r.nodes, [
+      { node: `127.0.0.1:${server.port}`, before: '0.0.1', after: stated, action: 'upgraded' },
+    ]);
     await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', fake(null)]);
     r = await loadTwin(c);
-    assert.deepEqual(r.nodes.map((n) => [n.before, n.action]), [['unversioned', 'upgraded']]);
+    assert.deepEqual(
+      r.nodes.map((n) => [n.before, n.action]),
+      [['unversioned', 'upgraded']],
+    );
     await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', fake(pkg.version)]);
     r = await loadTwin(c);
-    assert.deepEqual(r.nodes.map((n) => [n.before, n.action]), [[pkg.version, 'replaced']]);
+    assert.deepEqual(
+      r.nodes.map((n) => [n.before, n.action]),
+      [[pkg.version, 'replaced']],
+    );
     const cmd = await run('twin', 'load', server.url);
     assert.equal(cmd.code, 0, cmd.stderr);
     assert.match(cmd.stdout, /unchanged/);
@@ -154,7 +185,14 @@ describe('loadTwin on a server without the module', () => {
   test('a newer twin is refused (nothing loaded, both versions named) unless forced; the CLI exits 3, then 0 with --force', async () => {
     const { server, c } = await plain();
     await c.sendCommand(['FUNCTION', 'LOAD', fake('99.1.0')]);
-    await assert.rejects(loadTwin(c), (e) => e instanceof TwinDowngradeError && e instanceof ThrottleError && e.message.includes('99.1.0') && e.message.includes(`this package's ${pkg.version}`));
+    await assert.rejects(
+      loadTwin(c),
+      (e) =>
+        e instanceof TwinDowngradeError &&
+        e instanceof ThrottleError &&
+        e.message.includes('99.1.0') &&
+        e.message.includes(`this package's ${pkg.version}`),
+    );
     assert.equal(await version(c), '99.1.0', 'the newer twin was replaced');
     const refused = await run('twin', 'load', server.url);
     assert.equal(refused.code, 3);
@@ -162,7 +200,9 @@ describe('loadTwin on a server without the module', () => {
     assert.equal(await version(c), '99.1.0');
     const forced = await run('twin', 'load', server.url, '--force', '--json');
     assert.equal(forced.code, 0, forced.stderr);
-    assert.deepEqual(JSON.parse(forced.stdout).nodes, [{ node: `127.0.0.1:${server.port}`, before: '99.1.0', after: stated, action: 'downgraded' }]);
+    assert.deepEqual(JSON.parse(forced.stdout).nodes, [
+      { node: `127.0.0.1:${server.port}`, before: '99.1.0', after: stated, action: 'downgraded' },
+    ]);
     await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', fake('99.1.0')]);
     const api = await loadTwin(c, { force: true });
     assert.equal(api.nodes[0].action, 'downgraded');
@@ -179,7 +219,17 @@ describe('loadTwin on a server without the module', () => {
     assert.match(ok.stdout, /loaded/);
     // The rights the README names for the loading user are enough.
     await c.sendCommand(['FUNCTION', 'DELETE', 'throttle']);
-    await c.sendCommand(['ACL', 'SETUSER', 'minimal', 'on', '>pw', '+function|load', '+function|list', '+fcall_ro', '+info']);
+    await c.sendCommand([
+      'ACL',
+      'SETUSER',
+      'minimal',
+      'on',
+      '>pw',
+      '+function|load',
+      '+function|list',
+      '+fcall_ro',
+      '+info',
+    ]);
     const minimal = await run('twin', 'load', `redis://minimal:pw@127.0.0.1:${server.port}`);
     assert.equal(minimal.code, 0, minimal.stderr);
     assert.match(minimal.stdout, /loaded/);
@@ -195,10 +245,38 @@ function certificates() {
   const dir = mkdtempSync(path.join(tmpdir(), 'rt-node-tls-'));
   const ssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
   const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  ssl('req', '-x509', ...key, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=redis-throttle test CA');
+  ssl(
+    'req',
+    '-x509',
+    ...key,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=redis-throttle test CA',
+  );
   ssl('req', ...key, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
   writeFileSync(path.join(dir, 'san'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.crt', '-days', '2', '-extfile', 'san');
+  ssl(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.crt',
+    '-days',
+    '2',
+    '-extfile',
+    'san',
+  );
   return dir;
 }
 
@@ -207,7 +285,21 @@ test('TLS: rediss:// with --cacert (by name and by address), refused without it,
   try {
     const tlsPort = await freePort();
     const file = (f) => path.join(certs, f);
-    const server = await startServer({ kind: 'plain', args: ['--tls-port', String(tlsPort), '--tls-cert-file', file('server.crt'), '--tls-key-file', file('server.key'), '--tls-ca-cert-file', file('ca.crt'), '--tls-auth-clients', 'no'] });
+    const server = await startServer({
+      kind: 'plain',
+      args: [
+        '--tls-port',
+        String(tlsPort),
+        '--tls-cert-file',
+        file('server.crt'),
+        '--tls-key-file',
+        file('server.key'),
+        '--tls-ca-cert-file',
+        file('ca.crt'),
+        '--tls-auth-clients',
+        'no',
+      ],
+    });
     servers.push(server);
     const untrusted = await run('twin', 'load', `rediss://localhost:${tlsPort}`);
     assert.equal(untrusted.code, 1);
@@ -243,7 +335,12 @@ describe('clients and the server they find', () => {
     assert.equal(await new Throttle(io).backend(), 'twin');
     await new Promise((r) => setImmediate(r));
     assert.equal(events.length, 1, JSON.stringify(events));
-    assert.match(events[0], new RegExp(`twin is 0\\.0\\.2, older than this package's ${pkg.version.replace(/\./g, '\\.')}: load this package's with \`npx redis-throttle-js twin load redis://127\\.0\\.0\\.1:\\d+\``));
+    assert.match(
+      events[0],
+      new RegExp(
+        `twin is 0\\.0\\.2, older than this package's ${pkg.version.replace(/\./g, '\\.')}: load this package's with \`npx redis-throttle-js twin load redis://127\\.0\\.0\\.1:\\d+\``,
+      ),
+    );
     await c.sendCommand(['FUNCTION', 'LOAD', 'REPLACE', fake(null)]);
     await new Throttle(c).backend();
     await new Throttle(c).backend();
@@ -277,7 +374,11 @@ describe('clients and the server they find', () => {
     secured.on('error', () => {});
     assert.ok(!String(secured.options?.url).includes('PASSWORD'));
     const cmd = (await import(pathToFileURL(path.join(home, 'dist/esm/twin.js')).href)).loaderCommand(secured);
-    assert.equal(cmd, `npx redis-throttle-js twin load redis://:PASSWORD@127.0.0.1:${server.port}`, 'the password is never printed');
+    assert.equal(
+      cmd,
+      `npx redis-throttle-js twin load redis://:PASSWORD@127.0.0.1:${server.port}`,
+      'the password is never printed',
+    );
   });
 
   test('a plain client connected to a cluster node is refused: the cluster has more primaries', async () => {
@@ -285,7 +386,10 @@ describe('clients and the server they find', () => {
     node.on('error', () => {});
     await node.connect();
     clients.push(node);
-    await assert.rejects(loadTwin(node), /is a node of a cluster: load the twin on every primary with a cluster client/);
+    await assert.rejects(
+      loadTwin(node),
+      /is a node of a cluster: load the twin on every primary with a cluster client/,
+    );
   });
 });
 
@@ -314,11 +418,25 @@ describe('a 3-primary cluster', () => {
     await nodes.connect();
     clients.push(nodes);
     const report = await loadTwin(nodes);
-    assert.deepEqual(report.nodes.map((n) => n.node).sort(), ports().map((p) => `127.0.0.1:${p}`).sort());
-    assert.ok(report.nodes.every((n) => n.action === 'loaded' && n.before === null && n.after === stated), JSON.stringify(report));
-    assert.deepEqual(await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)), [1, 1, 1]);
+    assert.deepEqual(
+      report.nodes.map((n) => n.node).sort(),
+      ports()
+        .map((p) => `127.0.0.1:${p}`)
+        .sort(),
+    );
+    assert.ok(
+      report.nodes.every((n) => n.action === 'loaded' && n.before === null && n.after === stated),
+      JSON.stringify(report),
+    );
+    assert.deepEqual(
+      await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)),
+      [1, 1, 1],
+    );
     // Keys of every slot range decide through the twin just loaded.
-    const fcalls = () => each(async (c) => Number(/^cmdstat_fcall:calls=(\d+)/m.exec(String(await c.sendCommand(['INFO', 'commandstats'])))?.[1] ?? 0));
+    const fcalls = () =>
+      each(async (c) =>
+        Number(/^cmdstat_fcall:calls=(\d+)/m.exec(String(await c.sendCommand(['INFO', 'commandstats'])))?.[1] ?? 0),
+      );
     const before = await fcalls();
     const t = new Throttle(nodes);
     assert.equal(await t.backend(), 'twin');
@@ -326,18 +444,40 @@ describe('a 3-primary cluster', () => {
     const decided = await Promise.all(keys.map((k) => t.counter(k, { limit: 1, windowMs: 60_000 })));
     assert.ok(decided.every((d) => !d.limited && d.limit === 1));
     const later = await fcalls();
-    assert.ok(later.every((n, i) => n > before[i]), `FCALLs per primary: ${before} -> ${later}`);
+    assert.ok(
+      later.every((n, i) => n > before[i]),
+      `FCALLs per primary: ${before} -> ${later}`,
+    );
     const io = new IORedis.Cluster(ports().map((port) => ({ host: '127.0.0.1', port })));
     io.on('error', () => {});
     clients.push(io);
     await new Promise((r) => io.once('ready', r));
     const again = await loadTwin(io);
-    assert.deepEqual(again.nodes.map((n) => n.action), ['unchanged', 'unchanged', 'unchanged']);
+    assert.deepEqual(
+      again.nodes.map((n) => n.action),
+      ['unchanged', 'unchanged', 'unchanged'],
+    );
     // As a user with only the rights the README names for a cluster.
-    await each((c) => c.sendCommand(['ACL', 'SETUSER', 'minimal', 'on', '>pw', '+function|load', '+function|list', '+fcall_ro', '+info', '+cluster|nodes']));
+    await each((c) =>
+      c.sendCommand([
+        'ACL',
+        'SETUSER',
+        'minimal',
+        'on',
+        '>pw',
+        '+function|load',
+        '+function|list',
+        '+fcall_ro',
+        '+info',
+        '+cluster|nodes',
+      ]),
+    );
     const cmd = await run('twin', 'load', urls()[1].replace('redis://', 'redis://minimal:pw@'), '--cluster', '--json');
     assert.equal(cmd.code, 0, cmd.stderr);
-    assert.deepEqual(JSON.parse(cmd.stdout).nodes.map((n) => n.action), ['unchanged', 'unchanged', 'unchanged']);
+    assert.deepEqual(
+      JSON.parse(cmd.stdout).nodes.map((n) => n.action),
+      ['unchanged', 'unchanged', 'unchanged'],
+    );
 
     await drop();
     const newer = createClient({ url: urls()[2] });
@@ -347,8 +487,15 @@ describe('a 3-primary cluster', () => {
     await newer.sendCommand(['FUNCTION', 'LOAD', fake('99.0.0')]);
     const refused = await run('twin', 'load', urls()[0]);
     assert.equal(refused.code, 3, refused.stderr);
-    assert.match(refused.stderr, new RegExp(`127\\.0\\.0\\.1:${ports()[2]} has the twin 99\\.0\\.0, newer than this package's`));
-    assert.deepEqual(await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)), [0, 0, 1], 'nothing was loaded anywhere');
+    assert.match(
+      refused.stderr,
+      new RegExp(`127\\.0\\.0\\.1:${ports()[2]} has the twin 99\\.0\\.0, newer than this package's`),
+    );
+    assert.deepEqual(
+      await each((c) => c.sendCommand(['FUNCTION', 'LIST', 'LIBRARYNAME', 'throttle']).then((l) => l.length)),
+      [0, 0, 1],
+      'nothing was loaded anywhere',
+    );
     const forced = await loadTwin(nodes, { force: true });
     assert.deepEqual(forced.nodes.map((n) => n.action).sort(), ['downgraded', 'loaded', 'loaded']);
   });
