@@ -59,25 +59,39 @@ impl Class {
     }
 }
 
-/// One command's counters, by [`Class`]; `calls` is their sum.
-pub struct Counters([AtomicU64; Class::ALL.len()]);
+/// One command's counters, by [`Class`] (`calls` is their sum), and its debits: calls with
+/// `DEBIT` that charged units (each also counted admitted or denied, by its `limited`).
+pub struct Counters {
+    classes: [AtomicU64; Class::ALL.len()],
+    debits: AtomicU64,
+}
 
 impl Counters {
     #[allow(clippy::new_without_default)] // only ever a static
     pub const fn new() -> Counters {
-        Counters([const { AtomicU64::new(0) }; Class::ALL.len()])
+        Counters { classes: [const { AtomicU64::new(0) }; Class::ALL.len()], debits: AtomicU64::new(0) }
     }
 
     #[inline]
     pub fn count(&self, class: Class) {
-        let counter = &self.0[class as usize];
-        // One writer (see the module comment): not a read-modify-write instruction.
-        counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
+        increment(&self.classes[class as usize]);
+    }
+
+    /// A call with `DEBIT` that charged units.
+    #[inline]
+    pub fn count_debit(&self) {
+        increment(&self.debits);
     }
 
     fn get(&self, class: Class) -> u64 {
-        self.0[class as usize].load(Relaxed)
+        self.classes[class as usize].load(Relaxed)
     }
+}
+
+#[inline]
+fn increment(counter: &AtomicU64) {
+    // One writer (see the module comment): not a read-modify-write instruction.
+    counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
 /// The most-denied keys of this node.
@@ -113,7 +127,8 @@ pub fn denied(call: &Call, word: usize, key: &[u8]) {
 }
 
 /// `INFO throttle` (also in `INFO modules` and `INFO everything`): the mode, each counted
-/// command's counters as `throttle_<command>_<counter>` (`cl.throttle` → `cl_throttle`), and
+/// command's counters as `throttle_<command>_<counter>` (`cl.throttle` → `cl_throttle`; its
+/// classes, then `debits`), and
 /// the sketch's size and error bound.
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_int) {
     let api = api();
@@ -146,6 +161,9 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_
         for (class, name) in Class::ALL {
             field(format!("{prefix}_{name}"), counters.get(class));
         }
+        // (Every counted command prints it, so that each has the same fields: 0 for those
+        // that take no DEBIT.)
+        field(format!("{prefix}_debits"), counters.debits.load(Relaxed));
     }
     // A crash report may run while the sketch is held: skip it rather than wait.
     let sketch = if for_crash_report != 0 { TOP.try_lock().ok() } else { Some(top()) };

@@ -36,7 +36,13 @@ pub static COMMAND: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: "write fast",
     keys: Keys::Counted { max: MAX_KEYS },
-    args: &[Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true }, Arg::MS, DETAILS, Arg::DEBIT, Arg::SHADOW],
+    args: &[
+        Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true },
+        Arg::MS,
+        DETAILS,
+        Arg::DEBIT,
+        Arg::SHADOW,
+    ],
 };
 
 const DETAILS: Arg = Arg::flag("details", "DETAILS");
@@ -153,15 +159,7 @@ impl<'a> Request<'a> {
             .into_iter()
             .map(|(limiter, quantity, held)| ((limiter, quantity), held))
             .unzip();
-        Ok(Request {
-            keys: keys.to_vec(),
-            limiters,
-            held,
-            unit: tail.unit,
-            details: tail.has("DETAILS"),
-            charge,
-            tail,
-        })
+        Ok(Request { keys: keys.to_vec(), limiters, held, unit: tail.unit, details: tail.has("DETAILS"), charge, tail })
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).

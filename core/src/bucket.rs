@@ -268,10 +268,9 @@ pub fn decide(
     // i64::MAX): then it is above the capacity too.
     let Some(deficit) = bucket.deficit.checked_add(quantity).filter(|&d| d <= params.capacity) else {
         let retry_after = Some(bucket.refill_covering(params.capacity - quantity, now, params)?.saturating_since(now));
-        return Ok(Decision {
-            reply: params.reply(true, bucket.deficit, reset_after, retry_after),
-            effect: bucket.denied_effect(now, params)?,
-        });
+        // A peek (of a bucket in debt) stays pure.
+        let effect = if quantity == 0 { Effect::Nothing } else { bucket.denied_effect(now, params)? };
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect });
     };
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });

@@ -96,7 +96,16 @@ static WINDOW: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, PRECISION, Arg::DEBIT, Arg::SHADOW],
+    args: &[
+        Arg::integer("limit"),
+        Arg::duration("window"),
+        Arg::QUANTITY,
+        Arg::HELD,
+        Arg::MS,
+        PRECISION,
+        Arg::DEBIT,
+        Arg::SHADOW,
+    ],
 };
 
 static BUCKET: Command = Command {
@@ -691,7 +700,7 @@ mod tests {
     #[test]
     fn errors_state_the_real_range() {
         use Algorithm::*;
-        for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 SHADOW x"] {
+        for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 DEBIT SHADOW x"] {
             assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
         }
         assert_eq!(
@@ -843,3 +852,7 @@ mod tests {
 #[cfg(test)]
 #[path = "limiter/held_tests.rs"]
 mod held_tests;
+
+#[cfg(test)]
+#[path = "limiter/debit_tests.rs"]
+mod debit_tests;

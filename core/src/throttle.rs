@@ -135,7 +135,9 @@ fn debit(tat: Instant, now: Instant, params: &Params, quantity: i64) -> Result<D
     let fits = quantity <= params.limit && now >= new_tat.checked_sub(params.tolerance)?;
     let retry_after = match fits || quantity > params.limit {
         true => None,
-        false => Some(new_tat.checked_add(increment)?.checked_sub(params.tolerance)?.saturating_since(now)),
+        // `new_TAT + increment − tolerance`, and `increment ≤ tolerance` (a quantity within the
+        // limit): never past the new TAT.
+        false => Some(new_tat.checked_sub(params.tolerance.saturating_sub(increment))?.saturating_since(now)),
     };
     let reply = params.reply(!fits, new_tat.saturating_since(now), retry_after);
     Ok(Decision { reply, effect: Effect::Store { state: new_tat, expires_at: new_tat } })
