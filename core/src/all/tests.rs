@@ -181,9 +181,9 @@ fn limiter() -> impl Strategy<Value = Limiter> {
             Algorithm::Window | Algorithm::Counter => [a, ms, 0],
             Algorithm::Bucket => [a, b, ms],
             Algorithm::Quota => {
-                let calendar = crate::quota::Calendar {
-                    per: crate::quota::Per::Minute,
-                    zone: crate::quota::Zone::UTC,
+                let calendar = crate::calendar::Calendar {
+                    per: crate::calendar::Per::Minute,
+                    zone: crate::calendar::Zone::UTC,
                     anchor_ms: None,
                 };
                 return Limiter::Quota(crate::quota::Params::new(a, calendar).unwrap());
@@ -292,4 +292,19 @@ fn ties_are_judged_on_the_replied_retry_after() {
     let millis = decide(&limiters, &stored, now, Unit::Millis).unwrap();
     assert_eq!(millis.decisions.iter().map(|d| d.reply.to_array(Unit::Millis)[3]).collect::<Vec<_>>(), [1200, 1900]);
     assert_eq!(millis.binding, 1, "the longest");
+}
+
+/// `Parsed::parse` reads a table's positional arguments up to its first option: every
+/// table lists them first.
+#[test]
+fn every_table_lists_its_positional_arguments_first() {
+    let tables = Algorithm::ALL.iter().map(|a| a.command()).chain([&COMMAND, &crate::top::COMMAND]);
+    for table in tables {
+        let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
+        assert!(
+            table.args[first_option..].iter().all(|a| a.optional || a.multiple),
+            "{}: a required argument after an option",
+            table.name
+        );
+    }
 }
