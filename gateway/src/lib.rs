@@ -8,9 +8,11 @@
 //! - [`service`]: `ShouldRateLimit`, field for field as upstream answers.
 //! - [`server`]: the gRPC, HTTP, debug and Prometheus listeners.
 //! - [`stats`]: upstream's stat names, statsd and Prometheus.
+//! - [`local_cache`]: `LOCAL_CACHE_SIZE_IN_BYTES`, keys known over their limit.
 
 pub mod config;
 pub mod json;
+pub mod local_cache;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -94,6 +94,7 @@ impl RateLimitService for Grpc {
         match self.0.should_rate_limit_grpc(request.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(ServiceError::Unavailable(t)) => Err(tonic::Status::unavailable(t)),
+            Err(ServiceError::Deadline(t)) => Err(tonic::Status::deadline_exceeded(t)),
             Err(e) => Err(tonic::Status::unknown(e.to_string())),
         }
     }
@@ -319,13 +320,14 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         FailureMode::Local => FailurePolicy::Local { share: s.failure_local_share },
     };
     let mut client_config = Config {
-        deadline: s.decision_deadline,
+        deadline: s.decision_deadline.unwrap_or(s.redis_timeout),
         failure,
         connect_timeout: s.redis_timeout,
         connections: s.redis_pool_size,
         ..Config::default()
     };
-    client_config.deny_cache_bytes = s.local_cache_size_in_bytes;
+    // LOCAL_CACHE_SIZE_IN_BYTES is the service's own cache (upstream's meaning), not the client's.
+    client_config.deny_cache_bytes = 0;
     client_config.breaker.probe_interval = Duration::from_millis(200);
     let throttle = connect(&s, client_config).await?;
     // Wait for Redis's first answer (up to REDIS_TIMEOUT), as upstream waits at start; past it,

@@ -94,7 +94,13 @@ pub struct Settings {
     pub response_dynamic_metadata: bool,
     pub failure_mode: FailureMode,
     pub failure_local_share: u32,
-    pub decision_deadline: Duration,
+    /// `DECISION_DEADLINE`: unset by default, so a decision waits for Redis as upstream's does
+    /// (up to `REDIS_TIMEOUT`, and the caller's gRPC deadline); set, `FAILURE_MODE` answers
+    /// when it passes.
+    pub decision_deadline: Option<Duration>,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: a fixed window's key lives up to this much longer than
+    /// its window (spread by key), so that a window's keys do not all expire at once.
+    pub expiration_jitter_max_seconds: u64,
 }
 
 /// A start refused: the variable and why.
@@ -138,7 +144,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
         None,
         "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients",
     ),
-    ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
     ("CONFIG_GRPC_XDS_SERVER_URL", None, "xDS configuration is not supported yet"),
@@ -359,8 +364,11 @@ impl Settings {
         if !(0.0..=1.0).contains(&near_limit_ratio) {
             return Err(SettingsError(format!("NEAR_LIMIT_RATIO={near_limit_ratio}: expected a ratio from 0 to 1")));
         }
-        let decision_deadline = env.duration("DECISION_DEADLINE", Duration::from_millis(15))?;
-        if decision_deadline.is_zero() {
+        let decision_deadline = match env.get("DECISION_DEADLINE") {
+            None => None,
+            Some(_) => Some(env.duration("DECISION_DEADLINE", Duration::ZERO)?),
+        };
+        if decision_deadline.is_some_and(|d| d.is_zero()) {
             return Err(SettingsError("DECISION_DEADLINE=0: a decision needs some time".into()));
         }
         let max_age = env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?;
@@ -396,7 +404,11 @@ impl Settings {
             runtime_ignore_dot_files: env.bool("RUNTIME_IGNOREDOTFILES", false)?,
             runtime_watch_root: env.bool("RUNTIME_WATCH_ROOT", true)?,
             merge_domain_config: env.bool("MERGE_DOMAIN_CONFIG", false)?,
-            local_cache_size_in_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
+            // Upstream's cache (freecache) raises any size to its minimum, 512 KiB.
+            local_cache_size_in_bytes: match env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0usize)? {
+                0 => 0,
+                n => n.max(512 * 1024),
+            },
             near_limit_ratio,
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
             stop_cache_key_increment_when_overlimit: env.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
@@ -425,6 +437,7 @@ impl Settings {
             failure_mode,
             failure_local_share: env.number("FAILURE_LOCAL_SHARE", 1)?,
             decision_deadline,
+            expiration_jitter_max_seconds: env.number("EXPIRATION_JITTER_MAX_SECONDS", 0)?,
         };
         if s.use_statsd && s.use_prometheus && !s.disable_stats {
             return Err(SettingsError("USE_STATSD=true and USE_PROMETHEUS=true: unable to use more than one stats sink at the same time; set USE_STATSD=false to use Prometheus".into()));
@@ -532,7 +545,6 @@ mod tests {
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("TRACING_ENABLED", "true"),
             ("REDIS_TYPE", "RING"),
-            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
             ("XDS_CLIENT_BACKOFF_JITTER", "true"),
             ("FAILURE_MODE", "maybe"),
         ] {
@@ -544,6 +556,7 @@ mod tests {
             ("BACKEND_TYPE", "redis"),
             ("REDIS_PERSECOND", "false"),
             ("REDIS_POOL_SIZE", "20"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
         ] {
             Settings::from_vars(&vars(&[(name, value)])).unwrap();
         }
