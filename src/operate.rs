@@ -129,7 +129,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_
     let mode = if crate::config::shadow() { c"shadow" } else { c"enforce" };
     unsafe { text(ctx, c"mode".as_ptr(), mode.as_ptr()) };
     // CL.QUOTA's time zone rules, compiled in: every server running this build agrees.
-    if let Ok(version) = CString::new(redis_throttle_core::quota::tzdb_version()) {
+    if let Ok(version) = CString::new(redis_throttle_core::calendar::tzdb_version()) {
         unsafe { text(ctx, c"tzdb_version".as_ptr(), version.as_ptr()) };
     }
     let field = |name: String, value: u64| {

@@ -1373,7 +1373,7 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
             1 => at.to_string(),
             2 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
-                let (y, m, d) = redis_throttle_core::quota::civil_from_days(days);
+                let (y, m, d) = redis_throttle_core::calendar::civil_from_days(days);
                 format!(
                     "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
                     ms / 3_600_000,
@@ -1384,7 +1384,7 @@ fn quota_words(g: &mut Gen, now_ms: i64) -> Vec<String> {
             }
             3 => {
                 let (days, ms) = (at.div_euclid(86_400_000), at.rem_euclid(86_400_000));
-                let (y, m, d) = redis_throttle_core::quota::civil_from_days(days);
+                let (y, m, d) = redis_throttle_core::calendar::civil_from_days(days);
                 format!(
                     "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+01:00",
                     ms / 3_600_000,
@@ -1941,7 +1941,7 @@ struct Stray {
     /// CL.QUOTA (else CL.COUNTER), when not a CL.ALL spec.
     quota: bool,
     limit: i64,
-    calendar: Option<redis_throttle_core::quota::Calendar>,
+    calendar: Option<redis_throttle_core::calendar::Calendar>,
 }
 
 impl Stray {
@@ -1971,7 +1971,7 @@ impl Stray {
 
 /// A quota (UTC or a fixed offset, sometimes anchored) or a counter, single or as a CL.ALL spec.
 fn stray(g: &mut Gen, now_ms: i64) -> Stray {
-    use redis_throttle_core::quota::{Calendar, Per, Zone};
+    use redis_throttle_core::calendar::{Calendar, Per, Zone};
     let limit = g.rng.random_range(1..10i64);
     let quantity = g.rng.random_range(0..5i64);
     let all = g.chance(0.25);
@@ -2127,7 +2127,7 @@ fn stray_calls_match_the_module_and_never_over_admit() {
             }
             let end = match call.calendar {
                 Some(c) => {
-                    redis_throttle_core::quota::compute(
+                    redis_throttle_core::calendar::compute(
                         &c,
                         redis_throttle_core::Instant::from_nanos(now_ms * 1_000_000),
                     )

@@ -287,7 +287,7 @@ pub fn counter(data: &[u8]) {
 /// module's day numbers), whatever the clock does, its calendar sometimes changed on the live
 /// key (the count carries over).
 pub fn quota(data: &[u8]) {
-    use crate::quota::{Calendar, Per, Zone};
+    use crate::calendar::{Calendar, Per, Zone};
     let mut input = Input::new(data);
     let zones = ["UTC", "+05:30", "-08:00", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"];
     let calendar = |input: &mut Input| Calendar {

@@ -15,6 +15,7 @@
 pub mod all;
 pub mod args;
 pub mod bucket;
+pub mod calendar;
 pub mod caps;
 pub mod command;
 pub mod counter;

@@ -6,7 +6,8 @@
 //!   per-limit `algorithm`s.
 //! - [`source`]: where documents come from (files now, xDS next) and when they reload.
 //! - [`service`]: `ShouldRateLimit`, field for field as upstream answers.
-//! - [`server`]: the gRPC, HTTP, debug and Prometheus listeners.
+//! - [`server`]: start-up, in three parts: the backend (Redis), the configuration (its source
+//!   and reloads) and the listeners (gRPC, HTTP, debug, Prometheus).
 //! - [`stats`]: upstream's stat names, statsd and Prometheus.
 //! - [`local_cache`]: `LOCAL_CACHE_SIZE_IN_BYTES`, keys known over their limit.
 

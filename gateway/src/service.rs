@@ -84,7 +84,7 @@ impl Options {
             dynamic_metadata: s.response_dynamic_metadata,
             failure_mode: s.failure_mode,
             decision_deadline: s.decision_deadline,
-            redis_timeout: s.redis_timeout,
+            redis_timeout: s.redis.timeout,
             expiration_jitter_max_seconds: s.expiration_jitter_max_seconds,
             local_cache_bytes: s.local_cache_size_in_bytes,
         }

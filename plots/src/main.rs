@@ -21,7 +21,7 @@ const ALL: [&str; 4] = ["algorithms", "pace", "llm-budget", "performance"];
 
 /// The civil date (UTC) of a Unix time, as YYYY-MM-DD (core's calendar arithmetic, CL.QUOTA's).
 fn utc_date(unix_s: i64) -> String {
-    let (y, m, d) = redis_throttle_core::quota::civil_from_days(unix_s.div_euclid(86_400));
+    let (y, m, d) = redis_throttle_core::calendar::civil_from_days(unix_s.div_euclid(86_400));
     format!("{y:04}-{m:02}-{d:02}")
 }
 

@@ -43,9 +43,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use redis_throttle_core::calendar::{Per, Zone};
 use redis_throttle_core::caps::Caps;
 use redis_throttle_core::limiter::{Algorithm, Limiter, Request};
-pub use redis_throttle_core::quota::{Per, Zone};
 use redis_throttle_core::time::Unit;
 
 /// A rate: `count` units per `period`. `Rate::per_second(20)` is twenty per second.
@@ -136,7 +136,7 @@ impl Quota {
     /// Periods start at the billing instant's position in them (an RFC 3339 instant such as
     /// `2026-01-31T09:00:00Z`, on a whole millisecond).
     pub fn anchor(self, instant: &str) -> Result<Quota, PolicyError> {
-        let ms = redis_throttle_core::quota::parse_anchor(instant.as_bytes(), Unit::Millis)
+        let ms = redis_throttle_core::calendar::parse_anchor(instant.as_bytes(), Unit::Millis)
             .map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
         Ok(self.anchor_unix_ms(ms))
     }
@@ -442,7 +442,7 @@ fn zone_text(zone: Zone) -> Option<String> {
 /// whole second), as `anchor` takes it.
 fn instant_text(ms: i64) -> String {
     let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (y, mo, d) = redis_throttle_core::quota::civil_from_days(days);
+    let (y, mo, d) = redis_throttle_core::calendar::civil_from_days(days);
     let (h, mi, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
     let fraction = if milli == 0 { String::new() } else { format!(".{milli:03}") };
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{fraction}Z")
@@ -569,7 +569,7 @@ impl FromStr for Policy {
                     let a = words
                         .next()
                         .ok_or_else(|| error(word, "expects an instant after it, such as 2026-01-31T09:00:00Z"))?;
-                    let ms = redis_throttle_core::quota::parse_anchor(a.as_bytes(), Unit::Millis)
+                    let ms = redis_throttle_core::calendar::parse_anchor(a.as_bytes(), Unit::Millis)
                         .map_err(|e| error(a, &strip_code(&e.to_string())))?;
                     anchor = Some((a, ms));
                 }

@@ -181,9 +181,9 @@ fn limiter() -> impl Strategy<Value = Limiter> {
             Algorithm::Window | Algorithm::Counter => [a, ms, 0],
             Algorithm::Bucket => [a, b, ms],
             Algorithm::Quota => {
-                let calendar = crate::quota::Calendar {
-                    per: crate::quota::Per::Minute,
-                    zone: crate::quota::Zone::UTC,
+                let calendar = crate::calendar::Calendar {
+                    per: crate::calendar::Per::Minute,
+                    zone: crate::calendar::Zone::UTC,
                     anchor_ms: None,
                 };
                 return Limiter::Quota(crate::quota::Params::new(a, calendar).unwrap());

@@ -6,7 +6,7 @@ use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{Span, Timestamp, ToSpan};
 
-use crate::quota::{Calendar, Per, Zone};
+use crate::calendar::{Calendar, Per, Zone};
 
 fn tz(zone: Zone) -> TimeZone {
     match zone {
