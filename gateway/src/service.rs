@@ -141,6 +141,14 @@ struct Planned {
     own_addend: bool,
 }
 
+/// The client a request's decisions wait on: the service's, or a view bounded by the caller's
+/// own deadline (`caller`), so that an error can say which deadline passed.
+#[derive(Clone, Copy)]
+struct Waiting<'a> {
+    throttle: &'a Throttle,
+    caller: bool,
+}
+
 /// How a descriptor's hits reach its limiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Charge {
@@ -160,6 +168,23 @@ struct Send {
     quantity: i64,
     charge: Charge,
     fixed: bool,
+}
+
+/// One call of a round trip: its descriptor, what it sends, and whether it is the peek that
+/// reads what remained before a debit.
+struct Asked<'a> {
+    at: usize,
+    policy: &'a Policy,
+    key: &'a [u8],
+    quantity: i64,
+    debit: bool,
+    peek: bool,
+}
+
+impl<'a> Asked<'a> {
+    fn new(at: usize, s: &'a Send, quantity: i64, debit: bool) -> Asked<'a> {
+        Asked { at, policy: &s.policy, key: &s.key, quantity, debit, peek: false }
+    }
 }
 
 /// What decided one descriptor.
@@ -299,17 +324,41 @@ impl Service {
     /// A gRPC call: counted in `ratelimit_server.ShouldRateLimit.total_requests` and timed in
     /// `.response_time`, as upstream's gRPC interceptor does (its `/json` handler calls the
     /// service directly, and so counts in neither).
-    pub async fn should_rate_limit_grpc(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    ///
+    /// `caller_deadline`: what is left of the caller's gRPC deadline (`grpc-timeout`), if it set
+    /// one: Redis is waited for no longer than that, then `FAILURE_MODE` answers.
+    pub async fn should_rate_limit_grpc(
+        &self,
+        request: &RateLimitRequest,
+        caller_deadline: Option<std::time::Duration>,
+    ) -> Result<RateLimitResponse, ServiceError> {
         let started = std::time::Instant::now();
         self.counters.total_requests.inc(1);
-        let result = self.should_rate_limit(request).await;
+        let result = self.should_rate_limit_within(request, caller_deadline).await;
         self.stats.response_time.record(started.elapsed());
         result
     }
 
     /// A decision (gRPC's or `/json`'s), its errors counted as upstream counts them.
     pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
-        let result = self.decide(request).await;
+        self.should_rate_limit_within(request, None).await
+    }
+
+    async fn should_rate_limit_within(
+        &self,
+        request: &RateLimitRequest,
+        caller_deadline: Option<std::time::Duration>,
+    ) -> Result<RateLimitResponse, ServiceError> {
+        // The caller's deadline, when shorter than ours, bounds the wait for Redis.
+        let shorter;
+        let throttle = match caller_deadline {
+            Some(d) if d < self.throttle.deadline() => {
+                shorter = self.throttle.within(d);
+                Waiting { throttle: &shorter, caller: true }
+            }
+            _ => Waiting { throttle: &self.throttle, caller: false },
+        };
+        let result = self.decide(request, throttle).await;
         match &result {
             Err(ServiceError::Service(_)) => self.counters.service_error.inc(1),
             Err(ServiceError::Redis(_) | ServiceError::Unavailable(_) | ServiceError::Deadline(_)) => {
@@ -320,7 +369,11 @@ impl Service {
         result
     }
 
-    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    async fn decide(
+        &self,
+        request: &RateLimitRequest,
+        waiting: Waiting<'_>,
+    ) -> Result<RateLimitResponse, ServiceError> {
         if request.domain.is_empty() {
             return Err(ServiceError::Service("rate limit domain must not be empty".into()));
         }
@@ -413,7 +466,7 @@ impl Service {
             };
             sends.push(Some(Send { policy, key, quantity: if p.negative { -q } else { q }, charge, fixed }));
         }
-        let decided = self.send(&sends, &cached).await?;
+        let decided = self.send(waiting, &sends, &cached).await?;
         let mut response = RateLimitResponse::default();
         let mut min_remaining = u32::MAX;
         let mut minimum: Option<usize> = None;
@@ -500,12 +553,16 @@ impl Service {
 
     /// Sends every descriptor's call as the counting mode says: each on its own (one round trip
     /// per hash slot), or all or nothing (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    async fn send(&self, sends: &[Option<Send>], cached: &[bool]) -> Result<Vec<Option<Outcome>>, ServiceError> {
+    async fn send(
+        &self,
+        waiting: Waiting<'_>,
+        sends: &[Option<Send>],
+        cached: &[bool],
+    ) -> Result<Vec<Option<Outcome>>, ServiceError> {
         let n = sends.len();
         let mut out: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
         let any_cached = cached.iter().any(|&c| c);
-        // (descriptor, policy, key, quantity, debit, is it a peek before a debit)
-        let mut each: Vec<(usize, &Policy, &[u8], i64, bool, bool)> = Vec::new();
+        let mut each: Vec<Asked<'_>> = Vec::new();
         let mut all: Vec<usize> = Vec::new();
         for (i, s) in sends.iter().enumerate() {
             let Some(s) = s else { continue };
@@ -516,33 +573,34 @@ impl Service {
             match s.charge {
                 // Upstream's stop-increment: once one key is known over, no other is counted.
                 Charge::Take | Charge::Debit if self.options.all_or_nothing && any_cached => {
-                    each.push((i, &s.policy, &s.key, 0, false, false));
+                    each.push(Asked::new(i, s, 0, false));
                 }
                 Charge::Take if self.options.all_or_nothing => all.push(i),
                 Charge::Debit => {
                     if s.quantity > 1 {
                         // What remained before the hits (for upstream's near/over stats).
-                        each.push((i, &s.policy, &s.key, 0, false, true));
+                        each.push(Asked { peek: true, ..Asked::new(i, s, 0, false) });
                     }
-                    each.push((i, &s.policy, &s.key, s.quantity, true, false));
+                    each.push(Asked::new(i, s, s.quantity, true));
                 }
-                Charge::Take | Charge::Refund => each.push((i, &s.policy, &s.key, s.quantity, false, false)),
+                Charge::Take | Charge::Refund => each.push(Asked::new(i, s, s.quantity, false)),
             }
         }
         if all.len() == 1 {
             let i = all[0];
             if let Some(s) = &sends[i] {
-                each.push((i, &s.policy, &s.key, s.quantity, false, false));
+                each.push(Asked::new(i, s, s.quantity, s.fixed));
             }
             all.clear();
         }
         let mut before: Vec<Option<i64>> = vec![None; n];
         if !each.is_empty() {
-            let calls: Vec<(&Policy, &[u8], i64)> = each.iter().map(|&(_, p, k, q, _, _)| (p, k, q)).collect();
-            let debits: Vec<bool> = each.iter().map(|&(.., debit, _)| debit).collect();
-            let decisions = self.each(&calls, &debits).await?;
-            for (&(i, _, _, q, debit, peek), d) in each.iter().zip(decisions) {
-                self.check_degraded(&d)?;
+            let calls: Vec<(&Policy, &[u8], i64)> = each.iter().map(|a| (a.policy, a.key, a.quantity)).collect();
+            let debits: Vec<bool> = each.iter().map(|a| a.debit).collect();
+            let decisions = self.each(waiting, &calls, &debits).await?;
+            for (a, d) in each.iter().zip(decisions) {
+                let (i, q, debit, peek) = (a.at, a.quantity, a.debit, a.peek);
+                self.check_degraded(waiting, &d)?;
                 if peek {
                     before[i] = Some(d.remaining);
                     continue;
@@ -557,8 +615,8 @@ impl Service {
                 .iter()
                 .filter_map(|&i| sends[i].as_ref().map(|s| (&s.policy, s.key.as_slice(), s.quantity)))
                 .collect();
-            let d = self.throttle.check_all_slots(&calls).await.map_err(client_error)?;
-            self.check_degraded(&d)?;
+            let d = waiting.throttle.check_all_slots(&calls).await.map_err(client_error)?;
+            self.check_degraded(waiting, &d)?;
             let refused = !d.allowed();
             // A degraded decision (fail open or closed) carries one verdict for every limit.
             let numbers = if d.each.len() == calls.len() { d.each.clone() } else { vec![d.numbers(); calls.len()] };
@@ -592,7 +650,7 @@ impl Service {
                     .filter_map(|&i| sends[i].as_ref().map(|s| (&s.policy, s.key.as_slice(), s.quantity)))
                     .collect();
                 let debits = vec![true; calls.len()];
-                let decisions = self.each(&calls, &debits).await?;
+                let decisions = self.each(waiting, &calls, &debits).await?;
                 for (&i, d) in over_fixed.iter().zip(decisions) {
                     if let Some(Outcome::Decided { decision, charged, .. }) = &mut out[i]
                         && !d.is_degraded()
@@ -622,20 +680,29 @@ impl Service {
     }
 
     /// Each call decided on its own (debits marked), one round trip per hash slot.
-    async fn each(&self, calls: &[(&Policy, &[u8], i64)], debits: &[bool]) -> Result<Vec<Decision>, ServiceError> {
+    async fn each(
+        &self,
+        waiting: Waiting<'_>,
+        calls: &[(&Policy, &[u8], i64)],
+        debits: &[bool],
+    ) -> Result<Vec<Decision>, ServiceError> {
         let _ = debits; // TODO(debit): the client's DEBIT
-        self.throttle.check_each(calls).await.map_err(client_error)
+        waiting.throttle.check_each(calls).await.map_err(client_error)
     }
 
     /// A degraded decision: with `FAILURE_MODE=error` the request fails with an error that says
     /// what failed (Envoy's `failure_mode_deny` then decides); otherwise the failure policy's
     /// answer stands.
-    fn check_degraded(&self, d: &Decision) -> Result<(), ServiceError> {
+    fn check_degraded(&self, waiting: Waiting<'_>, d: &Decision) -> Result<(), ServiceError> {
         let Source::Degraded { reason, .. } = &d.source else { return Ok(()) };
         if self.options.failure_mode != FailureMode::Error {
             return Ok(());
         }
         Err(match reason {
+            Reason::Timeout if waiting.caller => ServiceError::Deadline(format!(
+                "the caller's gRPC deadline (grpc-timeout, {:?} left) passed before Redis answered (FAILURE_MODE=error)",
+                waiting.throttle.deadline()
+            )),
             Reason::Timeout => match self.options.decision_deadline {
                 Some(deadline) => ServiceError::Deadline(format!(
                     "DECISION_DEADLINE ({deadline:?}) passed before Redis answered (FAILURE_MODE=error)"

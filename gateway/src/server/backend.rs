@@ -26,6 +26,9 @@ pub fn client_config(s: &Settings) -> Config {
         deadline: s.decision_deadline.unwrap_or(s.redis.timeout),
         failure,
         connect_timeout: s.redis.timeout,
+        // Only Redis's own silence for REDIS_TIMEOUT (or its errors) opens the breaker: a burst
+        // past DECISION_DEADLINE is overload, not failure.
+        server_timeout: s.redis.timeout,
         connections: s.redis.pool_size,
         ..Config::default()
     };
