@@ -26,7 +26,8 @@
  * the count itself, and `continueExceeding` and `exponentialBackoff` are the same `PEXPIRE`s.
  */
 import { type Algorithm, admits, limiter, longestWindow, plainCounter } from './algorithm.js';
-import { type Decision, type Limiter, Throttle } from './throttle.js';
+import { Throttle } from './throttle.js';
+import type { Decision, Limiter } from './types.js';
 
 export interface FastifyStoreOptions {
   /** Key prefix, as the plugin's `nameSpace`; default `fastify-rate-limit-`. */

@@ -13,7 +13,9 @@
 import * as flexible from 'rate-limiter-flexible';
 import type { IRateLimiterOptions, RateLimiterAbstract } from 'rate-limiter-flexible';
 import { type Algorithm, admits, limiter, plainCounter, refund } from './algorithm.js';
-import { type Decision, type Limiter, Throttle, ThrottleError } from './throttle.js';
+import { ThrottleError } from './errors.js';
+import { Throttle } from './throttle.js';
+import type { Decision, Limiter } from './types.js';
 
 const { RateLimiterRes, RateLimiterMemory } = flexible;
 type RateLimiterRes = flexible.RateLimiterRes;

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence, Tuple, Union
 
 from redis.crc import key_slot
-from redis.exceptions import ResponseError
+
+from ._errors import ThrottleError
 
 Key = Union[str, bytes]
 Seconds = Union[int, float, datetime.timedelta]
@@ -37,12 +38,6 @@ MODULE_LOST = (
 )
 # Every duration a command takes is at most 10^9 s (10^12 ms), on the module and the twin.
 MAX_MS = 1_000_000_000_000
-
-
-class ThrottleError(ResponseError):
-    """(A ``redis.ResponseError``.) An error the server replied (its own text, e.g. ``ERR limit must be …``), or a call
-    refused before sending (keys of one decision in different hash slots, a module-only
-    command on a server that runs the Functions twin)."""
 
 
 class Backend(enum.Enum):
@@ -329,13 +324,3 @@ def lost(err: ThrottleError, backend: Backend | None) -> ThrottleError | None:
     if backend is Backend.MODULE and text.startswith("ERR unknown command 'CL."):
         return ThrottleError("ERR " + MODULE_LOST)
     return None
-
-
-def detected(libraries: Any, client: Any = None) -> Backend:
-    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out);
-    else the error naming the loader command for ``client``'s server."""
-    if isinstance(libraries, (list, tuple)) and len(libraries) > 0:
-        return Backend.TWIN
-    from ._twin import missing_library
-
-    raise ThrottleError("ERR " + missing_library(client))

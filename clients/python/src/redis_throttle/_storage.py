@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any, Sequence
 
-from ._core import MAX_MS, Backend, CounterLimit, Decision, ThrottleError, WindowLimit, decision, ms, single
+from ._core import MAX_MS, Backend, CounterLimit, Decision, WindowLimit, decision, ms, single
+from ._errors import ThrottleError
 
 # limits' fixed window counts every hit, admitted or not, and tells only the count: a
 # CL.COUNTER whose limit is never reached (the largest the Functions twin replies exactly)

@@ -24,10 +24,10 @@ from ._core import (
     PaceDecision,
     QuotaLimit,
     Seconds,
-    ThrottleError,
     ThrottleLimit,
     WindowLimit,
 )
+from ._errors import ThrottleError
 
 # A MOVED reply (a slot that moved since the client read the cluster's map) means the
 # command did not run: safe to send again, once the client has its new map.
@@ -91,7 +91,7 @@ class Throttle:
         except ThrottleError as err:
             if "wrong number of arguments" in str(err):
                 return Backend.MODULE
-        backend = _core.detected(self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
+        backend = _twin.detected(self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
         try:
             version: Any = self._any("FCALL_RO", "cl_version", 0)
         except ThrottleError as err:

@@ -25,10 +25,10 @@ from ._core import (
     PaceDecision,
     QuotaLimit,
     Seconds,
-    ThrottleError,
     ThrottleLimit,
     WindowLimit,
 )
+from ._errors import ThrottleError
 from ._sync import _MOVED_RETRIES, _NODE_LOST, _REDIRECTED, failed, server_error
 from ._twin import load_twin_async as load_twin
 
@@ -62,7 +62,7 @@ class Throttle:
         except ThrottleError as err:
             if "wrong number of arguments" in str(err):
                 return Backend.MODULE
-        backend = _core.detected(await self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
+        backend = _twin.detected(await self._any("FUNCTION", "LIST", "LIBRARYNAME", "throttle"), self.client)
         try:
             version: Any = await self._any("FCALL_RO", "cl_version", 0)
         except ThrottleError as err:

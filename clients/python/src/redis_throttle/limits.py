@@ -31,7 +31,8 @@ from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
 from . import _storage as s
-from ._core import Backend, ThrottleError
+from ._core import Backend
+from ._errors import ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
 
