@@ -16,8 +16,9 @@ mod window;
 use redis_throttle_core::Result;
 use redis_throttle_core::limiter::{Algorithm, Request};
 
+use crate::counters::Class;
 use crate::dispatch::{Call, Response};
-use crate::operate::{self, Class};
+use crate::operate;
 use crate::register::Registered;
 use crate::store::Key;
 use crate::{clock, config};
