@@ -9,9 +9,11 @@
 //! - [`server`]: start-up, in three parts: the backend (Redis), the configuration (its source
 //!   and reloads) and the listeners (gRPC, HTTP, debug, Prometheus).
 //! - [`stats`]: upstream's stat names, statsd and Prometheus.
+//! - [`local_cache`]: `LOCAL_CACHE_SIZE_IN_BYTES`, keys known over their limit.
 
 pub mod config;
 pub mod json;
+pub mod local_cache;
 pub mod server;
 pub mod service;
 pub mod settings;
