@@ -24,8 +24,16 @@ use crate::{Decision, Effect, Reply};
 /// The most limiters (keys) one call may hold.
 pub const MAX_KEYS: usize = 16;
 
-/// `QUANTITY q` of a spec.
-pub const QUANTITY: Arg = Arg::option("quantity", "QUANTITY");
+/// The tables of the commands a spec names, in [`Algorithm::ALL`]'s order.
+const SPECS: [&Command; Algorithm::ALL.len()] = {
+    let mut tables = [Algorithm::ALL[0].command(); Algorithm::ALL.len()];
+    let mut i = 1;
+    while i < tables.len() {
+        tables[i] = Algorithm::ALL[i].command();
+        i += 1;
+    }
+    tables
+};
 
 pub static COMMAND: Command = Command {
     name: "cl.all",
@@ -35,7 +43,12 @@ pub static COMMAND: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: "write fast",
     keys: Keys::Counted { max: MAX_KEYS },
-    args: &[Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true }, Arg::MS, DETAILS, Arg::SHADOW],
+    args: &[
+        Arg { name: "spec", kind: ArgKind::Spec(&SPECS), optional: false, multiple: true },
+        Arg::MS,
+        DETAILS,
+        Arg::SHADOW,
+    ],
 };
 
 const DETAILS: Arg = Arg::flag("details", "DETAILS");
@@ -123,7 +136,7 @@ impl<'a> Request<'a> {
                 return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
             }
             let accepts = |w: &[u8]| {
-                algorithm.options().chain([&QUANTITY]).any(
+                algorithm.options().chain([&Arg::QUANTITY_OPTION]).any(
                     |a| matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if w.eq_ignore_ascii_case(t.as_bytes())),
                 )
             };
@@ -160,14 +173,14 @@ impl<'a> Request<'a> {
 /// `HELD t` of its refund.
 fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64, Option<Instant>)> {
     let (limiter, tail) = if let Algorithm::Quota = algorithm {
-        crate::limiter::quota_spec(words, unit, [&QUANTITY, &Arg::HELD].into_iter())?
+        crate::limiter::quota_spec(words, unit, [&Arg::QUANTITY_OPTION, &Arg::HELD].into_iter())?
     } else {
         let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
         let mut values = [0i64; 3];
         for (slot, word) in values.iter_mut().zip(numbers) {
             *slot = crate::args::integer(word)?;
         }
-        let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
+        let tail = Tail::parse(options, algorithm.options().chain([&Arg::QUANTITY_OPTION]))?;
         (algorithm.build(&values, &tail, unit, caps)?, tail)
     };
     let quantity = tail.quantity.unwrap_or(1);
@@ -176,7 +189,7 @@ fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Resul
 
 /// The option `word` names if some spec takes it (`QUANTITY`, `PRECISION`), as its table spells it.
 fn spec_option(word: &[u8]) -> Option<&'static str> {
-    Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&QUANTITY]).find_map(|a| match a.kind {
+    Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&Arg::QUANTITY_OPTION]).find_map(|a| match a.kind {
         ArgKind::Option(token) | ArgKind::Text(token) if word.eq_ignore_ascii_case(token.as_bytes()) => Some(token),
         _ => None,
     })

@@ -11,9 +11,11 @@
 //!   and reloads) and the listeners (gRPC, HTTP, debug, Prometheus).
 //! - [`stats`]: upstream's stat names, statsd and Prometheus.
 //! - [`mapper`]: statsd_exporter's mapping of those names for Prometheus (`PROMETHEUS_MAPPER_YAML`).
+//! - [`local_cache`]: `LOCAL_CACHE_SIZE_IN_BYTES`, keys known over their limit.
 
 pub mod config;
 pub mod json;
+pub mod local_cache;
 pub mod mapper;
 pub mod server;
 pub mod service;

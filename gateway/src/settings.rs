@@ -54,8 +54,16 @@ pub struct Settings {
     pub response_dynamic_metadata: bool,
     pub failure_mode: FailureMode,
     pub failure_local_share: u32,
-    pub decision_deadline: Duration,
+    /// `DECISION_DEADLINE`: unset by default, so a decision waits for Redis as upstream's does
+    /// (up to `REDIS_TIMEOUT`, and the caller's gRPC deadline); set, `FAILURE_MODE` answers
+    /// when it passes.
+    pub decision_deadline: Option<Duration>,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: the service's cache of keys over their limit, raised (when
+    /// set) to upstream's minimum (freecache's 512 KiB).
     pub local_cache_size_in_bytes: usize,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: a fixed window's key lives up to this much longer than
+    /// its window (spread by key), so that a window's keys do not all expire at once.
+    pub expiration_jitter_max_seconds: u64,
 }
 
 /// The gRPC, HTTP and debug listeners, and what the health check asks for.
@@ -201,7 +209,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
         None,
         "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients",
     ),
-    ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
 ];
@@ -349,8 +356,11 @@ impl Settings {
         if !(0.0..=1.0).contains(&near_limit_ratio) {
             return Err(SettingsError(format!("NEAR_LIMIT_RATIO={near_limit_ratio}: expected a ratio from 0 to 1")));
         }
-        let decision_deadline = env.duration("DECISION_DEADLINE", Duration::from_millis(15))?;
-        if decision_deadline.is_zero() {
+        let decision_deadline = match env.get("DECISION_DEADLINE") {
+            None => None,
+            Some(_) => Some(env.duration("DECISION_DEADLINE", Duration::ZERO)?),
+        };
+        if decision_deadline.is_some_and(|d| d.is_zero()) {
             return Err(SettingsError("DECISION_DEADLINE=0: a decision needs some time".into()));
         }
         let failure_mode = match env.string("FAILURE_MODE", "error").to_ascii_lowercase().as_str() {
@@ -387,7 +397,11 @@ impl Settings {
             failure_mode,
             failure_local_share,
             decision_deadline,
-            local_cache_size_in_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
+            local_cache_size_in_bytes: match env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0usize)? {
+                0 => 0,
+                n => n.max(512 * 1024),
+            },
+            expiration_jitter_max_seconds: env.number("EXPIRATION_JITTER_MAX_SECONDS", 0)?,
         })
     }
 }
@@ -754,7 +768,6 @@ mod tests {
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("TRACING_ENABLED", "true"),
             ("REDIS_TYPE", "RING"),
-            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
             ("XDS_CLIENT_BACKOFF_JITTER", "sometimes"),
             ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1"),
             ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "soon"),
@@ -768,6 +781,7 @@ mod tests {
             ("BACKEND_TYPE", "redis"),
             ("REDIS_PERSECOND", "false"),
             ("REDIS_POOL_SIZE", "20"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
         ] {
             Settings::from_vars(&vars(&[(name, value)])).unwrap();
         }

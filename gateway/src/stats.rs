@@ -83,14 +83,42 @@ impl Timer {
     }
 }
 
-/// Every counter by name.
+/// A value set, not added up (statsd `|g`, a Prometheus gauge).
 #[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+    pub fn inc(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Called before the gauges are read (to set those measured elsewhere, such as the local
+/// cache's entries).
+type Refresh = Box<dyn Fn() + Send + Sync>;
+
+/// Every counter and gauge by name.
+#[derive(Default)]
 pub struct Stats {
     counters: Mutex<HashMap<String, Arc<Counter>>>,
     limits: Mutex<HashMap<String, Arc<LimitStats>>>,
+    gauges: Mutex<BTreeMap<String, Arc<Gauge>>>,
+    refresh: Mutex<Vec<Refresh>>,
     pub response_time: Timer,
     /// How names are exported to Prometheus (upstream's default mapping until configured).
     mapper: std::sync::RwLock<Option<Arc<Mapper>>>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").field("counters", &self.snapshot()).field("gauges", &self.gauges()).finish()
+    }
 }
 
 /// Upstream's `SanitizeStatName`: `:` and `|` become `_`, and so do the dots of an IPv4 address.
@@ -160,6 +188,25 @@ impl Stats {
         map.entry(name.to_string()).or_default().clone()
     }
 
+    /// The gauge named `name` (created at zero).
+    pub fn gauge(&self, name: &str) -> Arc<Gauge> {
+        let mut map = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Runs `f` before every reading of the gauges.
+    pub fn on_refresh(&self, f: impl Fn() + Send + Sync + 'static) {
+        self.refresh.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(f));
+    }
+
+    /// Every gauge's value by name, sorted (refreshed first).
+    pub fn gauges(&self) -> BTreeMap<String, u64> {
+        for f in self.refresh.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            f();
+        }
+        self.gauges.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, g)| (k.clone(), g.get())).collect()
+    }
+
     /// The counters of the limit whose stats key is `key` (`domain.key_value…`).
     pub fn limit(&self, key: &str) -> Arc<LimitStats> {
         let mut map = self.limits.lock().unwrap_or_else(|e| e.into_inner());
@@ -190,6 +237,7 @@ impl Stats {
     /// `/stats`: one `name: value` line per counter, and the timer's count and sum.
     pub fn text(&self) -> String {
         let mut all = self.snapshot();
+        all.extend(self.gauges());
         all.insert("ratelimit_server.ShouldRateLimit.response_time.count".into(), self.response_time.count.get());
         all.insert("ratelimit_server.ShouldRateLimit.response_time.sum_ms".into(), self.response_time.sum_ms.get());
         all.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
@@ -207,6 +255,17 @@ impl Stats {
         let mut out = String::new();
         for (family, samples) in families {
             out.push_str(&format!("# TYPE {family} counter\n"));
+            for (labels, value) in samples {
+                out.push_str(&format!("{family}{labels} {value}\n"));
+            }
+        }
+        let mut gauges: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for (name, value) in self.gauges() {
+            let Some(m) = mapper.map(&name, MetricType::Gauge) else { continue };
+            *gauges.entry(m.name).or_default().entry(label_text(&m.labels, None)).or_default() += value;
+        }
+        for (family, samples) in gauges {
+            out.push_str(&format!("# TYPE {family} gauge\n"));
             for (labels, value) in samples {
                 out.push_str(&format!("{family}{labels} {value}\n"));
             }
@@ -289,6 +348,9 @@ pub async fn statsd_loop(stats: Arc<Stats>, address: String, interval: std::time
             if delta > 0 {
                 lines.push_str(&format!("{name}:{delta}|c\n"));
             }
+        }
+        for (name, value) in stats.gauges() {
+            lines.push_str(&format!("{name}:{value}|g\n"));
         }
         // The timer, one sample a line as gostats sends them (samples of a failed write are lost,
         // as a UDP statsd's would be).

@@ -21,18 +21,6 @@ use harness::{Cluster, Server};
 use rls::{CONFIG, Rls, envoy_binary, host_port, runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Lets this process hold a thousand client sockets.
-fn raise_file_limit() {
-    // SAFETY: getrlimit/setrlimit on this process's own limits, with a valid struct.
-    unsafe {
-        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max.min(65_536);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
-}
-
 /// The upstream service: answers 200 "ok" to anything, counting what reached it.
 async fn upstream() -> (u16, Arc<AtomicU64>) {
     let hits = Arc::new(AtomicU64::new(0));
@@ -293,7 +281,7 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_envoy_on_the_module_twin_and_cluster() {
-    raise_file_limit();
+    rls::raise_file_limit();
     let (up, hits) = upstream().await;
     let dir = runtime(&[("config.yaml", CONFIG)]);
     // The module.
@@ -318,7 +306,7 @@ async fn through_envoy_on_the_module_twin_and_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_paused_and_killed_under_load_with_each_failure_mode() {
-    raise_file_limit();
+    rls::raise_file_limit();
     let (up, _hits) = upstream().await;
     let dir = runtime(&[("config.yaml", CONFIG)]);
     let mut server = Server::start();

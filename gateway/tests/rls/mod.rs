@@ -92,6 +92,18 @@ pub fn mend_redis(server: &mut crate::harness::Server, fault: &str, pid: u32) {
 
 pub type Client = RateLimitServiceClient<tonic::transport::Channel>;
 
+/// Lets this process hold thousands of client sockets.
+pub fn raise_file_limit() {
+    // SAFETY: getrlimit/setrlimit on this process's own limits, with a valid struct.
+    unsafe {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max.min(65_536);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 pub struct Rls {
     child: Child,
     pub dir: PathBuf,
@@ -174,7 +186,12 @@ impl Starting {
         let mut env = base_env(dir);
         env.insert("REDIS_URL".into(), redis_url.into());
         for (k, v) in extra {
-            env.insert(k.to_string(), v.to_string());
+            // An empty value unsets the variable (the defaults' own behaviour).
+            if v.is_empty() {
+                env.remove(*k);
+            } else {
+                env.insert(k.to_string(), v.to_string());
+            }
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-throttle-rls"));
         cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).envs(&env);
