@@ -13,7 +13,6 @@ mod harness;
 mod rls;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
-use rls::{Rls, Starting, descriptor, envoy_binary, host_port, request};
+use rls::{EnvoyProcess, Rls, Starting, descriptor, host_port, request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The one Redis (with the module) every test here shares, each on its own domain; stopped when
@@ -476,28 +475,13 @@ fn tiers(hourly: u32, daily: u32) -> RateLimitConfig {
     }
 }
 
-struct Envoy {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Envoy {
-    /// Envoy in front of an upstream answering 200, calling the service over TLS with the
-    /// client certificate (as Envoy Gateway's proxies do), denying when the service fails.
-    fn start(upstream: u16, rls: &Rls, certs: &Certs) -> Envoy {
-        let port = harness::free_port(false);
-        let (host, rls_port) = rls.grpc.rsplit_once(':').unwrap();
-        let yaml = format!(
-            r#"admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}
+/// Envoy in front of an upstream answering 200, calling the service over TLS with the
+/// client certificate (as Envoy Gateway's proxies do), denying when the service fails.
+fn envoy(upstream: u16, rls: &Rls, certs: &Certs) -> EnvoyProcess {
+    let port = harness::free_port(false);
+    let (host, rls_port) = rls.grpc.rsplit_once(':').unwrap();
+    let yaml = format!(
+        r#"admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}
 static_resources:
   listeners:
   - name: main
@@ -555,42 +539,11 @@ static_resources:
             trusted_ca: {{filename: {ca}}}
             match_typed_subject_alt_names: [{{san_type: DNS, matcher: {{exact: localhost}}}}]
 "#,
-            cert = certs.cert_file,
-            key = certs.key_file,
-            ca = certs.ca_file,
-        );
-        let dir = std::env::temp_dir().join(format!("rls-xds-envoy-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("envoy.yaml"), &yaml).unwrap();
-        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
-        let child = Command::new(envoy_binary())
-            .arg("-c")
-            .arg(dir.join("envoy.yaml"))
-            .args(["--use-dynamic-base-id", "--concurrency", "2", "--disable-hot-restart", "-l"])
-            .arg(std::env::var("ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warning".into()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start envoy");
-        let mut envoy = Envoy { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = envoy.child.try_wait().unwrap() {
-                panic!(
-                    "envoy exited with {status}: {}",
-                    std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "envoy did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        envoy
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
-    }
+        cert = certs.cert_file,
+        key = certs.key_file,
+        ca = certs.ca_file,
+    );
+    EnvoyProcess::start("xds-envoy", port, &yaml)
 }
 
 /// `GET /` through Envoy as `user`: the status and the `x-ratelimit-limit` header.
@@ -705,7 +658,7 @@ async fn envoy_gateway_s_environment_serves_envoy_and_limits_change_mid_traffic(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let envoy = Envoy::start(upstream, &rls, &certs);
+    let envoy = envoy(upstream, &rls, &certs);
     // Version 1: exactly 5 of 20 concurrent requests.
     let (ok, statuses) = burst(envoy.port, "before", 20).await;
     assert_eq!(ok, 5, "{statuses:?}\n{}\n{}", rls.log(), envoy.log());

@@ -57,6 +57,56 @@ pub fn envoy_binary() -> PathBuf {
     })
 }
 
+/// Envoy running `yaml` (its listener on 127.0.0.1:`port`), logging into its own folder;
+/// stopped and removed on drop. `ENVOY_LOG_LEVEL` overrides `warning`.
+pub struct EnvoyProcess {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl EnvoyProcess {
+    /// Starts Envoy and waits (up to 60 s) until its listener accepts.
+    pub fn start(name: &str, port: u16, yaml: &str) -> EnvoyProcess {
+        let dir = std::env::temp_dir().join(format!("rls-{name}-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("envoy.yaml"), yaml).unwrap();
+        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
+        let child = Command::new(envoy_binary())
+            .arg("-c")
+            .arg(dir.join("envoy.yaml"))
+            .args(["--use-dynamic-base-id", "--concurrency", "2", "--disable-hot-restart", "-l"])
+            .arg(std::env::var("ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warning".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start envoy");
+        let mut envoy = EnvoyProcess { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = envoy.child.try_wait().unwrap() {
+                panic!("envoy exited with {status}: {}", envoy.log());
+            }
+            assert!(Instant::now() < deadline, "envoy did not listen: {}", envoy.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        envoy
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// The host:port of a harness server's URL.
 pub fn host_port(url: &str) -> String {
     url.trim_start_matches("redis://").trim_end_matches('/').to_string()
