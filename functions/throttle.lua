@@ -1658,24 +1658,19 @@ return {
 end)()
 -- ---- functions/src/window_buckets.lua
 lib.window_buckets = (function()
--- CL.WINDOW's ring (layout 2): header [2, 0 x7, p i64, newest i64], then m = ceil(W/p) + 1 u64
--- counts, slot k mod m holding bucket k. Here every bucket index and time is in whole ms.
--- Then the switches between layouts on a live key, and a CL.WINDOW call's decision
--- (`window_decide`: the stored value, either layout, read as the call's own).
+-- CL.WINDOW's ring (layout 2; core/src/window/buckets.rs): header [2, 0 x7, p i64, newest
+-- i64], then m = ceil(W/p) + 1 u64 counts, slot k mod m holding bucket k. Here every bucket
+-- index and time is in whole ms. Its layout, reads and writes, and a call's decision on a ring
+-- of its own precision (`ring_decide`); the conversions from other layouts and precisions are
+-- window_to_buckets.lua's and window_to_exact.lua's, the dispatch window_decide.lua's.
 
-local integers, window, window_exact = lib.integers, lib.window, lib.window_exact
+local integers, window = lib.integers, lib.window
 local ERR, fail = lib.errors.ERR, lib.errors.fail
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, i64_array, int_le = integers.div_floor, integers.i64_array, integers.int_le
-local le_t, repeat_of, t_add = integers.le_t, integers.repeat_of, integers.t_add
-local t_fits, t_le, t_lt, t_sub = integers.t_fits, integers.t_le, integers.t_lt, integers.t_sub
-local invalid = lib.kinds.invalid
+local le_t, t_le = integers.le_t, integers.t_le
 local RING_MAX_SLOTS, emptied, verdict = window.RING_MAX_SLOTS, window.emptied, window.verdict
-local whole, window_reply = window.whole, window.window_reply
-local CHUNK, EMPTY_LOG, PER = window_exact.CHUNK, window_exact.EMPTY_LOG, window_exact.PER
-local exact_decide, log_at = window_exact.exact_decide, window_exact.log_at
-local log_bytes, log_first_after = window_exact.log_bytes, window_exact.log_first_after
-local log_parse = window_exact.log_parse
+local window_reply = window.window_reply
 
 local RING_HEAD = '\2\0\0\0\0\0\0\0'
 
@@ -1776,99 +1771,8 @@ local function add_count(a, b)
   return s
 end
 
--- The ring of precision P, `slots` buckets and newest bucket `top` holding the counts moved_c
--- in buckets moved_k (later, never earlier: a bucket that would fall off the ring's back moves
--- to its oldest slot).
-local function ring_of_moved(P, slots, top, moved_k, moved_c)
-  local out = ring_empty(P, top, slots)
-  local first_held = top - (slots - 1)
-  for i = 1, #moved_k do
-    local k = moved_k[i]
-    if k < first_held then k = first_held end
-    local slot = ring_slot(out, k)
-    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
-  end
-  return out
-end
-
--- The ring of a call with precision P and `slots` buckets, from a stored one of other
--- parameters (or stamped too far ahead): each count moves to the bucket holding the last
--- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
-local function ring_regroup(ring, P, slots, oldest, current, cap)
-  if ring.pu ~= 0 then beyond() end
-  local Po, oslots = ring.pm, ring.slots
-  local cs = ring.cs
-  if cs and not ring.far and (ring.newest + 2) * Po < 4503599627370496 and (ring.newest - oslots) * Po > -4503599627370496 then
-    -- A long ring within exact range: old buckets go in runs, each run the buckets that move
-    -- to one new bucket (their sum moves at once: the module moves them one by one to the
-    -- same place), counts read from the decoded array slot by slot.
-    local newest = ring.newest
-    local k = newest - oslots + 1
-    local slot = ring_slot(ring, k)
-    local moved_k, moved_c = {}, {}
-    local top = current
-    -- (last: the last count read; blk: `blk_n` copies of its bytes, to compare a run with)
-    local s, last, blk, blk_c, blk_n = ring.s, nil, nil, nil, nil
-    while k <= newest do
-      local k2 = div_floor((k + 1) * Po - 1, P)
-      local kend = div_floor((k2 + 1) * P, Po) - 1
-      if kend > newest then kend = newest end
-      local sum, n = 0, kend - k + 1
-      if last and n >= 4 and slot + n <= oslots then
-        if blk_c ~= last or blk_n ~= n then blk, blk_c, blk_n = repeat_of(int_le(last), n), last, n end
-        -- A run whose counts all equal the last one read (compared as bytes, in C): not decoded.
-        if sub(s, 24 + slot * 8 + 1, 24 + (slot + n) * 8) == blk then
-          sum, n = last * n, 0
-          slot = slot + kend - k + 1
-          if slot == oslots then slot = 0 end
-        end
-      end
-      for _ = 1, n do
-        local c = cs[slot]
-        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-        if c >= EXACT then beyond() end
-        sum = sum + c
-        last = c
-        slot = slot + 1
-        if slot == oslots then slot = 0 end
-      end
-      if sum >= EXACT then beyond() end
-      if k2 > cap then k2 = cap end
-      if sum > 0 and k2 >= oldest then
-        moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, sum
-        if k2 > top then top = k2 end
-      end
-      k = kend + 1
-    end
-    return ring_of_moved(P, slots, top, moved_k, moved_c)
-  end
-  local k0 = (ring.far or ring.newest) - oslots + 1
-  local moved_k, moved_c = {}, {}
-  local top = current
-  for i = 0, oslots - 1 do
-    local k, c = k0 + i, nil
-    if ring.far then c = ring_count_at_slot(ring, i) else c = ring_count(ring, k) end
-    -- The last ms bucket k covered, (k+1)p_old - 1, and the new bucket holding it, which must
-    -- be an i64. Exact below 2^52 ms; beyond (only hostile states), the new bucket is far
-    -- outside [oldest, cap] and only its sign and whether it fits an i64 matter.
-    local x = (k + 1) * Po
-    local k2
-    if x < 4503599627370496 and x > -4503599627370496 then
-      k2 = div_floor(x - 1, P)
-    else
-      local r = x / P / 9223372036854775808
-      if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
-      if r > 0.999999999 or r < -0.999999999 then beyond() end
-      k2 = x > 0 and cap or oldest - 1
-    end
-    if k2 > cap then k2 = cap end
-    if c > 0 and k2 >= oldest then
-      moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, c
-      if k2 > top then top = k2 end
-    end
-  end
-  return ring_of_moved(P, slots, top, moved_k, moved_c)
-end
+-- (window_decide.lua tells which stored ring the call reads.)
+local function read_ring(s) ring_read = s end
 
 -- The edit setting bucket counts (edits: ascending list of {k, count}) and the newest bucket.
 local function ring_patch(ring, newest, edits, d)
@@ -1928,8 +1832,10 @@ local function bucket_leaves(P, W, k)
   return e
 end
 
--- `converted`: a ring this call built from an exact log, used as it is; `ahead` then says
--- whether the log held actions after now. `dry` (see exact_decide): a ring not stored as it
+-- `ring`: a stored ring of the call's own precision and length (else window_decide regroups
+-- it first: `converted`); `converted`: a ring this call built (from an exact log, or
+-- regrouped from another precision), used as it is; `ahead` then says whether what it was
+-- built from was stamped ahead. `dry` (see exact_decide): a ring not stored as it
 -- is (converted, regrouped or new) is not written out; `redo` writes it.
 local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local P, W = p.precision, p.window
@@ -1945,9 +1851,6 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
     stepped = ahead
   else
     stepped = ring_is_ahead(ring, nm, W)
-    if not (ring.pm == P and ring.pu == 0 and ring.slots == slots and not stepped) then
-      ring = ring_regroup(ring, P, slots, oldest, current, cap)
-    end
   end
   local function leaves(k) return bucket_leaves(P, W, k) end
 
@@ -2045,7 +1948,129 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   return d
 end
 
--- ---- Switching layouts on a live key (PRECISION added or removed).
+return {
+  RING_HEAD = RING_HEAD, read_ring = read_ring, beyond = beyond, ring_count_at = ring_count_at,
+  ring_parse = ring_parse, ring_empty = ring_empty, ring_slot = ring_slot,
+  ring_count_at_slot = ring_count_at_slot, ring_count = ring_count, ring_from = ring_from,
+  add_count = add_count, ring_is_ahead = ring_is_ahead, bucket_leaves = bucket_leaves,
+  ring_decide = ring_decide,
+}
+end)()
+-- ---- functions/src/window_to_buckets.lua
+lib.window_to_buckets = (function()
+-- CL.WINDOW state read as a call's own buckets (PRECISION): a ring of another precision or
+-- length (or stamped ahead) regrouped, an exact log counted into buckets (PRECISION added on
+-- a live key), as core/src/window/buckets.rs converts them.
+
+local integers, window_buckets = lib.integers, lib.window_buckets
+local ERR, fail = lib.errors.ERR, lib.errors.fail
+local EXACT, M, div_ceil, div_floor = integers.EXACT, integers.M, integers.div_ceil, integers.div_floor
+local int_le, le_t, repeat_of = integers.int_le, integers.le_t, integers.repeat_of
+local t_lt, t_sub = integers.t_lt, integers.t_sub
+local emptied, verdict, window_reply = lib.window.emptied, lib.window.verdict, lib.window.window_reply
+local CHUNK = lib.window_exact.CHUNK
+local log_at, log_bytes = lib.window_exact.log_at, lib.window_exact.log_bytes
+local log_first_after = lib.window_exact.log_first_after
+local add_count, beyond, bucket_leaves = window_buckets.add_count, window_buckets.beyond, window_buckets.bucket_leaves
+local ring_count, ring_count_at = window_buckets.ring_count, window_buckets.ring_count_at
+local ring_count_at_slot, ring_empty = window_buckets.ring_count_at_slot, window_buckets.ring_empty
+local ring_slot = window_buckets.ring_slot
+
+-- The ring of precision P, `slots` buckets and newest bucket `top` holding the counts moved_c
+-- in buckets moved_k (later, never earlier: a bucket that would fall off the ring's back moves
+-- to its oldest slot).
+local function ring_of_moved(P, slots, top, moved_k, moved_c)
+  local out = ring_empty(P, top, slots)
+  local first_held = top - (slots - 1)
+  for i = 1, #moved_k do
+    local k = moved_k[i]
+    if k < first_held then k = first_held end
+    local slot = ring_slot(out, k)
+    out.counts[slot] = add_count(out.counts[slot] or 0, moved_c[i])
+  end
+  return out
+end
+
+-- The ring of a call with precision P and `slots` buckets, from a stored one of other
+-- parameters (or stamped too far ahead): each count moves to the bucket holding the last
+-- instant its own bucket covered, never beyond `cap`; counts that no longer count are dropped.
+local function ring_regroup(ring, P, slots, oldest, current, cap)
+  if ring.pu ~= 0 then beyond() end
+  local Po, oslots = ring.pm, ring.slots
+  local cs = ring.cs
+  if cs and not ring.far and (ring.newest + 2) * Po < 4503599627370496 and (ring.newest - oslots) * Po > -4503599627370496 then
+    -- A long ring within exact range: old buckets go in runs, each run the buckets that move
+    -- to one new bucket (their sum moves at once: the module moves them one by one to the
+    -- same place), counts read from the decoded array slot by slot.
+    local newest = ring.newest
+    local k = newest - oslots + 1
+    local slot = ring_slot(ring, k)
+    local moved_k, moved_c = {}, {}
+    local top = current
+    -- (last: the last count read; blk: `blk_n` copies of its bytes, to compare a run with)
+    local s, last, blk, blk_c, blk_n = ring.s, nil, nil, nil, nil
+    while k <= newest do
+      local k2 = div_floor((k + 1) * Po - 1, P)
+      local kend = div_floor((k2 + 1) * P, Po) - 1
+      if kend > newest then kend = newest end
+      local sum, n = 0, kend - k + 1
+      if last and n >= 4 and slot + n <= oslots then
+        if blk_c ~= last or blk_n ~= n then blk, blk_c, blk_n = repeat_of(int_le(last), n), last, n end
+        -- A run whose counts all equal the last one read (compared as bytes, in C): not decoded.
+        if sub(s, 24 + slot * 8 + 1, 24 + (slot + n) * 8) == blk then
+          sum, n = last * n, 0
+          slot = slot + kend - k + 1
+          if slot == oslots then slot = 0 end
+        end
+      end
+      for _ = 1, n do
+        local c = cs[slot]
+        if c < 0 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+        if c >= EXACT then beyond() end
+        sum = sum + c
+        last = c
+        slot = slot + 1
+        if slot == oslots then slot = 0 end
+      end
+      if sum >= EXACT then beyond() end
+      if k2 > cap then k2 = cap end
+      if sum > 0 and k2 >= oldest then
+        moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, sum
+        if k2 > top then top = k2 end
+      end
+      k = kend + 1
+    end
+    return ring_of_moved(P, slots, top, moved_k, moved_c)
+  end
+  local k0 = (ring.far or ring.newest) - oslots + 1
+  local moved_k, moved_c = {}, {}
+  local top = current
+  for i = 0, oslots - 1 do
+    local k, c = k0 + i, nil
+    if ring.far then c = ring_count_at_slot(ring, i) else c = ring_count(ring, k) end
+    -- The last ms bucket k covered, (k+1)p_old - 1, and the new bucket holding it, which must
+    -- be an i64. Exact below 2^52 ms; beyond (only hostile states), the new bucket is far
+    -- outside [oldest, cap] and only its sign and whether it fits an i64 matter.
+    local x = (k + 1) * Po
+    local k2
+    if x < 4503599627370496 and x > -4503599627370496 then
+      k2 = div_floor(x - 1, P)
+    else
+      local r = x / P / 9223372036854775808
+      if r > 1.000000001 or r < -1.000000001 then fail(fmt(ERR.invalid, 'CL.WINDOW')) end
+      if r > 0.999999999 or r < -0.999999999 then beyond() end
+      k2 = x > 0 and cap or oldest - 1
+    end
+    if k2 > cap then k2 = cap end
+    if c > 0 and k2 >= oldest then
+      moved_k[#moved_k + 1], moved_c[#moved_c + 1] = k2, c
+      if k2 > top then top = k2 end
+    end
+  end
+  return ring_of_moved(P, slots, top, moved_k, moved_c)
+end
+
+-- ---- Switching layouts on a live key (PRECISION added).
 
 -- An exact log read by a call with PRECISION: each action still counting goes to the bucket
 -- holding it, floor(min(t, now) / p), all between the oldest that counts and now's. Also
@@ -2225,6 +2250,24 @@ local function log_as_ring_reply(p, log, nm, nu, q, dry)
   end
   return window_reply(p, v == 'peek' and 0 or 1, used, nm, nu, fm, 0, rm, 0)
 end
+
+return { ring_regroup = ring_regroup, log_to_ring = log_to_ring, log_as_ring_reply = log_as_ring_reply }
+end)()
+-- ---- functions/src/window_to_exact.lua
+lib.window_to_exact = (function()
+-- A CL.WINDOW ring read as an exact log (PRECISION removed on a live key), as
+-- core/src/window/buckets.rs's to_log converts it.
+
+local integers, window_buckets = lib.integers, lib.window_buckets
+local ERR, fail = lib.errors.ERR, lib.errors.fail
+local EXACT, M, div_floor, int_le = integers.EXACT, integers.M, integers.div_floor, integers.int_le
+local repeat_of, t_add, t_fits = integers.repeat_of, integers.t_add, integers.t_fits
+local t_le, t_lt, t_sub = integers.t_le, integers.t_lt, integers.t_sub
+local verdict, window_reply = lib.window.verdict, lib.window.window_reply
+local PER = lib.window_exact.PER
+local beyond, ring_count = window_buckets.beyond, window_buckets.ring_count
+local ring_count_at_slot, ring_from = window_buckets.ring_count_at_slot, window_buckets.ring_from
+local ring_is_ahead, ring_slot = window_buckets.ring_is_ahead, window_buckets.ring_slot
 
 -- Runs after which a long ring read without PRECISION has its log's bytes built at once
 -- (ring_log_bytes) instead: a ring of uneven counts has nearly a run per bucket, and runs cost
@@ -2535,6 +2578,26 @@ local function ring_log_reply(p, ring, nm, nu, q, counted)
   return window_reply(p, v == 'peek' and 0 or 1, len, nm, nu, fm, fu, rm, ru)
 end
 
+return { ring_to_log = ring_to_log, ring_log_reply = ring_log_reply }
+end)()
+-- ---- functions/src/window_decide.lua
+lib.window_decide = (function()
+-- A CL.WINDOW call's decision (core/src/window.rs): the stored value, either layout, read as
+-- the call's own (converted by window_to_buckets.lua or window_to_exact.lua), and the units a
+-- bounded refund (HELD) may stand for.
+
+local integers, window, window_exact, window_buckets = lib.integers, lib.window, lib.window_exact, lib.window_buckets
+local div_ceil, div_floor, t_lt, t_sub = integers.div_ceil, integers.div_floor, integers.t_lt, integers.t_sub
+local invalid = lib.kinds.invalid
+local whole = window.whole
+local EMPTY_LOG, exact_decide, log_at = window_exact.EMPTY_LOG, window_exact.exact_decide, window_exact.log_at
+local log_first_after, log_parse = window_exact.log_first_after, window_exact.log_parse
+local read_ring, ring_count, ring_decide = window_buckets.read_ring, window_buckets.ring_count, window_buckets.ring_decide
+local ring_is_ahead, ring_parse = window_buckets.ring_is_ahead, window_buckets.ring_parse
+local log_as_ring_reply, log_to_ring = lib.window_to_buckets.log_as_ring_reply, lib.window_to_buckets.log_to_ring
+local ring_regroup = lib.window_to_buckets.ring_regroup
+local ring_log_reply, ring_to_log = lib.window_to_exact.ring_log_reply, lib.window_to_exact.ring_to_log
+
 -- HELD: the units of a stored value a refund may stand for (core's window::held_units): those
 -- logged at the taking instant (held - window, in the millisecond before it) that still count
 -- (an exact log), or those of the bucket the taking call wrote, if it still counts (a ring of
@@ -2579,7 +2642,7 @@ local function window_decide(p, stored, nm, nu, q, dry, held)
   if held and q < 0 then
     q = -window_held_units(p, stored, nm, nu, -q, held)
   end
-  ring_read = nil
+  read_ring(nil)
   if stored == nil then
     if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry) end
     return exact_decide(p, EMPTY_LOG, nm, nu, q)
@@ -2602,9 +2665,19 @@ local function window_decide(p, stored, nm, nu, q, dry, held)
   version = byte(stored)
   local log = version == 1 and log_parse(stored) or nil
   local ring = version == 2 and ring_parse(stored) or nil
-  ring_read = ring and stored
+  read_ring(ring and stored)
   if p.precision then
-    if ring then return ring_decide(p, ring, nm, nu, q, nil, nil, dry) end
+    if ring then
+      -- Another precision or length, or stamped ahead: regrouped into the call's own first.
+      local P, W = p.precision, p.window
+      local slots, ahead = div_ceil(W, P) + 1, ring_is_ahead(ring, nm, W)
+      if ring.pm == P and ring.pu == 0 and ring.slots == slots and not ahead then
+        return ring_decide(p, ring, nm, nu, q, nil, nil, dry)
+      end
+      local current = div_floor(nm, P)
+      local regrouped = ring_regroup(ring, P, slots, div_floor(nm - W, P), current, current + slots - 1)
+      return ring_decide(p, regrouped, nm, nu, q, true, ahead, dry)
+    end
     if log then
       local d = log_as_ring_reply(p, log, nm, nu, q, dry)
       if d then return d end
@@ -2624,7 +2697,7 @@ local function window_decide(p, stored, nm, nu, q, dry, held)
   invalid('window', stored)
 end
 
-return { RING_HEAD = RING_HEAD, ring_count_at = ring_count_at, window_decide = window_decide }
+return { window_decide = window_decide }
 end)()
 -- ---- functions/src/zones.lua
 lib.zones = (function()
@@ -3034,7 +3107,7 @@ local quota_decide = lib.quota.quota_decide
 local bucket_decide = lib.bucket.bucket_decide
 local read_window, whole = lib.window.read_window, lib.window.whole
 local CHUNK = lib.window_exact.CHUNK
-local window_decide = lib.window_buckets.window_decide
+local window_decide = lib.window_decide.window_decide
 local parse = lib.arguments.parse
 
 local function read(key, with_expiry)

@@ -11,7 +11,7 @@ use redis_throttle_core::command::Keys;
 use redis_throttle_core::{Error, Result};
 
 use crate::api::api;
-use crate::operate::{Class, Counters};
+use crate::counters::{Class, Counters};
 
 /// One invocation: the context, the raw arguments (`argv[0]` is the command name) and the
 /// command's INFO counters.

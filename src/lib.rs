@@ -8,7 +8,9 @@ mod api;
 mod clock;
 mod commands;
 mod config;
+mod counters;
 mod dispatch;
+mod info;
 mod operate;
 mod register;
 mod store;
@@ -60,7 +62,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // Replaces the do-nothing INFO callback `redis_module!` registered.
     // SAFETY: a copy of a function pointer the server filled in; a valid context.
     if let Some(register_info) = unsafe { redis_module::raw::RedisModule_RegisterInfoFunc } {
-        unsafe { register_info(ctx.ctx, Some(operate::info)) };
+        unsafe { register_info(ctx.ctx, Some(info::info)) };
     }
     operate::seed();
     store::make_words();

@@ -1,98 +1,16 @@
-//! What an operator sees: per-command counters (`INFO throttle`), the most-denied keys
-//! (`CL.TOP`, a Space-Saving sketch) and the `throttled` keyspace event. All of it lives in
-//! the module's memory, per node, never in the keyspace, and recording costs no allocation.
-//!
-//! The counters are exact: every command, and the INFO callback, runs on the server's main
-//! thread (module commands called from other threads hold the global lock), so each counter
-//! has one writer at a time and a plain load-add-store loses nothing. They are atomics only so
-//! that sharing them is sound Rust; `Relaxed` loads and stores compile to plain moves (no
-//! locked instruction on the hot path).
+//! What an operator sees of denials: the most-denied keys (`CL.TOP`, a Space-Saving sketch)
+//! and the `throttled` keyspace event. Both live in the module's memory, per node, never in
+//! the keyspace, and recording costs no allocation. (The per-command counters are
+//! `counters`; `INFO throttle` prints both, in `info`.)
 
-use std::ffi::{CString, c_char};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use redis_module::raw::{self, RedisModuleInfoCtx};
+use redis_module::raw;
 use redis_throttle_core::top::Sketch;
 
 use crate::api::api;
 use crate::dispatch::Call;
-
-/// What a call of a limiter command was, for its counters. Every call is exactly one of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// Consumed units (quantity > 0) and was admitted.
-    Admitted,
-    /// Consumed units and was denied, and answered so.
-    Denied,
-    /// Consumed units and was denied, but answered as admitted (shadow mode or `SHADOW`).
-    ShadowDenied,
-    /// Quantity 0: a read of the limiter, neither admitted nor denied.
-    Peek,
-    /// Quantity < 0: units given back.
-    Refund,
-    /// Answered with an error (nothing written).
-    Error,
-}
-
-impl Class {
-    const ALL: [(Class, &'static str); 6] = [
-        (Class::Admitted, "admitted"),
-        (Class::Denied, "denied"),
-        (Class::ShadowDenied, "shadow_denied"),
-        (Class::Peek, "peeks"),
-        (Class::Refund, "refunds"),
-        (Class::Error, "errors"),
-    ];
-
-    /// The class of a successful call consuming `quantity` (CL.ALL: the call's) that was
-    /// `denied`, answered in `shadow`.
-    pub fn of(quantity: i64, denied: bool, shadow: bool) -> Class {
-        match quantity {
-            0 => Class::Peek,
-            q if q < 0 => Class::Refund,
-            _ if !denied => Class::Admitted,
-            _ if shadow => Class::ShadowDenied,
-            _ => Class::Denied,
-        }
-    }
-}
-
-/// One command's counters, by [`Class`] (`calls` is their sum), and its debits: calls with
-/// `DEBIT` that charged units (each also counted admitted or denied, by its `limited`).
-pub struct Counters {
-    classes: [AtomicU64; Class::ALL.len()],
-    debits: AtomicU64,
-}
-
-impl Counters {
-    #[allow(clippy::new_without_default)] // only ever a static
-    pub const fn new() -> Counters {
-        Counters { classes: [const { AtomicU64::new(0) }; Class::ALL.len()], debits: AtomicU64::new(0) }
-    }
-
-    #[inline]
-    pub fn count(&self, class: Class) {
-        increment(&self.classes[class as usize]);
-    }
-
-    /// A call with `DEBIT` that charged units.
-    #[inline]
-    pub fn count_debit(&self) {
-        increment(&self.debits);
-    }
-
-    fn get(&self, class: Class) -> u64 {
-        self.classes[class as usize].load(Relaxed)
-    }
-}
-
-#[inline]
-fn increment(counter: &AtomicU64) {
-    // One writer (see the module comment): not a read-modify-write instruction.
-    counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
-}
 
 /// The most-denied keys of this node.
 static TOP: Mutex<Sketch> = Mutex::new(Sketch::new());
@@ -101,6 +19,11 @@ static TOP: Mutex<Sketch> = Mutex::new(Sketch::new());
 /// consistent enough to keep counting (at worst one count is off).
 pub fn top() -> MutexGuard<'static, Sketch> {
     TOP.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The sketch if it is free now (a crash report may run while it is held).
+pub fn try_top() -> Option<MutexGuard<'static, Sketch>> {
+    TOP.try_lock().ok()
 }
 
 /// Seeds the sketch's hash at load, so which keys collide cannot be planned from outside.
@@ -123,53 +46,5 @@ pub fn denied(call: &Call, word: usize, key: &[u8]) {
     if let Ok(name) = call.word(word) {
         // SAFETY: the command's context and one of its argument strings.
         unsafe { (api().notify_keyspace_event)(call.ctx, module, c"throttled".as_ptr(), name) };
-    }
-}
-
-/// `INFO throttle` (also in `INFO modules` and `INFO everything`): the mode, each counted
-/// command's counters as `throttle_<command>_<counter>` (`cl.throttle` → `cl_throttle`; its
-/// classes, then `debits`), and
-/// the sketch's size and error bound.
-pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_int) {
-    let api = api();
-    let (Some(section), Some(number), Some(text)) =
-        (api.info_add_section, api.info_add_field_long_long, api.info_add_field_cstring)
-    else {
-        return;
-    };
-    // SAFETY (every call below): the INFO context the server passed, C strings alive for the call.
-    if unsafe { section(ctx, c"".as_ptr()) } != raw::Status::Ok as c_int {
-        return; // this section was not asked for
-    }
-    let mode = if crate::config::shadow() { c"shadow" } else { c"enforce" };
-    unsafe { text(ctx, c"mode".as_ptr(), mode.as_ptr()) };
-    // CL.QUOTA's time zone rules, compiled in: every server running this build agrees.
-    if let Ok(version) = CString::new(redis_throttle_core::calendar::tzdb_version()) {
-        unsafe { text(ctx, c"tzdb_version".as_ptr(), version.as_ptr()) };
-    }
-    let field = |name: String, value: u64| {
-        if let Ok(name) = CString::new(name) {
-            let name: *const c_char = name.as_ptr();
-            unsafe { number(ctx, name, i64::try_from(value).unwrap_or(i64::MAX)) };
-        }
-    };
-    for command in crate::commands::ALL.iter() {
-        let Some(counters) = command.counters else { continue };
-        let prefix = command.table.name.replace('.', "_");
-        let calls = Class::ALL.iter().fold(0u64, |sum, &(class, _)| sum.wrapping_add(counters.get(class)));
-        field(format!("{prefix}_calls"), calls);
-        for (class, name) in Class::ALL {
-            field(format!("{prefix}_{name}"), counters.get(class));
-        }
-        // (Every counted command prints it, so that each has the same fields: 0 for those
-        // that take no DEBIT.)
-        field(format!("{prefix}_debits"), counters.debits.load(Relaxed));
-    }
-    // A crash report may run while the sketch is held: skip it rather than wait.
-    let sketch = if for_crash_report != 0 { TOP.try_lock().ok() } else { Some(top()) };
-    if let Some(sketch) = sketch {
-        field("top_denials".into(), sketch.total());
-        field("top_tracked_keys".into(), sketch.tracked() as u64);
-        field("top_error_bound".into(), sketch.error_bound());
     }
 }

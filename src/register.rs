@@ -10,12 +10,11 @@ use redis_module::Context;
 use redis_module::raw::{
     self, RedisModuleCommandArg, RedisModuleCommandInfo, RedisModuleCommandInfoVersion, RedisModuleCommandKeySpec,
 };
-use redis_throttle_core::all;
 use redis_throttle_core::command::{Arg, ArgKind, Command, Keys};
 use redis_throttle_core::limiter::Algorithm;
 
+use crate::counters::Counters;
 use crate::dispatch::Entry;
-use crate::operate::Counters;
 
 /// A command as the module registers it: its table, its entry point and, for a command that
 /// decides limiters, its INFO counters.
@@ -32,7 +31,7 @@ pub struct Registered {
 /// limiter (CL.TOP).
 macro_rules! registered {
     ($handler:expr, $table:expr) => {{
-        static COUNTERS: $crate::operate::Counters = $crate::operate::Counters::new();
+        static COUNTERS: $crate::counters::Counters = $crate::counters::Counters::new();
         $crate::register::Registered {
             table: $table,
             entry: $crate::dispatch::entry!($handler, $table, Some(&COUNTERS)),
@@ -213,7 +212,7 @@ fn describe(
         ArgKind::Flag(token) => (TOKEN, Some(token)),
         ArgKind::Option(token) => (INTEGER, Some(token)),
         ArgKind::Text(token) => (STRING, Some(token)),
-        ArgKind::Spec => (ONEOF, None),
+        ArgKind::Spec(_) => (ONEOF, None),
     };
     let mut arg = plain(strings, a.name, type_)?;
     if let Some(token) = token {
@@ -221,7 +220,7 @@ fn describe(
     }
     arg.flags = (if a.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL } else { 0 }
         | if a.multiple { raw::REDISMODULE_CMD_ARG_MULTIPLE } else { 0 }) as c_int;
-    if let ArgKind::Spec = a.kind {
+    if let ArgKind::Spec(_) = a.kind {
         // One block per algorithm: its word, then its own command's parameters and options.
         let blocks = Algorithm::ALL
             .iter()
@@ -243,7 +242,7 @@ fn spec_block(
     let mut token = plain(strings, &word, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN)?;
     token.token = strings.c(algorithm.word())?;
     let mut children = vec![token];
-    for arg in algorithm.params().chain(algorithm.options()).chain([&all::QUANTITY]) {
+    for arg in algorithm.params().chain(algorithm.options()).chain([&Arg::QUANTITY_OPTION]) {
         children.push(describe(strings, nested, arg)?);
     }
     block.subargs = terminated(nested, children);

@@ -25,8 +25,16 @@ use crate::{Charge, Decision, Effect, Reply};
 /// The most limiters (keys) one call may hold.
 pub const MAX_KEYS: usize = 16;
 
-/// `QUANTITY q` of a spec.
-pub const QUANTITY: Arg = Arg::option("quantity", "QUANTITY");
+/// The tables of the commands a spec names, in [`Algorithm::ALL`]'s order.
+const SPECS: [&Command; Algorithm::ALL.len()] = {
+    let mut tables = [Algorithm::ALL[0].command(); Algorithm::ALL.len()];
+    let mut i = 1;
+    while i < tables.len() {
+        tables[i] = Algorithm::ALL[i].command();
+        i += 1;
+    }
+    tables
+};
 
 pub static COMMAND: Command = Command {
     name: "cl.all",
@@ -37,7 +45,7 @@ pub static COMMAND: Command = Command {
     acl_categories: "write fast",
     keys: Keys::Counted { max: MAX_KEYS },
     args: &[
-        Arg { name: "spec", kind: ArgKind::Spec, optional: false, multiple: true },
+        Arg { name: "spec", kind: ArgKind::Spec(&SPECS), optional: false, multiple: true },
         Arg::MS,
         DETAILS,
         Arg::DEBIT,
@@ -132,7 +140,7 @@ impl<'a> Request<'a> {
                 return Err(Error::Call(format!("limiter {index}: {} takes {end} numbers", algorithm.word())));
             }
             let accepts = |w: &[u8]| {
-                algorithm.options().chain([&QUANTITY]).any(
+                algorithm.options().chain([&Arg::QUANTITY_OPTION]).any(
                     |a| matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if w.eq_ignore_ascii_case(t.as_bytes())),
                 )
             };
@@ -178,14 +186,14 @@ fn spec(
     charge: Charge,
 ) -> Result<(Limiter, i64, Option<Instant>)> {
     let (limiter, tail) = if let Algorithm::Quota = algorithm {
-        crate::limiter::quota_spec(words, unit, [&QUANTITY, &Arg::HELD].into_iter())?
+        crate::limiter::quota_spec(words, unit, [&Arg::QUANTITY_OPTION, &Arg::HELD].into_iter())?
     } else {
         let (numbers, options) = words.split_at(algorithm.params().count().min(words.len()));
         let mut values = [0i64; 3];
         for (slot, word) in values.iter_mut().zip(numbers) {
             *slot = crate::args::integer(word)?;
         }
-        let tail = Tail::parse(options, algorithm.options().chain([&QUANTITY]))?;
+        let tail = Tail::parse(options, algorithm.options().chain([&Arg::QUANTITY_OPTION]))?;
         (algorithm.build(&values, &tail, unit, caps)?, tail)
     };
     let quantity = tail.quantity.unwrap_or(1);
@@ -197,7 +205,7 @@ fn spec(
 
 /// The option `word` names if some spec takes it (`QUANTITY`, `PRECISION`), as its table spells it.
 fn spec_option(word: &[u8]) -> Option<&'static str> {
-    Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&QUANTITY]).find_map(|a| match a.kind {
+    Algorithm::ALL.into_iter().flat_map(Algorithm::options).chain([&Arg::QUANTITY_OPTION]).find_map(|a| match a.kind {
         ArgKind::Option(token) | ArgKind::Text(token) if word.eq_ignore_ascii_case(token.as_bytes()) => Some(token),
         _ => None,
     })

@@ -1,7 +1,7 @@
 //! The calendar of CL.QUOTA: the periods a quota counts in (a minute, hour, day, ISO week,
 //! month or year in a time zone, optionally shifted to a billing anchor), their boundaries
 //! as instants, and the words naming them (`PER`, `TZ`, `ANCHOR`). Pure arithmetic over the
-//! compiled-in time zone database; the quota limiter ([`crate::quota`]) counts within them.
+//! compiled-in time zone database; the quota limiter (`quota`) counts within them.
 //!
 //! # Periods
 //!

@@ -61,9 +61,9 @@ pub enum ArgKind {
     Option(&'static str),
     /// A word followed by a word that is not a number (`PER unit`, `TZ zone`, `ANCHOR instant`).
     Text(&'static str),
-    /// A CL.ALL limiter spec: one of the algorithms, by its word, then its own command's
-    /// parameters and options (from that command's table) and `[QUANTITY q]`.
-    Spec,
+    /// A CL.ALL limiter spec: one of these commands' (the algorithms'), by its word, then
+    /// that command's parameters and options (from its table) and `[QUANTITY q]`.
+    Spec(&'static [&'static Command]),
 }
 
 impl Arg {
@@ -83,6 +83,8 @@ impl Arg {
         Arg { name, kind: ArgKind::Option(token), optional: true, multiple: false }
     }
     pub const QUANTITY: Arg = Arg { name: "quantity", kind: ArgKind::Quantity, optional: true, multiple: false };
+    /// `QUANTITY q`: the quantity as an option only (a CL.ALL spec, CL.PACE, CL.QUOTA).
+    pub const QUANTITY_OPTION: Arg = Arg::option("quantity", "QUANTITY");
     pub const MS: Arg = Arg::flag("ms", "MS");
     /// `HELD t` of a refund: the Unix-milliseconds instant at which the limiter would have been
     /// full again right after the call that took the units (`PEXPIRETIME key` then); the refund
@@ -101,12 +103,10 @@ impl Arg {
                 (1, Some(1))
             }
             ArgKind::Option(_) | ArgKind::Text(_) => (2, Some(2)),
-            ArgKind::Spec => {
-                let words = |a: crate::limiter::Algorithm| {
-                    (1 + a.param_words(), 1 + a.param_words() + 2 * a.options().count() + 2)
-                };
-                let min = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).0).min().unwrap_or(0);
-                let max = crate::limiter::Algorithm::ALL.iter().map(|&a| words(a).1).max();
+            ArgKind::Spec(tables) => {
+                let words = |t: &Command| (1 + t.param_words(), 1 + t.param_words() + 2 * t.options().count() + 2);
+                let min = tables.iter().map(|t| words(t).0).min().unwrap_or(0);
+                let max = tables.iter().map(|t| words(t).1).max();
                 (min, max)
             }
         };
@@ -119,6 +119,23 @@ impl Arg {
 }
 
 impl Command {
+    /// Its positional parameters.
+    pub fn params(&self) -> impl Iterator<Item = &'static Arg> + Clone + use<> {
+        self.args.iter().filter(|a| !a.optional)
+    }
+
+    /// Its options other than the shared quantity and unit (`PRECISION p`, `TZ zone`).
+    pub fn options(&self) -> impl Iterator<Item = &'static Arg> + Clone + use<> {
+        self.args
+            .iter()
+            .filter(|a| a.optional && matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if t != "QUANTITY"))
+    }
+
+    /// The words its positional parameters take (`PER unit` takes two).
+    pub fn param_words(&self) -> usize {
+        self.params().map(|a| if matches!(a.kind, ArgKind::Option(_) | ArgKind::Text(_)) { 2 } else { 1 }).sum()
+    }
+
     /// The server's arity: the exact word count (command name included), negative when it is a
     /// minimum.
     pub fn arity(&self) -> i32 {

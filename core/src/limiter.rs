@@ -152,7 +152,7 @@ static QUOTA: Command = Command {
         Arg { name: "unit", kind: ArgKind::Text("PER"), optional: false, multiple: false },
         Arg { name: "zone", kind: ArgKind::Text("TZ"), optional: true, multiple: false },
         Arg { name: "instant", kind: ArgKind::Text("ANCHOR"), optional: true, multiple: false },
-        crate::all::QUANTITY,
+        Arg::QUANTITY_OPTION,
         Arg::HELD,
         Arg::MS,
         Arg::DEBIT,
@@ -196,20 +196,17 @@ impl Algorithm {
 
     /// Its positional parameters (after the key), in order.
     pub fn params(self) -> impl Iterator<Item = &'static Arg> + Clone {
-        self.command().args.iter().filter(|a| !a.optional)
+        self.command().params()
     }
 
     /// Its options other than the shared quantity and unit (`PRECISION p`, `TZ zone`).
     pub fn options(self) -> impl Iterator<Item = &'static Arg> + Clone {
-        self.command()
-            .args
-            .iter()
-            .filter(|a| a.optional && matches!(a.kind, ArgKind::Option(t) | ArgKind::Text(t) if t != "QUANTITY"))
+        self.command().options()
     }
 
     /// The words its positional parameters take (`PER unit` takes two).
     pub fn param_words(self) -> usize {
-        self.params().map(|a| if matches!(a.kind, ArgKind::Option(_) | ArgKind::Text(_)) { 2 } else { 1 }).sum()
+        self.command().param_words()
     }
 
     /// How many positional arguments follow the key, when every one is an integer or a
@@ -739,21 +736,6 @@ mod tests {
         );
         assert_eq!(error(Counter, "k 0 1"), "ERR limit must be an integer from 1 to 999999999999999999");
         assert_eq!(error(Counter, "k 1 0"), "ERR window must be an integer from 1 to 1000000000 (seconds)");
-    }
-
-    /// `Parsed::parse` reads a table's positional arguments up to its first option: every
-    /// table lists them first.
-    #[test]
-    fn every_table_lists_its_positional_arguments_first() {
-        let tables = Algorithm::ALL.iter().map(|a| a.command()).chain([&crate::all::COMMAND, &crate::top::COMMAND]);
-        for table in tables {
-            let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
-            assert!(
-                table.args[first_option..].iter().all(|a| a.optional || a.multiple),
-                "{}: a required argument after an option",
-                table.name
-            );
-        }
     }
 
     /// The common shapes parsed without the table give exactly what the table gives.

@@ -19,7 +19,6 @@
 //!   the TAT back under later reservations and hand their slots out a second time. `QUANTITY 0`
 //!   peeks (the wait a call would get); negative quantities are refused.
 
-use crate::all::QUANTITY;
 use crate::args::duration;
 use crate::command::{Arg, Command, Keys, Parsed};
 use crate::error::{Error, Range, Result};
@@ -38,7 +37,7 @@ pub static COMMAND: Command = Command {
     flags: "write deny-oom blocking",
     acl_categories: "write slow blocking",
     keys: Keys::One,
-    args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, QUANTITY, Arg::MS, BLOCK, Arg::SHADOW],
+    args: &[Arg::integer("count"), Arg::duration("period"), MAXWAIT, Arg::QUANTITY_OPTION, Arg::MS, BLOCK, Arg::SHADOW],
 };
 
 /// `MAXWAIT w`: the longest wait a call accepts (default: one period).

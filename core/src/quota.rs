@@ -1,7 +1,7 @@
 //! CL.QUOTA: a calendar quota. At most `limit` units per calendar period (a minute, hour, day,
 //! ISO week, month or year) in a time zone, optionally shifted to a billing anchor.
 //!
-//! The periods are the calendar's ([`crate::calendar`]): this module counts within them.
+//! The periods are the calendar's (`calendar`): this module counts within them.
 //!
 //! # Stored state
 //!

@@ -153,7 +153,7 @@ fn kind(arg: &Arg) -> String {
         ArgKind::Text(token) => {
             format!("the word `{token}`, then its {}{}", arg.name, if arg.optional { " (optional)" } else { "" })
         }
-        ArgKind::Spec => {
+        ArgKind::Spec(_) => {
             let specs: Vec<String> = Algorithm::ALL
                 .iter()
                 .map(|&a| {
@@ -171,8 +171,8 @@ fn kind(arg: &Arg) -> String {
                     let mut s = format!("{} {}", a.word(), params.join(" "));
                     for o in options.iter().chain(std::iter::once(&format!(
                         "[{} {}]",
-                        token(&all::QUANTITY),
-                        all::QUANTITY.name
+                        token(&Arg::QUANTITY_OPTION),
+                        Arg::QUANTITY_OPTION.name
                     ))) {
                         s.push(' ');
                         s.push_str(o);

@@ -92,6 +92,9 @@ local lib = {}
 -- @include window
 -- @include window_exact
 -- @include window_buckets
+-- @include window_to_buckets
+-- @include window_to_exact
+-- @include window_decide
 -- @include zones
 -- @include arguments
 -- @include store

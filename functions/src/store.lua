@@ -10,7 +10,7 @@ local quota_decide = lib.quota.quota_decide
 local bucket_decide = lib.bucket.bucket_decide
 local read_window, whole = lib.window.read_window, lib.window.whole
 local CHUNK = lib.window_exact.CHUNK
-local window_decide = lib.window_buckets.window_decide
+local window_decide = lib.window_decide.window_decide
 local parse = lib.arguments.parse
 
 local function read(key, with_expiry)

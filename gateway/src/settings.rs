@@ -28,8 +28,47 @@ pub enum RedisType {
     Sentinel,
 }
 
+/// The service's settings: the listeners, the stats sinks, where the configuration comes
+/// from, the Redis it decides on, and (flat, as [`crate::service::Options`] reads them) what a
+/// decision does.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// What some variables mean here (accepted, satisfied or ignored as upstream ignores them),
+    /// logged at start.
+    pub notices: Vec<String>,
+    pub log_level: String,
+    pub log_json: bool,
+    pub listeners: ListenerSettings,
+    pub stats: StatsSettings,
+    pub config: ConfigSettings,
+    pub redis: RedisSettings,
+    pub near_limit_ratio: f32,
+    pub cache_key_prefix: String,
+    pub stop_cache_key_increment_when_overlimit: bool,
+    pub response_headers_enabled: bool,
+    pub header_limit: String,
+    pub header_remaining: String,
+    pub header_reset: String,
+    pub global_shadow_mode: bool,
+    pub global_quota_mode: bool,
+    pub response_dynamic_metadata: bool,
+    pub failure_mode: FailureMode,
+    pub failure_local_share: u32,
+    /// `DECISION_DEADLINE`: unset by default, so a decision waits for Redis as upstream's does
+    /// (up to `REDIS_TIMEOUT`, and the caller's gRPC deadline); set, `FAILURE_MODE` answers
+    /// when it passes.
+    pub decision_deadline: Option<Duration>,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: the service's cache of keys over their limit, raised (when
+    /// set) to upstream's minimum (freecache's 512 KiB).
+    pub local_cache_size_in_bytes: usize,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: a fixed window's key lives up to this much longer than
+    /// its window (spread by key), so that a window's keys do not all expire at once.
+    pub expiration_jitter_max_seconds: u64,
+}
+
+/// The gRPC, HTTP and debug listeners, and what the health check asks for.
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
     pub host: String,
     pub port: u16,
     pub debug_host: String,
@@ -43,9 +82,12 @@ pub struct Settings {
     pub grpc_server_tls_cert: String,
     pub grpc_server_tls_key: String,
     pub grpc_client_tls_cacert: String,
-    pub log_level: String,
-    pub log_json: bool,
-    pub force_start_without_initial_config: bool,
+    pub healthy_with_at_least_one_config_loaded: bool,
+}
+
+/// The stats sinks: statsd or Prometheus (its own listener).
+#[derive(Debug, Clone)]
+pub struct StatsSettings {
     pub use_statsd: bool,
     pub statsd_host: String,
     pub statsd_port: u16,
@@ -54,47 +96,82 @@ pub struct Settings {
     pub use_prometheus: bool,
     pub prometheus_addr: String,
     pub prometheus_path: String,
+    /// `PROMETHEUS_MAPPER_YAML`: a statsd_exporter mapping file replacing upstream's default
+    /// mapping (empty: the default).
+    pub prometheus_mapper_yaml: String,
     pub prometheus_response_time_as_ms: bool,
+}
+
+/// Where the rate limit configuration comes from (upstream's `RUNTIME_*` folder) and how its
+/// documents combine.
+#[derive(Debug, Clone)]
+pub struct ConfigSettings {
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the xDS client's settings; `None`: files (`FILE`).
+    pub xds: Option<XdsSettings>,
+    pub force_start_without_initial_config: bool,
     pub runtime_root: String,
     pub runtime_subdirectory: String,
     pub runtime_appdirectory: String,
     pub runtime_ignore_dot_files: bool,
     pub runtime_watch_root: bool,
     pub merge_domain_config: bool,
-    pub local_cache_size_in_bytes: usize,
-    pub near_limit_ratio: f32,
-    pub cache_key_prefix: String,
-    pub stop_cache_key_increment_when_overlimit: bool,
-    pub response_headers_enabled: bool,
-    pub header_limit: String,
-    pub header_remaining: String,
-    pub header_reset: String,
-    pub healthy_with_at_least_one_config_loaded: bool,
-    pub redis_socket_type: String,
-    pub redis_type: RedisType,
-    pub redis_url: String,
-    pub redis_auth: String,
+}
+
+/// Upstream's xDS client: an ADS State-of-the-World stream for `RateLimitConfig` resources,
+/// with upstream's names and defaults.
+#[derive(Debug, Clone)]
+pub struct XdsSettings {
+    /// `CONFIG_GRPC_XDS_NODE_ID` (`default`).
+    pub node_id: String,
+    /// `CONFIG_GRPC_XDS_NODE_METADATA`: `k=v,k2=v2` (an entry without `=` is skipped, as upstream
+    /// skips it).
+    pub node_metadata: Vec<(String, String)>,
+    /// `CONFIG_GRPC_XDS_SERVER_URL` (`localhost:18000`): `host:port`.
+    pub server_url: String,
+    /// `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL` (3s): between two attempts to connect.
+    pub connect_retry_interval: Duration,
+    /// `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`: `k:v,k2:v2` (envconfig's map), sent as gRPC
+    /// metadata on the stream.
+    pub additional_headers: Vec<(String, String)>,
+    pub use_tls: bool,
+    pub client_tls_cert: String,
+    pub client_tls_key: String,
+    pub server_tls_cacert: String,
+    /// `CONFIG_GRPC_XDS_SERVER_TLS_SAN`: the name the server's certificate must carry (else the
+    /// URL's host).
+    pub server_tls_san: String,
+    /// `XDS_CLIENT_BACKOFF_*`: the wait before reconnecting after the stream broke
+    /// (`jpillora/backoff` as upstream configures it: 10s, 60s, factor 0.5, jitter).
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub backoff_factor: f64,
+    pub backoff_jitter: bool,
+    /// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`: the largest response accepted (0: gRPC's 4 MiB).
+    pub max_msg_size: usize,
+}
+
+/// The Redis (single, cluster or sentinel-followed) the decisions run on.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub socket_type: String,
+    pub kind: RedisType,
+    pub url: String,
+    pub auth: String,
     /// `REDIS_SENTINEL_AUTH`: the sentinels' password (`user:password` too).
-    pub redis_sentinel_auth: String,
-    pub redis_tls: bool,
-    pub redis_tls_client_cert: String,
-    pub redis_tls_client_key: String,
-    pub redis_tls_cacert: String,
-    pub redis_tls_skip_hostname_verification: bool,
-    pub redis_health_check_active_connection: bool,
-    pub redis_timeout: Duration,
+    pub sentinel_auth: String,
+    pub tls: bool,
+    pub tls_client_cert: String,
+    pub tls_client_key: String,
+    pub tls_cacert: String,
+    pub tls_skip_hostname_verification: bool,
+    pub health_check_active_connection: bool,
+    pub timeout: Duration,
     /// `REDIS_POOL_SIZE`: connections to each Redis node (1 when unset: every decision
     /// multiplexed on one, the cheapest for Redis).
-    pub redis_pool_size: usize,
+    pub pool_size: usize,
     /// `REDIS_STARTUP_MAX_ELAPSED_TIME`: how long Redis may stay unreachable at start before the
     /// process exits (0: for ever).
-    pub redis_startup_max_elapsed_time: Duration,
-    pub global_shadow_mode: bool,
-    pub global_quota_mode: bool,
-    pub response_dynamic_metadata: bool,
-    pub failure_mode: FailureMode,
-    pub failure_local_share: u32,
-    pub decision_deadline: Duration,
+    pub startup_max_elapsed_time: Duration,
 }
 
 /// A start refused: the variable and why.
@@ -119,11 +196,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
         "only Redis (with the redis-throttle module or its Functions twin) is a backend here",
     ),
     (
-        "CONFIG_TYPE",
-        Some("FILE"),
-        "configuration comes from files (RUNTIME_ROOT…) here; xDS (GRPC_XDS_SOTW) is the next step, not this release",
-    ),
-    (
         "REDIS_PERSECOND",
         Some("false"),
         "one Redis (or one cluster) holds every limit here; a second Redis for per-second limits is not supported",
@@ -131,19 +203,41 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ("USE_DOG_STATSD", Some("false"), "DogStatsD is not supported: use USE_STATSD or USE_PROMETHEUS"),
     ("USE_DOG_STATSD_MOGRIFIERS", None, "DogStatsD is not supported"),
     ("EXTRA_TAGS", None, "stat tags are not supported"),
-    ("PROMETHEUS_MAPPER_YAML", None, "only upstream's default Prometheus mapping is built in"),
     ("TRACING_ENABLED", Some("false"), "OpenTelemetry tracing is not supported"),
     (
         "GRPC_CLIENT_TLS_SAN",
         None,
         "the client certificate's SAN is not checked here: GRPC_CLIENT_TLS_CACERT alone restricts clients",
     ),
-    ("EXPIRATION_JITTER_MAX_SECONDS", Some("0"), "keys expire when their window closes here (no jitter)"),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
-    ("CONFIG_GRPC_XDS_SERVER_URL", None, "xDS configuration is not supported yet"),
-    ("CONFIG_GRPC_XDS_NODE_ID", None, "xDS configuration is not supported yet"),
 ];
+
+/// The variables of upstream's xDS client (`CONFIG_TYPE=GRPC_XDS_SOTW`).
+const XDS_VARIABLES: &[&str] = &[
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_NODE_METADATA",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+    "XDS_CLIENT_BACKOFF_JITTER",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+];
+
+/// Variables deployments set that upstream does not read (Envoy Gateway sets
+/// `GRPC_SERVER_TLS_CA_CERT`): accepted, and logged as doing nothing, as upstream ignores them.
+const IGNORED_AS_UPSTREAM: &[(&str, &str)] = &[(
+    "GRPC_SERVER_TLS_CA_CERT",
+    "upstream reads no such variable, so it does nothing here either: the gRPC listener asks for client certificates only with GRPC_CLIENT_TLS_CACERT",
+)];
 
 /// Upstream's tuning of its Go Redis client (radix) whose every value this service already
 /// satisfies: each is checked and logged at start with what it means here.
@@ -255,85 +349,19 @@ impl Settings {
 
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Settings, SettingsError> {
         let env = Env { vars };
-        for (name, allowed, why) in REFUSED {
-            if let Some(v) = env.get(name) {
-                let fine = match allowed {
-                    Some(a) if *a == "false" || *a == "true" => parse_bool(v) == parse_bool(a),
-                    Some(a) => v.eq_ignore_ascii_case(a),
-                    None => v.is_empty(),
-                };
-                if !fine {
-                    return Err(SettingsError(format!("{name}={v} is not supported: {why}")));
-                }
-            }
+        refuse_unsupported(&env)?;
+        let notices = satisfied(&env)?;
+        let (log_level, log_json) = logging(&env)?;
+        let near_limit_ratio: f32 = env.number("NEAR_LIMIT_RATIO", 0.8)?;
+        if !(0.0..=1.0).contains(&near_limit_ratio) {
+            return Err(SettingsError(format!("NEAR_LIMIT_RATIO={near_limit_ratio}: expected a ratio from 0 to 1")));
         }
-        for (name, value) in vars {
-            let refused_family = ["MEMCACHE_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "TRACING_", "DOG_STATSD_"]
-                .iter()
-                .any(|p| name.starts_with(p));
-            if refused_family
-                && !REFUSED.iter().any(|(n, ..)| n == name)
-                && !value.is_empty()
-                && name != "TRACING_ENABLED"
-            {
-                return Err(SettingsError(format!(
-                    "{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)"
-                )));
-            }
-        }
-        for (name, meaning) in SATISFIED {
-            if let Some(v) = env.get(name) {
-                match *name {
-                    "REDIS_PIPELINE_WINDOW"
-                    | "REDIS_POOL_ON_EMPTY_WAIT_DURATION"
-                    | "REDIS_STARTUP_INITIAL_INTERVAL"
-                    | "REDIS_STARTUP_MAX_INTERVAL" => {
-                        env.duration(name, Duration::ZERO)?;
-                    }
-                    _ => {
-                        env.number::<u32>(name, 0)?;
-                    }
-                }
-                tracing::warn!("{name}={v}: {meaning}");
-            }
-        }
-        // radix v4 (upstream since 2026) refuses what it cannot do: so does this service.
-        let on_empty = env.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT").to_ascii_uppercase();
-        if on_empty != "WAIT" {
-            return Err(SettingsError(format!(
-                "REDIS_POOL_ON_EMPTY_BEHAVIOR={on_empty} is not supported: requests share the connections here, none waits for a free one (WAIT, the default, is the only value; REDIS_POOL_SIZE sets the connections)"
-            )));
-        }
-        let redis_pool_size: usize = env.number("REDIS_POOL_SIZE", 1)?;
-        if redis_pool_size == 0 {
-            return Err(SettingsError("REDIS_POOL_SIZE=0: at least one connection to each Redis node".into()));
-        }
-        let redis_type = match env.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
-            "SINGLE" => RedisType::Single,
-            "CLUSTER" => RedisType::Cluster,
-            "SENTINEL" => RedisType::Sentinel,
-            other => {
-                return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE, CLUSTER or SENTINEL")));
-            }
+        let decision_deadline = match env.get("DECISION_DEADLINE") {
+            None => None,
+            Some(_) => Some(env.duration("DECISION_DEADLINE", Duration::ZERO)?),
         };
-        let redis_socket_type =
-            env.string("REDIS_SOCKET_TYPE", if redis_type == RedisType::Single { "unix" } else { "tcp" });
-        if !matches!(redis_socket_type.as_str(), "unix" | "tcp") {
-            return Err(SettingsError(format!("REDIS_SOCKET_TYPE={redis_socket_type}: expected unix or tcp")));
-        }
-        // A cluster's nodes and the sentinels are reached over TCP (upstream's radix dials tcp
-        // for them whatever REDIS_SOCKET_TYPE says): its default, unix, stands aside; set to
-        // unix, it is refused.
-        if redis_type != RedisType::Single && redis_socket_type == "unix" {
-            let kind = if redis_type == RedisType::Cluster { "CLUSTER" } else { "SENTINEL" };
-            return Err(SettingsError(format!("REDIS_SOCKET_TYPE=unix: REDIS_TYPE={kind} reaches its nodes over tcp")));
-        }
-        if redis_type == RedisType::Sentinel
-            && env.string("REDIS_URL", "").split(',').filter(|p| !p.trim().is_empty()).count() < 2
-        {
-            return Err(SettingsError(
-                "REDIS_URL: expected the master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>".into(),
-            ));
+        if decision_deadline.is_some_and(|d| d.is_zero()) {
+            return Err(SettingsError("DECISION_DEADLINE=0: a decision needs some time".into()));
         }
         let failure_mode = match env.string("FAILURE_MODE", "error").to_ascii_lowercase().as_str() {
             "error" => FailureMode::Error,
@@ -342,29 +370,127 @@ impl Settings {
             "local" => FailureMode::Local,
             other => return Err(SettingsError(format!("FAILURE_MODE={other}: expected error, open, closed or local"))),
         };
-        let log_format = env.string("LOG_FORMAT", "text");
-        if !matches!(log_format.to_ascii_lowercase().as_str(), "text" | "json") {
-            return Err(SettingsError(format!("LOG_FORMAT={log_format}: expected text or json")));
+        let failure_local_share = env.number("FAILURE_LOCAL_SHARE", 1)?;
+        if failure_local_share == 0 {
+            return Err(SettingsError(
+                "FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into(),
+            ));
         }
-        let log_level = env.string("LOG_LEVEL", "WARN");
-        if !matches!(
-            log_level.to_ascii_lowercase().as_str(),
-            "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic"
-        ) {
+        Ok(Settings {
+            notices,
+            log_level,
+            log_json,
+            listeners: ListenerSettings::from_env(&env)?,
+            stats: StatsSettings::from_env(&env)?,
+            config: ConfigSettings::from_env(&env)?,
+            redis: RedisSettings::from_env(&env)?,
+            near_limit_ratio,
+            cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
+            stop_cache_key_increment_when_overlimit: env.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            response_headers_enabled: env.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+            header_limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+            header_remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+            header_reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            global_shadow_mode: env.bool("SHADOW_MODE", false)?,
+            global_quota_mode: env.bool("QUOTA_MODE", false)?,
+            response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
+            failure_mode,
+            failure_local_share,
+            decision_deadline,
+            local_cache_size_in_bytes: match env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0usize)? {
+                0 => 0,
+                n => n.max(512 * 1024),
+            },
+            expiration_jitter_max_seconds: env.number("EXPIRATION_JITTER_MAX_SECONDS", 0)?,
+        })
+    }
+}
+
+/// Upstream's variables for what this service does not have: refused by name (see [`REFUSED`]).
+fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
+    for (name, allowed, why) in REFUSED {
+        if let Some(v) = env.get(name) {
+            let fine = match allowed {
+                Some(a) if *a == "false" || *a == "true" => parse_bool(v) == parse_bool(a),
+                Some(a) => v.eq_ignore_ascii_case(a),
+                None => v.is_empty(),
+            };
+            if !fine {
+                return Err(SettingsError(format!("{name}={v} is not supported: {why}")));
+            }
+        }
+    }
+    for (name, value) in env.vars {
+        let refused_family = ["MEMCACHE_", "TRACING_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
+        // The xDS client's family: every name upstream reads is known; another is a typo.
+        let xds_family = ["CONFIG_GRPC_XDS_", "XDS_CLIENT_"].iter().any(|p| name.starts_with(p));
+        if xds_family && !XDS_VARIABLES.contains(&name.as_str()) {
             return Err(SettingsError(format!(
-                "LOG_LEVEL={log_level}: expected trace, debug, info, warn, error, fatal or panic"
+                "{name}={value} is not supported: upstream's xDS client reads no such variable (it reads {})",
+                XDS_VARIABLES.join(", ")
             )));
         }
-        let near_limit_ratio: f32 = env.number("NEAR_LIMIT_RATIO", 0.8)?;
-        if !(0.0..=1.0).contains(&near_limit_ratio) {
-            return Err(SettingsError(format!("NEAR_LIMIT_RATIO={near_limit_ratio}: expected a ratio from 0 to 1")));
+        if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() && name != "TRACING_ENABLED"
+        {
+            return Err(SettingsError(format!(
+                "{name}={value} is not supported: it configures a feature this service does not have (memcache, tracing or DogStatsD)"
+            )));
         }
-        let decision_deadline = env.duration("DECISION_DEADLINE", Duration::from_millis(15))?;
-        if decision_deadline.is_zero() {
-            return Err(SettingsError("DECISION_DEADLINE=0: a decision needs some time".into()));
+    }
+    Ok(())
+}
+
+/// Upstream's Redis client tuning this service already satisfies (see [`SATISFIED`]) and the
+/// variables upstream ignores ([`IGNORED_AS_UPSTREAM`]): checked, and each said with what it
+/// means here (logged at start, once logging is set up).
+fn satisfied(env: &Env<'_>) -> Result<Vec<String>, SettingsError> {
+    let mut notices = Vec::new();
+    for (name, meaning) in IGNORED_AS_UPSTREAM {
+        if let Some(v) = env.get(name) {
+            notices.push(format!("{name}={v}: {meaning}"));
         }
+    }
+    for (name, meaning) in SATISFIED {
+        if let Some(v) = env.get(name) {
+            match *name {
+                "REDIS_PIPELINE_WINDOW"
+                | "REDIS_POOL_ON_EMPTY_WAIT_DURATION"
+                | "REDIS_STARTUP_INITIAL_INTERVAL"
+                | "REDIS_STARTUP_MAX_INTERVAL" => {
+                    env.duration(name, Duration::ZERO)?;
+                }
+                _ => {
+                    env.number::<u32>(name, 0)?;
+                }
+            }
+            notices.push(format!("{name}={v}: {meaning}"));
+        }
+    }
+    Ok(notices)
+}
+
+/// `LOG_LEVEL` and whether `LOG_FORMAT` is json.
+fn logging(env: &Env<'_>) -> Result<(String, bool), SettingsError> {
+    let log_format = env.string("LOG_FORMAT", "text");
+    if !matches!(log_format.to_ascii_lowercase().as_str(), "text" | "json") {
+        return Err(SettingsError(format!("LOG_FORMAT={log_format}: expected text or json")));
+    }
+    let log_level = env.string("LOG_LEVEL", "WARN");
+    if !matches!(
+        log_level.to_ascii_lowercase().as_str(),
+        "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic"
+    ) {
+        return Err(SettingsError(format!(
+            "LOG_LEVEL={log_level}: expected trace, debug, info, warn, error, fatal or panic"
+        )));
+    }
+    Ok((log_level, log_format.eq_ignore_ascii_case("json")))
+}
+
+impl ListenerSettings {
+    fn from_env(env: &Env<'_>) -> Result<ListenerSettings, SettingsError> {
         let max_age = env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?;
-        let s = Settings {
+        let l = ListenerSettings {
             host: env.string("HOST", "0.0.0.0"),
             port: env.number("PORT", 8080)?,
             debug_host: env.string("DEBUG_HOST", "0.0.0.0"),
@@ -378,9 +504,23 @@ impl Settings {
             grpc_server_tls_cert: env.string("GRPC_SERVER_TLS_CERT", ""),
             grpc_server_tls_key: env.string("GRPC_SERVER_TLS_KEY", ""),
             grpc_client_tls_cacert: env.string("GRPC_CLIENT_TLS_CACERT", ""),
-            log_level,
-            log_json: log_format.eq_ignore_ascii_case("json"),
-            force_start_without_initial_config: env.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            healthy_with_at_least_one_config_loaded: env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+        };
+        if l.grpc_server_use_tls && (l.grpc_server_tls_cert.is_empty() || l.grpc_server_tls_key.is_empty()) {
+            return Err(SettingsError(
+                "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY".into(),
+            ));
+        }
+        if !l.grpc_client_tls_cacert.is_empty() && !l.grpc_server_use_tls {
+            return Err(SettingsError("GRPC_CLIENT_TLS_CACERT is set but GRPC_SERVER_USE_TLS is not true: mTLS needs TLS on the gRPC listener".into()));
+        }
+        Ok(l)
+    }
+}
+
+impl StatsSettings {
+    fn from_env(env: &Env<'_>) -> Result<StatsSettings, SettingsError> {
+        let s = StatsSettings {
             use_statsd: env.bool("USE_STATSD", true)?,
             statsd_host: env.string("STATSD_HOST", "localhost"),
             statsd_port: env.number("STATSD_PORT", 8125)?,
@@ -389,70 +529,166 @@ impl Settings {
             use_prometheus: env.bool("USE_PROMETHEUS", false)?,
             prometheus_addr: env.string("PROMETHEUS_ADDR", ":9090"),
             prometheus_path: env.string("PROMETHEUS_PATH", "/metrics"),
+            prometheus_mapper_yaml: env.string("PROMETHEUS_MAPPER_YAML", ""),
             prometheus_response_time_as_ms: env.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
+        };
+        if s.use_statsd && s.use_prometheus && !s.disable_stats {
+            return Err(SettingsError("USE_STATSD=true and USE_PROMETHEUS=true: unable to use more than one stats sink at the same time; set USE_STATSD=false to use Prometheus".into()));
+        }
+        Ok(s)
+    }
+}
+
+impl ConfigSettings {
+    fn from_env(env: &Env<'_>) -> Result<ConfigSettings, SettingsError> {
+        // Upstream reads the xDS variables whatever CONFIG_TYPE says: so are they checked here.
+        let xds = XdsSettings::from_env(env)?;
+        let xds = match env.string("CONFIG_TYPE", "FILE").to_ascii_uppercase().as_str() {
+            "FILE" => None,
+            "GRPC_XDS_SOTW" => Some(xds),
+            other => {
+                return Err(SettingsError(format!(
+                    "CONFIG_TYPE={other} is not supported: FILE (RUNTIME_ROOT…) or GRPC_XDS_SOTW (CONFIG_GRPC_XDS_…)"
+                )));
+            }
+        };
+        Ok(ConfigSettings {
+            xds,
+            force_start_without_initial_config: env.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
             runtime_root: env.string("RUNTIME_ROOT", "/srv/runtime_data/current"),
             runtime_subdirectory: env.string("RUNTIME_SUBDIRECTORY", ""),
             runtime_appdirectory: env.string("RUNTIME_APPDIRECTORY", "config"),
             runtime_ignore_dot_files: env.bool("RUNTIME_IGNOREDOTFILES", false)?,
             runtime_watch_root: env.bool("RUNTIME_WATCH_ROOT", true)?,
             merge_domain_config: env.bool("MERGE_DOMAIN_CONFIG", false)?,
-            local_cache_size_in_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
-            near_limit_ratio,
-            cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
-            stop_cache_key_increment_when_overlimit: env.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
-            response_headers_enabled: env.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
-            header_limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-            header_remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-            header_reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            healthy_with_at_least_one_config_loaded: env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            redis_socket_type,
-            redis_type,
-            redis_url: env.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
-            redis_auth: env.string("REDIS_AUTH", ""),
-            redis_sentinel_auth: env.string("REDIS_SENTINEL_AUTH", ""),
-            redis_tls: env.bool("REDIS_TLS", false)?,
-            redis_tls_client_cert: env.string("REDIS_TLS_CLIENT_CERT", ""),
-            redis_tls_client_key: env.string("REDIS_TLS_CLIENT_KEY", ""),
-            redis_tls_cacert: env.string("REDIS_TLS_CACERT", ""),
-            redis_tls_skip_hostname_verification: env.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
-            redis_health_check_active_connection: env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
-            redis_timeout: env.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
-            redis_pool_size,
-            redis_startup_max_elapsed_time: env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?,
-            global_shadow_mode: env.bool("SHADOW_MODE", false)?,
-            global_quota_mode: env.bool("QUOTA_MODE", false)?,
-            response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
-            failure_mode,
-            failure_local_share: env.number("FAILURE_LOCAL_SHARE", 1)?,
-            decision_deadline,
+        })
+    }
+}
+
+impl XdsSettings {
+    fn from_env(env: &Env<'_>) -> Result<XdsSettings, SettingsError> {
+        let pairs = |name: &str, separator: char| -> Vec<(String, String)> {
+            env.string(name, "")
+                .split(',')
+                .filter_map(|entry| {
+                    let (k, v) = entry.split_once(separator)?;
+                    Some((k.trim().to_string(), v.trim().to_string()))
+                })
+                .collect()
         };
-        if s.use_statsd && s.use_prometheus && !s.disable_stats {
-            return Err(SettingsError("USE_STATSD=true and USE_PROMETHEUS=true: unable to use more than one stats sink at the same time; set USE_STATSD=false to use Prometheus".into()));
+        let headers = pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ':');
+        for (k, v) in &headers {
+            let valid_key = !k.is_empty()
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !k.ends_with("-bin");
+            if !valid_key || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(SettingsError(format!(
+                    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: '{k}:{v}' is not a gRPC metadata header (name:value, printable ASCII)"
+                )));
+            }
         }
-        if s.grpc_server_use_tls && (s.grpc_server_tls_cert.is_empty() || s.grpc_server_tls_key.is_empty()) {
+        let factor: f64 = env.number("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)?;
+        if !factor.is_finite() || factor < 0.0 {
+            return Err(SettingsError(format!(
+                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR={factor}: expected a number of 0 or more"
+            )));
+        }
+        let x = XdsSettings {
+            node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
+            node_metadata: pairs("CONFIG_GRPC_XDS_NODE_METADATA", '='),
+            server_url: env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+            connect_retry_interval: env
+                .duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration::from_secs(3))?,
+            additional_headers: headers,
+            use_tls: env.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?,
+            client_tls_cert: env.string("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
+            client_tls_key: env.string("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+            server_tls_cacert: env.string("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
+            server_tls_san: env.string("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+            backoff_initial: env.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration::from_secs(10))?,
+            backoff_max: env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?,
+            backoff_factor: factor,
+            backoff_jitter: env.bool("XDS_CLIENT_BACKOFF_JITTER", true)?,
+            max_msg_size: env.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0)?,
+        };
+        if x.client_tls_cert.is_empty() != x.client_tls_key.is_empty() {
             return Err(SettingsError(
-                "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY".into(),
+                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together: set both or neither"
+                    .into(),
             ));
         }
-        if !s.grpc_client_tls_cacert.is_empty() && !s.grpc_server_use_tls {
-            return Err(SettingsError("GRPC_CLIENT_TLS_CACERT is set but GRPC_SERVER_USE_TLS is not true: mTLS needs TLS on the gRPC listener".into()));
+        if x.server_url.trim().is_empty() {
+            return Err(SettingsError("CONFIG_GRPC_XDS_SERVER_URL is empty: expected host:port".into()));
         }
-        if s.failure_local_share == 0 {
+        Ok(x)
+    }
+}
+
+impl RedisSettings {
+    fn from_env(env: &Env<'_>) -> Result<RedisSettings, SettingsError> {
+        // radix v4 (upstream since 2026) refuses what it cannot do: so does this service.
+        let on_empty = env.string("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT").to_ascii_uppercase();
+        if on_empty != "WAIT" {
+            return Err(SettingsError(format!(
+                "REDIS_POOL_ON_EMPTY_BEHAVIOR={on_empty} is not supported: requests share the connections here, none waits for a free one (WAIT, the default, is the only value; REDIS_POOL_SIZE sets the connections)"
+            )));
+        }
+        let pool_size: usize = env.number("REDIS_POOL_SIZE", 1)?;
+        if pool_size == 0 {
+            return Err(SettingsError("REDIS_POOL_SIZE=0: at least one connection to each Redis node".into()));
+        }
+        let kind = match env.string("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
+            "SINGLE" => RedisType::Single,
+            "CLUSTER" => RedisType::Cluster,
+            "SENTINEL" => RedisType::Sentinel,
+            other => {
+                return Err(SettingsError(format!("REDIS_TYPE={other} is not supported: SINGLE, CLUSTER or SENTINEL")));
+            }
+        };
+        let socket_type = env.string("REDIS_SOCKET_TYPE", if kind == RedisType::Single { "unix" } else { "tcp" });
+        if !matches!(socket_type.as_str(), "unix" | "tcp") {
+            return Err(SettingsError(format!("REDIS_SOCKET_TYPE={socket_type}: expected unix or tcp")));
+        }
+        // A cluster's nodes and the sentinels are reached over TCP (upstream's radix dials tcp
+        // for them whatever REDIS_SOCKET_TYPE says): its default, unix, stands aside; set to
+        // unix, it is refused.
+        if kind != RedisType::Single && socket_type == "unix" {
+            let name = if kind == RedisType::Cluster { "CLUSTER" } else { "SENTINEL" };
+            return Err(SettingsError(format!("REDIS_SOCKET_TYPE=unix: REDIS_TYPE={name} reaches its nodes over tcp")));
+        }
+        if kind == RedisType::Sentinel
+            && env.string("REDIS_URL", "").split(',').filter(|p| !p.trim().is_empty()).count() < 2
+        {
             return Err(SettingsError(
-                "FAILURE_LOCAL_SHARE=0: the number of instances sharing each limit is at least 1".into(),
+                "REDIS_URL: expected the master name and a list of urls for the sentinels, in the format: <redis master name>,<sentinel1>,...,<sentineln>".into(),
             ));
         }
-        Ok(s)
+        Ok(RedisSettings {
+            socket_type,
+            kind,
+            url: env.string("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
+            auth: env.string("REDIS_AUTH", ""),
+            sentinel_auth: env.string("REDIS_SENTINEL_AUTH", ""),
+            tls: env.bool("REDIS_TLS", false)?,
+            tls_client_cert: env.string("REDIS_TLS_CLIENT_CERT", ""),
+            tls_client_key: env.string("REDIS_TLS_CLIENT_KEY", ""),
+            tls_cacert: env.string("REDIS_TLS_CACERT", ""),
+            tls_skip_hostname_verification: env.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+            health_check_active_connection: env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
+            timeout: env.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
+            pool_size,
+            startup_max_elapsed_time: env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?,
+        })
     }
 
     /// The Redis URLs to connect to (one, or a cluster's seed nodes).
-    pub fn redis_urls(&self) -> Vec<String> {
-        let (user, pass) = match self.redis_auth.split_once(':') {
+    pub fn urls(&self) -> Vec<String> {
+        let (user, pass) = match self.auth.split_once(':') {
             Some((u, p)) => (u.to_string(), p.to_string()),
-            None => (String::new(), self.redis_auth.clone()),
+            None => (String::new(), self.auth.clone()),
         };
-        let scheme = if self.redis_tls { "rediss" } else { "redis" };
-        self.redis_url
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        self.url
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
@@ -464,9 +700,9 @@ impl Settings {
                 {
                     return u.to_string();
                 }
-                if self.redis_socket_type == "unix" {
+                if self.socket_type == "unix" {
                     let mut url = format!("unix://{u}");
-                    if !self.redis_auth.is_empty() {
+                    if !self.auth.is_empty() {
                         url.push_str(&format!("?pass={}", encode(&pass)));
                         if !user.is_empty() {
                             url.push_str(&format!("&user={}", encode(&user)));
@@ -479,8 +715,7 @@ impl Settings {
                     (true, false) => format!(":{}@", encode(&pass)),
                     (false, false) => format!("{}:{}@", encode(&user), encode(&pass)),
                 };
-                let fragment =
-                    if self.redis_tls && self.redis_tls_skip_hostname_verification { "#insecure" } else { "" };
+                let fragment = if self.tls && self.tls_skip_hostname_verification { "#insecure" } else { "" };
                 format!("{scheme}://{auth}{u}{fragment}")
             })
             .collect()
@@ -511,29 +746,31 @@ mod tests {
     #[test]
     fn defaults_are_upstream_s() {
         let s = Settings::from_vars(&vars(&[])).unwrap();
-        assert_eq!((s.port, s.grpc_port, s.debug_port), (8080, 8081, 6070));
-        assert_eq!(s.runtime_root, "/srv/runtime_data/current");
-        assert_eq!(s.runtime_appdirectory, "config");
-        assert!(s.runtime_watch_root && s.use_statsd && !s.use_prometheus);
-        assert_eq!(s.redis_socket_type, "unix");
-        assert_eq!(s.redis_url, "/var/run/nutcracker/ratelimit.sock");
+        assert_eq!((s.listeners.port, s.listeners.grpc_port, s.listeners.debug_port), (8080, 8081, 6070));
+        assert_eq!(s.config.runtime_root, "/srv/runtime_data/current");
+        assert_eq!(s.config.runtime_appdirectory, "config");
+        assert!(s.config.runtime_watch_root && s.stats.use_statsd && !s.stats.use_prometheus);
+        assert_eq!(s.redis.socket_type, "unix");
+        assert_eq!(s.redis.url, "/var/run/nutcracker/ratelimit.sock");
         assert_eq!(s.header_limit, "RateLimit-Limit");
         assert_eq!(s.near_limit_ratio, 0.8);
         assert_eq!(s.failure_mode, FailureMode::Error);
-        assert_eq!(s.redis_urls(), vec!["unix:///var/run/nutcracker/ratelimit.sock".to_string()]);
+        assert_eq!(s.redis.urls(), vec!["unix:///var/run/nutcracker/ratelimit.sock".to_string()]);
     }
 
     #[test]
     fn what_cannot_mean_anything_here_is_refused_by_name() {
         for (name, value) in [
-            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
             ("BACKEND_TYPE", "memcache"),
             ("REDIS_PERSECOND", "true"),
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("TRACING_ENABLED", "true"),
             ("REDIS_TYPE", "RING"),
-            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
-            ("XDS_CLIENT_BACKOFF_JITTER", "true"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "sometimes"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1"),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "soon"),
             ("FAILURE_MODE", "maybe"),
         ] {
             let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();
@@ -544,6 +781,7 @@ mod tests {
             ("BACKEND_TYPE", "redis"),
             ("REDIS_PERSECOND", "false"),
             ("REDIS_POOL_SIZE", "20"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "300"),
         ] {
             Settings::from_vars(&vars(&[(name, value)])).unwrap();
         }
@@ -551,11 +789,74 @@ mod tests {
         assert!(both.0.contains("more than one stats sink"), "{both}");
     }
 
+    /// Envoy Gateway's deployment (internal/infrastructure/kubernetes/ratelimit/resource.go),
+    /// every variable it sets by default.
+    pub(crate) const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis.svc:6379"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+    ];
+
+    #[test]
+    fn envoy_gateway_s_environment_means_what_it_means_upstream() {
+        let s = Settings::from_vars(&vars(ENVOY_GATEWAY_ENV)).unwrap();
+        let x = s.config.xds.as_ref().expect("CONFIG_TYPE=GRPC_XDS_SOTW");
+        assert_eq!((x.node_id.as_str(), x.server_url.as_str()), ("envoy-ratelimit", "envoy-gateway:18001"));
+        assert!(x.use_tls && s.config.force_start_without_initial_config);
+        assert_eq!((x.client_tls_cert.as_str(), x.server_tls_cacert.as_str()), ("/certs/tls.crt", "/certs/ca.crt"));
+        // Upstream's defaults for what Envoy Gateway leaves unset.
+        assert_eq!(
+            (x.connect_retry_interval, x.backoff_initial, x.backoff_max),
+            (Duration::from_secs(3), Duration::from_secs(10), Duration::from_secs(60))
+        );
+        assert_eq!((x.backoff_factor, x.backoff_jitter, x.max_msg_size), (0.5, true, 0));
+        // GRPC_SERVER_TLS_CA_CERT is not upstream's: TLS without client certificates.
+        assert!(s.listeners.grpc_server_use_tls && s.listeners.grpc_client_tls_cacert.is_empty());
+        assert!(s.stats.use_prometheus && !s.stats.use_statsd);
+        assert_eq!(s.stats.prometheus_mapper_yaml, "/etc/statsd-exporter/conf.yaml");
+        assert_eq!(s.redis.urls(), vec!["redis://redis.redis.svc:6379".to_string()]);
+        // The other xDS variables, as upstream parses them.
+        let s = Settings::from_vars(&vars(&[
+            ("CONFIG_TYPE", "grpc_xds_sotw"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,skipped,team=x=y"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token:abc,x-env:prod"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+        ]))
+        .unwrap();
+        let x = s.config.xds.unwrap();
+        let owned = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(x.node_metadata, owned(&[("zone", "a"), ("team", "x=y")]));
+        assert_eq!(x.additional_headers, owned(&[("x-token", "abc"), ("x-env", "prod")]));
+        assert_eq!((x.max_msg_size, x.backoff_jitter, x.node_id.as_str()), (1_048_576, false, "default"));
+        assert!(Settings::from_vars(&vars(&[("CONFIG_GRPC_XDS_NODE_ID", "n")])).unwrap().config.xds.is_none());
+    }
+
     #[test]
     fn redis_client_tuning_means_what_it_can_here_and_refuses_the_rest() {
         // REDIS_POOL_SIZE: the connections to each node (one when unset).
-        assert_eq!(Settings::from_vars(&vars(&[])).unwrap().redis_pool_size, 1);
-        assert_eq!(Settings::from_vars(&vars(&[("REDIS_POOL_SIZE", "4")])).unwrap().redis_pool_size, 4);
+        assert_eq!(Settings::from_vars(&vars(&[])).unwrap().redis.pool_size, 1);
+        assert_eq!(Settings::from_vars(&vars(&[("REDIS_POOL_SIZE", "4")])).unwrap().redis.pool_size, 4);
         // What radix v4 refuses, and malformed values, stop the start by name.
         for (name, value) in [
             ("REDIS_POOL_SIZE", "0"),
@@ -589,12 +890,12 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time),
+            (s.listeners.grpc_max_connection_age_grace, s.redis.startup_max_elapsed_time),
             (Duration::from_secs(300), Duration::from_secs(3))
         );
         let s = Settings::from_vars(&vars(&[])).unwrap();
         assert_eq!(
-            (s.grpc_max_connection_age_grace, s.redis_startup_max_elapsed_time),
+            (s.listeners.grpc_max_connection_age_grace, s.redis.startup_max_elapsed_time),
             (Duration::from_secs(3600), Duration::ZERO)
         );
     }
@@ -608,7 +909,7 @@ mod tests {
             ("REDIS_TLS", "true"),
         ]))
         .unwrap();
-        assert_eq!(s.redis_urls(), vec!["rediss://user:p%40ss@localhost:6379".to_string()]);
+        assert_eq!(s.redis.urls(), vec!["rediss://user:p%40ss@localhost:6379".to_string()]);
         let c = Settings::from_vars(&vars(&[
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("REDIS_TYPE", "cluster"),
@@ -616,7 +917,7 @@ mod tests {
             ("REDIS_AUTH", "pw"),
         ]))
         .unwrap();
-        assert_eq!(c.redis_urls(), vec!["redis://:pw@a:1".to_string(), "redis://:pw@b:2".to_string()]);
+        assert_eq!(c.redis.urls(), vec!["redis://:pw@a:1".to_string(), "redis://:pw@b:2".to_string()]);
     }
 
     #[test]
@@ -628,13 +929,14 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            (s.redis_type, s.redis_socket_type.as_str(), s.redis_sentinel_auth.as_str()),
+            (s.redis.kind, s.redis.socket_type.as_str(), s.redis.sentinel_auth.as_str()),
             (RedisType::Sentinel, "tcp", "s3cret")
         );
         assert_eq!(
             Settings::from_vars(&vars(&[("REDIS_TYPE", "cluster"), ("REDIS_URL", "a:1,b:2")]))
                 .unwrap()
-                .redis_socket_type,
+                .redis
+                .socket_type,
             "tcp"
         );
         for (pairs, name) in [

@@ -3,8 +3,9 @@
 use redis_throttle_core::Result;
 use redis_throttle_core::lease::{self, Acquire};
 
+use crate::counters::Class;
 use crate::dispatch::{Call, Response};
-use crate::operate::{self, Class};
+use crate::operate;
 use crate::register::{Registered, registered};
 use crate::store::Key;
 use crate::{clock, config};

@@ -4,8 +4,9 @@
 use redis_throttle_core::all::{self, Request};
 use redis_throttle_core::{Charge, Error, Result};
 
+use crate::counters::Class;
 use crate::dispatch::{Call, Node, Response};
-use crate::operate::{self, Class};
+use crate::operate;
 use crate::register::{Registered, registered};
 use crate::store::Key;
 use crate::{clock, config};

@@ -16,8 +16,9 @@ mod window;
 use redis_throttle_core::limiter::{Algorithm, Request};
 use redis_throttle_core::{Charge, Result};
 
+use crate::counters::Class;
 use crate::dispatch::{Call, Response};
-use crate::operate::{self, Class};
+use crate::operate;
 use crate::register::Registered;
 use crate::store::Key;
 use crate::{clock, config};
@@ -55,12 +56,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     };
     let request = Request::parse(algorithm, words, &config::caps())?;
     let now = clock::now();
-    // A window's log is usually longer than any compactly stored value, which `plain`'s table
-    // is read for (see `Key::load`): its slot is not fetched ahead.
-    let mut key = match algorithm {
-        Algorithm::Window => Key::open(call, 0)?,
-        _ => Key::open_named(call, 0, request.key)?,
-    };
+    let mut key = Key::open(call, 0)?;
     key.load(algorithm)?;
     let decision = request.limiter.decide_charge(key.stored(), now, request.quantity, request.held, request.charge)?;
     // A debit with the SHADOW option writes nothing (it is tried, not charged); global shadow

@@ -33,8 +33,9 @@ use redis_throttle_core::time::NANOS_PER_MILLI;
 use redis_throttle_core::{Effect, Error, Instant, Nanos, Result, Unit};
 
 use crate::api::api;
+use crate::counters::Class;
 use crate::dispatch::{Call, Node, Response, reply_error, reply_node};
-use crate::operate::{self, Class};
+use crate::operate;
 use crate::register::{Registered, registered};
 use crate::store::Key;
 use crate::{clock, config};

@@ -4,8 +4,8 @@ use redis_throttle_core::Result;
 use redis_throttle_core::lease::{self, Release};
 
 use crate::clock;
+use crate::counters::Class;
 use crate::dispatch::{Call, Node, Response};
-use crate::operate::Class;
 use crate::register::{Registered, registered};
 use crate::store::Key;
 

@@ -1,4 +1,4 @@
-import type { Limiter } from './throttle.js';
+import type { Limiter } from './types.js';
 
 /** The algorithm a host-library adapter sends: `counter` (fixed window), `window` (exact sliding window), `gcra` (CL.THROTTLE). */
 export type Algorithm = 'counter' | 'window' | 'gcra';

@@ -12,7 +12,8 @@
  * are.
  */
 import { type Algorithm, admits, limiter, longestWindow, plainCounter, refund } from './algorithm.js';
-import { type Decision, type Limiter, Throttle } from './throttle.js';
+import { Throttle } from './throttle.js';
+import type { Decision, Limiter } from './types.js';
 
 type Reply = unknown;
 export type SendCommandFn = (...args: string[]) => Promise<Reply>;

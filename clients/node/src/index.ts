@@ -5,7 +5,8 @@
  * milliseconds (each call sends `MS`).
  */
 export { slot, crossSlot, sibling } from './slot.js';
-export { Throttle, ThrottleError } from './throttle.js';
+export { Throttle } from './throttle.js';
+export { ThrottleError } from './errors.js';
 export { loadTwin, twinLibrary, TwinDowngradeError } from './twin.js';
 export type { LoadTwinOptions, TwinAction, TwinNodeReport, TwinReport } from './twin.js';
 export type {
@@ -23,4 +24,4 @@ export type {
   Backend,
   RedisLike,
   ThrottleOptions,
-} from './throttle.js';
+} from './types.js';

@@ -36,7 +36,8 @@
  */
 import { ThrottlerStorageService } from '@nestjs/throttler';
 import { type Algorithm, admits, limiter, longestWindow, plainCounter } from './algorithm.js';
-import { type Limiter, Throttle } from './throttle.js';
+import { Throttle } from './throttle.js';
+import type { Limiter } from './types.js';
 
 export interface RedisThrottleStorageOptions {
   /** Prepended to the throttler's keys; default `throttler:`. */

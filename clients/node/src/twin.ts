@@ -5,7 +5,8 @@
  * each, and refuses to replace a newer twin unless forced. The CLI (`npx redis-throttle-js twin
  * load`) runs the same steps over connections of its own.
  */
-import { ThrottleError, type RedisLike } from './throttle.js';
+import { ThrottleError } from './errors.js';
+import type { RedisLike } from './types.js';
 
 /** What the loader did on one primary. */
 export type TwinAction =

@@ -42,7 +42,8 @@ sys.path.insert(0, str(HERE))
 from servers import Servers  # noqa: E402
 
 OUT = ROOT / os.environ.get("CARGO_TARGET_DIR", "target") / "python-matrix"
-CLIENT_MODULES = ["src/redis_throttle/__init__.py", "src/redis_throttle/_core.py", "src/redis_throttle/_storage.py"]
+CLIENT_MODULES = ["src/redis_throttle/__init__.py", "src/redis_throttle/_core.py", "src/redis_throttle/_errors.py"]
+CLIENT_MODULES += ["src/redis_throttle/_storage.py"]
 CLIENT_MODULES += ["src/redis_throttle/_sync.py", "src/redis_throttle/asyncio.py"]
 SHOWN = ["limits", "redis", "Flask-Limiter", "slowapi", "Flask", "fastapi"]
 

@@ -2,169 +2,33 @@
 //! (module or Functions twin), within a deadline, and answers by its failure policy when the
 //! server cannot.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::Slot;
 use redis::{Cmd, RedisError, Value};
 use redis_throttle_core::Instant as CoreInstant;
-use redis_throttle_core::limiter::Algorithm;
 use tracing::Instrument;
 
-use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::breaker::{Breaker, Permit};
 use crate::cache::DenyCache;
+use crate::config::Config;
 use crate::decision::{Decision, FailurePolicy, Numbers, Reason, Source};
+use crate::error::{Error, Failed};
 use crate::memory::{Clock, ManualClock, Store, SystemClock};
-use crate::policy::{Params, Policy};
-
-/// What the client could not do.
-#[derive(Debug)]
-pub enum Error {
-    /// The server has neither the module nor the Functions library `throttle` (at connect).
-    NoLimiter(String),
-    /// The server answered with an error (WRONGTYPE, an argument the server refuses): the
-    /// server is up, so the failure policy does not apply.
-    Server(RedisError),
-    /// Connecting failed.
-    Connect(RedisError),
-    /// Keys of one CL.ALL call in different hash slots of a cluster: refused before sending.
-    CrossSlot { first: Vec<u8>, other: Vec<u8> },
-    /// A call the client refuses before sending (no policies, a reply of an unexpected shape).
-    Invalid(String),
-    /// The in-memory backend refused the call as the server would have (`ERR …`, `WRONGTYPE …`).
-    Memory(redis_throttle_core::Error),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::NoLimiter(text) => write!(f, "{text}"),
-            Error::Server(e) => write!(f, "the server refused the call: {e}"),
-            Error::Connect(e) => write!(f, "cannot connect: {e}"),
-            Error::CrossSlot { first, other } => write!(
-                f,
-                "keys {:?} and {:?} are in different hash slots: one CL.ALL call must keep its keys in one slot; use a hash tag, e.g. rl:{{user42}}:s and rl:{{user42}}:h",
-                String::from_utf8_lossy(first),
-                String::from_utf8_lossy(other)
-            ),
-            Error::Invalid(text) => write!(f, "{text}"),
-            Error::Memory(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// Why a request got no reply to use.
-pub(crate) enum Failed {
-    /// The server cannot answer now: the failure policy applies.
-    Down(Reason),
-    /// The server answered with an error.
-    Refused(RedisError),
-}
-
-/// Which implementation of the limiters the server offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// The module (`CL.THROTTLE` …).
-    Module,
-    /// The Functions twin (`FCALL cl_throttle` …).
-    Twin,
-    /// No server: `redis-throttle-core` in this process (the test kit).
-    Memory,
-    /// Not detected yet: a client made by [`Throttle::connect_degraded`] whose server has not
-    /// answered yet (its failure policy answers meanwhile).
-    Unknown,
-}
-
-/// How a client behaves; [`Config::default`] suits a service.
-#[derive(Debug, Clone, Copy)]
-pub struct Config {
-    /// How long a call waits for the server before its failure policy answers.
-    pub deadline: Duration,
-    pub failure: FailurePolicy,
-    /// The most denials the deny cache holds; 0 turns it off.
-    pub deny_cache: usize,
-    pub breaker: BreakerConfig,
-    /// The most keys the `Local` failure policy (and the test kit) hold.
-    pub local_keys: usize,
-    /// The most bytes the deny cache holds (its entries, keys included); 0 turns it off.
-    pub deny_cache_bytes: usize,
-    /// How long [`Throttle::connect`] may take (connecting and detecting the module or the
-    /// twin) before it returns [`Error::Connect`].
-    pub connect_timeout: Duration,
-    /// How long a [`Lease`](crate::Lease) is renewed without a sign of life from its guard
-    /// ([`Lease::extend`](crate::Lease::extend)); then it is released, so a leaked guard
-    /// (`mem::forget`) frees its slot within this time.
-    pub lease_max_hold: Duration,
-    /// Connections [`Throttle::connect`] opens to the server, each call sent on the next in
-    /// turn. 1 (the default) multiplexes every call on one connection: the cheapest for the
-    /// server, as concurrent calls share its reads and writes. More spread a client's traffic
-    /// when one connection's throughput is its limit.
-    pub connections: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            deadline: Duration::from_millis(50),
-            failure: FailurePolicy::FailClosed,
-            deny_cache: 100_000,
-            breaker: BreakerConfig::default(),
-            local_keys: 100_000,
-            deny_cache_bytes: 32 << 20,
-            connect_timeout: Duration::from_secs(5),
-            lease_max_hold: Duration::from_secs(600),
-            connections: 1,
-        }
-    }
-}
-
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
-    Cluster(ClusterConnection),
-    Memory(Arc<Mutex<Store>>, Arc<dyn Clock>),
-    /// Several connections of one kind (`Config::connections`), each call on the next.
-    Pool(Arc<[Conn]>, Arc<AtomicUsize>),
-    /// The master a Redis Sentinel names, followed through failovers.
-    Sentinel(Arc<crate::sentinel::Follower>),
-}
-
-impl Conn {
-    /// The connection the next call goes on (a pool's next, in turn; the sentinels' master).
-    pub(crate) fn pick(&self) -> Conn {
-        match self {
-            Conn::Pool(conns, next) => conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()].pick(),
-            Conn::Sentinel(follower) => follower.conn().pick(),
-            other => other.clone(),
-        }
-    }
-
-    /// Whether calls go to a cluster.
-    pub(crate) fn is_cluster(&self) -> bool {
-        match self {
-            Conn::Cluster(_) => true,
-            Conn::Pool(conns, _) => conns.first().is_some_and(Conn::is_cluster),
-            _ => false,
-        }
-    }
-}
+use crate::policy::Policy;
+use crate::transport::{Conn, Link, NOT_CONNECTED, detect, is_outage, link, not_within, send, send_any, send_pipe};
+use crate::wire::{Backend, Call, all_command, all_decision, command_name, five, integer, single_command};
 
 /// A rate-limiting client. Clones share the connection, the deny cache and the breaker.
 #[derive(Clone)]
 pub struct Throttle {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// The connection and what it speaks to, once the server has answered.
-pub(crate) struct Link {
-    pub(crate) conn: Conn,
-    pub(crate) backend: Backend,
+    /// A shorter deadline for this view's calls ([`Throttle::within`]).
+    deadline: Option<Duration>,
 }
 
 pub(crate) struct Inner {
@@ -177,10 +41,9 @@ pub(crate) struct Inner {
     breaker: Breaker,
     /// The `Local` failure policy's limiters.
     local: Mutex<Store>,
+    /// Whether a liveness check (see [`Throttle::guarded`]) is under way.
+    checking: AtomicBool,
 }
-
-/// One limiter of a call: the policy, the key and the units.
-pub(crate) type Call<'a> = (&'a Policy, &'a [u8], i64);
 
 impl Throttle {
     /// Connects to `url` with a [`ConnectionManager`] (reconnecting in the background) and the
@@ -280,8 +143,22 @@ impl Throttle {
             cache,
             breaker: Breaker::new(config.breaker, config.deadline),
             local: Mutex::new(Store::new(config.local_keys)),
+            checking: AtomicBool::new(false),
         };
-        Throttle { inner: Arc::new(inner) }
+        Throttle { inner: Arc::new(inner), deadline: None }
+    }
+
+    /// This client (sharing everything with it) whose calls wait at most `deadline` when that is
+    /// shorter than the configured one: for a caller with a deadline of its own (a gRPC
+    /// request's). When it passes, the failure policy answers, as for the configured deadline.
+    pub fn within(&self, deadline: Duration) -> Throttle {
+        let shorter = deadline.min(self.deadline.unwrap_or(self.inner.config.deadline));
+        Throttle { inner: self.inner.clone(), deadline: Some(shorter) }
+    }
+
+    /// How long this client's calls wait for the server.
+    pub fn deadline(&self) -> Duration {
+        self.deadline.unwrap_or(self.inner.config.deadline)
     }
 
     /// Detects what the server offers within `config.connect_timeout`.
@@ -578,7 +455,7 @@ impl Throttle {
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
         let span =
             tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
-        let (result, outcome) = self.guarded(|conn| send(conn, cmd, key)).instrument(span.clone()).await;
+        let (result, outcome) = self.guarded(key, |conn| send(conn, cmd, key)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
@@ -586,14 +463,24 @@ impl Throttle {
     /// [`Throttle::request`] for an atomic pipeline (`MULTI` … `EXEC`) on `key`: its `EXEC` reply.
     async fn request_pipe(&self, pipe: redis::Pipeline, name: &str, key: &[u8]) -> Result<Value, Failed> {
         let span = tracing::debug_span!("redis_throttle.call", command = %name, outcome = tracing::field::Empty);
-        let (result, outcome) = self.guarded(|conn| send_pipe(conn, pipe, key, true)).instrument(span.clone()).await;
+        let (result, outcome) =
+            self.guarded(key, |conn| send_pipe(conn, pipe, key, true)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
 
     /// Sends what `send` sends on the connection, within the deadline, through the breaker.
+    ///
+    /// Only the server's failures count toward the breaker: a connection error, or no answer
+    /// within `Config::server_timeout`. A deadline shorter than that cannot tell a silent
+    /// server from a burst queued in this process or on the connection: the call gets the
+    /// failure policy's answer, the breaker is not told, and one `PING` on the connection
+    /// (routed as the call was; one at a time) asks whether the server answers within
+    /// `server_timeout`: only its silence opens the breaker. So a burst never cuts a healthy
+    /// server off, and a paused one is found within `server_timeout`.
     pub(crate) async fn guarded<'a, F>(
         &'a self,
+        key: &[u8],
         send: impl FnOnce(&'a Conn) -> F,
     ) -> (Result<Value, Failed>, &'static str)
     where
@@ -610,7 +497,8 @@ impl Throttle {
             return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
-        match tokio::time::timeout(inner.config.deadline, send(&link.conn)).await {
+        let deadline = self.deadline();
+        match tokio::time::timeout(deadline, send(&link.conn)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 probe.success();
@@ -624,11 +512,45 @@ impl Throttle {
                 probe.failure();
                 (Err(Failed::Down(Reason::Connection(e.to_string()))), "connection")
             }
+            Err(_) if deadline < inner.config.server_timeout => {
+                // Overload or silence: a probe's turn goes back, and the server is asked.
+                drop(probe);
+                self.check_liveness(key);
+                (Err(Failed::Down(Reason::Timeout)), "timeout")
+            }
             Err(_) => {
                 probe.failure();
                 (Err(Failed::Down(Reason::Timeout)), "timeout")
             }
         }
+    }
+
+    /// Asks the server (a `PING` routed by `key`, in the background) whether it answers within
+    /// `server_timeout`; if not, opens the breaker. One check at a time.
+    fn check_liveness(&self, key: &[u8]) {
+        let inner = &self.inner;
+        if inner.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            inner.checking.store(false, Ordering::Release);
+            return;
+        };
+        let (inner, key) = (self.inner.clone(), key.to_vec());
+        runtime.spawn(async move {
+            if let Some(link) = inner.link.get() {
+                let ping = send(&link.conn, redis::cmd("PING"), &key);
+                let silent = match tokio::time::timeout(inner.config.server_timeout, ping).await {
+                    Ok(Ok(_)) => false,
+                    Ok(Err(e)) => is_outage(&e),
+                    Err(_) => true,
+                };
+                if silent {
+                    inner.breaker.trip();
+                }
+            }
+            inner.checking.store(false, Ordering::Release);
+        });
     }
 
     /// Sends `cmd` on the shared connection with no deadline or breaker (the caller bounds it).
@@ -699,46 +621,6 @@ impl Throttle {
     }
 }
 
-pub(crate) const NOT_CONNECTED: &str = "the server has not been reached yet (started degraded)";
-
-/// An I/O timeout error: nothing within `limit`.
-fn not_within(limit: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no connection to the server (or no answer to detecting the module or the twin) within {limit:?}"),
-    ))
-}
-
-/// `config.connections` connection managers to `client`'s server (one, or a pool), unbounded:
-/// the caller bounds it.
-pub(crate) async fn managers(client: &redis::Client, config: Config) -> redis::RedisResult<Conn> {
-    // Reconnect quickly (the breaker's probe finds the server back within its interval);
-    // the per-call deadline is ours, not the connection's.
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.deadline.max(Duration::from_millis(100))))
-        .set_response_timeout(None)
-        .set_number_of_retries(usize::MAX / 2)
-        .set_min_delay(Duration::from_millis(5))
-        .set_max_delay((config.breaker.probe_interval / 4).max(Duration::from_millis(5)));
-    let mut managers = Vec::with_capacity(config.connections.max(1));
-    for _ in 0..config.connections.max(1) {
-        managers.push(Conn::Manager(ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?));
-    }
-    Ok(if managers.len() == 1 {
-        managers.remove(0)
-    } else {
-        Conn::Pool(managers.into(), Arc::new(AtomicUsize::new(0)))
-    })
-}
-
-/// Connects with [`managers`] and detects what the server offers (unbounded: the caller bounds
-/// it).
-async fn link(client: &redis::Client, config: Config) -> Result<Link, Error> {
-    let conn = managers(client, config).await.map_err(Error::Connect)?;
-    let backend = detect(&conn, Some(client.get_connection_info())).await?;
-    Ok(Link { conn, backend })
-}
-
 /// [`Throttle::connect_degraded`]'s connect: tries every probe interval (each try bounded by
 /// the connect timeout) until the server answers, while the client lives.
 async fn connect_in_background(weak: Weak<Inner>, client: redis::Client, config: Config) {
@@ -779,28 +661,6 @@ pub(crate) fn record(decision: &Decision) {
     }
 }
 
-/// A command's name for its span: `CL.THROTTLE`, or the function an `FCALL` calls.
-fn command_name(cmd: &Cmd) -> String {
-    let mut args = cmd.args_iter().filter_map(|a| match a {
-        redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        _ => None,
-    });
-    match args.next() {
-        Some(name) if name.eq_ignore_ascii_case("FCALL") => args.next().unwrap_or(name),
-        Some(name) => name,
-        None => String::new(),
-    }
-}
-
-/// Whether an error means the server cannot answer now (as opposed to an error reply).
-fn is_outage(e: &RedisError) -> bool {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
-        return true;
-    }
-    matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound)
-        || matches!(e.code(), Some("LOADING" | "BUSY" | "CLUSTERDOWN" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS"))
-}
-
 /// Decides calls with `redis-throttle-core` in `store` (the test kit, or the `Local` failure policy).
 pub(crate) fn memory_decision(
     store: &mut Store,
@@ -826,219 +686,4 @@ fn first_of<'c, 'a>(calls: &'c [Call<'a>]) -> Result<&'c Call<'a>, Error> {
         return Err(Error::Invalid(format!("check_all takes at most {} policies", redis_throttle_core::all::MAX_KEYS)));
     }
     calls.first().ok_or_else(|| Error::Invalid("check_all needs at least one policy".into()))
-}
-
-/// Sends a pipeline of calls on `key`, routed by it in a cluster: for an atomic one (`MULTI` …
-/// `EXEC`) the `EXEC` reply, for a plain one every reply.
-pub(crate) async fn send_pipe(
-    conn: &Conn,
-    pipe: redis::Pipeline,
-    key: &[u8],
-    atomic: bool,
-) -> redis::RedisResult<Value> {
-    let result = send_pipe_on(conn.pick(), pipe, key, atomic).await;
-    match (conn, result) {
-        (Conn::Sentinel(follower), Err(e)) => Err(follower.failed(e)),
-        (Conn::Sentinel(follower), Ok(Value::Array(replies))) => {
-            follower.check_replies(&replies).map(|()| Value::Array(replies))
-        }
-        (_, result) => result,
-    }
-}
-
-async fn send_pipe_on(conn: Conn, pipe: redis::Pipeline, key: &[u8], atomic: bool) -> redis::RedisResult<Value> {
-    let replies: Vec<Value> = match conn {
-        Conn::Manager(mut c) => pipe.query_async(&mut c).await?,
-        Conn::Multiplexed(mut c) => pipe.query_async(&mut c).await?,
-        Conn::Cluster(c) => {
-            let count = pipe.len();
-            let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
-            if !atomic {
-                return Ok(Value::Array(c.clone().route_pipeline(pipe, 0, count, route).await?));
-            }
-            let mut exec = c.clone().route_pipeline(pipe, count + 1, 1, route).await?;
-            match exec.pop() {
-                Some(Value::Array(items)) => items,
-                other => {
-                    return Err(RedisError::from((
-                        redis::ErrorKind::Client,
-                        "unexpected EXEC reply",
-                        format!("{other:?}"),
-                    )));
-                }
-            }
-        }
-        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => {
-            return Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing")));
-        }
-    };
-    Ok(Value::Array(replies))
-}
-
-async fn send(conn: &Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
-    let result = send_on(conn.pick(), cmd, key).await;
-    match (conn, result) {
-        (Conn::Sentinel(follower), Err(e)) => Err(follower.failed(e)),
-        (_, result) => result,
-    }
-}
-
-async fn send_on(conn: Conn, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
-    match conn {
-        Conn::Manager(mut c) => cmd.query_async(&mut c).await,
-        Conn::Multiplexed(mut c) => cmd.query_async(&mut c).await,
-        Conn::Cluster(c) => {
-            // Routed by the key, never by the first argument (CL.ALL's is `numkeys`).
-            let route =
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
-            c.clone().route_command(cmd, route).await
-        }
-        Conn::Memory(..) | Conn::Pool(..) | Conn::Sentinel(..) => {
-            Err(RedisError::from((redis::ErrorKind::Client, "the in-memory backend sends nothing")))
-        }
-    }
-}
-
-/// Module or twin: `COMMAND INFO cl.throttle`, then `FUNCTION LIST LIBRARYNAME throttle`
-/// (`server`: where the connection goes, for the loader the error names).
-pub(crate) async fn detect_on(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
-    detect(conn, server).await
-}
-
-async fn detect(conn: &Conn, server: Option<&redis::ConnectionInfo>) -> Result<Backend, Error> {
-    let info =
-        send_any(conn, redis::cmd("COMMAND").arg("INFO").arg("cl.throttle").clone()).await.map_err(Error::Connect)?;
-    if matches!(&info, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil))) {
-        return Ok(Backend::Module);
-    }
-    let functions = send_any(conn, redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("throttle").clone()).await;
-    if let Ok(Value::Array(libraries)) = &functions
-        && !libraries.is_empty()
-    {
-        crate::twin::warn_if_outdated(
-            &send_any(conn, redis::cmd("FCALL_RO").arg("cl_version").arg(0).clone()).await,
-            server,
-        );
-        return Ok(Backend::Twin);
-    }
-    Err(Error::NoLimiter(crate::twin::missing_library(server)))
-}
-
-/// A command for no key in particular (any node of a cluster).
-async fn send_any(conn: &Conn, cmd: Cmd) -> redis::RedisResult<Value> {
-    match conn.pick() {
-        Conn::Cluster(mut c) => {
-            c.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary)).await
-        }
-        _ => send(conn, cmd, b"").await,
-    }
-}
-
-/// A policy's words after the key (times in ms), written straight into the command (this is
-/// on every call's path: no intermediate strings).
-fn push_params(cmd: &mut Cmd, policy: &Policy) {
-    match policy.params() {
-        Params::Throttle { max_burst, count, period_ms } => {
-            cmd.arg(max_burst).arg(count).arg(period_ms);
-        }
-        Params::Window { limit, window_ms, precision_ms } => {
-            cmd.arg(limit).arg(window_ms);
-            if let Some(p) = precision_ms {
-                cmd.arg("PRECISION").arg(p);
-            }
-        }
-        Params::Bucket { capacity, tokens, interval_ms } => {
-            cmd.arg(capacity).arg(tokens).arg(interval_ms);
-        }
-        Params::Counter { limit, window_ms } => {
-            cmd.arg(limit).arg(window_ms);
-        }
-        Params::Quota(_) => {
-            for word in policy.command().1 {
-                cmd.arg(word);
-            }
-        }
-    }
-}
-
-pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quantity: i64) -> Cmd {
-    let algorithm = policy.algorithm();
-    let mut cmd = match backend {
-        Backend::Twin => {
-            let mut c = redis::cmd("FCALL");
-            let function = match algorithm {
-                Algorithm::Throttle => "cl_throttle",
-                Algorithm::Window => "cl_window",
-                Algorithm::Bucket => "cl_bucket",
-                Algorithm::Counter => "cl_counter",
-                Algorithm::Quota => "cl_quota",
-            };
-            c.arg(function).arg(1);
-            c
-        }
-        _ => redis::cmd(algorithm.command().name),
-    };
-    cmd.arg(key);
-    push_params(&mut cmd, policy);
-    // CL.QUOTA takes its quantity as an option (its positional words end with PER unit).
-    if algorithm == Algorithm::Quota {
-        cmd.arg("QUANTITY");
-    }
-    cmd.arg(quantity).arg("MS");
-    cmd
-}
-
-fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
-    let mut cmd = match backend {
-        Backend::Twin => {
-            let mut c = redis::cmd("FCALL");
-            c.arg("cl_all");
-            c
-        }
-        _ => redis::cmd("CL.ALL"),
-    };
-    cmd.arg(calls.len());
-    for (_, key, _) in calls {
-        cmd.arg(*key);
-    }
-    for (policy, _, quantity) in calls {
-        cmd.arg(policy.command().0);
-        push_params(&mut cmd, policy);
-        cmd.arg("QUANTITY").arg(*quantity);
-    }
-    cmd.arg("MS").arg("DETAILS");
-    cmd
-}
-
-pub(crate) fn integer(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        _ => None,
-    }
-}
-
-pub(crate) fn five(value: &Value) -> Result<[i64; 5], Error> {
-    let bad = || Error::Invalid(format!("expected five integers, got {value:?}"));
-    let Value::Array(items) = value else { return Err(bad()) };
-    let mut out = [0; 5];
-    for (slot, item) in out.iter_mut().zip(items.get(..5).ok_or_else(bad)?) {
-        *slot = integer(item).ok_or_else(bad)?;
-    }
-    Ok(out)
-}
-
-/// CL.ALL … DETAILS: `[five of the binding limiter…, index, [[five]…]]`.
-fn all_decision(value: &Value, count: usize) -> Result<Decision, Error> {
-    let bad = || Error::Invalid(format!("expected CL.ALL's reply with DETAILS, got {value:?}"));
-    let Value::Array(items) = value else { return Err(bad()) };
-    let index = items.get(5).and_then(integer).ok_or_else(bad)?;
-    let Some(Value::Array(details)) = items.get(6) else { return Err(bad()) };
-    let each = details.iter().map(|d| five(d).map(Numbers::from_reply)).collect::<Result<Vec<_>, _>>()?;
-    if each.len() != count {
-        return Err(bad());
-    }
-    let mut decision = Decision::new(Numbers::from_reply(five(value)?), Source::Server);
-    decision.binding = usize::try_from(index - 1).map_err(|_| bad())?;
-    decision.each = each;
-    Ok(decision)
 }

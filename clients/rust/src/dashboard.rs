@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use crate::client::{Backend, Error, Throttle};
+use crate::client::Throttle;
+use crate::error::Error;
+use crate::wire::Backend;
 
 impl Throttle {
     /// The `count` keys denied most since the last reset, with their denial counts, highest

@@ -10,12 +10,12 @@ use std::task::Poll;
 use redis::Value;
 use redis::cluster_routing::Slot;
 
-use crate::client::{
-    Backend, Call, Conn, Error, Failed, NOT_CONNECTED, Throttle, five, memory_decision, record, send_pipe,
-    single_command,
-};
+use crate::client::{Throttle, memory_decision, record};
 use crate::decision::{Decision, Numbers, Reason, Source, Verdict};
+use crate::error::{Error, Failed};
 use crate::policy::Policy;
+use crate::transport::{Conn, NOT_CONNECTED, send_pipe};
+use crate::wire::{Backend, Call, five, single_command};
 
 /// The most limiters one `CL.ALL` takes.
 const MAX_ALL: usize = redis_throttle_core::all::MAX_KEYS;
@@ -121,7 +121,7 @@ impl Throttle {
                 }
                 let key = pending[group[0]].1;
                 let fut: Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(async move {
-                    let (result, _) = self.guarded(|conn| send_pipe(conn, pipe, key, false)).await;
+                    let (result, _) = self.guarded(key, |conn| send_pipe(conn, pipe, key, false)).await;
                     result
                 });
                 fut

@@ -18,7 +18,8 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushKind, Value};
 use tokio::sync::mpsc;
 
-use crate::client::{Error, Throttle};
+use crate::client::Throttle;
+use crate::error::Error;
 use crate::policy::Policy;
 
 #[derive(Default)]

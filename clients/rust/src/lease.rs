@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
-use crate::client::{Backend, Error, Failed, Throttle, five};
+use crate::client::Throttle;
 use crate::decision::{Decision, Numbers, Source};
+use crate::error::{Error, Failed};
+use crate::wire::{Backend, five};
 
 /// What a guard and its renewal task share.
 struct State {

@@ -20,9 +20,11 @@
 mod breaker;
 mod cache;
 mod client;
+mod config;
 mod dashboard;
 mod decision;
 mod each;
+mod error;
 mod held;
 #[cfg(feature = "http")]
 pub mod http;
@@ -32,11 +34,15 @@ mod pace;
 pub mod policy;
 mod reserve;
 mod sentinel;
+mod transport;
 pub mod twin;
+mod wire;
 
 pub use breaker::BreakerConfig;
-pub use client::{Backend, Config, Error, Throttle};
+pub use client::Throttle;
+pub use config::Config;
 pub use decision::{Decision, FailurePolicy, Numbers, Reason, Source, Verdict};
+pub use error::Error;
 pub use held::{HeldPolicies, Refresh};
 pub use lease::Lease;
 pub use memory::{Clock, ManualClock, SystemClock};
@@ -44,3 +50,4 @@ pub use pace::{Paced, Wait};
 pub use policy::{Policy, PolicyError, Quota, Rate};
 pub use reserve::Reservation;
 pub use twin::{LoadOptions, TwinError, TwinReport, load_twin, load_twin_with};
+pub use wire::Backend;

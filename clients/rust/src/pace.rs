@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::client::{Backend, Error, Throttle};
+use crate::client::Throttle;
+use crate::error::Error;
 use crate::policy::Rate;
+use crate::wire::Backend;
 
 /// How a paced call waits for its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +81,7 @@ impl Throttle {
         }
         .map_err(|_| Error::Invalid("CL.PACE: no reply within its deadline".into()))?
         .map_err(Error::Server)?;
-        let reply = crate::client::five(&value)?;
+        let reply = crate::wire::five(&value)?;
         if reply[0] != 0 {
             return Ok(Paced::Refused { retry_after: ms(reply[3]) });
         }

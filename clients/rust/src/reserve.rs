@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{Error, Throttle};
+use crate::client::Throttle;
 use crate::decision::{Decision, Source};
+use crate::error::Error;
 use crate::policy::Policy;
 
 /// Units granted by the server, spent locally with [`Reservation::take`].

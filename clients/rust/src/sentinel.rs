@@ -8,63 +8,17 @@
 //! reached, calls that fail are answered by the failure policy (a `READONLY` reply counts as the
 //! server being unavailable, not as an error to return).
 
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::client::{Inner, Throttle};
+use crate::config::Config;
+use crate::error::Error;
+use crate::transport::{Conn, Follower, Link, detect, managers};
 use redis::sentinel::SentinelClient;
-use redis::{RedisError, Value};
-
-use crate::client::{Config, Conn, Error, Inner, Link, Throttle, detect_on, managers};
 
 /// How often the sentinels are asked which master to use, without a sign of trouble.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
-
-pub(crate) struct Follower {
-    /// The master's address and the connections to it.
-    current: RwLock<(String, Conn)>,
-    check: tokio::sync::Notify,
-}
-
-impl Follower {
-    pub(crate) fn conn(&self) -> Conn {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).1.clone()
-    }
-
-    fn address(&self) -> String {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).0.clone()
-    }
-
-    /// After a call's error: a master gone or read-only makes the sentinels be asked at once,
-    /// and a read-only master counts as unavailable (the failure policy answers).
-    pub(crate) fn failed(&self, e: RedisError) -> RedisError {
-        if e.code() == Some("READONLY") {
-            self.check.notify_one();
-            return read_only(&e.to_string());
-        }
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
-            self.check.notify_one();
-        }
-        e
-    }
-
-    /// A pipeline's replies: a `READONLY` among them is the master being demoted.
-    pub(crate) fn check_replies(&self, replies: &[Value]) -> Result<(), RedisError> {
-        match replies.iter().find_map(|v| match v {
-            Value::ServerError(e) if e.code() == "READONLY" => Some(format!("{e:?}")),
-            _ => None,
-        }) {
-            Some(text) => {
-                self.check.notify_one();
-                Err(read_only(&text))
-            }
-            None => Ok(()),
-        }
-    }
-}
-
-fn read_only(text: &str) -> RedisError {
-    RedisError::from(std::io::Error::other(format!("the master is read-only (a failover is under way?): {text}")))
-}
 
 fn address_of(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
@@ -108,7 +62,7 @@ async fn follow(weak: Weak<Inner>, mut sentinel: SentinelClient, config: Config)
                 .map_err(|_| "no connection to the master".to_string())?
                 .map_err(|e| e.to_string())?;
             let backend =
-                tokio::time::timeout(config.connect_timeout, detect_on(&conn, Some(client.get_connection_info())))
+                tokio::time::timeout(config.connect_timeout, detect(&conn, Some(client.get_connection_info())))
                     .await
                     .map_err(|_| "no answer from the master".to_string())?
                     .map_err(|e| e.to_string())?;
@@ -118,8 +72,7 @@ async fn follow(weak: Weak<Inner>, mut sentinel: SentinelClient, config: Config)
             Ok((address, conn, backend)) => {
                 let Some(inner) = weak.upgrade() else { return };
                 tracing::info!(?backend, master = %address, "redis-throttle: connected to the sentinels' master");
-                let follower =
-                    Arc::new(Follower { current: RwLock::new((address, conn)), check: tokio::sync::Notify::new() });
+                let follower = Arc::new(Follower::new(address, conn));
                 let _ = inner.link.set(Link { conn: Conn::Sentinel(follower.clone()), backend });
                 break follower;
             }
@@ -154,7 +107,7 @@ async fn follow(weak: Weak<Inner>, mut sentinel: SentinelClient, config: Config)
         match tokio::time::timeout(config.connect_timeout, managers(&client, config)).await {
             Ok(Ok(conn)) => {
                 tracing::warn!(from = %follower.address(), to = %address, "redis-throttle: the sentinels name a new master; calls go there now");
-                *follower.current.write().unwrap_or_else(|e| e.into_inner()) = (address, conn);
+                follower.replace(address, conn);
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, master = %address, "redis-throttle: cannot connect to the new master yet")

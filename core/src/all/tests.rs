@@ -293,3 +293,18 @@ fn ties_are_judged_on_the_replied_retry_after() {
     assert_eq!(millis.decisions.iter().map(|d| d.reply.to_array(Unit::Millis)[3]).collect::<Vec<_>>(), [1200, 1900]);
     assert_eq!(millis.binding, 1, "the longest");
 }
+
+/// `Parsed::parse` reads a table's positional arguments up to its first option: every
+/// table lists them first.
+#[test]
+fn every_table_lists_its_positional_arguments_first() {
+    let tables = Algorithm::ALL.iter().map(|a| a.command()).chain([&COMMAND, &crate::top::COMMAND]);
+    for table in tables {
+        let first_option = table.args.iter().position(|a| a.optional || a.multiple).unwrap_or(table.args.len());
+        assert!(
+            table.args[first_option..].iter().all(|a| a.optional || a.multiple),
+            "{}: a required argument after an option",
+            table.name
+        );
+    }
+}

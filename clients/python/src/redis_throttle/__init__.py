@@ -10,10 +10,10 @@ from ._core import (
     Limit,
     PaceDecision,
     QuotaLimit,
-    ThrottleError,
     ThrottleLimit,
     WindowLimit,
 )
+from ._errors import ThrottleError
 from ._sync import Throttle
 from ._twin import TwinDowngradeError, TwinNode, TwinReport, TwinVersionWarning, load_twin, twin_library, twin_version
 

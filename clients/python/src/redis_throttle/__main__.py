@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 import redis
 from redis.cluster import RedisCluster
 
-from ._core import ThrottleError
+from ._errors import ThrottleError
 from ._twin import TwinDowngradeError, TwinReport, _library_bytes, load_twin, twin_version
 
 EPILOG = """\

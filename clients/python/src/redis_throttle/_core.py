@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence, Tuple, Union
 
 from redis.crc import key_slot
-from redis.exceptions import ResponseError
+
+from ._errors import ThrottleError
 
 Key = Union[str, bytes]
 Seconds = Union[int, float, datetime.timedelta]
@@ -37,12 +38,6 @@ MODULE_LOST = (
 )
 # Every duration a command takes is at most 10^9 s (10^12 ms), on the module and the twin.
 MAX_MS = 1_000_000_000_000
-
-
-class ThrottleError(ResponseError):
-    """(A ``redis.ResponseError``.) An error the server replied (its own text, e.g. ``ERR limit must be …``), or a call
-    refused before sending (keys of one decision in different hash slots, a module-only
-    command on a server that runs the Functions twin)."""
 
 
 class Backend(enum.Enum):
@@ -215,22 +210,29 @@ def integer(value: object, name: str) -> int:
     return value
 
 
-def single(backend: Backend, limit: Limit, key: Key, quantity: int) -> list[Any]:
-    """The words of one limiter's call: ``CL.X key params… q MS`` or ``FCALL cl_x 1 key …``."""
+def single(backend: Backend, limit: Limit, key: Key, quantity: int, debit: bool = False) -> list[Any]:
+    """The words of one limiter's call: ``CL.X key params… q [DEBIT] MS`` or ``FCALL cl_x 1 key …``."""
     command = COMMAND_OF[type(limit)]
     head: list[Any] = [command] if backend is Backend.MODULE else ["FCALL", FUNCTIONS[command], 1]
     words = head + [key] + limit.words()
     if isinstance(limit, QuotaLimit):
         words.append("QUANTITY")
-    return words + [integer(quantity, "quantity"), "MS"]
+    return words + [integer(quantity, "quantity")] + debit_word(debit) + ["MS"]
 
 
-def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]]) -> list[Any]:
+def debit_word(debit: object) -> list[Any]:
+    """``DEBIT`` (count the units whatever the limit says: a charge for what was used), or nothing."""
+    if not isinstance(debit, bool):
+        raise ThrottleError(f"ERR debit must be True or False, got {debit!r}")
+    return ["DEBIT"] if debit else []
+
+
+def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]], debit: bool = False) -> list[Any]:
     head: list[Any] = ["CL.ALL"] if backend is Backend.MODULE else ["FCALL", "cl_all"]
     words = head + [len(calls)] + [key for key, _ in calls]
     for _, limit in calls:
         words += [SPEC_WORD[type(limit)]] + limit.words() + ["QUANTITY", integer(limit.quantity, "quantity")]
-    return words + ["MS", "DETAILS"]
+    return words + debit_word(debit) + ["MS", "DETAILS"]
 
 
 def module_only(backend: Backend, command: str) -> None:
@@ -329,13 +331,3 @@ def lost(err: ThrottleError, backend: Backend | None) -> ThrottleError | None:
     if backend is Backend.MODULE and text.startswith("ERR unknown command 'CL."):
         return ThrottleError("ERR " + MODULE_LOST)
     return None
-
-
-def detected(libraries: Any, client: Any = None) -> Backend:
-    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out);
-    else the error naming the loader command for ``client``'s server."""
-    if isinstance(libraries, (list, tuple)) and len(libraries) > 0:
-        return Backend.TWIN
-    from ._twin import missing_library
-
-    raise ThrottleError("ERR " + missing_library(client))

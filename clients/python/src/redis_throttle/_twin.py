@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 from redis.exceptions import ResponseError
 
-from ._core import ThrottleError
+from ._core import Backend
+from ._errors import ThrottleError
 
 __all__ = [
     "UNVERSIONED",
@@ -412,3 +413,11 @@ def warn_if_outdated(reply: Any, client: Any) -> None:
         TwinVersionWarning,
         stacklevel=4,
     )
+
+
+def detected(libraries: Any, client: Any = None) -> Backend:
+    """The twin when ``FUNCTION LIST LIBRARYNAME throttle`` lists it (the module was ruled out);
+    else the error naming the loader command for ``client``'s server."""
+    if isinstance(libraries, (list, tuple)) and len(libraries) > 0:
+        return Backend.TWIN
+    raise ThrottleError("ERR " + missing_library(client))
