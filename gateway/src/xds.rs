@@ -140,7 +140,9 @@ pub async fn run(s: XdsSettings, mut apply: impl Apply) {
                     tracing::error!("Error initializing gRPC connection to xDS Management Server: {e}");
                     // grpc_retry's BackoffLinearWithJitter(interval, 0.5).
                     let jitter = 1.0 + 0.5 * (random.unit() * 2.0 - 1.0);
-                    tokio::time::sleep(s.connect_retry_interval.mul_f64(jitter)).await;
+                    let interval = s.connect_retry_interval;
+                    let wait = Duration::try_from_secs_f64(interval.as_secs_f64() * jitter).unwrap_or(interval);
+                    tokio::time::sleep(wait).await;
                 }
             }
         };

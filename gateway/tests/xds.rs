@@ -333,6 +333,46 @@ async fn force_start_without_initial_config_both_ways() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_domain_config_and_the_largest_message_mean_what_they_mean_upstream() {
+    // Two resources of one domain: NACKed by default, merged with MERGE_DOMAIN_CONFIG=true.
+    let mut second = config("m", 2, RateLimitUnit::Hour);
+    second.name = "m-more".into();
+    second.descriptors[0].key = "team".into();
+    let cp = ControlPlane::start(
+        0,
+        None,
+        Some(("1".into(), vec![resource(&config("m", 1, RateLimitUnit::Hour)), resource(&second)])),
+    )
+    .await;
+    let merged = serve(with(&xds_env(cp.port, None), &[("MERGE_DOMAIN_CONFIG", "true")])).await;
+    let (codes, _) = calls(&merged, "m", "u", 2).await;
+    assert_eq!(admitted(&codes), 1, "{codes:?}");
+    let mut client = merged.grpc().await;
+    let r = client.should_rate_limit(request("m", vec![descriptor(&[("team", "t")])])).await.unwrap().into_inner();
+    assert_eq!(limit_of(&r), 2, "the second resource's descriptor, merged into the domain");
+    let separate = serve(with(&xds_env(cp.port, None), &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")])).await;
+    let nack = cp.wait_request("the NACK of a domain in two resources", |r| r.error_detail.is_some()).await;
+    assert!(nack.error_detail.unwrap().message.contains("duplicate domain 'm'"));
+    until("the error counted", &separate, async || separate.stat("ratelimit.service.config_load_error") == 1).await;
+    // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: a larger response never arrives (the stream fails and is
+    // tried again); the default takes it.
+    let small = serve(with(
+        &xds_env(cp.port, None),
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"), ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "64")],
+    ))
+    .await;
+    until("the large response refused", &small, async || {
+        small.log().matches("Failed to receive configuration from xDS Management Server").count() >= 2
+    })
+    .await;
+    assert!(small.log().to_ascii_lowercase().contains("message length too large"), "{}", small.log());
+    assert_eq!(
+        small.stat("ratelimit.service.config_load_success") + small.stat("ratelimit.service.config_load_error"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_or_server_name_or_no_client_certificate_is_refused() {
     let certs = Certs::new("refused");
     let cp = ControlPlane::start(
