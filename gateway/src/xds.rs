@@ -165,9 +165,10 @@ async fn connect(s: &XdsSettings) -> Result<Channel, String> {
     let mut endpoint = Endpoint::from_shared(format!("{scheme}://{target}"))
         .map_err(|e| format!("CONFIG_GRPC_XDS_SERVER_URL '{}': {e}", s.server_url))?
         .connect_timeout(Duration::from_secs(10))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
+        // TCP keepalive finds a server gone without a word; no HTTP/2 pings, as upstream sends
+        // none: gRPC-Go servers (Envoy Gateway's) close a connection pinged more often than
+        // every 5 minutes (`too_many_pings`).
+        .tcp_keepalive(Some(Duration::from_secs(60)));
     if s.use_tls {
         let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
         let mut tls = ClientTlsConfig::new();
