@@ -165,49 +165,11 @@ impl Mapper {
         };
         for (i, item) in list.iter().enumerate() {
             let Value::Mapping(m) = item else { return Err(format!("mapping {i}: not a map")) };
-            let at = |e: String| format!("mapping {i}: {e}");
-            let options = Options::read(m, &defaults).map_err(at)?;
-            let pattern = m.get("match").and_then(text).ok_or_else(|| at("no match".into()))?;
-            let drop = m.get("action").and_then(text).is_some_and(|a| a == "drop");
-            let name = m.get("name").and_then(text).unwrap_or_default();
-            if name.is_empty() && !drop {
-                return Err(at("metric mapping didn't set a metric name".into()));
+            let mapping = Mapping::read(m, &defaults).map_err(|e| format!("mapping {i}: {e}"))?;
+            match mapping.matcher {
+                Matcher::Glob(_) => mapper.globs.push(mapping),
+                Matcher::Regex(_) => mapper.regexes.push(mapping),
             }
-            let labels = match m.get("labels") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::Mapping(l)) => {
-                    let mut labels: Vec<(String, String)> =
-                        l.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect();
-                    labels.sort();
-                    labels
-                }
-                Some(other) => return Err(at(format!("labels must be a map, got {other:?}"))),
-            };
-            let metric_type = match m.get("match_metric_type").and_then(text).as_deref() {
-                None | Some("") => None,
-                Some("counter") => Some(MetricType::Counter),
-                Some("gauge") => Some(MetricType::Gauge),
-                Some("observer") | Some("timer") => Some(MetricType::Observer),
-                Some(other) => return Err(at(format!("invalid match_metric_type '{other}'"))),
-            };
-            let scale = m.get("scale").and_then(Value::as_f64).unwrap_or(1.0);
-            let (matcher, into_globs) = match options.match_type.as_str() {
-                "glob" | "" => (Matcher::Glob(pattern.split('.').map(str::to_string).collect()), true),
-                "regex" => (Matcher::Regex(Regex::new(&pattern).map_err(|e| at(e.to_string()))?), false),
-                other => return Err(at(format!("invalid match_type '{other}': glob or regex"))),
-            };
-            let mapping = Mapping {
-                matcher,
-                name,
-                labels,
-                metric_type,
-                drop,
-                observer: options.observer.unwrap_or(ObserverType::Summary),
-                buckets: options.buckets.unwrap_or_else(|| DEFAULT_BUCKETS.to_vec()),
-                quantiles: options.quantiles.unwrap_or_else(|| DEFAULT_QUANTILES.to_vec()),
-                scale,
-            };
-            if into_globs { mapper.globs.push(mapping) } else { mapper.regexes.push(mapping) }
         }
         Ok(mapper)
     }
@@ -243,6 +205,50 @@ impl Mapper {
 }
 
 impl Mapping {
+    /// One entry of `mappings`, over the file's `defaults`.
+    fn read(m: &serde_norway::Mapping, defaults: &Options) -> Result<Mapping, String> {
+        let options = Options::read(m, defaults)?;
+        let pattern = m.get("match").and_then(text).ok_or("no match")?;
+        let drop = m.get("action").and_then(text).is_some_and(|a| a == "drop");
+        let name = m.get("name").and_then(text).unwrap_or_default();
+        if name.is_empty() && !drop {
+            return Err("metric mapping didn't set a metric name".into());
+        }
+        let labels = match m.get("labels") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Mapping(l)) => {
+                let mut labels: Vec<(String, String)> =
+                    l.iter().filter_map(|(k, v)| Some((text(k)?, text(v)?))).collect();
+                labels.sort();
+                labels
+            }
+            Some(other) => return Err(format!("labels must be a map, got {other:?}")),
+        };
+        let metric_type = match m.get("match_metric_type").and_then(text).as_deref() {
+            None | Some("") => None,
+            Some("counter") => Some(MetricType::Counter),
+            Some("gauge") => Some(MetricType::Gauge),
+            Some("observer") | Some("timer") => Some(MetricType::Observer),
+            Some(other) => return Err(format!("invalid match_metric_type '{other}'")),
+        };
+        let matcher = match options.match_type.as_str() {
+            "glob" | "" => Matcher::Glob(pattern.split('.').map(str::to_string).collect()),
+            "regex" => Matcher::Regex(Regex::new(&pattern).map_err(|e| e.to_string())?),
+            other => return Err(format!("invalid match_type '{other}': glob or regex")),
+        };
+        Ok(Mapping {
+            matcher,
+            name,
+            labels,
+            metric_type,
+            drop,
+            observer: options.observer.unwrap_or(ObserverType::Summary),
+            buckets: options.buckets.unwrap_or_else(|| DEFAULT_BUCKETS.to_vec()),
+            quantiles: options.quantiles.unwrap_or_else(|| DEFAULT_QUANTILES.to_vec()),
+            scale: m.get("scale").and_then(Value::as_f64).unwrap_or(1.0),
+        })
+    }
+
     fn mapped(&self, expand: impl Fn(&str) -> String) -> Option<Mapped> {
         if self.drop {
             return None;

@@ -423,6 +423,33 @@ mod tests {
     }
 
     #[test]
+    fn a_mapping_file_names_every_family_and_may_make_the_timer_a_summary() {
+        let stats = Stats::new();
+        let mapper = Mapper::parse(
+            "mappings:\n- match: ratelimit_server.*.response_time\n  name: rt_ms\n  labels: {method: $1}\n- match: ratelimit.service.config_load_success\n  action: drop\n",
+        )
+        .unwrap();
+        stats.configure(false, mapper);
+        stats.counter("ratelimit.service.config_load_success").inc(1);
+        stats.counter("ratelimit.service.config_load_error").inc(2);
+        for ms in [1, 2, 3, 4, 100] {
+            stats.response_time.record(Duration::from_millis(ms));
+        }
+        let text = stats.prometheus();
+        for line in [
+            "# TYPE ratelimit_service_config_load_error counter\nratelimit_service_config_load_error 2\n",
+            "# TYPE rt_ms summary\n",
+            "rt_ms{method=\"ShouldRateLimit\",quantile=\"0.5\"} 3\n",
+            "rt_ms{method=\"ShouldRateLimit\",quantile=\"0.99\"} 100\n",
+            "rt_ms_sum{method=\"ShouldRateLimit\"} 110\n",
+            "rt_ms_count{method=\"ShouldRateLimit\"} 5\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("config_load_success"), "dropped: {text}");
+    }
+
+    #[test]
     fn stat_names_are_sanitized_as_upstream_does() {
         assert_eq!(sanitize("domain.remote_address_10.0.0.1"), "domain.remote_address_10_0_0_1");
         assert_eq!(sanitize("a:b|c.d"), "a_b_c.d");

@@ -140,7 +140,9 @@ pub async fn run(s: XdsSettings, mut apply: impl Apply) {
                     tracing::error!("Error initializing gRPC connection to xDS Management Server: {e}");
                     // grpc_retry's BackoffLinearWithJitter(interval, 0.5).
                     let jitter = 1.0 + 0.5 * (random.unit() * 2.0 - 1.0);
-                    tokio::time::sleep(s.connect_retry_interval.mul_f64(jitter)).await;
+                    let interval = s.connect_retry_interval;
+                    let wait = Duration::try_from_secs_f64(interval.as_secs_f64() * jitter).unwrap_or(interval);
+                    tokio::time::sleep(wait).await;
                 }
             }
         };
@@ -163,9 +165,10 @@ async fn connect(s: &XdsSettings) -> Result<Channel, String> {
     let mut endpoint = Endpoint::from_shared(format!("{scheme}://{target}"))
         .map_err(|e| format!("CONFIG_GRPC_XDS_SERVER_URL '{}': {e}", s.server_url))?
         .connect_timeout(Duration::from_secs(10))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
+        // TCP keepalive finds a server gone without a word; no HTTP/2 pings, as upstream sends
+        // none: gRPC-Go servers (Envoy Gateway's) close a connection pinged more often than
+        // every 5 minutes (`too_many_pings`).
+        .tcp_keepalive(Some(Duration::from_secs(60)));
     if s.use_tls {
         let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
         let mut tls = ClientTlsConfig::new();

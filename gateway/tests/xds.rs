@@ -164,7 +164,8 @@ fn with(env: &[(String, String)], more: &[(&str, &str)]) -> Vec<(String, String)
 /// Starts the service (waiting until it listens unless `wait` is false) off the runtime thread.
 async fn start(env: Vec<(String, String)>, wait: bool) -> Result<Rls, Starting> {
     tokio::task::spawn_blocking(move || {
-        let dir = rls::runtime(&[]);
+        // RUNTIME_ROOT: never read over xDS, so never made.
+        let dir = std::env::temp_dir().join("rls-xds-runtime-unused");
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let starting = Starting::new(&dir, &redis(), &pairs);
         if wait { Ok(starting.wait()) } else { Err(starting) }
@@ -240,8 +241,10 @@ async fn versions_are_acked_enforced_applied_live_nacked_and_outlive_the_control
 
     // Version 2: applied live (same process, same connection).
     let mut client = rls.grpc().await;
+    let pushed = Instant::now();
     cp.set("2", vec![resource(&config("v", 5, RateLimitUnit::Hour))]);
     cp.acked("2").await;
+    eprintln!("v2 pushed to ACKed in {:?}", pushed.elapsed());
     let mut codes = Vec::new();
     for _ in 0..7 {
         let r = client.should_rate_limit(request("v", vec![descriptor(&[("user", "u2")])])).await.unwrap().into_inner();
@@ -330,6 +333,46 @@ async fn force_start_without_initial_config_both_ways() {
     let rls2 = tokio::task::spawn_blocking(move || starting.wait()).await.unwrap();
     let (codes, _) = calls(&rls2, "f2", "u1", 2).await;
     assert_eq!(admitted(&codes), 1, "{codes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_domain_config_and_the_largest_message_mean_what_they_mean_upstream() {
+    // Two resources of one domain: NACKed by default, merged with MERGE_DOMAIN_CONFIG=true.
+    let mut second = config("m", 2, RateLimitUnit::Hour);
+    second.name = "m-more".into();
+    second.descriptors[0].key = "team".into();
+    let cp = ControlPlane::start(
+        0,
+        None,
+        Some(("1".into(), vec![resource(&config("m", 1, RateLimitUnit::Hour)), resource(&second)])),
+    )
+    .await;
+    let merged = serve(with(&xds_env(cp.port, None), &[("MERGE_DOMAIN_CONFIG", "true")])).await;
+    let (codes, _) = calls(&merged, "m", "u", 2).await;
+    assert_eq!(admitted(&codes), 1, "{codes:?}");
+    let mut client = merged.grpc().await;
+    let r = client.should_rate_limit(request("m", vec![descriptor(&[("team", "t")])])).await.unwrap().into_inner();
+    assert_eq!(limit_of(&r), 2, "the second resource's descriptor, merged into the domain");
+    let separate = serve(with(&xds_env(cp.port, None), &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")])).await;
+    let nack = cp.wait_request("the NACK of a domain in two resources", |r| r.error_detail.is_some()).await;
+    assert!(nack.error_detail.unwrap().message.contains("duplicate domain 'm'"));
+    until("the error counted", &separate, async || separate.stat("ratelimit.service.config_load_error") == 1).await;
+    // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: a larger response never arrives (the stream fails and is
+    // tried again); the default takes it.
+    let small = serve(with(
+        &xds_env(cp.port, None),
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"), ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "64")],
+    ))
+    .await;
+    until("the large response refused", &small, async || {
+        small.log().matches("Failed to receive configuration from xDS Management Server").count() >= 2
+    })
+    .await;
+    assert!(small.log().to_ascii_lowercase().contains("message length too large"), "{}", small.log());
+    assert_eq!(
+        small.stat("ratelimit.service.config_load_success") + small.stat("ratelimit.service.config_load_error"),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! A control plane of our own for the tests: an ADS server (State of the World) serving
 //! `RateLimitConfig` snapshots, as Envoy Gateway's does: one resource per domain, a response to
 //! a new stream unless it already holds the version, a push on every new snapshot; TLS 1.3 only
-//! with a client certificate required (or plain text). It records every request (ACKs and
+//! with a client certificate and ALPN `h2` required (or plain text). It records every request (ACKs and
 //! NACKs) and the stream's metadata, and counts refused TLS handshakes.
 
 use std::pin::Pin;
@@ -91,10 +91,11 @@ impl ControlPlane {
                         let (acceptor, tx, refused) = (acceptor.clone(), tx.clone(), refused.clone());
                         tokio::spawn(async move {
                             match acceptor.accept(tcp).await {
-                                Ok(stream) => {
+                                // ALPN h2 required, as gRPC-Go servers (Envoy Gateway's) require it.
+                                Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
                                     let _ = tx.send(Ok(stream)).await;
                                 }
-                                Err(_) => {
+                                _ => {
                                     refused.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
