@@ -247,7 +247,7 @@ docker-engine:
 
 # Fuzzing (cargo-fuzz, libFuzzer): each target for FUZZ_SECONDS seconds.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= parse throttle counter bucket window quota
+FUZZ_TARGETS ?= parse throttle counter bucket window quota debit
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
