@@ -2,6 +2,8 @@
 //! subscribers see the same events on the master (from the module) as on a module-less replica
 //! (from the replicated `SET … PXAT`, `SETRANGE`, `PEXPIREAT`, `DEL`); calls that change
 //! nothing announce nothing.
+//!
+//! skip containers: needs module-less replicas.
 
 mod harness;
 
@@ -123,6 +125,7 @@ fn each_class_is_announced_exactly_as_the_servers_flags_ask() {
     }
 }
 
+/// skip twin: CL.PACE and the leases are the module's only.
 #[test]
 fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     let master = Server::start();
@@ -181,6 +184,8 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
 /// does not, so a value of the very same length written there next is converted by the next
 /// call, even a peek (the value itself never changes). Each case: CL.THROTTLE writes a TAT
 /// (19 digits), the key goes, `SET` writes another 19-digit TAT, a peek reads it.
+///
+/// skip twin: CL.PACE and the leases are the module's only.
 #[test]
 fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
     let server = Server::start();
