@@ -12,9 +12,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{self as pbt, value::Kind};
-use redis_throttle_client::{Clock, Decision, Error as ClientError, Throttle, Verdict};
+use redis_throttle_client::policy::Rate;
+use redis_throttle_client::{Clock, Decision, Error as ClientError, Policy, Reason, Source, Throttle, Verdict};
 
 use crate::config::{Algorithm, Entry, Limit, Matched, RateLimitConfig, Unit, override_key};
+use crate::local_cache::LocalCache;
 use crate::settings::{FailureMode, Settings};
 use crate::stats::Stats;
 
@@ -26,15 +28,23 @@ pub enum ServiceError {
     Service(String),
     /// Redis answered with an error: upstream's `redis_error`, gRPC `UNKNOWN`.
     Redis(String),
-    /// Redis could not answer within the deadline and `FAILURE_MODE=error`: gRPC `UNAVAILABLE`,
-    /// so that Envoy's `failure_mode_deny` decides.
+    /// Redis failed (an I/O error, no answer within `REDIS_TIMEOUT`, the breaker open after
+    /// such failures) and `FAILURE_MODE=error`: gRPC `UNAVAILABLE`, so that Envoy's
+    /// `failure_mode_deny` decides.
     Unavailable(String),
+    /// A deadline (`DECISION_DEADLINE`, or the caller's gRPC deadline) passed before Redis
+    /// answered and `FAILURE_MODE=error`: gRPC `DEADLINE_EXCEEDED` (Redis may well be answering:
+    /// the wait was too long, not Redis down).
+    Deadline(String),
 }
 
 impl std::fmt::Display for ServiceError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServiceError::Service(t) | ServiceError::Redis(t) | ServiceError::Unavailable(t) => f.write_str(t),
+            ServiceError::Service(t)
+            | ServiceError::Redis(t)
+            | ServiceError::Unavailable(t)
+            | ServiceError::Deadline(t) => f.write_str(t),
         }
     }
 }
@@ -50,6 +60,14 @@ pub struct Options {
     pub global_quota_mode: bool,
     pub dynamic_metadata: bool,
     pub failure_mode: FailureMode,
+    /// `DECISION_DEADLINE`, when set.
+    pub decision_deadline: Option<std::time::Duration>,
+    /// `REDIS_TIMEOUT`: how long Redis may stay silent before that counts as its failure.
+    pub redis_timeout: std::time::Duration,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`.
+    pub expiration_jitter_max_seconds: u64,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (0: no local cache).
+    pub local_cache_bytes: usize,
 }
 
 impl Options {
@@ -65,6 +83,10 @@ impl Options {
             global_quota_mode: s.global_quota_mode,
             dynamic_metadata: s.response_dynamic_metadata,
             failure_mode: s.failure_mode,
+            decision_deadline: s.decision_deadline,
+            redis_timeout: s.redis.timeout,
+            expiration_jitter_max_seconds: s.expiration_jitter_max_seconds,
+            local_cache_bytes: s.local_cache_size_in_bytes,
         }
     }
 }
@@ -80,6 +102,10 @@ impl Default for Options {
             global_quota_mode: false,
             dynamic_metadata: false,
             failure_mode: FailureMode::Error,
+            decision_deadline: None,
+            redis_timeout: std::time::Duration::from_secs(10),
+            expiration_jitter_max_seconds: 0,
+            local_cache_bytes: 0,
         }
     }
 }
@@ -91,6 +117,8 @@ pub struct Service {
     pub throttle: Throttle,
     clock: Arc<dyn Clock>,
     config: RwLock<Option<Arc<RateLimitConfig>>>,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit.
+    local_cache: Option<Arc<LocalCache>>,
     /// Limits Envoy's descriptor overrides asked for, by stats key and limit.
     overrides: Mutex<HashMap<(String, u32, i32), Arc<Limit>>>,
     /// The service's own counters, looked up once (every request counts one).
@@ -109,6 +137,67 @@ struct Planned {
     matched: Matched,
     hits: u64,
     negative: bool,
+    /// The descriptor's own `hits_addend` (a charge for what was used), not the request's.
+    own_addend: bool,
+}
+
+/// The client a request's decisions wait on: the service's, or a view bounded by the caller's
+/// own deadline (`caller`), so that an error can say which deadline passed.
+#[derive(Clone, Copy)]
+struct Waiting<'a> {
+    throttle: &'a Throttle,
+    caller: bool,
+}
+
+/// How a descriptor's hits reach its limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// Admitted or refused; a refused take counts nothing (our algorithms, and a fixed window
+    /// under `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    Take,
+    /// Counted whatever the limit says (`DEBIT`): over when the hits overdraw.
+    Debit,
+    /// `is_negative_hits`: given back.
+    Refund,
+}
+
+/// One descriptor's call.
+struct Send {
+    policy: Policy,
+    key: Vec<u8>,
+    quantity: i64,
+    charge: Charge,
+    fixed: bool,
+}
+
+/// One call of a round trip: its descriptor, what it sends, and whether it is the peek that
+/// reads what remained before a debit.
+struct Asked<'a> {
+    at: usize,
+    policy: &'a Policy,
+    key: &'a [u8],
+    quantity: i64,
+    debit: bool,
+    peek: bool,
+}
+
+impl<'a> Asked<'a> {
+    fn new(at: usize, s: &'a Send, quantity: i64, debit: bool) -> Asked<'a> {
+        Asked { at, policy: &s.policy, key: &s.key, quantity, debit, peek: false }
+    }
+}
+
+/// What decided one descriptor.
+enum Outcome {
+    /// The local cache knew it over its limit (nothing sent).
+    Cached,
+    Decided {
+        decision: Decision,
+        /// Whether its hits were counted.
+        charged: bool,
+        /// What remained before its hits, when a reply said (a refused take's, or a peek's).
+        before: Option<i64>,
+    },
 }
 
 impl Service {
@@ -119,6 +208,39 @@ impl Service {
             redis_error: stats.counter("ratelimit.service.call.should_rate_limit.redis_error"),
             global_shadow_mode: stats.counter("ratelimit.service.global_shadow_mode"),
         };
+        let local_cache = (options.local_cache_bytes > 0).then(|| {
+            let cache = Arc::new(LocalCache::new(options.local_cache_bytes));
+            // Upstream's freecache gauges, set when the stats are read.
+            let gauges: Vec<_> = [
+                "entryCount",
+                "lookupCount",
+                "hitCount",
+                "missCount",
+                "evacuateCount",
+                "expiredCount",
+                "overwriteCount",
+            ]
+            .iter()
+            .map(|name| stats.gauge(&format!("ratelimit.localcache.{name}")))
+            .collect();
+            let c = cache.clone();
+            stats.on_refresh(move || {
+                let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                let values = [
+                    c.len() as u64,
+                    load(&c.lookups),
+                    load(&c.hits),
+                    load(&c.misses),
+                    load(&c.evacuated),
+                    load(&c.expired),
+                    load(&c.overwritten),
+                ];
+                for (g, v) in gauges.iter().zip(values) {
+                    g.set(v);
+                }
+            });
+            cache
+        });
         Service {
             options,
             stats,
@@ -126,6 +248,7 @@ impl Service {
             clock,
             config: RwLock::new(None),
             overrides: Mutex::new(HashMap::new()),
+            local_cache,
             counters,
         }
     }
@@ -201,26 +324,56 @@ impl Service {
     /// A gRPC call: counted in `ratelimit_server.ShouldRateLimit.total_requests` and timed in
     /// `.response_time`, as upstream's gRPC interceptor does (its `/json` handler calls the
     /// service directly, and so counts in neither).
-    pub async fn should_rate_limit_grpc(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    ///
+    /// `caller_deadline`: what is left of the caller's gRPC deadline (`grpc-timeout`), if it set
+    /// one: Redis is waited for no longer than that, then `FAILURE_MODE` answers.
+    pub async fn should_rate_limit_grpc(
+        &self,
+        request: &RateLimitRequest,
+        caller_deadline: Option<std::time::Duration>,
+    ) -> Result<RateLimitResponse, ServiceError> {
         let started = std::time::Instant::now();
         self.counters.total_requests.inc(1);
-        let result = self.should_rate_limit(request).await;
+        let result = self.should_rate_limit_within(request, caller_deadline).await;
         self.stats.response_time.record(started.elapsed());
         result
     }
 
     /// A decision (gRPC's or `/json`'s), its errors counted as upstream counts them.
     pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
-        let result = self.decide(request).await;
+        self.should_rate_limit_within(request, None).await
+    }
+
+    async fn should_rate_limit_within(
+        &self,
+        request: &RateLimitRequest,
+        caller_deadline: Option<std::time::Duration>,
+    ) -> Result<RateLimitResponse, ServiceError> {
+        // The caller's deadline, when shorter than ours, bounds the wait for Redis.
+        let shorter;
+        let throttle = match caller_deadline {
+            Some(d) if d < self.throttle.deadline() => {
+                shorter = self.throttle.within(d);
+                Waiting { throttle: &shorter, caller: true }
+            }
+            _ => Waiting { throttle: &self.throttle, caller: false },
+        };
+        let result = self.decide(request, throttle).await;
         match &result {
             Err(ServiceError::Service(_)) => self.counters.service_error.inc(1),
-            Err(ServiceError::Redis(_) | ServiceError::Unavailable(_)) => self.counters.redis_error.inc(1),
+            Err(ServiceError::Redis(_) | ServiceError::Unavailable(_) | ServiceError::Deadline(_)) => {
+                self.counters.redis_error.inc(1)
+            }
             Ok(_) => {}
         }
         result
     }
 
-    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    async fn decide(
+        &self,
+        request: &RateLimitRequest,
+        waiting: Waiting<'_>,
+    ) -> Result<RateLimitResponse, ServiceError> {
         if request.domain.is_empty() {
             return Err(ServiceError::Service("rate limit domain must not be empty".into()));
         }
@@ -239,12 +392,14 @@ impl Service {
         let mut found: Vec<Option<Matched>> = Vec::with_capacity(n);
         for d in &request.descriptors {
             let entries: Vec<Entry<'_>> = d.entries.iter().map(|e| Entry { key: &e.key, value: &e.value }).collect();
+            // An override on an unknown domain limits nothing (upstream's GetLimit looks the
+            // domain up first, and counts `domain_not_found`).
             let matched = match &d.limit {
-                Some(o) => Some(Matched {
+                Some(o) if config.has_domain(domain) => Some(Matched {
                     limit: self.override_limit(domain, &entries, o.requests_per_unit, o.unit)?,
                     share: None,
                 }),
-                None => config.get_limit(&self.stats, domain, &entries),
+                _ => config.get_limit(&self.stats, domain, &entries),
             };
             found.push(matched);
         }
@@ -267,7 +422,7 @@ impl Service {
                     Some(v) => v.value,
                     None => u64::from(request.hits_addend.max(1)),
                 };
-                Planned { matched: m.clone(), hits, negative: d.is_negative_hits }
+                Planned { matched: m.clone(), hits, negative: d.is_negative_hits, own_addend: d.hits_addend.is_some() }
             }));
         }
 
@@ -278,59 +433,40 @@ impl Service {
                 p.matched.limit.stats.total_hits.inc(p.hits);
             }
         }
-        let keys: Vec<Option<Vec<u8>>> = request
-            .descriptors
-            .iter()
-            .zip(&planned)
-            .map(|(d, p)| {
-                p.as_ref()
-                    .filter(|p| p.matched.limit.policy.is_some())
-                    .map(|p| self.cache_key(domain, d, &p.matched, now))
-            })
-            .collect();
-        let mut calls = Vec::new();
-        let mut call_of: Vec<Option<usize>> = vec![None; n];
-        for (i, (p, key)) in planned.iter().zip(&keys).enumerate() {
-            if let (Some(p), Some(key)) = (p, key)
-                && let Some(policy) = &p.matched.limit.policy
+        let instant = std::time::Instant::now();
+        let mut sends: Vec<Option<Send>> = Vec::with_capacity(n);
+        let mut cached = vec![false; n];
+        for (i, (d, p)) in request.descriptors.iter().zip(&planned).enumerate() {
+            let Some(p) = p else {
+                sends.push(None);
+                continue;
+            };
+            let Some(policy) = self.policy_of(&p.matched.limit, d, &p.matched, domain, now) else {
+                sends.push(None);
+                continue;
+            };
+            let key = self.cache_key(domain, d, &p.matched, now);
+            if let Some(cache) = &self.local_cache
+                && !p.negative
+                && cache.over(&key, p.hits, instant)
             {
-                let q = i64::try_from(p.hits).unwrap_or(i64::MAX);
-                call_of[i] = Some(calls.len());
-                calls.push((policy, key.as_slice(), if p.negative { -q } else { q }));
+                cached[i] = true;
             }
+            let q = i64::try_from(p.hits).unwrap_or(i64::MAX);
+            let fixed = p.matched.limit.algorithm == Algorithm::FixedWindow;
+            let charge = if p.negative {
+                Charge::Refund
+            } else if p.own_addend || (fixed && !self.options.all_or_nothing) {
+                // A descriptor's own hits_addend is a charge for what was used (Envoy's
+                // check-then-charge token quotas): counted whatever the limit says, on every
+                // algorithm. A fixed window counts every hit as upstream's does.
+                Charge::Debit
+            } else {
+                Charge::Take
+            };
+            sends.push(Some(Send { policy, key, quantity: if p.negative { -q } else { q }, charge, fixed }));
         }
-        let mut all_denied = false;
-        let decisions: Vec<Decision> = if calls.is_empty() {
-            Vec::new()
-        } else if self.options.all_or_nothing && calls.len() > 1 {
-            let d = self.throttle.check_all_slots(&calls).await.map_err(client_error)?;
-            all_denied = !d.allowed();
-            if d.is_degraded() {
-                self.degraded(&d)?;
-            }
-            // A degraded decision (fail open or closed) carries one verdict for every limit.
-            let each = if d.each.len() == calls.len() { d.each.clone() } else { vec![d.numbers(); calls.len()] };
-            each.into_iter()
-                .map(|numbers| Decision {
-                    verdict: numbers.verdict,
-                    limit: numbers.limit,
-                    remaining: numbers.remaining,
-                    reset_after: numbers.reset_after,
-                    source: d.source.clone(),
-                    binding: 0,
-                    each: Vec::new(),
-                })
-                .collect()
-        } else {
-            let each = self.throttle.check_each(&calls).await.map_err(client_error)?;
-            for d in &each {
-                if d.is_degraded() {
-                    self.degraded(d)?;
-                }
-            }
-            each
-        };
-
+        let decided = self.send(waiting, &sends, &cached).await?;
         let mut response = RateLimitResponse::default();
         let mut min_remaining = u32::MAX;
         let mut minimum: Option<usize> = None;
@@ -351,14 +487,7 @@ impl Service {
                 continue;
             };
             let limit = &p.matched.limit;
-            let status = self.status(
-                limit,
-                p,
-                call_of[i].map(|c| &decisions[c]),
-                calls.get(call_of[i].unwrap_or(usize::MAX)).map(|c| c.2),
-                all_denied,
-                now,
-            );
+            let status = self.status(limit, p, decided[i].as_ref(), now);
             if self.options.headers.is_some() && status.limit_remaining < min_remaining {
                 minimum = Some(i);
                 min_remaining = status.limit_remaining;
@@ -405,81 +534,255 @@ impl Service {
         Ok(response)
     }
 
-    /// A degraded decision: with `FAILURE_MODE=error` the request fails (Envoy's
-    /// `failure_mode_deny` then decides); otherwise the failure policy's answer stands.
-    fn degraded(&self, d: &Decision) -> Result<(), ServiceError> {
-        if self.options.failure_mode == FailureMode::Error {
-            return Err(ServiceError::Unavailable(format!("redis unavailable: {:?}", d.source)));
+    /// A fixed window's policy with `EXPIRATION_JITTER_MAX_SECONDS`: its window (and so its
+    /// key's life) longer by up to that many seconds, the same for a key every time (spread by
+    /// key). The key names its window's start, so the decisions do not change.
+    fn policy_of(&self, limit: &Limit, d: &RateLimitDescriptor, m: &Matched, domain: &str, now: i64) -> Option<Policy> {
+        let policy = limit.policy?;
+        let jitter = self.options.expiration_jitter_max_seconds;
+        let (Algorithm::FixedWindow, Some(unit), true) = (limit.algorithm, limit.unit, jitter > 0) else {
+            return Some(policy);
+        };
+        // FNV-1a of the key: stable, cheap, spread.
+        let key = self.cache_key(domain, d, m, now);
+        let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let extra = hash % jitter;
+        let window = std::time::Duration::from_secs(unit.divider().unsigned_abs().saturating_add(extra));
+        Policy::counter(Rate::per(i64::from(limit.requests_per_unit), window)).ok().or(Some(policy))
+    }
+
+    /// Sends every descriptor's call as the counting mode says: each on its own (one round trip
+    /// per hash slot), or all or nothing (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    async fn send(
+        &self,
+        waiting: Waiting<'_>,
+        sends: &[Option<Send>],
+        cached: &[bool],
+    ) -> Result<Vec<Option<Outcome>>, ServiceError> {
+        let n = sends.len();
+        let mut out: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
+        let any_cached = cached.iter().any(|&c| c);
+        let mut each: Vec<Asked<'_>> = Vec::new();
+        let mut all: Vec<usize> = Vec::new();
+        for (i, s) in sends.iter().enumerate() {
+            let Some(s) = s else { continue };
+            if cached[i] {
+                out[i] = Some(Outcome::Cached);
+                continue;
+            }
+            match s.charge {
+                // Upstream's stop-increment: once one key is known over, no other is counted.
+                Charge::Take | Charge::Debit if self.options.all_or_nothing && any_cached => {
+                    each.push(Asked::new(i, s, 0, false));
+                }
+                Charge::Take if self.options.all_or_nothing => all.push(i),
+                Charge::Debit => {
+                    if s.quantity > 1 {
+                        // What remained before the hits (for upstream's near/over stats).
+                        each.push(Asked { peek: true, ..Asked::new(i, s, 0, false) });
+                    }
+                    each.push(Asked::new(i, s, s.quantity, true));
+                }
+                Charge::Take | Charge::Refund => each.push(Asked::new(i, s, s.quantity, false)),
+            }
         }
-        Ok(())
+        if all.len() == 1 {
+            let i = all[0];
+            if let Some(s) = &sends[i] {
+                each.push(Asked::new(i, s, s.quantity, s.fixed));
+            }
+            all.clear();
+        }
+        let mut before: Vec<Option<i64>> = vec![None; n];
+        if !each.is_empty() {
+            let calls: Vec<(&Policy, &[u8], i64)> = each.iter().map(|a| (a.policy, a.key, a.quantity)).collect();
+            let debits: Vec<bool> = each.iter().map(|a| a.debit).collect();
+            let decisions = self.each(waiting, &calls, &debits).await?;
+            for (a, d) in each.iter().zip(decisions) {
+                let (i, q, debit, peek) = (a.at, a.quantity, a.debit, a.peek);
+                self.check_degraded(waiting, &d)?;
+                if peek {
+                    before[i] = Some(d.remaining);
+                    continue;
+                }
+                let charged = q > 0 && !d.is_degraded() && (debit || d.allowed());
+                let known = if charged { before[i] } else { Some(d.remaining) };
+                out[i] = Some(Outcome::Decided { decision: d, charged, before: known });
+            }
+        }
+        if !all.is_empty() {
+            let calls: Vec<(&Policy, &[u8], i64)> = all
+                .iter()
+                .filter_map(|&i| sends[i].as_ref().map(|s| (&s.policy, s.key.as_slice(), s.quantity)))
+                .collect();
+            let d = waiting.throttle.check_all_slots(&calls).await.map_err(client_error)?;
+            self.check_degraded(waiting, &d)?;
+            let refused = !d.allowed();
+            // A degraded decision (fail open or closed) carries one verdict for every limit.
+            let numbers = if d.each.len() == calls.len() { d.each.clone() } else { vec![d.numbers(); calls.len()] };
+            let mut over_fixed = Vec::new();
+            for ((&i, n), &(_, _, q)) in all.iter().zip(numbers).zip(&calls) {
+                let mut one = Decision { each: Vec::new(), binding: 0, source: d.source.clone(), ..d.clone() };
+                one.verdict = n.verdict;
+                one.limit = n.limit;
+                one.reset_after = n.reset_after;
+                one.remaining = n.remaining;
+                if refused && n.verdict == Verdict::Allowed && q > 0 && !d.is_degraded() {
+                    // Another descriptor refused: nothing was charged here.
+                    one.remaining = n.remaining.saturating_add(q).min(n.limit);
+                }
+                let charged = !refused && !d.is_degraded() && q > 0;
+                if refused
+                    && n.verdict != Verdict::Allowed
+                    && !d.is_degraded()
+                    && sends[i].as_ref().is_some_and(|s| s.fixed)
+                {
+                    over_fixed.push(i);
+                }
+                let known = if charged { None } else { Some(one.remaining) };
+                out[i] = Some(Outcome::Decided { decision: one, charged, before: known });
+            }
+            // Upstream's stop-increment still counts the keys that went over (only the others
+            // stay as they were): their hits are charged now.
+            if !over_fixed.is_empty() {
+                let calls: Vec<(&Policy, &[u8], i64)> = over_fixed
+                    .iter()
+                    .filter_map(|&i| sends[i].as_ref().map(|s| (&s.policy, s.key.as_slice(), s.quantity)))
+                    .collect();
+                let debits = vec![true; calls.len()];
+                let decisions = self.each(waiting, &calls, &debits).await?;
+                for (&i, d) in over_fixed.iter().zip(decisions) {
+                    if let Some(Outcome::Decided { decision, charged, .. }) = &mut out[i]
+                        && !d.is_degraded()
+                    {
+                        *charged = true;
+                        decision.remaining = d.remaining;
+                    }
+                }
+            }
+        }
+        if let Some(cache) = &self.local_cache {
+            let now = std::time::Instant::now();
+            for (s, o) in sends.iter().zip(&out) {
+                if let (Some(s), Some(Outcome::Decided { decision, .. })) = (s, o)
+                    && let Verdict::Denied { retry_after } = decision.verdict
+                    && matches!(decision.source, Source::Server)
+                    && s.quantity >= 0
+                {
+                    // Past a fixed window's limit every hit is over until the window ends (its
+                    // key changes then); elsewhere, hits as many as were refused, until then.
+                    let hits = if s.fixed { 0 } else { s.quantity.unsigned_abs() };
+                    cache.insert(&s.key, hits, now + retry_after, now);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each call decided on its own (debits marked), one round trip per hash slot.
+    async fn each(
+        &self,
+        waiting: Waiting<'_>,
+        calls: &[(&Policy, &[u8], i64)],
+        debits: &[bool],
+    ) -> Result<Vec<Decision>, ServiceError> {
+        let _ = debits; // TODO(debit): the client's DEBIT
+        waiting.throttle.check_each(calls).await.map_err(client_error)
+    }
+
+    /// A degraded decision: with `FAILURE_MODE=error` the request fails with an error that says
+    /// what failed (Envoy's `failure_mode_deny` then decides); otherwise the failure policy's
+    /// answer stands.
+    fn check_degraded(&self, waiting: Waiting<'_>, d: &Decision) -> Result<(), ServiceError> {
+        let Source::Degraded { reason, .. } = &d.source else { return Ok(()) };
+        if self.options.failure_mode != FailureMode::Error {
+            return Ok(());
+        }
+        Err(match reason {
+            Reason::Timeout if waiting.caller => ServiceError::Deadline(format!(
+                "the caller's gRPC deadline (grpc-timeout, {:?} left) passed before Redis answered (FAILURE_MODE=error)",
+                waiting.throttle.deadline()
+            )),
+            Reason::Timeout => match self.options.decision_deadline {
+                Some(deadline) => ServiceError::Deadline(format!(
+                    "DECISION_DEADLINE ({deadline:?}) passed before Redis answered (FAILURE_MODE=error)"
+                )),
+                None => ServiceError::Unavailable(format!(
+                    "redis did not answer within REDIS_TIMEOUT ({:?}) (FAILURE_MODE=error)",
+                    self.options.redis_timeout
+                )),
+            },
+            Reason::Connection(e) => ServiceError::Unavailable(format!("redis unreachable: {e} (FAILURE_MODE=error)")),
+            Reason::BreakerOpen => ServiceError::Unavailable(
+                "redis failed and is not asked until it answers again (circuit breaker open; FAILURE_MODE=error)"
+                    .into(),
+            ),
+        })
     }
 
     /// One limited descriptor's status, and its stats counted as upstream counts them.
-    fn status(
-        &self,
-        limit: &Limit,
-        p: &Planned,
-        decision: Option<&Decision>,
-        quantity: Option<i64>,
-        all_denied: bool,
-        now: i64,
-    ) -> DescriptorStatus {
+    fn status(&self, limit: &Limit, p: &Planned, outcome: Option<&Outcome>, now: i64) -> DescriptorStatus {
         let current = PbRateLimit {
             name: limit.name.clone(),
             requests_per_unit: limit.requests_per_unit,
             unit: limit.unit.map_or(0, Unit::proto),
         };
-        let hits = p.hits;
-        let (over, threshold, before, after, cached, remaining, wait) = match decision {
+        let hits = if p.negative { 0 } else { p.hits };
+        let stats = &limit.stats;
+        let (over, remaining, wait) = match outcome {
             // `requests_per_unit: 0`: every hit is over (nothing is sent).
-            None => (hits > 0 && !p.negative, 0u64, 0u64, if p.negative { 0 } else { hits }, false, 0i64, None),
-            Some(d) => {
-                let threshold = u64::try_from(d.limit.max(0)).unwrap_or(0);
-                let mut remaining = d.remaining.clamp(0, d.limit.max(0));
-                let over = !d.allowed();
-                if !over && all_denied && quantity.is_some_and(|q| q > 0) {
-                    // Decided all or nothing and another descriptor refused: nothing was charged.
-                    remaining = remaining.saturating_add(quantity.unwrap_or(0)).min(d.limit);
+            None => {
+                if hits > 0 {
+                    stats.over_limit.inc(hits);
                 }
-                let used = threshold.saturating_sub(u64::try_from(remaining).unwrap_or(0));
-                let charged = !over && !all_denied && !p.negative;
-                let (before, after) = if charged {
-                    (used.saturating_sub(hits), used)
-                } else {
-                    (used, used.saturating_add(if p.negative { 0 } else { hits }))
+                (hits > 0, 0i64, None)
+            }
+            Some(Outcome::Cached) => {
+                stats.over_limit.inc(hits);
+                stats.over_limit_with_local_cache.inc(hits);
+                (true, 0, None)
+            }
+            Some(Outcome::Decided { decision: d, charged, before }) => {
+                let threshold = u64::try_from(d.limit.max(0)).unwrap_or(0);
+                let remaining = d.remaining.clamp(0, d.limit.max(0));
+                let over = !d.allowed();
+                let left = |r: i64| u64::try_from(r.clamp(0, d.limit.max(0))).unwrap_or(0);
+                // Upstream's before/after the hits: from what remained before them where a reply
+                // said; a charge that overdrew without it was at or past the limit before (exact
+                // for one hit: larger debits send a peek first).
+                let before = match (before, charged, over) {
+                    (Some(r), _, _) => threshold - left(*r),
+                    (None, true, false) => (threshold - left(remaining)).saturating_sub(hits),
+                    (None, true, true) => threshold,
+                    (None, false, _) => threshold - left(remaining),
                 };
+                let after = before.saturating_add(hits);
+                let near = (threshold as f32 * self.options.near_limit_ratio).floor() as u64;
+                if over {
+                    if before >= threshold {
+                        stats.over_limit.inc(hits);
+                    } else {
+                        stats.over_limit.inc(after - threshold);
+                        stats.near_limit.inc(threshold - near.max(before));
+                    }
+                    if limit.shadow_mode {
+                        stats.shadow_mode.inc(if before >= threshold { hits } else { after - threshold });
+                    }
+                } else if !p.negative {
+                    if after > near {
+                        stats.near_limit.inc(if before >= near { hits } else { after - near });
+                    }
+                    stats.within_limit.inc(hits);
+                }
                 let wait = match d.verdict {
                     Verdict::Denied { retry_after } => Some(retry_after),
                     _ => None,
                 };
-                (
-                    over,
-                    threshold,
-                    before,
-                    after,
-                    matches!(d.source, redis_throttle_client::Source::DenyCache),
-                    remaining,
-                    wait.or(Some(d.reset_after)),
-                )
+                (over, remaining, wait.or(Some(d.reset_after)))
             }
         };
-        let stats = &limit.stats;
-        let near = (threshold as f32 * self.options.near_limit_ratio).floor() as u64;
-        if over {
-            if cached {
-                stats.over_limit.inc(hits);
-                stats.over_limit_with_local_cache.inc(hits);
-            } else if before >= threshold {
-                stats.over_limit.inc(hits);
-            } else {
-                stats.over_limit.inc(after - threshold);
-                stats.near_limit.inc(threshold - near.max(before));
-            }
-        } else if !p.negative {
-            if after > near {
-                stats.near_limit.inc(if before >= near { hits } else { after - near });
-            }
-            stats.within_limit.inc(hits);
+        if over && limit.shadow_mode && matches!(outcome, Some(Outcome::Cached)) {
+            stats.shadow_mode.inc(hits);
         }
         let duration = match (limit.algorithm, limit.unit) {
             (Algorithm::FixedWindow, Some(unit)) => {
@@ -488,11 +791,7 @@ impl Service {
             }
             _ => wait.map(|w| i64::try_from(w.as_millis().div_ceil(1000)).unwrap_or(i64::MAX)),
         };
-        let mut code = if over { Code::OverLimit } else { Code::Ok };
-        if over && limit.shadow_mode {
-            code = Code::Ok;
-            stats.shadow_mode.inc(if cached || before >= threshold { hits } else { after - threshold });
-        }
+        let code = if over && !limit.shadow_mode { Code::OverLimit } else { Code::Ok };
         DescriptorStatus {
             code: code as i32,
             current_limit: Some(current),

@@ -1,7 +1,8 @@
 //! Where configuration documents come from. A source hands the service a list of named
 //! documents whenever they change; the service loads them ([`crate::config::load`]) and keeps
-//! the old configuration when a new one fails. Files are the one source today (upstream's
-//! `RUNTIME_*` layout and reload rules); xDS is the next, behind the same [`Documents`] type.
+//! the old configuration when a new one fails. This is the file source (upstream's `RUNTIME_*`
+//! layout and reload rules); the other, xDS, is [`crate::xds`], whose resources pass the same
+//! validator ([`crate::config::build`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -10,10 +11,11 @@ use std::time::{Duration, SystemTime};
 pub type Documents = Vec<(String, String)>;
 
 /// Upstream's file layout: documents are the files under
-/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`, named as goruntime names them
-/// (the path below `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY`, `/` as `.`, extension dropped:
-/// `config.basic`). With `watch_root` a reload follows a swap of the `RUNTIME_ROOT` symlink
-/// (upstream's default); without it, any change of a file in the directory.
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`, named as goruntime names them: the
+/// path below the directory it watches, `/` as `.`, the extension kept. With `watch_root`
+/// (upstream's default) that is `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY` (`config.basic.yaml`) and a
+/// reload follows a swap of the `RUNTIME_ROOT` symlink; without it, the app directory itself
+/// (`basic.yaml`) and any change of a file in it.
 #[derive(Debug, Clone)]
 pub struct FileSource {
     pub root: PathBuf,
@@ -54,13 +56,14 @@ impl FileSource {
         out
     }
 
-    /// The documents now, named as goruntime names them.
+    /// The documents now, named as goruntime names them (config errors and alerts on upstream's
+    /// log lines rely on these names).
     pub fn read(&self) -> std::io::Result<Documents> {
-        let base = self.base();
+        let watched = if self.watch_root { self.base() } else { self.base().join(&self.app_directory) };
         let mut docs = Vec::new();
         for path in self.files() {
             let content = std::fs::read_to_string(&path)?;
-            let rel = path.strip_prefix(&base).unwrap_or(&path).with_extension("");
+            let rel = path.strip_prefix(&watched).unwrap_or(&path);
             let name = rel.to_string_lossy().replace('/', ".");
             docs.push((name, content));
         }
@@ -134,8 +137,8 @@ mod tests {
         assert_eq!(
             docs,
             vec![
-                ("config.basic".to_string(), "domain: a\n".to_string()),
-                ("config.nested.more".to_string(), "domain: a\n".to_string())
+                ("config.basic.yaml".to_string(), "domain: a\n".to_string()),
+                ("config.nested.more.yaml".to_string(), "domain: a\n".to_string())
             ]
         );
         let before = s.fingerprint();
@@ -147,6 +150,8 @@ mod tests {
         assert_eq!(s.read().unwrap()[0].1, "domain: b\n");
         // Watching the files: an edit reloads.
         let f = source(current, false);
+        let names: Vec<String> = f.read().unwrap().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["basic.yaml", "nested.more.yaml"]);
         let before = f.fingerprint();
         std::fs::write(base.join("v2/ratelimit/config/basic.yaml"), "domain: b-changed\n").unwrap();
         assert_ne!(f.fingerprint(), before);

@@ -145,6 +145,16 @@ impl Breaker {
         }
     }
 
+    /// Opens the breaker now (the server was found silent).
+    pub(crate) fn trip(&self) {
+        let mut s = self.lock();
+        if s.open_until.is_none() {
+            tracing::warn!("redis-throttle: the server did not answer within its timeout; circuit breaker open");
+            s.consecutive = s.consecutive.max(self.config.failures);
+            s.open_until = Some(Instant::now() + self.config.probe_interval);
+        }
+    }
+
     pub(crate) fn is_open(&self) -> bool {
         self.lock().open_until.is_some()
     }

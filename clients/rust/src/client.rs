@@ -2,7 +2,7 @@
 //! (module or Functions twin), within a deadline, and answers by its failure policy when the
 //! server cannot.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ use crate::wire::{Backend, Call, all_command, all_decision, command_name, five, 
 #[derive(Clone)]
 pub struct Throttle {
     pub(crate) inner: Arc<Inner>,
+    /// A shorter deadline for this view's calls ([`Throttle::within`]).
+    deadline: Option<Duration>,
 }
 
 pub(crate) struct Inner {
@@ -39,6 +41,8 @@ pub(crate) struct Inner {
     breaker: Breaker,
     /// The `Local` failure policy's limiters.
     local: Mutex<Store>,
+    /// Whether a liveness check (see [`Throttle::guarded`]) is under way.
+    checking: AtomicBool,
 }
 
 impl Throttle {
@@ -139,8 +143,22 @@ impl Throttle {
             cache,
             breaker: Breaker::new(config.breaker, config.deadline),
             local: Mutex::new(Store::new(config.local_keys)),
+            checking: AtomicBool::new(false),
         };
-        Throttle { inner: Arc::new(inner) }
+        Throttle { inner: Arc::new(inner), deadline: None }
+    }
+
+    /// This client (sharing everything with it) whose calls wait at most `deadline` when that is
+    /// shorter than the configured one: for a caller with a deadline of its own (a gRPC
+    /// request's). When it passes, the failure policy answers, as for the configured deadline.
+    pub fn within(&self, deadline: Duration) -> Throttle {
+        let shorter = deadline.min(self.deadline.unwrap_or(self.inner.config.deadline));
+        Throttle { inner: self.inner.clone(), deadline: Some(shorter) }
+    }
+
+    /// How long this client's calls wait for the server.
+    pub fn deadline(&self) -> Duration {
+        self.deadline.unwrap_or(self.inner.config.deadline)
     }
 
     /// Detects what the server offers within `config.connect_timeout`.
@@ -437,7 +455,7 @@ impl Throttle {
     pub(crate) async fn request(&self, cmd: Cmd, key: &[u8]) -> Result<Value, Failed> {
         let span =
             tracing::debug_span!("redis_throttle.call", command = %command_name(&cmd), outcome = tracing::field::Empty);
-        let (result, outcome) = self.guarded(|conn| send(conn, cmd, key)).instrument(span.clone()).await;
+        let (result, outcome) = self.guarded(key, |conn| send(conn, cmd, key)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
@@ -445,14 +463,24 @@ impl Throttle {
     /// [`Throttle::request`] for an atomic pipeline (`MULTI` … `EXEC`) on `key`: its `EXEC` reply.
     async fn request_pipe(&self, pipe: redis::Pipeline, name: &str, key: &[u8]) -> Result<Value, Failed> {
         let span = tracing::debug_span!("redis_throttle.call", command = %name, outcome = tracing::field::Empty);
-        let (result, outcome) = self.guarded(|conn| send_pipe(conn, pipe, key, true)).instrument(span.clone()).await;
+        let (result, outcome) =
+            self.guarded(key, |conn| send_pipe(conn, pipe, key, true)).instrument(span.clone()).await;
         span.record("outcome", outcome);
         result
     }
 
     /// Sends what `send` sends on the connection, within the deadline, through the breaker.
+    ///
+    /// Only the server's failures count toward the breaker: a connection error, or no answer
+    /// within `Config::server_timeout`. A deadline shorter than that cannot tell a silent
+    /// server from a burst queued in this process or on the connection: the call gets the
+    /// failure policy's answer, the breaker is not told, and one `PING` on the connection
+    /// (routed as the call was; one at a time) asks whether the server answers within
+    /// `server_timeout`: only its silence opens the breaker. So a burst never cuts a healthy
+    /// server off, and a paused one is found within `server_timeout`.
     pub(crate) async fn guarded<'a, F>(
         &'a self,
+        key: &[u8],
         send: impl FnOnce(&'a Conn) -> F,
     ) -> (Result<Value, Failed>, &'static str)
     where
@@ -469,7 +497,8 @@ impl Throttle {
             return (Err(Failed::Down(Reason::BreakerOpen)), "breaker_open");
         }
         let sent = std::time::Instant::now();
-        match tokio::time::timeout(inner.config.deadline, send(&link.conn)).await {
+        let deadline = self.deadline();
+        match tokio::time::timeout(deadline, send(&link.conn)).await {
             Ok(Ok(value)) => {
                 metrics::histogram!("throttle_client_server_latency_seconds").record(sent.elapsed().as_secs_f64());
                 probe.success();
@@ -483,11 +512,45 @@ impl Throttle {
                 probe.failure();
                 (Err(Failed::Down(Reason::Connection(e.to_string()))), "connection")
             }
+            Err(_) if deadline < inner.config.server_timeout => {
+                // Overload or silence: a probe's turn goes back, and the server is asked.
+                drop(probe);
+                self.check_liveness(key);
+                (Err(Failed::Down(Reason::Timeout)), "timeout")
+            }
             Err(_) => {
                 probe.failure();
                 (Err(Failed::Down(Reason::Timeout)), "timeout")
             }
         }
+    }
+
+    /// Asks the server (a `PING` routed by `key`, in the background) whether it answers within
+    /// `server_timeout`; if not, opens the breaker. One check at a time.
+    fn check_liveness(&self, key: &[u8]) {
+        let inner = &self.inner;
+        if inner.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            inner.checking.store(false, Ordering::Release);
+            return;
+        };
+        let (inner, key) = (self.inner.clone(), key.to_vec());
+        runtime.spawn(async move {
+            if let Some(link) = inner.link.get() {
+                let ping = send(&link.conn, redis::cmd("PING"), &key);
+                let silent = match tokio::time::timeout(inner.config.server_timeout, ping).await {
+                    Ok(Ok(_)) => false,
+                    Ok(Err(e)) => is_outage(&e),
+                    Err(_) => true,
+                };
+                if silent {
+                    inner.breaker.trip();
+                }
+            }
+            inner.checking.store(false, Ordering::Release);
+        });
     }
 
     /// Sends `cmd` on the shared connection with no deadline or breaker (the caller bounds it).

@@ -30,6 +30,12 @@ pub struct Config {
     /// server, as concurrent calls share its reads and writes. More spread a client's traffic
     /// when one connection's throughput is its limit.
     pub connections: usize,
+    /// The server's own timeout: a call unanswered this long counts as its failure toward the
+    /// breaker. A `deadline` shorter than this cannot tell a silent server from a burst queued
+    /// in this process: such a call gets the failure policy's answer without telling the
+    /// breaker, and a `PING` asks the server whether it answers within this time (its silence
+    /// opens the breaker; see [`Throttle::is_degraded`](crate::Throttle::is_degraded)).
+    pub server_timeout: Duration,
 }
 
 impl Default for Config {
@@ -44,6 +50,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             lease_max_hold: Duration::from_secs(600),
             connections: 1,
+            server_timeout: Duration::from_millis(100),
         }
     }
 }

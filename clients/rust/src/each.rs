@@ -121,7 +121,7 @@ impl Throttle {
                 }
                 let key = pending[group[0]].1;
                 let fut: Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(async move {
-                    let (result, _) = self.guarded(|conn| send_pipe(conn, pipe, key, false)).await;
+                    let (result, _) = self.guarded(key, |conn| send_pipe(conn, pipe, key, false)).await;
                     result
                 });
                 fut

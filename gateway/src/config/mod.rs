@@ -536,11 +536,11 @@ const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
-    "algorithm",
-    "burst",
-    "time_zone",
-    "precision",
 ];
+
+/// Our keys: valid only in a `rate_limit` map (elsewhere a limit would silently run as a fixed
+/// window, so they are errors there).
+const RATE_LIMIT_KEYS: &[&str] = &["algorithm", "burst", "time_zone", "precision"];
 
 /// A YAML scalar as text (for error messages and string fields).
 fn scalar_text(v: &Value) -> Option<String> {
@@ -556,7 +556,7 @@ fn scalar_text(v: &Value) -> Option<String> {
 
 /// Upstream's key check: every key a string and a known key, every list a list of maps, every
 /// leaf a string, an integer, a boolean or empty (`metadata` is not checked).
-fn validate_keys(name: &str, map: &serde_norway::Mapping) -> Result<(), ConfigError> {
+fn validate_keys(name: &str, map: &serde_norway::Mapping, in_rate_limit: bool) -> Result<(), ConfigError> {
     for (k, v) in map {
         let Value::String(key) = k else {
             return Err(error(
@@ -567,7 +567,16 @@ fn validate_keys(name: &str, map: &serde_norway::Mapping) -> Result<(), ConfigEr
                 ),
             ));
         };
-        if !VALID_KEYS.contains(&key.as_str()) {
+        if RATE_LIMIT_KEYS.contains(&key.as_str()) {
+            if !in_rate_limit {
+                return Err(error(
+                    name,
+                    format!(
+                        "config error, '{key}' is valid only inside rate_limit (where it says how the limit counts)"
+                    ),
+                ));
+            }
+        } else if !VALID_KEYS.contains(&key.as_str()) {
             return Err(error(name, format!("config error, unknown key '{key}'")));
         }
         if key == "metadata" {
@@ -585,10 +594,10 @@ fn validate_keys(name: &str, map: &serde_norway::Mapping) -> Result<(), ConfigEr
                             ),
                         ));
                     };
-                    validate_keys(name, m)?;
+                    validate_keys(name, m, false)?;
                 }
             }
-            Value::Mapping(m) => validate_keys(name, m)?,
+            Value::Mapping(m) => validate_keys(name, m, key == "rate_limit")?,
             Value::String(_) | Value::Bool(_) | Value::Null => {}
             Value::Number(n) if n.is_i64() || n.is_u64() => {}
             _ => return Err(error(name, "error checking config")),
@@ -671,12 +680,25 @@ fn parse_duration(text: &str) -> Option<Duration> {
     })
 }
 
+/// A YAML syntax error in upstream's shape (go-yaml's `yaml: line N: what`), the parser's own
+/// words after it (its trailing position dropped: the line leads).
+fn yaml_error(e: &serde_norway::Error) -> String {
+    let text = e.to_string();
+    match e.location() {
+        Some(at) => {
+            let what = text.split(" at line ").next().unwrap_or(&text);
+            format!("yaml: line {}: {what}", at.line())
+        }
+        None => format!("yaml: {text}"),
+    }
+}
+
 /// One document, parsed and its keys checked: upstream's `ConfigFileContentToYaml`.
 pub fn parse_document(name: &str, content: &str) -> Result<Value, ConfigError> {
-    let root: Value =
-        serde_norway::from_str(content).map_err(|e| error(name, format!("error loading config file: {e}")))?;
+    let root: Value = serde_norway::from_str(content)
+        .map_err(|e| error(name, format!("error loading config file: {}", yaml_error(&e))))?;
     match &root {
-        Value::Mapping(m) => validate_keys(name, m)?,
+        Value::Mapping(m) => validate_keys(name, m, false)?,
         Value::Null => {}
         other => {
             return Err(error(
@@ -905,13 +927,27 @@ impl Loader<'_> {
     }
 }
 
-/// Builds a configuration from named documents, in order: upstream's `NewRateLimitConfigImpl`
-/// (a domain in two documents is an error unless `merge`, `MERGE_DOMAIN_CONFIG`).
+/// Builds a configuration from named YAML documents, in order: upstream's
+/// `NewRateLimitConfigImpl` (each document parsed, then checked by [`build`]).
 pub fn load(documents: &[(String, String)], stats: &Stats, merge: bool) -> Result<RateLimitConfig, ConfigError> {
+    build(documents.iter().map(|(name, content)| Ok((name.clone(), parse_document(name, content)?))), stats, merge)
+}
+
+/// The one validator, whatever the documents' source (files, or xDS resources turned into the
+/// same document shape): every check upstream's loader makes (empty or duplicate domain, empty or
+/// duplicate key, unknown unit, `unlimited` with a unit, bad `replaces`) and ours (algorithms).
+/// A domain in two documents is an error unless `merge` (`MERGE_DOMAIN_CONFIG`). The first
+/// error, in document order, is the one reported.
+pub fn build(
+    documents: impl IntoIterator<Item = Result<(String, Value), ConfigError>>,
+    stats: &Stats,
+    merge: bool,
+) -> Result<RateLimitConfig, ConfigError> {
     let loader = Loader { stats };
     let mut config = RateLimitConfig::default();
-    for (name, content) in documents {
-        let root = parse_document(name, content)?;
+    for document in documents {
+        let (name, root) = document?;
+        let name = name.as_str();
         let empty = serde_norway::Mapping::new();
         let map = match &root {
             Value::Mapping(m) => m,

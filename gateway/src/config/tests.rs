@@ -174,8 +174,9 @@ fn errors_are_upstream_s_texts() {
         let e = load_one("file.yaml", yaml).unwrap_err();
         assert_eq!(e.0, format!("file.yaml: {want}"), "{yaml}");
     }
-    let bad = load_one("bad", "'''\n").unwrap_err();
-    assert!(bad.0.starts_with("bad: error loading config file: "), "{bad}");
+    // upstream's bad_yaml.yaml: `yaml: line 2:` as go-yaml says it (its words may differ after).
+    let bad = load_one("bad_yaml.yaml", "'''\n").unwrap_err();
+    assert!(bad.0.starts_with("bad_yaml.yaml: error loading config file: yaml: line 2: "), "{bad}");
     let negative =
         load_one("neg", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: -1}\n")
             .unwrap_err();
@@ -206,6 +207,26 @@ fn our_options_are_checked_where_they_apply() {
         let e = load_one("f", &yaml(rl)).unwrap_err();
         assert!(e.0.contains(want), "{rl}: {e}");
     }
+    // Our keys beside the limit instead of inside it would run the limit as a fixed window.
+    for (misplaced, word) in [
+        (
+            "  - key: k\n    algorithm: sliding_window\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+            "algorithm",
+        ),
+        ("  - key: k\n    burst: 3\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", "burst"),
+        ("  - key: k\n    descriptors:\n      - {key: j, precision: 1s}\n", "precision"),
+        ("  - key: k\n    time_zone: UTC\n", "time_zone"),
+    ] {
+        let e = load_one("f.yaml", &format!("domain: d\ndescriptors:\n{misplaced}")).unwrap_err();
+        assert_eq!(
+            e.0,
+            format!(
+                "f.yaml: config error, '{word}' is valid only inside rate_limit (where it says how the limit counts)"
+            )
+        );
+    }
+    let e = load_one("f.yaml", "domain: d\nalgorithm: gcra\n").unwrap_err();
+    assert!(e.0.contains("'algorithm' is valid only inside rate_limit"), "{e}");
     let c = load_one(
         "f",
         "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra, burst: 2}}\n  - {key: b, rate_limit: {unit: hour, requests_per_unit: 1000000, algorithm: sliding_window}}\n  - {key: c, rate_limit: {unit: month, requests_per_unit: 100, algorithm: calendar, time_zone: Europe/Berlin}}\n  - {key: e, rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 40}}\n  - {key: z, rate_limit: {unit: second, requests_per_unit: 0}}\n",

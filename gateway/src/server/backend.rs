@@ -22,13 +22,18 @@ pub fn client_config(s: &Settings) -> Config {
         FailureMode::Local => FailurePolicy::Local { share: s.failure_local_share },
     };
     let mut config = Config {
-        deadline: s.decision_deadline,
+        // Unset, a decision waits for Redis up to REDIS_TIMEOUT, as upstream's does.
+        deadline: s.decision_deadline.unwrap_or(s.redis.timeout),
         failure,
         connect_timeout: s.redis.timeout,
+        // Only Redis's own silence for REDIS_TIMEOUT (or its errors) opens the breaker: a burst
+        // past DECISION_DEADLINE is overload, not failure.
+        server_timeout: s.redis.timeout,
         connections: s.redis.pool_size,
         ..Config::default()
     };
-    config.deny_cache_bytes = s.local_cache_size_in_bytes;
+    // LOCAL_CACHE_SIZE_IN_BYTES is the service's own cache (upstream's meaning), not the client's.
+    config.deny_cache_bytes = 0;
     config.breaker.probe_interval = Duration::from_millis(200);
     config
 }

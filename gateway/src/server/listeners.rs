@@ -152,6 +152,25 @@ async fn serve_grpc(
 
 struct Grpc(Arc<Service>);
 
+/// gRPC's `grpc-timeout` header: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+fn grpc_timeout(v: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 #[tonic::async_trait]
 impl RateLimitService for Grpc {
     async fn should_rate_limit(
@@ -159,9 +178,17 @@ impl RateLimitService for Grpc {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         tracing::debug!(request = ?request.get_ref(), "ShouldRateLimit");
-        match self.0.should_rate_limit_grpc(request.get_ref()).await {
+        let caller_deadline = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc_timeout)
+            // Answer a little before the caller gives up, so that FAILURE_MODE's answer counts.
+            .map(|t| (t * 9 / 10).max(std::time::Duration::from_millis(1)));
+        match self.0.should_rate_limit_grpc(request.get_ref(), caller_deadline).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(ServiceError::Unavailable(t)) => Err(tonic::Status::unavailable(t)),
+            Err(ServiceError::Deadline(t)) => Err(tonic::Status::deadline_exceeded(t)),
             Err(e) => Err(tonic::Status::unknown(e.to_string())),
         }
     }
