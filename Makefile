@@ -215,26 +215,28 @@ docs-matrix:
 	@echo "$@: $(MATRIX_PAGE)'s table now shows target/matrix/table.txt"
 
 # The manual's pictures (docs/src/img/*.svg) from real runs: a throwaway redis-server with the
-# module, driven through each scenario (about 40 s), and the performance chart drawn from the
-# figures `make plots-perf` measured (docs/src/img/performance.tsv).
+# module, driven through each scenario (about 40 s), and the performance and scale charts drawn
+# from the figures `make plots-perf` measured (docs/src/img/performance.tsv, scale.tsv).
 plots: build
 	cargo run --quiet -p redis-throttle-plots --
 
 # The performance chart's figures: instructions per call (bench/instructions.sh, callgrind) with
 # this module and with redis-cell (REDIS_CELL_SRC=a checkout of brandur/redis-cell, or
-# REDIS_CELL=its .so); a few minutes.
+# REDIS_CELL=its .so), and the scale chart's (bench/scale.sh: 1,000 to 1,000,000 live keys,
+# beside the floor); about ten minutes.
 plots-perf: build
 	@scripts/deps.sh bench
 	scripts/plots-perf.sh
 
 # ---- Benchmarks, fuzzing, the demo -------------------------------------------------------------
 # Timings against SET and the module floor (bench/run.sh), instructions per call (callgrind),
-# then the client crate, the HTTP layer, the Node and Python packages and the gateway, each
+# the cost at scale (bench/scale.sh), then the client crate, the HTTP layer, the Node and Python packages and the gateway, each
 # against what it replaces (bench/*.sh).
 bench: build
 	@scripts/deps.sh bench
 	bench/run.sh
 	bench/instructions.sh
+	bench/scale.sh
 	bench/client.sh
 	bench/http.sh
 	@scripts/deps.sh node
