@@ -230,8 +230,8 @@ plots-perf: build
 
 # ---- Benchmarks, fuzzing, the demo -------------------------------------------------------------
 # Timings against SET and the module floor (bench/run.sh), instructions per call (callgrind),
-# the cost at scale (bench/scale.sh), then the client crate, the HTTP layer, the Node and Python packages and the gateway, each
-# against what it replaces (bench/*.sh).
+# the cost at scale (bench/scale.sh), then the client crate, the HTTP layer, the Node and Python
+# packages and the gateway, each against what it replaces (bench/*.sh).
 bench: build
 	@scripts/deps.sh bench
 	bench/run.sh
