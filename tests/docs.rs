@@ -12,6 +12,9 @@
 //! (`retry_after`, `reset_after`, CL.PACE's `wait` and `queued`) may be lower than shown, as the
 //! block takes time to run: by at most 1, or N when the info string says `tolerance=N`. Every other line must be
 //! equal. Every fenced block has an info string, so a command example cannot hide in a bare block.
+//!
+//! skip twin: the manual's examples and pages against the module's commands.
+//! skip containers: starts servers of its own.
 
 mod harness;
 
