@@ -235,13 +235,24 @@ export class RedisThrottleStore {
   async get(key: string): Promise<ClientRateLimitInfo | undefined> {
     const mode = await this.#mode();
     if (mode === 'local') return undefined;
-    const l = this.#limiter(key, 0);
-    // A fixed window's state is its count, past the limit too (CL.COUNTER keeps the hits it was
-    // charged): read as MemoryStore answers it (through sendCommandCluster, a peek: no MULTI).
-    if (mode === 'count' || (l.algorithm === 'counter' && !this.#cluster)) {
+    if (mode === 'count') {
       const c = await this.#throttle.count(this.prefix + key);
       if (c === undefined) return undefined;
       return { totalHits: c.count, resetTime: this.#resetTime(c.ttlMs) };
+    }
+    const l = this.#limiter(key, 0);
+    if (l.algorithm === 'counter') {
+      // A fixed window's state is its count, past the limit too (CL.COUNTER keeps every hit it
+      // was charged): read as MemoryStore answers it, by a GET and a PTTL sent at once (no MULTI,
+      // which a cluster client behind sendCommand could split across nodes).
+      const k = this.prefix + key;
+      const [v, ttl] = await Promise.all([
+        this.#throttle.command(k, ['GET', k]),
+        this.#throttle.command(k, ['PTTL', k]),
+      ]);
+      if (v == null) return undefined;
+      const hits = Number(v);
+      if (Number.isSafeInteger(hits)) return { totalHits: hits, resetTime: this.#resetTime(Number(ttl)) };
     }
     const d = await this.#throttle.decide(l);
     if (d.remaining >= d.limit && d.resetAfterMs === 0) return undefined;
