@@ -19,6 +19,7 @@ pub mod calendar;
 pub mod caps;
 pub mod command;
 pub mod counter;
+pub mod each;
 pub mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

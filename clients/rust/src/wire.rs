@@ -93,13 +93,26 @@ pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quan
 }
 
 pub(crate) fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
+    let mut cmd = specs_command(backend, "CL.ALL", "cl_all", calls);
+    cmd.arg("DETAILS");
+    cmd
+}
+
+/// `CL.EACH numkeys key… spec… MS`: the module's one command deciding several independent
+/// limiters (all in one hash slot); its reply is one five-integer array per limiter.
+pub(crate) fn each_command(calls: &[Call<'_>]) -> Cmd {
+    specs_command(Backend::Module, "CL.EACH", "cl_each", calls)
+}
+
+/// A command of CL.ALL's grammar: `numkeys`, the keys, one spec per key, then `MS`.
+fn specs_command(backend: Backend, command: &str, function: &str, calls: &[Call<'_>]) -> Cmd {
     let mut cmd = match backend {
         Backend::Twin => {
             let mut c = redis::cmd("FCALL");
-            c.arg("cl_all");
+            c.arg(function);
             c
         }
-        _ => redis::cmd("CL.ALL"),
+        _ => redis::cmd(command),
     };
     cmd.arg(calls.len());
     for (_, key, _) in calls {
@@ -110,7 +123,7 @@ pub(crate) fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
         push_params(&mut cmd, policy);
         cmd.arg("QUANTITY").arg(*quantity);
     }
-    cmd.arg("MS").arg("DETAILS");
+    cmd.arg("MS");
     cmd
 }
 
