@@ -232,7 +232,8 @@ pub fn parse(data: &[u8]) {
                 | Error::RateTooFast { .. }
                 | Error::SpanTooLong(_)
                 | Error::Syntax
-                | Error::HeldWithoutRefund => {}
+                | Error::HeldWithoutRefund
+                | Error::DebitRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
