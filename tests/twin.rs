@@ -507,9 +507,11 @@ fn semantics_issue_8_vectors() {
     let t = real_us() + 3_600_000_000;
     let t = t - t % 1_000_000 + 123_456; // 123.456 ms into a second
     pin(&mut c, t);
-    // Lowering a bucket's capacity caps the deficit first: full again in 5 refills, not 10.
+    // Lowering a bucket's capacity leaves the deficit above it as debt (a debit leaves such
+    // deficits too: forgiving them would over-admit): full again in 10 refills, a take of 1
+    // admitted after 6.
     assert_eq!(fcall(&mut c, "cl_bucket d 10 1 60 10"), [0, 10, 0, -1, 600]);
-    assert_eq!(fcall(&mut c, "cl_bucket d 5 1 60"), [1, 5, 0, 60, 300]);
+    assert_eq!(fcall(&mut c, "cl_bucket d 5 1 60"), [1, 5, 0, 360, 600]);
     // Clocks start on the whole ms at or before now: no reply time beyond the parameters.
     assert_eq!(fcall(&mut c, "cl_counter fc 5 2000 1 MS"), [0, 5, 4, -1, 2000]);
     assert_eq!(pexpiretime(&mut c, "fc"), t / 1000 + 2000);
@@ -565,6 +567,8 @@ fn a_replica_and_an_aof_reload_are_byte_identical_after_twin_calls() {
             4 => format!("cl_counter {key}c 9 600000 {q} MS"),
             _ => format!("cl_all 2 {key}a1 {key}a2 THROTTLE 5 3 600 QUANTITY {q} WINDOW 9 600"),
         };
+        // Now and then a debit (past the limit, as the units add up): written alike.
+        let words = if q >= 0 && i % 3 == 0 { format!("{words} DEBIT") } else { words };
         if i % 2 == 0 {
             fcall(&mut c, &words);
         } else {
@@ -703,7 +707,8 @@ fn the_shipped_clock_is_the_modules_clock() {
 #[test]
 fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
     let (_server, mut c) = pinned_twin();
-    pin(&mut c, real_us() + 3_600_000_000);
+    let now_us = real_us() + 3_600_000_000;
+    pin(&mut c, now_us);
     let too_large = |name: &str| {
         format!(
             "ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)"
@@ -739,6 +744,33 @@ fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
         "ERR key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"
     );
     assert_eq!(get(&mut c, "ring"), Some(ring), "left untouched");
+    // A bucket's deficit of 2^53 or more (debt), stored or left by a debit, is carried exactly
+    // (two numbers, as instants are); past the duration range, the module's error.
+    let _: () = redis::cmd("SET")
+        .arg("b")
+        .arg("-9007199254740993")
+        .arg("PXAT")
+        .arg(now_us / 1000 + 60_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(fcall(&mut c, "cl_bucket b 5 1000000000000 1"), [1, 5, 0, 60, 60]);
+    assert_eq!(fcall(&mut c, "cl_bucket d 5 1000000000000 1 9007199254740993 DEBIT"), [1, 5, 0, -1, 9008]);
+    assert_eq!(get(&mut c, "d"), Some(b"-9007199254740993".to_vec()));
+    assert_eq!(
+        fcall_err(&mut c, "cl_bucket e 5 1 1 9007199254740992 DEBIT"),
+        "ERR parameters are too large: interval * ceil(deficit / tokens) must be at most 1000000000 seconds (1000000000000 milliseconds)"
+    );
+    assert_eq!(get(&mut c, "e"), None, "nothing written");
+    // A debit bringing a ring's bucket to 2^53: refused; past an i64, the module's error.
+    assert_eq!(
+        fcall_err(&mut c, "cl_window w 5 10 PRECISION 1 9007199254740992 DEBIT"),
+        "ERR key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"
+    );
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 PRECISION 1 DEBIT"), [0, 5, 4, -1, 11]);
+    assert_eq!(
+        fcall_err(&mut c, "cl_window w 5 10 PRECISION 1 9223372036854775807 DEBIT"),
+        "ERR DEBIT is too large: a count must stay at most 9223372036854775807"
+    );
 }
 
 #[test]

@@ -1,10 +1,11 @@
--- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
--- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
+-- CL.ALL numkeys key... spec... [MS] [DETAILS] [SHADOW] [DEBIT]: several limiters decided at one
+-- instant, all or nothing (the module's core/src/all.rs); with DEBIT, every limiter counts its
+-- quantity, overdrawn or not. The keys are FCALL's keys.
 --   spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
 --         | WINDOW limit window [PRECISION p] [QUANTITY q] [HELD t]
 --         | BUCKET capacity tokens interval [QUANTITY q] [HELD t]
 --         | COUNTER limit window [QUANTITY q] [HELD t]
--- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
+-- MS, DETAILS, SHADOW and DEBIT may come anywhere after the keys (they end a spec).
 
 local arguments, store = lib.arguments, lib.store
 local ERR, fail = lib.errors.ERR, lib.errors.fail
@@ -12,7 +13,8 @@ local div_ceil, le_t = lib.integers.div_ceil, lib.integers.le_t
 local clock, reply_time = lib.time.clock, lib.time.reply_time
 local RING_MAX_SLOTS = lib.window.RING_MAX_SLOTS
 local RING_HEAD = lib.window_buckets.RING_HEAD
-local COMMANDS, held_of, positional = arguments.COMMANDS, arguments.held_of, arguments.positional
+local COMMANDS, debit_of, held_of = arguments.COMMANDS, arguments.debit_of, arguments.held_of
+local positional = arguments.positional
 local printable, quota_parse, tail = arguments.printable, arguments.quota_parse, arguments.tail
 local apply, decide, five, read_of = store.apply, store.decide, store.five, store.read_of
 local shadowed = store.shadowed
@@ -33,24 +35,26 @@ end
 
 -- Runs f(...) with its errors named after limiter i.
 local function as_limiter(i, f, ...)
-  local ok, r1, r2, r3, r4 = pcall(f, ...)
-  if ok then return r1, r2, r3, r4 end
+  local ok, r1, r2, r3, r4, r5 = pcall(f, ...)
+  if ok then return r1, r2, r3, r4, r5 end
   if r1 == failed then fail(in_limiter(i, r1)) end
   error(r1, 0)
 end
 
--- A spec's numbers and options: its parameters and quantity (T).
-local function parse_spec(spec, args, millis)
+-- A spec's numbers and options: its parameters, quantity (T), HELD and whether it debits (the
+-- call's DEBIT, `debit`).
+local function parse_spec(spec, args, millis, debit)
   if spec.kind == 'quota' then
-    local p, qm, qu, _, _, held = quota_parse(args, spec.first, spec.last, true, millis)
-    return p, qm, qu, held
+    local p, qm, qu, _, _, held, debits = quota_parse(args, spec.first, spec.last, true, millis, debit)
+    return p, qm, qu, held, debits
   end
   local command = COMMANDS[spec.kind]
   local a = positional(command, args, spec.first)
   local qm, qu, _, pm, pu, _, hm, hu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
   if qm == nil then qm, qu = 0, 1 end
   local p = command.build(a, millis, pm, pu)
-  return p, qm, qu, held_of(hm, hu, qm, qu)
+  local debits = debit_of(debit, qm, qu)
+  return p, qm, qu, held_of(hm, hu, qm, qu), debits
 end
 
 local function all(keys, args)
@@ -71,7 +75,7 @@ local function all(keys, args)
   while i <= n do
     local word = args[i]
     local upper = word:upper()
-    if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' then
+    if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' or upper == 'DEBIT' then
       calls[#calls + 1] = upper
       i = i + 1
       after_spec = false
@@ -100,17 +104,18 @@ local function all(keys, args)
     end
   end
   if #specs ~= nkeys then fail(fmt(ERR.all_count, nkeys, #specs)) end
-  local millis, details, shadow = false, false, false
+  local millis, details, shadow, debit = false, false, false, false
   for c = 1, #calls do
     if calls[c] == 'MS' and not millis then millis = true
     elseif calls[c] == 'DETAILS' and not details then details = true
     elseif calls[c] == 'SHADOW' and not shadow then shadow = true
+    elseif calls[c] == 'DEBIT' and not debit then debit = true
     else fail(ERR.syntax) end
   end
   local parsed = {}
   for s = 1, nkeys do
-    local p, qm, qu, held = as_limiter(s, parse_spec, specs[s], args, millis)
-    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held }
+    local p, qm, qu, held, debits = as_limiter(s, parse_spec, specs[s], args, millis, debit)
+    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held, debit = debits }
   end
   -- Every key is read before anything is decided; every limiter decides at one instant; the
   -- effects are written only when all admit. The first pass decides for the replies alone
@@ -160,7 +165,8 @@ local function all(keys, args)
       ok, d = false, fmt(ERR.twin_all_converts, conversions)
       failed = d
     else
-      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, true)
+      -- (A debit is written whatever the others decide: decided for writing at once.)
+      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, not debit, it.debit)
     end
     if ok then
       decisions[s] = d
@@ -185,7 +191,12 @@ local function all(keys, args)
       binding = s
     end
   end
-  if not denied then
+  if debit then
+    -- Every effect is written (a charge is never refused), but with SHADOW none.
+    if not shadow then
+      for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
+    end
+  elseif not denied then
     for s = 1, nkeys do
       local redo = decisions[s].redo
       if redo == true then

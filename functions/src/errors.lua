@@ -10,6 +10,10 @@ local ERR = {
   integer = 'ERR value is not an integer or out of range',
   range = 'ERR %s must be an integer from %s to %s',
   held_refund = 'ERR HELD is valid only with a negative quantity (a refund)',
+  -- DEBIT (core/src/limiter.rs): a charge, never a refund; and its bounds.
+  debit_negative = 'ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)',
+  debit_too_large = 'ERR DEBIT is too large: a count must stay at most %s',
+  debit_too_long = 'ERR DEBIT is too large: an exact window logs at most %s units a call (use PRECISION for larger budgets)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
@@ -54,6 +58,8 @@ local BOUND = {
   exact_hint = 'use PRECISION for larger limits',
   throttle_span = '(max_burst + 1) * period / count',
   bucket_span = 'interval * ceil(capacity / tokens)',
+  debit_throttle_span = 'quantity * period / count',
+  debit_bucket_span = 'interval * ceil(deficit / tokens)',
 }
 -- @errors end
 
