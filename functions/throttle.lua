@@ -3,7 +3,7 @@
 -- `make twin`; a test fails while this file is not their assembly).
 --[[
 redis-throttle's Functions twin, version 0.1.0: CL.THROTTLE, CL.WINDOW, CL.BUCKET,
-CL.COUNTER, CL.QUOTA (UTC and fixed offsets) and CL.ALL as Redis Functions, for servers that
+CL.COUNTER, CL.QUOTA (UTC and fixed offsets), CL.ALL and CL.EACH as Redis Functions, for servers that
 cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
@@ -13,6 +13,7 @@ cannot load modules (managed Redis and Valkey).
          FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
          FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW] [DEBIT]
          FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW] [DEBIT]
+         FCALL cl_each <numkeys> <key>... <spec>... [MS] [SHADOW] [DEBIT]
          FCALL_RO cl_version 0    (the library's version, as a string; FCALL works too)
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
@@ -119,7 +120,7 @@ local ERR = {
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version",
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
   twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
@@ -3616,10 +3617,12 @@ local function parse_spec(spec, args, millis, debit)
   return p, qm, qu, held_of(hm, hu, qm, qu), debits
 end
 
-local function all(keys, args)
+-- A call's keys and words: its limiters (parsed specs), then MS, DETAILS (CL.ALL's only),
+-- SHADOW and DEBIT. `name`: the command's, for the arity error.
+local function parse_call(keys, args, name)
   local nkeys = #keys
-  -- Redis's arity: CL.ALL numkeys key and the shortest spec, six words with the name.
-  if nkeys + #args < 4 then fail(fmt(ERR.arity, 'cl.all')) end
+  -- Redis's arity: numkeys key and the shortest spec, six words with the name.
+  if nkeys + #args < 4 then fail(fmt(ERR.arity, name)) end
   if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.numkeys) end
   for i = 2, nkeys do
     for j = 1, i - 1 do
@@ -3627,14 +3630,15 @@ local function all(keys, args)
     end
   end
   -- Split the specs (each its algorithm's word, its numbers, then the options it accepts with
-  -- their values) from the call's MS and DETAILS.
+  -- their values) from the call's own words.
+  local detailed = name == 'cl.all'
   local specs, calls = {}, {}
   local n, i = #args, 1
   local after_spec = false -- whether args[i] directly follows a spec (no call option between)
   while i <= n do
     local word = args[i]
     local upper = word:upper()
-    if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' or upper == 'DEBIT' then
+    if upper == 'MS' or (detailed and upper == 'DETAILS') or upper == 'SHADOW' or upper == 'DEBIT' then
       calls[#calls + 1] = upper
       i = i + 1
       after_spec = false
@@ -3676,14 +3680,20 @@ local function all(keys, args)
     local p, qm, qu, held, debits = as_limiter(s, parse_spec, specs[s], args, millis, debit)
     parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held, debit = debits }
   end
-  -- Every key is read before anything is decided; every limiter decides at one instant; the
-  -- effects are written only when all admit. The first pass decides for the replies alone
-  -- (`dry`): a window whose stored state is of another layout or precision is not converted;
-  -- only when every limiter admits is it decided again and converted, and the effects written.
+  return parsed, millis, details, shadow, debit
+end
+
+-- Every key read before anything is decided, every limiter decided at one instant: the keys'
+-- values and expiries, the decisions and the instant. `dry` (CL.ALL's first pass, whose
+-- effects are written only when all admit): decided for the replies alone, a window whose
+-- stored state is of another layout or precision not converted (see exact_decide); a debit
+-- is decided for writing at once. `name`: the function's, for the twin's own refusals.
+local function read_decide(keys, parsed, dry, name)
+  local nkeys = #keys
   local nm, nu = clock()
   local stored, expiries, decisions = {}, {}, {}
   for s = 1, nkeys do stored[s], expiries[s] = read_of(parsed[s].kind, keys[s]) end
-  -- The longest CL.WINDOW ring cl_all reads is the twin's own cap, 10,000 buckets (10,001
+  -- The longest CL.WINDOW ring cl_all (or cl_each) reads is the twin's own cap, 10,000 buckets (10,001
   -- slots). Reading a longer ring (the module's, under a raised `throttle.max-buckets`) is
   -- O(its buckets) in Lua, up to tens of ms each: 16 in one call would pass the twin's 100 ms.
   -- A cl_all that finds one (its header valid: an invalid one gets the module's error) is
@@ -3718,14 +3728,13 @@ local function all(keys, args)
     local it = parsed[s]
     local ok, d
     if it.kind == 'window' and ring_too_long(stored[s]) then
-      ok, d = false, fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5))
+      ok, d = false, (fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5)):gsub('cl_all', name))
       failed = d
     elseif converting[s] and conversions > 8 then
-      ok, d = false, fmt(ERR.twin_all_converts, conversions)
+      ok, d = false, (fmt(ERR.twin_all_converts, conversions):gsub('cl_all', name))
       failed = d
     else
-      -- (A debit is written whatever the others decide: decided for writing at once.)
-      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, not debit, it.debit)
+      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, dry and not it.debit, it.debit)
     end
     if ok then
       decisions[s] = d
@@ -3736,6 +3745,14 @@ local function all(keys, args)
     end
   end
   if refused then fail(refused) end
+  return stored, expiries, decisions, nm, nu
+end
+
+-- CL.ALL: all admit and every effect is written, or none is (with DEBIT, every one is).
+local function all(keys, args)
+  local parsed, millis, details, shadow, debit = parse_call(keys, args, 'cl.all')
+  local nkeys = #keys
+  local stored, expiries, decisions, nm, nu = read_decide(keys, parsed, not debit, 'cl_all')
   local binding, denied = 1, false
   for s = 1, nkeys do
     local d = decisions[s]
@@ -3791,7 +3808,27 @@ local function all(keys, args)
   return reply
 end
 
-return { all = all }
+-- CL.EACH numkeys key... spec... [MS] [DEBIT] [SHADOW] (issue 45; core/src/each.rs): CL.ALL's
+-- grammar, but each limiter decided on its own at one instant, as its single command decides:
+-- each admitted one (each refund, and every debit) writes its effect, a denied take none (but
+-- the repair its single command stores). The reply: each limiter's five integers, in key order.
+local function each(keys, args)
+  local parsed, millis, _, shadow, debit = parse_call(keys, args, 'cl.each')
+  local stored, _, decisions = read_decide(keys, parsed, false, 'cl_each')
+  local reply = {}
+  for s = 1, #keys do
+    local d, it = decisions[s], parsed[s]
+    -- (SHADOW with DEBIT writes nothing)
+    if not (shadow and debit) then apply(keys[s], d, stored[s]) end
+    -- SHADOW: a denial of a limiter consuming units reads as admitted.
+    if shadow and (it.qm > 0 or (it.qm == 0 and it.qu > 0)) then shadowed(d) end
+    d = five(d, millis)
+    reply[s] = { d[1], d[2], d[3], d[4], d[5] }
+  end
+  return reply
+end
+
+return { all = all, each = each }
 end)()
 -- ---- functions/src/hot.lua
 lib.hot = (function()
@@ -4270,7 +4307,7 @@ local errors, hot = lib.errors, lib.hot
 local ERR, fail, run = errors.ERR, errors.fail, errors.run
 local printable = lib.arguments.printable
 local single = lib.store.single
-local all = lib.all.all
+local all, each = lib.all.all, lib.all.each
 local cl_counter, cl_throttle, cl_window = hot.cl_counter, hot.cl_throttle, hot.cl_window
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
@@ -4279,6 +4316,7 @@ local function eval_dispatch(keys, argv)
   local name, args = argv[1], {}
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
+  if name == 'cl_each' then return each(keys, args) end
   local kind = EVAL_KINDS[name]
   if kind == nil then
     if name == 'cl_version' then return VERSION end
@@ -4296,6 +4334,7 @@ register('cl_window', cl_window)
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
 register('cl_counter', cl_counter)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
+register('cl_each', function(keys, args) return run(each, keys, args) end)
 register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
 -- The version loaders and clients compare with their own (FCALL_RO cl_version 0: no key, no
 -- write, so on any node and on read-only replicas).

@@ -893,8 +893,13 @@ fn the_twin_matches_the_module_call_for_call() {
             let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
             let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&Rig::keys(slots[0])[0]).query(&mut rig.c).unwrap();
             g.held = (expiry >= 0).then_some(expiry);
-            let args = g.all_args(&chosen);
-            let (command, function) = ("CL.ALL", "cl_all");
+            let mut args = g.all_args(&chosen);
+            // CL.EACH (its grammar CL.ALL's but DETAILS) or CL.ALL.
+            let each = g.chance(0.4);
+            if each {
+                args.retain(|w| !w.eq_ignore_ascii_case("DETAILS"));
+            }
+            let (command, function) = if each { ("CL.EACH", "cl_each") } else { ("CL.ALL", "cl_all") };
             let (before, replies, states) = rig.call_multi((command, function), &slots, &args, now_us);
             let context = format!(
                 "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, {command} {} slots {slots:?} {}",
@@ -918,6 +923,25 @@ fn the_twin_matches_the_module_call_for_call() {
             assert_eq!(states[1], states[0], "FCALL {function} stored bytes/expiry differ: {context}");
             assert_eq!(states[2], states[0], "EVALSHA {function} stored bytes/expiry differ: {context}");
             let debit = args.iter().any(|a| a.eq_ignore_ascii_case("DEBIT"));
+            if each {
+                let outcome = match &replies[0] {
+                    Value::Array(items) => {
+                        let limited = items.iter().filter(|d| five_of(d).is_some_and(|d| d[0] == 1)).count();
+                        match (debit, limited) {
+                            (true, 0) => "DEBIT, every limiter fitted",
+                            (true, _) => "DEBIT, some overdrawn (every debit written)",
+                            (false, 0) => "every limiter admitted",
+                            (false, n) if n == items.len() => "every limiter denied",
+                            (false, _) => "some denied, the others written",
+                        }
+                    }
+                    Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+                    Value::ServerError(_) => "error",
+                    other => panic!("{context}: unexpected module reply {other:?}"),
+                };
+                tally.add(format!("CL.EACH: {outcome}"));
+                continue;
+            }
             let outcome = match &replies[0] {
                 Value::Array(items) if debit && matches!(items.first(), Some(Value::Int(1))) => {
                     "DEBIT overdrawn (every debit written)"
@@ -1112,6 +1136,9 @@ fn the_twin_matches_the_module_call_for_call() {
         "DETAILS",
         "DEBIT overdrawn (every debit written)",
         "DEBIT fitted",
+        "CL.EACH: some denied, the others written",
+        "CL.EACH: DEBIT, some overdrawn (every debit written)",
+        "CL.EACH: every limiter admitted",
     ] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }

@@ -47,7 +47,7 @@ fn real_us() -> i64 {
 fn fcall_raw(c: &mut Connection, words: &str) -> redis::RedisResult<Value> {
     let w: Vec<&str> = words.split_whitespace().collect();
     let (function, rest) = w.split_first().unwrap();
-    if *function == "cl_all" {
+    if *function == "cl_all" || *function == "cl_each" {
         return redis::cmd("FCALL").arg(*function).arg(rest).query(c);
     }
     redis::cmd("FCALL").arg(*function).arg(1).arg(rest).query(c)
@@ -257,11 +257,11 @@ fn functions_are_declared_as_writes_without_allow_oom_and_keys_from_keys_only() 
     // No flag at all: the limiters may write (refused by FCALL_RO and on read-only replicas),
     // are refused under OOM (no allow-oom), and touch only their declared keys (no
     // allow-cross-slot-keys, no no-cluster). cl_version only reads (no-writes).
-    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_quota", "cl_all"] {
+    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_quota", "cl_all", "cl_each"] {
         assert_eq!(flags.get(f), Some(&vec![]), "{f} is registered without flags: {flags:?}");
     }
     assert_eq!(flags.get("cl_version"), Some(&vec!["no-writes".to_string()]), "{flags:?}");
-    assert_eq!(flags.len(), 7, "{flags:?}");
+    assert_eq!(flags.len(), 8, "{flags:?}");
     let e = redis::cmd("FCALL_RO")
         .arg("cl_throttle")
         .arg(1)
@@ -352,7 +352,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     assert_eq!(
         e.detail(),
         Some(
-            "unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version"
+            "unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version"
         )
     );
     // A long or binary name is echoed as the module echoes words: 32 printable bytes at most.
@@ -361,7 +361,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     let echoed = format!("cl_?{}", "x".repeat(28));
     assert_eq!(
         e.detail(),
-        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version").as_str())
+        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version").as_str())
     );
     let all: Reply = redis::cmd("EVALSHA")
         .arg(&sha)
@@ -770,6 +770,35 @@ fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
     assert_eq!(
         fcall_err(&mut c, "cl_window w 5 10 PRECISION 1 9223372036854775807 DEBIT"),
         "ERR DEBIT is too large: a count must stay at most 9223372036854775807"
+    );
+}
+
+#[test]
+fn cl_each_decides_each_limiter_on_its_own_and_debits_with_shadow_write_nothing() {
+    let (_server, mut c) = pinned_twin();
+    let t = real_us() + 3_600_000_000;
+    pin(&mut c, t - t % 1_000_000);
+    let each = |c: &mut Connection, words: &str| -> Vec<Reply> {
+        redis::FromRedisValue::from_redis_value(fcall_raw(c, words).unwrap_or_else(|e| panic!("{words}: {e}"))).unwrap()
+    };
+    // The counter denies and writes nothing; the others admit and write.
+    let r = each(&mut c, "cl_each 3 a b w THROTTLE 1 1 1 COUNTER 1 10 QUANTITY 2 WINDOW 2 10");
+    assert_eq!(r, [vec![0, 2, 1, -1, 1], vec![1, 1, 1, -1, 0], vec![0, 2, 1, -1, 10]]);
+    assert!(get(&mut c, "a").is_some() && get(&mut c, "b").is_none() && get(&mut c, "w").is_some());
+    // DEBIT: every limiter counts its quantity, overdrawn or not; with SHADOW nothing is written.
+    let before = (get(&mut c, "a"), get(&mut c, "w"));
+    let r = each(&mut c, "cl_each 2 a w THROTTLE 1 1 1 QUANTITY 3 WINDOW 2 10 QUANTITY 3 DEBIT SHADOW");
+    assert_eq!(r, [vec![0, 2, 0, -1, 4], vec![0, 2, 0, -1, 10]]);
+    assert_eq!((get(&mut c, "a"), get(&mut c, "w")), before, "SHADOW with DEBIT writes nothing");
+    let r = each(&mut c, "cl_each 2 a w THROTTLE 1 1 1 QUANTITY 2 WINDOW 2 10 QUANTITY 3 DEBIT");
+    assert_eq!(r, [vec![1, 2, 0, 3, 3], vec![1, 2, 0, -1, 10]]);
+    assert_eq!(each(&mut c, "cl_each 1 a THROTTLE 1 1 1 QUANTITY 0")[0], [1, 2, 0, 1, 3]);
+    // CL.ALL's grammar without DETAILS, its errors named for CL.EACH.
+    assert_eq!(fcall_err(&mut c, "cl_each 1 a THROTTLE 1 1 1 DETAILS"), "ERR syntax error");
+    assert_eq!(fcall_err(&mut c, "cl_each 1 a"), "ERR wrong number of arguments for 'cl.each' command");
+    assert_eq!(
+        fcall_err(&mut c, "cl_each 1 a THROTTLE 1 1 1 QUANTITY -1 DEBIT"),
+        "ERR limiter 1: DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)"
     );
 }
 

@@ -33,7 +33,7 @@ local ERR = {
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version",
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
   twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
