@@ -208,6 +208,28 @@ fn cases() -> Vec<Case> {
             documented: None,
         },
         Case {
+            name: "DEBIT: units counted whatever the limit says, then repaid by time",
+            source: MODEL,
+            calls: vec![
+                at(0, "CL.THROTTLE d:t 2 1 1 5 DEBIT"),
+                at(500, "CL.THROTTLE d:t 2 1 1 0"),
+                at(2_500, "CL.THROTTLE d:t 2 1 1"),
+                at(0, "CL.WINDOW d:w 3 10 4 DEBIT"),
+                at(9_999, "CL.WINDOW d:w 3 10 0"),
+                at(10_000, "CL.WINDOW d:w 3 10"),
+                at(0, "CL.BUCKET d:b 5 1 2 7 DEBIT"),
+                at(3_000, "CL.BUCKET d:b 5 1 2 DEBIT"),
+                at(4_000, "CL.BUCKET d:b 5 1 2 0"),
+                at(0, "CL.COUNTER d:c 3 60 2 DEBIT"),
+                at(1_000, "CL.COUNTER d:c 3 60 2 DEBIT"),
+                at(2_000, "CL.COUNTER d:c 3 60"),
+                at(0, "CL.QUOTA d:q 10 PER HOUR QUANTITY 12 DEBIT MS"),
+                at(0, "CL.ALL 2 d:a1 d:a2 COUNTER 5 60 QUANTITY 3 THROTTLE 1 1 1 QUANTITY 3 DEBIT DETAILS"),
+                at(1_000, "CL.ALL 2 d:a1 d:a2 COUNTER 5 60 THROTTLE 1 1 1 DETAILS"),
+            ],
+            documented: None,
+        },
+        Case {
             name: "CL.QUOTA: per calendar minute in UTC and per day at +05:30",
             source: MODEL,
             calls: vec![
@@ -243,12 +265,22 @@ struct Words<'a> {
     precision: Option<i64>,
     per: Option<&'a str>,
     tz: Option<&'a str>,
+    debit: bool,
 }
 
 fn words(text: &str) -> Words<'_> {
     let mut it = text.split(' ');
     let (command, key) = (it.next().unwrap(), it.next().unwrap());
-    let mut w = Words { command, key, numbers: Vec::new(), unit: Unit::Seconds, precision: None, per: None, tz: None };
+    let mut w = Words {
+        command,
+        key,
+        numbers: Vec::new(),
+        unit: Unit::Seconds,
+        precision: None,
+        per: None,
+        tz: None,
+        debit: false,
+    };
     while let Some(word) = it.next() {
         match word {
             "MS" => w.unit = Unit::Millis,
@@ -256,6 +288,7 @@ fn words(text: &str) -> Words<'_> {
             "PER" => w.per = Some(it.next().unwrap()),
             "TZ" => w.tz = Some(it.next().unwrap()),
             "QUANTITY" => {}
+            "DEBIT" => w.debit = true,
             n => w.numbers.push(n.parse().unwrap()),
         }
     }
@@ -286,60 +319,65 @@ fn model_call(models: &mut HashMap<String, Model>, text: &str, now_ms: i64) -> [
     match model {
         Model::Throttle(tat) => {
             let (reply, write) =
-                reference::throttle::call(*tat, now, n[0], n[1], ns(n[2]) as i64, q(3), false).expect("valid");
+                reference::throttle::call(*tat, now, n[0], n[1], ns(n[2]) as i64, q(3), w.debit).expect("valid");
             if let Some(new) = write {
                 *tat = new.map(|t| t as i64);
             }
             reply
         }
-        Model::Window(m) => m.call(now.into(), n[0].into(), ns(n[1]), w.precision.map(ns), q(2).into(), false),
-        Model::Bucket(m) => m.call(now.into(), q(3).into(), false),
-        Model::Counter(m) => m.call(now.into(), n[0].into(), ns(n[1]), q(2).into(), false),
+        Model::Window(m) => m.call(now.into(), n[0].into(), ns(n[1]), w.precision.map(ns), q(2).into(), w.debit),
+        Model::Bucket(m) => m.call(now.into(), q(3).into(), w.debit),
+        Model::Counter(m) => m.call(now.into(), n[0].into(), ns(n[1]), q(2).into(), w.debit),
         Model::Quota(m) => {
             let per = Per::parse(w.per.unwrap().as_bytes()).unwrap();
             let zone = w.tz.map_or(Zone::UTC, |z| Zone::parse(z.as_bytes()).unwrap());
             let (_, end) = reference::quota::period(&Calendar { per, zone, anchor_ms: None }, now_ms);
-            m.call(now.into(), n[0].into(), i128::from(end) * i128::from(NANOS_PER_MILLI), q(1).into(), false)
+            m.call(now.into(), n[0].into(), i128::from(end) * i128::from(NANOS_PER_MILLI), q(1).into(), w.debit)
         }
     }
 }
 
-/// The single commands a CL.ALL call stands for (`CL.X key params… quantity [MS]`, each
-/// spec's own words), whether it asks for `DETAILS`, and its unit.
-fn specs(text: &str) -> (Vec<String>, bool, Unit) {
+/// The single commands a CL.ALL call stands for (`CL.X key params… quantity [DEBIT] [MS]`, each
+/// spec's own words), whether it asks for `DETAILS`, its unit, and whether it is a `DEBIT`.
+fn specs(text: &str) -> (Vec<String>, bool, Unit, bool) {
     let w: Vec<&str> = text.split(' ').collect();
     let n: usize = w[1].parse().unwrap();
     let keys = &w[2..2 + n];
-    let (mut singles, mut details, mut unit): (Vec<Vec<String>>, bool, Unit) = (Vec::new(), false, Unit::Seconds);
+    let (mut singles, mut details, mut unit, mut debit): (Vec<Vec<String>>, bool, Unit, bool) =
+        (Vec::new(), false, Unit::Seconds, false);
     for &word in &w[2 + n..] {
         match word {
             "THROTTLE" | "WINDOW" | "BUCKET" | "COUNTER" | "QUOTA" => {
                 singles.push(vec![format!("CL.{word}"), keys[singles.len()].to_string()])
             }
             "DETAILS" => details = true,
+            "DEBIT" => debit = true,
             "MS" => unit = Unit::Millis,
             other => singles.last_mut().unwrap().push(other.to_string()),
         }
     }
-    let ms = if unit == Unit::Millis { " MS" } else { "" };
-    (singles.into_iter().map(|s| s.join(" ") + ms).collect(), details, unit)
+    let tail = format!("{}{}", if debit { " DEBIT" } else { "" }, if unit == Unit::Millis { " MS" } else { "" });
+    (singles.into_iter().map(|s| s.join(" ") + &tail).collect(), details, unit, debit)
 }
 
 /// The model's reply to a call: a single command's five integers, or CL.ALL's (every limiter
 /// at one instant, each as its single command; all effects or none; the binding one: among
 /// the denying, the longest `retry_after` as replied (never counts as longest), else the fewest
 /// `remaining`, the first of equals; then its 1-based index, and each one's five with
-/// `DETAILS`).
+/// `DETAILS`). A `DEBIT` counts every limiter's units whatever the limits say.
 fn model_reply(models: &mut HashMap<String, Model>, text: &str, now_ms: i64) -> Value {
     if !text.starts_with("CL.ALL ") {
         return json!(replied(model_call(models, text, now_ms), words(text).unit));
     }
-    let (singles, details, unit) = specs(text);
+    let (singles, details, unit, debit) = specs(text);
     let mut trial: HashMap<String, Model> = models.iter().map(|(k, m)| (k.clone(), m.clone())).collect();
     let each: Vec<[i64; 5]> = singles.iter().map(|s| replied(model_call(&mut trial, s, now_ms), unit)).collect();
     let denied: Vec<usize> = (0..each.len()).filter(|&i| each[i][0] == 1).collect();
-    let binding = if denied.is_empty() {
+    // A DEBIT is never refused: every limiter keeps its count.
+    if denied.is_empty() || debit {
         *models = trial;
+    }
+    let binding = if denied.is_empty() {
         (0..each.len()).min_by_key(|&i| each[i][2]).unwrap()
     } else {
         let wait = |i: usize| if each[i][3] < 0 { i64::MAX } else { each[i][3] };
