@@ -232,7 +232,8 @@ pub fn parse(data: &[u8]) {
                 | Error::RateTooFast { .. }
                 | Error::SpanTooLong(_)
                 | Error::Syntax
-                | Error::HeldWithoutRefund => {}
+                | Error::HeldWithoutRefund
+                | Error::DebitRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
@@ -819,7 +820,11 @@ mod tests {
             window(&data);
             quota(&data);
             held(&data);
-            debit(&data);
+            // (A quota's driver is the slowest, its calendar model walking seconds: debits on
+            // a quota once in four here; the fuzz target and `never_over_admits` run more.)
+            if data.first().is_none_or(|b| b % 5 != 4 || b % 4 == 0) {
+                debit(&data);
+            }
             each(&data);
         }
     }

@@ -33,6 +33,8 @@ pub mod reference;
 pub mod throttle;
 pub mod time;
 pub mod top;
+#[cfg(test)]
+mod vectors;
 pub mod window;
 
 pub use caps::Caps;

@@ -159,3 +159,52 @@ pub(crate) fn all_decision(value: &Value, count: usize) -> Result<Decision, Erro
     decision.each = each;
     Ok(decision)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::Number(n) => Value::Int(n.as_i64().unwrap()),
+            serde_json::Value::String(s) => Value::BulkString(s.clone().into_bytes()),
+            serde_json::Value::Array(items) => Value::Array(items.iter().map(value).collect()),
+            other => panic!("no reply of the vectors is {other}"),
+        }
+    }
+
+    fn neutral(n: &Numbers) -> serde_json::Value {
+        let (limited, retry) = match n.verdict {
+            crate::Verdict::Allowed => (false, -1),
+            crate::Verdict::Never => (true, -1),
+            crate::Verdict::Denied { retry_after } => (true, retry_after.as_millis() as i64),
+        };
+        serde_json::json!({
+            "limited": limited, "limit": n.limit, "remaining": n.remaining,
+            "retry_after_ms": retry, "reset_after_ms": n.reset_after.as_millis() as i64,
+        })
+    }
+
+    /// The shared vectors (tests/vectors/replies.json), as the npm and Python packages decode them.
+    #[test]
+    fn replies_decode_as_the_shared_vectors_say() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/vectors/replies.json")).unwrap();
+        for v in vectors["decode"].as_array().unwrap() {
+            let reply = value(&v["reply"]);
+            let decoded = match v["what"].as_str().unwrap() {
+                "five" => five(&reply).map(|r| neutral(&Numbers::from_reply(r))),
+                _ => all_decision(&reply, v["count"].as_u64().unwrap() as usize).map(|d| {
+                    let mut head = neutral(&Numbers::from_reply(five(&reply).unwrap()));
+                    head["binding"] = d.binding.into();
+                    head["details"] = d.each.iter().map(neutral).collect();
+                    head
+                }),
+            };
+            match v.get("error") {
+                Some(_) => assert!(decoded.is_err(), "{}: {decoded:?}", v["reply"]),
+                None => assert_eq!(decoded.unwrap(), v["decoded"], "{}", v["reply"]),
+            }
+        }
+    }
+}
