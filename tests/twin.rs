@@ -1111,20 +1111,41 @@ fn the_shared_vectors_hold_on_the_module_and_the_twin() {
     let words = |v: &serde_json::Value| -> Vec<String> {
         v.as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
     };
+    fn json(v: &Value) -> serde_json::Value {
+        match v {
+            Value::Int(i) => (*i).into(),
+            Value::Array(items) => items.iter().map(json).collect(),
+            other => format!("{other:?}").into(),
+        }
+    }
     let (_server, mut c) = module_and_pinned_twin();
     let mut ran = 0;
     for case in read("algorithms.json")["cases"].as_array().unwrap() {
         for step in case["steps"].as_array().unwrap() {
             let call = words(&step["call"]);
-            let (command, key, args) = (&call[0], &call[1], call[2..].join(" "));
             let us = step["at_ms"].as_i64().unwrap() * 1000;
-            let (module, twin) = both_at(&mut c, us, command, (&format!("m:{key}"), &format!("t:{key}")), &args);
-            let want: Vec<i64> = serde_json::from_value(step["reply"].clone()).unwrap();
-            let as_ints = |v: &Value| -> Vec<i64> {
-                redis::FromRedisValue::from_redis_value(v.clone()).unwrap_or_else(|_| panic!("{call:?}: {v:?}"))
-            };
-            assert_eq!(as_ints(&module), want, "{}: the module: {call:?}", case["name"]);
-            assert_eq!(as_ints(&twin), want, "{}: the twin: {call:?}", case["name"]);
+            let _: () = redis::cmd("CL.DEBUG").arg("CLOCK").arg(us).query(&mut c).unwrap();
+            pin(&mut c, us);
+            // The module's keys and the twin's apart: `m:` and `t:` before each.
+            let (mut module, mut twin) = (redis::cmd(&call[0]), redis::cmd("FCALL"));
+            let function = format!("cl_{}", call[0].trim_start_matches("CL.").to_lowercase());
+            twin.arg(function);
+            let keys = if call[0] == "CL.ALL" { call[1].parse::<usize>().unwrap() } else { 1 };
+            let (key_words, rest) = if call[0] == "CL.ALL" { call[2..].split_at(keys) } else { call[1..].split_at(1) };
+            if call[0] == "CL.ALL" {
+                module.arg(keys);
+            }
+            twin.arg(keys);
+            for key in key_words {
+                module.arg(format!("m:{key}"));
+                twin.arg(format!("t:{key}"));
+            }
+            module.arg(rest);
+            twin.arg(rest);
+            let module: Value = module.query(&mut c).unwrap_or_else(|e| panic!("{call:?}: the module: {e}"));
+            let twin: Value = twin.query(&mut c).unwrap_or_else(|e| panic!("{call:?}: the twin: {e}"));
+            assert_eq!(json(&module), step["reply"], "{}: the module: {call:?}", case["name"]);
+            assert_eq!(json(&twin), step["reply"], "{}: the twin: {call:?}", case["name"]);
             ran += 1;
         }
     }
