@@ -315,8 +315,9 @@ function casesOf({ nr, io, floor }) {
 
 /**
  * One pass over every case and workload on fresh servers (a module server with the floor module,
- * a twin), `rounds` times, each case's figure the lowest of its rounds: `cost(server, run)` runs
- * one case's measured requests on that server and returns what they cost it per request.
+ * a twin), `rounds` times, each case's figures those of its cheapest round: `cost(server, run)`
+ * runs one case's measured requests on that server and returns what they cost it per request
+ * (`{ cost, lines }`).
  * `wrap`: a command the servers run under (valgrind). Returns the rows (requests/s included).
  */
 async function pass({ rounds, cost, wrap, label }) {
@@ -347,7 +348,7 @@ async function pass({ rounds, cost, wrap, label }) {
       workload = w;
       const first = rows.length;
       for (const [host, store, server] of cases)
-        rows.push({ workload: name, host, store, server, cost: Infinity, rps: 0 });
+        rows.push({ workload: name, host, store, server, cost: Infinity, lines: undefined, rps: 0 });
       for (let round = 0; round < rounds; round++) {
         for (const [i, [host, store, server, make]] of cases.entries()) {
           const app = await make();
@@ -358,7 +359,7 @@ async function pass({ rounds, cost, wrap, label }) {
           });
           await app.close();
           const row = rows[first + i];
-          row.cost = Math.min(row.cost, c);
+          if (c.cost < row.cost) Object.assign(row, c);
           row.rps = Math.max(row.rps, rps);
           console.error(`${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${label(c, rps)}`);
         }
@@ -379,22 +380,30 @@ const time = async ({ admin }, run) => {
   await run();
   const after = await commandStats(admin);
   if (process.env.BENCH_DETAIL) console.error(`  ${detail(before, after)}`);
-  return (usecOf(after) - usecOf(before)) / N;
+  return { cost: (usecOf(after) - usecOf(before)) / N };
 };
 
 // Instructions per request: the server runs under callgrind collecting inside processCommand
 // only (each command whole, from its lookup to its reply, a script's or a MULTI's commands
 // counted once, within it; no networking), as bench/instructions.sh's "(whole)" scenarios
 // count; zeroed before the measured requests and dumped after them. Unlike time, this does not
-// move with the machine's load, and it does not see caches: a command running with cold caches
-// (Redis idle between requests, as here) costs more time per instruction the more code and
-// data it touches.
+// move with the machine's load. It does not see caches, which here are cold: Redis idles
+// between requests (the apps are the bottleneck) while other processes run, so each command
+// starts with little of its code and data cached and pays for every line it touches. Hence
+// the second figure, lines per request: the 64-byte lines of code and data a command fetches
+// from memory in callgrind's cache simulation with caches small enough (8 KB first level,
+// 32 KB last) that each command finds few of the previous one's: about the distinct lines it
+// touches.
 const callgrindDir = mkdtempSync(path.join(tmpdir(), 'rt-bench-cg-'));
 const CALLGRIND = [
   'valgrind',
   '--tool=callgrind',
   '--collect-atstart=no',
   '--toggle-collect=processCommand',
+  '--cache-sim=yes',
+  '--I1=8192,2,64',
+  '--D1=8192,2,64',
+  '--LL=32768,4,64',
   `--callgrind-out-file=${callgrindDir}/cg.%p`,
 ];
 const control = (what, pid) => execFileSync('callgrind_control', [what, String(pid)], { stdio: 'ignore' });
@@ -406,25 +415,33 @@ const instructions = async ({ server }, run) => {
   const dump = readdirSync(callgrindDir).find((f) => f.startsWith(`cg.${server.pid}.`) && !before.has(f));
   if (!dump) throw new Error(`callgrind wrote no dump for ${server.pid}`);
   const text = readFileSync(path.join(callgrindDir, dump), 'utf8');
-  const totals = /^(?:totals|summary): (\d+)/m.exec(text);
-  if (!totals) throw new Error(`no totals in ${dump}`);
-  return Number(totals[1]) / N;
+  const events = /^events: (.*)$/m.exec(text)?.[1].split(' ');
+  const totals = /^(?:totals|summary): (.*)$/m.exec(text)?.[1].split(' ').map(Number);
+  if (!events || !totals) throw new Error(`no totals in ${dump}`);
+  const of = (name) => totals[events.indexOf(name)] ?? 0;
+  return { cost: of('Ir') / N, lines: (of('ILmr') + of('DLmr') + of('DLmw')) / N };
 };
 
 const rows = await pass({
   rounds: ROUNDS,
   cost: time,
-  label: (c, rps) => `${c.toFixed(2)} us | ${rps.toFixed(0)} req/s`,
+  label: (c, rps) => `${c.cost.toFixed(2)} us | ${rps.toFixed(0)} req/s`,
 });
 // BENCH_INSTRUCTIONS=0: the timing alone (no valgrind).
 const counted =
   process.env.BENCH_INSTRUCTIONS === '0'
     ? []
-    : await pass({ rounds: 1, cost: instructions, wrap: CALLGRIND, label: (c) => `${Math.round(c)} instructions` });
+    : await pass({
+        rounds: 1,
+        cost: instructions,
+        wrap: CALLGRIND,
+        label: (c) => `${Math.round(c.cost)} instructions, ${Math.round(c.lines)} lines`,
+      });
 rmSync(callgrindDir, { recursive: true, force: true });
 for (const [i, r] of rows.entries()) {
   r.cpu = r.cost;
   r.ir = counted[i]?.cost;
+  r.lines = counted[i]?.lines;
 }
 // Each of our rows beside the replaced store and beside the floor of the same command's place in
 // the same run (target: at most 1.1× that floor): FLOOR.TOUCH for the module's counter, GCRA and
@@ -439,18 +456,22 @@ const floorOf = (r) => {
   return same(window ? 'floor: FLOOR.APPEND (exact window)' : 'floor: FLOOR.TOUCH', 'module');
 };
 console.log(
-  `| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | instructions per request | vs its floor | requests/s |`,
+  `| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | instructions per request (vs its floor) | lines per request (vs its floor) | requests/s |`,
 );
 console.log(`|---|---|---|---|---|---|---|---|---|---|`);
 let base;
 const times = (a, b) => (a !== undefined && b !== undefined ? `${(a / b).toFixed(2)}×` : '—');
+// A count per request, and beside the floor's when the row has one.
+const count = (v, floor) =>
+  v === undefined
+    ? '—'
+    : `${Math.round(v).toLocaleString('en-US')}${floor === undefined ? '' : ` (${times(v, floor)})`}`;
 for (const r of rows) {
   if (!r.store.startsWith('redis-throttle') && !r.store.startsWith('floor')) base = r;
   const ratio = r === base ? '1' : times(r.cpu, base.cpu);
   const floor = floorOf(r);
-  const ir = r.ir === undefined ? '—' : Math.round(r.ir).toLocaleString('en-US');
   console.log(
-    `| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${times(r.cpu, floor?.cpu)} | ${ir} | ${times(r.ir, floor?.ir)} | ${r.rps.toFixed(0)} |`,
+    `| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${times(r.cpu, floor?.cpu)} | ${count(r.ir, floor?.ir)} | ${count(r.lines, floor?.lines)} | ${r.rps.toFixed(0)} |`,
   );
 }
 process.exit(0);
