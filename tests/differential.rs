@@ -1280,6 +1280,21 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
         check(&mut rig, "the last instants", Algorithm::Throttle, &Plant::Value(Vec::new(), None), &args, at_us);
         let _: () = redis::cmd("DEL").arg(&Rig::keys(0)[..]).query(&mut rig.c).unwrap();
     }
+    // A debit that overdraws onto the last instants: its new TAT fits, and so does its retry
+    // time (`new_TAT + q·EI − tolerance`, never past the new TAT), though `new_TAT + q·EI`
+    // would not: the module stores it, and so must the twin.
+    let at_us = last_us - 10_000;
+    let tat = at_us * 1000 + 5 * MS;
+    let plant = Plant::Value(tat.to_string().into_bytes(), Some(tat.div_euclid(MS) + 1));
+    let reply = check(
+        &mut rig,
+        "a debit onto the last instants",
+        Algorithm::Throttle,
+        &plant,
+        &s(&["0", "1", "5", "MS", "DEBIT"]),
+        at_us,
+    );
+    assert_eq!(five_of(&reply), Some([1, 1, 0, 10, 10]), "{reply:?}");
 
     // Error precedence: the module's error over the twin's own refusal.
     let huge = "9007199254740993"; // above 2^53 − 1: the twin refuses to reply it
