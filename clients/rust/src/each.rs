@@ -64,8 +64,10 @@ impl Throttle {
     /// Decides each `(policy, key, quantity)` on its own, exactly as [`Throttle::check_n`],
     /// [`Throttle::peek`] (quantity 0) or [`Throttle::refund`] (negative) would, in one round
     /// trip per hash slot (a pipeline, not a transaction; slots in parallel): a decision per
-    /// call, in order. The deny cache answers a call it holds a denial for; a slot that cannot
-    /// answer within the deadline gets the failure policy's decisions.
+    /// call, in order. A policy that debits ([`Policy::debiting`]) charges its units, as
+    /// [`Throttle::debit`] does; takes, peeks, refunds and debits mix freely. The deny cache
+    /// answers a take it holds a denial for (never a debit); a slot that cannot answer within
+    /// the deadline gets the failure policy's decisions.
     pub async fn check_each(&self, calls: &[(&Policy, &[u8], i64)]) -> Result<Vec<Decision>, Error> {
         if calls.len() == 1 {
             return Ok(vec![self.decide(calls, false).await?]);
@@ -98,6 +100,7 @@ impl Throttle {
         let mut pending_at: Vec<usize> = Vec::with_capacity(calls.len());
         for (i, &(policy, key, quantity)) in calls.iter().enumerate() {
             if quantity > 0
+                && !policy.debits()
                 && let Some(cache) = &inner.cache
                 && let Some(numbers) = cache.lookup(&policy.params(), key, quantity, now)
             {
@@ -170,6 +173,7 @@ impl Throttle {
     /// The decision's `each` holds every limiter's numbers as its single command would have
     /// replied (as `CL.ALL … DETAILS` does), `binding` the index of the binding one.
     pub async fn check_all_slots(&self, calls: &[(&Policy, &[u8], i64)]) -> Result<Decision, Error> {
+        crate::client::one_charge(calls)?;
         let cluster = self.is_cluster();
         let parts = groups(calls, cluster, MAX_ALL);
         if parts.len() <= 1 {
@@ -191,7 +195,8 @@ impl Throttle {
         }
         let denied = decided.iter().any(|r| matches!(r, Ok((d, _)) if !d.allowed()));
         let failed = decided.iter().any(Result::is_err);
-        if denied || failed {
+        // Debits are charges, never refused: nothing is given back when one overdrew.
+        if (denied || failed) && !crate::client::debits(calls) {
             // Give back what the admitting parts took (and only that: their held instants).
             for (group, result) in parts.iter().zip(&decided) {
                 if let Ok((d, held)) = result

@@ -89,6 +89,10 @@ pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quan
         cmd.arg("QUANTITY");
     }
     cmd.arg(quantity).arg("MS");
+    // A refund is never a charge: DEBIT takes a quantity of 0 or more.
+    if policy.debits() && quantity >= 0 {
+        cmd.arg("DEBIT");
+    }
     cmd
 }
 
@@ -111,6 +115,10 @@ pub(crate) fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
         cmd.arg("QUANTITY").arg(*quantity);
     }
     cmd.arg("MS").arg("DETAILS");
+    // One word for the whole call (callers check that every policy debits, or none).
+    if calls.iter().all(|(p, _, q)| p.debits() && *q >= 0) {
+        cmd.arg("DEBIT");
+    }
     cmd
 }
 
