@@ -43,7 +43,8 @@ pub struct Api {
     pub signal_modified_key: unsafe extern "C" fn(*mut RedisModuleCtx, *mut RedisModuleString) -> c_int,
     pub string_ptr_len: unsafe extern "C" fn(*const RedisModuleString, *mut usize) -> *const c_char,
     pub is_keys_position_request: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
-    pub get_selected_db: unsafe extern "C" fn(*mut RedisModuleCtx) -> c_int,
+    /// The key name's object of an open key (6.0+): how `store::peek` checks the key handle.
+    pub get_key_name_from_module_key: Option<unsafe extern "C" fn(*mut RedisModuleKey) -> *const RedisModuleString>,
     pub key_at_pos: unsafe extern "C" fn(*mut RedisModuleCtx, c_int),
     /// Redis 7.2+ / Valkey: the command's cached time, frozen for a whole MULTI, script or function.
     pub cached_microseconds: Option<unsafe extern "C" fn() -> ustime_t>,
@@ -132,7 +133,7 @@ pub fn resolve() -> Result<(), &'static str> {
         signal_modified_key: required!(RedisModule_SignalModifiedKey),
         string_ptr_len: required!(RedisModule_StringPtrLen),
         is_keys_position_request: required!(RedisModule_IsKeysPositionRequest),
-        get_selected_db: required!(RedisModule_GetSelectedDb),
+        get_key_name_from_module_key: optional!(RedisModule_GetKeyNameFromModuleKey),
         key_at_pos: required!(RedisModule_KeyAtPos),
         cached_microseconds: optional!(RedisModule_CachedMicroseconds),
         get_notify_keyspace_events: optional!(RedisModule_GetNotifyKeyspaceEvents),

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
@@ -22,7 +22,7 @@ use redis_throttle_core::{Effect, Error, Patch, Result};
 use crate::api::api;
 use crate::dispatch::Call;
 
-mod plain;
+mod peek;
 mod replication;
 mod zset;
 
@@ -31,7 +31,7 @@ const MAX_VALUE: usize = 512 * 1024 * 1024;
 
 /// Values up to this length may be held in a compact encoding (an integer, or a string stored
 /// with its object), which reading through `RedisModule_StringDMA` would convert to a plain
-/// string (see `plain`); longer ones are always plain strings.
+/// string (see `peek`); longer ones are always plain strings.
 const COMPACT_UP_TO: usize = 64;
 
 /// Redis stores a string shorter than this with no room to grow (its smallest header).
@@ -73,8 +73,6 @@ pub struct Key {
     empty: bool,
     value: Value,
     expires_at_ms: Option<i64>,
-    /// The key's fingerprint for `plain`, 0 until computed (a fingerprint is never 0).
-    fingerprint: std::cell::Cell<u64>,
 }
 
 /// The value as read when the key was loaded.
@@ -89,21 +87,6 @@ enum Value {
 }
 
 impl Key {
-    /// [`Key::open`] for a key whose name the caller has already read (`name`: argument
-    /// `word`'s bytes): its fingerprint for `plain` is made from them, and the table's slot is
-    /// fetched into the cache while the server looks the key up (at request rates a limiter
-    /// sees, each is a cache miss: overlapped, they cost one).
-    #[inline(always)]
-    pub fn open_named(call: &Call, word: usize, name: &[u8]) -> Result<Key> {
-        // SAFETY: the command's context.
-        let db = unsafe { (api().get_selected_db)(call.ctx) };
-        let fingerprint = plain::fingerprint(db, name);
-        plain::prefetch(fingerprint);
-        let key = Key::open(call, word)?;
-        key.fingerprint.set(fingerprint);
-        Ok(key)
-    }
-
     /// Opens argument `word` (after the command name) as a key, for reading and writing.
     /// WRONGTYPE unless it is missing or a string.
     #[inline(always)]
@@ -126,20 +109,12 @@ impl Key {
                 return Err(Error::WrongType);
             }
         };
-        Ok(Key {
-            ctx: call.ctx,
-            name,
-            key,
-            empty,
-            value: Value::Missing,
-            expires_at_ms: None,
-            fingerprint: std::cell::Cell::new(0),
-        })
+        Ok(Key { ctx: call.ctx, name, key, empty, value: Value::Missing, expires_at_ms: None })
     }
 
-    /// Reads the value for `algorithm`: in place when it is long (never compact) or one this
-    /// process wrote (a plain string, see `plain`), else copied through `GET`, which leaves a
-    /// compactly stored value as it is.
+    /// Reads the value for `algorithm`, leaving it stored as it is (see `peek`): a plain string
+    /// in place, an integer or an embedded string copied from where Redis keeps it; a short value
+    /// whose storage cannot be told is copied through `GET`.
     #[inline(always)]
     pub fn load(&mut self, algorithm: Algorithm) -> Result<()> {
         let api = api();
@@ -148,25 +123,52 @@ impl Key {
         }
         // SAFETY: an open string key.
         let len = unsafe { (api.value_length)(self.key) };
-        self.value = if len > COMPACT_UP_TO || plain::contains(self.fingerprint(), len) {
-            let mut got = 0usize;
-            // WRITE mode, so that the write which usually follows reuses the pointer (one server
-            // call less). It changes nothing here: Redis copies a value only when it is shared or
-            // compact, and this one is a plain string (long, or one this process wrote; a
-            // compact value of that very length is converted by either mode: see `plain`).
-            // SAFETY: an open string key, opened for writing.
-            let ptr = unsafe { (api.string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
-            if ptr.is_null() {
-                return Err(Error::WrongType);
+        let name_len = crate::dispatch::bytes(self.name).len();
+        // SAFETY: an open key holding a string.
+        self.value = match unsafe { peek::peek(self.key, name_len, len) } {
+            peek::Peeked::Plain => {
+                let value = self.borrow()?;
+                if let Value::Borrowed(ptr, _) = value {
+                    // SAFETY: an open string key; the pointer `StringDMA` just returned.
+                    unsafe { peek::confirm_plain(self.key, ptr) };
+                }
+                value
             }
-            Value::Borrowed(ptr.cast(), got)
-        } else {
-            self.copy_through_get()?
+            peek::Peeked::Integer(v) => {
+                let text = Decimal::new(v);
+                let text = text.as_bytes();
+                let mut copy = [0u8; COMPACT_UP_TO];
+                copy[..text.len()].copy_from_slice(text);
+                Value::Copied(copy, text.len())
+            }
+            peek::Peeked::Embedded(ptr, n) if n <= COMPACT_UP_TO => {
+                let mut copy = [0u8; COMPACT_UP_TO];
+                // SAFETY: `peek` found the key's `n` bytes at `ptr`, unchanged while it is open.
+                copy[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(ptr, n) });
+                Value::Copied(copy, n)
+            }
+            // Longer than any compact value: a plain string.
+            _ if len > COMPACT_UP_TO => self.borrow()?,
+            _ => self.copy_through_get()?,
         };
         if algorithm.reads_expiry() {
             self.expires_at_ms = self.expiry();
         }
         Ok(())
+    }
+
+    /// The value in place, through `StringDMA` in WRITE mode, so that the write which usually
+    /// follows reuses the pointer (one server call less). Only for a plain string, which
+    /// neither mode converts (Redis copies a value only when it is shared or compact).
+    #[inline(always)]
+    fn borrow(&self) -> Result<Value> {
+        let mut got = 0usize;
+        // SAFETY: an open string key, opened for writing.
+        let ptr = unsafe { (api().string_dma)(self.key, &mut got, raw::REDISMODULE_WRITE as c_int) };
+        if ptr.is_null() {
+            return Err(Error::WrongType);
+        }
+        Ok(Value::Borrowed(ptr.cast(), got))
     }
 
     fn copy_through_get(&self) -> Result<Value> {
@@ -193,21 +195,6 @@ impl Key {
         // SAFETY: freed once, after its last use.
         unsafe { (api.free_call_reply)(reply) };
         outcome
-    }
-
-    /// The key's fingerprint for `plain` (its database and name), computed once per call.
-    #[inline(always)]
-    fn fingerprint(&self) -> u64 {
-        match self.fingerprint.get() {
-            0 => {
-                // SAFETY: the command's context.
-                let db = unsafe { (api().get_selected_db)(self.ctx) };
-                let fingerprint = plain::fingerprint(db, crate::dispatch::bytes(self.name));
-                self.fingerprint.set(fingerprint);
-                fingerprint
-            }
-            fingerprint => fingerprint,
-        }
     }
 
     /// What the key held when loaded, for a limiter to decide on.
@@ -306,9 +293,6 @@ impl Key {
                     return Err(Error::Internal("cannot delete the key".into()));
                 }
                 self.value = Value::Missing;
-                // The name no longer holds what this process wrote: a value put there later is
-                // read through GET (the table's entry would match one of the same length).
-                plain::forget(self.fingerprint());
                 self.replicate(Replicated::Del)?;
                 self.announce(&[(raw::REDISMODULE_NOTIFY_GENERIC, c"del")]);
                 Ok(())
@@ -387,7 +371,6 @@ impl Key {
             Value::Borrowed(ptr, old) if old == len => {
                 // The same length (a TAT rewritten): the bytes `load` borrowed for writing.
                 self.value = Value::Missing;
-                self.written(old, len);
                 // SAFETY: Redis's `len` bytes of the value, from `StringDMA` in WRITE mode on this
                 // open key, which has not been resized since; nothing else borrows them (`&mut self`).
                 return Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
@@ -425,7 +408,6 @@ impl Key {
             resize(len)?;
         }
         self.value = Value::Missing; // whatever was read is no longer valid
-        self.written(old, len);
         let dma = || {
             let mut got = 0usize;
             // SAFETY: a string key open for writing.
@@ -446,16 +428,6 @@ impl Key {
         }
         // SAFETY: Redis's `len` bytes of the value, ours to write until the key is closed.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
-    }
-
-    /// From here the value, `old` bytes long before (0: new), is a plain string of `len` bytes
-    /// this process wrote: so `plain` records, unless it was and stays too long for its table
-    /// to be read (which spares a long log's every append a hash and a cache miss).
-    #[inline(always)]
-    fn written(&self, old: usize, len: usize) {
-        if len <= COMPACT_UP_TO || old <= COMPACT_UP_TO {
-            plain::insert(self.fingerprint(), len);
-        }
     }
 
     #[inline(always)]
@@ -637,12 +609,12 @@ pub fn make_words() {
     }
 }
 
-/// Follows the server's events, once, when the module loads: the table of keys this process
-/// wrote is forgotten whenever the dataset is reloaded or flushed (see `plain`), and
-/// `replication` learns of anything that may start reading the replication stream. The server
-/// keeps one callback per module and event, so each event is subscribed here, once, to one
-/// callback that serves both.
+/// Follows the server's events, once, when the module loads, so that `replication` learns of
+/// anything that may start reading the replication stream; and checks the layout `peek` reads.
+/// The server keeps one callback per module and event, so each event is subscribed here, once,
+/// to one callback.
 pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
+    peek::prove();
     unsafe extern "C" fn on_event(
         ctx: *mut raw::RedisModuleCtx,
         event: raw::RedisModuleEvent,
@@ -650,11 +622,6 @@ pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
         _: *mut std::ffi::c_void,
     ) {
         match event.id {
-            raw::REDISMODULE_EVENT_LOADING => {
-                plain::clear();
-                replication::heard();
-            }
-            raw::REDISMODULE_EVENT_FLUSHDB | raw::REDISMODULE_EVENT_SWAPDB => plain::clear(),
             raw::REDISMODULE_EVENT_CRON_LOOP => replication::tick(ctx),
             _ => replication::heard(),
         }
@@ -669,36 +636,12 @@ pub fn watch_server(ctx: *mut raw::RedisModuleCtx) {
     };
     // Every one subscribed, whatever a refusal before it.
     let mut heard_all = true;
-    for id in [raw::REDISMODULE_EVENT_LOADING, raw::REDISMODULE_EVENT_FLUSHDB, raw::REDISMODULE_EVENT_SWAPDB]
-        .into_iter()
-        .chain(replication::EVENTS)
-    {
+    for id in [raw::REDISMODULE_EVENT_LOADING].into_iter().chain(replication::EVENTS) {
         heard_all &= subscribed(id);
     }
     // Only a server that announces every one of them may skip building replicated commands.
     if heard_all && subscribed(raw::REDISMODULE_EVENT_CRON_LOOP) {
         replication::start(ctx);
-    }
-    // A key that expires or is evicted leaves the table, so the next value under its name
-    // (another application's, perhaps compact) is read through GET. Only these two classes:
-    // the module's own writes announce `set`, `setrange` and `expire`, which would cost every
-    // call a callback.
-    unsafe extern "C" fn gone(
-        ctx: *mut raw::RedisModuleCtx,
-        _: c_int,
-        _: *const c_char,
-        key: *mut raw::RedisModuleString,
-    ) -> c_int {
-        // SAFETY: the server's context and key name for this notification.
-        let db = unsafe { (api().get_selected_db)(ctx) };
-        plain::forget(plain::fingerprint(db, crate::dispatch::bytes(key)));
-        0
-    }
-    // SAFETY: a copy of a function pointer the server filled in; `None` before 4.0.
-    if let Some(subscribe) = unsafe { raw::RedisModule_SubscribeToKeyspaceEvents } {
-        let classes = (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
-        // SAFETY: the module's context in `init` and a callback that lives as long as the module.
-        unsafe { subscribe(ctx, classes, Some(gone)) };
     }
 }
 

@@ -174,34 +174,36 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     );
 }
 
-/// Which reads convert a compact value, exactly as the docs list them ("Encodings"): the module
-/// reads a short value in place (which converts an integer to a plain string) only under a
-/// name whose value it wrote itself, with the length it wrote. Its own delete (a refund to
-/// full) forgets the name; a removal by another client (DEL, UNLINK, GETDEL, RENAME, MOVE)
-/// does not, so a value of the very same length written there next is converted by the next
-/// call, even a peek (the value itself never changes). Each case: CL.THROTTLE writes a TAT
-/// (19 digits), the key goes, `SET` writes another 19-digit TAT, a peek reads it.
+/// Reads never convert a value ("Encodings"): a denial or a peek leaves a compact value (an
+/// integer, a short string embedded in its object) stored as it is, however it got there: a
+/// name the module wrote, removed by another client (DEL, UNLINK, GETDEL, RENAME, MOVE) or by
+/// the module's own delete (a refund to full), then given a value of the very same length by
+/// `SET`; a live limiter overwritten (`SET`, `INCRBY`, `COPY … REPLACE`, `RESTORE … REPLACE`);
+/// every limiter after `DEBUG RELOAD` (a window's short log and a pace's tagged state are
+/// embedded strings then). The value itself never changes.
 #[test]
-fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
-    let server = Server::start();
+fn reads_never_convert_a_value() {
+    let server = Server::with(Options::default().arg("--enable-debug-command yes"));
     let mut c = server.client();
     let encoding = |c: &mut redis::Connection, key: &str| -> String {
         redis::cmd("OBJECT").arg("ENCODING").arg(key).query(c).unwrap()
     };
-    let cases: [(&str, &[&str], &str); 6] = [
-        ("own-delete", &["CL.THROTTLE own-delete 5 1 60 -10"], "int"),
-        ("del", &["DEL del"], "raw"),
-        ("unlink", &["UNLINK unlink"], "raw"),
-        ("getdel", &["GETDEL getdel"], "raw"),
-        ("rename", &["RENAME rename rename:elsewhere"], "raw"),
-        ("move", &["MOVE move 1"], "raw"),
+    let run = |c: &mut redis::Connection, words: &str| {
+        let args: Vec<&str> = words.split_whitespace().collect();
+        let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    };
+    // Removed, then a same-length integer SET under the name.
+    let removals: [(&str, &str); 6] = [
+        ("own-delete", "CL.THROTTLE own-delete 5 1 60 -10"),
+        ("del", "DEL del"),
+        ("unlink", "UNLINK unlink"),
+        ("getdel", "GETDEL getdel"),
+        ("rename", "RENAME rename rename:elsewhere"),
+        ("move", "MOVE move 1"),
     ];
-    for (key, remove, after_peek) in cases {
+    for (key, remove) in removals {
         assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {key} 5 1 60"))[0], 0, "{key}");
-        for words in remove {
-            let args: Vec<&str> = words.split_whitespace().collect();
-            let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(&mut c).unwrap();
-        }
+        run(&mut c, remove);
         let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut c).unwrap();
         assert_eq!(exists, 0, "{key}: removed");
         let now = harness::server_ms(&mut c);
@@ -211,7 +213,112 @@ fn reads_convert_a_reused_name_only_in_the_cases_the_docs_list() {
         assert_eq!(encoding(&mut c, key), "int", "{key}");
         let peek = throttle(&mut c, &format!("CL.THROTTLE {key} 5 1 60 0"));
         assert_eq!(peek[0], 0, "{key}");
-        assert_eq!(encoding(&mut c, key), after_peek, "{key}: the encoding after a peek, as the docs say");
+        assert_eq!(encoding(&mut c, key), "int", "{key}: a peek leaves the integer an integer");
         assert_eq!(harness::get_bytes(&mut c, key), tat.to_string().into_bytes(), "{key}: the value never changes");
+    }
+    // A live limiter (a plain string the module wrote) overwritten with an empty limiter's
+    // integer of the very same length: a denial and a peek leave it an integer.
+    let now = harness::server_ms(&mut c);
+    let tat = (now + 30_000) * 1_000_000;
+    let _: () =
+        redis::cmd("SET").arg("source").arg(tat.to_string()).arg("PXAT").arg(now + 30_000).query(&mut c).unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("source").query(&mut c).unwrap();
+    let overwrites = [
+        ("set", format!("SET set {tat} KEEPTTL")),
+        ("incrby", "INCRBY incrby 1".to_string()),
+        ("copy", "COPY source copy REPLACE".to_string()),
+    ];
+    for (key, overwrite) in overwrites.iter().map(|(k, o)| (*k, o.as_str())).chain([("restore", "")]) {
+        assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {key} 0 1 60"))[0], 0, "{key}");
+        assert_eq!(encoding(&mut c, key), "raw", "{key}: the module writes a plain string");
+        match key {
+            "restore" => {
+                let _: () = redis::cmd("RESTORE").arg(key).arg(0).arg(&dump).arg("REPLACE").query(&mut c).unwrap();
+            }
+            _ => run(&mut c, overwrite),
+        }
+        let _: () = redis::cmd("PEXPIREAT").arg(key).arg(now + 60_000).query(&mut c).unwrap();
+        assert_eq!(encoding(&mut c, key), "int", "{key}: overwritten");
+        let before = harness::get_bytes(&mut c, key);
+        assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {key} 0 1 60"))[0], 1, "{key}: denied");
+        throttle(&mut c, &format!("CL.THROTTLE {key} 0 1 60 0"));
+        assert_eq!(encoding(&mut c, key), "int", "{key}: a denial and a peek leave the integer an integer");
+        assert_eq!(harness::get_bytes(&mut c, key), before, "{key}: the value never changes");
+    }
+    // After a reload every value is compact: an integer, or an embedded string (a window's short
+    // log, a pace's tagged state). Denials and peeks leave each as it is; an admission writes a
+    // plain string again.
+    for create in ["CL.THROTTLE r:t 0 1 60", "CL.COUNTER r:c 1 60", "CL.WINDOW r:w 1 60", "CL.BUCKET r:b 1 1 60"] {
+        assert_eq!(throttle(&mut c, create)[0], 0, "{create}");
+    }
+    let _: redis::Value = redis::cmd("CL.PACE").arg("r:p").arg(1).arg(60).query(&mut c).unwrap();
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    for (key, deny) in [
+        ("r:t", "CL.THROTTLE r:t 0 1 60"),
+        ("r:c", "CL.COUNTER r:c 1 60"),
+        ("r:w", "CL.WINDOW r:w 1 60"),
+        ("r:b", "CL.BUCKET r:b 1 1 60"),
+    ] {
+        let compact = encoding(&mut c, key);
+        assert!(compact == "int" || compact == "embstr", "{key}: {compact} after a reload");
+        let before = harness::get_bytes(&mut c, key);
+        assert_eq!(throttle(&mut c, deny)[0], 1, "{deny}");
+        throttle(&mut c, &format!("{deny} 0"));
+        assert_eq!(encoding(&mut c, key), compact, "{key}: a denial and a peek after a reload");
+        assert_eq!(harness::get_bytes(&mut c, key), before, "{key}: the value never changes");
+    }
+    assert_eq!(encoding(&mut c, "r:p"), "embstr", "a pace's tagged state after a reload");
+    assert_eq!(encoding(&mut c, "r:w"), "embstr", "a window's one-action log after a reload");
+    // An admission after the reload decides on the value read in place and writes it again.
+    let reply = throttle(&mut c, "CL.COUNTER r:c2 5 60");
+    assert_eq!(reply[0], 0);
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    assert_eq!(throttle(&mut c, "CL.COUNTER r:c2 5 60")[2], 3, "the count read after a reload");
+    assert_eq!(encoding(&mut c, "r:c2"), "raw", "written again by the admission");
+    let _: redis::Value = redis::cmd("CL.PACE").arg("r:p").arg(1).arg(60).query(&mut c).unwrap();
+    assert_eq!(encoding(&mut c, "r:p"), "raw", "a pace written again after a reload");
+}
+
+/// The cost side of the same promise: the module reads a value where Redis keeps it, not
+/// through a nested `GET` (about a fifth of a call), whoever wrote it and however it is stored,
+/// plain or an integer (after a reload, or written by `SET` as the twin does): `INFO
+/// commandstats` counts no `GET`, whatever the number of keys.
+#[test]
+fn values_are_read_where_redis_keeps_them() {
+    let server = Server::with(Options::default().arg("--enable-debug-command yes"));
+    let mut c = server.client();
+    let names: Vec<String> = (0..300).map(|i| format!("inplace:{i}")).collect();
+    for name in &names {
+        assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {name} 9 1 3600"))[0], 0);
+        assert_eq!(throttle(&mut c, &format!("CL.COUNTER {name}:c 10 3600"))[0], 0);
+    }
+    let gets = |c: &mut redis::Connection| -> String {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        info.lines().filter(|l| l.starts_with("cmdstat_get:")).collect()
+    };
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    // Plain strings the module wrote, then integers after a reload, then integers `SET` wrote.
+    for round in ["warm", "reloaded", "set"] {
+        if round == "reloaded" {
+            let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+        }
+        if round == "set" {
+            let now = harness::server_ms(&mut c);
+            for name in &names {
+                let _: () = redis::cmd("SET")
+                    .arg(name)
+                    .arg(((now + 1_000) * 1_000_000).to_string())
+                    .arg("PXAT")
+                    .arg(now + 1_000)
+                    .query(&mut c)
+                    .unwrap();
+            }
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+        }
+        for name in &names {
+            assert_eq!(throttle(&mut c, &format!("CL.THROTTLE {name} 9 1 3600"))[0], 0, "{round} {name}");
+            assert_eq!(throttle(&mut c, &format!("CL.COUNTER {name}:c 10 3600"))[0], 0, "{round} {name}");
+        }
+        assert_eq!(gets(&mut c), "", "{round}: no value read through GET");
     }
 }

@@ -23,6 +23,9 @@ fn main() {
     } else {
         builder.init();
     }
+    for notice in &settings.notices {
+        tracing::warn!("{notice}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

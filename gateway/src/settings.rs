@@ -33,6 +33,9 @@ pub enum RedisType {
 /// decision does.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// What some variables mean here (accepted, satisfied or ignored as upstream ignores them),
+    /// logged at start.
+    pub notices: Vec<String>,
     pub log_level: String,
     pub log_json: bool,
     pub listeners: ListenerSettings,
@@ -93,6 +96,9 @@ pub struct StatsSettings {
     pub use_prometheus: bool,
     pub prometheus_addr: String,
     pub prometheus_path: String,
+    /// `PROMETHEUS_MAPPER_YAML`: a statsd_exporter mapping file replacing upstream's default
+    /// mapping (empty: the default).
+    pub prometheus_mapper_yaml: String,
     pub prometheus_response_time_as_ms: bool,
 }
 
@@ -100,6 +106,8 @@ pub struct StatsSettings {
 /// documents combine.
 #[derive(Debug, Clone)]
 pub struct ConfigSettings {
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the xDS client's settings; `None`: files (`FILE`).
+    pub xds: Option<XdsSettings>,
     pub force_start_without_initial_config: bool,
     pub runtime_root: String,
     pub runtime_subdirectory: String,
@@ -107,6 +115,39 @@ pub struct ConfigSettings {
     pub runtime_ignore_dot_files: bool,
     pub runtime_watch_root: bool,
     pub merge_domain_config: bool,
+}
+
+/// Upstream's xDS client: an ADS State-of-the-World stream for `RateLimitConfig` resources,
+/// with upstream's names and defaults.
+#[derive(Debug, Clone)]
+pub struct XdsSettings {
+    /// `CONFIG_GRPC_XDS_NODE_ID` (`default`).
+    pub node_id: String,
+    /// `CONFIG_GRPC_XDS_NODE_METADATA`: `k=v,k2=v2` (an entry without `=` is skipped, as upstream
+    /// skips it).
+    pub node_metadata: Vec<(String, String)>,
+    /// `CONFIG_GRPC_XDS_SERVER_URL` (`localhost:18000`): `host:port`.
+    pub server_url: String,
+    /// `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL` (3s): between two attempts to connect.
+    pub connect_retry_interval: Duration,
+    /// `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`: `k:v,k2:v2` (envconfig's map), sent as gRPC
+    /// metadata on the stream.
+    pub additional_headers: Vec<(String, String)>,
+    pub use_tls: bool,
+    pub client_tls_cert: String,
+    pub client_tls_key: String,
+    pub server_tls_cacert: String,
+    /// `CONFIG_GRPC_XDS_SERVER_TLS_SAN`: the name the server's certificate must carry (else the
+    /// URL's host).
+    pub server_tls_san: String,
+    /// `XDS_CLIENT_BACKOFF_*`: the wait before reconnecting after the stream broke
+    /// (`jpillora/backoff` as upstream configures it: 10s, 60s, factor 0.5, jitter).
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub backoff_factor: f64,
+    pub backoff_jitter: bool,
+    /// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`: the largest response accepted (0: gRPC's 4 MiB).
+    pub max_msg_size: usize,
 }
 
 /// The Redis (single, cluster or sentinel-followed) the decisions run on.
@@ -155,11 +196,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
         "only Redis (with the redis-throttle module or its Functions twin) is a backend here",
     ),
     (
-        "CONFIG_TYPE",
-        Some("FILE"),
-        "configuration comes from files (RUNTIME_ROOT…) here; xDS (GRPC_XDS_SOTW) is the next step, not this release",
-    ),
-    (
         "REDIS_PERSECOND",
         Some("false"),
         "one Redis (or one cluster) holds every limit here; a second Redis for per-second limits is not supported",
@@ -167,7 +203,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ("USE_DOG_STATSD", Some("false"), "DogStatsD is not supported: use USE_STATSD or USE_PROMETHEUS"),
     ("USE_DOG_STATSD_MOGRIFIERS", None, "DogStatsD is not supported"),
     ("EXTRA_TAGS", None, "stat tags are not supported"),
-    ("PROMETHEUS_MAPPER_YAML", None, "only upstream's default Prometheus mapping is built in"),
     ("TRACING_ENABLED", Some("false"), "OpenTelemetry tracing is not supported"),
     (
         "GRPC_CLIENT_TLS_SAN",
@@ -176,9 +211,33 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ),
     ("MEMCACHE_HOST_PORT", None, "Memcache is not a backend here"),
     ("MEMCACHE_SRV", None, "Memcache is not a backend here"),
-    ("CONFIG_GRPC_XDS_SERVER_URL", None, "xDS configuration is not supported yet"),
-    ("CONFIG_GRPC_XDS_NODE_ID", None, "xDS configuration is not supported yet"),
 ];
+
+/// The variables of upstream's xDS client (`CONFIG_TYPE=GRPC_XDS_SOTW`).
+const XDS_VARIABLES: &[&str] = &[
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_NODE_METADATA",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+    "XDS_CLIENT_BACKOFF_JITTER",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+];
+
+/// Variables deployments set that upstream does not read (Envoy Gateway sets
+/// `GRPC_SERVER_TLS_CA_CERT`): accepted, and logged as doing nothing, as upstream ignores them.
+const IGNORED_AS_UPSTREAM: &[(&str, &str)] = &[(
+    "GRPC_SERVER_TLS_CA_CERT",
+    "upstream reads no such variable, so it does nothing here either: the gRPC listener asks for client certificates only with GRPC_CLIENT_TLS_CACERT",
+)];
 
 /// Upstream's tuning of its Go Redis client (radix) whose every value this service already
 /// satisfies: each is checked and logged at start with what it means here.
@@ -291,7 +350,7 @@ impl Settings {
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Settings, SettingsError> {
         let env = Env { vars };
         refuse_unsupported(&env)?;
-        log_satisfied(&env)?;
+        let notices = satisfied(&env)?;
         let (log_level, log_json) = logging(&env)?;
         let near_limit_ratio: f32 = env.number("NEAR_LIMIT_RATIO", 0.8)?;
         if !(0.0..=1.0).contains(&near_limit_ratio) {
@@ -318,6 +377,7 @@ impl Settings {
             ));
         }
         Ok(Settings {
+            notices,
             log_level,
             log_json,
             listeners: ListenerSettings::from_env(&env)?,
@@ -361,22 +421,35 @@ fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
         }
     }
     for (name, value) in env.vars {
-        let refused_family = ["MEMCACHE_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "TRACING_", "DOG_STATSD_"]
-            .iter()
-            .any(|p| name.starts_with(p));
+        let refused_family = ["MEMCACHE_", "TRACING_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
+        // The xDS client's family: every name upstream reads is known; another is a typo.
+        let xds_family = ["CONFIG_GRPC_XDS_", "XDS_CLIENT_"].iter().any(|p| name.starts_with(p));
+        if xds_family && !XDS_VARIABLES.contains(&name.as_str()) {
+            return Err(SettingsError(format!(
+                "{name}={value} is not supported: upstream's xDS client reads no such variable (it reads {})",
+                XDS_VARIABLES.join(", ")
+            )));
+        }
         if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() && name != "TRACING_ENABLED"
         {
             return Err(SettingsError(format!(
-                "{name}={value} is not supported: it configures a feature this service does not have (memcache, xDS, tracing or DogStatsD)"
+                "{name}={value} is not supported: it configures a feature this service does not have (memcache, tracing or DogStatsD)"
             )));
         }
     }
     Ok(())
 }
 
-/// Upstream's Redis client tuning this service already satisfies (see [`SATISFIED`]): checked,
-/// then logged with what it means here.
-fn log_satisfied(env: &Env<'_>) -> Result<(), SettingsError> {
+/// Upstream's Redis client tuning this service already satisfies (see [`SATISFIED`]) and the
+/// variables upstream ignores ([`IGNORED_AS_UPSTREAM`]): checked, and each said with what it
+/// means here (logged at start, once logging is set up).
+fn satisfied(env: &Env<'_>) -> Result<Vec<String>, SettingsError> {
+    let mut notices = Vec::new();
+    for (name, meaning) in IGNORED_AS_UPSTREAM {
+        if let Some(v) = env.get(name) {
+            notices.push(format!("{name}={v}: {meaning}"));
+        }
+    }
     for (name, meaning) in SATISFIED {
         if let Some(v) = env.get(name) {
             match *name {
@@ -390,10 +463,10 @@ fn log_satisfied(env: &Env<'_>) -> Result<(), SettingsError> {
                     env.number::<u32>(name, 0)?;
                 }
             }
-            tracing::warn!("{name}={v}: {meaning}");
+            notices.push(format!("{name}={v}: {meaning}"));
         }
     }
-    Ok(())
+    Ok(notices)
 }
 
 /// `LOG_LEVEL` and whether `LOG_FORMAT` is json.
@@ -456,6 +529,7 @@ impl StatsSettings {
             use_prometheus: env.bool("USE_PROMETHEUS", false)?,
             prometheus_addr: env.string("PROMETHEUS_ADDR", ":9090"),
             prometheus_path: env.string("PROMETHEUS_PATH", "/metrics"),
+            prometheus_mapper_yaml: env.string("PROMETHEUS_MAPPER_YAML", ""),
             prometheus_response_time_as_ms: env.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
         };
         if s.use_statsd && s.use_prometheus && !s.disable_stats {
@@ -467,7 +541,19 @@ impl StatsSettings {
 
 impl ConfigSettings {
     fn from_env(env: &Env<'_>) -> Result<ConfigSettings, SettingsError> {
+        // Upstream reads the xDS variables whatever CONFIG_TYPE says: so are they checked here.
+        let xds = XdsSettings::from_env(env)?;
+        let xds = match env.string("CONFIG_TYPE", "FILE").to_ascii_uppercase().as_str() {
+            "FILE" => None,
+            "GRPC_XDS_SOTW" => Some(xds),
+            other => {
+                return Err(SettingsError(format!(
+                    "CONFIG_TYPE={other} is not supported: FILE (RUNTIME_ROOT…) or GRPC_XDS_SOTW (CONFIG_GRPC_XDS_…)"
+                )));
+            }
+        };
         Ok(ConfigSettings {
+            xds,
             force_start_without_initial_config: env.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
             runtime_root: env.string("RUNTIME_ROOT", "/srv/runtime_data/current"),
             runtime_subdirectory: env.string("RUNTIME_SUBDIRECTORY", ""),
@@ -476,6 +562,65 @@ impl ConfigSettings {
             runtime_watch_root: env.bool("RUNTIME_WATCH_ROOT", true)?,
             merge_domain_config: env.bool("MERGE_DOMAIN_CONFIG", false)?,
         })
+    }
+}
+
+impl XdsSettings {
+    fn from_env(env: &Env<'_>) -> Result<XdsSettings, SettingsError> {
+        let pairs = |name: &str, separator: char| -> Vec<(String, String)> {
+            env.string(name, "")
+                .split(',')
+                .filter_map(|entry| {
+                    let (k, v) = entry.split_once(separator)?;
+                    Some((k.trim().to_string(), v.trim().to_string()))
+                })
+                .collect()
+        };
+        let headers = pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ':');
+        for (k, v) in &headers {
+            let valid_key = !k.is_empty()
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !k.ends_with("-bin");
+            if !valid_key || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(SettingsError(format!(
+                    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: '{k}:{v}' is not a gRPC metadata header (name:value, printable ASCII)"
+                )));
+            }
+        }
+        let factor: f64 = env.number("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)?;
+        if !factor.is_finite() || factor < 0.0 {
+            return Err(SettingsError(format!(
+                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR={factor}: expected a number of 0 or more"
+            )));
+        }
+        let x = XdsSettings {
+            node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
+            node_metadata: pairs("CONFIG_GRPC_XDS_NODE_METADATA", '='),
+            server_url: env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+            connect_retry_interval: env
+                .duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration::from_secs(3))?,
+            additional_headers: headers,
+            use_tls: env.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?,
+            client_tls_cert: env.string("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
+            client_tls_key: env.string("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+            server_tls_cacert: env.string("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
+            server_tls_san: env.string("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+            backoff_initial: env.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration::from_secs(10))?,
+            backoff_max: env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?,
+            backoff_factor: factor,
+            backoff_jitter: env.bool("XDS_CLIENT_BACKOFF_JITTER", true)?,
+            max_msg_size: env.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0)?,
+        };
+        if x.client_tls_cert.is_empty() != x.client_tls_key.is_empty() {
+            return Err(SettingsError(
+                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together: set both or neither"
+                    .into(),
+            ));
+        }
+        if x.server_url.trim().is_empty() {
+            return Err(SettingsError("CONFIG_GRPC_XDS_SERVER_URL is empty: expected host:port".into()));
+        }
+        Ok(x)
     }
 }
 
@@ -616,13 +761,16 @@ mod tests {
     #[test]
     fn what_cannot_mean_anything_here_is_refused_by_name() {
         for (name, value) in [
-            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
             ("BACKEND_TYPE", "memcache"),
             ("REDIS_PERSECOND", "true"),
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("TRACING_ENABLED", "true"),
             ("REDIS_TYPE", "RING"),
-            ("XDS_CLIENT_BACKOFF_JITTER", "true"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "sometimes"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1"),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "soon"),
             ("FAILURE_MODE", "maybe"),
         ] {
             let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();
@@ -639,6 +787,69 @@ mod tests {
         }
         let both = Settings::from_vars(&vars(&[("USE_PROMETHEUS", "true")])).unwrap_err();
         assert!(both.0.contains("more than one stats sink"), "{both}");
+    }
+
+    /// Envoy Gateway's deployment (internal/infrastructure/kubernetes/ratelimit/resource.go),
+    /// every variable it sets by default.
+    pub(crate) const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis.svc:6379"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+    ];
+
+    #[test]
+    fn envoy_gateway_s_environment_means_what_it_means_upstream() {
+        let s = Settings::from_vars(&vars(ENVOY_GATEWAY_ENV)).unwrap();
+        let x = s.config.xds.as_ref().expect("CONFIG_TYPE=GRPC_XDS_SOTW");
+        assert_eq!((x.node_id.as_str(), x.server_url.as_str()), ("envoy-ratelimit", "envoy-gateway:18001"));
+        assert!(x.use_tls && s.config.force_start_without_initial_config);
+        assert_eq!((x.client_tls_cert.as_str(), x.server_tls_cacert.as_str()), ("/certs/tls.crt", "/certs/ca.crt"));
+        // Upstream's defaults for what Envoy Gateway leaves unset.
+        assert_eq!(
+            (x.connect_retry_interval, x.backoff_initial, x.backoff_max),
+            (Duration::from_secs(3), Duration::from_secs(10), Duration::from_secs(60))
+        );
+        assert_eq!((x.backoff_factor, x.backoff_jitter, x.max_msg_size), (0.5, true, 0));
+        // GRPC_SERVER_TLS_CA_CERT is not upstream's: TLS without client certificates.
+        assert!(s.listeners.grpc_server_use_tls && s.listeners.grpc_client_tls_cacert.is_empty());
+        assert!(s.stats.use_prometheus && !s.stats.use_statsd);
+        assert_eq!(s.stats.prometheus_mapper_yaml, "/etc/statsd-exporter/conf.yaml");
+        assert_eq!(s.redis.urls(), vec!["redis://redis.redis.svc:6379".to_string()]);
+        // The other xDS variables, as upstream parses them.
+        let s = Settings::from_vars(&vars(&[
+            ("CONFIG_TYPE", "grpc_xds_sotw"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,skipped,team=x=y"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token:abc,x-env:prod"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+            ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+        ]))
+        .unwrap();
+        let x = s.config.xds.unwrap();
+        let owned = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(x.node_metadata, owned(&[("zone", "a"), ("team", "x=y")]));
+        assert_eq!(x.additional_headers, owned(&[("x-token", "abc"), ("x-env", "prod")]));
+        assert_eq!((x.max_msg_size, x.backoff_jitter, x.node_id.as_str()), (1_048_576, false, "default"));
+        assert!(Settings::from_vars(&vars(&[("CONFIG_GRPC_XDS_NODE_ID", "n")])).unwrap().config.xds.is_none());
     }
 
     #[test]

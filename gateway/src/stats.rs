@@ -4,13 +4,16 @@
 //! `ratelimit.service.call.should_rate_limit.redis_error` / `service_error`,
 //! `ratelimit.service.global_shadow_mode`, `ratelimit_server.ShouldRateLimit.total_requests` and
 //! `.response_time`. Counters live for the process (a reload keeps them, as gostats' do); they
-//! are flushed to statsd (`USE_STATSD`), served to Prometheus (`USE_PROMETHEUS`, with upstream's
-//! default mapping) and listed on the debug port's `/stats`.
+//! are flushed to statsd (`USE_STATSD`), served to Prometheus (`USE_PROMETHEUS`, named by
+//! upstream's default mapping or `PROMETHEUS_MAPPER_YAML`'s, [`crate::mapper`]) and listed on the
+//! debug port's `/stats`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::mapper::{Mapped, Mapper, MetricType, ObserverType};
 
 /// A monotonic counter.
 #[derive(Debug, Default)]
@@ -36,26 +39,20 @@ pub struct LimitStats {
     pub shadow_mode: Counter,
 }
 
-/// statsd_exporter's default histogram buckets (Prometheus' `DefBuckets`), which upstream's
-/// default mapping gives `ratelimit_service_response_time_seconds`.
-const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-
 /// The most `response_time` samples kept for statsd between two flushes; past it, the ones kept
 /// are sent with their sampling rate (`|@rate`), as statsd defines it.
 const MAX_SAMPLES: usize = 1 << 16;
 
 /// Upstream's `ratelimit_server.ShouldRateLimit.response_time` timer: whole milliseconds per gRPC
 /// call (gostats' `AddValue`), sent to statsd one sample a line (`name:ms|ms`) and served to
-/// Prometheus as the default mapping's histogram.
+/// Prometheus as the mapping says (a histogram of seconds by default).
 #[derive(Debug, Default)]
 pub struct Timer {
     pub count: Counter,
     pub sum_ms: Counter,
-    /// Observations in each of `BUCKETS` (not cumulative; `+Inf` is `count`).
-    buckets: [Counter; BUCKETS.len()],
-    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: the histogram observes milliseconds (upstream
-    /// drops the mapping's `scale: 0.001`, the name and buckets stay).
-    as_ms: AtomicBool,
+    /// How many calls took each whole number of milliseconds: any mapping's buckets, scale or
+    /// quantiles are computed from it.
+    by_ms: Mutex<BTreeMap<u64, u64>>,
     /// Samples for statsd since its last flush (kept only while statsd is on), and how many
     /// there were.
     keep: AtomicBool,
@@ -67,10 +64,7 @@ impl Timer {
         let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         self.count.inc(1);
         self.sum_ms.inc(ms);
-        let value = if self.as_ms.load(Ordering::Relaxed) { ms as f64 } else { ms as f64 / 1000.0 };
-        if let Some(i) = BUCKETS.iter().position(|&b| value <= b) {
-            self.buckets[i].inc(1);
-        }
+        *self.by_ms.lock().unwrap_or_else(|e| e.into_inner()).entry(ms).or_default() += 1;
         if self.keep.load(Ordering::Relaxed) {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             p.1 += 1;
@@ -117,6 +111,8 @@ pub struct Stats {
     gauges: Mutex<BTreeMap<String, Arc<Gauge>>>,
     refresh: Mutex<Vec<Refresh>>,
     pub response_time: Timer,
+    /// How names are exported to Prometheus (upstream's default mapping until configured).
+    mapper: std::sync::RwLock<Option<Arc<Mapper>>>,
 }
 
 impl std::fmt::Debug for Stats {
@@ -174,11 +170,16 @@ impl Stats {
         Stats::default()
     }
 
-    /// Keeps `response_time` samples for statsd (`USE_STATSD`), and observes milliseconds in the
-    /// Prometheus histogram (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`).
-    pub fn configure(&self, statsd: bool, response_time_as_ms: bool) {
+    /// Keeps `response_time` samples for statsd (`USE_STATSD`), and names what Prometheus is
+    /// served by `mapper`.
+    pub fn configure(&self, statsd: bool, mapper: Mapper) {
         self.response_time.keep.store(statsd, Ordering::Relaxed);
-        self.response_time.as_ms.store(response_time_as_ms, Ordering::Relaxed);
+        *self.mapper.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(mapper));
+    }
+
+    fn mapper(&self) -> Arc<Mapper> {
+        let configured = self.mapper.read().unwrap_or_else(|e| e.into_inner()).clone();
+        configured.unwrap_or_else(|| Arc::new(Mapper::upstream_default(false)))
     }
 
     /// The counter named `name` (created at zero).
@@ -242,12 +243,14 @@ impl Stats {
         all.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
     }
 
-    /// The Prometheus exposition, names mapped as upstream's default mapper maps them.
+    /// The Prometheus exposition, names and labels mapped as statsd_exporter maps them (series
+    /// mapped alike add up, as its counters do).
     pub fn prometheus(&self) -> String {
-        let mut families: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        let mapper = self.mapper();
+        let mut families: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for (name, value) in self.snapshot() {
-            let (family, labels) = prometheus_name(&name);
-            families.entry(family).or_default().push((labels, value));
+            let Some(m) = mapper.map(&name, MetricType::Counter) else { continue };
+            *families.entry(m.name).or_default().entry(label_text(&m.labels, None)).or_default() += value;
         }
         let mut out = String::new();
         for (family, samples) in families {
@@ -256,58 +259,76 @@ impl Stats {
                 out.push_str(&format!("{family}{labels} {value}\n"));
             }
         }
+        let mut gauges: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for (name, value) in self.gauges() {
-            let (family, labels) = prometheus_name(&name);
-            out.push_str(&format!("# TYPE {family} gauge\n{family}{labels} {value}\n"));
+            let Some(m) = mapper.map(&name, MetricType::Gauge) else { continue };
+            *gauges.entry(m.name).or_default().entry(label_text(&m.labels, None)).or_default() += value;
         }
-        let t = &self.response_time;
-        let (sum, count) = (t.sum_ms.get(), t.count.get());
-        let family = "ratelimit_service_response_time_seconds";
-        out.push_str(&format!("# TYPE {family} histogram\n"));
-        let mut below = 0;
-        for (bound, n) in BUCKETS.iter().zip(&t.buckets) {
-            below += n.get();
-            out.push_str(&format!("{family}_bucket{{grpc_method=\"ShouldRateLimit\",le=\"{bound}\"}} {below}\n"));
+        for (family, samples) in gauges {
+            out.push_str(&format!("# TYPE {family} gauge\n"));
+            for (labels, value) in samples {
+                out.push_str(&format!("{family}{labels} {value}\n"));
+            }
         }
-        out.push_str(&format!("{family}_bucket{{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"}} {count}\n"));
-        let sum = if t.as_ms.load(Ordering::Relaxed) { sum as f64 } else { sum as f64 / 1000.0 };
-        out.push_str(&format!("{family}_sum{{grpc_method=\"ShouldRateLimit\"}} {sum}\n"));
-        out.push_str(&format!("{family}_count{{grpc_method=\"ShouldRateLimit\"}} {count}\n"));
+        if let Some(m) = mapper.map("ratelimit_server.ShouldRateLimit.response_time", MetricType::Observer) {
+            self.response_time.render(&m, &mut out);
+        }
         out
+    }
+}
+
+/// `{a="x",b="y"}` (empty without labels), with `extra` (`le`, `quantile`) last.
+fn label_text(labels: &[(String, String)], extra: Option<(&str, String)>) -> String {
+    let mut parts: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+    if let Some((k, v)) = extra {
+        parts.push(format!("{k}=\"{v}\""));
+    }
+    if parts.is_empty() { String::new() } else { format!("{{{}}}", parts.join(",")) }
+}
+
+impl Timer {
+    /// The timer as the mapping exports it: a histogram (cumulative buckets) or a summary
+    /// (quantiles over every call so far), values scaled by the mapping's `scale`.
+    fn render(&self, m: &Mapped, out: &mut String) {
+        let by_ms = self.by_ms.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let count: u64 = by_ms.values().sum();
+        let scaled = |ms: u64| ms as f64 * m.scale;
+        let sum = (by_ms.iter().map(|(&ms, &n)| scaled(ms) * n as f64).sum::<f64>() * 1e9).round() / 1e9;
+        let family = &m.name;
+        match m.observer {
+            ObserverType::Histogram => {
+                out.push_str(&format!("# TYPE {family} histogram\n"));
+                for bound in &m.buckets {
+                    let below: u64 = by_ms.iter().filter(|&(&ms, _)| scaled(ms) <= *bound).map(|(_, n)| n).sum();
+                    let labels = label_text(&m.labels, Some(("le", bound.to_string())));
+                    out.push_str(&format!("{family}_bucket{labels} {below}\n"));
+                }
+                let labels = label_text(&m.labels, Some(("le", "+Inf".into())));
+                out.push_str(&format!("{family}_bucket{labels} {count}\n"));
+            }
+            ObserverType::Summary => {
+                out.push_str(&format!("# TYPE {family} summary\n"));
+                for q in &m.quantiles {
+                    let rank = (q * count as f64).ceil().max(1.0) as u64;
+                    let mut seen = 0;
+                    let value = by_ms.iter().find_map(|(&ms, &n)| {
+                        seen += n;
+                        (seen >= rank).then(|| scaled(ms))
+                    });
+                    let value = value.map_or("NaN".to_string(), |v| v.to_string());
+                    let labels = label_text(&m.labels, Some(("quantile", q.to_string())));
+                    out.push_str(&format!("{family}{labels} {value}\n"));
+                }
+            }
+        }
+        let labels = label_text(&m.labels, None);
+        out.push_str(&format!("{family}_sum{labels} {sum}\n"));
+        out.push_str(&format!("{family}_count{labels} {count}\n"));
     }
 }
 
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-/// A statsd name as upstream's default Prometheus mapping names it: its family and labels.
-fn prometheus_name(name: &str) -> (String, String) {
-    let parts: Vec<&str> = name.split('.').collect();
-    let limit_stats = ["near_limit", "over_limit", "total_hits", "within_limit", "shadow_mode"];
-    if parts.len() >= 6 && parts[0] == "ratelimit" && parts[1] == "service" && parts[2] == "rate_limit" {
-        let stat = parts[parts.len() - 1];
-        let keys = &parts[4..parts.len() - 1];
-        let mapped = limit_stats.contains(&stat) && (keys.len() == 2 || (keys.len() == 1 && stat != "shadow_mode"));
-        if mapped {
-            let mut labels = format!("domain=\"{}\",key1=\"{}\"", escape(parts[3]), escape(keys[0]));
-            if keys.len() == 2 {
-                labels.push_str(&format!(",key2=\"{}\"", escape(keys[1])));
-            }
-            return (format!("ratelimit_service_rate_limit_{stat}"), format!("{{{labels}}}"));
-        }
-    }
-    if parts.len() == 5 && name.starts_with("ratelimit.service.call.should_rate_limit.") {
-        return ("ratelimit_service_should_rate_limit_error".into(), format!("{{err_type=\"{}\"}}", escape(parts[4])));
-    }
-    if parts.len() == 3 && parts[0] == "ratelimit_server" && parts[2] == "total_requests" {
-        return ("ratelimit_service_total_requests".into(), format!("{{grpc_method=\"{}\"}}", escape(parts[1])));
-    }
-    if name == "ratelimit.service.config_load_success" || name == "ratelimit.service.config_load_error" {
-        return (name.replace('.', "_"), String::new());
-    }
-    // statsd_exporter's default: every character outside [A-Za-z0-9_] becomes `_`.
-    (name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect(), String::new())
 }
 
 /// Sends every counter's increase since the last flush to statsd over TCP (`name:delta|c`), as
@@ -368,7 +389,7 @@ mod tests {
     #[test]
     fn response_time_is_a_histogram_in_seconds_or_milliseconds_and_statsd_samples() {
         let stats = Stats::new();
-        stats.configure(true, false);
+        stats.configure(true, Mapper::upstream_default(false));
         for ms in [3, 40, 2_000] {
             stats.response_time.record(Duration::from_millis(ms));
         }
@@ -386,7 +407,7 @@ mod tests {
         assert_eq!(stats.response_time.take(), (vec![], 1.0));
         // PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: the same buckets, observing milliseconds.
         let ms = Stats::new();
-        ms.configure(false, true);
+        ms.configure(false, Mapper::upstream_default(true));
         ms.response_time.record(Duration::from_millis(3));
         assert!(
             ms.prometheus()
@@ -402,29 +423,36 @@ mod tests {
     }
 
     #[test]
+    fn a_mapping_file_names_every_family_and_may_make_the_timer_a_summary() {
+        let stats = Stats::new();
+        let mapper = Mapper::parse(
+            "mappings:\n- match: ratelimit_server.*.response_time\n  name: rt_ms\n  labels: {method: $1}\n- match: ratelimit.service.config_load_success\n  action: drop\n",
+        )
+        .unwrap();
+        stats.configure(false, mapper);
+        stats.counter("ratelimit.service.config_load_success").inc(1);
+        stats.counter("ratelimit.service.config_load_error").inc(2);
+        for ms in [1, 2, 3, 4, 100] {
+            stats.response_time.record(Duration::from_millis(ms));
+        }
+        let text = stats.prometheus();
+        for line in [
+            "# TYPE ratelimit_service_config_load_error counter\nratelimit_service_config_load_error 2\n",
+            "# TYPE rt_ms summary\n",
+            "rt_ms{method=\"ShouldRateLimit\",quantile=\"0.5\"} 3\n",
+            "rt_ms{method=\"ShouldRateLimit\",quantile=\"0.99\"} 100\n",
+            "rt_ms_sum{method=\"ShouldRateLimit\"} 110\n",
+            "rt_ms_count{method=\"ShouldRateLimit\"} 5\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("config_load_success"), "dropped: {text}");
+    }
+
+    #[test]
     fn stat_names_are_sanitized_as_upstream_does() {
         assert_eq!(sanitize("domain.remote_address_10.0.0.1"), "domain.remote_address_10_0_0_1");
         assert_eq!(sanitize("a:b|c.d"), "a_b_c.d");
         assert_eq!(sanitize("x.1.2.3"), "x.1.2.3");
-    }
-
-    #[test]
-    fn prometheus_names_follow_the_default_mapper() {
-        assert_eq!(
-            prometheus_name("ratelimit.service.rate_limit.basic.key1.total_hits"),
-            ("ratelimit_service_rate_limit_total_hits".into(), "{domain=\"basic\",key1=\"key1\"}".into())
-        );
-        assert_eq!(
-            prometheus_name("ratelimit.service.rate_limit.d.a_b.c.over_limit").1,
-            "{domain=\"d\",key1=\"a_b\",key2=\"c\"}"
-        );
-        assert_eq!(
-            prometheus_name("ratelimit.service.call.should_rate_limit.redis_error").0,
-            "ratelimit_service_should_rate_limit_error"
-        );
-        assert_eq!(
-            prometheus_name("ratelimit_server.ShouldRateLimit.total_requests").0,
-            "ratelimit_service_total_requests"
-        );
     }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::{Cluster, Server};
-use rls::envoy::{Envoy, get};
+use rls::envoy::get;
 use rls::{CONFIG, Rls, host_port, runtime};
 
 /// The upstream service: answers 200 "ok" to anything, counting what reached it.
@@ -34,6 +34,12 @@ async fn upstream() -> (u16, Arc<AtomicU64>) {
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (port, hits)
+}
+
+struct Envoy {
+    /// Runs while this lives.
+    _process: rls::EnvoyProcess,
+    port: u16,
 }
 
 /// A rate limit filter: its stage, `failure_mode_deny` and the service it calls.
@@ -91,47 +97,52 @@ fn routes(stage: u32) -> Vec<Route> {
     r
 }
 
-/// Envoy in front of `upstream_port`, each filter calling its service, with our routes and `extra_routes`.
-fn start_envoy(upstream_port: u16, filters: &[Filter<'_>], extra_routes: Vec<Route>) -> Envoy {
-    let port = harness::free_port(false);
-    let mut route_yaml = String::new();
-    let mut all = routes(0);
-    all.extend(extra_routes);
-    for r in &all {
-        if let Some(h) = r.hits {
-            // A hits_addend format is honoured in the filter's per-route rate_limits (the
-            // route's own rate_limits ignore it in Envoy 1.40).
-            route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route: {{cluster: upstream}}\n                typed_per_filter_config:\n                  envoy.filters.http.ratelimit:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n                    rate_limits:\n", r.path));
-            for d in &r.descriptors {
-                route_yaml.push_str(&format!(
-                    "                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"
-                ));
+impl Envoy {
+    fn start(upstream_port: u16, filters: &[Filter<'_>], extra_routes: Vec<Route>) -> Envoy {
+        let port = harness::free_port(false);
+        let mut route_yaml = String::new();
+        let mut all = routes(0);
+        all.extend(extra_routes);
+        for r in &all {
+            if let Some(h) = r.hits {
+                // A hits_addend format is honoured in the filter's per-route rate_limits (the
+                // route's own rate_limits ignore it in Envoy 1.40).
+                route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route: {{cluster: upstream}}\n                typed_per_filter_config:\n                  envoy.filters.http.ratelimit:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute\n                    rate_limits:\n", r.path));
+                for d in &r.descriptors {
+                    route_yaml.push_str(&format!(
+                        "                    - actions: [{d}]\n                      hits_addend: {{format: \"{h}\"}}\n"
+                    ));
+                }
+                continue;
             }
-            continue;
+            route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route:\n                  cluster: upstream\n                  rate_limits:\n", r.path));
+            for d in &r.descriptors {
+                route_yaml
+                    .push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
+            }
         }
-        route_yaml.push_str(&format!("              - match: {{prefix: \"{}\"}}\n                route:\n                  cluster: upstream\n                  rate_limits:\n", r.path));
-        for d in &r.descriptors {
-            route_yaml
-                .push_str(&format!("                  - stage: {}\n                    actions: [{d}]\n", r.stage));
-        }
-    }
-    let mut filter_yaml = String::new();
-    let mut clusters = String::new();
-    for f in filters {
-        filter_yaml.push_str(&format!(
+        let mut filter_yaml = String::new();
+        let mut clusters = String::new();
+        for f in filters {
+            filter_yaml.push_str(&format!(
                 "          - name: envoy.filters.http.ratelimit\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n              domain: gw\n              stage: {}\n              failure_mode_deny: {}\n              enable_x_ratelimit_headers: DRAFT_VERSION_03\n              timeout: {}\n              rate_limit_service:\n                transport_api_version: V3\n                grpc_service: {{envoy_grpc: {{cluster_name: rls{}}}}}\n",
                 f.stage, f.deny, f.timeout, f.stage
             ));
-        let (host, p) = f.rls.grpc.rsplit_once(':').unwrap();
-        clusters.push_str(&format!(
+            let (host, p) = f.rls.grpc.rsplit_once(':').unwrap();
+            clusters.push_str(&format!(
                 "  - name: rls{}\n    type: STATIC\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        explicit_http_config: {{http2_protocol_options: {{}}}}\n    load_assignment: {{cluster_name: rls{}, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: {host}, port_value: {p}}}}}}}}}]}}]}}\n",
                 f.stage, f.stage
             ));
+        }
+        let yaml = format!(
+            "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            name: local\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{route_yaml}          http_filters:\n{filter_yaml}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}}}}}]}}]}}\n{clusters}"
+        );
+        Envoy { _process: rls::EnvoyProcess::start("envoy", port, &yaml), port }
     }
-    let yaml = format!(
-        "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}\nstatic_resources:\n  listeners:\n  - name: main\n    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress\n          route_config:\n            name: local\n            virtual_hosts:\n            - name: all\n              domains: [\"*\"]\n              routes:\n{route_yaml}          http_filters:\n{filter_yaml}          - name: envoy.filters.http.router\n            typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}\n  clusters:\n  - name: upstream\n    type: STATIC\n    load_assignment: {{cluster_name: upstream, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}}}}}]}}]}}\n{clusters}"
-    );
-    Envoy::run(&yaml, port)
+
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, String>) {
+        get(self.port, path, headers).await
+    }
 }
 
 /// Every scenario that does not stop Redis.
@@ -214,20 +225,20 @@ async fn through_envoy_on_the_module_twin_and_cluster() {
     // The module.
     let module = Server::start();
     let rls = Rls::start(&dir, &host_port(&module.url()), &[("DECISION_DEADLINE", "10s")]);
-    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls }], Vec::new());
+    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls }], Vec::new());
     scenarios(&envoy, &hits, &rls).await;
     drop(envoy);
     // The twin alone.
     let twin = rls::twin_server();
     let rls_twin = Rls::start(&dir, &host_port(&twin.url()), &[("DECISION_DEADLINE", "10s")]);
-    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_twin }], Vec::new());
+    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_twin }], Vec::new());
     scenarios(&envoy, &hits, &rls_twin).await;
     drop(envoy);
     // A 3-primary cluster.
     let cluster = Cluster::start(3, 0);
     let urls: Vec<String> = cluster.urls().iter().map(|u| host_port(u)).collect();
     let rls_cluster = Rls::start(&dir, &urls.join(","), &[("REDIS_TYPE", "cluster"), ("DECISION_DEADLINE", "10s")]);
-    let envoy = start_envoy(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_cluster }], Vec::new());
+    let envoy = Envoy::start(up, &[Filter { stage: 0, deny: false, timeout: "20s", rls: &rls_cluster }], Vec::new());
     scenarios(&envoy, &hits, &rls_cluster).await;
 }
 
@@ -259,7 +270,7 @@ async fn redis_paused_and_killed_under_load_with_each_failure_mode() {
             hits: None,
         })
         .collect();
-    let envoy = start_envoy(up, &filters, extra);
+    let envoy = Envoy::start(up, &filters, extra);
     // Healthy first: each path admits its first request.
     for p in paths {
         assert_eq!(envoy.get(p, &[("x-user", &format!("warm{p}"))]).await.0, 200, "{p}");

@@ -9,7 +9,8 @@ mod harness;
 mod rls;
 
 use harness::Server;
-use rls::envoy::{Envoy, fetch};
+use rls::EnvoyProcess;
+use rls::envoy::fetch;
 use rls::{Rls, host_port, runtime};
 
 /// The fenced block that follows `marker` in the gateway guide.
@@ -50,7 +51,7 @@ async fn a_token_budget_per_api_key_checked_on_the_request_and_charged_when_the_
         .replace("address: 0.0.0.0, port_value: 10000", &format!("address: 127.0.0.1, port_value: {port}"))
         .replace("port_value: 8081", &format!("port_value: {}", rls.grpc.rsplit_once(':').unwrap().1))
         .replace("port_value: 8000", &format!("port_value: {backend}"));
-    let envoy = Envoy::run(&yaml, port);
+    let envoy = EnvoyProcess::start("llm", port, &yaml);
 
     let call = |key: &'static str, tokens: u64| {
         let port = envoy.port;

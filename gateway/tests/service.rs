@@ -311,7 +311,7 @@ async fn failure_modes_answer_within_the_deadline_and_recover_within_a_second() 
 #[test]
 fn what_cannot_mean_anything_here_stops_the_start_by_name() {
     for (name, value) in [
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
         ("BACKEND_TYPE", "memcache"),
         ("REDIS_TYPE", "RING"),
         ("REDIS_PERSECOND", "true"),

@@ -17,7 +17,8 @@ mod rls;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use harness::{Cluster, Server};
-use rls::envoy::{Envoy, fetch};
+use rls::EnvoyProcess;
+use rls::envoy::fetch;
 use rls::{Rls, host_port, runtime};
 
 /// Upstream's examples/ratelimit/config (both files), as our data.
@@ -61,7 +62,8 @@ descriptors:
     metadata: {service_with_quota: {name: "service_2"}}
 "#;
 const MONGO: &str = "domain: mongo_cps\ndescriptors:\n  - {key: database, value: users, rate_limit: {unit: second, requests_per_unit: 500}}\n  - {key: database, value: default, rate_limit: {unit: second, requests_per_unit: 500}}\n";
-const BURST: &str = "domain: burst\ndescriptors:\n  - { key: user, rate_limit: { unit: minute, requests_per_unit: 100 } }\n";
+const BURST: &str =
+    "domain: burst\ndescriptors:\n  - { key: user, rate_limit: { unit: minute, requests_per_unit: 100 } }\n";
 
 /// upstream's envoy-mock: a service answering its greeting to anything.
 async fn service(greeting: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
@@ -111,7 +113,7 @@ fn proxy(listener: u16, rls: &Rls, s1: u16, s2: u16, bursts: &[&Rls]) -> String 
 }
 
 /// A request of a script: its path and headers, the status and body it got.
-async fn curl(envoy: &Envoy, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+async fn curl(envoy: &EnvoyProcess, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let (status, _, body) = fetch(envoy.port, path, headers).await;
     (status, body)
 }
@@ -130,7 +132,7 @@ async fn inside_one_minute(seconds: u64) {
 
 /// The scripts, in upstream's order (each asserting what the script asserts). `flush` empties
 /// Redis: upstream's minute of waiting between scripts that share the quota descriptors.
-async fn scripts(envoy: &Envoy, rls: &Rls, mut flush: impl FnMut()) {
+async fn scripts(envoy: &EnvoyProcess, rls: &Rls, mut flush: impl FnMut()) {
     let hello = |body: &str, n: u32| body.contains(&format!("Hello World from Service {n}"));
 
     // multiservice-tokenquota: checks of both quotas on the request (hits_addend 0), the answer's
@@ -165,7 +167,13 @@ async fn scripts(envoy: &Envoy, rls: &Rls, mut flush: impl FnMut()) {
         vec![("foo", foo), ("bar", bar), ("source_cluster", "proxy"), ("destination_cluster", dest)]
     };
     let five = |foo: &'static str, bar: &'static str| {
-        vec![("foo", foo), ("bar", bar), ("source_cluster", "proxy"), ("destination_cluster", "fake"), ("category", "account")]
+        vec![
+            ("foo", foo),
+            ("bar", bar),
+            ("source_cluster", "proxy"),
+            ("destination_cluster", "fake"),
+            ("category", "account"),
+        ]
     };
     let steps: Vec<(&str, Vec<(&str, &str)>, bool)> = vec![
         ("/twoheader", two("bkthomps", "banned"), false),
@@ -238,7 +246,7 @@ async fn scripts(envoy: &Envoy, rls: &Rls, mut flush: impl FnMut()) {
 }
 
 /// The scripts' "a minute later" checks: fresh windows admit again.
-async fn a_minute_later(envoy: &Envoy) {
+async fn a_minute_later(envoy: &EnvoyProcess) {
     let start = now_s() / 60;
     while now_s() / 60 == start {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -250,7 +258,7 @@ async fn a_minute_later(envoy: &Envoy) {
 }
 
 /// 2,000 concurrent requests for one user through Envoy: exactly 100 reach the upstream.
-async fn burst(envoy: &Envoy, stage: usize, mock: &std::sync::atomic::AtomicU64) {
+async fn burst(envoy: &EnvoyProcess, stage: usize, mock: &std::sync::atomic::AtomicU64) {
     inside_one_minute(12).await;
     let before = mock.load(std::sync::atomic::Ordering::Relaxed);
     let user = format!("{}-{}", std::process::id(), now_s());
@@ -287,7 +295,11 @@ async fn upstream_s_integration_scripts_and_the_burst_through_envoy() {
     let on_cluster = Rls::start(&dir, &nodes, &[("DECISION_DEADLINE", ""), ("REDIS_TYPE", "cluster")]);
     let cluster_stop = Rls::start(&dir, &nodes, &[stop[0], stop[1], ("REDIS_TYPE", "cluster")]);
     let port = harness::free_port(false);
-    let envoy = Envoy::run(&proxy(port, &main, s1, s2, &[&main, &single_stop, &on_cluster, &cluster_stop]), port);
+    let envoy = EnvoyProcess::start(
+        "upstream",
+        port,
+        &proxy(port, &main, s1, s2, &[&main, &single_stop, &on_cluster, &cluster_stop]),
+    );
 
     let mut redis = server.client();
     scripts(&envoy, &main, || {

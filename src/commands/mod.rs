@@ -56,12 +56,7 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     };
     let request = Request::parse(algorithm, words, &config::caps())?;
     let now = clock::now();
-    // A window's log is usually longer than any compactly stored value, which `plain`'s table
-    // is read for (see `Key::load`): its slot is not fetched ahead.
-    let mut key = match algorithm {
-        Algorithm::Window => Key::open(call, 0)?,
-        _ => Key::open_named(call, 0, request.key)?,
-    };
+    let mut key = Key::open(call, 0)?;
     key.load(algorithm)?;
     let decision = request.limiter.decide_held(key.stored(), now, request.quantity, request.held)?;
     let prepared = key.prepare(&decision.effect)?;

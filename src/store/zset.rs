@@ -37,7 +37,6 @@ impl Key {
             empty: kind == raw::REDISMODULE_KEYTYPE_EMPTY,
             value: Value::Missing,
             expires_at_ms: None,
-            fingerprint: std::cell::Cell::new(0),
         };
         match kind {
             raw::REDISMODULE_KEYTYPE_EMPTY | raw::REDISMODULE_KEYTYPE_ZSET => Ok(key),

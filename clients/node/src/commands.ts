@@ -6,7 +6,7 @@
 import type { Connection } from './connection.js';
 import { crossSlot } from './slot.js';
 import { ThrottleError } from './errors.js';
-import type { AcquireParams, AllDecision, Decision, Int, Limiter, PaceDecision, PaceParams } from './types.js';
+import type { AcquireParams, AllDecision, Backend, Decision, Limiter, PaceDecision, PaceParams } from './types.js';
 import { decision, exact, int, params, s } from './wire.js';
 
 /** The value of a GCRA key under a block (Throttle.block): not a TAT, so CL.THROTTLE refuses it. */
@@ -20,30 +20,29 @@ const MODULE_ONLY =
 
 /** One limiter by its algorithm name. */
 export async function decide(c: Connection, l: Limiter): Promise<Decision> {
-  return single(c, l.algorithm, l.key, params(l), l.quantity);
-}
-
-/** CL.<name> key … or FCALL cl_<name> 1 key …, then quantity (positional or QUANTITY) and MS. */
-async function single(
-  c: Connection,
-  name: 'throttle' | 'window' | 'bucket' | 'counter' | 'quota',
-  key: string,
-  words: string[],
-  quantity: Int | undefined,
-): Promise<Decision> {
-  if (quantity !== undefined) exact(quantity, 'quantity');
-  const backend = await c.backend();
-  const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, key] : ['FCALL', `cl_${name}`, '1', key];
-  const q = quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(quantity)] : [s(quantity)];
-  const send = async (): Promise<Decision> => decision(await c.call(key, [...head, ...words, ...q, 'MS']));
-  if (name !== 'throttle') return send();
+  const words = params(l);
+  if (l.quantity !== undefined) exact(l.quantity, 'quantity');
+  const args = command(await c.backend(), l, words);
+  const send = async (): Promise<Decision> => decision(await c.call(l.key, args));
+  if (l.algorithm !== 'throttle') return send();
   return answeringBlocks(send, async () => {
-    const held = await blocked(c, key);
+    const held = await blocked(c, l.key);
     if (typeof held !== 'number') return held;
     const limit = Number(BigInt(words[0] as string) + 1n);
-    const units = quantity === undefined ? 1n : BigInt(s(quantity));
+    const units = l.quantity === undefined ? 1n : BigInt(s(l.quantity));
     return blockedDecision(limit, units, held);
   });
+}
+
+/**
+ * One limiter's command, its key as it is: CL.<NAME> key … (the module) or FCALL cl_<name> 1
+ * key … (the twin), then the quantity (positional, or QUANTITY for a quota), DEBIT and MS.
+ */
+export function command(backend: Backend, l: Limiter, words: string[] = params(l)): string[] {
+  const name = l.algorithm;
+  const head = backend === 'module' ? [`CL.${name.toUpperCase()}`, l.key] : ['FCALL', `cl_${name}`, '1', l.key];
+  const q = l.quantity === undefined ? [] : name === 'quota' ? ['QUANTITY', s(l.quantity)] : [s(l.quantity)];
+  return [...head, ...words, ...q, ...(l.debit === true ? ['DEBIT'] : []), 'MS'];
 }
 
 /**
@@ -99,9 +98,13 @@ function blockedDecision(limit: number, units: bigint, held: number): Decision {
   };
 }
 
-/** Several limiters decided at one instant, all or nothing (CL.ALL … MS DETAILS). */
-export async function all(c: Connection, wired: readonly Limiter[]): Promise<AllDecision> {
+/** Several limiters decided at one instant, all or nothing (CL.ALL … [DEBIT] MS DETAILS). */
+export async function all(c: Connection, wired: readonly Limiter[], debit: boolean): Promise<AllDecision> {
   if (wired.length === 0) throw new ThrottleError('redis-throttle: all() needs at least one limiter');
+  if (wired.some((l) => l.debit !== undefined))
+    throw new ThrottleError(
+      "redis-throttle: CL.ALL debits as a whole: all(limiters, { debit: true }), not a limiter's own `debit`; nothing was sent",
+    );
   const keys = wired.map((l) => l.key);
   if (c.t.cluster) {
     const cross = crossSlot(keys);
@@ -120,6 +123,7 @@ export async function all(c: Connection, wired: readonly Limiter[]): Promise<All
     args.push(l.algorithm.toUpperCase(), ...(words[i] as string[]));
     if (l.quantity !== undefined) args.push('QUANTITY', s(l.quantity));
   });
+  if (debit) args.push('DEBIT');
   args.push('MS', 'DETAILS');
   const send = async (): Promise<AllDecision> => {
     const reply = await c.call(keys[0] as string, args);

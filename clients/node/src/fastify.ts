@@ -30,7 +30,10 @@ import { Throttle } from './throttle.js';
 import type { Decision, Limiter } from './types.js';
 
 export interface FastifyStoreOptions {
-  /** Key prefix, as the plugin's `nameSpace`; default `fastify-rate-limit-`. */
+  /**
+   * Key prefix, as the plugin's `nameSpace` (which the plugin does not hand a custom store: see
+   * withRedisThrottle); default `fastify-rate-limit-`.
+   */
   nameSpace?: string;
   /** 'counter' (default), 'window' or 'gcra'. */
   algorithm?: Algorithm;
@@ -235,6 +238,38 @@ export function redisThrottleStore(
     }
   }
   return RedisThrottleFastifyStore;
+}
+
+/**
+ * The plugin's options with a redis-throttle store in them:
+ * `fastify.register(rateLimit, withRedisThrottle(redis, { max: 100, timeWindow: 60_000, nameSpace: 'api-' }))`.
+ * The plugin hands a custom store none of its `nameSpace` (only its own Redis store reads it), so
+ * this is how the plugin's own `nameSpace` keys the limit: the store is built with it (keys
+ * `<nameSpace><key>`, per-route `<nameSpace><METHOD><url>-<key>`, as the plugin's Redis store names
+ * them), and two registrations with different `nameSpace`s count apart (with the same one, or
+ * none, they count together, as with the plugin's Redis store). `store` (the store's own
+ * `algorithm`, `timeoutMs`). Refused: plugin options that would replace the store (`store`, `redis`).
+ */
+export function withRedisThrottle<O extends { nameSpace?: string; store?: unknown; redis?: unknown }>(
+  client: object,
+  pluginOptions: O,
+  store: Omit<FastifyStoreOptions, 'nameSpace'> = {},
+): O & { store: new (pluginOptions: object) => FastifyRateLimitStore } {
+  if (typeof pluginOptions !== 'object' || pluginOptions === null)
+    throw new TypeError("redis-throttle: withRedisThrottle needs the plugin's options object");
+  for (const taken of ['store', 'redis'] as const) {
+    if (pluginOptions[taken] !== undefined)
+      throw new TypeError(`redis-throttle: withRedisThrottle supplies the plugin's store: leave out \`${taken}\``);
+  }
+  if ('nameSpace' in store)
+    throw new TypeError("redis-throttle: withRedisThrottle takes the plugin's own `nameSpace`, not the store's");
+  const nameSpace = pluginOptions.nameSpace;
+  if (nameSpace !== undefined && typeof nameSpace !== 'string')
+    throw new TypeError(`redis-throttle: the plugin's nameSpace must be a string, got ${String(nameSpace)}`);
+  return {
+    ...pluginOptions,
+    store: redisThrottleStore(client, { ...store, ...(nameSpace === undefined ? {} : { nameSpace }) }),
+  };
 }
 
 export default redisThrottleStore;

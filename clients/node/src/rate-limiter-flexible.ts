@@ -12,7 +12,7 @@
  */
 import * as flexible from 'rate-limiter-flexible';
 import type { IRateLimiterOptions, RateLimiterAbstract } from 'rate-limiter-flexible';
-import { type Algorithm, admits, limiter, plainCounter, refund } from './algorithm.js';
+import { type Algorithm, admits, limiter, refund } from './algorithm.js';
 import { ThrottleError } from './errors.js';
 import { Throttle } from './throttle.js';
 import type { Decision, Limiter } from './types.js';
@@ -64,7 +64,7 @@ export interface RateLimiterRedisThrottleOptions {
   /** Accepted for RateLimiterRedis compatibility; the client kind is detected. */
   useRedisPackage?: boolean;
   useRedis3AndLowerPackage?: boolean;
-  /** Refused: use algorithm 'gcra', which spaces admissions on the server. */
+  /** Delay each admitted consume to spread the points over the duration, as RateLimiterRedis does. */
   execEvenly?: boolean;
   execEvenlyMinDelayMs?: number;
   /** ms to wait for Redis before the call fails (then insuranceLimiter answers); default 1000. */
@@ -77,22 +77,83 @@ type Insured = Record<string, (...args: unknown[]) => Promise<unknown>>;
 
 const REFUSED: Record<string, string> = {
   customIncrTtlLuaScript: 'the store runs no Lua script',
-  execEvenly: "use algorithm 'gcra', which spaces admissions on the server",
 };
 
 /** parseInt as RateLimiterStoreAbstract reads its in-memory and block thresholds. */
 const whole = (v: unknown): number => (v ? parseInt(String(v), 10) || 0 : 0);
 
+/**
+ * The points of a consume, penalty, reward or set as RateLimiterRedis takes them (from 11):
+ * an integer, or a string of digits; anything else is refused with its own error.
+ */
+function wholePoints(points: unknown): number {
+  if (typeof points === 'string') {
+    if (!/^[1-9][0-9]*$/.test(points))
+      throw new Error('Consuming string different than integer values is not supported by this package');
+    return Number(points);
+  }
+  if (!Number.isInteger(points)) throw new Error('Consuming decimal number of points is not supported by this package');
+  return points as number;
+}
+
+/**
+ * RateLimiterRedis's readiness of a client for `rlKey` (`rejectIfRedisNotReady`): ioredis's
+ * status, node-redis 3's isReady(), 4+'s isReady, and a 4+ cluster's client for the key's slot.
+ */
+function ready(client: Record<string, unknown>, rlKey: string, readonly: boolean): boolean {
+  if (client.status) return client.status === 'ready';
+  if (typeof client.isReady === 'function') return (client.isReady as () => boolean)() === true;
+  if (typeof client.isReady === 'boolean') return client.isReady;
+  const slots = client._slots as { getClient?: (key: string, readonly: boolean) => { isReady?: unknown } } | undefined;
+  if (slots && typeof slots.getClient === 'function') {
+    if (typeof client.isOpen === 'boolean' && client.isOpen !== true) return false;
+    try {
+      return slots.getClient(rlKey, readonly)?.isReady === true;
+    } catch {
+      return false;
+    }
+  }
+  return true;
+}
+
+/** Keys blocked in this process's memory (RateLimiterStoreAbstract's `_inMemoryBlockedKeys`): rlKey → when the block ends. */
+class BlockedKeys {
+  readonly #until = new Map<string, number>();
+
+  addMs(rlKey: string, ms: number): void {
+    this.#until.set(rlKey, Date.now() + ms);
+  }
+
+  /** ms left of the key's block; 0 when none (an ended block is forgotten). */
+  msBeforeExpire(rlKey: string): number {
+    const until = this.#until.get(rlKey);
+    if (until === undefined) return 0;
+    const ms = until - Date.now();
+    if (ms >= 0) return ms;
+    this.#until.delete(rlKey);
+    return 0;
+  }
+
+  delete(rlKey: string): void {
+    this.#until.delete(rlKey);
+  }
+
+  clear(): void {
+    this.#until.clear();
+  }
+}
+
 export class RateLimiterRedisThrottle extends Abstract {
-  readonly #throttle: Throttle;
+  /** Made at the first call (a client that is not ready, or not a client, fails that call, not the constructor). */
+  #throttleMade: Throttle | undefined;
+  readonly #storeClient: object;
+  readonly #timeoutMs: number | undefined;
   readonly #algorithm: Algorithm;
   /** The points a window admits (the host rejects when consumed > points). */
   readonly #admits: number;
-  /** Every consume counted (RateLimiterRedis's way), the points compared here; see #counting. */
-  readonly #counts: boolean;
-  readonly #ready: () => boolean;
-  /** Keys blocked in memory: rlKey → when the block ends (ms since the epoch). */
-  readonly #inMemory = new Map<string, number>();
+  readonly #ready: (rlKey: string, readonly: boolean) => boolean;
+  /** Keys blocked in memory, under RateLimiterStoreAbstract's name for them. */
+  readonly _inMemoryBlockedKeys = new BlockedKeys();
   readonly blockOnConsumed: number;
   readonly inMemoryBlockOnConsumed: number;
   readonly inMemoryBlockDuration: number;
@@ -105,7 +166,8 @@ export class RateLimiterRedisThrottle extends Abstract {
       if (opts[name] !== undefined && opts[name] !== false)
         throw new TypeError(`redis-throttle: ${name} is not supported (${why})`);
     }
-    this.#throttle = new Throttle(opts.storeClient, opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs });
+    this.#storeClient = opts.storeClient;
+    this.#timeoutMs = opts.timeoutMs;
     this.#algorithm = opts.algorithm ?? 'counter';
     limiter(this.#algorithm, 'x', 1, 1);
     this.#admits = admits(this.points);
@@ -119,9 +181,9 @@ export class RateLimiterRedisThrottle extends Abstract {
     this.inMemoryBlockDuration = whole(opts.inMemoryBlockDuration);
     if (this.inMemoryBlockDuration > 0 && this.inMemoryBlockOnConsumed === 0)
       throw new Error('inMemoryBlockOnConsumed option must be set up');
-    // A denial takes nothing on the module, so a consume reports at most the points plus its own:
-    // thresholds above that, a limit below 1 and a window without an end need every consume
-    // counted (the fixed window's plain commands).
+    // GCRA and the exact window decide on the server, so a consume reports at most the points
+    // plus its own: thresholds above that, a limit below 1 and a window without an end need
+    // every consume counted (the fixed window's plain commands).
     const beyond = (t: number): boolean => t > Math.min(this.#admits, Number.MAX_SAFE_INTEGER - 1) + 1;
     const needs = [
       this.#admits <= 0 || this.#admits === Infinity ? `points ${this.points}` : undefined,
@@ -131,20 +193,20 @@ export class RateLimiterRedisThrottle extends Abstract {
     ].filter((x): x is string => x !== undefined);
     if (needs.length > 0 && this.#algorithm !== 'counter')
       throw new TypeError(`redis-throttle: ${needs.join(', ')} needs algorithm 'counter'`);
-    this.#counts = needs.length > 0;
     if (this.blockDuration > 0 && this.#algorithm === 'window')
       throw new TypeError("redis-throttle: blockDuration needs algorithm 'counter' or 'gcra'");
     this.insuranceLimiter = opts.insuranceLimiter;
-    const client = opts.storeClient as { status?: unknown; isReady?: unknown; isOpen?: unknown };
+    const client = opts.storeClient as Record<string, unknown>;
     this.#ready =
-      opts.rejectIfRedisNotReady === true
-        ? () =>
-            typeof client.status === 'string'
-              ? client.status === 'ready'
-              : typeof client.isReady === 'boolean'
-                ? client.isReady
-                : client.isOpen !== false
-        : () => true;
+      opts.rejectIfRedisNotReady === true ? (rlKey, readonly) => ready(client, rlKey, readonly) : () => true;
+  }
+
+  get #throttle(): Throttle {
+    this.#throttleMade ??= new Throttle(
+      this.#storeClient,
+      this.#timeoutMs === undefined ? {} : { timeoutMs: this.#timeoutMs },
+    );
+    return this.#throttleMade;
   }
 
   get insuranceLimiter(): object | undefined {
@@ -197,7 +259,8 @@ export class RateLimiterRedisThrottle extends Abstract {
 
   async #insured<T>(name: string, args: unknown[], run: () => Promise<T>): Promise<T> {
     try {
-      if (!this.#ready()) throw new Error('Redis connection is not ready');
+      if (!this.#ready(this.getKey(args[0] as string | number), name === 'get'))
+        throw new Error('Redis connection is not ready');
       return await run();
     } catch (e) {
       if (e instanceof RateLimiterRes || !this.#insurance) throw e;
@@ -205,16 +268,17 @@ export class RateLimiterRedisThrottle extends Abstract {
     }
   }
 
-  /** Whether calls with these options count every consume with plain commands (Throttle.hit). */
-  async #counting(options: Options): Promise<boolean> {
-    if (this.#algorithm !== 'counter') {
-      if (this.#windowMs(options) === null)
-        throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
-      return false;
-    }
-    if (this.#counts || this.#windowMs(options) === null) return true;
-    // Only the Functions twin: plain commands, as RateLimiterRedis counts.
-    return (await this.#throttle.backend()) === 'twin';
+  /**
+   * Whether calls count with plain commands (Throttle.hit): the fixed window always does, as
+   * RateLimiterRedis's script counts (every consume and penalty adds its points, a reward takes
+   * them off, below 0 too, and the host compares the count with its points), on the module and
+   * the twin alike; GCRA and the exact window decide on the server.
+   */
+  #counting(options: Options): boolean {
+    if (this.#algorithm === 'counter') return true;
+    if (this.#windowMs(options) === null)
+      throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
+    return false;
   }
 
   #res(consumed: number, ttlMs: number, changed: number): RateLimiterRes {
@@ -222,7 +286,13 @@ export class RateLimiterRedisThrottle extends Abstract {
   }
 
   /** Takes `points`; rejects with a RateLimiterRes when the key is over its points. */
-  override consume(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
+  override consume(key: string | number, pointsGiven: number = 1, options: Options = {}): Promise<RateLimiterRes> {
+    let points: number;
+    try {
+      points = wholePoints(pointsGiven);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const rlKey = this.getKey(key);
     const inMemory = this.#inMemoryMs(rlKey);
     if (inMemory > 0) return Promise.reject(new RateLimiterRes(0, inMemory));
@@ -230,7 +300,7 @@ export class RateLimiterRedisThrottle extends Abstract {
       let res: RateLimiterRes;
       let over: boolean;
       let crossed: boolean;
-      if (await this.#counting(options)) {
+      if (this.#counting(options)) {
         // Every consume counted, as RateLimiterRedis's script counts it; the points compared here.
         const ms = this.#windowMs(options);
         const h = await this.#throttle.hit(rlKey, ms, points);
@@ -276,16 +346,16 @@ export class RateLimiterRedisThrottle extends Abstract {
       !(this.inMemoryBlockDuration > 0) &&
       res.consumedPoints >= this.inMemoryBlockOnConsumed
     ) {
-      this.#inMemory.set(rlKey, Date.now() + res.msBeforeNext);
+      this._inMemoryBlockedKeys.addMs(rlKey, res.msBeforeNext);
       if (over) throw res;
       return res;
     }
-    if (!over) return res;
+    if (!over) return this.#evenly(res);
     if (this.blockDuration > 0 && crossed) {
       const ms = this.blockDuration * 1000;
-      if (await this.#counting(options)) {
-        // RateLimiterRedis writes the consumed points for the block.
-        await this.#throttle.put(rlKey, String(res.consumedPoints), ms);
+      if (this.#counting(options)) {
+        // RateLimiterRedis writes the consumed points for the block (its `_block`).
+        await this._block(rlKey, res.consumedPoints, ms, options);
         r.msBeforeNext = ms;
       } else if (
         (await this.#throttle.blockOnce(this.limiterOf(key, points, options.customDuration), ms)) !== undefined
@@ -294,20 +364,36 @@ export class RateLimiterRedisThrottle extends Abstract {
       }
     }
     if (this.inMemoryBlockOnConsumed > 0 && res.consumedPoints >= this.inMemoryBlockOnConsumed) {
-      this.#inMemory.set(rlKey, Date.now() + this.inMemoryBlockDuration * 1000);
+      this._inMemoryBlockedKeys.addMs(rlKey, this.inMemoryBlockDuration * 1000);
       r.msBeforeNext = this.inMemoryBlockDuration * 1000;
     }
     throw res;
   }
 
+  /**
+   * execEvenly: an admitted consume (not the first of its window) resolves after the window's
+   * time left shared among the points left, as RateLimiterStoreAbstract delays it.
+   */
+  #evenly(res: RateLimiterRes): Promise<RateLimiterRes> | RateLimiterRes {
+    if (!(this.execEvenly && this.points > 0 && res.msBeforeNext > 0 && !res.isFirstInDuration)) return res;
+    let delay = Math.ceil(res.msBeforeNext / (res.remainingPoints + 2));
+    if (delay < this.execEvenlyMinDelayMs) delay = res.consumedPoints * this.execEvenlyMinDelayMs;
+    (res as { msBeforeNext: number }).msBeforeNext = Math.max(res.msBeforeNext - delay, 0);
+    return new Promise((resolve) => setTimeout(resolve, delay, res));
+  }
+
   #inMemoryMs(rlKey: string): number {
-    if (!(this.inMemoryBlockOnConsumed > 0)) return 0;
-    const until = this.#inMemory.get(rlKey);
-    if (until === undefined) return 0;
-    const ms = until - Date.now();
-    if (ms >= 0) return ms;
-    this.#inMemory.delete(rlKey);
-    return 0;
+    return this.inMemoryBlockOnConsumed > 0 ? this._inMemoryBlockedKeys.msBeforeExpire(rlKey) : 0;
+  }
+
+  /**
+   * Blocks a counted key for `msDuration` ms by writing `initPoints` as its count (RateLimiterRedis's
+   * `_block`, under its name: blockDuration's block goes through it).
+   */
+  _block(rlKey: string, initPoints: number, msDuration: number, _options: Options = {}): Promise<RateLimiterRes> {
+    return this.#throttle
+      .put(rlKey, String(initPoints), msDuration > 0 ? msDuration : Infinity)
+      .then(() => new RateLimiterRes(0, msDuration > 0 ? msDuration : -1, initPoints));
   }
 
   /** ms left of the key's in-memory block (0: none), as RateLimiterStoreAbstract answers. */
@@ -317,13 +403,14 @@ export class RateLimiterRedisThrottle extends Abstract {
 
   /** Forgets every in-memory block, expired or not. */
   deleteInMemoryBlockedAll(): void {
-    this.#inMemory.clear();
+    this._inMemoryBlockedKeys.clear();
   }
 
   /** Takes up to `points` whatever the limit (never beyond full). */
-  override penalty(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
-    return this.#insured('penalty', [key, points, options], async () => {
-      if (await this.#counting(options)) {
+  override penalty(key: string | number, pointsGiven: number = 1, options: Options = {}): Promise<RateLimiterRes> {
+    return this.#insured('penalty', [key, pointsGiven, options], async () => {
+      const points = wholePoints(pointsGiven);
+      if (this.#counting(options)) {
         const h = await this.#throttle.hit(this.getKey(key), this.#windowMs(options), points);
         return this.#res(h.count, h.ttlMs, points);
       }
@@ -335,9 +422,10 @@ export class RateLimiterRedisThrottle extends Abstract {
   }
 
   /** Gives `points` back (never beyond full). */
-  override reward(key: string | number, points = 1, options: Options = {}): Promise<RateLimiterRes> {
-    return this.#insured('reward', [key, points, options], async () => {
-      if (await this.#counting(options)) {
+  override reward(key: string | number, pointsGiven: number = 1, options: Options = {}): Promise<RateLimiterRes> {
+    return this.#insured('reward', [key, pointsGiven, options], async () => {
+      const points = wholePoints(pointsGiven);
+      if (this.#counting(options)) {
         const h = await this.#throttle.hit(this.getKey(key), this.#windowMs(options), -points);
         return this.#res(h.count, h.ttlMs, -points);
       }
@@ -365,7 +453,7 @@ export class RateLimiterRedisThrottle extends Abstract {
     return this.#insured('delete', [key, options], async () => {
       const rlKey = this.getKey(key);
       const existed = (await this.#throttle.del(rlKey)) > 0;
-      this.#inMemory.delete(rlKey);
+      this._inMemoryBlockedKeys.delete(rlKey);
       return existed;
     });
   }
@@ -400,6 +488,7 @@ export class RateLimiterRedisThrottle extends Abstract {
   ): Promise<RateLimiterRes> {
     return this.#insured('set', [key, points, secDuration, options], async () => {
       if (this.#algorithm !== 'counter') throw new ThrottleError("redis-throttle: set() needs algorithm 'counter'");
+      wholePoints(points);
       const ms = (secDuration >= 0 ? secDuration : this.duration) * 1000;
       await this.#throttle.put(this.getKey(key), String(points), ms >= 1 ? ms : Infinity);
       return new RateLimiterRes(0, ms >= 1 ? ms : -1, points);

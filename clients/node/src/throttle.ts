@@ -80,11 +80,16 @@ export class Throttle {
     return decide(this.#c, { ...p, key: this.#c.w(key), algorithm: 'quota' });
   }
 
-  /** Several limiters decided at one instant, all or nothing (CL.ALL … MS DETAILS). In a cluster the keys must share a slot (hash tags). */
-  async all(limiters: readonly Limiter[]): Promise<AllDecision> {
+  /**
+   * Several limiters decided at one instant, all or nothing (CL.ALL … MS DETAILS). In a cluster
+   * the keys must share a slot (hash tags). `debit`: every limiter counts its quantity whatever
+   * its limit says (CL.ALL … DEBIT); the reply says whether any overdrew.
+   */
+  async all(limiters: readonly Limiter[], options: { debit?: boolean } = {}): Promise<AllDecision> {
     return all(
       this.#c,
       limiters.map((l) => this.#c.wl(l)),
+      options.debit === true,
     );
   }
 

@@ -37,23 +37,31 @@ export interface ThrottleParams {
   count: Int;
   periodMs: Int;
   quantity?: Int;
+  /** Count `quantity` whatever the limit says (DEBIT: a charge for what was already used); `limited`: it overdrew. */
+  debit?: boolean;
 }
 export interface WindowParams {
   limit: Int;
   windowMs: Int;
   precisionMs?: Int;
   quantity?: Int;
+  /** Count `quantity` whatever the limit says (DEBIT: a charge for what was already used); `limited`: it overdrew. */
+  debit?: boolean;
 }
 export interface BucketParams {
   capacity: Int;
   tokens: Int;
   intervalMs: Int;
   quantity?: Int;
+  /** Count `quantity` whatever the limit says (DEBIT: a charge for what was already used); `limited`: it overdrew. */
+  debit?: boolean;
 }
 export interface CounterParams {
   limit: Int;
   windowMs: Int;
   quantity?: Int;
+  /** Count `quantity` whatever the limit says (DEBIT: a charge for what was already used); `limited`: it overdrew. */
+  debit?: boolean;
 }
 export interface QuotaParams {
   limit: Int;
@@ -63,6 +71,8 @@ export interface QuotaParams {
   /** A billing anchor instant, as CL.QUOTA's ANCHOR takes it. */
   anchor?: string;
   quantity?: Int;
+  /** Count `quantity` whatever the limit says (DEBIT: a charge for what was already used); `limited`: it overdrew. */
+  debit?: boolean;
 }
 export interface AcquireParams {
   limit: Int;

@@ -288,3 +288,48 @@ test('ioredis, the sliding window, and a key of another application', async () =
   assert.equal(r.status, 500);
   assert.equal(await client.get(`${ns}u2`), 'not a limiter');
 });
+
+// The plugin's own `nameSpace` (which it hands no custom store): through withRedisThrottle it keys
+// the limit, so registrations with different nameSpaces count apart and the same one together,
+// exactly as with the plugin's own Redis store on the same server.
+for (const kind of KINDS) {
+  test(`@fastify/rate-limit's own nameSpace keys the limit, as with its Redis store (${kind})`, async () => {
+    const { default: Fastify } = await import('fastify');
+    const { default: rateLimit } = await import('@fastify/rate-limit');
+    const { withRedisThrottle } = await import('redis-throttle-js/fastify');
+    const ns = unique('ns');
+    const run = async (options) => {
+      const app = Fastify();
+      for (const [prefix, nameSpace] of [
+        ['/a', `${ns}:${options.name}:a-`],
+        ['/b', `${ns}:${options.name}:b-`],
+        ['/c', `${ns}:${options.name}:a-`],
+      ]) {
+        await app.register(
+          async (scope) => {
+            await scope.register(rateLimit, options.make({ max: 2, timeWindow: 60_000, nameSpace }));
+            scope.get('/x', async () => 'ok');
+          },
+          { prefix },
+        );
+      }
+      await app.ready();
+      const statuses = [];
+      for (const url of ['/a/x', '/a/x', '/a/x', '/b/x', '/b/x', '/c/x'])
+        statuses.push((await app.inject({ url })).statusCode);
+      await app.close();
+      return statuses;
+    };
+    const client = await nodeRedis(kind);
+    const ours = await run({ name: 'ours', make: (o) => withRedisThrottle(client, o, SLOW) });
+    // /a twice, then 429; /b its own count; /c shares /a's nameSpace, so its count.
+    assert.deepEqual(ours, [200, 200, 429, 200, 200, 429]);
+    const raw = (args) => client.sendCommand(...(kind === 'cluster' ? [args[1], false, args] : [args]));
+    assert.equal(Number(await raw(['EXISTS', `${ns}:ours:a-127.0.0.1`])), 1);
+    assert.equal(Number(await raw(['EXISTS', `${ns}:ours:b-127.0.0.1`])), 1);
+    const io = await ioredis(kind);
+    const theirs = await run({ name: 'theirs', make: (o) => ({ ...o, redis: io }) });
+    assert.deepEqual(ours, theirs);
+    assert.throws(() => withRedisThrottle(client, { store: class {} }), /leave out `store`/);
+  });
+}

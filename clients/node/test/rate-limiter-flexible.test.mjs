@@ -287,9 +287,8 @@ for (const kind of KINDS) {
       assert.equal(denied.remainingPoints, 0);
       assert.ok(denied.consumedPoints > 3);
       assert.ok(denied.msBeforeNext > 0 && denied.msBeforeNext <= 60_000);
-      // On the module a denial takes nothing; with only the twin the fixed window is counted by
-      // plain commands, and the denied point counts, as RateLimiterRedis counts it.
-      const counted = kind === 'twin' ? 1 : 0;
+      // The fixed window counts every consume, the denied one too, as RateLimiterRedis counts it.
+      const counted = 1;
       const rewarded = await limiter.reward(key, 2);
       assert.equal(rewarded.remainingPoints, 2 - counted);
       assert.equal((await limiter.get(key)).consumedPoints, 1 + counted);
@@ -468,8 +467,19 @@ test("bad options give the server error; another application's key is refused un
     keyPrefix: unique('bad'),
     points: 5,
     duration: 1e10,
+    algorithm: 'window',
   });
   await assert.rejects(bad.consume('k'), /^ThrottleError: ERR window must be an integer/);
+  // The fixed window counts as RateLimiterRedis does, in plain commands: any duration it takes.
+  const long = new RateLimiterRedisThrottle({
+    ...SLOW,
+    storeClient: client,
+    keyPrefix: unique('long'),
+    points: 5,
+    duration: 1e10,
+  });
+  assert.equal((await long.consume('k')).remainingPoints, 4);
+  assert.ok(Number(await client.pTTL(long.getKey('k'))) > 1e12);
   const prefix = unique('other');
   await client.hSet(`${prefix}:k`, 'a', '1');
   const limiter = new RateLimiterRedisThrottle({

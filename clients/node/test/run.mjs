@@ -10,8 +10,8 @@
 // the tarball into the cell's node_modules, copies the test files beside it (so they import the
 // cell's versions), starts the servers once (module, twin only, a 3-primary cluster), and runs
 // the cells (each its files one at a time, on its Node; RT_PARALLEL cells at once, default 3).
-// install.test.mjs, which tests the artifact rather than the host libraries, runs in one cell
-// (ONCE). When every cell passes it checks that package.json's peerDependencies are exactly the
+// install.test.mjs, which tests the artifact rather than the host libraries, runs in one cell,
+// rate-limiter-flexible's own suites in two (ONCE). When every cell passes it checks that package.json's peerDependencies are exactly the
 // tested range of each library (its floor the oldest version tested, its ceiling above the newest
 // major tested) and its engines.node the oldest Node tested, and writes the tested versions into
 // the guide (docs/src/guides/node.md, between its markers).
@@ -44,11 +44,13 @@ const cells = readdirSync(matrix)
   .filter((d) => existsSync(path.join(matrix, d, 'package.json')) && (only.length === 0 || only.includes(d)))
   .sort((a, b) => ORDER.indexOf(a) - ORDER.indexOf(b));
 const files = process.argv.slice(2).map((f) => path.basename(f));
-// The test files that run in one cell only, and why there: install.test.mjs builds the package
+// The test files that run in some cells only, and why there: install.test.mjs builds the package
 // from a checkout (prepare) and installs the tarball in a clean folder, which no host library's
 // version changes; the oldest cell runs it with the oldest Node's npm, the one most likely to
-// differ (make dist packs, and make dist-test installs, with the newest's).
-const ONCE = { 'install.test.mjs': 'oldest' };
+// differ (make dist packs, and make dist-test installs, with the newest's). rlf-upstream.test.mjs
+// runs rate-limiter-flexible's own suites of the oldest and the newest major of the range, which
+// those two cells install.
+const ONCE = { 'install.test.mjs': ['oldest'], 'rlf-upstream.test.mjs': ['oldest', 'newest'] };
 const nodes = process.env.RT_NODES ?? path.resolve(root, process.env.CARGO_TARGET_DIR ?? 'target', 'node');
 const t0 = Date.now();
 const seconds = () => `${((Date.now() - t0) / 1000).toFixed(0)} s`;
@@ -130,7 +132,7 @@ function prepare(cell, tarball) {
           .filter((f) => f.endsWith('.test.mjs'))
           .sort()
   )
-    .filter((f) => (ONCE[f] ?? cell) === cell)
+    .filter((f) => (ONCE[f] ?? [cell]).includes(cell))
     .map((f) => path.join(tests, f));
   return { cell, dir, files: chosen };
 }
@@ -241,7 +243,7 @@ function writeTable(tested, server) {
     '<!-- tested versions: written by clients/node/test/run.mjs (make test-node) when every cell passes -->';
   const end = '<!-- end of tested versions -->';
   const once = Object.entries(ONCE)
-    .map(([f, cell]) => `${f} in the ${cell} cell`)
+    .map(([f, only]) => `${f} in the ${only.join(' and ')} cell${only.length > 1 ? 's' : ''}`)
     .join(', ');
   const table = [
     begin,

@@ -16,7 +16,7 @@ import pytest
 import redis
 from conftest import aclose, empty_slot_prefix, move_slot
 from limits import RateLimitItemPerHour, RateLimitItemPerMinute, RateLimitItemPerSecond
-from limits.errors import StorageError
+from limits.errors import ConfigurationError, StorageError
 from limits.storage import storage_from_string
 from redis.crc import key_slot
 from servers import Server
@@ -505,5 +505,91 @@ def test_a_moving_window_hit_and_its_tail_follow_a_slot_that_moved(cluster, mode
         assert owner.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot(key.encode())) == 0
         if mode == "async":
             await aclose(storage.storage)
+
+    asyncio.run(main())
+
+
+# A negative cost on the fixed window: the same on the module, the twin and a cluster
+def test_a_negative_cost_gives_fixed_window_hits_back_never_below_zero(make) -> None:  # type: ignore[no-untyped-def]
+    limiter = make("fixed-window")
+    limit = RateLimitItemPerMinute(3)
+    assert all(limiter.hit(limit, "neg") for _ in range(3)) and not limiter.test(limit, "neg")
+    assert limiter.hit(limit, "neg", cost=-2)  # (limits admits a negative cost)
+    stats = limiter.get_window_stats(limit, "neg")
+    assert stats.remaining == 2 and stats.reset_time > time.time() + 50  # the window goes on
+    assert limiter.hit(limit, "neg", cost=-5)  # past zero: stops at zero, the window gone
+    stats = limiter.get_window_stats(limit, "neg")
+    assert stats.remaining == 3 and stats.reset_time <= time.time() + 0.1
+    assert [limiter.hit(limit, "neg") for _ in range(4)] == [True, True, True, False]
+
+
+# get_window_stats asks the server: a test() after it never says otherwise
+def test_window_stats_follow_another_storages_clear_and_the_clock(make, mode: str) -> None:  # type: ignore[no-untyped-def]
+    for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
+        hitting, clearing = make(strategy), make(strategy)
+        limit = RateLimitItemPerSecond(3, 1)
+        assert all(hitting.hit(limit, "s") for _ in range(3)) and not hitting.hit(limit, "s")
+        clearing.clear(limit, "s")
+        stats = hitting.get_window_stats(limit, "s")
+        assert stats.remaining == 3 and hitting.test(limit, "s"), strategy
+        assert hitting.hit(limit, "s")
+        time.sleep(1.3 if strategy == "sliding-window-counter" else 1.05)
+        stats = hitting.get_window_stats(limit, "s")
+        assert stats.remaining == 3 and stats.reset_time >= time.time() - 0.05, (strategy, stats)
+        assert hitting.test(limit, "s", cost=3)
+
+
+def test_limits_async_implementation_option(module_server) -> None:  # type: ignore[no-untyped-def]
+    uri = f"async+redis+throttle://127.0.0.1:{module_server.port}"
+    storage = storage_from_string(uri, implementation="redispy")
+    assert type(storage) is rtl.AsyncRedisThrottleStorage
+    for other in ("coredis", "valkey"):
+        with pytest.raises(ConfigurationError, match=f"implementation='{other}'"):
+            storage_from_string(uri, implementation=other)
+
+    async def main() -> None:
+        assert await aio_strategies.FixedWindowRateLimiter(storage).hit(RateLimitItemPerMinute(1), "impl")
+        await aclose(storage.storage)
+
+    asyncio.run(main())
+
+
+def test_a_unix_socket_uri(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp("sock")
+    sock = folder / "r.sock"
+    server = Server("module", args=("--unixsocket", str(sock), "--unixsocketperm", "700"))
+    try:
+        item = RateLimitItemPerMinute(2)
+        uri = f"redis+throttle+unix://{sock}"
+        limiter = strategies.MovingWindowRateLimiter(storage_from_string(uri, key_prefix="unix"))
+        assert [limiter.hit(item, "u") for _ in range(3)] == [True, True, False]
+        assert server.client().exists("unix:" + item.key_for("u")) == 1
+
+        async def main() -> None:
+            storage = storage_from_string("async+" + uri + "?db=0", key_prefix="unix")
+            aio = aio_strategies.MovingWindowRateLimiter(storage)
+            assert not await aio.hit(item, "u") and (await aio.get_window_stats(item, "u")).remaining == 0
+            await aclose(storage.storage)
+
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+def test_the_cluster_pool_is_as_large_as_limits_own(cluster) -> None:  # type: ignore[no-untyped-def]
+    """limits' redis+cluster:// opens up to 1,000 connections per node: a burst of 500 hits
+    at once finds no MaxConnectionsError (redis-py 8's default pool stops at 100)."""
+    uri = f"redis+throttle+cluster://{cluster.uri_hosts}"
+    sync = storage_from_string(uri)
+    assert all(n.redis_connection.connection_pool.max_connections == 1000 for n in sync.storage.get_nodes())
+    item = RateLimitItemPerMinute(100)
+
+    async def main() -> None:
+        storage = storage_from_string("async+" + uri, key_prefix=f"burst{uuid.uuid4().hex[:8]}")
+        aio = aio_strategies.MovingWindowRateLimiter(storage)
+        hits = await asyncio.gather(*(aio.hit(item, f"k{i % 7}") for i in range(500)), return_exceptions=True)
+        assert [h for h in hits if isinstance(h, BaseException)] == []
+        assert sum(hits) == 500  # seven keys of at most 72 hits each
+        await aclose(storage.storage)
 
     asyncio.run(main())

@@ -927,13 +927,27 @@ impl Loader<'_> {
     }
 }
 
-/// Builds a configuration from named documents, in order: upstream's `NewRateLimitConfigImpl`
-/// (a domain in two documents is an error unless `merge`, `MERGE_DOMAIN_CONFIG`).
+/// Builds a configuration from named YAML documents, in order: upstream's
+/// `NewRateLimitConfigImpl` (each document parsed, then checked by [`build`]).
 pub fn load(documents: &[(String, String)], stats: &Stats, merge: bool) -> Result<RateLimitConfig, ConfigError> {
+    build(documents.iter().map(|(name, content)| Ok((name.clone(), parse_document(name, content)?))), stats, merge)
+}
+
+/// The one validator, whatever the documents' source (files, or xDS resources turned into the
+/// same document shape): every check upstream's loader makes (empty or duplicate domain, empty or
+/// duplicate key, unknown unit, `unlimited` with a unit, bad `replaces`) and ours (algorithms).
+/// A domain in two documents is an error unless `merge` (`MERGE_DOMAIN_CONFIG`). The first
+/// error, in document order, is the one reported.
+pub fn build(
+    documents: impl IntoIterator<Item = Result<(String, Value), ConfigError>>,
+    stats: &Stats,
+    merge: bool,
+) -> Result<RateLimitConfig, ConfigError> {
     let loader = Loader { stats };
     let mut config = RateLimitConfig::default();
-    for (name, content) in documents {
-        let root = parse_document(name, content)?;
+    for document in documents {
+        let (name, root) = document?;
+        let name = name.as_str();
         let empty = serde_norway::Mapping::new();
         let map = match &root {
             Value::Mapping(m) => m,

@@ -12,8 +12,9 @@ use std::time::Duration;
 use redis_throttle_client::{Backend, SystemClock, Throttle};
 use tokio::sync::watch;
 
+use crate::mapper::Mapper;
 use crate::service::{Options, Service};
-use crate::settings::Settings;
+use crate::settings::{Settings, StatsSettings};
 use crate::stats::Stats;
 
 /// Upstream's health: every component healthy (Redis reached, a configuration loaded when
@@ -44,11 +45,33 @@ struct App {
     health: Arc<Health>,
 }
 
+/// The Prometheus names' mapping: upstream's default, or `PROMETHEUS_MAPPER_YAML`'s. A file
+/// that cannot be read or parsed leaves every name unmapped, as upstream (which ignores the
+/// error) leaves them; here the error is logged.
+fn mapper(s: &StatsSettings) -> Mapper {
+    if s.prometheus_mapper_yaml.is_empty() {
+        return Mapper::upstream_default(s.prometheus_response_time_as_ms);
+    }
+    let path = &s.prometheus_mapper_yaml;
+    match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|y| Mapper::parse(&y)) {
+        Ok(m) => {
+            tracing::info!("PROMETHEUS_MAPPER_YAML={path}: Prometheus names mapped by this file");
+            m
+        }
+        Err(e) => {
+            tracing::error!(
+                "PROMETHEUS_MAPPER_YAML={path}: {e}; metrics are exported unmapped (statsd names, `.` as `_`), as upstream exports them then"
+            );
+            Mapper::default()
+        }
+    }
+}
+
 /// Runs the service until `shutdown` resolves (or SIGTERM/SIGINT).
 pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let throttle = backend::start(&s.redis, backend::client_config(&s)).await?;
     let stats = Arc::new(Stats::new());
-    stats.configure(s.stats.use_statsd && !s.stats.disable_stats, s.stats.prometheus_response_time_as_ms);
+    stats.configure(s.stats.use_statsd && !s.stats.disable_stats, mapper(&s.stats));
     let service =
         Arc::new(Service::new(Options::from_settings(&s), stats.clone(), throttle.clone(), Arc::new(SystemClock)));
     let health = Arc::new(Health {
@@ -62,7 +85,7 @@ pub async fn run(s: Settings, shutdown: impl std::future::Future<Output = ()> + 
         let key = format!("{}ratelimit_healthcheck", s.cache_key_prefix);
         tokio::spawn(backend::probe(throttle.clone(), health.clone(), key, Duration::from_millis(500)));
     }
-    configuration::start(&s.config, &service, &health);
+    configuration::start(&s.config, &service, &health).await;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(App { service, health: health.clone() });

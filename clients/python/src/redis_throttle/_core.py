@@ -210,22 +210,29 @@ def integer(value: object, name: str) -> int:
     return value
 
 
-def single(backend: Backend, limit: Limit, key: Key, quantity: int) -> list[Any]:
-    """The words of one limiter's call: ``CL.X key params… q MS`` or ``FCALL cl_x 1 key …``."""
+def single(backend: Backend, limit: Limit, key: Key, quantity: int, debit: bool = False) -> list[Any]:
+    """The words of one limiter's call: ``CL.X key params… q [DEBIT] MS`` or ``FCALL cl_x 1 key …``."""
     command = COMMAND_OF[type(limit)]
     head: list[Any] = [command] if backend is Backend.MODULE else ["FCALL", FUNCTIONS[command], 1]
     words = head + [key] + limit.words()
     if isinstance(limit, QuotaLimit):
         words.append("QUANTITY")
-    return words + [integer(quantity, "quantity"), "MS"]
+    return words + [integer(quantity, "quantity")] + debit_word(debit) + ["MS"]
 
 
-def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]]) -> list[Any]:
+def debit_word(debit: object) -> list[Any]:
+    """``DEBIT`` (count the units whatever the limit says: a charge for what was used), or nothing."""
+    if not isinstance(debit, bool):
+        raise ThrottleError(f"ERR debit must be True or False, got {debit!r}")
+    return ["DEBIT"] if debit else []
+
+
+def all_command(backend: Backend, calls: Sequence[tuple[Key, Limit]], debit: bool = False) -> list[Any]:
     head: list[Any] = ["CL.ALL"] if backend is Backend.MODULE else ["FCALL", "cl_all"]
     words = head + [len(calls)] + [key for key, _ in calls]
     for _, limit in calls:
         words += [SPEC_WORD[type(limit)]] + limit.words() + ["QUANTITY", integer(limit.quantity, "quantity")]
-    return words + ["MS", "DETAILS"]
+    return words + debit_word(debit) + ["MS", "DETAILS"]
 
 
 def module_only(backend: Backend, command: str) -> None:

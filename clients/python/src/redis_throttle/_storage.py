@@ -1,17 +1,13 @@
 """The decisions of the ``limits`` storages, without I/O (shared by the sync and async ones).
 
-Every hit is one command (CL.WINDOW or CL.COUNTER, or the twin's FCALL), and every read that
-decides admission (limits' ``test()``) asks the server. Only the figures limits'
-``get_window_stats`` reads right after a call in the same thread or task (Flask-Limiter's and
-slowapi's rate-limit headers) are answered from that call's reply, so a request costs one round
-trip; a call that fails leaves no reply to read."""
+Every hit is one command (CL.WINDOW or CL.COUNTER, or the twin's FCALL), and every read asks
+the server: limits' ``test()`` and ``get_window_stats`` alike (a reply kept from an earlier call
+would be contradicted by a ``test()`` after another client's hit or ``clear()``, or by time)."""
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import struct
-import sys
 import time
 from typing import Any, Sequence
 
@@ -33,41 +29,23 @@ SLIDING_BUCKETS = 10
 # The moving window's hits read the log's tail (its oldest live entry, for the reset time) in
 # the same round trip up to this limit (8 bytes per entry).
 TAIL_LIMIT = 4096
-# A call's reply (a hit's, or a read's) answers the reads of limits' get_window_stats for the
-# same key, by the same thread or task, within this many seconds (and once): what Flask-Limiter
-# and slowapi read for their headers right after the hit (or test()). Every other read asks the
-# server.
-SEEN_FOR = 0.5
+# A cluster client's pool per node, as limits' own redis+cluster:// storages make it (redis-py 8's
+# default, 100, refuses a burst's 101st connection at once with MaxConnectionsError).
+CLUSTER_OPTIONS = {"max_connections": 1000}
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-# The strategies' modules of limits, whose get_window_stats may read a hit's reply.
-_STATS_MODULES = ("limits.strategies", "limits.aio.strategies")
 
 
 def client_url(uri: str) -> tuple[str, bool, bool]:
-    """``redis+throttle://…`` → (the URI redis-py reads, cluster?, async?)."""
+    """``redis+throttle://…`` → (the URI redis-py reads, cluster?, async?); ``…+unix://`` is
+    redis-py's ``unix://`` (as limits reads its ``redis+unix://``)."""
     scheme, sep, rest = uri.partition("://")
     words = scheme.split("+")
     is_async = words[0] == "async"
     if is_async:
         words = words[1:]
     cluster = "cluster" in words
-    base = words[0] if words and words[0] in ("redis", "rediss") else "redis"
+    base = "unix" if "unix" in words else words[0] if words and words[0] in ("redis", "rediss") else "redis"
     return f"{base}{sep}{rest}", cluster, is_async
-
-
-def for_stats() -> bool:
-    """Whether the storage's caller is limits' ``get_window_stats`` (the figures for headers
-    and stats), rather than ``test()`` or anything else (a decision, which must ask the server).
-    limits passes both the same arguments, so the call stack is what tells them apart: the
-    nearest frame of a strategies module names the method."""
-    frame: Any = sys._getframe(2)
-    for _ in range(8):
-        if frame is None:
-            return False
-        if frame.f_globals.get("__name__") in _STATS_MODULES:
-            return bool(frame.f_code.co_name == "get_window_stats")
-        frame = frame.f_back
-    return False
 
 
 def window_ms(expiry: Any) -> int:
@@ -106,70 +84,14 @@ def limit_of(key: str) -> int | None:
 
 
 @dataclasses.dataclass
-class Seen:
-    """A hit's reply, kept for limits' get_window_stats right after it."""
+class Figures:
+    """A limiter's figures, as a reply told them, on this host's clock."""
 
-    key: str
-    at: float  # time.monotonic() when the reply arrived
-    wall: float  # time.time() then
-    count: int  # units in the limiter after the hit
-    start: float | None  # moving window: the oldest live entry (wall clock)
+    wall: float  # time.time() when the reply arrived
+    count: int  # units in the limiter
+    start: float | None  # moving window: the oldest live entry
     ends: float  # when the window closes (fixed), a unit is next admitted (sliding), the newest
-    # entry leaves (moving) (wall clock)
-    unread: set[str]
-
-
-class Memory:
-    """Per storage: the last hits' replies of this thread or task."""
-
-    def __init__(self) -> None:
-        self.var: contextvars.ContextVar[tuple[Seen, ...]] = contextvars.ContextVar(
-            f"redis_throttle_seen_{id(self)}", default=()
-        )
-        # clear() and reset() (from any thread) void the replies seen before them.
-        self.cleared: dict[str, float] = {}
-        self.reset_at = 0.0
-
-    def keep(self, seen: Seen) -> None:
-        rest = tuple(s for s in self.var.get() if s.key != seen.key)[-7:]
-        self.var.set(rest + (seen,))
-
-    def fresh(self, seen: Seen, part: str) -> Seen:
-        """A read of the server: the freshest figures, kept for get_window_stats (this read's
-        own part is read already when get_window_stats made it)."""
-        if for_stats():
-            seen.unread.discard(part)
-        self.keep(seen)
-        return seen
-
-    def drop(self, key: str) -> None:
-        """Before a hit: whatever it answers (or if it fails), no older reply is read after it."""
-        seen = self.var.get()
-        if any(s.key == key for s in seen):
-            self.var.set(tuple(s for s in seen if s.key != key))
-
-    def take(self, key: str, part: str) -> Seen | None:
-        """The reply kept for ``key`` when limits' get_window_stats asks (else None: ask the
-        server), each part once."""
-        seen = self.var.get()
-        if not seen or not for_stats():
-            return None
-        now = time.monotonic()
-        voided = max(self.reset_at, self.cleared.get(key, 0.0))
-        for s in seen:
-            if s.key == key and part in s.unread and now - s.at <= SEEN_FOR and s.at > voided:
-                s.unread.discard(part)
-                return s
-        return None
-
-    def forget(self, key: str) -> None:
-        now = time.monotonic()
-        if len(self.cleared) > 1000:
-            self.cleared = {k: at for k, at in self.cleared.items() if now - at <= SEEN_FOR}
-        self.cleared[key] = now
-
-    def forget_all(self) -> None:
-        self.reset_at = time.monotonic()
+    # entry leaves (moving)
 
 
 def moving_limit(limit: int, expiry: int) -> WindowLimit:
@@ -219,30 +141,29 @@ def oldest_start(d: Decision, tail: Any, window_s: int, wall: float) -> float | 
     return float(wall + (oldest - server_now_ns) / 1e9)
 
 
-def moving_seen(key: str, d: Decision, quantity: int, tail: Any, window_s: int) -> Seen:
+def moving_figures(d: Decision, tail: Any, window_s: int) -> Figures:
     wall = time.time()
-    count = d.limit - d.remaining
-    start = oldest_start(d, tail, window_s, wall)
-    if start is None:
-        if count == 0:
-            start = wall
-        elif d.limited and d.retry_after >= 0 and quantity == 1:
-            # Denied one unit: it is admitted when the oldest entry leaves.
-            start = wall + d.retry_after - window_s
-        elif not d.limited and count == quantity:
-            start = wall  # only this hit's entries
-    return Seen(key, time.monotonic(), wall, count, start, wall + d.reset_after, {"moving"})
+    return Figures(wall, d.limit - d.remaining, oldest_start(d, tail, window_s, wall), wall + d.reset_after)
 
 
-def moving_answer(seen: Seen, window_s: int) -> tuple[float, int]:
+def moving_answer(figures: Figures, window_s: int) -> tuple[float, int]:
     """limits' (start of the window, entries in it). Without the oldest entry (a bucketed log,
     or one too long to read its tail), the window starts when its newest entry leaves, less
     the window: a reset never earlier than the true one."""
-    if seen.count <= 0:
+    if figures.count <= 0:
         return time.time(), 0
-    if seen.start is not None:
-        return seen.start, seen.count
-    return seen.ends - window_s, seen.count
+    if figures.start is not None:
+        return figures.start, figures.count
+    return figures.ends - window_s, figures.count
+
+
+def plain_counter(backend: Backend, cluster: bool, amount: int) -> bool:
+    """Whether a fixed-window hit is counted with plain commands (queue_plain_counter): on a
+    single server with only the Functions twin, for hits. A negative cost (a refund) is the
+    command's, on every backend alike: it gives hits back within the window, never below 0,
+    and a window given back to 0 is deleted (INCRBY would count below 0, and the module's
+    counter cannot hold that)."""
+    return backend is Backend.TWIN and not cluster and amount >= 0
 
 
 def queue_plain_counter(pipe: Any, key: str, expiry_ms: int, amount: int) -> None:
@@ -263,16 +184,13 @@ def plain_counter_refused(head: Any) -> ThrottleError:
     return ThrottleError("ERR key does not hold valid CL.COUNTER state")
 
 
-def plain_counter_seen(key: str, replies: Sequence[Any]) -> Seen:
-    wall = time.time()
-    count, pttl = int(replies[1]), int(replies[2])
-    return Seen(key, time.monotonic(), wall, count, None, wall + max(pttl, 0) / 1000, {"count", "expiry"})
+def plain_counter_count(replies: Sequence[Any]) -> int:
+    return int(replies[1])
 
 
-def counter_seen(key: str, d: Decision) -> Seen:
+def counter_figures(d: Decision) -> Figures:
     wall = time.time()
-    count = d.limit - d.remaining
-    return Seen(key, time.monotonic(), wall, count, None, wall + d.reset_after, {"count", "expiry"})
+    return Figures(wall, d.limit - d.remaining, None, wall + d.reset_after)
 
 
 def sliding_peek_limit(key: str) -> int:
@@ -286,24 +204,24 @@ def sliding_peek_limit(key: str) -> int:
     return limit - 1
 
 
-def sliding_seen(key: str, d: Decision, peeked: int | None = None) -> Seen:
+def sliding_figures(d: Decision, peeked: int) -> Figures:
     """A sliding window's units, and when a request is next admitted: a denial's own
     ``retry_after``, or ``reset_after`` (when the newest units leave, the limiter full again:
     never earlier than the next admission). ``peeked``: the read's peek limit, one less than
     the key's (``sliding_peek_limit``); the key's limit is then one more than the reply's."""
     wall = time.time()
-    if peeked is not None and peeked < COUNTER_CEILING and d.limited:
+    if peeked < COUNTER_CEILING and d.limited:
         count = peeked + 1  # full (or over): `remaining` is 0 at the key's limit
     else:
         count = d.limit - d.remaining
     after = d.retry_after if d.limited and d.retry_after >= 0 else d.reset_after
-    return Seen(key, time.monotonic(), wall, count, None, wall + after, {"sliding"})
+    return Figures(wall, count, None, wall + after)
 
 
-def sliding_answer(seen: Seen, window_s: int) -> tuple[int, float, int, float]:
+def sliding_answer(figures: Figures, window_s: int) -> tuple[int, float, int, float]:
     """limits' (previous count, its TTL, current count, its TTL), such that its
-    SlidingWindowCounterRateLimiter finds exactly ``seen.count`` units (``remaining`` and
-    ``test()``), and its reset at ``seen.ends``, when a request is next admitted.
+    SlidingWindowCounterRateLimiter finds exactly ``figures.count`` units (``remaining`` and
+    ``test()``), and its reset at ``figures.ends``, when a request is next admitted.
 
     limits computes the reset as now + min(previous TTL % (window / previous count),
     current TTL % window). A bucket's units leave up to a bucket later than a window after they
@@ -312,13 +230,13 @@ def sliding_answer(seen: Seen, window_s: int) -> tuple[int, float, int, float]:
     ``window / (2·t)`` units whose TTL is ``t·(2·count + 1)``: its weight is ``count + 0.5``
     units (limits floors it for ``remaining`` and compares ``< limit - cost + 1`` in ``test``:
     the same answers as ``count``), and its term is ``t``."""
-    if seen.count <= 0:
+    if figures.count <= 0:
         return 0, 0.0, 0, 0.0
-    t = max(seen.ends - time.time(), 0.001)
+    t = max(figures.ends - time.time(), 0.001)
     if t < window_s:
-        return 0, 0.0, seen.count, t
+        return 0, 0.0, figures.count, t
     previous: Any = window_s / (2 * t)  # (a fraction: see above)
-    return previous, t * (2 * seen.count + 1), 0, 0.0
+    return previous, t * (2 * figures.count + 1), 0, 0.0
 
 
 def decide(reply: Any) -> Decision:

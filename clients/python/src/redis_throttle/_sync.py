@@ -156,28 +156,43 @@ class Throttle:
         except ResponseError as err:
             raise failed(self, err) from err
 
-    def decide(self, limit: Limit, key: Key, quantity: int | None = None) -> Decision:
-        """One limiter's call (``limit.quantity`` units unless ``quantity`` is given)."""
+    def decide(self, limit: Limit, key: Key, quantity: int | None = None, *, debit: bool = False) -> Decision:
+        """One limiter's call (``limit.quantity`` units unless ``quantity`` is given). ``debit``:
+        the units are counted whatever the limit says (DEBIT: a charge for what was already used,
+        e.g. an LLM call's real token count after a check with an estimate); ``limited`` then says
+        whether they overdrew, and later calls are refused until time has repaid the overdraft.
+        Every method of a limiter command takes it."""
         q = limit.quantity if quantity is None else quantity
-        return _core.decision(self.execute(_core.single(self.backend, limit, key, q), key))
+        return _core.decision(self.execute(_core.single(self.backend, limit, key, q, debit), key))
 
-    def throttle(self, key: Key, max_burst: int, count: int, period: Seconds, quantity: int = 1) -> Decision:
+    def throttle(
+        self, key: Key, max_burst: int, count: int, period: Seconds, quantity: int = 1, *, debit: bool = False
+    ) -> Decision:
         """CL.THROTTLE (GCRA)."""
-        return self.decide(ThrottleLimit(max_burst, count, period), key, quantity)
+        return self.decide(ThrottleLimit(max_burst, count, period), key, quantity, debit=debit)
 
     def window(
-        self, key: Key, limit: int, window: Seconds, quantity: int = 1, precision: Seconds | None = None
+        self,
+        key: Key,
+        limit: int,
+        window: Seconds,
+        quantity: int = 1,
+        precision: Seconds | None = None,
+        *,
+        debit: bool = False,
     ) -> Decision:
         """CL.WINDOW (sliding window, exact or with ``precision``)."""
-        return self.decide(WindowLimit(limit, window, precision), key, quantity)
+        return self.decide(WindowLimit(limit, window, precision), key, quantity, debit=debit)
 
-    def bucket(self, key: Key, capacity: int, tokens: int, interval: Seconds, quantity: int = 1) -> Decision:
+    def bucket(
+        self, key: Key, capacity: int, tokens: int, interval: Seconds, quantity: int = 1, *, debit: bool = False
+    ) -> Decision:
         """CL.BUCKET (token bucket with interval refill)."""
-        return self.decide(BucketLimit(capacity, tokens, interval), key, quantity)
+        return self.decide(BucketLimit(capacity, tokens, interval), key, quantity, debit=debit)
 
-    def counter(self, key: Key, limit: int, window: Seconds, quantity: int = 1) -> Decision:
+    def counter(self, key: Key, limit: int, window: Seconds, quantity: int = 1, *, debit: bool = False) -> Decision:
         """CL.COUNTER (fixed window from the first counted unit)."""
-        return self.decide(CounterLimit(limit, window), key, quantity)
+        return self.decide(CounterLimit(limit, window), key, quantity, debit=debit)
 
     def quota(
         self,
@@ -187,17 +202,20 @@ class Throttle:
         tz: str | None = None,
         anchor: str | int | None = None,
         quantity: int = 1,
+        *,
+        debit: bool = False,
     ) -> Decision:
         """CL.QUOTA (calendar quota)."""
-        return self.decide(QuotaLimit(limit, per, tz, anchor), key, quantity)
+        return self.decide(QuotaLimit(limit, per, tz, anchor), key, quantity, debit=debit)
 
-    def all(self, calls: Sequence[tuple[Key, Limit]]) -> AllDecision:
+    def all(self, calls: Sequence[tuple[Key, Limit]], *, debit: bool = False) -> AllDecision:
         """CL.ALL: every ``(key, limit)`` decided at one instant, all or nothing (each limit's
-        ``quantity``). Keys must share one hash slot in a cluster (refused before sending)."""
+        ``quantity``). Keys must share one hash slot in a cluster (refused before sending).
+        ``debit``: every limiter counts its quantity whatever its limit says (CL.ALL … DEBIT)."""
         if not calls:
             raise ThrottleError("ERR all() needs at least one (key, limit)")
         first = _core.one_slot([k for k, _ in calls])
-        words = _core.all_command(self.backend, calls)
+        words = _core.all_command(self.backend, calls, debit)
         return _core.all_decision(self.execute(words, first), len(calls))
 
     def acquire(self, key: Key, limit: int, lease: Seconds, id: str | bytes) -> Decision:

@@ -129,24 +129,37 @@ class Throttle:
         except ResponseError as err:
             raise failed(self, err) from err
 
-    async def decide(self, limit: Limit, key: Key, quantity: int | None = None) -> Decision:
+    async def decide(self, limit: Limit, key: Key, quantity: int | None = None, *, debit: bool = False) -> Decision:
         q = limit.quantity if quantity is None else quantity
-        words = _core.single(await self.backend(), limit, key, q)
+        words = _core.single(await self.backend(), limit, key, q, debit)
         return _core.decision(await self.execute(words, key))
 
-    async def throttle(self, key: Key, max_burst: int, count: int, period: Seconds, quantity: int = 1) -> Decision:
-        return await self.decide(ThrottleLimit(max_burst, count, period), key, quantity)
+    async def throttle(
+        self, key: Key, max_burst: int, count: int, period: Seconds, quantity: int = 1, *, debit: bool = False
+    ) -> Decision:
+        return await self.decide(ThrottleLimit(max_burst, count, period), key, quantity, debit=debit)
 
     async def window(
-        self, key: Key, limit: int, window: Seconds, quantity: int = 1, precision: Seconds | None = None
+        self,
+        key: Key,
+        limit: int,
+        window: Seconds,
+        quantity: int = 1,
+        precision: Seconds | None = None,
+        *,
+        debit: bool = False,
     ) -> Decision:
-        return await self.decide(WindowLimit(limit, window, precision), key, quantity)
+        return await self.decide(WindowLimit(limit, window, precision), key, quantity, debit=debit)
 
-    async def bucket(self, key: Key, capacity: int, tokens: int, interval: Seconds, quantity: int = 1) -> Decision:
-        return await self.decide(BucketLimit(capacity, tokens, interval), key, quantity)
+    async def bucket(
+        self, key: Key, capacity: int, tokens: int, interval: Seconds, quantity: int = 1, *, debit: bool = False
+    ) -> Decision:
+        return await self.decide(BucketLimit(capacity, tokens, interval), key, quantity, debit=debit)
 
-    async def counter(self, key: Key, limit: int, window: Seconds, quantity: int = 1) -> Decision:
-        return await self.decide(CounterLimit(limit, window), key, quantity)
+    async def counter(
+        self, key: Key, limit: int, window: Seconds, quantity: int = 1, *, debit: bool = False
+    ) -> Decision:
+        return await self.decide(CounterLimit(limit, window), key, quantity, debit=debit)
 
     async def quota(
         self,
@@ -156,14 +169,16 @@ class Throttle:
         tz: str | None = None,
         anchor: str | int | None = None,
         quantity: int = 1,
+        *,
+        debit: bool = False,
     ) -> Decision:
-        return await self.decide(QuotaLimit(limit, per, tz, anchor), key, quantity)
+        return await self.decide(QuotaLimit(limit, per, tz, anchor), key, quantity, debit=debit)
 
-    async def all(self, calls: Sequence[tuple[Key, Limit]]) -> AllDecision:
+    async def all(self, calls: Sequence[tuple[Key, Limit]], *, debit: bool = False) -> AllDecision:
         if not calls:
             raise ThrottleError("ERR all() needs at least one (key, limit)")
         first = _core.one_slot([k for k, _ in calls])
-        words = _core.all_command(await self.backend(), calls)
+        words = _core.all_command(await self.backend(), calls, debit)
         return _core.all_decision(await self.execute(words, first), len(calls))
 
     async def acquire(self, key: Key, limit: int, lease: Seconds, id: str | bytes) -> Decision:

@@ -6,11 +6,11 @@ Importing this module registers it for ``redis+throttle://``, ``rediss+throttle:
     import redis_throttle.limits  # noqa: F401  (registers the schemes)
     limiter = Limiter(get_remote_address, app=app, storage_uri="redis+throttle://localhost:6379")
 
+Also ``redis+throttle+unix:///path/to/socket`` (as limits' ``redis+unix://``).
+
 Strategies: the moving window is CL.WINDOW (an exact log, on the server's clock), the sliding
 window counter CL.WINDOW with PRECISION (window / 10), the fixed window CL.COUNTER, each hit
-one command. Reads that decide (limits' ``test()``) ask the server; the figures
-``get_window_stats`` reads right after a hit in the same thread or task come from that hit's
-reply.
+one command. Every read asks the server (``test()`` and ``get_window_stats`` alike).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
 from . import _storage as s
-from ._core import Backend
 from ._errors import ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
@@ -56,7 +55,13 @@ the same names would be another type of key)."""
 class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
     """`limits` storage on the redis-throttle module (or its Functions twin)."""
 
-    STORAGE_SCHEME = ["redis+throttle", "rediss+throttle", "redis+throttle+cluster", "rediss+throttle+cluster"]
+    STORAGE_SCHEME = [
+        "redis+throttle",
+        "rediss+throttle",
+        "redis+throttle+unix",
+        "redis+throttle+cluster",
+        "rediss+throttle+cluster",
+    ]
     DEPENDENCIES = ["redis"]
 
     def __init__(
@@ -68,7 +73,8 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         **options: Any,
     ) -> None:
         """``options`` go to ``redis.from_url`` (or ``RedisCluster``), as in limits' own
-        Redis storage. ``rediss+throttle+cluster://`` connects to every node over TLS."""
+        Redis storage (a cluster's ``max_connections`` per node defaults to limits' own, 1,000).
+        ``rediss+throttle+cluster://`` connects to every node over TLS."""
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         url, cluster, _ = s.client_url(uri)
         self.key_prefix = key_prefix
@@ -77,14 +83,13 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         if cluster:
             hosts, from_uri = cluster_options(url)
             nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
-            client = _redis.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
+            client = _redis.RedisCluster(startup_nodes=nodes, **{**s.CLUSTER_OPTIONS, **from_uri, **options})
         elif connection_pool is not None:
             client = redis.Redis(connection_pool=connection_pool, **options)
         else:
             client = _redis.from_url(url, **options)
         self.storage = client
         self.throttle = Throttle(client)
-        self.seen = s.Memory()
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -102,42 +107,34 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
     # Fixed window (CL.COUNTER, counting every hit as limits does)
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
-        self.seen.drop(pk)
         window = s.window_ms(expiry)
         s.amount_ok(amount, "cost")
-        if self.throttle.backend is Backend.TWIN and not self.cluster:
+        if s.plain_counter(self.throttle.backend, self.cluster, amount):
             pipe = cast(Any, self.storage).pipeline(transaction=True)
             s.queue_plain_counter(pipe, pk, window, amount)
             replies = pipe.execute(raise_on_error=False)
             refused = next((r for r in replies if isinstance(r, ResponseError)), None)
             if refused is not None:
                 raise self._counter_refused(pk, refused) from refused
-            seen = s.plain_counter_seen(pk, replies)
-        else:
-            d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, expiry, amount), pk))
-            seen = s.counter_seen(pk, d)
-        self.seen.keep(seen)
-        return seen.count
+            return s.plain_counter_count(replies)
+        d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, expiry, amount), pk))
+        return s.counter_figures(d).count
 
     def _counter_refused(self, pk: str, err: ResponseError) -> ThrottleError:
         if str(err).startswith("value is not an integer"):
             return s.plain_counter_refused(self.storage.getrange(pk, 0, 0))
         return server_error(err)
 
-    def _counter_read(self, pk: str, part: str) -> s.Seen:
-        seen = self.seen.take(pk, part)
-        if seen is None:
-            self.seen.drop(pk)
-            d = s.decide(self.throttle.execute(s.counter_words(self.throttle.backend, pk, s.PEEK_WINDOW, 0), pk))
-            seen = self.seen.fresh(s.counter_seen(pk, d), part)
-        return seen
+    def _counter(self, pk: str) -> s.Figures:
+        words = s.counter_words(self.throttle.backend, pk, s.PEEK_WINDOW, 0)
+        return s.counter_figures(s.decide(self.throttle.execute(words, pk)))
 
     def get(self, key: str) -> int:
-        return self._counter_read(self._key(key), "count").count
+        return self._counter(self._key(key)).count
 
     def get_expiry(self, key: str) -> float:
-        seen = self._counter_read(self._key(key), "expiry")
-        return max(seen.ends, seen.wall) if seen.count else seen.wall
+        figures = self._counter(self._key(key))
+        return max(figures.ends, figures.wall) if figures.count else figures.wall
 
     def check(self) -> bool:
         try:
@@ -151,7 +148,6 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
 
     def reset(self) -> int | None:
         """Deletes every key under the prefix (SCAN, then DEL in batches)."""
-        self.seen.forget_all()
         deleted = 0
         pattern = s.scan_pattern(self.key_prefix)
         if self.cluster:
@@ -164,57 +160,40 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         return deleted
 
     def clear(self, key: str) -> None:
-        pk = self._key(key)
-        self.seen.forget(pk)
-        self.storage.delete(pk)
+        self.storage.delete(self._key(key))
 
     # Moving window (CL.WINDOW, exact)
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        pk = self._key(key)
-        self.seen.drop(pk)
         if s.amount_ok(limit) <= 0:
             return False  # ("0/minute": limits' own storages deny every hit, as here)
+        pk = self._key(key)
         words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, s.cost(amount))
-        reply, tail = self._send(pk, words, s.tail_words(pk, limit))
-        d = s.decide(reply)
-        self.seen.keep(s.moving_seen(pk, d, amount, tail, expiry))
-        return not d.limited
+        return not s.decide(self.throttle.execute(words, pk)).limited
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
+        if s.amount_ok(limit) <= 0:
+            return time.time(), 0
         pk = self._key(key)
-        seen = self.seen.take(pk, "moving")
-        if seen is None:
-            self.seen.drop(pk)
-            if s.amount_ok(limit) <= 0:
-                return time.time(), 0
-            words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, 0)
-            reply, tail = self._send(pk, words, s.tail_words(pk, limit))
-            seen = self.seen.fresh(s.moving_seen(pk, s.decide(reply), 0, tail, expiry), "moving")
-        return s.moving_answer(seen, expiry)
+        words = s.window_words(self.throttle.backend, s.moving_limit(limit, expiry), pk, 0)
+        reply, tail = self._send(pk, words, s.tail_words(pk, limit))
+        return s.moving_answer(s.moving_figures(s.decide(reply), tail, expiry), expiry)
 
     # Sliding window counter (CL.WINDOW with PRECISION)
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        pk = self._key(key)
-        self.seen.drop(pk)
         if s.amount_ok(limit) <= 0:
             return False
+        pk = self._key(key)
         words = s.window_words(self.throttle.backend, s.sliding_limit(limit, expiry), pk, s.cost(amount))
-        d = s.decide(self.throttle.execute(words, pk))
-        self.seen.keep(s.sliding_seen(pk, d))
-        return not d.limited
+        return not s.decide(self.throttle.execute(words, pk)).limited
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
+        if s.limit_of(key) == 0:
+            return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
         pk = self._key(key)
-        seen = self.seen.take(pk, "sliding")
-        if seen is None:
-            self.seen.drop(pk)
-            if s.limit_of(key) == 0:
-                return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
-            peek = s.sliding_peek_limit(key)
-            words = s.window_words(self.throttle.backend, s.sliding_limit(peek, expiry), pk, 0)
-            d = s.decide(self.throttle.execute(words, pk))
-            seen = self.seen.fresh(s.sliding_seen(pk, d, peek), "sliding")
-        return s.sliding_answer(seen, expiry)
+        peek = s.sliding_peek_limit(key)
+        words = s.window_words(self.throttle.backend, s.sliding_limit(peek, expiry), pk, 0)
+        d = s.decide(self.throttle.execute(words, pk))
+        return s.sliding_answer(s.sliding_figures(d, peek), expiry)
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
         self.clear(key)
@@ -266,6 +245,7 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
     STORAGE_SCHEME = [
         "async+redis+throttle",
         "async+rediss+throttle",
+        "async+redis+throttle+unix",
         "async+redis+throttle+cluster",
         "async+rediss+throttle+cluster",
     ]
@@ -277,8 +257,17 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         key_prefix: str = PREFIX,
         wrap_exceptions: bool = False,
         connection_pool: redis.asyncio.ConnectionPool | None = None,
+        implementation: str = "redispy",
         **options: Any,
     ) -> None:
+        """As the sync storage, over ``redis.asyncio``. ``implementation`` is limits' option
+        for its async Redis storage: ``"redispy"`` (this storage's client) is the one taken;
+        ``"coredis"`` and ``"valkey"`` are refused here, before anything connects."""
+        if implementation != "redispy":
+            raise ConfigurationError(
+                f"implementation={implementation!r} is not supported by async+redis+throttle:// "
+                "(it runs on redis-py's asyncio client: implementation='redispy', or leave it out)"
+            )
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         url, cluster, _ = s.client_url(uri)
         self.key_prefix = key_prefix
@@ -289,14 +278,13 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
 
             hosts, from_uri = cluster_options(url)
             nodes = [AsyncClusterNode(h, p) for h, p in hosts]
-            client = _redis.asyncio.RedisCluster(startup_nodes=nodes, **{**from_uri, **options})
+            client = _redis.asyncio.RedisCluster(startup_nodes=nodes, **{**s.CLUSTER_OPTIONS, **from_uri, **options})
         elif connection_pool is not None:
             client = redis.asyncio.Redis(connection_pool=connection_pool, **options)
         else:
             client = _redis.asyncio.from_url(url, **options)
         self.storage = client
         self.throttle = AsyncThrottle(client)
-        self.seen = s.Memory()
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
@@ -312,44 +300,35 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         pk = self._key(key)
-        self.seen.drop(pk)
         window = s.window_ms(expiry)
         s.amount_ok(amount, "cost")
         backend = await self.throttle.backend()
-        if backend is Backend.TWIN and not self.cluster:
+        if s.plain_counter(backend, self.cluster, amount):
             pipe = cast(Any, self.storage).pipeline(transaction=True)
             s.queue_plain_counter(pipe, pk, window, amount)
             replies = await pipe.execute(raise_on_error=False)
             refused = next((r for r in replies if isinstance(r, ResponseError)), None)
             if refused is not None:
                 raise await self._counter_refused(pk, refused) from refused
-            seen = s.plain_counter_seen(pk, replies)
-        else:
-            d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, expiry, amount), pk))
-            seen = s.counter_seen(pk, d)
-        self.seen.keep(seen)
-        return seen.count
+            return s.plain_counter_count(replies)
+        d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, expiry, amount), pk))
+        return s.counter_figures(d).count
 
     async def _counter_refused(self, pk: str, err: ResponseError) -> ThrottleError:
         if str(err).startswith("value is not an integer"):
             return s.plain_counter_refused(await self.storage.getrange(pk, 0, 0))
         return server_error(err)
 
-    async def _counter_read(self, pk: str, part: str) -> s.Seen:
-        seen = self.seen.take(pk, part)
-        if seen is None:
-            self.seen.drop(pk)
-            backend = await self.throttle.backend()
-            d = s.decide(await self.throttle.execute(s.counter_words(backend, pk, s.PEEK_WINDOW, 0), pk))
-            seen = self.seen.fresh(s.counter_seen(pk, d), part)
-        return seen
+    async def _counter(self, pk: str) -> s.Figures:
+        words = s.counter_words(await self.throttle.backend(), pk, s.PEEK_WINDOW, 0)
+        return s.counter_figures(s.decide(await self.throttle.execute(words, pk)))
 
     async def get(self, key: str) -> int:
-        return (await self._counter_read(self._key(key), "count")).count
+        return (await self._counter(self._key(key))).count
 
     async def get_expiry(self, key: str) -> float:
-        seen = await self._counter_read(self._key(key), "expiry")
-        return max(seen.ends, seen.wall) if seen.count else seen.wall
+        figures = await self._counter(self._key(key))
+        return max(figures.ends, figures.wall) if figures.count else figures.wall
 
     async def check(self) -> bool:
         try:
@@ -362,7 +341,6 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
             return False
 
     async def reset(self) -> int | None:
-        self.seen.forget_all()
         deleted = 0
         pattern = s.scan_pattern(self.key_prefix)
         c: Any = self.storage
@@ -372,59 +350,38 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         return deleted
 
     async def clear(self, key: str) -> None:
-        pk = self._key(key)
-        self.seen.forget(pk)
-        await self.storage.delete(pk)
+        await self.storage.delete(self._key(key))
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        pk = self._key(key)
-        self.seen.drop(pk)
         if s.amount_ok(limit) <= 0:
             return False
-        backend = await self.throttle.backend()
-        words = s.window_words(backend, s.moving_limit(limit, expiry), pk, s.cost(amount))
-        reply, tail = await self._send(pk, words, s.tail_words(pk, limit))
-        d = s.decide(reply)
-        self.seen.keep(s.moving_seen(pk, d, amount, tail, expiry))
-        return not d.limited
+        pk = self._key(key)
+        words = s.window_words(await self.throttle.backend(), s.moving_limit(limit, expiry), pk, s.cost(amount))
+        return not s.decide(await self.throttle.execute(words, pk)).limited
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
+        if s.amount_ok(limit) <= 0:
+            return time.time(), 0
         pk = self._key(key)
-        seen = self.seen.take(pk, "moving")
-        if seen is None:
-            self.seen.drop(pk)
-            if s.amount_ok(limit) <= 0:
-                return time.time(), 0
-            backend = await self.throttle.backend()
-            words = s.window_words(backend, s.moving_limit(limit, expiry), pk, 0)
-            reply, tail = await self._send(pk, words, s.tail_words(pk, limit))
-            seen = self.seen.fresh(s.moving_seen(pk, s.decide(reply), 0, tail, expiry), "moving")
-        return s.moving_answer(seen, expiry)
+        words = s.window_words(await self.throttle.backend(), s.moving_limit(limit, expiry), pk, 0)
+        reply, tail = await self._send(pk, words, s.tail_words(pk, limit))
+        return s.moving_answer(s.moving_figures(s.decide(reply), tail, expiry), expiry)
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        pk = self._key(key)
-        self.seen.drop(pk)
         if s.amount_ok(limit) <= 0:
             return False
-        backend = await self.throttle.backend()
-        words = s.window_words(backend, s.sliding_limit(limit, expiry), pk, s.cost(amount))
-        d = s.decide(await self.throttle.execute(words, pk))
-        self.seen.keep(s.sliding_seen(pk, d))
-        return not d.limited
+        pk = self._key(key)
+        words = s.window_words(await self.throttle.backend(), s.sliding_limit(limit, expiry), pk, s.cost(amount))
+        return not s.decide(await self.throttle.execute(words, pk)).limited
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
+        if s.limit_of(key) == 0:
+            return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
         pk = self._key(key)
-        seen = self.seen.take(pk, "sliding")
-        if seen is None:
-            self.seen.drop(pk)
-            if s.limit_of(key) == 0:
-                return 0, 0.0, 0, 0.0  # (a limit of 0 never takes a unit: see acquire)
-            peek = s.sliding_peek_limit(key)
-            backend = await self.throttle.backend()
-            words = s.window_words(backend, s.sliding_limit(peek, expiry), pk, 0)
-            d = s.decide(await self.throttle.execute(words, pk))
-            seen = self.seen.fresh(s.sliding_seen(pk, d, peek), "sliding")
-        return s.sliding_answer(seen, expiry)
+        peek = s.sliding_peek_limit(key)
+        words = s.window_words(await self.throttle.backend(), s.sliding_limit(peek, expiry), pk, 0)
+        d = s.decide(await self.throttle.execute(words, pk))
+        return s.sliding_answer(s.sliding_figures(d, peek), expiry)
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
         await self.clear(key)
