@@ -48,23 +48,41 @@ impl Class {
     }
 }
 
-/// One command's counters, by [`Class`]; `calls` is their sum.
-pub struct Counters([AtomicU64; Class::ALL.len()]);
+/// One command's counters, by [`Class`] (`calls` is their sum), and its debits: calls with
+/// `DEBIT` that charged units (each also counted admitted or denied, by its `limited`).
+pub struct Counters {
+    classes: [AtomicU64; Class::ALL.len()],
+    debits: AtomicU64,
+}
 
 impl Counters {
     #[allow(clippy::new_without_default)] // only ever a static
     pub const fn new() -> Counters {
-        Counters([const { AtomicU64::new(0) }; Class::ALL.len()])
+        Counters { classes: [const { AtomicU64::new(0) }; Class::ALL.len()], debits: AtomicU64::new(0) }
     }
 
     #[inline]
     pub fn count(&self, class: Class) {
-        let counter = &self.0[class as usize];
-        // One writer (see the module comment): not a read-modify-write instruction.
-        counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
+        increment(&self.classes[class as usize]);
+    }
+
+    /// A call with `DEBIT` that charged units.
+    #[inline]
+    pub fn count_debit(&self) {
+        increment(&self.debits);
     }
 
     pub fn get(&self, class: Class) -> u64 {
-        self.0[class as usize].load(Relaxed)
+        self.classes[class as usize].load(Relaxed)
     }
+
+    pub fn debits(&self) -> u64 {
+        self.debits.load(Relaxed)
+    }
+}
+
+#[inline]
+fn increment(counter: &AtomicU64) {
+    // One writer (see the module comment): not a read-modify-write instruction.
+    counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
 }

@@ -65,6 +65,13 @@ impl<'a> Call<'a> {
             counters.count(class);
         }
     }
+
+    /// Counts a debit (a call with `DEBIT` that charged units) in its command's INFO counters.
+    pub fn count_debit(&self) {
+        if let Some(counters) = self.counters {
+            counters.count_debit();
+        }
+    }
 }
 
 // The large variant is the point: the hot path's arguments live on the stack, unboxed.

@@ -11,7 +11,8 @@ use crate::counters::Class;
 use crate::operate::{top, try_top};
 
 /// `INFO throttle` (also in `INFO modules` and `INFO everything`): the mode, each counted
-/// command's counters as `throttle_<command>_<counter>` (`cl.throttle` → `cl_throttle`), and
+/// command's counters as `throttle_<command>_<counter>` (`cl.throttle` → `cl_throttle`; its
+/// classes, then `debits`), and
 /// the sketch's size and error bound.
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_int) {
     let api = api();
@@ -44,6 +45,9 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, for_crash_report: c_
         for (class, name) in Class::ALL {
             field(format!("{prefix}_{name}"), counters.get(class));
         }
+        // (Every counted command prints it, so that each has the same fields: 0 for those
+        // that take no DEBIT.)
+        field(format!("{prefix}_debits"), counters.debits());
     }
     // A crash report may run while the sketch is held: skip it rather than wait.
     let sketch = if for_crash_report != 0 { try_top() } else { Some(top()) };

@@ -237,7 +237,7 @@ fn info_throttle_is_a_module_section() {
 }
 
 /// The manual's `INFO throttle` example (docs/src/guides/operating.md) names every field the
-/// server prints, in its order: the first command's seven written out, the `…` line naming the
+/// server prints, in its order: the first command's eight written out, the `…` line naming the
 /// commands that repeat them.
 #[test]
 fn the_manual_shows_every_info_field_in_order() {
@@ -248,7 +248,7 @@ fn the_manual_shows_every_info_field_in_order() {
     let mut shown = Vec::new();
     let mut first = Vec::new(); // the first command's fields, without their command
     for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if let Some(names) = line.split_once("(the same seven for ").map(|(_, rest)| rest.trim_end_matches(')')) {
+        if let Some(names) = line.split_once("(the same eight for ").map(|(_, rest)| rest.trim_end_matches(')')) {
             // The line continues the written-out fields: a command's first may be above it.
             for name in names
                 .split(", ")
@@ -494,8 +494,8 @@ fn shadow_answers_denials_as_admissions_and_stores_what_enforce_stores() {
             .arg(&["{k}:t", "{k}:w", "{k}:b", "{k}:c", "{s}:t", "{s}:w", "{s}:b", "{s}:c"])
             .query(&mut c)
             .unwrap();
-        // A TAT an hour ahead (a clock that stepped back): the denial that finds it stores it
-        // pulled back, in both modes.
+        // A TAT an hour ahead (a debt, or a clock that stepped back): every take on it is
+        // refused, in both modes, and refunds pull it back alike.
         let ahead = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
             + 3_600_000_000_000)
             .to_string();

@@ -2,7 +2,7 @@
 //! was removed (`PERSIST`, `RESTORE key 0 …`, a `SET` without `KEEPTTL`) or pushed beyond
 //! the nanosecond range reads as stamped too far ahead, is pulled back, and is stored so by
 //! the next call (no "key does not hold valid state" for as long as the key lives); a
-//! bucket's capacity lowered caps its deficit first; and no `MS` reply exceeds what the
+//! bucket's capacity lowered keeps its deficit as debt; and no `MS` reply exceeds what the
 //! parameters allow.
 
 mod harness;
@@ -79,17 +79,20 @@ fn a_bucket_without_an_expiry_refills_from_now() {
 }
 
 #[test]
-fn lowering_a_buckets_capacity_caps_its_deficit_first() {
+fn lowering_a_buckets_capacity_keeps_its_deficit_as_debt() {
     let server = Server::start();
     let mut c = server.client();
     assert_eq!(throttle(&mut c, "CL.BUCKET d 10 1 60 10"), [0, 10, 0, -1, 600]);
-    // 5 tokens missing at most, one back every 60 s: 60 s to the next, 300 s to full (the
-    // issue saw 360 and 600).
-    assert_eq!(throttle(&mut c, "CL.BUCKET d 5 1 60"), [1, 5, 0, 60, 300]);
     let at = pexpiretime(&mut c, "d");
-    assert!(at <= now_ms(&mut c) + 300_000, "stored capped: expires at {at}");
+    // The 10 tokens taken stay taken (a deficit above the capacity is debt, as a DEBIT leaves
+    // it, and the two cannot be told apart): a check is refused until 5 have come back
+    // (300 s), a take of one until 6 have (360 s); full after all 10 (600 s). Nothing is
+    // written. (Before DEBIT, the deficit was capped at the new capacity: 60 s and 300 s.)
+    assert_eq!(throttle(&mut c, "CL.BUCKET d 5 1 60 0"), [1, 5, 0, 300, 600]);
+    assert_eq!(throttle(&mut c, "CL.BUCKET d 5 1 60"), [1, 5, 0, 360, 600]);
+    assert_eq!(pexpiretime(&mut c, "d"), at, "a refused take writes nothing");
     let stored: i64 = redis::cmd("GET").arg("d").query(&mut c).unwrap();
-    assert_eq!(stored, -5);
+    assert_eq!(stored, -10);
 }
 
 #[test]

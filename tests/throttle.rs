@@ -115,7 +115,7 @@ fn every_bad_input_is_a_clear_error_and_changes_nothing() {
     let cases: Vec<(&[&[u8]], &str)> = vec![
         (&[b"CL.THROTTLE", b"k", b"1", b"1"], "ERR wrong number of arguments for 'cl.throttle' command"),
         (
-            &[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"1", b"MS", b"SHADOW", b"x"],
+            &[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"-1", b"HELD", b"1", b"MS", b"DEBIT", b"SHADOW", b"x"],
             "ERR wrong number of arguments for 'cl.throttle' command",
         ),
         (&[b"CL.THROTTLE", b"k", b"1", b"1", b"1", b"1", b"MS", b"SHADOW", b"x"], "ERR syntax error"),

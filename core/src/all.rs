@@ -12,14 +12,15 @@
 //!
 //! Parameters mean what they mean in the single commands, and each key holds exactly the state
 //! its single command would hold. Every limiter decides against its state at the same instant;
-//! if all admit, every effect is applied, else none is.
+//! if all admit, every effect is applied, else none is. With `DEBIT` (one word for the call)
+//! every limiter counts its quantity and every effect is applied, whether or not some overdrew.
 
 use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Tail};
 use crate::error::{Error, Range, Result};
 use crate::limiter::{Algorithm, LIMITER_FLAGS, Limiter, Stored, Write};
 use crate::time::{Instant, Unit};
-use crate::{Decision, Effect, Reply};
+use crate::{Charge, Decision, Effect, Reply};
 
 /// The most limiters (keys) one call may hold.
 pub const MAX_KEYS: usize = 16;
@@ -47,6 +48,7 @@ pub static COMMAND: Command = Command {
         Arg { name: "spec", kind: ArgKind::Spec(&SPECS), optional: false, multiple: true },
         Arg::MS,
         DETAILS,
+        Arg::DEBIT,
         Arg::SHADOW,
     ],
 };
@@ -70,6 +72,8 @@ pub struct Request<'a> {
     pub unit: Unit,
     /// `DETAILS`: reply every limiter's own five integers too.
     pub details: bool,
+    /// `DEBIT` (one word for the whole call): every limiter counts its quantity.
+    pub charge: Charge,
     pub tail: Tail,
 }
 
@@ -152,15 +156,18 @@ impl<'a> Request<'a> {
             return Err(Error::Call(format!("numkeys is {numkeys} but {} limiter specs follow the keys", specs.len())));
         }
         let tail = Tail::parse(&call_words, call_options())?;
+        let charge = Charge::of(tail.has("DEBIT"));
         let (limiters, held) = specs
             .into_iter()
             .enumerate()
-            .map(|(i, (algorithm, words))| spec(algorithm, words, tail.unit, caps).map_err(|e| e.in_limiter(i + 1)))
+            .map(|(i, (algorithm, words))| {
+                spec(algorithm, words, tail.unit, caps, charge).map_err(|e| e.in_limiter(i + 1))
+            })
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .map(|(limiter, quantity, held)| ((limiter, quantity), held))
             .unzip();
-        Ok(Request { keys: keys.to_vec(), limiters, held, unit: tail.unit, details: tail.has("DETAILS"), tail })
+        Ok(Request { keys: keys.to_vec(), limiters, held, unit: tail.unit, details: tail.has("DETAILS"), charge, tail })
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -170,8 +177,14 @@ impl<'a> Request<'a> {
 }
 
 /// One spec's numbers and options (after its word): the limiter, its quantity and the
-/// `HELD t` of its refund.
-fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Result<(Limiter, i64, Option<Instant>)> {
+/// `HELD t` of its refund, checked against the call's `charge`.
+fn spec(
+    algorithm: Algorithm,
+    words: &[&[u8]],
+    unit: Unit,
+    caps: &Caps,
+    charge: Charge,
+) -> Result<(Limiter, i64, Option<Instant>)> {
     let (limiter, tail) = if let Algorithm::Quota = algorithm {
         crate::limiter::quota_spec(words, unit, [&Arg::QUANTITY_OPTION, &Arg::HELD].into_iter())?
     } else {
@@ -184,6 +197,9 @@ fn spec(algorithm: Algorithm, words: &[&[u8]], unit: Unit, caps: &Caps) -> Resul
         (algorithm.build(&values, &tail, unit, caps)?, tail)
     };
     let quantity = tail.quantity.unwrap_or(1);
+    if charge == Charge::Debit && quantity < 0 {
+        return Err(Error::DebitRefund);
+    }
     Ok((limiter, quantity, crate::limiter::held(tail.value("HELD"), quantity)?))
 }
 
@@ -204,7 +220,7 @@ fn printable(word: &[u8]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Each limiter's own decision, as its single command would have made it; when any
-    /// denied, every effect is `Nothing`.
+    /// denied a take, every effect is `Nothing`.
     pub decisions: Vec<Decision<Write>>,
     /// The index (0-based) of the limiter whose reply describes the call.
     pub binding: usize,
@@ -240,10 +256,25 @@ pub fn decide_held(
     now: Instant,
     unit: Unit,
 ) -> Result<Outcome> {
+    decide_charge(limiters, held, stored, now, unit, Charge::Take)
+}
+
+/// [`decide_held`], every quantity charged as `charge` says. With [`Charge::Debit`] every
+/// limiter counts its quantity and keeps its effect whether or not some overdrew (a charge
+/// is never refused); the binding limiter is chosen as for a denial when any overdrew.
+pub fn decide_charge(
+    limiters: &[(Limiter, i64)],
+    held: &[Option<Instant>],
+    stored: &[Option<Stored<'_>>],
+    now: Instant,
+    unit: Unit,
+    charge: Charge,
+) -> Result<Outcome> {
     let mut decisions = Vec::with_capacity(limiters.len());
     for (i, ((limiter, quantity), stored)) in limiters.iter().zip(stored).enumerate() {
         let held = held.get(i).copied().flatten();
-        decisions.push(limiter.decide_held(*stored, now, *quantity, held).map_err(|e| e.in_limiter(i + 1))?);
+        let decision = limiter.decide_charge(*stored, now, *quantity, held, charge);
+        decisions.push(decision.map_err(|e| e.in_limiter(i + 1))?);
     }
     let admitted = decisions.iter().all(|d| !d.reply.limited);
     let binding = if admitted {
@@ -255,7 +286,7 @@ pub fn decide_held(
         // `max_by_key` keeps the last of equal keys: reverse to keep the first.
         denied.rev().max_by_key(|(_, d)| wait(d)).map_or(0, |(i, _)| i)
     };
-    if !admitted {
+    if !admitted && charge == Charge::Take {
         for d in &mut decisions {
             d.effect = Effect::Nothing;
         }

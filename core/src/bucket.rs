@@ -8,7 +8,7 @@
 //! # Stored state
 //!
 //! As small as a counter: the key holds `−D`, minus the bucket's deficit (tokens missing from
-//! full, `1..=capacity`) as a decimal integer, measured when the key was last written (negative,
+//! full, at least 1; above the capacity after a `DEBIT` overdrew it: debt) as a decimal integer, measured when the key was last written (negative,
 //! so that no bucket value reads as another limiter's: see `kind`); the key
 //! expires at `full_at` (`PEXPIRETIME key`, whole milliseconds), the refill at which the
 //! bucket is full again. No key means a full bucket.
@@ -19,8 +19,9 @@
 //! has happened), the bucket holds `capacity − (D − (n − min(r, n))·tokens)` tokens. The
 //! `min` covers the instants between a draw and its clock's first refill.
 //!
-//! A stored deficit above the capacity (the capacity was lowered) is first capped at the
-//! capacity. Then a key stamped further ahead than its deficit's refills allow
+//! A stored deficit above the capacity (a debit overdrew the bucket, or the capacity was
+//! lowered) is debt, read as it is: it is repaid refill by refill before the bucket admits
+//! again. A key stamped further ahead than its deficit's refills allow
 //! (`full_at > ⌊now⌋ₘₛ + ⌈D / tokens⌉·interval`: the clock stepped back, the capacity or
 //! the rate was lowered, or the key lost its expiry: `PERSIST`, `RESTORE key 0 …`, a `SET`
 //! without `KEEPTTL`) is read as if its grid restarted now, so it refills within the time
@@ -29,7 +30,7 @@
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, MAX_DURATION, Nanos};
-use crate::{Decision, Effect, Reply};
+use crate::{Charge, Decision, Effect, Reply};
 
 /// A bucket that is not full: `deficit` tokens missing when it was stored, full at `full_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +40,8 @@ pub struct State {
 }
 
 /// Reads a stored `−deficit` and its key's absolute expiry in milliseconds. A deficit below
-/// one is not a bucket's state. A deficit above the capacity is accepted (the parameters
-/// changed: it is capped when deciding), and so is a key without an expiry (or with one
+/// one is not a bucket's state. A deficit above the capacity is accepted (debt, or the
+/// capacity was lowered), and so is a key without an expiry (or with one
 /// beyond the nanosecond range): it is full too far ahead, and deciding pulls it back.
 #[inline]
 pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
@@ -127,11 +128,11 @@ impl Now {
         // at or before now (a draw starts or keeps a grid whose next refill is at most one
         // interval ahead). A later `full_at` (the clock stepped back, the parameters were
         // lowered, the key lost its expiry) restarts the grid now, so no user waits longer
-        // than the refills their deficit needs. A deficit above a lowered capacity is capped
-        // first, so the ceiling is that of the capped deficit.
+        // than the refills their deficit needs. A deficit above the capacity is debt: the
+        // ceiling is that of the whole deficit.
         let mut stepped = false;
         let state = state.map(|s| {
-            let deficit = s.deficit.min(p.capacity);
+            let deficit = s.deficit;
             let ceiling = start.as_ref().ok().and_then(|start| {
                 let d = p.interval.checked_mul(p.refills_to_cover(deficit)).ok().and_then(Nanos::new)?;
                 start.checked_add(d).ok()
@@ -144,7 +145,7 @@ impl Now {
             // Full: a draw starts the clock on the whole millisecond at or before now.
             return Ok(Now { deficit: 0, stepped: false, next_refill: start?.checked_add(p.interval)? });
         };
-        // The (capped) deficit is made up by the last `n` grid refills up to `full_at`.
+        // The deficit is made up by the last `n` grid refills up to `full_at`.
         let deficit = state.deficit;
         let n = p.refills_to_cover(deficit);
         let until_full = state.full_at.saturating_since(now).as_nanos();
@@ -188,6 +189,28 @@ impl Now {
         };
         Ok(Decision { reply: p.reply(false, deficit, full_at.saturating_since(now), None), effect })
     }
+
+    /// A debit of `quantity ≥ 1` tokens: the deficit grows by them whatever the capacity says
+    /// (past it: debt), the bucket settled as after a draw; `limited` when they did not fit,
+    /// with a retry time (for a draw of as many tokens on the bucket the debit leaves) unless
+    /// they never could. The refills repaying the new deficit must span a duration.
+    fn debit(&self, quantity: i64, now: Instant, p: &Params, had_state: bool) -> Result<Decision<i64>> {
+        let too_long = || Error::SpanTooLong("interval * ceil(deficit / tokens)");
+        let deficit = self.deficit.checked_add(quantity).ok_or_else(too_long)?;
+        if p.interval.checked_mul(p.refills_to_cover(deficit)).ok().is_none_or(|ns| ns > MAX_DURATION.as_nanos()) {
+            return Err(too_long());
+        }
+        let mut decision = self.settle(deficit, now, p, had_state)?;
+        if deficit > p.capacity {
+            let after = Now { deficit, ..*self };
+            decision.reply.limited = true;
+            decision.reply.retry_after = match quantity <= p.capacity {
+                true => Some(after.refill_covering(p.capacity - quantity, now, p)?.saturating_since(now)),
+                false => None,
+            };
+        }
+        Ok(decision)
+    }
 }
 
 /// The most tokens a bounded refund (`HELD`) of `units` may put back at `now`: none once
@@ -213,10 +236,17 @@ pub fn held_units(state: Option<State>, now: Instant, params: &Params, units: i6
     Ok(refills.saturating_mul(params.tokens).min(units).min(bucket.deficit))
 }
 
-/// Decides a call drawing `quantity` tokens at `now` from the stored bucket, if any.
-/// `quantity` 0 peeks; a negative quantity puts tokens back, never beyond `capacity`.
+/// Decides a call drawing `quantity` tokens at `now` from the stored bucket, if any, charged as
+/// `charge` says. `quantity` 0 peeks (admitted iff the bucket is not in debt); a negative
+/// quantity puts tokens back, never beyond `capacity`.
 #[inline(always)]
-pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+pub fn decide(
+    state: Option<State>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    charge: Charge,
+) -> Result<Decision<i64>> {
     let had_state = state.is_some_and(|s| s.full_at > now);
     let bucket = Now::of(state, now, params)?;
     let reset_after = bucket.refill_covering(0, now, params)?.saturating_since(now);
@@ -225,21 +255,22 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
         let deficit = bucket.deficit.saturating_sub(crate::limits::refunded(quantity)).max(0);
         return bucket.settle(deficit, now, params, had_state);
     }
+    if charge == Charge::Debit && quantity > 0 {
+        return bucket.debit(quantity, now, params, had_state);
+    }
     if quantity > params.capacity {
         return Ok(Decision {
             reply: params.reply(true, bucket.deficit, reset_after, None),
             effect: bucket.denied_effect(now, params)?,
         });
     }
-    // Both are at most `capacity`, but their sum may still overflow (a capacity near
+    // The deficit may exceed the capacity (debt), and their sum overflow (a capacity near
     // i64::MAX): then it is above the capacity too.
     let Some(deficit) = bucket.deficit.checked_add(quantity).filter(|&d| d <= params.capacity) else {
-        let retry_at = bucket.refill_covering(params.capacity - quantity, now, params)?;
-        let retry_after = Some(retry_at.saturating_since(now));
-        return Ok(Decision {
-            reply: params.reply(true, bucket.deficit, reset_after, retry_after),
-            effect: bucket.denied_effect(now, params)?,
-        });
+        let retry_after = Some(bucket.refill_covering(params.capacity - quantity, now, params)?.saturating_since(now));
+        // A peek (of a bucket in debt) stays pure.
+        let effect = if quantity == 0 { Effect::Nothing } else { bucket.denied_effect(now, params)? };
+        return Ok(Decision { reply: params.reply(true, bucket.deficit, reset_after, retry_after), effect });
     };
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, bucket.deficit, reset_after, None), effect: Effect::Nothing });

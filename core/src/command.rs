@@ -90,6 +90,9 @@ impl Arg {
     /// full again right after the call that took the units (`PEXPIRETIME key` then); the refund
     /// gives back at most what the limiter still holds of them (see `Limiter::decide_held`).
     pub const HELD: Arg = Arg::option("held", "HELD");
+    /// `DEBIT`: count the quantity whatever the limit says (a charge for what was already
+    /// used); the reply says whether it fitted. See [`crate::Charge::Debit`].
+    pub const DEBIT: Arg = Arg::flag("debit", "DEBIT");
     /// Answer a denial as an admission (and count it as a shadow denial), for this call only.
     pub const SHADOW: Arg = Arg::flag("shadow", "SHADOW");
 

@@ -19,7 +19,7 @@
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Nanos};
-use crate::{Decision, Effect, Reply};
+use crate::{Charge, Decision, Effect, Reply};
 
 /// An open window: `count` units counted, closing at `closes_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +81,17 @@ impl Params {
     }
 }
 
-/// Decides a call consuming `quantity` units at `now` against the open window, if any.
-/// `quantity` 0 peeks; a negative quantity refunds, never below zero counted.
+/// Decides a call consuming `quantity` units at `now` against the open window, if any, charged
+/// as `charge` says. `quantity` 0 peeks (admitted iff the count is not over the limit); a
+/// negative quantity refunds, never below zero counted.
 #[inline(always)]
-pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+pub fn decide(
+    state: Option<State>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    charge: Charge,
+) -> Result<Decision<i64>> {
     // A stored close is never moved earlier: some call decided it (this window, a longer
     // one, a CL.QUOTA period, or before the clock stepped back), and every unit counted stays
     // counted until then. A count without an expiry (or with one beyond the nanosecond
@@ -112,6 +119,21 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
             if count == 0 { Effect::Delete } else { Effect::Store { state: count, expires_at: open.closes_at } };
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect });
     }
+    let closes_at = || match open {
+        Some(open) => Ok(open.closes_at),
+        None => now.whole_milli_at_or_before()?.checked_add(params.window),
+    };
+    if charge == Charge::Debit && quantity > 0 {
+        // Counted whatever the limit says, in the open window or one it opens; over the limit,
+        // a take waits for the window to close.
+        let fits = count.saturating_add(quantity) <= params.limit;
+        let count = debited(count, quantity)?;
+        let closes_at = closes_at()?;
+        let until_close = closes_at.saturating_since(now);
+        let retry_after = (!fits && quantity <= params.limit).then_some(until_close);
+        let reply = params.reply(!fits, count, until_close, retry_after);
+        return Ok(Decision { reply, effect: Effect::Store { state: count, expires_at: closes_at } });
+    }
     if quantity > params.limit {
         return Ok(Decision { reply: params.reply(true, count, until_close, None), effect: denied_effect });
     }
@@ -125,13 +147,16 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
     if quantity == 0 {
         return Ok(Decision { reply: params.reply(false, count, until_close, None), effect: Effect::Nothing });
     }
-    let closes_at = match open {
-        Some(open) => open.closes_at,
-        None => now.whole_milli_at_or_before()?.checked_add(params.window)?,
-    };
+    let closes_at = closes_at()?;
     let count = count + quantity;
     let reply = params.reply(false, count, closes_at.saturating_since(now), None);
     Ok(Decision { reply, effect: Effect::Store { state: count, expires_at: closes_at } })
+}
+
+/// `count + quantity` of a debit, which must stay a counter's stored form (below 10^18, so
+/// that it never reads as a TAT).
+pub(crate) fn debited(count: i64, quantity: i64) -> Result<i64> {
+    count.checked_add(quantity).filter(|&c| c <= MAX_LIMIT).ok_or_else(|| Error::DebitTooLarge(MAX_LIMIT))
 }
 
 #[cfg(test)]

@@ -39,6 +39,19 @@ pub enum Error {
     #[error("ERR HELD is valid only with a negative quantity (a refund)")]
     HeldWithoutRefund,
 
+    /// `DEBIT` with a negative quantity.
+    #[error("ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)")]
+    DebitRefund,
+
+    /// A debit that would count more than a stored form holds: `most` units for a counter
+    /// or a quota (their forms stay disjoint from a TAT's), an i64 in a window's bucket.
+    #[error("ERR DEBIT is too large: a count must stay at most {0}")]
+    DebitTooLarge(i64),
+
+    /// A debit on an exact window logging more than `throttle.max-exact-limit` units at once.
+    #[error("ERR DEBIT is too large: an exact window logs at most {0} units a call (use PRECISION for larger budgets)")]
+    DebitTooLong(i64),
+
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
 

@@ -73,6 +73,27 @@ impl Reply {
     }
 }
 
+/// How a call charges a positive quantity. (A quantity of 0 peeks and a negative one refunds
+/// whatever the charge: `DEBIT 0` is a pure check, and a debit of a negative quantity is an
+/// argument error.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Charge {
+    /// Admitted only when the units fit, then counted; a refused take counts nothing.
+    #[default]
+    Take,
+    /// `DEBIT`: a charge for units already used (tokens an LLM call consumed), counted whatever
+    /// the limit says, exactly as an admitted take of them would be. `limited` says whether
+    /// they overdrew; later takes are refused until time has repaid the overdraft.
+    Debit,
+}
+
+impl Charge {
+    /// The charge of a call given `DEBIT` (`debit`) or not.
+    pub fn of(debit: bool) -> Charge {
+        if debit { Charge::Debit } else { Charge::Take }
+    }
+}
+
 /// What a call does to its limiter's stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect<S> {

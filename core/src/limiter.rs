@@ -23,7 +23,7 @@ use crate::caps::Caps;
 use crate::command::{Arg, ArgKind, Command, Keys, Parsed, Tail};
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Unit};
-use crate::{Decision, Patch, bucket, counter, pace, quota, throttle, window};
+use crate::{Charge, Decision, Patch, bucket, counter, pace, quota, throttle, window};
 
 /// The algorithms, one per limiter command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,7 @@ static THROTTLE: Command = Command {
         Arg::QUANTITY,
         Arg::HELD,
         Arg::MS,
+        Arg::DEBIT,
         Arg::SHADOW,
     ],
 };
@@ -95,7 +96,16 @@ static WINDOW: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, PRECISION, Arg::SHADOW],
+    args: &[
+        Arg::integer("limit"),
+        Arg::duration("window"),
+        Arg::QUANTITY,
+        Arg::HELD,
+        Arg::MS,
+        PRECISION,
+        Arg::DEBIT,
+        Arg::SHADOW,
+    ],
 };
 
 static BUCKET: Command = Command {
@@ -113,6 +123,7 @@ static BUCKET: Command = Command {
         Arg::QUANTITY,
         Arg::HELD,
         Arg::MS,
+        Arg::DEBIT,
         Arg::SHADOW,
     ],
 };
@@ -125,7 +136,7 @@ static COUNTER: Command = Command {
     flags: LIMITER_FLAGS,
     acl_categories: LIMITER_ACL,
     keys: Keys::One,
-    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::SHADOW],
+    args: &[Arg::integer("limit"), Arg::duration("window"), Arg::QUANTITY, Arg::HELD, Arg::MS, Arg::DEBIT, Arg::SHADOW],
 };
 
 static QUOTA: Command = Command {
@@ -144,6 +155,7 @@ static QUOTA: Command = Command {
         Arg::QUANTITY_OPTION,
         Arg::HELD,
         Arg::MS,
+        Arg::DEBIT,
         Arg::SHADOW,
     ],
 };
@@ -303,36 +315,60 @@ impl Limiter {
         }
     }
 
-    /// Decides a call consuming `quantity` units at `now` without writing anything. A value
-    /// that belongs to another algorithm is WRONGTYPE.
+    /// Decides a take of `quantity` units at `now` without writing anything. A value that
+    /// belongs to another algorithm is WRONGTYPE.
     #[inline]
     pub fn decide(&self, stored: Option<Stored<'_>>, now: Instant, quantity: i64) -> Result<Decision<Write>> {
+        self.decide_charge(stored, now, quantity, None, Charge::Take)
+    }
+
+    /// Decides a call of `quantity` units at `now` charged as `charge` says (a take, or a
+    /// `DEBIT`: counted whatever the limit says), a refund bounded by `held` (see
+    /// [`Limiter::decide_held`]), without writing anything. A debit of a negative quantity
+    /// is an error.
+    #[inline]
+    pub fn decide_charge(
+        &self,
+        stored: Option<Stored<'_>>,
+        now: Instant,
+        quantity: i64,
+        held: Option<Instant>,
+        charge: Charge,
+    ) -> Result<Decision<Write>> {
+        if charge == Charge::Debit && quantity < 0 {
+            return Err(Error::DebitRefund);
+        }
+        if held.is_some() && quantity < 0 {
+            return self.refund_held(stored, now, quantity, held);
+        }
         let integer = |d: Decision<i64>| Decision { reply: d.reply, effect: d.effect.map(Write::Integer) };
         let decided = match self {
             Limiter::Throttle(p) => match stored {
-                None => throttle::decide(None, now, p, quantity),
-                Some(s) => throttle::decode(s.value).and_then(|tat| throttle::decide(Some(tat), now, p, quantity)),
+                None => throttle::decide(None, now, p, quantity, charge),
+                Some(s) => {
+                    throttle::decode(s.value).and_then(|tat| throttle::decide(Some(tat), now, p, quantity, charge))
+                }
             }
             .map(|d| integer(d.map(Instant::as_nanos))),
             Limiter::Window(p) => {
-                window::decide(stored.map(|s| s.value), now, p, quantity).map(|d| d.map(Write::Patch))
+                window::decide(stored.map(|s| s.value), now, p, quantity, charge).map(|d| d.map(Write::Patch))
             }
             Limiter::Bucket(p) => match stored {
-                None => bucket::decide(None, now, p, quantity),
+                None => bucket::decide(None, now, p, quantity, charge),
                 Some(s) => bucket::decode(s.value, s.expires_at_ms)
-                    .and_then(|state| bucket::decide(Some(state), now, p, quantity)),
+                    .and_then(|state| bucket::decide(Some(state), now, p, quantity, charge)),
             }
             .map(integer),
             Limiter::Counter(p) => match stored {
-                None => counter::decide(None, now, p, quantity),
+                None => counter::decide(None, now, p, quantity, charge),
                 Some(s) => counter::decode(s.value, s.expires_at_ms)
-                    .and_then(|state| counter::decide(Some(state), now, p, quantity)),
+                    .and_then(|state| counter::decide(Some(state), now, p, quantity, charge)),
             }
             .map(integer),
             Limiter::Quota(p) => match stored {
-                None => quota::decide(None, now, p, quantity),
+                None => quota::decide(None, now, p, quantity, charge),
                 Some(s) => quota::decode(s.value, s.expires_at_ms)
-                    .and_then(|state| quota::decide(Some(state), now, p, quantity)),
+                    .and_then(|state| quota::decide(Some(state), now, p, quantity, charge)),
             }
             .map(integer),
         };
@@ -352,6 +388,17 @@ impl Limiter {
     ///
     /// Without `held`, or for a call that is not a refund, it is [`Limiter::decide`].
     pub fn decide_held(
+        &self,
+        stored: Option<Stored<'_>>,
+        now: Instant,
+        quantity: i64,
+        held: Option<Instant>,
+    ) -> Result<Decision<Write>> {
+        self.decide_charge(stored, now, quantity, held, Charge::Take)
+    }
+
+    /// A refund of `quantity < 0` bounded by `held`: see [`Limiter::decide_held`].
+    fn refund_held(
         &self,
         stored: Option<Stored<'_>>,
         now: Instant,
@@ -398,6 +445,17 @@ impl Limiter {
     }
 }
 
+/// A call's quantity (default 1), the instant of its `HELD t` and its charge, checked against
+/// each other: `DEBIT` takes a quantity of 0 or more, `HELD` only a refund.
+pub fn charged(tail: &Tail) -> Result<(i64, Option<Instant>, Charge)> {
+    let quantity = tail.quantity.unwrap_or(1);
+    let charge = Charge::of(tail.has("DEBIT"));
+    if charge == Charge::Debit && quantity < 0 {
+        return Err(Error::DebitRefund);
+    }
+    Ok((quantity, held(tail.value("HELD"), quantity)?, charge))
+}
+
 /// The instant of `HELD t` (Unix milliseconds), valid only with a refund (a negative quantity).
 pub fn held(t: Option<i64>, quantity: i64) -> Result<Option<Instant>> {
     let Some(t) = t else { return Ok(None) };
@@ -442,6 +500,8 @@ pub struct Request<'a> {
     pub held: Option<Instant>,
     /// `SHADOW`: a denial is answered as an admission.
     shadow: bool,
+    /// `DEBIT`, or a plain take.
+    pub charge: Charge,
 }
 
 impl<'a> Request<'a> {
@@ -459,8 +519,7 @@ impl<'a> Request<'a> {
             *slot = parsed.integer(i);
         }
         let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, caps)?;
-        let quantity = parsed.tail.quantity.unwrap_or(1);
-        let held = held(parsed.tail.value("HELD"), quantity)?;
+        let (quantity, held, charge) = charged(&parsed.tail)?;
         Ok(Request {
             key: parsed.key,
             limiter,
@@ -468,6 +527,7 @@ impl<'a> Request<'a> {
             unit: parsed.tail.unit,
             held,
             shadow: parsed.tail.has("SHADOW"),
+            charge,
         })
     }
 
@@ -497,7 +557,15 @@ impl<'a> Request<'a> {
             }
         }
         let limiter = algorithm.build(&values, &Tail::EMPTY, unit, caps)?;
-        Ok(Some(Request { key, limiter, quantity: quantity.unwrap_or(1), unit, held: None, shadow: false }))
+        Ok(Some(Request {
+            key,
+            limiter,
+            quantity: quantity.unwrap_or(1),
+            unit,
+            held: None,
+            shadow: false,
+            charge: Charge::Take,
+        }))
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -519,9 +587,8 @@ impl<'a> Request<'a> {
         }
         let tail_args = table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_) | ArgKind::Option(_)));
         let (limiter, tail) = quota_words(rest, tail_args, None)?;
-        let quantity = tail.quantity.unwrap_or(1);
-        let held = held(tail.value("HELD"), quantity)?;
-        Ok(Request { key, limiter, quantity, unit: tail.unit, held, shadow: tail.has("SHADOW") })
+        let (quantity, held, charge) = charged(&tail)?;
+        Ok(Request { key, limiter, quantity, unit: tail.unit, held, shadow: tail.has("SHADOW"), charge })
     }
 }
 
@@ -630,7 +697,7 @@ mod tests {
     #[test]
     fn errors_state_the_real_range() {
         use Algorithm::*;
-        for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 SHADOW x"] {
+        for bad in ["", "k", "k 1", "k 1 1 1 HELD 1 MS PRECISION 1 DEBIT SHADOW x"] {
             assert_eq!(parse(Window, bad), Err(Error::WrongArity("cl.window")), "{bad:?}");
         }
         assert_eq!(
@@ -767,3 +834,7 @@ mod tests {
 #[cfg(test)]
 #[path = "limiter/held_tests.rs"]
 mod held_tests;
+
+#[cfg(test)]
+#[path = "limiter/debit_tests.rs"]
+mod debit_tests;

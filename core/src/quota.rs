@@ -20,7 +20,7 @@
 use crate::calendar::{Calendar, Per, Zone, parse_anchor, period};
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, Nanos, Unit};
-use crate::{Decision, Effect, Reply};
+use crate::{Charge, Decision, Effect, Reply};
 
 /// Counts stay below 10^18, as CL.COUNTER's (the same stored form).
 pub const MAX_LIMIT: i64 = crate::counter::MAX_LIMIT;
@@ -140,10 +140,17 @@ pub fn decode(stored: &[u8], expires_at_ms: Option<i64>) -> Result<State> {
 /// `KEEPTTL`), or with one beyond the nanosecond range: no call decided when it ends.
 const NO_EXPIRY: Instant = Instant::from_nanos(i64::MAX);
 
-/// Decides a call consuming `quantity` units at `now`. 0 peeks (nothing written); a negative
-/// quantity refunds, never below zero.
+/// Decides a call consuming `quantity` units at `now`, charged as `charge` says. 0 peeks
+/// (nothing written; admitted iff the count is not over the limit); a negative quantity
+/// refunds, never below zero.
 #[inline(always)]
-pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<i64>> {
+pub fn decide(
+    state: Option<State>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    charge: Charge,
+) -> Result<Decision<i64>> {
     let period = period(&params.calendar, now)?;
     let live = state.filter(|s| s.expires_at > now);
     // The count ends at the later of the key's expiry and this period's end: an expiry some
@@ -167,6 +174,13 @@ pub fn decide(state: Option<State>, now: Instant, params: &Params, quantity: i64
         let count = count.saturating_sub(crate::limits::refunded(quantity)).max(0);
         let effect = if count == 0 { Effect::Delete } else { store(count) };
         return Ok(Decision { reply: params.reply(false, count, until_end, None), effect });
+    }
+    if charge == Charge::Debit && quantity > 0 {
+        // Counted whatever the limit says; over it, a take waits for the count to end.
+        let fits = count.saturating_add(quantity) <= params.limit;
+        let count = crate::counter::debited(count, quantity)?;
+        let retry_after = (!fits && quantity <= params.limit).then_some(until_end);
+        return Ok(Decision { reply: params.reply(!fits, count, until_end, retry_after), effect: store(count) });
     }
     if quantity > params.limit {
         return Ok(Decision { reply: params.reply(true, count, until_end, None), effect: denied_effect });

@@ -2,16 +2,14 @@
 //! integer nanoseconds. The state is the theoretical arrival time (TAT): the instant at
 //! which the limiter will be full again. A missing state, or a TAT in the past, is full.
 //!
-//! One deliberate difference from redis-cell: a stored TAT beyond `now + tolerance` is read
-//! as `now + tolerance` (exactly empty). No admitted call can leave one (an admission keeps
-//! `new_TAT ≤ now + tolerance`), so it means the clock stepped back (or the parameters were
-//! lowered): redis-cell would lock the user out for the size of the step; here the limiter
-//! admits again within one emission interval and is full within one tolerance. A call
-//! (but not a peek) that finds such a TAT stores the clamped one, even when denied.
+//! A stored TAT beyond `now + tolerance` is read as it is, as redis-cell reads it: a `DEBIT`
+//! leaves such a TAT (units counted past the burst), and a debt cannot be told apart from a
+//! clock that stepped back, so forgiving either would over-admit. After a step back of the
+//! clock, a limiter therefore waits out the step (at most the time its TAT was ahead).
 
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, MAX_DURATION, Nanos};
-use crate::{Decision, Effect, Reply};
+use crate::{Charge, Decision, Effect, Reply};
 
 /// Validated parameters: `limit = max_burst + 1` units at once, one more every
 /// `emission_interval`.
@@ -78,22 +76,19 @@ impl Params {
     }
 }
 
-/// Decides a call consuming `quantity` units at `now` against the stored `tat`.
-/// `quantity` 0 peeks; a negative quantity refunds, never beyond full.
+/// Decides a call consuming `quantity` units at `now` against the stored `tat`, charged as
+/// `charge` says. `quantity` 0 peeks (admitted iff the limiter is not over its limit); a
+/// negative quantity refunds, never beyond full.
 #[inline(always)]
-pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
-    // A TAT beyond `now + tolerance` (a clock stepped back) reads as exactly empty. When
-    // `now + tolerance` overflows, every TAT is below it.
-    let ceiling = now.checked_add(params.tolerance).unwrap_or(Instant::from_nanos(i64::MAX));
-    let stepped = tat.is_some_and(|tat| tat > ceiling);
-    let tat = tat.map_or(now, |tat| tat.max(now)).min(ceiling);
+pub fn decide(
+    tat: Option<Instant>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    charge: Charge,
+) -> Result<Decision<Instant>> {
+    let tat = tat.map_or(now, |tat| tat.max(now));
     let ttl = tat.saturating_since(now);
-    // A denial stores the clamped TAT (a peek stays pure), so the limiter refills from now
-    // instead of being clamped afresh, and still empty, at every later call.
-    let denied_effect = match stepped && quantity != 0 {
-        true => Effect::Store { state: tat, expires_at: tat },
-        false => Effect::Nothing,
-    };
 
     if quantity < 0 {
         // A refund moves the TAT back by the units returned, stopping at now (full).
@@ -104,10 +99,13 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
             params.emission_interval.as_nanos().saturating_mul(crate::limits::refunded(quantity)),
         ));
     }
+    if charge == Charge::Debit && quantity > 0 {
+        return debit(tat, now, params, quantity);
+    }
 
     if quantity > params.limit {
         // More than a full limiter holds: never admitted, so no retry time.
-        return Ok(Decision { reply: params.reply(true, ttl, None), effect: denied_effect });
+        return Ok(Decision { reply: params.reply(true, ttl, None), effect: Effect::Nothing });
     }
 
     let increment = params.emission_interval.checked_mul_nanos(quantity as u64)?;
@@ -115,14 +113,37 @@ pub fn decide(tat: Option<Instant>, now: Instant, params: &Params, quantity: i64
     let allow_at = new_tat.checked_sub(params.tolerance)?;
     if now < allow_at {
         let retry_after = allow_at.saturating_since(now);
-        return Ok(Decision { reply: params.reply(true, ttl, Some(retry_after)), effect: denied_effect });
+        return Ok(Decision { reply: params.reply(true, ttl, Some(retry_after)), effect: Effect::Nothing });
     }
     let reply = params.reply(false, new_tat.saturating_since(now), None);
     let effect = if quantity == 0 { Effect::Nothing } else { Effect::Store { state: new_tat, expires_at: new_tat } };
     Ok(Decision { reply, effect })
 }
 
-/// A refund moving the (clamped) `tat` back by `back` nanoseconds, stopping at now (full).
+/// A debit of `quantity ≥ 1` units on the TAT `tat ≥ now`: the TAT moves on by the units
+/// whatever the limit says, `limited` when they did not fit; a retry time, when they did not,
+/// for a take of as many units on the TAT the debit leaves. `quantity × EI` must be a
+/// duration and the new TAT an instant.
+fn debit(tat: Instant, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Instant>> {
+    let increment = params
+        .emission_interval
+        .checked_mul_nanos(quantity as u64)
+        .ok()
+        .filter(|i| *i <= MAX_DURATION)
+        .ok_or_else(|| Error::SpanTooLong("quantity * period / count"))?;
+    let new_tat = tat.checked_add(increment)?;
+    let fits = quantity <= params.limit && now >= new_tat.checked_sub(params.tolerance)?;
+    let retry_after = match fits || quantity > params.limit {
+        true => None,
+        // `new_TAT + increment − tolerance`, and `increment ≤ tolerance` (a quantity within the
+        // limit): never past the new TAT.
+        false => Some(new_tat.checked_sub(params.tolerance.saturating_sub(increment))?.saturating_since(now)),
+    };
+    let reply = params.reply(!fits, new_tat.saturating_since(now), retry_after);
+    Ok(Decision { reply, effect: Effect::Store { state: new_tat, expires_at: new_tat } })
+}
+
+/// A refund moving `tat` back by `back` nanoseconds, stopping at now (full).
 fn refund(tat: Instant, now: Instant, params: &Params, back: i64) -> Decision<Instant> {
     let new_tat = Instant::from_nanos(tat.as_nanos().saturating_sub(back.max(0))).max(now);
     let ttl = new_tat.saturating_since(now);
@@ -136,7 +157,7 @@ fn refund(tat: Instant, now: Instant, params: &Params, back: i64) -> Decision<In
 ///
 /// The TAT moves back by `min(units·EI, max(0, held⁻ − now))`, `held⁻ = held − 1 ms + 1 ns`
 /// the least that TAT can have been. Why it is safe: every later call maps the TAT as
-/// `x ↦ max(c, x + a)` with its clamp `c` at its own instant (at or before now), so the TAT
+/// `x ↦ max(c, x + a)`, `c` its own instant (at or before now), so the TAT
 /// with the units taken stays ahead of the TAT of the same history without them by at least
 /// `min(units·EI, TAT_taken − now)` as long as no other refund pulls the TAT back: moving
 /// back by that much never admits more than that history would.
@@ -147,8 +168,7 @@ pub fn refund_held(
     units: i64,
     held: Instant,
 ) -> Result<Decision<Instant>> {
-    let ceiling = now.checked_add(params.tolerance).unwrap_or(Instant::from_nanos(i64::MAX));
-    let tat = tat.map_or(now, |tat| tat.max(now)).min(ceiling);
+    let tat = tat.map_or(now, |tat| tat.max(now));
     let least = held.as_nanos().saturating_sub(crate::time::NANOS_PER_MILLI - 1);
     let still = least.saturating_sub(now.as_nanos()).max(0);
     let back = params.emission_interval.as_nanos().saturating_mul(units.max(0)).min(still);

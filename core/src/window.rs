@@ -76,7 +76,7 @@ mod exact;
 use crate::caps::Caps;
 use crate::error::{Error, Range, Result};
 use crate::time::{Instant, MAX_DURATION, Nanos};
-use crate::{Decision, Effect, Patch, Reply};
+use crate::{Charge, Decision, Effect, Patch, Reply};
 
 pub(crate) const INVALID: Error = Error::InvalidState("CL.WINDOW");
 
@@ -96,6 +96,8 @@ pub struct Params {
     limit: i64,
     window: Nanos,
     precision: Option<Nanos>,
+    /// The most units one debit may log in an exact log (`throttle.max-exact-limit`).
+    max_exact_debit: i64,
 }
 
 impl Params {
@@ -128,7 +130,7 @@ impl Params {
                 range: Range::Text("a duration from the window divided by throttle.max-buckets to the window"),
             });
         }
-        Ok(Params { limit, window, precision })
+        Ok(Params { limit, window, precision, max_exact_debit: caps.max_exact_limit })
     }
 
     pub fn limit(&self) -> i64 {
@@ -162,14 +164,22 @@ impl Params {
 }
 
 /// Decides a call consuming `quantity` units at `now` against the stored string, if any
-/// (either layout: a call converts the other one to its own). `quantity` 0 peeks; a negative
+/// (either layout: a call converts the other one to its own), charged as `charge` says.
+/// `quantity` 0 peeks (admitted iff the window does not hold more than the limit); a negative
 /// quantity refunds the oldest units still counting, never beyond full.
 /// The effect stores a [`Patch`] of the stored string, expiring when the newest action
 /// leaves the window.
-pub fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {
+pub fn decide(
+    stored: Option<&[u8]>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    charge: Charge,
+) -> Result<Decision<Patch>> {
+    let verdict = |used: i64| Verdict::of(quantity, used, params, charge);
     match params.precision {
-        None => exact::decide(stored, now, params, quantity),
-        Some(precision) => buckets::decide(stored, now, params, precision, quantity),
+        None => exact::decide(stored, now, params, quantity, verdict),
+        Some(precision) => buckets::decide(stored, now, params, precision, quantity, verdict),
     }
 }
 
@@ -191,14 +201,18 @@ enum Verdict {
     /// A peek, or a call that is denied (and whether it could ever be admitted): the reply
     /// only.
     Reply { limited: bool, admittable: bool },
-    /// Admit: log `quantity ≥ 1` actions.
-    Admit(i64),
+    /// Log `quantity ≥ 1` actions: an admitted take, or a debit (`overdrawn` when the units
+    /// did not fit).
+    Admit { quantity: i64, overdrawn: bool },
 }
 
 impl Verdict {
-    fn of(quantity: i64, used: i64, params: &Params) -> Verdict {
+    fn of(quantity: i64, used: i64, params: &Params, charge: Charge) -> Verdict {
         if quantity < 0 {
             Verdict::Refund(crate::limits::refunded(quantity))
+        } else if charge == Charge::Debit && quantity > 0 {
+            let fits = quantity <= params.limit && used.checked_add(quantity).is_some_and(|n| n <= params.limit);
+            Verdict::Admit { quantity, overdrawn: !fits }
         } else if quantity > params.limit {
             Verdict::Reply { limited: true, admittable: false }
         } else if used.checked_add(quantity).is_none_or(|n| n > params.limit) {
@@ -207,7 +221,7 @@ impl Verdict {
         } else if quantity == 0 {
             Verdict::Reply { limited: false, admittable: true }
         } else {
-            Verdict::Admit(quantity)
+            Verdict::Admit { quantity, overdrawn: false }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Where configuration documents come from. A source hands the service a list of named
 //! documents whenever they change; the service loads them ([`crate::config::load`]) and keeps
-//! the old configuration when a new one fails. Files are the one source today (upstream's
-//! `RUNTIME_*` layout and reload rules); xDS is the next, behind the same [`Documents`] type.
+//! the old configuration when a new one fails. This is the file source (upstream's `RUNTIME_*`
+//! layout and reload rules); the other, xDS, is [`crate::xds`], whose resources pass the same
+//! validator ([`crate::config::build`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

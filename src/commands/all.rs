@@ -2,7 +2,7 @@
 //! algorithms at one instant, all or nothing.
 
 use redis_throttle_core::all::{self, Request};
-use redis_throttle_core::{Error, Result};
+use redis_throttle_core::{Charge, Error, Result};
 
 use crate::counters::Class;
 use crate::dispatch::{Call, Node, Response};
@@ -26,21 +26,25 @@ fn handler(call: &Call) -> Result<Response> {
         keys.push(key);
     }
     let stored: Vec<_> = keys.iter().map(Key::stored).collect();
-    let mut outcome = all::decide_held(&request.limiters, &request.held, &stored, now, request.unit)?;
+    let mut outcome = all::decide_charge(&request.limiters, &request.held, &stored, now, request.unit, request.charge)?;
     drop(stored);
-    let prepared = keys
-        .iter()
-        .zip(&outcome.decisions)
-        .enumerate()
-        .map(|(i, (key, d))| key.prepare(&d.effect).map_err(|e| e.in_limiter(i + 1)))
-        .collect::<Result<Vec<_>>>()?;
-    for (key, prepared) in keys.iter_mut().zip(prepared) {
-        key.apply(prepared)?;
+    let debit = request.charge == Charge::Debit && request.limiters.iter().any(|&(_, q)| q > 0);
+    // A debit with the SHADOW option writes nothing (see `super::limiter`).
+    if !(debit && request.shadow()) {
+        let prepared = keys
+            .iter()
+            .zip(&outcome.decisions)
+            .enumerate()
+            .map(|(i, (key, d))| key.prepare(&d.effect).map_err(|e| e.in_limiter(i + 1)))
+            .collect::<Result<Vec<_>>>()?;
+        for (key, prepared) in keys.iter_mut().zip(prepared) {
+            key.apply(prepared)?;
+        }
     }
 
     // The call counts once, as a peek when every quantity is 0, a refund when none is
-    // positive, else admitted or denied. A denial counts (sketch, `throttled` event) each
-    // limiter that denied on its own.
+    // positive, else admitted or denied (a debit that overdrew: denied). A denial counts
+    // (sketch, `throttled` event) each limiter that denied (or overdrew) on its own.
     let (mut consumes, mut refunds) = (false, false);
     for &(_, q) in &request.limiters {
         consumes |= q > 0;
@@ -61,6 +65,9 @@ fn handler(call: &Call) -> Result<Response> {
         }
     }
     call.count(Class::of(quantity, denied, shadow));
+    if debit {
+        call.count_debit();
+    }
     if shadow {
         // Every reply of the call reads as admitted: the binding one and DETAILS.
         for d in &mut outcome.decisions {

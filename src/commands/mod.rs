@@ -13,8 +13,8 @@ mod throttle;
 mod top;
 mod window;
 
-use redis_throttle_core::Result;
 use redis_throttle_core::limiter::{Algorithm, Request};
+use redis_throttle_core::{Charge, Result};
 
 use crate::counters::Class;
 use crate::dispatch::{Call, Response};
@@ -58,11 +58,17 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
     let now = clock::now();
     let mut key = Key::open(call, 0)?;
     key.load(algorithm)?;
-    let decision = request.limiter.decide_held(key.stored(), now, request.quantity, request.held)?;
-    let prepared = key.prepare(&decision.effect)?;
-    key.apply(prepared)?;
+    let decision = request.limiter.decide_charge(key.stored(), now, request.quantity, request.held, request.charge)?;
+    // A debit with the SHADOW option writes nothing (it is tried, not charged); global shadow
+    // mode stores what enforcing stores.
+    let debit = request.charge == Charge::Debit && request.quantity > 0;
+    if !(debit && request.shadow()) {
+        let prepared = key.prepare(&decision.effect)?;
+        key.apply(prepared)?;
+    }
     let mut reply = decision.reply;
-    // Only a call that consumes units can be denied (a peek or a refund is neither).
+    // Only a call that consumes units can be denied (a peek or a refund is neither); a debit
+    // that overdrew counts as a denial.
     let denied = reply.limited && request.quantity > 0;
     let shadow = denied && (config::shadow() || request.shadow());
     if denied {
@@ -72,5 +78,8 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
         }
     }
     call.count(Class::of(request.quantity, denied, shadow));
+    if debit {
+        call.count_debit();
+    }
     Ok(Response::Five(reply.to_array(request.unit)))
 }

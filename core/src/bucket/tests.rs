@@ -13,7 +13,7 @@ fn secs(s: i64) -> Nanos {
 /// Runs a call at `now`, carrying the state through its stored form.
 fn run(stored: &mut IntegerKey, now: i64, p: &Params, q: i64) -> Reply {
     let state = stored.map(|(d, ms)| decode(d.to_string().as_bytes(), Some(ms)).unwrap());
-    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    let d = decide(state, Instant::from_nanos(now), p, q, Charge::Take).unwrap();
     carry(stored, d.effect);
     d.reply
 }
@@ -91,21 +91,22 @@ fn peek_and_refund() {
 }
 
 #[test]
-fn a_deficit_above_a_lowered_capacity_is_capped_first() {
-    // The case: `CL.BUCKET d 10 1 60 10`, then `CL.BUCKET d 5 1 60` replied
-    // `1 5 0 360 600`: 360 s for a token that refills every 60 s. The deficit is capped at
-    // the new capacity, and then a bucket full beyond its refills restarts its grid now.
+fn a_deficit_above_a_lowered_capacity_is_debt() {
+    // `CL.BUCKET d 10 1 60 10`, then `CL.BUCKET d 5 1 60`: the 10 tokens taken stay taken (a
+    // deficit above the capacity is debt, as a DEBIT leaves, and the two cannot be told
+    // apart): a token for a draw once 6 refills have come, full after 10.
     let mut s = None;
     run(&mut s, at(0), &Params::new(10, 1, secs(60)).unwrap(), 10);
     assert_eq!(s, Some((-10, at(600) / MS)));
     let p = Params::new(5, 1, secs(60)).unwrap();
-    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [0, 5, 0, -1, 300], "a peek reads it capped");
+    assert_eq!(arr(run(&mut s, at(0), &p, 0)), [1, 5, 0, 300, 600], "a check: over the capacity");
     assert_eq!(s, Some((-10, at(600) / MS)), "and writes nothing");
-    assert_eq!(arr(run(&mut s, at(0), &p, 1)), [1, 5, 0, 60, 300]);
-    assert_eq!(s, Some((-5, at(300) / MS)), "a denial stores the capped bucket");
-    assert_eq!(arr(run(&mut s, at(60), &p, 1)), [0, 5, 0, -1, 300], "the refill at 60 s came, on the restarted grid");
-    // Lowered later, when the grid's remaining refills already cover the capped deficit, the
-    // grid stays.
+    assert_eq!(arr(run(&mut s, at(0), &p, 1)), [1, 5, 0, 360, 600]);
+    assert_eq!(s, Some((-10, at(600) / MS)), "a denial writes nothing");
+    assert_eq!(arr(run(&mut s, at(300), &p, 0)), [0, 5, 0, -1, 300], "at exactly the capacity: admitted");
+    assert_eq!(arr(run(&mut s, at(360), &p, 1)), [0, 5, 0, -1, 300], "the sixth refill came");
+    // Lowered later, when the grid's remaining refills already cover the deficit, the grid
+    // stays.
     let mut s = None;
     run(&mut s, at(0), &Params::new(10, 1, secs(1)).unwrap(), 9);
     let p = Params::new(3, 1, secs(1)).unwrap();
@@ -156,9 +157,9 @@ fn a_bucket_without_an_expiry_refills_from_now() {
     // its grid restarts now, and the first call other than a peek stores it (even denied).
     let p = Params::new(5, 1, secs(10)).unwrap();
     let empty = decode(b"-5", None).unwrap();
-    let peek = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 0).unwrap();
+    let peek = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 0, Charge::Take).unwrap();
     assert_eq!((arr(peek.reply), peek.effect), ([0, 5, 0, -1, 50], Effect::Nothing));
-    let d = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 1).unwrap();
+    let d = decide(Some(empty), Instant::from_nanos(at(0) + 5), &p, 1, Charge::Take).unwrap();
     assert_eq!(arr(d.reply), [1, 5, 0, 10, 50]);
     assert_eq!(d.effect, Effect::Store { state: -5, expires_at: Instant::from_nanos(at(50)) });
 }
@@ -176,7 +177,7 @@ proptest! {
         for (step, q) in calls {
             now += step;
             let got = reply_i128(run(&mut stored, now, &p, q));
-            let want = model.call(now as i128, q as i128);
+            let want = model.call(now as i128, q as i128, false);
             prop_assert_eq!(got, want, "at {} q {}", now - T0, q);
             prop_assert!(got[2] >= 0 && got[2] <= capacity as i128, "never more than capacity");
             // No reply time exceeds the refills it waits for: those of the deficit (reset),
@@ -189,8 +190,8 @@ proptest! {
     }
 
     /// Any stored state, even one stamped far in the future or with parameters near the
-    /// 64-bit limits, decides without panicking, never holds more than `capacity` and admits
-    /// only what it holds.
+    /// 64-bit limits, decides without panicking, never holds more than `capacity`, admits
+    /// only what it holds, and a take adds no debt.
     #[test]
     fn hostile_state_neither_panics_nor_over_admits(
         deficit in prop_oneof![1i64..10, 1i64..=i64::MAX], ms in prop_oneof![Just(None), proptest::option::of(any::<i64>())],
@@ -201,14 +202,15 @@ proptest! {
         let Ok(p) = Params::new(capacity, tokens, Nanos::new(interval_ms * MS).unwrap()) else { return Ok(()) };
         let Ok(state) = decode((-deficit).to_string().as_bytes(), ms) else { return Ok(()) };
         let now = Instant::from_nanos(now);
-        let (Ok(peek), Ok(d)) = (decide(Some(state), now, &p, 0), decide(Some(state), now, &p, q)) else { return Ok(()) };
+        let (Ok(peek), Ok(d)) = (decide(Some(state), now, &p, 0, Charge::Take), decide(Some(state), now, &p, q, Charge::Take)) else { return Ok(()) };
         prop_assert!(peek.reply.remaining >= 0 && peek.reply.remaining <= capacity);
         prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= capacity);
         if q > 0 && !d.reply.limited {
             prop_assert_eq!(d.reply.remaining, peek.reply.remaining - q);
         }
         if let Effect::Store { state: s, expires_at } = d.effect {
-            prop_assert!(-s >= 1 && -s <= capacity);
+            // A take adds no debt: it stores at most the capacity, or the debt it found.
+            prop_assert!(-s >= 1 && -s <= capacity.max(deficit));
             prop_assert!(expires_at > now);
         }
     }

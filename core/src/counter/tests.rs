@@ -12,7 +12,7 @@ fn secs(s: i64) -> Nanos {
 /// millisecond expiry, so a lossy expiry would show).
 fn run(stored: &mut IntegerKey, now: i64, p: &Params, q: i64) -> Reply {
     let state = stored.map(|(count, ms)| decode(count.to_string().as_bytes(), Some(ms)).unwrap());
-    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    let d = decide(state, Instant::from_nanos(now), p, q, Charge::Take).unwrap();
     carry(stored, d.effect);
     d.reply
 }
@@ -92,8 +92,8 @@ fn parameters_are_validated() {
     assert!(matches!(Params::new(1, Nanos::ZERO), Err(Error::OutOfRange { name: "window", .. })));
     assert!(matches!(Params::new(1, Nanos::new(1).unwrap()), Err(Error::OutOfRange { name: "window", .. })));
     let huge = Params::new(1, Nanos::new(i64::MAX / NANOS_PER_MILLI * NANOS_PER_MILLI).unwrap()).unwrap();
-    assert_eq!(decide(None, Instant::from_nanos(T0), &huge, 1), Err(Error::TooLarge));
-    assert!(decide(None, Instant::from_nanos(T0), &huge, 0).is_ok(), "a peek computes no close");
+    assert_eq!(decide(None, Instant::from_nanos(T0), &huge, 1, Charge::Take), Err(Error::TooLarge));
+    assert!(decide(None, Instant::from_nanos(T0), &huge, 0, Charge::Take).is_ok(), "a peek computes no close");
 }
 
 #[test]
@@ -120,9 +120,9 @@ fn a_count_without_an_expiry_closes_one_window_from_now() {
     // that close (even denied), so the key goes.
     let p = Params::new(3, secs(10)).unwrap();
     let full = decode(b"3", None).unwrap();
-    let peek = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 0).unwrap();
+    let peek = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 0, Charge::Take).unwrap();
     assert_eq!((arr(peek.reply), peek.effect), ([0, 3, 0, -1, 10], Effect::Nothing));
-    let d = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 1).unwrap();
+    let d = decide(Some(full), Instant::from_nanos(T0 + 5), &p, 1, Charge::Take).unwrap();
     assert_eq!(arr(d.reply), [1, 3, 0, 10, 10]);
     assert_eq!(d.effect, Effect::Store { state: 3, expires_at: Instant::from_nanos(T0 + 10 * NANOS_PER_SEC) });
     let mut s = Some((3, T0 / NANOS_PER_MILLI + 10_000));
@@ -142,7 +142,7 @@ proptest! {
         for (step, q) in calls {
             now += step;
             let got = reply_i128(run(&mut stored, now, &p, q));
-            let want = model.call(now as i128, limit as i128, window_ms as i128 * 1_000_000, q as i128);
+            let want = model.call(now as i128, limit as i128, window_ms as i128 * 1_000_000, q as i128, false);
             prop_assert_eq!(got, want);
             prop_assert!(got[2] >= 0 && got[2] <= limit as i128);
             // No reply time exceeds the window.
@@ -162,7 +162,7 @@ proptest! {
     ) {
         let p = Params::new(limit, Nanos::new(window_ms * NANOS_PER_MILLI).unwrap()).unwrap();
         let Ok(state) = decode(count.to_string().as_bytes(), ms) else { return Ok(()) };
-        match decide(Some(state), Instant::from_nanos(now), &p, q) {
+        match decide(Some(state), Instant::from_nanos(now), &p, q, Charge::Take) {
             Err(e) => prop_assert_eq!(e, Error::TooLarge),
             Ok(d) => {
                 prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= limit);

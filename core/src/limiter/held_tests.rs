@@ -11,23 +11,21 @@ use proptest::prelude::*;
 const T0: i64 = 1_700_000_000 * NANOS_PER_SEC;
 
 /// A key as the server holds it: its bytes and absolute expiry (Unix ms).
-#[derive(Default)]
-struct Key(Option<(Vec<u8>, i64)>);
+#[derive(Default, Clone, Debug, PartialEq)]
+pub(super) struct Key(pub(super) Option<(Vec<u8>, i64)>);
 
 impl Key {
-    fn live(&self, now: i64) -> Option<Stored<'_>> {
+    /// The key as a call at `now` reads it (gone once its expiry's millisecond has passed).
+    pub(super) fn live(&self, now: i64) -> Option<Stored<'_>> {
         self.0
             .as_ref()
             .filter(|(_, ms)| now.div_euclid(NANOS_PER_MILLI) <= *ms)
             .map(|(v, ms)| Stored { value: v, expires_at_ms: Some(*ms) })
     }
 
-    /// One call at `now`; the reply and the key's expiry after it (`PEXPIRETIME`).
-    fn call(&mut self, limiter: &Limiter, now: i64, quantity: i64, held: Option<i64>) -> (Reply, Option<i64>) {
-        let at = Instant::from_nanos(now);
-        let held = held.map(|ms| Instant::from_nanos(ms * NANOS_PER_MILLI));
-        let d = limiter.decide_held(self.live(now), at, quantity, held).unwrap();
-        match d.effect {
+    /// Applies a call's effect at `now`, as the module does.
+    pub(super) fn apply(&mut self, now: i64, effect: crate::Effect<Write>) {
+        match effect {
             crate::Effect::Nothing => {}
             crate::Effect::Delete => self.0 = None,
             crate::Effect::Store { state, expires_at } => {
@@ -43,6 +41,14 @@ impl Key {
                 self.0 = Some((value, expires_at.ceil_millis()));
             }
         }
+    }
+
+    /// One call at `now`; the reply and the key's expiry after it (`PEXPIRETIME`).
+    fn call(&mut self, limiter: &Limiter, now: i64, quantity: i64, held: Option<i64>) -> (Reply, Option<i64>) {
+        let at = Instant::from_nanos(now);
+        let held = held.map(|ms| Instant::from_nanos(ms * NANOS_PER_MILLI));
+        let d = limiter.decide_held(self.live(now), at, quantity, held).unwrap();
+        self.apply(now, d.effect);
         let expiry = self.live(now).and_then(|s| s.expires_at_ms);
         (d.reply, expiry)
     }

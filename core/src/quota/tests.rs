@@ -26,7 +26,7 @@ fn bad_quota_words_are_named() {
 
 fn run(key: &mut IntegerKey, now: i64, p: &Params, q: i64) -> [i64; 5] {
     let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
-    let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+    let d = decide(state, Instant::from_nanos(now), p, q, Charge::Take).unwrap();
     carry(key, d.effect);
     d.reply.to_array(Unit::Millis)
 }
@@ -70,7 +70,7 @@ fn a_changed_period_carries_its_count_over() {
     // A key without an expiry (PERSIST) is a mismatch: carried, and re-timed.
     let mut key = Some((5, i64::MAX / NANOS_PER_MILLI));
     let state = key.map(|(c, _)| decode(c.to_string().as_bytes(), None).unwrap());
-    let d = decide(state, Instant::from_nanos(t), &day, 1).unwrap();
+    let d = decide(state, Instant::from_nanos(t), &day, 1, Charge::Take).unwrap();
     carry(&mut key, d.effect);
     assert_eq!(key, Some((6, ms("2027-02-11T00:00:00Z"))));
 }
@@ -93,11 +93,11 @@ proptest! {
             let p = Params::new(limit, c).unwrap();
             let end = i128::from(period(&c, Instant::from_nanos(now)).unwrap().end.as_nanos());
             let state = key.map(|(count, at): (i64, i64)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
-            let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+            let d = decide(state, Instant::from_nanos(now), &p, q, Charge::Take).unwrap();
             // Redis reclaims a key whose millisecond expiry has passed.
             if key.is_some_and(|(_, at)| at * NANOS_PER_MILLI <= now) { key = None; }
             carry(&mut key, d.effect);
-            let want = model.call(i128::from(now), i128::from(limit), end, i128::from(q));
+            let want = model.call(i128::from(now), i128::from(limit), end, i128::from(q), false);
             prop_assert_eq!(reply_i128(d.reply), want);
             let model_key = (model.expires_at > 0).then(|| (model.count as i64, (model.expires_at / i128::from(NANOS_PER_MILLI)) as i64));
             prop_assert_eq!(key, model_key);
@@ -121,7 +121,7 @@ proptest! {
         let call = |key: &mut IntegerKey, now: i64, p: &Params, q: i64| {
             if key.is_some_and(|(_, at)| at * NANOS_PER_MILLI <= now) { *key = None; }
             let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
-            let d = decide(state, Instant::from_nanos(now), p, q).unwrap();
+            let d = decide(state, Instant::from_nanos(now), p, q, Charge::Take).unwrap();
             carry(key, d.effect);
             !d.reply.limited
         };
@@ -234,14 +234,14 @@ proptest! {
                 Call::Quota(c) => {
                     let p = Params::new(limit, c).unwrap();
                     let state = key.map(|(count, at)| decode(count.to_string().as_bytes(), Some(at)).unwrap());
-                    let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+                    let d = decide(state, Instant::from_nanos(now), &p, q, Charge::Take).unwrap();
                     carry(&mut key, d.effect);
                     (d.reply.limited, compute(&c, Instant::from_nanos(now)).unwrap().end.as_nanos())
                 }
                 Call::Counter(window_s) => {
                     let p = crate::counter::Params::new(limit, crate::time::Nanos::new(window_s * NANOS_PER_SEC_I).unwrap()).unwrap();
                     let state = key.map(|(count, at)| crate::counter::decode(count.to_string().as_bytes(), Some(at)).unwrap());
-                    let d = crate::counter::decide(state, Instant::from_nanos(now), &p, q).unwrap();
+                    let d = crate::counter::decide(state, Instant::from_nanos(now), &p, q, Charge::Take).unwrap();
                     carry(&mut key, d.effect);
                     (d.reply.limited, now + d.reply.reset_after.as_nanos())
                 }

@@ -1,5 +1,5 @@
 //! CL.BUCKET simulated refill by refill: `next_refill` is `None` while the bucket is full
-//! (its clock stopped).
+//! (its clock stopped). `tokens` below zero is debt a debit left.
 
 #[derive(Debug, Clone, Copy)]
 pub struct Model {
@@ -41,11 +41,12 @@ impl Model {
         t
     }
 
-    pub fn call(&mut self, now: i128, q: i128) -> [i128; 5] {
+    /// A draw of `q` tokens, or a `debit` of them (taken whatever the bucket holds).
+    pub fn call(&mut self, now: i128, q: i128, debit: bool) -> [i128; 5] {
         self.advance(now);
         let cap = self.capacity;
         let reply = |m: &Model, limited: bool, retry: i128| {
-            [limited as i128, cap, m.tokens, retry, m.when_holding(cap, now) - now]
+            [limited as i128, cap, m.tokens.clamp(0, cap), retry, m.when_holding(cap, now) - now]
         };
         if q < 0 {
             self.tokens = (self.tokens - q).min(cap);
@@ -53,6 +54,15 @@ impl Model {
                 self.next_refill = None;
             }
             return reply(self, false, -1);
+        }
+        if debit && q > 0 {
+            let fitted = q <= self.tokens;
+            if self.next_refill.is_none() {
+                self.next_refill = Some(super::floor_ms(now) + self.interval);
+            }
+            self.tokens -= q;
+            let retry = if fitted || q > cap { -1 } else { self.when_holding(q, now) - now };
+            return reply(self, !fitted, retry);
         }
         if q > cap {
             return reply(self, true, -1);

@@ -8,14 +8,14 @@ pub struct Model {
 }
 
 impl Model {
-    /// A call; only a call that writes changes the key.
-    pub fn call(&mut self, now: i128, limit: i128, window: i128, q: i128) -> [i128; 5] {
+    /// A call (a take, or a `debit`); only a call that writes changes the key.
+    pub fn call(&mut self, now: i128, limit: i128, window: i128, q: i128, debit: bool) -> [i128; 5] {
         // Redis reclaims the key once the clock's millisecond is past its expiry (a clock
         // that steps back before then finds it again).
         if now.div_euclid(1_000_000) > super::ceil_ms(self.closes_at) {
             *self = Model::default();
         }
-        let (reply, write) = self.decide(now, limit, window, q);
+        let (reply, write) = self.decide(now, limit, window, q, debit);
         if let Some(m) = write {
             *self = m;
         }
@@ -23,7 +23,7 @@ impl Model {
     }
 
     /// The reply, and the key after the call if the call writes it.
-    fn decide(&self, now: i128, limit: i128, window: i128, q: i128) -> ([i128; 5], Option<Model>) {
+    fn decide(&self, now: i128, limit: i128, window: i128, q: i128, debit: bool) -> ([i128; 5], Option<Model>) {
         // A stored close stands, however far ahead (no call moves it earlier).
         let open = Some(*self).filter(|m| m.closes_at > now);
         let count = open.map_or(0, |m| m.count);
@@ -38,6 +38,14 @@ impl Model {
             let count = (open.count + q).max(0);
             let after = if count == 0 { Model::default() } else { Model { count, ..open } };
             return (reply(false, count, closes_at, -1), Some(after));
+        }
+        if debit && q > 0 {
+            // Counted whatever the limit says, in the open window or a new one.
+            let fitted = count + q <= limit;
+            let closes_at = closes_at.unwrap_or(super::floor_ms(now) + window);
+            let retry = if fitted || q > limit { -1 } else { closes_at - now };
+            let after = Model { count: count + q, closes_at };
+            return (reply(!fitted, count + q, Some(closes_at), retry), Some(after));
         }
         if q > limit {
             return denied(-1);

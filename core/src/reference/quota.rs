@@ -117,8 +117,9 @@ pub struct Model {
 }
 
 impl Model {
-    /// A call at `now` (ns) under a quota of `limit` whose current period ends at `end` (ns).
-    pub fn call(&mut self, now: i128, limit: i128, end: i128, q: i128) -> [i128; 5] {
+    /// A call at `now` (ns) under a quota of `limit` whose current period ends at `end` (ns):
+    /// a take, or a `debit`.
+    pub fn call(&mut self, now: i128, limit: i128, end: i128, q: i128, debit: bool) -> [i128; 5] {
         if self.expires_at <= now {
             *self = Model::default();
         }
@@ -142,6 +143,12 @@ impl Model {
                 store(self, c)
             }
             return reply(false, c, -1);
+        }
+        if debit && q > 0 {
+            // Counted whatever the limit says.
+            let fitted = count + q <= limit;
+            store(self, count + q);
+            return reply(!fitted, count + q, if fitted || q > limit { -1 } else { end - now });
         }
         if q > limit || count + q > limit {
             if moved && q != 0 {

@@ -12,11 +12,20 @@ pub fn valid(max_burst: i64, count: i64, period: i64) -> bool {
 /// The stored state after a call: `None` unchanged, `Some(None)` deleted, `Some(Some(tat))`.
 pub type Write = Option<Option<i128>>;
 
-/// The reply and write of a call at `now` against `tat`; `None` where the module must
-/// report the parameters as too large. A TAT beyond `now + DVT` (a clock stepped back) reads
-/// as `now + DVT`: exactly empty (a deliberate difference from redis-cell, which would keep
-/// the user out for the size of the clock step).
-pub fn call(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64, q: i64) -> Option<([i128; 5], Write)> {
+/// The reply and write of a call at `now` against `tat`, a `debit` or a take; `None` where
+/// the module must report the parameters as too large. A TAT however far ahead is read as it
+/// is (a debit leaves one past `now + DVT`; a clock step back cannot be told from it).
+#[allow(clippy::too_many_arguments)]
+pub fn call(
+    tat: Option<i64>,
+    now: i64,
+    max_burst: i64,
+    count: i64,
+    period: i64,
+    q: i64,
+    debit: bool,
+) -> Option<([i128; 5], Write)> {
+    const MAX: i128 = 1_000_000_000_000_000_000;
     let (now, ei) = (now as i128, (period / count) as i128);
     let limit = max_burst as i128 + 1;
     let dvt = ei * limit;
@@ -24,10 +33,7 @@ pub fn call(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64,
     if ei == 0 || !fits(dvt) {
         return None;
     }
-    let stepped = tat.is_some_and(|t| t as i128 > now + dvt);
-    let tat = tat.map_or(now, |t| (t as i128).max(now)).min(now + dvt);
-    // A call (not a peek) that had to clamp stores the clamped TAT, even when denied.
-    let denied = if stepped && q != 0 { Some(Some(tat)) } else { None };
+    let tat = tat.map_or(now, |t| (t as i128).max(now));
     let remaining = |ttl: i128| ((dvt - ttl).div_euclid(ei)).clamp(0, limit);
     if q < 0 {
         let new_tat = (tat + ei * q as i128).max(now);
@@ -35,16 +41,28 @@ pub fn call(tat: Option<i64>, now: i64, max_burst: i64, count: i64, period: i64,
         let write = if new_tat == now { Some(None) } else { Some(Some(new_tat)) };
         return Some(([0, limit, remaining(ttl), -1, ttl], write));
     }
-    if q as i128 > limit {
-        return Some(([1, limit, remaining(tat - now), -1, tat - now], denied));
+    let inc = ei * q as i128;
+    if debit && q > 0 {
+        // Counted whatever the limit says: the TAT moves on by the units.
+        let new_tat = tat + inc;
+        if inc > MAX || !fits(new_tat) {
+            return None;
+        }
+        let fitted = q as i128 <= limit && now >= new_tat - dvt;
+        let retry = if fitted || q as i128 > limit { -1 } else { new_tat + inc - dvt - now };
+        let ttl = new_tat - now;
+        return Some(([i128::from(!fitted), limit, remaining(ttl), retry, ttl], Some(Some(new_tat))));
     }
-    let new_tat = tat + ei * q as i128;
+    if q as i128 > limit {
+        return Some(([1, limit, remaining(tat - now), -1, tat - now], None));
+    }
+    let new_tat = tat + inc;
     if !fits(new_tat) || !fits(new_tat - dvt) {
         return None;
     }
     if now < new_tat - dvt {
         let ttl = tat - now;
-        return Some(([1, limit, remaining(ttl), new_tat - dvt - now, ttl], denied));
+        return Some(([1, limit, remaining(ttl), new_tat - dvt - now, ttl], None));
     }
     let ttl = new_tat - now;
     Some(([0, limit, remaining(ttl), -1, ttl], if q == 0 { None } else { Some(Some(new_tat)) }))

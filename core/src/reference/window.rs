@@ -47,14 +47,23 @@ impl Call {
 }
 
 impl Model {
-    pub fn call(&mut self, now: i128, limit: i128, window: i128, precision: Option<i128>, q: i128) -> [i128; 5] {
+    /// A call: a take, or a `debit` (counted whatever the limit says).
+    pub fn call(
+        &mut self,
+        now: i128,
+        limit: i128,
+        window: i128,
+        precision: Option<i128>,
+        q: i128,
+        debit: bool,
+    ) -> [i128; 5] {
         if self.expires_at.is_some_and(|at| now.div_euclid(1_000_000) > super::ceil_ms(at)) {
             *self = Model::default();
         }
         let call = Call { now, limit, window };
         let (reply, write) = match precision {
-            None => exact(&self.state, call, q),
-            Some(p) => buckets(&self.state, call, p, q),
+            None => exact(&self.state, call, q, debit),
+            Some(p) => buckets(&self.state, call, p, q, debit),
         };
         match write {
             None => {}
@@ -77,7 +86,7 @@ impl Model {
 /// state stored and when it expires.
 type Outcome = ([i128; 5], Option<Option<(State, i128)>>);
 
-fn exact(state: &State, c: Call, q: i128) -> Outcome {
+fn exact(state: &State, c: Call, q: i128, debit: bool) -> Outcome {
     let log: Vec<i128> = match state {
         State::Empty => Vec::new(),
         State::Log(log) => log.clone(),
@@ -111,6 +120,17 @@ fn exact(state: &State, c: Call, q: i128) -> Outcome {
         let kept = counted[taken as usize..].to_vec();
         return (c.reply(false, used - taken, newest, None), newest.map(|at| (State::Log(kept), at)).map(Some));
     }
+    if debit && q > 0 {
+        // Logged whatever the limit says; overdrawn, a take of `q` waits for the oldest
+        // `used + 2q − limit` actions of the log after the debit.
+        let stamp = log.last().map_or(c.now, |&t| t.max(c.now));
+        let mut log = counted;
+        log.extend(std::iter::repeat_n(stamp, q as usize));
+        let fitted = used + q <= c.limit;
+        let retry_at = (!fitted && q <= c.limit).then(|| leaves(log[(used + 2 * q - c.limit - 1) as usize]));
+        let reply = c.reply(!fitted, used + q, Some(leaves(stamp)), retry_at);
+        return (reply, Some(Some((State::Log(log), leaves(stamp)))));
+    }
     if q > c.limit {
         return (c.reply(true, used, newest, None), None);
     }
@@ -127,7 +147,7 @@ fn exact(state: &State, c: Call, q: i128) -> Outcome {
     (c.reply(false, used + q, Some(leaves(stamp)), None), Some(Some((State::Log(log), leaves(stamp)))))
 }
 
-fn buckets(state: &State, c: Call, p: i128, q: i128) -> Outcome {
+fn buckets(state: &State, c: Call, p: i128, q: i128, debit: bool) -> Outcome {
     let spanned = (c.window + p - 1) / p;
     let slots = spanned + 1;
     let current = c.now.div_euclid(p);
@@ -188,6 +208,24 @@ fn buckets(state: &State, c: Call, p: i128, q: i128) -> Outcome {
         }
         let full_at = full_at.expect("units counting");
         return (c.reply(false, used - taken, Some(full_at), None), store(newest, counts, full_at));
+    }
+    if debit && q > 0 {
+        // Counted in the current (or newest) bucket whatever the limit says; overdrawn, a
+        // take of `q` waits for the bucket whose leaving frees `used + 2q − limit` units.
+        let top = current.max(newest);
+        *counts.entry(top).or_insert(0) += q;
+        let fitted = used + q <= c.limit;
+        let retry_at = (!fitted && q <= c.limit).then(|| {
+            let need = used + 2 * q - c.limit;
+            let mut freed = 0;
+            let after = counts.range(oldest..).map(|(&k, &n)| (k, n));
+            let freeing = after.filter(|&(_, n)| n > 0).find(|&(_, n)| {
+                freed += n;
+                freed >= need
+            });
+            leaves(freeing.expect("the debit's own units free enough").0)
+        });
+        return (c.reply(!fitted, used + q, Some(leaves(top)), retry_at), store(top, counts, leaves(top)));
     }
     if q > c.limit {
         return (c.reply(true, used, full_at, None), None);

@@ -10,7 +10,7 @@ fn secs(s: i64) -> Nanos {
 
 /// Runs calls at `now`, carrying the state as the module would.
 fn run(state: &mut Option<Instant>, now: Instant, p: &Params, q: i64) -> [i64; 5] {
-    let d = decide(*state, now, p, q).unwrap();
+    let d = decide(*state, now, p, q, Charge::Take).unwrap();
     match d.effect {
         Effect::Store { state: s, expires_at } => {
             assert_eq!(s, expires_at, "a GCRA key expires at its TAT");
@@ -89,15 +89,17 @@ fn check(
     count: i64,
     period: i64,
     q: i64,
+    debit: bool,
 ) -> std::result::Result<(), TestCaseError> {
     let Ok(p) = Params::new(max_burst, count, Nanos::new(period).unwrap()) else {
         prop_assert!(!crate::reference::throttle::valid(max_burst, count, period));
         return Ok(());
     };
-    let got = decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q);
-    let want = crate::reference::throttle::call(tat, now, max_burst, count, period, q);
+    let got = decide(tat.map(Instant::from_nanos), Instant::from_nanos(now), &p, q, Charge::of(debit));
+    let want = crate::reference::throttle::call(tat, now, max_burst, count, period, q, debit);
     match (got, want) {
         (Err(Error::TooLarge), None) => {}
+        (Err(Error::SpanTooLong("quantity * period / count")), None) if debit => {}
         (Ok(d), Some((reply, write))) => {
             let r = d.reply;
             let got_reply = [
@@ -109,8 +111,14 @@ fn check(
             ];
             prop_assert_eq!(got_reply, reply);
             prop_assert!(r.remaining >= 0 && r.remaining <= r.limit);
-            // No reply time exceeds the tolerance (whatever the stored TAT).
-            prop_assert!(r.reset_after <= p.tolerance() && r.retry_after.is_none_or(|t| t <= p.tolerance()), "{:?}", r);
+            // No reply time exceeds the tolerance or the stored TAT's lead on now (a debt
+            // is waited out), plus a debit's own units.
+            let lead = tat.map_or(0, |t| (i128::from(t) - i128::from(now)).max(0));
+            let debited = if debit && q > 0 { i128::from(q) * i128::from(p.emission_interval().as_nanos()) } else { 0 };
+            let bound = lead.max(p.tolerance().as_nanos().into()) + debited;
+            let (reset, retry) =
+                (i128::from(r.reset_after.as_nanos()), r.retry_after.map_or(0, |t| i128::from(t.as_nanos())));
+            prop_assert!(reset <= bound && retry <= bound, "{:?}", r);
             let got_write = match d.effect {
                 Effect::Nothing => None,
                 Effect::Delete => Some(None),
@@ -136,19 +144,19 @@ proptest! {
     #[test]
     fn matches_the_reference_everyday(
         tat_offset in proptest::option::of(-100_000i64..200_000),
-        max_burst in 0i64..20, count in 1i64..20, period in 1i64..20_000, q in -30i64..30,
+        max_burst in 0i64..20, count in 1i64..20, period in 1i64..20_000, q in -30i64..30, debit: bool,
     ) {
         let now = T0;
-        check(tat_offset.map(|o| now + o), now, max_burst, count, period, q)?;
+        check(tat_offset.map(|o| now + o), now, max_burst, count, period, q, debit)?;
     }
 
     #[test]
     fn matches_the_reference_near_the_limits(
         tat in proptest::option::of(0i64..=i64::MAX), now in 0i64..=i64::MAX,
         max_burst in prop_oneof![0i64..10, 0i64..=i64::MAX - 1], count in around_limits(),
-        period in around_limits(), q in prop_oneof![-5i64..5, i64::MIN..=i64::MAX],
+        period in around_limits(), q in prop_oneof![-5i64..5, i64::MIN..=i64::MAX], debit: bool,
     ) {
-        check(tat, now, max_burst, count, period, q)?;
+        check(tat, now, max_burst, count, period, q, debit)?;
     }
 
     /// Over any sequence of calls, the units admitted never exceed what the limiter allows:
@@ -162,7 +170,7 @@ proptest! {
         let (mut state, mut now, mut admitted) = (None, T0, 0i64);
         for (step, q) in calls {
             now += step;
-            let d = decide(state, Instant::from_nanos(now), &p, q).unwrap();
+            let d = decide(state, Instant::from_nanos(now), &p, q, Charge::Take).unwrap();
             if !d.reply.limited && q > 0 { admitted += q }
             if q < 0 { admitted = (admitted + q).max(0) } // a refund returns units
             match d.effect {
@@ -177,44 +185,52 @@ proptest! {
 }
 
 #[test]
-fn a_tat_beyond_the_tolerance_reads_as_exactly_empty() {
-    // Burst 4 at 1 per 10 s: the TAT is never more than 50 s ahead. A TAT an hour ahead (the
-    // clock stepped back an hour) reads as 50 s ahead: empty, and admitting again in 10 s.
+fn a_tat_beyond_the_tolerance_is_waited_out() {
+    // Burst 4 at 1 per 10 s: takes never leave a TAT more than 50 s ahead, but a DEBIT does
+    // (units counted past the burst), and so does a clock stepped back, which cannot be told
+    // from it: both are read as they are, as redis-cell reads them. A TAT an hour ahead is an
+    // hour of units owed: refused until the TAT is back within the tolerance.
     let p = Params::new(4, 1, secs(10)).unwrap();
     let now = Instant::from_nanos(T0);
-    let mut s = Some(Instant::from_nanos(T0 + 3600 * NANOS_PER_SEC));
-    assert_eq!(run(&mut s, now, &p, 1), [1, 5, 0, 10, 50]);
-    assert_eq!(run(&mut s, now, &p, 0), [0, 5, 0, -1, 50]);
-    let later = Instant::from_nanos(T0 + 10 * NANOS_PER_SEC);
-    assert_eq!(run(&mut s, later, &p, 1), [0, 5, 0, -1, 50]);
-    assert_eq!(s, Some(Instant::from_nanos(T0 + 60 * NANOS_PER_SEC)), "the stored TAT is back within the tolerance");
-    // redis-cell would have kept the user out for the hour.
+    let ahead = Some(Instant::from_nanos(T0 + 3600 * NANOS_PER_SEC));
+    let mut s = ahead;
+    assert_eq!(run(&mut s, now, &p, 1), [1, 5, 0, 3560, 3600]);
+    assert_eq!(run(&mut s, now, &p, 0), [1, 5, 0, 3550, 3600], "a check: over the limit");
+    assert_eq!(s, ahead, "nothing written");
+    let before = Instant::from_nanos(T0 + 3560 * NANOS_PER_SEC - 1);
+    assert_eq!(run(&mut s, before, &p, 1)[0], 1);
+    let repaid = Instant::from_nanos(T0 + 3560 * NANOS_PER_SEC);
+    assert_eq!(run(&mut s, repaid, &p, 1), [0, 5, 0, -1, 50]);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(5_000))]
 
-    /// State stamped anywhere (far in the future after a clock step back, far in the past)
-    /// never panics and never admits beyond what a peek says remains; after one call (denied
-    /// or not) the limiter admits again within one emission interval and is full within one
-    /// tolerance.
+    /// State stamped anywhere (far in the future after a debit or a clock step back, far in
+    /// the past) never panics and never admits beyond what a peek says remains; after one
+    /// take (admitted or not) the limiter admits again exactly when its TAT is one emission
+    /// interval within the tolerance, and is full at its TAT.
     #[test]
-    fn any_stamped_state_recovers_within_one_period(
+    fn any_stamped_state_is_full_at_its_tat(
         offset in prop_oneof![-(1i64 << 62)..(1i64 << 62), -1_000_000_000i64..1_000_000_000],
         max_burst in 0i64..20, ei in 1i64..1_000_000, q in 1i64..25,
     ) {
         let p = Params::new(max_burst, 1, Nanos::new(ei).unwrap()).unwrap();
         let now = Instant::from_nanos(T0);
         let mut state = Some(Instant::from_nanos(T0.saturating_add(offset)));
-        let peek = decide(state, now, &p, 0).unwrap();
+        let peek = decide(state, now, &p, 0, Charge::Take).unwrap();
         prop_assert_eq!(peek.effect, Effect::Nothing, "a peek stays pure");
-        let d = decide(state, now, &p, q).unwrap();
-        prop_assert!(d.reply.reset_after <= p.tolerance());
+        let d = decide(state, now, &p, q, Charge::Take).unwrap();
         if !d.reply.limited { prop_assert!(q <= peek.reply.remaining) }
         if let Effect::Store { state: s, .. } = d.effect { state = Some(s) }
-        let next = Instant::from_nanos(T0 + ei);
-        prop_assert!(!decide(state, next, &p, 1).unwrap().reply.limited, "admits again one interval later");
-        let full = Instant::from_nanos(T0 + p.tolerance().as_nanos());
-        prop_assert_eq!(decide(state, full, &p, 0).unwrap().reply.remaining, p.limit(), "full one tolerance later");
+        let after = state.map_or(T0, |s| s.as_nanos().max(T0));
+        prop_assert_eq!(d.reply.reset_after.as_nanos(), after - T0);
+        let next = T0.max(after + ei - p.tolerance().as_nanos());
+        prop_assert!(!decide(state, Instant::from_nanos(next), &p, 1, Charge::Take).unwrap().reply.limited, "admits again");
+        if next > T0 {
+            prop_assert!(decide(state, Instant::from_nanos(next - 1), &p, 1, Charge::Take).unwrap().reply.limited, "not earlier");
+        }
+        let full = Instant::from_nanos(after);
+        prop_assert_eq!(decide(state, full, &p, 0, Charge::Take).unwrap().reply.remaining, p.limit(), "full at its TAT");
     }
 }

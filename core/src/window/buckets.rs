@@ -237,6 +237,7 @@ pub(super) fn decide(
     params: &Params,
     p: Nanos,
     quantity: i64,
+    verdict: impl FnOnce(i64) -> Verdict,
 ) -> Result<Decision<Patch>> {
     let slots = slots_for(params, p);
     let precision = p.as_nanos();
@@ -279,7 +280,7 @@ pub(super) fn decide(
     }
     let full_at = newest_used.map(bucket_leaves).transpose()?;
 
-    match Verdict::of(quantity, used, params) {
+    match verdict(used) {
         Verdict::Refund(units) => {
             // Give back the oldest units first (see `exact::decide`): the newest bucket in
             // use, and so the key's expiry, stays unless every unit is given back.
@@ -336,7 +337,7 @@ pub(super) fn decide(
             };
             Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })
         }
-        Verdict::Admit(quantity) => {
+        Verdict::Admit { quantity, overdrawn } => {
             // Actions go to `now`'s bucket, or to the newest for a ring stamped in the future.
             let top = current.max(ring.newest);
             // Saturating: a hostile stored `newest` far in the past must start a new ring, not
@@ -351,12 +352,35 @@ pub(super) fn decide(
                 edits.push((k, 0));
             }
             let count = if top == ring.newest { ring.count(top)? } else { 0 };
+            // (A take's sum is at most its limit; a debit's must fit the bucket's i64.)
+            let count = count.checked_add(quantity).ok_or_else(|| Error::DebitTooLarge(i64::MAX))?;
             match edits.last_mut() {
                 Some(last) => last.1 = quantity,
-                None => edits.push((top, count + quantity)),
+                None => edits.push((top, count)),
             }
             let full_at = bucket_leaves(top)?;
-            let reply = params.reply(now, false, used + quantity, Some(full_at), None);
+            let after = used.saturating_add(quantity);
+            // Overdrawn: a take of as many units waits for the bucket whose leaving frees
+            // `after − (limit − quantity)` units of the ring the debit leaves (its own
+            // units are in the newest, `top`).
+            let retry_at = match overdrawn && quantity <= params.limit {
+                true => {
+                    let need = after - (params.limit - quantity);
+                    let mut freed = 0i64;
+                    let mut freeing = top;
+                    for entry in ring.from(oldest) {
+                        let (k, count) = entry?;
+                        freed = freed.saturating_add(count);
+                        if freed >= need {
+                            freeing = k;
+                            break;
+                        }
+                    }
+                    Some(bucket_leaves(freeing)?)
+                }
+                false => None,
+            };
+            let reply = params.reply(now, overdrawn, after, Some(full_at), retry_at);
             Ok(Decision { reply, effect: Effect::Store { state: ring.patch(top, &edits), expires_at: full_at } })
         }
     }

@@ -2,7 +2,7 @@
 //! 8-byte header holding the count of dead entries at the front.
 
 use super::{INVALID, Params, Verdict, buckets, emptied, leaves, read_i64};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::time::{Instant, Nanos};
 use crate::{Decision, Effect, Patch};
 
@@ -160,7 +160,13 @@ pub(super) fn held_units(stored: &[u8], now: Instant, params: &Params, units: i6
     Ok(i64::try_from(hi - lo).map_err(|_| INVALID)?.min(units))
 }
 
-pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quantity: i64) -> Result<Decision<Patch>> {
+pub(super) fn decide(
+    stored: Option<&[u8]>,
+    now: Instant,
+    params: &Params,
+    quantity: i64,
+    verdict: impl FnOnce(i64) -> Verdict,
+) -> Result<Decision<Patch>> {
     // A ring of buckets (the key was written with PRECISION) becomes a log: see `buckets::to_log`.
     let rebuilt;
     let (log, ring_ahead) = match stored {
@@ -185,7 +191,7 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
         _ => None,
     };
 
-    match Verdict::of(quantity, used, params) {
+    match verdict(used) {
         Verdict::Refund(units) => {
             // Give back the oldest live actions: the log then only ever holds entries at or
             // after the real actions still counting, so it never admits more than the limit
@@ -219,13 +225,28 @@ pub(super) fn decide(stored: Option<&[u8]>, now: Instant, params: &Params, quant
             };
             Ok(Decision { reply: params.reply(now, limited, used, full_at, retry_at), effect })
         }
-        Verdict::Admit(quantity) => {
+        Verdict::Admit { quantity, overdrawn } => {
+            // A take logs at most its limit; a debit may log more, up to the same cap.
+            if quantity > params.max_exact_debit {
+                return Err(Error::DebitTooLong(params.max_exact_debit));
+            }
             let stamp = newest.map_or(now, |newest| newest.max(now));
-            // `quantity ≤ limit ≤ max-exact-limit ≤ Caps::CEILING`: a bounded allocation.
+            // `quantity ≤ max-exact-limit ≤ Caps::CEILING`: a bounded allocation.
             let appended = stamp.as_nanos().to_le_bytes().repeat(quantity as usize);
             let full_at = leaves(stamp, params.window)?;
+            let after = used + quantity;
+            // Overdrawn: a take of as many units waits for the oldest `after + quantity −
+            // limit` actions of the log the debit leaves (the old live ones, then its own).
+            let retry_at = match overdrawn && quantity <= params.limit {
+                true => {
+                    let needed = after + quantity - params.limit - 1;
+                    let at = if needed < used { log.at(first + needed as usize)?.min(now) } else { stamp };
+                    Some(leaves(at, params.window)?)
+                }
+                false => None,
+            };
             let effect = Effect::Store { state: log.patch(first, log.len, appended, now)?, expires_at: full_at };
-            Ok(Decision { reply: params.reply(now, false, used + quantity, Some(full_at), None), effect })
+            Ok(Decision { reply: params.reply(now, overdrawn, after, Some(full_at), retry_at), effect })
         }
     }
 }

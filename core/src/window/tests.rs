@@ -27,7 +27,7 @@ impl Key {
         if self.expires_at.is_some_and(|e| now.div_euclid(MS) > e.ceil_millis()) {
             *self = Key::default();
         }
-        let d = decide(self.value.as_deref(), Instant::from_nanos(now), p, q)?;
+        let d = decide(self.value.as_deref(), Instant::from_nanos(now), p, q, Charge::Take)?;
         match d.effect {
             Effect::Store { state, expires_at } => {
                 assert!(expires_at > Instant::from_nanos(now), "a stored window is not yet empty");
@@ -260,7 +260,7 @@ fn a_refund_advances_head_only() {
     k.run(T0, &p, 1);
     k.run(T0 + 500 * MS, &p, 1);
     let now = Instant::from_nanos(T0 + 550 * MS);
-    let d = decide(k.value.as_deref(), now, &p, -1).unwrap();
+    let d = decide(k.value.as_deref(), now, &p, -1, Charge::Take).unwrap();
     let Effect::Store { state, expires_at } = &d.effect else { panic!("{:?}", d.effect) };
     assert_eq!(state.chunks, vec![(4, vec![1, 0, 0, 0])], "only head moves");
     assert_eq!(state.len, 8 + 2 * 8, "the length stays: an edit in place");
@@ -391,7 +391,7 @@ fn parameters_are_validated() {
     assert!(Params::new(1, secs(10_000), Some(secs(1))).is_ok());
     assert_eq!(range(Params::new(1, Nanos::new(i64::MAX).unwrap(), None)), "window");
     let longest = Params::new(1, crate::time::MAX_DURATION, None).unwrap();
-    assert!(decide(None, Instant::from_nanos(T0), &longest, 1).is_ok(), "the longest window decides");
+    assert!(decide(None, Instant::from_nanos(T0), &longest, 1, Charge::Take).is_ok(), "the longest window decides");
 }
 
 #[test]
@@ -411,7 +411,7 @@ fn hostile_strings_are_invalid_state() {
         b"\x03\0\0\0\0\0\0\0",
         &bad_head,
     ] {
-        assert_eq!(decide(Some(bad), now, &p, 1), Err(INVALID), "{bad:?}");
+        assert_eq!(decide(Some(bad), now, &p, 1, Charge::Take), Err(INVALID), "{bad:?}");
     }
     let ring = |p: i64, slots: usize| {
         let mut v = vec![2, 0, 0, 0, 0, 0, 0, 0];
@@ -427,7 +427,7 @@ fn hostile_strings_are_invalid_state() {
         ring(NANOS_PER_SEC, 100_002),
         ring(NANOS_PER_SEC, 11)[..30].to_vec(),
     ] {
-        assert_eq!(decide(Some(&bad), now, &pb, 1), Err(INVALID));
+        assert_eq!(decide(Some(&bad), now, &pb, 1, Charge::Take), Err(INVALID));
     }
     let mut negative = ring(NANOS_PER_SEC, 11);
     negative[24..32].copy_from_slice(&(-1i64).to_le_bytes());
@@ -509,7 +509,7 @@ fn run_real(
         }
         let got = reply_i128(key.call(now, &p, q).unwrap());
         let precision = p.precision().map(|p| i128::from(p.as_nanos()));
-        let want = model.call(now.into(), p.limit().into(), window.into(), precision, q.into());
+        let want = model.call(now.into(), p.limit().into(), window.into(), precision, q.into(), false);
         prop_assert_eq!(got, want, "call {} at {} q {} precision {:?}", i, now - T0, q, precision);
         prop_assert_eq!(key.expires_at.map(|e| i128::from(e.as_nanos())), model.expires_at, "the key's expiry");
         if q > 0 && got[0] == 0 {
@@ -632,7 +632,7 @@ proptest! {
         if zeroed { bytes.extend_from_slice(&[0; 7]) }
         bytes.extend_from_slice(&body);
         let p = Params::new(5, Nanos::new(20 * MS).unwrap(), precision.map(|ms| Nanos::new(ms * MS).unwrap())).unwrap();
-        if let Ok(d) = decide(Some(&bytes), Instant::from_nanos(now), &p, q) {
+        if let Ok(d) = decide(Some(&bytes), Instant::from_nanos(now), &p, q, Charge::Take) {
             prop_assert!(d.reply.remaining >= 0 && d.reply.remaining <= 5);
             if let Effect::Store { state, .. } = d.effect {
                 let mut after = bytes.clone();
