@@ -209,12 +209,14 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
         v
     };
     assert_eq!(replaced, vec![200, 200, 200, 429]);
-    // hits_addend from a request header: 10 an hour, costs 4, 7 (refused, nothing taken), 6.
+    // hits_addend from a request header (a descriptor's own: a charge, counted whatever the
+    // limit says, as upstream counts it): 10 an hour, costs 4, then 7 (over: 11 counted), then
+    // even 1 is over.
     let first = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "4")]).await;
     assert_eq!((first.0, first.1.get("x-ratelimit-remaining").map(String::as_str)), (200, Some("6")), "{first:?}");
     assert_eq!(envoy.get("/cost", &[("x-user", "c"), ("x-cost", "7")]).await.0, 429);
-    let (status, h) = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "6")]).await;
-    assert_eq!((status, h.get("x-ratelimit-remaining").map(String::as_str)), (200, Some("0")));
+    let (status, h) = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "1")]).await;
+    assert_eq!((status, h.get("x-ratelimit-remaining").map(String::as_str)), (429, Some("0")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,7 +157,9 @@ async fn upstream_s_basic_config_in_every_variant() {
     let server = Server::start();
     let url = host_port(&server.url());
     let dir = runtime(&[("basic.yaml", BASIC), ("another.yaml", ANOTHER)]);
-    let variants: [(&str, bool, bool, &[(&str, &str)]); 6] = [
+    // (name, local cache, stop-increment, settings)
+    type Variant = (&'static str, bool, bool, &'static [(&'static str, &'static str)]);
+    let variants: [Variant; 6] = [
         ("plain", false, false, &[("RUNTIME_WATCH_ROOT", "true")]),
         ("cache key prefix", false, false, &[("RUNTIME_WATCH_ROOT", "true"), ("CACHE_KEY_PREFIX", "prefix:")]),
         (

@@ -162,20 +162,22 @@ async fn scripts(envoy: &EnvoyProcess, rls: &Rls, mut flush: impl FnMut()) {
 
     // replaces: a limit another matched limit replaces is not checked.
     flush();
-    let two = |foo: &'static str, bar: &'static str| vec![("foo", foo), ("bar", bar)];
-    let four = |foo: &'static str, bar: &'static str, dest: &'static str| {
-        vec![("foo", foo), ("bar", bar), ("source_cluster", "proxy"), ("destination_cluster", dest)]
+    let two = |f: &'static str, b: &'static str| vec![("foo", f), ("bar", b)];
+    let four = |f: &'static str, b: &'static str, dest: &'static str| {
+        vec![("foo", f), ("bar", b), ("source_cluster", "proxy"), ("destination_cluster", dest)]
     };
-    let five = |foo: &'static str, bar: &'static str| {
+    let five = |f: &'static str, b: &'static str| {
         vec![
-            ("foo", foo),
-            ("bar", bar),
+            ("foo", f),
+            ("bar", b),
             ("source_cluster", "proxy"),
             ("destination_cluster", "fake"),
             ("category", "account"),
         ]
     };
-    let steps: Vec<(&str, Vec<(&str, &str)>, bool)> = vec![
+    // (path, headers, admitted)
+    type Step = (&'static str, Vec<(&'static str, &'static str)>, bool);
+    let steps: Vec<Step> = vec![
         ("/twoheader", two("bkthomps", "banned"), false),
         ("/fourheader", four("bkthomps", "banned", "mock"), false),
         ("/fourheader", four("bkthomps", "banned", "override"), true),

@@ -697,7 +697,10 @@ pub(crate) fn memory_decision(
     source: Source,
 ) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
-    let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
+    // A refund is never a debit (DEBIT takes 0 or more); a call of several debits them all or
+    // none (checked before).
+    let charge = redis_throttle_core::Charge::of(debits(calls));
+    let (numbers, binding) = store.decide_charged(&limiters, &[], now, all, charge).map_err(Error::Memory)?;
     let mut decision = Decision::new(numbers[binding], source);
     if all {
         decision.binding = binding;
