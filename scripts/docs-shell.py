@@ -85,6 +85,12 @@ MAPPED: list[tuple[str, str, str]] = [
         "service they start (make test runs them)",
     ),
     (
+        r"^make check(\s.*)?$",
+        "docs_covered 'make check'",
+        "clippy compiles every crate of the workspace (minutes on a cold target): .ci/run runs make check "
+        "first, on this checkout",
+    ),
+    (
         r"^make test(\s.*)?$",
         "make -n test >/dev/null",
         "make test is what runs this test (.ci/run runs it): only checked to be a make target (make -n)",

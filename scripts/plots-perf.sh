@@ -8,7 +8,9 @@
 # github.com/brandur/redis-cell (built here with cargo into target/redis-cell); without either the
 # chart has no redis-cell bar. CALLS: calls per scenario (default 10000). The chart
 # (`cargo run -p redis-throttle-plots -- --only performance`) also rewrites the figures the README,
-# docs/src/performance.md and docs/src/pictures.md quote from this run (their perf:… blocks).
+# docs/src/performance.md and docs/src/pictures.md quote from this run (their perf:… blocks);
+# the scale chart (docs/src/img/scale.svg) and performance.md's perf:scale block come from
+# bench/scale.sh's run (docs/src/img/scale.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=docs/src/img/performance.tsv
@@ -50,4 +52,6 @@ fi
   sed 's/^/redis-cell\t/' "$WORK/redis-cell.tsv"
 } > "$OUT"
 echo "plots-perf: wrote $OUT"
-cargo run --quiet -p redis-throttle-plots -- --only performance
+# The cost at scale (bench/scale.sh, a few minutes): docs/src/img/scale.tsv, then its chart.
+SCALE_RESULTS=docs/src/img/scale.tsv bench/scale.sh
+cargo run --quiet -p redis-throttle-plots -- --only performance,scale

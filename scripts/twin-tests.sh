@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # The behavioural tests against the Functions twin instead of the module: every tests/*.rs with
 # THROTTLE_BACKEND=twin (FCALL, the library functions/throttle.lua) or twin-eval (EVALSHA, its
-# EVAL form), on module-less servers (see tests/harness/twin.rs), except TWIN_EXCLUDED_TESTS:
-# entries FILE (a whole tests/FILE.rs) or FILE::TEST, for what needs the module itself.
+# EVAL form), on module-less servers (see tests/harness/twin.rs), except what needs the module
+# itself: the files and tests marked `skip twin: why` (scripts/skips.sh twin).
 #
 #   scripts/twin-tests.sh [twin|twin-eval] [cargo test arguments...]
 #
-# Env: TWIN_EXCLUDED_TESTS (default: the Makefile's), THROTTLE_SERVER / THROTTLE_CLI (the server, as for the
-# module's tests), CARGO. Log: target/twin-tests-<backend>.log.
+# Env: THROTTLE_SERVER / THROTTLE_CLI (the server, as for the module's tests), CARGO.
+# Log: target/twin-tests-<backend>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "twin-tests: $*" >&2; exit 1; }
 backend=${1:-twin}; shift || true
 case "$backend" in twin|twin-eval) ;; *) die "usage: scripts/twin-tests.sh [twin|twin-eval]" ;; esac
-# (Run directly, the list comes from the Makefile.)
-excluded=" ${TWIN_EXCLUDED_TESTS-$(make -s --no-print-directory print-twin-excluded)} "
+excluded=" $(scripts/skips.sh twin | tr '\n' ' ') "
 
 targets=(); skips=()
 for f in tests/*.rs; do

@@ -1,6 +1,10 @@
 //! CL.ALL in a Redis Cluster: keys sharing a hash tag work through a cluster client library
 //! (the `redis` crate's cluster client) and `redis-cli -c`; keys in different slots get the
 //! server's own CROSSSLOT; the key spec names every key.
+//!
+//! skip twin: the module's commands through a cluster client and redis-cli -c (tests/twin.rs
+//! runs the twin on a cluster).
+//! skip containers: needs a cluster.
 
 mod harness;
 

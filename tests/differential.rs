@@ -10,6 +10,8 @@
 //! shipped clock (`TIME`) is proven equal to the module's in tests/twin.rs.
 //!
 //! `THROTTLE_DIFF_CALLS` (default 12,000) and `THROTTLE_DIFF_SEED` reproduce or extend a run.
+//!
+//! skip twin: loads the module and the twin into one server itself.
 
 mod harness;
 

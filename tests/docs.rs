@@ -12,6 +12,9 @@
 //! (`retry_after`, `reset_after`, CL.PACE's `wait` and `queued`) may be lower than shown, as the
 //! block takes time to run: by at most 1, or N when the info string says `tolerance=N`. Every other line must be
 //! equal. Every fenced block has an info string, so a command example cannot hide in a bare block.
+//!
+//! skip twin: the manual's examples and pages against the module's commands.
+//! skip containers: starts servers of its own.
 
 mod harness;
 
@@ -95,7 +98,7 @@ fn blocks(file: &Path) -> Vec<Block> {
 /// time fields, and CL.PACE's `queued` (a slot that ends leaves the queue).
 fn time_fields(command: &str) -> &'static [usize] {
     match command.split_whitespace().next().unwrap_or("").to_ascii_uppercase().as_str() {
-        "CL.THROTTLE" | "CL.WINDOW" | "CL.BUCKET" | "CL.COUNTER" | "CL.ACQUIRE" | "CL.ALL" => &[4, 5],
+        "CL.THROTTLE" | "CL.WINDOW" | "CL.BUCKET" | "CL.COUNTER" | "CL.QUOTA" | "CL.ACQUIRE" | "CL.ALL" => &[4, 5],
         "CL.PACE" => &[2, 3, 4, 5],
         "FCALL" | "EVALSHA" => &[4, 5],
         _ => &[],

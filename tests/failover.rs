@@ -1,6 +1,8 @@
 //! A 3-master, 3-replica cluster with the module on every node: limiters filled on every
 //! shard keep their state when a master is killed and its replica takes over, and commands
 //! keep working through a cluster client.
+//!
+//! skip containers: needs a cluster whose masters it kills.
 
 mod harness;
 

@@ -2,6 +2,8 @@
 //! subscribers see the same events on the master (from the module) as on a module-less replica
 //! (from the replicated `SET … PXAT`, `SETRANGE`, `PEXPIREAT`, `DEL`); calls that change
 //! nothing announce nothing.
+//!
+//! skip containers: needs module-less replicas.
 
 mod harness;
 
@@ -123,6 +125,7 @@ fn each_class_is_announced_exactly_as_the_servers_flags_ask() {
     }
 }
 
+/// skip twin: CL.PACE and the leases are the module's only.
 #[test]
 fn pace_and_leases_announce_what_their_replicated_commands_announce() {
     let master = Server::start();
@@ -181,6 +184,8 @@ fn pace_and_leases_announce_what_their_replicated_commands_announce() {
 /// `SET`; a live limiter overwritten (`SET`, `INCRBY`, `COPY … REPLACE`, `RESTORE … REPLACE`);
 /// every limiter after `DEBUG RELOAD` (a window's short log and a pace's tagged state are
 /// embedded strings then). The value itself never changes.
+///
+/// skip twin: CL.PACE is the module's only.
 #[test]
 fn reads_never_convert_a_value() {
     let server = Server::with(Options::default().arg("--enable-debug-command yes"));

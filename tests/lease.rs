@@ -3,6 +3,8 @@
 //! crashed holders whose slots free themselves, bounded pruning, types, errors that change
 //! nothing, and many clients acquiring, releasing and crashing without ever holding more than
 //! the limit.
+//!
+//! skip twin: CL.ACQUIRE and CL.RELEASE are the module's only.
 
 mod harness;
 

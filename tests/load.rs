@@ -4,6 +4,9 @@
 //! and above all no keyspace or server-event subscription, whose callback would jump into the
 //! unloaded library at the next expiry, eviction, `FLUSHALL`, `SWAPDB` or load. After every failure
 //! the server lives through all of those, and a correct load then works.
+//!
+//! skip twin: loads the module itself, and every way that fails.
+//! skip containers: starts servers of its own and builds a second module.
 
 mod harness;
 

@@ -4,6 +4,9 @@
 //! shadow mode answers denials as admissions while storing exactly what enforcing stores, and
 //! the configs (`throttle.mode`, `throttle.max-exact-limit`, `throttle.max-buckets`) behave as
 //! the server's own. Restarts and load-time values: tests/operate_restart.rs.
+//!
+//! skip twin: INFO, CL.TOP, the throttled event and the configs are the module's only (SHADOW
+//! is the twin's too, tested elsewhere).
 
 mod harness;
 

@@ -2,6 +2,9 @@
 //! write config files and start replicas): module arguments, `throttle.*` lines in redis.conf,
 //! `MODULE LOADEX … CONFIG`, `CONFIG REWRITE` then a restart from the rewritten file, refusals of
 //! bad values at load, and each node keeping its own counters, sketch and configs.
+//!
+//! skip twin: the module's configs across restarts.
+//! skip containers: restarts servers and writes config files.
 
 mod harness;
 

@@ -2,6 +2,9 @@
 //! of its own that no other command reads or re-times), errors that change nothing, and BLOCK: released at its slot while other clients are served,
 //! never blocking inside MULTI/EXEC or scripts, nothing kept for clients that go away, the
 //! reservation replicated when the call is made, and eight workers spaced evenly.
+//!
+//! skip twin: CL.PACE is the module's only.
+//! skip containers: needs replicas.
 
 mod harness;
 

@@ -1,5 +1,7 @@
 //! Restarts: with RDB snapshots and with AOF, every limiter's value and expiry survive a
 //! restart unchanged, and so does a module unloaded and loaded again on a live server.
+//!
+//! skip containers: restarts servers and unloads the module.
 
 mod harness;
 
@@ -66,6 +68,7 @@ fn aof_restart_keeps_every_limiter_also_after_a_rewrite() {
     continues(&mut c);
 }
 
+/// skip twin: unloads and loads the module.
 #[test]
 fn module_unload_and_load_on_a_live_server_keeps_every_limiter() {
     let server = Server::with(Options::default().arg("--enable-module-command yes"));

@@ -2,6 +2,10 @@
 //! pinned with `CL.DEBUG CLOCK` on each side of every boundary), keys expiring at the period's
 //! end and replicated with absolute times to a replica without the module, parameters changed
 //! on a live key, CL.ALL, errors and INFO.
+//!
+//! skip twin: CL.DEBUG CLOCK, named time zones and INFO are the module's only (tests/twin.rs
+//! tests the twin's cl_quota).
+//! skip containers: needs a replica without the module.
 
 mod harness;
 

@@ -1,5 +1,9 @@
 //! How the commands present themselves to Redis: flags, key specs (so `COMMAND GETKEYS`,
 //! Cluster routing and ACL key patterns work), documentation and ACL categories.
+//!
+//! skip twin: how the module registers its commands (flags, key specs, COMMAND DOCS, ACL
+//! categories); the twin's are FUNCTION flags, tested in tests/twin.rs.
+//! skip containers: needs a cluster (COMMAND GETKEYS, key specs across nodes).
 
 mod harness;
 

@@ -1,6 +1,8 @@
 //! Effects replication: a replica without the module and an AOF replay end byte-identical
 //! to the master (values and absolute expiry times), because the module propagates plain
 //! commands with absolute times and nothing for calls that change nothing.
+//!
+//! skip containers: needs replicas and an AOF replay.
 
 mod harness;
 
@@ -220,6 +222,8 @@ fn a_refund_in_a_long_log_replicates_only_what_it_changes() {
 /// A lease set holding another application's members: the calls that read one refuse and add
 /// nothing to the replication stream; a call that reads only leases removes only those, and
 /// the replica holds what the master holds, the other members included.
+///
+/// skip twin: the leases are the module's only.
 #[test]
 fn lease_calls_on_sets_holding_other_data_replicate_only_what_they_read() {
     let master = Server::with(Options::default().arg("--repl-ping-replica-period 3600"));

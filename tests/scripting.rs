@@ -1,6 +1,9 @@
 //! The commands inside Lua scripts and functions: they work there, and (on servers with a
 //! cached command clock) every call of one script sees the same instant. Their effects reach a
 //! module-less replica like any other call's.
+//!
+//! skip twin: the module's commands inside Lua scripts and functions; the twin is itself a function.
+//! skip containers: needs a module-less replica.
 
 mod harness;
 

@@ -1,6 +1,8 @@
 //! Security: ACL users restricted by key pattern or command reach no other limiter, a
 //! read-only replica refuses every limiter, and no argument makes a call long or big.
 //! (tests/registration.rs covers the basic key pattern and category rules.)
+//!
+//! skip containers: needs read-only replicas.
 
 mod harness;
 
@@ -38,6 +40,7 @@ fn user(server: &Server, name: &str, rules: &str) -> redis::Connection {
     c
 }
 
+/// skip twin: ACL rules naming the module's commands.
 #[test]
 fn acl_users_reach_only_their_limiters() {
     let server = Server::start();
@@ -152,6 +155,7 @@ fn huge_arguments_are_refused_or_denied_fast() {
     assert!(server.is_alive_ref());
 }
 
+/// skip twin: CL.PACE and the leases are the module's only.
 #[test]
 fn pace_and_leases_obey_key_patterns_categories_and_read_only_replicas() {
     let master = Server::start();
@@ -183,6 +187,8 @@ fn pace_and_leases_obey_key_patterns_categories_and_read_only_replicas() {
 
 /// Every limiter at its largest limit, charged its largest quantity twice in a row: the
 /// second call is a denial (retried when the first units leave), never an internal error.
+///
+/// skip twin: limits above 2^53 - 1, which the twin refuses (tests/twin.rs tests that refusal).
 #[test]
 fn the_largest_limits_deny_what_would_add_up_past_them() {
     let server = Server::start();

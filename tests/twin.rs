@@ -4,6 +4,9 @@
 //! module's, and the inputs it refuses because it cannot answer them exactly.
 //! (tests/differential.rs proves it equal to the module; `make test-twin` runs the behavioural
 //! tests against it.)
+//!
+//! skip twin: tests the twin itself, on servers of its own.
+//! skip containers: starts servers of its own without the module.
 
 mod harness;
 

@@ -219,11 +219,14 @@ impl Now {
 /// are among those), at most `units`. `held` is the key's expiry right after the draw
 /// (`PEXPIRETIME`: a whole millisecond on the grid).
 ///
-/// Exact when `tokens` is 1. Otherwise the refill at `held` may have been only partly the
-/// draw's (it made up the draw's deficit and overshot by up to `tokens − 1`), which `held`
-/// does not say: after a refill came between the draw and the refund, this can exceed what
-/// the draw still holds by up to `tokens − 1`. Taking the other side of that doubt would
-/// keep back up to `tokens − 1` from a refund sent at once, which must give everything back.
+/// Exact when `tokens` is 1, and for a refund before any refill came. Otherwise the refill at
+/// `held` may have been only partly the draw's (it made up the draw's deficit and overshot by
+/// up to `tokens − 1`), which `held` does not say, and a later draw may have used the spare:
+/// after a refill came between the draw and the refund, this can exceed what the draw still
+/// holds by up to `tokens − 1`. No rule can tell: two histories leave the same key, `held`
+/// and quantity, one needing everything back (a refund sent at once), the other `tokens − 1`
+/// less (`held_tests::no_bounded_bucket_refund_can_be_exact_with_several_tokens_per_refill`;
+/// the reply page shows them).
 pub fn held_units(state: Option<State>, now: Instant, params: &Params, units: i64, held: Instant) -> Result<i64> {
     if now >= held || units <= 0 {
         return Ok(0);

@@ -240,6 +240,17 @@ fn errors(entry: &Entry) -> Vec<(Vec<String>, String)> {
     if first_param != usize::MAX {
         calls.push(valid.iter().cloned().chain(["BOGUS".to_string()]).collect());
     }
+    // A debit of a negative quantity (the quantity bare, or as its option).
+    if first_param != usize::MAX && entry.table.args.iter().any(|a| matches!(a.kind, ArgKind::Flag("DEBIT"))) {
+        let mut call = valid.clone();
+        if entry.table.args.iter().any(|a| matches!(a.kind, ArgKind::Quantity)) {
+            call.push("-1".into());
+        } else {
+            call.extend(["QUANTITY".to_string(), "-1".to_string()]);
+        }
+        call.push("DEBIT".into());
+        calls.push(call);
+    }
     calls.extend(entry.probes.iter().map(|p| p.iter().map(|s| s.to_string()).collect()));
     let mut out: Vec<(Vec<String>, String)> = Vec::new();
     for call in calls {

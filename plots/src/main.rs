@@ -1,12 +1,14 @@
 //! `make plots`: drives a throwaway redis-server with the module through the manual's scenarios
 //! and draws them as SVG (docs/src/img/): algorithms.svg, pace.svg, llm-budget.svg, and
-//! performance.svg from the figures `make plots-perf` measured (docs/src/img/performance.tsv).
+//! performance.svg and scale.svg from the figures `make plots-perf` measured
+//! (docs/src/img/performance.tsv, docs/src/img/scale.tsv).
 //!
 //! Usage: redis-throttle-plots [--out DIR] [--module PATH] [--only NAME,NAME] where the names are
-//! algorithms, pace, llm-budget, performance.
+//! algorithms, pace, llm-budget, performance, scale.
 
 mod draw;
 mod perf;
+mod scale;
 mod scenarios;
 mod server;
 
@@ -17,7 +19,9 @@ use server::Server;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-const ALL: [&str; 4] = ["algorithms", "pace", "llm-budget", "performance"];
+const ALL: [&str; 5] = ["algorithms", "pace", "llm-budget", "performance", "scale"];
+/// The pictures drawn from a measured run's figures, not from a server of their own.
+const MEASURED: [&str; 2] = ["performance", "scale"];
 
 /// The civil date (UTC) of a Unix time, as YYYY-MM-DD (core's calendar arithmetic, CL.QUOTA's).
 fn utc_date(unix_s: i64) -> String {
@@ -58,7 +62,24 @@ pub fn run(out: &Path, module: &Path, only: &[&str]) -> Res<()> {
             }
         }
     }
-    if !only.iter().any(|n| *n != "performance") {
+    if only.contains(&"scale") {
+        let tsv = out.join("scale.tsv");
+        let text =
+            std::fs::read_to_string(&tsv).map_err(|e| format!("{}: {e} (run `make plots-perf`)", tsv.display()))?;
+        let table = scale::parse(&text)?;
+        write(out, "scale.svg", &scale::chart(&table)?)?;
+        if out.canonicalize().ok() == workspace().join("docs/src/img").canonicalize().ok() {
+            let path = workspace().join("docs/src/performance.md");
+            let old = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let new = perf::replace_block(&old, "scale", &scale::page(&table))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if new != old {
+                std::fs::write(&path, new).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("plots: wrote the figures of {} (perf:scale)", path.display());
+            }
+        }
+    }
+    if only.iter().all(|n| MEASURED.contains(n)) {
         return Ok(());
     }
     let server = Server::start(module)?;

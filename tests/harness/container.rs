@@ -41,7 +41,7 @@ pub fn unsupported(what: &str) -> String {
     format!(
         "{what} needs the native backend: with THROTTLE_BACKEND=container servers are containers, \
          which this harness cannot restart, replicate or cluster. Keep such tests in a test file \
-         listed in NATIVE_ONLY_TESTS (Makefile); `make test-containers` skips those files."
+         whose header says `//! skip containers: why`; `make test-containers` skips those files."
     )
 }
 

@@ -10,8 +10,9 @@
 //! | `CL.ALL n k1…kn specs…` | `FCALL cl_all n k1…kn specs…` | `EVALSHA <sha> n k1…kn cl_all specs…` |
 //!
 //! Tests that need the module itself (registration, COMMAND DOCS, panics, the module inside
-//! scripts, ACL rules naming the commands) are listed in `TWIN_EXCLUDED_TESTS` (Makefile), which
-//! `scripts/twin-tests.sh` skips, as NATIVE_ONLY_TESTS does for containers.
+//! scripts, ACL rules naming the commands) say so beside themselves: `//! skip twin: why` in a
+//! file's header, `/// skip twin: why` in a test's doc comment, which `scripts/twin-tests.sh`
+//! skips (`scripts/skips.sh twin` lists them), as `skip containers` does for containers.
 //!
 //! Also the sources of the twin's forms for tests that load them themselves (the differential
 //! test loads the module and the twin's test build into one server), and the library as

@@ -368,3 +368,208 @@ mod all {
         assert_eq!(parse("2 a b COUNTER 5 60 COUNTER 5 60 QUANTITY -1"), Ok(Charge::Take));
     }
 }
+
+/// The property of issue 41: a random mix of checks, takes, debits and refunds never admits
+/// more than the limit allows for the elapsed time, counting debited units as admitted.
+mod never_over_admits {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Units counted (admitted takes, every debit, refunds negative) at their instants (ns).
+    #[derive(Default)]
+    struct Ledger {
+        events: Vec<(i64, i64)>,
+        /// CL.COUNTER's window as the contract opens it: at the first counted action after
+        /// the last one closed, on its whole millisecond, for `window`.
+        window: Option<(i64, i64)>,
+    }
+
+    /// What a limiter allows, stated from its parameters alone.
+    #[derive(Clone, Copy, Debug)]
+    enum Allows {
+        /// GCRA: `limit` plus one per `ei` elapsed, from any instant.
+        Rate { limit: i64, ei: i64 },
+        /// A bucket: `capacity` plus `tokens` for each refill that can come (one per interval).
+        Refills { capacity: i64, tokens: i64, interval: i64 },
+        /// A sliding window: at most `limit` in any span of `window` (PRECISION counts longer).
+        Span { limit: i64, window: i64 },
+        /// A fixed window opened by the first counted action.
+        Window { limit: i64, window: i64 },
+        /// A calendar minute (UTC).
+        Minute { limit: i64 },
+    }
+
+    impl Ledger {
+        fn count(&mut self, at: i64, units: i64, allows: Allows) {
+            if let Allows::Window { window, .. } = allows
+                && units > 0
+                && self.window.is_none_or(|(_, end)| at >= end)
+            {
+                let start = at - at.rem_euclid(MS);
+                self.window = Some((start, start + window));
+            }
+            self.events.push((at, units));
+            // A refund to nothing deletes the key: the window closes with it.
+            if let (Allows::Window { .. }, Some((start, _))) = (allows, self.window)
+                && units < 0
+                && self.events.iter().filter(|&&(t, _)| t >= start).map(|&(_, u)| u).sum::<i64>() == 0
+            {
+                self.window = None;
+            }
+        }
+
+        /// Whether what was counted up to `now` (an admission just made) is within `allows`.
+        fn within(&self, now: i64, allows: Allows) -> std::result::Result<(), String> {
+            let sum = |from: i64, to: i64| -> i64 {
+                self.events.iter().filter(|&&(t, _)| t >= from && t <= to).map(|&(_, u)| u).sum()
+            };
+            let starts = self.events.iter().map(|&(t, _)| t);
+            let (most, counted) = match allows {
+                Allows::Rate { limit, ei } => {
+                    match starts.map(|s| (limit + (now - s) / ei, sum(s, now))).find(|(most, n)| n > most) {
+                        Some(over) => over,
+                        None => return Ok(()),
+                    }
+                }
+                Allows::Refills { capacity, tokens, interval } => {
+                    let allowed = |s: i64| capacity + tokens * ((now - s) / interval + 1);
+                    match starts.map(|s| (allowed(s), sum(s, now))).find(|(most, n)| n > most) {
+                        Some(over) => over,
+                        None => return Ok(()),
+                    }
+                }
+                Allows::Span { limit, window } => (limit, sum(now - window + 1, now)),
+                Allows::Window { limit, .. } => match self.window {
+                    Some((start, end)) if now < end => (limit, sum(start, now)),
+                    _ => return Ok(()),
+                },
+                Allows::Minute { limit } => {
+                    let minute = 60 * NANOS_PER_SEC;
+                    (limit, sum(now - now.rem_euclid(minute), now))
+                }
+            };
+            match counted <= most {
+                true => Ok(()),
+                false => Err(format!("{counted} counted where {allows:?} allows {most} at {}", now - T0)),
+            }
+        }
+    }
+
+    /// One step: time moves on `step_ms`; then a check (`kind` 0), a take (1), or a debit
+    /// (2, 3) of `q`, followed at the same instant, one time in three, by a refund of
+    /// `refund` of what it counted (an estimate corrected).
+    type Step = (i64, u8, i64, i64);
+
+    fn steps(most_q: i64) -> impl Strategy<Value = Vec<Step>> {
+        proptest::collection::vec((0i64..3_000, 0u8..4, 1i64..most_q, 0i64..6), 1..60)
+    }
+
+    fn limiters() -> Vec<(Algorithm, &'static str, Allows)> {
+        let s = NANOS_PER_SEC;
+        vec![
+            (Algorithm::Throttle, "k 4 1 1000 MS", Allows::Rate { limit: 5, ei: s }),
+            (Algorithm::Throttle, "k 0 3 1000 MS", Allows::Rate { limit: 1, ei: s / 3 }),
+            (Algorithm::Bucket, "k 5 1 1000 MS", Allows::Refills { capacity: 5, tokens: 1, interval: s }),
+            (Algorithm::Bucket, "k 6 3 2000 MS", Allows::Refills { capacity: 6, tokens: 3, interval: 2 * s }),
+            (Algorithm::Window, "k 5 4000 MS", Allows::Span { limit: 5, window: 4 * s }),
+            (Algorithm::Window, "k 5 4000 MS PRECISION 500", Allows::Span { limit: 5, window: 4 * s }),
+            (Algorithm::Counter, "k 5 4000 MS", Allows::Window { limit: 5, window: 4 * s }),
+            (Algorithm::Quota, "k 7 PER MINUTE", Allows::Minute { limit: 7 }),
+        ]
+    }
+
+    fn run(
+        algorithm: Algorithm,
+        words: &str,
+        allows: Allows,
+        steps: &[Step],
+    ) -> std::result::Result<(), TestCaseError> {
+        let words: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
+        let limiter = Request::parse(algorithm, &words, &Caps::DEFAULT).unwrap().limiter;
+        let (mut key, mut ledger, mut now) = (Key::default(), Ledger::default(), T0 + 123_456);
+        // Debits may overdraw far: a debt is repaid by time, and is never admitted through.
+        for &(step_ms, kind, q, refund) in steps {
+            now += step_ms * MS;
+            let (q, charge) = match kind {
+                0 => (0, Charge::of(q % 2 == 0)),
+                1 => (q, Charge::Take),
+                _ => (q, Charge::Debit),
+            };
+            let d = limiter.decide_charge(key.live(now), Instant::from_nanos(now), q, None, charge).unwrap();
+            let admitted = !d.reply.limited;
+            let counted = if q > 0 && (admitted || charge == Charge::Debit) { q } else { 0 };
+            key.apply(now, d.effect);
+            if counted > 0 {
+                ledger.count(now, counted, allows);
+            }
+            if admitted && (charge == Charge::Take || q <= d.reply.limit) {
+                // An admitted take or check, or a debit that fitted: within what is allowed.
+                ledger.within(now, allows).map_err(|e| TestCaseError::fail(format!("{words:?}: {e}")))?;
+            }
+            prop_assert!(!(charge == Charge::Debit && q > 0 && d.reply.limited && d.reply.remaining != 0));
+            // An estimate corrected at once: the units are still held, all come back.
+            let refund = refund.min(counted);
+            if refund > 0 && refund % 3 == 0 {
+                let back = limiter.decide(key.live(now), Instant::from_nanos(now), -refund).unwrap();
+                key.apply(now, back.effect);
+                ledger.count(now, -refund, allows);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(600))]
+
+        #[test]
+        fn per_algorithm(steps in steps(9)) {
+            for (algorithm, words, allows) in limiters() {
+                run(algorithm, words, allows, &steps)?;
+            }
+        }
+
+        #[test]
+        fn with_large_debits(steps in steps(40)) {
+            for (algorithm, words, allows) in limiters() {
+                run(algorithm, words, allows, &steps)?;
+            }
+        }
+
+        /// CL.ALL: every limiter of a call, takes all or nothing and debits all counted, each
+        /// within what its own parameters allow.
+        #[test]
+        fn in_cl_all(steps in steps(9), shares in proptest::collection::vec(1i64..4, 4)) {
+            let specs = ["THROTTLE 4 1 1000", "BUCKET 6 3 2000", "WINDOW 5 4000", "COUNTER 5 4000"];
+            let allows: Vec<Allows> = limiters().into_iter().map(|(_, _, a)| a).collect();
+            let allows = [allows[0], allows[3], allows[4], allows[6]];
+            let mut keys = vec![Key::default(); 4];
+            let mut ledgers: Vec<Ledger> = (0..4).map(|_| Ledger::default()).collect();
+            let mut now = T0 + 987_654;
+            for &(step_ms, kind, q, _) in &steps {
+                now += step_ms * MS;
+                let q = if kind == 0 { 0 } else { q };
+                let debit = if kind >= 2 { " DEBIT" } else { "" };
+                let words: String = (0..4)
+                    .map(|i| format!(" {} QUANTITY {}", specs[i], (q * shares[i]).min(9)))
+                    .collect::<String>();
+                let words = format!("4 a b c d{words} MS{debit}");
+                let args: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
+                let r = crate::all::Request::parse(&args, &Caps::DEFAULT).unwrap();
+                let stored: Vec<_> = keys.iter().map(|k| k.live(now)).collect();
+                let outcome = crate::all::decide_charge(&r.limiters, &r.held, &stored, Instant::from_nanos(now), r.unit, r.charge).unwrap();
+                let admitted = outcome.admitted();
+                for (i, d) in outcome.decisions.into_iter().enumerate() {
+                    let qi = r.limiters[i].1;
+                    let counted = qi > 0 && (admitted || r.charge == Charge::Debit);
+                    keys[i].apply(now, d.effect);
+                    if counted {
+                        ledgers[i].count(now, qi, allows[i]);
+                    }
+                    if admitted {
+                        ledgers[i].within(now, allows[i]).map_err(|e| TestCaseError::fail(format!("{}: {e}", specs[i])))?;
+                    }
+                }
+            }
+        }
+    }
+}

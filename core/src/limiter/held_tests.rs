@@ -162,7 +162,9 @@ proptest! {
     /// `capacity + tokens·(⌊L / interval⌋ + 1)`, plus `tokens − 1` for the late refund: `HELD t`
     /// names the refill that ends the draw's deficit, not how much of that refill was the
     /// draw's, so the refund may give back up to `tokens − 1` tokens that a refill had already
-    /// made up (`bucket::held_units`; the manual's reply page says so).
+    /// made up (`bucket::held_units`; the manual's reply page says so, and
+    /// `no_bounded_bucket_refund_can_be_exact_with_several_tokens_per_refill` shows why no rule
+    /// can do better).
     #[test]
     fn bucket_never_over_admits(offset in 0i64..NANOS_PER_SEC, k in 1i64..=10, steps in steps(), at in 0usize..80, span_ms in 1i64..3000) {
         let l = limiter(Algorithm::Bucket, "k 10 2 200 MS");
@@ -304,4 +306,51 @@ proptest! {
         prop_assert!(bounded.remaining >= peek.remaining.min(plain.remaining), "{bounded:?} vs peek {peek:?}");
         prop_assert!(bounded.remaining <= plain.remaining, "{bounded:?} vs plain {plain:?}");
     }
+}
+
+/// Why no bounded refund of CL.BUCKET with several tokens per refill can be exact (the reply
+/// page shows this case): two histories leave the refund call the very same inputs (the key's
+/// bytes and expiry, `HELD t`, the quantity and the instant), yet the units the draw still
+/// holds differ by `tokens − 1`. Whatever it answers, one of them is wrong: giving everything
+/// back (as a refund sent at once must) lets the other admit `tokens − 1` beyond what the
+/// bucket would without the draw; keeping `tokens − 1` back withholds them from the refund
+/// sent at once.
+#[test]
+fn no_bounded_bucket_refund_can_be_exact_with_several_tokens_per_refill() {
+    // 10 tokens, 2 more every 200 ms (the last refill of a deficit may add one too many).
+    let l = limiter(Algorithm::Bucket, "k 10 2 200 MS");
+    let ms = NANOS_PER_MILLI;
+    let t0 = T0; // a whole millisecond: grids start on it
+    // Once: A draws 4 from a full bucket and gives them back 100 ms later, before any refill.
+    let mut once = Key::default();
+    let (_, held_once) = once.call(&l, t0, 4, None);
+    // Late: C drew 1 at t0 − 200 ms; A drew 4 at the same instant (the refill at t0 + 400 ms
+    // makes the 5 up with a token to spare); the refill at t0 came; B drew 1 at t0 + 50 ms
+    // (it fits in that spare token: the expiry stays); A gives its 4 back at t0 + 100 ms.
+    let mut late = Key::default();
+    late.call(&l, t0 - 200 * ms, 1, None);
+    let (_, held_late) = late.call(&l, t0 - 200 * ms, 4, None);
+    late.call(&l, t0 + 50 * ms, 1, None);
+    let now = t0 + 100 * ms;
+    assert_eq!(held_once, held_late, "the same HELD t");
+    assert_eq!(once, late, "the same bytes and expiry: nothing tells the histories apart");
+
+    // What the bucket would hold at `now` without A's draw: all 10 (once), 9 (late: B's
+    // token is not back before t0 + 250 ms, on the grid B's draw starts).
+    let available = |steps: &[(i64, i64)]| {
+        let mut key = Key::default();
+        for &(at, q) in steps {
+            key.call(&l, at, q, None);
+        }
+        key.call(&l, now, 0, None).0.remaining
+    };
+    assert_eq!(available(&[]), 10);
+    assert_eq!(available(&[(t0 - 200 * ms, 1), (t0 + 50 * ms, 1)]), 9);
+
+    // The bounded refund gives all 4 back (a refund sent at once must): exact for `once`,
+    // one token (`tokens − 1`) beyond what `late` may hold.
+    let (reply, _) = once.call(&l, now, -4, held_once);
+    assert_eq!(reply.remaining, 10);
+    let (reply, _) = late.call(&l, now, -4, held_late);
+    assert_eq!(reply.remaining, 10, "one more than the 9 the bucket holds without the draw");
 }
