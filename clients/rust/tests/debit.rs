@@ -146,3 +146,35 @@ async fn a_debit_dropped_half_way_leaves_nothing_behind() {
     assert!(!client.is_degraded());
     assert_eq!(client.deny_cache_len(), 0);
 }
+
+/// The token-budget example (`examples/token_budget.rs`, compiled into this test) runs and
+/// prints what the guides say, and the guides' Rust text is the example's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_budget_example_runs_and_the_guides_show_it() {
+    let server = Server::start();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    let mut lines = Vec::new();
+    token_budget::tour(&client, "budget:example", &mut |l| lines.push(l)).await.unwrap();
+    let stdout = lines.join("\n");
+    for line in [
+        "used 7200: fitted true, remaining 2800",
+        "used 6100: fitted false, remaining 0",
+        "refused: over budget",
+        "test kit: Denied",
+        "test kit, a minute later: Allowed",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    let example = include_str!("../examples/token_budget.rs");
+    let start = example.find("// ANCHOR: budget\n").unwrap() + "// ANCHOR: budget\n".len();
+    let snippet = &example[start..example.find("    // ANCHOR_END: budget").unwrap()];
+    let snippet: String = snippet.lines().map(|l| l.strip_prefix("    ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+    for guide in ["docs/src/guides/rust-client.md", "docs/src/guides/token-budgets.md"] {
+        let text = std::fs::read_to_string(harness::workspace_root().join(guide)).unwrap();
+        assert!(text.contains(&snippet), "{guide} does not show the example's text:\n{snippet}");
+    }
+}
+
+#[path = "../examples/token_budget.rs"]
+#[allow(dead_code)]
+mod token_budget;

@@ -342,7 +342,8 @@ fn metadata_is_kept_as_json() {
 /// after `yaml: line N:` are ours).
 #[test]
 fn upstream_s_config_error_table() {
-    const BASIC: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
+    const BASIC: &str =
+        "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
     let one = |name: &str, yaml: &str| vec![(name.to_string(), yaml.to_string())];
     let cases: Vec<(Vec<(String, String)>, bool, &str)> = vec![
         (one("empty_domain.yaml", "descriptors:\n"), false, "empty_domain.yaml: config file cannot have empty domain"),
