@@ -430,8 +430,8 @@ return { clock = clock, reply_time = reply_time, ceil_ms = ceil_ms }
 end)()
 -- ---- functions/src/kinds.lua
 lib.kinds = (function()
--- Kinds of stored values (core/src/kind.rs): disjoint, so that one limiter's key used by
--- another is WRONGTYPE and left alone.
+-- Kinds of stored values (core/src/limiter.rs `Algorithm::owning`): disjoint, so that one
+-- limiter's key used by another is WRONGTYPE and left alone.
 
 local integers = lib.integers
 local ERR, fail = lib.errors.ERR, lib.errors.fail
@@ -486,7 +486,7 @@ return { invalid = invalid, decision = decision, since = since }
 end)()
 -- ---- functions/src/throttle.lua
 lib.throttle = (function()
--- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
+-- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/throttle.rs).
 
 local errors, integers, kinds = lib.errors, lib.integers, lib.kinds
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal
@@ -790,7 +790,7 @@ end)()
 -- ---- functions/src/calendar.lua
 lib.calendar = (function()
 -- The civil (proleptic Gregorian) calendar in whole milliseconds and days since 1970-01-01,
--- for CL.QUOTA's periods and ANCHOR's instants (core/src/quota.rs); ANCHOR takes the years 0
+-- for CL.QUOTA's periods and ANCHOR's instants (core/src/calendar.rs); ANCHOR takes the years 0
 -- to 9999.
 
 local div_floor = lib.integers.div_floor
@@ -2869,7 +2869,7 @@ local function duration(m, u, millis, name)
   return (m * M + u) * 1000
 end
 
--- CL.QUOTA's words (core/src/quota.rs `Words`, `Zone::parse`, `parse_anchor`).
+-- CL.QUOTA's words (core/src/quota.rs `Words`; core/src/calendar.rs `Zone::parse`, `parse_anchor`).
 
 -- A word for an error message: printable ASCII, at most `most` characters (32 unless given;
 -- CL.QUOTA's errors echo 40).

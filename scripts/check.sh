@@ -5,7 +5,7 @@
 #            pin; the scripts through ruff.toml)
 #   lint     clippy on every crate and target, warnings as errors; ruff check of the Python package
 #   tests    the core's unit and property tests, and the shared vectors (tests/vectors) as the core
-#            reads them
+#            and the Python package read them (no server)
 #   types    tsc --noEmit (clients/node), mypy --strict (clients/python)
 #
 # Every step runs; the check fails if any failed, and names it. The tools are the packages'
@@ -37,6 +37,7 @@ if [ -x "${py:-}" ]; then
   step "ruff format" "$bin/ruff" format --check --no-cache --quiet scripts clients/python
   step "ruff check" in_dir clients/python "$bin/ruff" check --no-cache --quiet src tests bench
   step "mypy" in_dir clients/python "$bin/mypy" --cache-dir "$(realpath "$target")/python-matrix/check-mypy-cache"
+  step "python vectors" in_dir clients/python env PYTHONPATH=src "$bin/pytest" -q -p no:cacheprovider tests/test_vectors.py
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "check: FAILED: ${failed[*]} ($((SECONDS - start)) s)" >&2

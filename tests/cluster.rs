@@ -1,4 +1,4 @@
-//! CL.ALL in a Redis Cluster: keys sharing a hash tag work through a cluster client library
+//! CL.ALL and CL.EACH in a Redis Cluster: keys sharing a hash tag work through a cluster client library
 //! (the `redis` crate's cluster client) and `redis-cli -c`; keys in different slots get the
 //! server's own CROSSSLOT; the key spec names every key.
 //!
@@ -84,6 +84,34 @@ fn hash_tagged_limiters_work_through_cluster_clients_and_cross_slot_is_refused()
         .query(&mut node.client())
         .unwrap();
     assert_eq!(keys, ["x{t}", "y{t}", "z{t}"]);
+
+    // CL.EACH, CL.ALL's grammar with independent limiters: one command per hash slot, routed
+    // as CL.ALL is; each limiter admitted or denied on its own; CROSSSLOT across slots.
+    for user in 0..10 {
+        let (s, d) = (format!("each:{{u{user}}}:s"), format!("each:{{u{user}}}:d"));
+        let replies: Vec<Vec<i64>> = redis::cmd("CL.EACH")
+            .arg(2)
+            .arg(&s)
+            .arg(&d)
+            .arg(&["THROTTLE", "9", "10", "60", "COUNTER", "1", "60", "QUANTITY", "2"])
+            .query(&mut c)
+            .unwrap_or_else(|e| panic!("user {user}: {e}"));
+        assert_eq!(replies, vec![vec![0, 10, 9, -1, 6], vec![1, 1, 1, -1, 0]], "user {user}");
+    }
+    let err = redis::cmd("CL.EACH")
+        .arg(&["2", "each:{a}:s", "each:{b}:s", "COUNTER", "5", "60", "COUNTER", "5", "60"])
+        .query::<Vec<Vec<i64>>>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().to_uppercase().contains("CROSSSLOT"), "{err}");
+    for n in &cluster.nodes {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("each:{a}*").query(&mut n.client()).unwrap();
+        assert!(keys.is_empty(), "a refused call wrote nothing");
+    }
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg(&["GETKEYS", "CL.EACH", "2", "x{t}", "y{t}", "COUNTER", "1", "1", "THROTTLE", "1", "1", "1"])
+        .query(&mut node.client())
+        .unwrap();
+    assert_eq!(keys, ["x{t}", "y{t}"]);
 }
 
 #[test]

@@ -98,7 +98,9 @@ fn blocks(file: &Path) -> Vec<Block> {
 /// time fields, and CL.PACE's `queued` (a slot that ends leaves the queue).
 fn time_fields(command: &str) -> &'static [usize] {
     match command.split_whitespace().next().unwrap_or("").to_ascii_uppercase().as_str() {
-        "CL.THROTTLE" | "CL.WINDOW" | "CL.BUCKET" | "CL.COUNTER" | "CL.QUOTA" | "CL.ACQUIRE" | "CL.ALL" => &[4, 5],
+        "CL.THROTTLE" | "CL.WINDOW" | "CL.BUCKET" | "CL.COUNTER" | "CL.QUOTA" | "CL.ACQUIRE" | "CL.ALL" | "CL.EACH" => {
+            &[4, 5]
+        }
         "CL.PACE" => &[2, 3, 4, 5],
         "FCALL" | "EVALSHA" => &[4, 5],
         _ => &[],

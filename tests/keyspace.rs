@@ -288,6 +288,7 @@ fn reads_never_convert_a_value() {
 /// through a nested `GET` (about a fifth of a call), whoever wrote it and however it is stored,
 /// plain or an integer (after a reload, or written by `SET` as the twin does): `INFO
 /// commandstats` counts no `GET`, whatever the number of keys.
+/// skip twin: how the module reads a value (the twin reads through `GET`, which this counts).
 #[test]
 fn values_are_read_where_redis_keeps_them() {
     let server = Server::with(Options::default().arg("--enable-debug-command yes"));

@@ -46,9 +46,10 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
                 harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
                 continue;
             }
-            "CL.ALL" => {
+            "CL.ALL" | "CL.EACH" => {
                 // Two or three limiters of one user, of any algorithms, sharing their keys
-                // with the single commands' (the same stored forms).
+                // with the single commands' (the same stored forms): all or nothing (CL.ALL),
+                // or each on its own (CL.EACH).
                 let user = rng.random_range(0..40);
                 let n = rng.random_range(2..=3);
                 let specs = [
@@ -61,9 +62,17 @@ fn random_calls(c: &mut redis::Connection, n: usize, commands: &[&str]) {
                 let first = rng.random_range(0..specs.len() - n + 1);
                 let chosen = &specs[first..first + n];
                 let keys: Vec<&str> = chosen.iter().map(|(k, _)| k.as_str()).collect();
-                let specs: Vec<String> =
-                    chosen.iter().map(|(_, s)| format!("{s} QUANTITY {}", rng.random_range(-2i64..4))).collect();
-                let words = format!("CL.ALL {n} {} {}{unit}", keys.join(" "), specs.join(" "));
+                // A fifth of them charge with DEBIT (quantities of 0 or more, overdrawing at times).
+                let debit = rng.random_bool(0.2);
+                let specs: Vec<String> = chosen
+                    .iter()
+                    .map(|(_, s)| {
+                        let q = if debit { rng.random_range(0i64..8) } else { rng.random_range(-2i64..4) };
+                        format!("{s} QUANTITY {q}")
+                    })
+                    .collect();
+                let debit = if debit { " DEBIT" } else { "" };
+                let words = format!("{command} {n} {} {}{unit}{debit}", keys.join(" "), specs.join(" "));
                 let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
                 harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}"));
                 continue;
@@ -122,6 +131,7 @@ fn module_less_replica_and_aof_replay_are_byte_identical() {
             "CL.BUCKET",
             "CL.COUNTER",
             "CL.ALL",
+            "CL.EACH",
             "CL.PACE",
             "CL.ACQUIRE",
             "CL.ACQUIRE",
@@ -270,6 +280,7 @@ fn every_command(c: &mut redis::Connection) -> &'static [&'static str] {
         "CL.BUCKET",
         "CL.COUNTER",
         "CL.ALL",
+        "CL.EACH",
         "CL.PACE",
         "CL.ACQUIRE",
         "CL.RELEASE",

@@ -43,6 +43,13 @@ fn random_arg(rng: &mut impl Rng) -> Vec<u8> {
     }
 }
 
+/// A limiter's five integers within what they may be.
+fn assert_five(refs: &[&[u8]], v: &[i64]) {
+    assert!(v[0] == 0 || v[0] == 1, "{refs:?} -> {v:?}");
+    assert!(v[2] >= 0 && v[2] <= v[1], "remaining within [0, limit]: {refs:?} -> {v:?}");
+    assert!(v[3] >= -1 && v[4] >= 0, "{refs:?} -> {v:?}");
+}
+
 #[test]
 fn random_argument_vectors_get_an_error_or_five_integers() {
     let mut server = Server::start();
@@ -74,9 +81,7 @@ fn random_argument_vectors_get_an_error_or_five_integers() {
             Ok(Value::Array(items)) => {
                 assert_eq!(items.len(), 5, "{refs:?}");
                 let v: Vec<i64> = redis::FromRedisValue::from_redis_value(Value::Array(items)).unwrap();
-                assert!(v[0] == 0 || v[0] == 1, "{refs:?} -> {v:?}");
-                assert!(v[2] >= 0 && v[2] <= v[1], "remaining within [0, limit]: {refs:?} -> {v:?}");
-                assert!(v[3] >= -1 && v[4] >= 0, "{refs:?} -> {v:?}");
+                assert_five(&refs, &v);
                 ok += 1;
             }
             Ok(other) => panic!("{refs:?} -> unexpected reply {other:?}"),
@@ -91,6 +96,75 @@ fn random_argument_vectors_get_an_error_or_five_integers() {
     let still: String = redis::cmd("GET").arg("junk").query(&mut c).unwrap();
     assert_eq!(still, "not a number");
     let len: i64 = redis::cmd("LLEN").arg("list").query(&mut c).unwrap();
+    assert_eq!(len, 1);
+}
+
+/// CL.EACH's never-crash cases: random `numkeys`, keys of other types and invalid states among
+/// fresh ones, specs of every algorithm with plausible or random numbers and options, random
+/// words anywhere: an error, or one array of five integers per key, and nothing else changes.
+/// skip twin: the twin has no `cl_each` yet.
+#[test]
+fn random_each_calls_get_an_error_or_five_integers_per_key() {
+    let mut server = Server::start();
+    let mut c = server.client();
+    let _: () = redis::cmd("LPUSH").arg("{e}list").arg("x").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("{e}junk").arg("not a number").query(&mut c).unwrap();
+    let mut rng = rand::rng();
+    let specs = ["THROTTLE", "WINDOW", "BUCKET", "COUNTER", "QUOTA"];
+    let (mut ok, mut errors) = (0, 0);
+    for _ in 0..3000 {
+        let n = rng.random_range(1..5usize);
+        let claimed = if rng.random_bool(0.9) { n.to_string().into_bytes() } else { random_arg(&mut rng) };
+        let mut args: Vec<Vec<u8>> = vec![b"CL.EACH".to_vec(), claimed];
+        for i in 0..n {
+            args.push(match rng.random_range(0..12) {
+                0 => b"{e}list".to_vec(),
+                1 => b"{e}junk".to_vec(),
+                _ => format!("{{e}}k{}:{i}", rng.random_range(0..10)).into_bytes(),
+            });
+        }
+        for _ in 0..n {
+            let spec = specs[rng.random_range(0..specs.len())];
+            args.push(spec.as_bytes().to_vec());
+            match spec {
+                "QUOTA" => args.extend([b"5".to_vec(), b"PER".to_vec(), b"MINUTE".to_vec()]),
+                "THROTTLE" | "BUCKET" => args.extend((0..3).map(|_| rng.random_range(1..50).to_string().into_bytes())),
+                _ => args.extend((0..2).map(|_| rng.random_range(1..50).to_string().into_bytes())),
+            }
+            if rng.random_bool(0.4) {
+                args.push(b"QUANTITY".to_vec());
+                args.push(rng.random_range(-3..6).to_string().into_bytes());
+            }
+        }
+        for _ in 0..if rng.random_bool(0.3) { rng.random_range(1..3) } else { 0 } {
+            let at = rng.random_range(2..=args.len());
+            let word = if rng.random_bool(0.5) { random_arg(&mut rng) } else { b"MS".to_vec() };
+            args.insert(at, word);
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        match call(&mut c, &refs) {
+            Ok(Value::Array(items)) => {
+                let replies: Vec<Vec<i64>> = redis::FromRedisValue::from_redis_value(Value::Array(items))
+                    .unwrap_or_else(|e| panic!("{refs:?}: {e}"));
+                assert_eq!(replies.len(), n, "{refs:?}");
+                for v in &replies {
+                    assert_eq!(v.len(), 5, "{refs:?}");
+                    assert_five(&refs, v);
+                }
+                ok += 1;
+            }
+            Ok(other) => panic!("{refs:?} -> unexpected reply {other:?}"),
+            Err(e) => {
+                assert!(e.code().is_some(), "a Redis error with a code: {e}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(server.is_alive(), "the server survived");
+    assert!(ok > 100 && errors > 100, "both paths were exercised: {ok} ok, {errors} errors");
+    let still: String = redis::cmd("GET").arg("{e}junk").query(&mut c).unwrap();
+    assert_eq!(still, "not a number");
+    let len: i64 = redis::cmd("LLEN").arg("{e}list").query(&mut c).unwrap();
     assert_eq!(len, 1);
 }
 

@@ -1037,3 +1037,47 @@ fn cl_quota_zone_words_get_the_modules_error_before_the_twins_refusal() {
         assert_eq!(get(&mut c, key), None, "no refused call wrote {key}");
     }
 }
+
+/// The shared vectors (tests/vectors, from the reference models and the contract; core's
+/// tests read them too): every algorithm step replies as recorded on the module and on the
+/// twin at the step's instant, and every recorded error is the text both reply.
+#[test]
+fn the_shared_vectors_hold_on_the_module_and_the_twin() {
+    let read = |file: &str| -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors").join(file);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let words = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
+    };
+    let (_server, mut c) = module_and_pinned_twin();
+    let mut ran = 0;
+    for case in read("algorithms.json")["cases"].as_array().unwrap() {
+        for step in case["steps"].as_array().unwrap() {
+            let call = words(&step["call"]);
+            let (command, key, args) = (&call[0], &call[1], call[2..].join(" "));
+            let us = step["at_ms"].as_i64().unwrap() * 1000;
+            let (module, twin) = both_at(&mut c, us, command, (&format!("m:{key}"), &format!("t:{key}")), &args);
+            let want: Vec<i64> = serde_json::from_value(step["reply"].clone()).unwrap();
+            let as_ints = |v: &Value| -> Vec<i64> {
+                redis::FromRedisValue::from_redis_value(v.clone()).unwrap_or_else(|_| panic!("{call:?}: {v:?}"))
+            };
+            assert_eq!(as_ints(&module), want, "{}: the module: {call:?}", case["name"]);
+            assert_eq!(as_ints(&twin), want, "{}: the twin: {call:?}", case["name"]);
+            ran += 1;
+        }
+    }
+    let text =
+        |e: redis::RedisError| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string();
+    for vector in read("errors.json")["errors"].as_array().unwrap() {
+        let call = words(&vector["call"]);
+        let function = format!("cl_{}", call[0].trim_start_matches("CL.").to_lowercase());
+        let module = redis::cmd(&call[0]).arg("m:err").arg(&call[2..]).query::<Value>(&mut c).map_err(text);
+        let twin =
+            redis::cmd("FCALL").arg(function).arg(1).arg("t:err").arg(&call[2..]).query::<Value>(&mut c).map_err(text);
+        let want = Err(vector["error"].as_str().unwrap().to_string());
+        assert_eq!((&module, &twin), (&want, &want), "{call:?}: the module's, then the twin's error");
+        ran += 1;
+    }
+    assert!(ran > 40, "{ran} vectors");
+}

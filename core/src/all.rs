@@ -26,7 +26,7 @@ use crate::{Charge, Decision, Effect, Reply};
 pub const MAX_KEYS: usize = 16;
 
 /// The tables of the commands a spec names, in [`Algorithm::ALL`]'s order.
-const SPECS: [&Command; Algorithm::ALL.len()] = {
+pub const SPECS: [&Command; Algorithm::ALL.len()] = {
     let mut tables = [Algorithm::ALL[0].command(); Algorithm::ALL.len()];
     let mut i = 1;
     while i < tables.len() {
@@ -55,12 +55,12 @@ pub static COMMAND: Command = Command {
 
 const DETAILS: Arg = Arg::flag("details", "DETAILS");
 
-/// The call-level options, after the specs.
-fn call_options() -> impl Iterator<Item = &'static Arg> + Clone {
-    COMMAND.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_)))
+/// The call-level options of `table` (CL.ALL's, CL.EACH's), after the specs.
+fn call_options(table: &'static Command) -> impl Iterator<Item = &'static Arg> + Clone {
+    table.args.iter().filter(|a| matches!(a.kind, ArgKind::Flag(_)))
 }
 
-/// A parsed CL.ALL call.
+/// A parsed CL.ALL (or CL.EACH) call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request<'a> {
     pub keys: Vec<&'a [u8]>,
@@ -80,7 +80,13 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Parses a call, every limiter's parameters within `caps`.
     pub fn parse(args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
-        let arity = || Error::WrongArity(COMMAND.name);
+        Request::parse_as(&COMMAND, args, caps)
+    }
+
+    /// Parses a call of `table`, a command of CL.ALL's grammar (CL.ALL, CL.EACH): `numkeys`,
+    /// the keys, one spec per key, then the call options `table` lists.
+    pub fn parse_as(table: &'static Command, args: &[&'a [u8]], caps: &Caps) -> Result<Request<'a>> {
+        let arity = || Error::WrongArity(table.name);
         let (&numkeys, rest) = args.split_first().ok_or_else(arity)?;
         let numkeys = crate::args::integer(numkeys)?;
         let max = MAX_KEYS as i64;
@@ -102,7 +108,7 @@ impl<'a> Request<'a> {
         // accepts with their values; call-level options may come between and after them.
         // The numbers are read once the call's unit is known.
         let is_call_option = |w: &[u8]| {
-            call_options().any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())))
+            call_options(table).any(|a| matches!(a.kind, ArgKind::Flag(t) if w.eq_ignore_ascii_case(t.as_bytes())))
         };
         let mut specs: Vec<(Algorithm, &[&'a [u8]])> = Vec::with_capacity(numkeys);
         let mut call_words: Vec<&[u8]> = Vec::new();
@@ -155,7 +161,7 @@ impl<'a> Request<'a> {
         if specs.len() != numkeys {
             return Err(Error::Call(format!("numkeys is {numkeys} but {} limiter specs follow the keys", specs.len())));
         }
-        let tail = Tail::parse(&call_words, call_options())?;
+        let tail = Tail::parse(&call_words, call_options(table))?;
         let charge = Charge::of(tail.has("DEBIT"));
         let (limiters, held) = specs
             .into_iter()
@@ -295,4 +301,4 @@ pub fn decide_charge(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

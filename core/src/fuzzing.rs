@@ -232,7 +232,8 @@ pub fn parse(data: &[u8]) {
                 | Error::RateTooFast { .. }
                 | Error::SpanTooLong(_)
                 | Error::Syntax
-                | Error::HeldWithoutRefund => {}
+                | Error::HeldWithoutRefund
+                | Error::DebitRefund => {}
                 // CL.QUOTA names a bad zone or anchor with the word given.
                 Error::Call(_) if algorithm == Algorithm::Quota => {}
                 other => panic!("parsing {name} cannot fail with {other:?}"),
@@ -575,6 +576,102 @@ pub fn window_mix(data: &[u8], mix: Mix) {
     assert_eq!(full.reply.remaining, limit, "window: full again {recovery} ns after a call");
 }
 
+/// CL.EACH against `reference::each`. An eighth of the inputs are arbitrary words given to
+/// its parser: never a panic, errors only with well-formed text. The others build a call's text
+/// (1 to 4 limiters, THROTTLE and COUNTER specs with small parameters, `QUANTITY` of either sign
+/// or 0, in milliseconds, a quarter of them with `DEBIT` and quantities of 0 or more) and run it
+/// through the parser and `each::decide` at instants that mostly move forward, each key carried
+/// through its stored form: every limiter's reply is its own model's, each key is written only
+/// by its own limiter, and a denied take not at all.
+pub fn each(data: &[u8]) {
+    use crate::each;
+    use crate::limiter::{Stored, Write};
+    use reference::each::Limiter;
+    let mut input = Input::new(data);
+    if input.byte().is_multiple_of(8) {
+        let words: Vec<&[u8]> = input.0.split(|&b| b == 0).take(24).collect();
+        if let Err(e) = each::parse(&words, &crate::Caps::DEFAULT) {
+            let text = e.to_string();
+            assert!(text.starts_with("ERR "), "{text}");
+            assert!(!text.chars().any(char::is_control), "{text:?}");
+        }
+        return;
+    }
+    let n = input.small(1, 4) as usize;
+    let (mut specs, mut models) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        if input.byte().is_multiple_of(2) {
+            let (max_burst, count, period_ms) = (input.small(0, 9), input.small(1, 9), input.small(1, 2000));
+            specs.push(format!("THROTTLE {max_burst} {count} {period_ms}"));
+            models.push(Limiter::Throttle { max_burst, count, period: period_ms * MS, tat: None });
+        } else {
+            let (limit, window_ms) = (input.small(1, 9), input.small(1, 2000));
+            specs.push(format!("COUNTER {limit} {window_ms}"));
+            models.push(Limiter::Counter { limit, window: window_ms * MS, key: reference::counter::Model::default() });
+        }
+    }
+    let mut clock = Clock::start(&mut input);
+    let mut keys = vec![Key::default(); n];
+    for _ in 0..MAX_CALLS {
+        if input.is_empty() || !clock.advance(&mut input, 1000 * MS) {
+            break;
+        }
+        let now = clock.now;
+        let debit = input.byte().is_multiple_of(4);
+        let quantities: Vec<i64> = (0..n)
+            .map(|_| match input.byte() % 6 {
+                0 => 0,
+                1 if !debit => -input.small(1, 3),
+                _ => input.small(1, 12),
+            })
+            .collect();
+        let mut text = n.to_string();
+        for i in 0..n {
+            text += &format!(" k{i}");
+        }
+        for (spec, q) in specs.iter().zip(&quantities) {
+            text += &format!(" {spec} QUANTITY {q}");
+        }
+        text += if debit { " MS DEBIT" } else { " MS" };
+        let args: Vec<&[u8]> = text.split(' ').map(str::as_bytes).collect();
+        let request = each::parse(&args, &crate::Caps::DEFAULT).expect("a well-formed CL.EACH call parses");
+        for key in &mut keys {
+            key.at(now);
+        }
+        let stored: Vec<Option<Stored>> = keys
+            .iter()
+            .map(|k| k.value.as_deref().map(|value| Stored { value, expires_at_ms: k.expires_ms }))
+            .collect();
+        let got = each::decide(&request.limiters, &request.held, &stored, Instant::from_nanos(now), request.charge);
+        let before = models.clone();
+        let want = reference::each::call(&mut models, now, &quantities, debit);
+        let (decisions, replies) = match (got, want) {
+            (Ok(d), Some(r)) => (d, r),
+            (Err(_), None) => {
+                assert_eq!(models, before, "an error writes nothing");
+                continue;
+            }
+            (got, want) => panic!("each at {now} {quantities:?}: module {got:?} vs reference {want:?}"),
+        };
+        drop(stored);
+        for (i, (d, reply)) in decisions.into_iter().zip(replies).enumerate() {
+            assert_eq!(reply_i128(d.reply), reply, "each: limiter {} at {now} q {}", i + 1, quantities[i]);
+            if d.reply.limited && !debit {
+                assert!(matches!(d.effect, Effect::Nothing), "each: a denied take writes nothing");
+            }
+            keys[i].store(d.effect, now, |state, old| match state {
+                Write::Integer(v) => v.to_string().into_bytes(),
+                Write::Tagged(tag, v) => format!("{}{v}", char::from(tag)).into_bytes(),
+                Write::Patch(patch) => {
+                    let mut value = old.unwrap_or_default();
+                    patch.apply(&mut value);
+                    value
+                }
+            });
+        }
+    }
+}
+
 /// After one more call at `now` (stored), a peek `recovery` later finds the limiter full.
 fn recovers(
     what: &str,
@@ -688,8 +785,9 @@ mod tests {
     fn kept_seeds_replay_cleanly() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 8] = [
+        let targets: [Target; 9] = [
             ("parse", parse),
+            ("each", each),
             ("throttle", throttle),
             ("counter", counter),
             ("bucket", bucket),
@@ -723,6 +821,7 @@ mod tests {
             quota(&data);
             held(&data);
             debit(&data);
+            each(&data);
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod calendar;
 pub mod caps;
 pub mod command;
 pub mod counter;
+pub mod each;
 pub mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -32,6 +33,8 @@ pub mod reference;
 pub mod throttle;
 pub mod time;
 pub mod top;
+#[cfg(test)]
+mod vectors;
 pub mod window;
 
 pub use caps::Caps;

@@ -83,7 +83,7 @@ local function duration(m, u, millis, name)
   return (m * M + u) * 1000
 end
 
--- CL.QUOTA's words (core/src/quota.rs `Words`, `Zone::parse`, `parse_anchor`).
+-- CL.QUOTA's words (core/src/quota.rs `Words`; core/src/calendar.rs `Zone::parse`, `parse_anchor`).
 
 -- A word for an error message: printable ASCII, at most `most` characters (32 unless given;
 -- CL.QUOTA's errors echo 40).

@@ -1,5 +1,5 @@
 -- The civil (proleptic Gregorian) calendar in whole milliseconds and days since 1970-01-01,
--- for CL.QUOTA's periods and ANCHOR's instants (core/src/quota.rs); ANCHOR takes the years 0
+-- for CL.QUOTA's periods and ANCHOR's instants (core/src/calendar.rs); ANCHOR takes the years 0
 -- to 9999.
 
 local div_floor = lib.integers.div_floor

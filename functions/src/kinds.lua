@@ -1,5 +1,5 @@
--- Kinds of stored values (core/src/kind.rs): disjoint, so that one limiter's key used by
--- another is WRONGTYPE and left alone.
+-- Kinds of stored values (core/src/limiter.rs `Algorithm::owning`): disjoint, so that one
+-- limiter's key used by another is WRONGTYPE and left alone.
 
 local integers = lib.integers
 local ERR, fail = lib.errors.ERR, lib.errors.fail

@@ -1,4 +1,4 @@
--- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/gcra.rs).
+-- CL.THROTTLE: GCRA, redis-cell's algorithm and stored form (core/src/throttle.rs).
 
 local errors, integers, kinds = lib.errors, lib.integers, lib.kinds
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal

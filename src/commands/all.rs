@@ -2,7 +2,8 @@
 //! algorithms at one instant, all or nothing.
 
 use redis_throttle_core::all::{self, Request};
-use redis_throttle_core::{Charge, Error, Result};
+use redis_throttle_core::limiter::Write;
+use redis_throttle_core::{Charge, Decision, Error, Result};
 
 use crate::counters::Class;
 use crate::dispatch::{Call, Node, Response};
@@ -17,29 +18,14 @@ fn handler(call: &Call) -> Result<Response> {
     let args = call.args();
     let request = Request::parse(&args, &config::caps())?;
     let now = clock::now();
-    // Every key is opened (distinct: the parser refused a key given twice) and read before
-    // anything is decided, and every effect is checked before the first byte is written.
-    let mut keys = Vec::with_capacity(request.keys.len());
-    for (i, (limiter, _)) in request.limiters.iter().enumerate() {
-        let mut key = Key::open(call, 1 + i)?;
-        key.load(limiter.algorithm()).map_err(|e| e.in_limiter(i + 1))?;
-        keys.push(key);
-    }
+    let mut keys = read_keys(call, &request)?;
     let stored: Vec<_> = keys.iter().map(Key::stored).collect();
     let mut outcome = all::decide_charge(&request.limiters, &request.held, &stored, now, request.unit, request.charge)?;
     drop(stored);
     let debit = request.charge == Charge::Debit && request.limiters.iter().any(|&(_, q)| q > 0);
     // A debit with the SHADOW option writes nothing (see `super::limiter`).
     if !(debit && request.shadow()) {
-        let prepared = keys
-            .iter()
-            .zip(&outcome.decisions)
-            .enumerate()
-            .map(|(i, (key, d))| key.prepare(&d.effect).map_err(|e| e.in_limiter(i + 1)))
-            .collect::<Result<Vec<_>>>()?;
-        for (key, prepared) in keys.iter_mut().zip(prepared) {
-            key.apply(prepared)?;
-        }
+        write_keys(&mut keys, &outcome.decisions)?;
     }
 
     // The call counts once, as a peek when every quantity is 0, a refund when none is
@@ -85,4 +71,32 @@ fn handler(call: &Call) -> Result<Response> {
         ));
     }
     Ok(Response::Tree(Node::Array(reply)))
+}
+
+/// Every key of a call of CL.ALL's grammar (CL.ALL, CL.EACH), opened (distinct: the parser
+/// refused a key given twice) and read before anything is decided.
+pub(super) fn read_keys(call: &Call, request: &Request) -> Result<Vec<Key>> {
+    let mut keys = Vec::with_capacity(request.keys.len());
+    for (i, (limiter, _)) in request.limiters.iter().enumerate() {
+        let mut key = Key::open(call, 1 + i)?;
+        key.load(limiter.algorithm()).map_err(|e| e.in_limiter(i + 1))?;
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// Applies each key's decided effect, every one checked before the first byte is written (so
+/// an error writes nothing); several writes are replicated in one MULTI/EXEC, as the server
+/// wraps a command's replicated writes.
+pub(super) fn write_keys(keys: &mut [Key], decisions: &[Decision<Write>]) -> Result<()> {
+    let prepared = keys
+        .iter()
+        .zip(decisions)
+        .enumerate()
+        .map(|(i, (key, d))| key.prepare(&d.effect).map_err(|e| e.in_limiter(i + 1)))
+        .collect::<Result<Vec<_>>>()?;
+    for (key, prepared) in keys.iter_mut().zip(prepared) {
+        key.apply(prepared)?;
+    }
+    Ok(())
 }

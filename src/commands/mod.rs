@@ -6,6 +6,7 @@ mod all;
 mod bucket;
 mod counter;
 mod debug;
+mod each;
 mod pace;
 mod quota;
 mod release;
@@ -24,12 +25,13 @@ use crate::store::Key;
 use crate::{clock, config};
 
 /// Every command the module registers, in order (`INFO throttle` lists the counted ones so).
-pub static ALL: [&Registered; 10] = [
+pub static ALL: [&Registered; 11] = [
     &throttle::COMMAND,
     &window::COMMAND,
     &bucket::COMMAND,
     &counter::COMMAND,
     &all::COMMAND,
+    &each::COMMAND,
     &pace::COMMAND,
     &acquire::COMMAND,
     &release::COMMAND,

@@ -271,7 +271,8 @@ try {
           new RateLimiterRedisThrottle({
             ...T,
             storeClient: floor.module,
-            keyPrefix: 'f',
+            // (not 'f': its keys `f:<user>` would be express-rate-limit's floor's)
+            keyPrefix: 'r',
             points: workload.limit,
             duration: 60,
           }),

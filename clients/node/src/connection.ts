@@ -14,6 +14,8 @@ export class Connection {
   readonly t: Transport;
   readonly #timeoutMs: number;
   #backend: Promise<Backend> | undefined;
+  /** Detection found neither the module nor the twin (see `module`). */
+  #neither = false;
   /** The caller's client, for the address the missing-library error names. */
   readonly #client: RedisLike;
 
@@ -51,6 +53,16 @@ export class Connection {
     return this.#backend;
   }
 
+  /**
+   * Whether the server has the module, for a path with a plain-command equivalent to fall back
+   * on: false on the twin, on a server found to have neither (asked once, remembered), and when
+   * it could not be asked this time (asked again at the next call).
+   */
+  async module(): Promise<boolean> {
+    if (this.#neither) return false;
+    return (await this.backend().catch(() => undefined)) === 'module';
+  }
+
   async #detect(): Promise<Backend> {
     let info: unknown;
     try {
@@ -69,6 +81,7 @@ export class Connection {
       await warnIfOutdated((args) => this.timed(this.t.send(undefined, args)), this.#client);
       return 'twin';
     }
+    this.#neither = true;
     throw new ThrottleError(missingLibraryMessage(this.#client));
   }
 

@@ -12,7 +12,7 @@
  */
 import * as flexible from 'rate-limiter-flexible';
 import type { IRateLimiterOptions, RateLimiterAbstract } from 'rate-limiter-flexible';
-import { type Algorithm, admits, limiter, refund } from './algorithm.js';
+import { type Algorithm, admits, limiter, plainCounter, refund } from './algorithm.js';
 import { ThrottleError } from './errors.js';
 import { Throttle } from './throttle.js';
 import type { Decision, Limiter } from './types.js';
@@ -78,6 +78,17 @@ type Insured = Record<string, (...args: unknown[]) => Promise<unknown>>;
 const REFUSED: Record<string, string> = {
   customIncrTtlLuaScript: 'the store runs no Lua script',
 };
+
+/** A server's refusal of a command (an error reply, `CODE text`), which wrote nothing. */
+const refusal = (e: unknown): boolean => e instanceof ThrottleError && /^[A-Z]+ /.test(e.message);
+
+/**
+ * The limit of the fixed window's count on the module (#hit), above which a count reads as
+ * Infinity (as Throttle.hit reads one beyond 2^53 - 1): 64 below 2^53 - 1, so that every integer
+ * of its replies (the limit, the units left) is exact in every client (ioredis 6 reads an
+ * integer within 57 of 2^53 inexactly).
+ */
+const MOST = Number.MAX_SAFE_INTEGER - 64;
 
 /** parseInt as RateLimiterStoreAbstract reads its in-memory and block thresholds. */
 const whole = (v: unknown): number => (v ? parseInt(String(v), 10) || 0 : 0);
@@ -269,16 +280,45 @@ export class RateLimiterRedisThrottle extends Abstract {
   }
 
   /**
-   * Whether calls count with plain commands (Throttle.hit): the fixed window always does, as
-   * RateLimiterRedis's script counts (every consume and penalty adds its points, a reward takes
-   * them off, below 0 too, and the host compares the count with its points), on the module and
-   * the twin alike; GCRA and the exact window decide on the server.
+   * Whether calls count (#hit, Throttle.hit): the fixed window always does, as RateLimiterRedis's
+   * script counts (every consume and penalty adds its points, a reward takes them off, below 0
+   * too, and the host compares the count with its points), on the module and the twin alike;
+   * GCRA and the exact window decide on the server.
    */
   #counting(options: Options): boolean {
     if (this.#algorithm === 'counter') return true;
     if (this.#windowMs(options) === null)
       throw new ThrottleError("redis-throttle: customDuration 0 (never expires) needs algorithm 'counter'");
     return false;
+  }
+
+  /**
+   * Counts `points` of a consume or a penalty as RateLimiterRedis counts them (every one, past
+   * the points too): Throttle.hit's plain commands, or on the module, where CL.COUNTER counts the
+   * same, one `CL.COUNTER … DEBIT` against a limit near 2^53 (`MOST`), so that its reply gives
+   * the count back: the same bytes and expiry, one command instead of a MULTI of three. Points
+   * below 1, a window beyond CL.COUNTER's, and a stored value it refuses (a count below 0 after
+   * rewards, a string that is not an integer, another type: it writes nothing) go to the plain
+   * commands, whose answer or error stands.
+   */
+  async #hit(rlKey: string, ms: number | null, points: number): Promise<{ count: number; ttlMs: number }> {
+    if (ms !== null && plainCounter(MOST, ms, points) && (await this.#throttle.hasModule())) {
+      try {
+        const d = await this.#throttle.decide({
+          key: rlKey,
+          algorithm: 'counter',
+          limit: MOST,
+          windowMs: ms,
+          quantity: points,
+          debit: true,
+        });
+        // Overdrawn: a count beyond MOST, read as Infinity (as Throttle.hit reads one beyond 2^53 - 1).
+        return { count: d.limited ? Infinity : d.limit - d.remaining, ttlMs: d.resetAfterMs };
+      } catch (e) {
+        if (!refusal(e)) throw e;
+      }
+    }
+    return this.#throttle.hit(rlKey, ms, points);
   }
 
   #res(consumed: number, ttlMs: number, changed: number): RateLimiterRes {
@@ -303,7 +343,7 @@ export class RateLimiterRedisThrottle extends Abstract {
       if (this.#counting(options)) {
         // Every consume counted, as RateLimiterRedis's script counts it; the points compared here.
         const ms = this.#windowMs(options);
-        const h = await this.#throttle.hit(rlKey, ms, points);
+        const h = await this.#hit(rlKey, ms, points);
         res = this.#res(h.count, h.ttlMs, points);
         over = h.count > this.points;
         crossed = this.#crossed(h.count, points);
@@ -411,7 +451,7 @@ export class RateLimiterRedisThrottle extends Abstract {
     return this.#insured('penalty', [key, pointsGiven, options], async () => {
       const points = wholePoints(pointsGiven);
       if (this.#counting(options)) {
-        const h = await this.#throttle.hit(this.getKey(key), this.#windowMs(options), points);
+        const h = await this.#hit(this.getKey(key), this.#windowMs(options), points);
         return this.#res(h.count, h.ttlMs, points);
       }
       let d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));

@@ -55,6 +55,15 @@ export class Throttle {
     return this.#c.backend();
   }
 
+  /**
+   * Whether the server has the module (detected as `backend` is), for a caller choosing between a
+   * module command and plain commands keeping the same state: false with the twin, on a server
+   * with neither (asked once), and when the server could not be asked this time.
+   */
+  hasModule(): Promise<boolean> {
+    return this.#c.module();
+  }
+
   /** GCRA (redis-cell's CL.THROTTLE): max_burst + 1 at once, then `count` per `periodMs`. */
   throttle(key: string, p: ThrottleParams): Promise<Decision> {
     return decide(this.#c, { ...p, key: this.#c.w(key), algorithm: 'throttle' });

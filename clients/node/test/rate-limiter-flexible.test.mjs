@@ -492,3 +492,58 @@ test("bad options give the server error; another application's key is refused un
   await assert.rejects(limiter.consume('k'), /^ThrottleError: WRONGTYPE/);
   assert.deepEqual({ ...(await client.hGetAll(`${prefix}:k`)) }, { a: '1' });
 });
+
+test("the fixed window counts a consume by one CL.COUNTER … DEBIT on the module (a MULTI on the twin); what CL.COUNTER refuses goes to RateLimiterRedis's plain commands", async () => {
+  for (const kind of KINDS) {
+    const real = await nodeRedis(kind);
+    const { client, log } = counting(real);
+    const limiter = new RateLimiterRedisThrottle({
+      ...SLOW,
+      storeClient: client,
+      keyPrefix: unique('one'),
+      points: 3,
+      duration: 60,
+    });
+    assert.equal((await limiter.consume('k')).consumedPoints, 1);
+    const from = log.length;
+    const r = await limiter.consume('k', 2);
+    assert.deepEqual([r.consumedPoints, r.remainingPoints, r.isFirstInDuration], [3, 0, false], kind);
+    assert.ok(r.msBeforeNext > 50_000 && r.msBeforeNext <= 60_000, `${kind}: ${r.msBeforeNext}`);
+    const over = await limiter.penalty('k', 2);
+    assert.equal(over.consumedPoints, 5, kind);
+    const denied = await limiter.consume('k').then(
+      () => assert.fail('admitted'),
+      (x) => x,
+    );
+    assert.equal(denied.consumedPoints, 6, kind);
+    const sent = log.slice(from).map((c) => String(c[0]).toUpperCase());
+    assert.deepEqual(
+      sent,
+      kind === 'twin' ? ['MULTI', 'MULTI', 'MULTI'] : ['CL.COUNTER', 'CL.COUNTER', 'CL.COUNTER'],
+      kind,
+    );
+    // The stored count and its window's expiry, as RateLimiterRedis's script leaves them.
+    const key = limiter.getKey('k');
+    assert.equal(String(await real.get(key)), '6', kind);
+    const ttl = Number(await real.pTTL(key));
+    assert.ok(ttl > 50_000 && ttl <= 60_000, `${kind}: ${ttl}`);
+    // Rewards below 0 (RateLimiterRedis's count goes there; CL.COUNTER refuses such a count):
+    // the next consume counts on from it, by the plain commands.
+    await limiter.reward('k', 8);
+    assert.equal((await limiter.get('k')).consumedPoints, -2, kind);
+    const back = await limiter.consume('k');
+    assert.deepEqual([back.consumedPoints, back.remainingPoints], [-1, 4], kind);
+    // Another application's string: the plain commands' error, the key untouched.
+    const text = unique('text');
+    const other = new RateLimiterRedisThrottle({
+      ...SLOW,
+      storeClient: client,
+      keyPrefix: text,
+      points: 3,
+      duration: 60,
+    });
+    await real.set(other.getKey('k'), 'abc');
+    await assert.rejects(other.consume('k'), /not an integer/, kind);
+    assert.equal(String(await real.get(other.getKey('k'))), 'abc', kind);
+  }
+});

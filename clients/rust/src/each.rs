@@ -1,5 +1,5 @@
 //! Several decisions in one call, for a caller that decides many limiters per request (a gateway
-//! service): [`Throttle::check_each`] (independent decisions, one round trip per hash slot) and
+//! service): [`Throttle::check_each`] (independent decisions, one `CL.EACH` per hash slot) and
 //! [`Throttle::check_all_slots`] (all or nothing, one `CL.ALL` per hash slot, slots in parallel).
 //! Quantities are signed as the commands take them: positive takes, 0 peeks, negative refunds.
 
@@ -15,7 +15,7 @@ use crate::decision::{Decision, Numbers, Reason, Source, Verdict};
 use crate::error::{Error, Failed};
 use crate::policy::Policy;
 use crate::transport::{Conn, NOT_CONNECTED, send_pipe};
-use crate::wire::{Backend, Call, five, single_command};
+use crate::wire::{Backend, Call, each_command, five, single_command};
 
 /// The most limiters one `CL.ALL` takes.
 const MAX_ALL: usize = redis_throttle_core::all::MAX_KEYS;
@@ -46,6 +46,20 @@ async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>)
     .await
 }
 
+/// The commands of one slot's pipeline: its calls in order, cut where the charge changes (a
+/// debit or not: `DEBIT` is one word for a whole `CL.EACH`) and at `per_command` calls.
+fn commands(group: &[usize], calls: &[Call<'_>], per_command: usize) -> Vec<Vec<usize>> {
+    let debit = |j: usize| calls[j].0.debits() && calls[j].2 >= 0;
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for &j in group {
+        match out.last_mut() {
+            Some(last) if last.len() < per_command && debit(last[0]) == debit(j) => last.push(j),
+            _ => out.push(vec![j]),
+        }
+    }
+    out
+}
+
 /// Indices of `calls` grouped by hash slot (one group off a cluster), each group at most
 /// `max` long, in first-seen order.
 fn groups(calls: &[Call<'_>], cluster: bool, max: usize) -> Vec<Vec<usize>> {
@@ -63,11 +77,14 @@ fn groups(calls: &[Call<'_>], cluster: bool, max: usize) -> Vec<Vec<usize>> {
 impl Throttle {
     /// Decides each `(policy, key, quantity)` on its own, exactly as [`Throttle::check_n`],
     /// [`Throttle::peek`] (quantity 0) or [`Throttle::refund`] (negative) would, in one round
-    /// trip per hash slot (a pipeline, not a transaction; slots in parallel): a decision per
-    /// call, in order. A policy that debits ([`Policy::debiting`]) charges its units, as
-    /// [`Throttle::debit`] does; takes, peeks, refunds and debits mix freely. The deny cache
-    /// answers a take it holds a denial for (never a debit); a slot that cannot answer within
-    /// the deadline gets the failure policy's decisions.
+    /// trip per hash slot (slots in parallel): a decision per call, in order. With the module,
+    /// one `CL.EACH` per slot (up to 16 limiters each, all decided at one instant; more make a
+    /// pipeline of them); with the Functions twin, a pipeline of single calls. A policy that
+    /// debits ([`Policy::debiting`]) charges its units, as [`Throttle::debit`] does; takes,
+    /// peeks, refunds and debits mix freely (`DEBIT` being one word for a whole `CL.EACH`, a
+    /// slot's consecutive debits share one, and its other calls another, in the calls' order).
+    /// The deny cache answers a take it holds a denial for (never a debit); a slot that cannot
+    /// answer within the deadline gets the failure policy's decisions.
     pub async fn check_each(&self, calls: &[(&Policy, &[u8], i64)]) -> Result<Vec<Decision>, Error> {
         if calls.len() == 1 {
             return Ok(vec![self.decide(calls, false).await?]);
@@ -112,15 +129,27 @@ impl Throttle {
         }
         let cluster = link.conn.is_cluster();
         let slots = groups(&pending, cluster, usize::MAX);
+        // The module decides up to 16 limiters of one slot in one CL.EACH (each group of a
+        // slot's pipeline is one command); the twin, one call per limiter.
+        let each = link.backend == Backend::Module;
+        let per_command = if each { MAX_ALL } else { 1 };
         let sent = std::time::Instant::now();
         let sends: Vec<Pin<Box<dyn Future<Output = _> + Send + '_>>> = slots
             .iter()
             .map(|group| {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
-                for &j in group {
-                    let (policy, key, quantity) = pending[j];
-                    pipe.add_command(single_command(link.backend, policy, key, quantity));
+                for part in commands(group, &pending, per_command) {
+                    let calls: Vec<Call<'_>> = part.iter().map(|&j| pending[j]).collect();
+                    match (each, &calls[..]) {
+                        (true, [_, _, ..]) => pipe.add_command(each_command(&calls)),
+                        (_, _) => {
+                            for &(policy, key, quantity) in &calls {
+                                pipe.add_command(single_command(link.backend, policy, key, quantity));
+                            }
+                            &mut pipe
+                        }
+                    };
                 }
                 let key = pending[group[0]].1;
                 let fut: Pin<Box<dyn Future<Output = _> + Send + '_>> = Box::pin(async move {
@@ -132,6 +161,9 @@ impl Throttle {
             .collect();
         let replies = join_all(sends).await;
         for (group, reply) in slots.iter().zip(replies) {
+            // A CL.EACH reply (an array of five-integer arrays) stands for its limiters' replies.
+            let sizes: Vec<usize> = commands(group, &pending, per_command).iter().map(Vec::len).collect();
+            let reply = reply.and_then(|value| flatten_each(value, &sizes, each));
             match reply {
                 Ok(Value::Array(items)) if items.len() == group.len() => {
                     for (&j, item) in group.iter().zip(items) {
@@ -237,6 +269,25 @@ impl Throttle {
         decision.each = each;
         Ok(decision)
     }
+}
+
+/// A slot's pipeline reply as one reply per limiter: each `CL.EACH` reply (of a part of
+/// `per_command` limiters, the last maybe fewer; a part of one was a single command) replaced by
+/// its limiters' five-integer arrays. An error reply of a CL.EACH stands for each of its limiters.
+fn flatten_each(value: Value, sizes: &[usize], each: bool) -> Result<Value, Failed> {
+    let Value::Array(commands) = value else { return Ok(value) };
+    if !each {
+        return Ok(Value::Array(commands));
+    }
+    let mut out = Vec::with_capacity(sizes.iter().sum());
+    for (&size, reply) in sizes.iter().zip(commands) {
+        match reply {
+            Value::Array(replies) if size > 1 && replies.len() == size => out.extend(replies),
+            Value::ServerError(e) if size > 1 => out.extend((0..size).map(|_| Value::ServerError(e.clone()))),
+            single => out.push(single),
+        }
+    }
+    Ok(Value::Array(out))
 }
 
 /// CL.ALL's rule: denied, the denying limiter with the longest wait (never counts as longest);

@@ -513,6 +513,58 @@ mod tests {
         }
     }
 
+    fn vectors() -> serde_json::Value {
+        serde_json::from_str(include_str!("../../../tests/vectors/twin-loader.json")).unwrap()
+    }
+
+    /// A reply as the server sends it, from its JSON form (objects: RESP3 maps).
+    fn value(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::Null => Value::Nil,
+            serde_json::Value::String(s) => Value::BulkString(s.clone().into_bytes()),
+            serde_json::Value::Number(n) => Value::Int(n.as_i64().unwrap()),
+            serde_json::Value::Array(items) => Value::Array(items.iter().map(value).collect()),
+            serde_json::Value::Object(map) => {
+                Value::Map(map.iter().map(|(k, v)| (Value::BulkString(k.clone().into_bytes()), value(v))).collect())
+            }
+            serde_json::Value::Bool(b) => Value::Boolean(*b),
+        }
+    }
+
+    /// The shared vectors (tests/vectors/twin-loader.json), as the npm and Python loaders read them.
+    #[test]
+    fn the_loader_follows_the_shared_vectors() {
+        let vectors = vectors();
+        for v in vectors["versions"].as_array().unwrap() {
+            let (a, b) = (v["a"].as_str().unwrap(), v["b"].as_str().unwrap());
+            let want = v["order"].as_i64().map(|o| o.cmp(&0));
+            assert_eq!(compare_versions(a, b), want, "{a} ~ {b}");
+        }
+        for v in vectors["function_list"].as_array().unwrap() {
+            let found = find_library(&value(&v["reply"]))
+                .map(|(code, functions)| serde_json::json!({"code": code, "functions": functions}));
+            assert_eq!(found.unwrap_or(serde_json::Value::Null), v["library"], "{}", v["reply"]);
+        }
+        for p in vectors["plans"].as_array().unwrap() {
+            let before = match p["found"].as_str().unwrap() {
+                "none" => Found::Nothing,
+                "unversioned" => Found::Unversioned,
+                "same" => Found::Version(TWIN_VERSION.to_string()),
+                other => Found::Version(vectors["found_versions"][other].as_str().unwrap().to_string()),
+            };
+            let code = match (p["same_code"].as_bool().unwrap(), &before) {
+                (true, _) => Some(TWIN_LIBRARY),
+                (false, Found::Nothing) => None,
+                (false, _) => Some("#!lua name=throttle\n-- another"),
+            };
+            let action = match plan(&before, code, p["force"].as_bool().unwrap()) {
+                Plan::Do(action) => format!("{action:?}").to_lowercase(),
+                Plan::Refuse(_) => "refused".to_string(),
+            };
+            assert_eq!(action, p["action"].as_str().unwrap(), "{p}");
+        }
+    }
+
     #[test]
     fn the_library_is_functions_throttle_lua_and_the_version_the_workspace_one() {
         assert!(TWIN_LIBRARY.starts_with("#!lua name=throttle"));

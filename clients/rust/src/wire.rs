@@ -97,13 +97,27 @@ pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quan
 }
 
 pub(crate) fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
+    let mut cmd = specs_command(backend, "CL.ALL", "cl_all", calls);
+    cmd.arg("DETAILS");
+    cmd
+}
+
+/// `CL.EACH numkeys key… spec… MS`: the module's one command deciding several independent
+/// limiters (all in one hash slot); its reply is one five-integer array per limiter.
+pub(crate) fn each_command(calls: &[Call<'_>]) -> Cmd {
+    specs_command(Backend::Module, "CL.EACH", "cl_each", calls)
+}
+
+/// A command of CL.ALL's grammar: `numkeys`, the keys, one spec per key, then `MS` (and `DEBIT`
+/// when every limiter debits).
+fn specs_command(backend: Backend, command: &str, function: &str, calls: &[Call<'_>]) -> Cmd {
     let mut cmd = match backend {
         Backend::Twin => {
             let mut c = redis::cmd("FCALL");
-            c.arg("cl_all");
+            c.arg(function);
             c
         }
-        _ => redis::cmd("CL.ALL"),
+        _ => redis::cmd(command),
     };
     cmd.arg(calls.len());
     for (_, key, _) in calls {
@@ -114,7 +128,7 @@ pub(crate) fn all_command(backend: Backend, calls: &[Call<'_>]) -> Cmd {
         push_params(&mut cmd, policy);
         cmd.arg("QUANTITY").arg(*quantity);
     }
-    cmd.arg("MS").arg("DETAILS");
+    cmd.arg("MS");
     // One word for the whole call (callers check that every policy debits, or none).
     if calls.iter().all(|(p, _, q)| p.debits() && *q >= 0) {
         cmd.arg("DEBIT");
@@ -153,4 +167,53 @@ pub(crate) fn all_decision(value: &Value, count: usize) -> Result<Decision, Erro
     decision.binding = usize::try_from(index - 1).map_err(|_| bad())?;
     decision.each = each;
     Ok(decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::Number(n) => Value::Int(n.as_i64().unwrap()),
+            serde_json::Value::String(s) => Value::BulkString(s.clone().into_bytes()),
+            serde_json::Value::Array(items) => Value::Array(items.iter().map(value).collect()),
+            other => panic!("no reply of the vectors is {other}"),
+        }
+    }
+
+    fn neutral(n: &Numbers) -> serde_json::Value {
+        let (limited, retry) = match n.verdict {
+            crate::Verdict::Allowed => (false, -1),
+            crate::Verdict::Never => (true, -1),
+            crate::Verdict::Denied { retry_after } => (true, retry_after.as_millis() as i64),
+        };
+        serde_json::json!({
+            "limited": limited, "limit": n.limit, "remaining": n.remaining,
+            "retry_after_ms": retry, "reset_after_ms": n.reset_after.as_millis() as i64,
+        })
+    }
+
+    /// The shared vectors (tests/vectors/replies.json), as the npm and Python packages decode them.
+    #[test]
+    fn replies_decode_as_the_shared_vectors_say() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/vectors/replies.json")).unwrap();
+        for v in vectors["decode"].as_array().unwrap() {
+            let reply = value(&v["reply"]);
+            let decoded = match v["what"].as_str().unwrap() {
+                "five" => five(&reply).map(|r| neutral(&Numbers::from_reply(r))),
+                _ => all_decision(&reply, v["count"].as_u64().unwrap() as usize).map(|d| {
+                    let mut head = neutral(&Numbers::from_reply(five(&reply).unwrap()));
+                    head["binding"] = d.binding.into();
+                    head["details"] = d.each.iter().map(neutral).collect();
+                    head
+                }),
+            };
+            match v.get("error") {
+                Some(_) => assert!(decoded.is_err(), "{}: {decoded:?}", v["reply"]),
+                None => assert_eq!(decoded.unwrap(), v["decoded"], "{}", v["reply"]),
+            }
+        }
+    }
 }

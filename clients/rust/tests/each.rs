@@ -1,5 +1,5 @@
 //! Several decisions in one call (for a gateway deciding many descriptors per request):
-//! `check_each` decides each alone in one round trip per hash slot (counted by each node's
+//! `check_each` decides each alone in one round trip per hash slot (one `CL.EACH` per slot, counted by each node's
 //! commandstats), `check_all_slots` all or nothing across slots (an admitting slot's units are
 //! given back when another refuses), on one server and on a 3-primary cluster.
 
@@ -44,6 +44,16 @@ async fn each_decides_alone_and_all_slots_refund() {
     let d = client.check_each(&calls).await.unwrap();
     assert!(d.iter().all(|d| d.allowed() && d.remaining == 9));
     assert_eq!(cluster.nodes.iter().map(|n| n.command_calls("cl.counter")).sum::<u64>() - before, 12);
+    // One slot's limiters are decided by CL.EACH, at most 16 a command: 20 take two.
+    let tagged: Vec<String> = (0..20).map(|i| format!("{{u}}:k{i}")).collect();
+    let calls: Vec<(&Policy, &[u8], i64)> = tagged.iter().map(|k| (&ten, k.as_bytes(), 1)).collect();
+    let sum = |command: &str| cluster.nodes.iter().map(|n| n.command_calls(command)).sum::<u64>();
+    let (each_before, counter_before) = (sum("cl.each"), sum("cl.counter"));
+    let d = client.check_each(&calls).await.unwrap();
+    assert!(d.iter().all(|d| d.allowed() && d.remaining == 9));
+    assert_eq!((sum("cl.each") - each_before, sum("cl.counter") - counter_before), (2, 0));
+    let d = client.check_each(&calls).await.unwrap();
+    assert!(d.iter().all(|d| d.allowed() && d.remaining == 8), "each limiter counted once a call");
 
     // All or nothing across slots: "a" admits (10/m), "b" is spent (1/m) in another slot.
     let (a, b) = ("all:a", "all:b-0");

@@ -138,13 +138,13 @@ fn the_table_derives_arity_and_an_unbounded_length() {
 
 /// A key as the module keeps it: bytes and an expiry in whole milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Key {
+pub(crate) struct Key {
     value: Option<Vec<u8>>,
     expires_ms: Option<i64>,
 }
 
 impl Key {
-    fn stored(&self, now: i64) -> Option<Stored<'_>> {
+    pub(crate) fn stored(&self, now: i64) -> Option<Stored<'_>> {
         let live = self.expires_ms.is_none_or(|ms| i128::from(ms) * i128::from(NANOS_PER_MILLI) > i128::from(now));
         match (&self.value, live) {
             (Some(value), true) => Some(Stored { value, expires_at_ms: self.expires_ms }),
@@ -152,7 +152,7 @@ impl Key {
         }
     }
 
-    fn apply(&mut self, effect: &Effect<Write>) {
+    pub(crate) fn apply(&mut self, effect: &Effect<Write>) {
         match effect {
             Effect::Nothing => {}
             Effect::Delete => *self = Key::default(),
@@ -173,7 +173,7 @@ impl Key {
 }
 
 /// A limiter with small parameters, so that random calls reach every outcome.
-fn limiter() -> impl Strategy<Value = Limiter> {
+pub(crate) fn limiter() -> impl Strategy<Value = Limiter> {
     (0usize..5, 1i64..6, 1i64..4, 1i64..2000).prop_map(|(kind, a, b, ms)| {
         let algorithm = Algorithm::ALL[kind];
         let values = match algorithm {

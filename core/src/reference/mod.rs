@@ -6,6 +6,7 @@
 
 pub mod bucket;
 pub mod counter;
+pub mod each;
 pub mod lease;
 pub mod pace;
 pub mod quota;

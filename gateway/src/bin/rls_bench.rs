@@ -675,7 +675,7 @@ async fn run(module: String, rls_bin: String, envoy_bin: String) {
         "  v4:        radix v4 (upstream since 2026-01), defaults: 10 shared connections, each request's pipeline on a random one"
     );
     println!(
-        "  mode: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false (independent: ours one pipeline of CL.COUNTER per request)"
+        "  mode: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false (independent: ours one CL.EACH per request, a CL.COUNTER for one descriptor)"
     );
     println!("        or true (all or nothing: ours one CL.ALL; upstream a GET pipeline, then INCRBY+EXPIRE)");
     println!("\n-- a server run as a cache (no replica, no AOF: the module builds no replicated command) --");

@@ -345,7 +345,9 @@ fn upstream_s_config_error_table() {
     const BASIC: &str =
         "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
     let one = |name: &str, yaml: &str| vec![(name.to_string(), yaml.to_string())];
-    let cases: Vec<(Vec<(String, String)>, bool, &str)> = vec![
+    // (the files, MERGE_DOMAIN_CONFIG, upstream's message)
+    type Case = (Vec<(String, String)>, bool, &'static str);
+    let cases: Vec<Case> = vec![
         (one("empty_domain.yaml", "descriptors:\n"), false, "empty_domain.yaml: config file cannot have empty domain"),
         (
             vec![
