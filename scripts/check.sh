@@ -8,39 +8,61 @@
 #            and the Python package read them (no server)
 #   types    tsc --noEmit (clients/node), mypy --strict (clients/python)
 #
-# Every step runs; the check fails if any failed, and names it. The tools are the packages'
-# pinned ones, installed when missing by `scripts/deps.sh check` (make check runs it first).
+# Every step runs (the packages' at once with the core's tests); the check fails if any failed,
+# names it and shows the end of its output. The tools are the packages' pinned ones, installed
+# when missing by `scripts/deps.sh check` (make check runs it first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 node_bin=$(realpath -m "$target/node/$(tr -d ' \n' < clients/node/test/matrix/newest/.node-version)/bin")
 start=$SECONDS
-failed=()
-step() { # NAME COMMAND...
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+# STEP NAME COMMAND...: runs it, its output into the log NAME (shown when it fails), its line.
+step() {
   local name=$1 t0=$SECONDS rc=0
   shift
-  "$@" || rc=$?
-  printf 'check: %-16s %4ss%s\n' "$name" $((SECONDS - t0)) "$([ $rc = 0 ] || echo "  FAILED")" >&2
-  [ $rc = 0 ] || failed+=("$name")
+  "$@" >"$logs/$name" 2>&1 || rc=$?
+  if [ $rc = 0 ]; then
+    printf 'check: %-16s %4ss\n' "$name" $((SECONDS - t0))
+  else
+    tail -n 80 "$logs/$name"
+    printf 'check: %-16s %4ss  FAILED\n' "$name" $((SECONDS - t0))
+    echo "$name" >>"$logs/failed"
+  fi
 }
 in_dir() { (cd "$1" && shift && "$@"); }
 node() { PATH="$node_bin:$PATH" "$@"; }
 
-step "rustfmt" cargo fmt --all -- --check
-step "clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings
-step "core tests" cargo test -p redis-throttle-core --quiet
-step "prettier" in_dir clients/node node npm run --silent format:check
-step "tsc" in_dir clients/node node npm run --silent typecheck
-py=$(python3 clients/python/tests/matrix.py --venv newest) || failed+=("python venv")
-if [ -x "${py:-}" ]; then
+# The packages' steps, mostly one process each: at once with the core's tests, whose longest
+# test leaves a core idle for most of their run.
+packages() {
+  step "prettier" in_dir clients/node node npm run --silent format:check
+  step "tsc" in_dir clients/node node npm run --silent typecheck
+  local py
+  if ! py=$(python3 clients/python/tests/matrix.py --venv newest 2>"$logs/python venv"); then
+    cat "$logs/python venv"
+    echo "python venv" >>"$logs/failed"
+    return
+  fi
+  local bin
   bin=$(dirname "$py")
-  step "ruff format" "$bin/ruff" format --check --no-cache --quiet scripts clients/python
-  step "ruff check" in_dir clients/python "$bin/ruff" check --no-cache --quiet src tests bench
+  step "ruff format" "$bin/ruff" format --check --no-cache scripts clients/python
+  step "ruff check" in_dir clients/python "$bin/ruff" check --no-cache src tests bench
   step "mypy" in_dir clients/python "$bin/mypy" --cache-dir "$(realpath "$target")/python-matrix/check-mypy-cache"
   step "python vectors" in_dir clients/python env PYTHONPATH=src "$bin/pytest" -q -p no:cacheprovider tests/test_vectors.py
-fi
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "check: FAILED: ${failed[*]} ($((SECONDS - start)) s)" >&2
+}
+
+{
+  step "rustfmt" cargo fmt --all -- --check
+  step "clippy" cargo clippy --workspace --all-targets -- -D warnings
+  packages >"$logs/packages.out" 2>&1 &
+  step "core tests" cargo test -p redis-throttle-core
+  wait
+  cat "$logs/packages.out"
+} >&2
+if [ -s "$logs/failed" ]; then
+  echo "check: FAILED: $(paste -sd, "$logs/failed") ($((SECONDS - start)) s)" >&2
   exit 1
 fi
 echo "check: all passed ($((SECONDS - start)) s)" >&2

@@ -428,3 +428,59 @@ fn an_overdraw_is_a_denial_for_the_operator() {
     assert_eq!(harness::get_bytes(&mut c, "mode"), b"8", "stored as enforce stores it");
     let _: () = redis::cmd("CONFIG").arg("SET").arg("throttle.mode").arg("enforce").query(&mut c).unwrap();
 }
+
+/// The module on a server against the reference models (`core/src/reference`, the contract's
+/// plain arithmetic), call for call, with debits among takes, checks and refunds: the server's
+/// clock pinned to each call's microsecond (`CL.DEBUG CLOCK`, a day ahead so that no key
+/// expires by the real clock meanwhile), every reply equal to the model's.
+#[test]
+fn the_module_matches_the_reference_models_with_debits() {
+    use redis_throttle_core::reference::{bucket, counter, throttle as gcra, window};
+    if !module() {
+        return; // the clock is pinned through the module's CL.DEBUG
+    }
+    let server = Server::with(Options::default().debug_commands());
+    let mut c = server.client();
+    let ms = |ns: i128| if ns < 0 { -1 } else { ((ns + 999_999) / 1_000_000) as i64 };
+    let as_ms = |r: [i128; 5]| [r[0] as i64, r[1] as i64, r[2] as i64, ms(r[3]), ms(r[4])];
+    let mut now_us = (harness::server_ms(&mut c) + 86_400_000) * 1000 + 123;
+    let mut tat: Option<i64> = None;
+    let mut counter_model = counter::Model::default();
+    let mut bucket_model = bucket::Model::new(6, 2, 300_000_000);
+    let (mut exact, mut buckets) = (window::Model::default(), window::Model::default());
+    let mut seed = 45u64;
+    let mut next = |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for i in 0..1500 {
+        now_us += next(400_000) as i64;
+        let now = now_us as i128 * 1000;
+        let debit = next(3) == 0;
+        let q = next(12) as i64 - if debit { 0 } else { 3 };
+        let tail = if debit { " DEBIT" } else { "" };
+        let (words, want) = match i % 5 {
+            0 => {
+                let (reply, write) = gcra::call(tat, now as i64, 4, 3, 600_000_000, q, debit).unwrap();
+                if let Some(w) = write {
+                    tat = w.map(|t| t as i64);
+                }
+                (format!("CL.THROTTLE m:t 4 3 600 {q} MS{tail}"), reply)
+            }
+            1 => {
+                (format!("CL.COUNTER m:c 6 700 {q} MS{tail}"), counter_model.call(now, 6, 700_000_000, q.into(), debit))
+            }
+            2 => (format!("CL.BUCKET m:b 6 2 300 {q} MS{tail}"), bucket_model.call(now, q.into(), debit)),
+            3 => (format!("CL.WINDOW m:w 6 900 {q} MS{tail}"), exact.call(now, 6, 900_000_000, None, q.into(), debit)),
+            _ => (
+                format!("CL.WINDOW m:p 6 900 {q} MS PRECISION 100{tail}"),
+                buckets.call(now, 6, 900_000_000, Some(100_000_000), q.into(), debit),
+            ),
+        };
+        let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore().add_command(harness::command(&args));
+        let (got,): (Vec<i64>,) = pipe.query(&mut c).unwrap_or_else(|e| panic!("{words}: {e}"));
+        assert_eq!(got, as_ms(want), "call {i} at +{} µs: {words}", now_us % 1_000_000_000);
+    }
+}

@@ -820,7 +820,11 @@ mod tests {
             window(&data);
             quota(&data);
             held(&data);
-            debit(&data);
+            // (A quota's driver is the slowest, its calendar model walking seconds: debits on
+            // a quota once in four here; the fuzz target and `never_over_admits` run more.)
+            if data.first().is_none_or(|b| b % 5 != 4 || b % 4 == 0) {
+                debit(&data);
+            }
             each(&data);
         }
     }
