@@ -122,6 +122,10 @@ SCENARIOS=(
   "CL.ALL 1 limiter|CL.ALL 1 b:{u}:1 THROTTLE 99 100000000 1"
   "CL.ALL 3 limiters|CL.ALL 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
   "CL.ALL 8 limiters|CL.ALL 8 b:{u}:1 b:{u}:2 b:{u}:3 b:{u}:4 b:{u}:5 b:{u}:6 b:{u}:7 b:{u}:8 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
+  # CL.EACH: the same limiters, each decided on its own (one command per slot for a gateway's
+  # independent descriptors).
+  "CL.EACH 3 limiters|CL.EACH 3 b:{u}:1 b:{u}:2 b:{u}:3 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
+  "CL.EACH 8 limiters|CL.EACH 8 b:{u}:1 b:{u}:2 b:{u}:3 b:{u}:4 b:{u}:5 b:{u}:6 b:{u}:7 b:{u}:8 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1 THROTTLE 99 100000000 1"
   "Lua GCRA (EVALSHA)|EVALSHA __SHA__ 1 bench:hot 1000000 1 1000000000"
   "CL.PACE|CL.PACE bench:hot 100000000 1"
   "ZADD (lease baseline)|ZADD bench:hot 1795354456188 job-1"
@@ -164,9 +168,14 @@ for s in "${SCENARIOS[@]}"; do
 done
 if [ -n "${BENCH_ONLY:-}" ]; then exit 0; fi
 single=${IR[CL.THROTTLE]}
-printf '\nCL.ALL with N limiters against N single CL.THROTTLE calls + one floor (target: <= 1.00x)\n'
+printf '\nCL.ALL and CL.EACH with N limiters against N single CL.THROTTLE calls + one floor (target: <= 1.00x)\n'
 for n in 1 3 8; do
   key="CL.ALL $n limiter"; [ "$n" -gt 1 ] && key="${key}s"
+  ir=${IR[$key]}
+  printf '%-26s %12s %8s\n' "$key" "$ir" "$(python3 -c "print(f'{$ir/($n*$single+$floor_ir):.2f}x')")"
+done
+for n in 3 8; do
+  key="CL.EACH $n limiters"
   ir=${IR[$key]}
   printf '%-26s %12s %8s\n' "$key" "$ir" "$(python3 -c "print(f'{$ir/($n*$single+$floor_ir):.2f}x')")"
 done

@@ -3,16 +3,17 @@
 -- `make twin`; a test fails while this file is not their assembly).
 --[[
 redis-throttle's Functions twin, version 0.1.0: CL.THROTTLE, CL.WINDOW, CL.BUCKET,
-CL.COUNTER, CL.QUOTA (UTC and fixed offsets) and CL.ALL as Redis Functions, for servers that
+CL.COUNTER, CL.QUOTA (UTC and fixed offsets), CL.ALL and CL.EACH as Redis Functions, for servers that
 cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
-  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW]
-         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW]
-         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW] [DEBIT]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW] [DEBIT]
+         FCALL cl_each <numkeys> <key>... <spec>... [MS] [SHADOW] [DEBIT]
          FCALL_RO cl_version 0    (the library's version, as a string; FCALL works too)
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so
@@ -96,6 +97,10 @@ local ERR = {
   integer = 'ERR value is not an integer or out of range',
   range = 'ERR %s must be an integer from %s to %s',
   held_refund = 'ERR HELD is valid only with a negative quantity (a refund)',
+  -- DEBIT (core/src/limiter.rs): a charge, never a refund; and its bounds.
+  debit_negative = 'ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)',
+  debit_too_large = 'ERR DEBIT is too large: a count must stay at most %s',
+  debit_too_long = 'ERR DEBIT is too large: an exact window logs at most %s units a call (use PRECISION for larger budgets)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
@@ -115,7 +120,7 @@ local ERR = {
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version",
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
   twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
@@ -140,6 +145,8 @@ local BOUND = {
   exact_hint = 'use PRECISION for larger limits',
   throttle_span = '(max_burst + 1) * period / count',
   bucket_span = 'interval * ceil(capacity / tokens)',
+  debit_throttle_span = 'quantity * period / count',
+  debit_bucket_span = 'interval * ceil(deficit / tokens)',
 }
 -- @errors end
 
@@ -570,16 +577,16 @@ end
 -- One call in plain numbers, for a tolerance below 2^52 ns (the hot path of CL.THROTTLE):
 -- gcra_decide's rules, step for step, with every span relative to now. The TAT (am, au; am nil
 -- for none), now and the quantity q; returns limited (0/1), remaining, the retry span (nil when
--- none), the span from now to the TAT after the call, and whether that TAT is written.
+-- none), the span from now to the TAT after the call, and whether that TAT is written; or
+-- nothing for a TAT 2^52 ns or more ahead (a debt: the general path).
 local function gcra_step(tol, ei, limit, am, au, nm, nu, q)
-  local ttl, stepped = 0, false
+  local ttl = 0
   if am then
-    local dm = am - nm -- the TAT's offset from now, clamped to [0, tolerance]
-    if dm >= 4503599627 then
-      stepped, ttl = true, tol
-    elseif dm > -4503599627 then
+    local dm = am - nm -- the TAT's offset from now, at least 0
+    if dm >= 4503599627 then return nil end
+    if dm > -4503599627 then
       local off = dm * M + (au - nu)
-      if off > tol then stepped, ttl = true, tol elseif off > 0 then ttl = off end
+      if off > 0 then ttl = off end
     end
   end
   local limited, span, retry, write = 0, ttl, nil, false
@@ -587,21 +594,25 @@ local function gcra_step(tol, ei, limit, am, au, nm, nu, q)
     span, write = 0, true
     if -q * ei < ttl then span = ttl + q * ei end
   elseif q > limit then
-    limited, write = 1, stepped
+    limited = 1
   elseif ttl + ei * q > tol then
-    limited, write, retry = 1, stepped, ttl + ei * q - tol
+    limited, retry = 1, ttl + ei * q - tol
   else
     span, write = ttl + ei * q, q ~= 0
   end
-  -- remaining = floor((tolerance - span) / interval), within [0, limit] as tolerance = interval * limit
+  -- remaining = floor((tolerance - span) / interval), within [0, limit] as tolerance = interval
+  -- * limit; none when the TAT is beyond the tolerance (debt)
   local free = tol - span
+  if free < 0 then return limited, 0, retry, span, write end
   return limited, (free - free % ei) / ei, retry, span, write
 end
 
--- The fast path of gcra_decide (tolerance below 2^52 ns), as a decision.
+-- The fast path of gcra_decide (tolerance below 2^52 ns), as a decision; nil where it is not
+-- taken (see gcra_step).
 local function gcra_fast(p, am, au, nm, nu, q)
   local limit = p.limit
   local limited, remaining, retry, span, write = gcra_step(p.tol, p.ei, limit, am, au, nm, nu, q)
+  if not limited then return nil end
   local sm, su = ns_t(span)
   local d = decision(limited, limit, limit - remaining, nil, nil, sm, su)
   if retry then d.rm, d.ru = ns_t(retry) end
@@ -630,29 +641,27 @@ local function gcra_reply(p, limited, tlm, tlu, rm, ru)
   return d
 end
 
-local function gcra_decide(p, stored, nm, nu, qm, qu, q, held)
+-- A stored TAT is honoured however far ahead it lies (a debit leaves TATs beyond now +
+-- tolerance; a clock step and a debt cannot be told apart, and forgiving a debt over-admits).
+-- `debit` (quantity above 0 with DEBIT): the TAT moves on by the units whatever the limit says.
+local function gcra_decide(p, stored, nm, nu, qm, qu, q, held, debit)
   local am, au -- the TAT
   if stored then
     am, au = tat_of(stored)
     if not am then invalid('throttle', stored) end
   end
-  if p.tol and nm < p.fast_until and not held then return gcra_fast(p, am, au, nm, nu, q) end
-  -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
-  local cm, cu = t_add(nm, nu, p.tm, p.tu)
-  if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
-  local stepped = am ~= nil and t_lt(cm, cu, am, au)
-  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
-  if t_lt(cm, cu, am, au) then am, au = cm, cu end
-  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
-  local function denied_effect(d)
-    if stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(am, au), ceil_ms(am, au) end
-    return d
+  if p.tol and nm < p.fast_until and not held and not debit then
+    local d = gcra_fast(p, am, au, nm, nu, q)
+    if d then return d end
   end
+  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
+  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
 
   if q < 0 then
-    -- A refund moves the TAT back by the units returned, stopping at now (full). Units beyond
-    -- 2^53 give back more than any tolerance, as the capped count does.
-    local bm, bu = t_mul(p.em, p.eu, -q)
+    -- A refund moves the TAT back by the units returned (exact: a debt may put the TAT
+    -- beyond any tolerance), stopping at now (full).
+    local bm, bu = t_sub(0, 0, qm, qu)
+    bm, bu = t_mul_t(p.em, p.eu, bm, bu)
     if held then
       -- HELD: back by at most what is left of the units' emission time, from the least the
       -- TAT can have been after the taking call (held - 1 ms + 1 ns) to now (core's
@@ -670,14 +679,38 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q, held)
     if sm == 0 and su == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
     return d
   end
-  if q > p.limit then return denied_effect(gcra_reply(p, 1, tlm, tlu)) end
+  if debit then
+    -- The increment (q * interval, exact for any q) within the duration range, the new TAT an
+    -- instant; limited when the same take would have been denied. Retry: when a take of q
+    -- would be admitted after the debit (never, for q above the limit).
+    local im, iu = t_mul_t(p.em, p.eu, qm, qu)
+    if im > 1000000000000 or (im == 1000000000000 and iu > 0) then fail(fmt(ERR.span, BOUND.debit_throttle_span)) end
+    local xm, xu = t_add(am, au, im, iu)
+    if not t_fits(xm, xu) then fail(ERR.too_large) end
+    local limited, rm, ru = 0, nil, nil
+    local wm, wu = t_sub(xm, xu, p.tm, p.tu)       -- allowed at, for this call
+    if q > p.limit then
+      limited = 1
+    elseif t_lt(nm, nu, wm, wu) then
+      rm, ru = t_add(xm, xu, im, iu)
+      if not t_fits(rm, ru) then fail(ERR.too_large) end
+      rm, ru = t_sub(rm, ru, p.tm, p.tu)
+      rm, ru = t_sub(rm, ru, nm, nu)
+      limited = 1
+    end
+    local sm, su = t_sub(xm, xu, nm, nu)
+    local d = gcra_reply(p, limited, sm, su, rm, ru)
+    d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu)
+    return d
+  end
+  if q > p.limit then return gcra_reply(p, 1, tlm, tlu) end
   local im, iu = t_mul(p.em, p.eu, q)              -- increment
   local xm, xu = t_add(am, au, im, iu)             -- new TAT
   if not t_fits(xm, xu) then fail(ERR.too_large) end
   local wm, wu = t_sub(xm, xu, p.tm, p.tu)         -- allowed at
   if t_lt(nm, nu, wm, wu) then
     local rm, ru = t_sub(wm, wu, nm, nu)
-    return denied_effect(gcra_reply(p, 1, tlm, tlu, rm, ru))
+    return gcra_reply(p, 1, tlm, tlu, rm, ru)
   end
   local sm, su = t_sub(xm, xu, nm, nu)
   local d = gcra_reply(p, 0, sm, su)
@@ -699,7 +732,7 @@ local errors, integers = lib.errors, lib.integers
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal
 local M, MAX_M, MAX_MS, MAX_U = integers.M, integers.MAX_M, integers.MAX_MS, integers.MAX_U
 local int_text, parse_i64, t_capped = integers.int_text, integers.parse_i64, integers.t_capped
-local t_sub, t_text = integers.t_sub, integers.t_text
+local t_add, t_sub, t_text = integers.t_add, integers.t_sub, integers.t_text
 local decision, invalid = lib.kinds.decision, lib.kinds.invalid
 
 local COUNTER_MAX = 999999999999999999
@@ -725,7 +758,17 @@ local function refunded(cm, cu, qm, qu)
   return km, ku
 end
 
-local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+-- A count (T) plus the units a debit (quantity qm, qu > 0) counts, within the stored range
+-- (below 10^18: the stored forms stay disjoint).
+local function debited(cm, cu, qm, qu)
+  local km, ku = t_add(cm, cu, qm, qu)
+  if km > 999999999999 then fail(fmt(ERR.debit_too_large, BOUND.counter_limit)) end
+  return km, ku
+end
+
+-- `debit` (quantity above 0 with DEBIT): the units are counted whatever the limit says (the
+-- count may pass it), `limited` telling whether they overdrew.
+local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q, debit)
   local cm, cu -- the count, T
   local closes -- ms; nil: stamped beyond any ceiling (no expiry)
   local has = false
@@ -767,14 +810,26 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), expiry() end
     return d
   end
-  if q > p.limit then return denied(reply(1, count)) end
-  if count + q > p.limit then return denied(reply(1, count, um, uu)) end
-  if q == 0 then return reply(0, count) end
+  if not debit then
+    if q > p.limit then return denied(reply(1, count)) end
+    if count + q > p.limit then return denied(reply(1, count, um, uu)) end
+    if q == 0 then return reply(0, count) end
+  end
   if not open then
     local start = nm
     closes = start + p.window
     if closes > MAX_MS then fail(ERR.too_large) end
     um, uu = t_sub(closes, 0, nm, nu)
+  end
+  if debit then
+    -- Retry (a take of q after the debit): when the window closes; never for q above the limit.
+    local km, ku = debited(cm, cu, qm, qu)
+    local d
+    if q > p.limit then d = reply(1, t_capped(km, ku))
+    elseif count + q > p.limit then d = reply(1, t_capped(km, ku), um, uu)
+    else d = reply(0, t_capped(km, ku)) end
+    d.eff, d.value, d.at = 'set', t_text(km, ku), expiry()
+    return d
   end
   local c = count + q
   local d = reply(0, c)
@@ -783,7 +838,7 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
 end
 
 return {
-  counter_params = counter_params, stamped_at = stamped_at, refunded = refunded,
+  counter_params = counter_params, stamped_at = stamped_at, refunded = refunded, debited = debited,
   counter_decide = counter_decide,
 }
 end)()
@@ -843,7 +898,7 @@ local integers, calendar = lib.integers, lib.calendar
 local div_floor, int_text, parse_i64 = integers.div_floor, integers.int_text, integers.parse_i64
 local t_capped, t_sub, t_text = integers.t_capped, integers.t_sub, integers.t_text
 local decision, invalid = lib.kinds.decision, lib.kinds.invalid
-local refunded, stamped_at = lib.counter.refunded, lib.counter.stamped_at
+local debited, refunded, stamped_at = lib.counter.debited, lib.counter.refunded, lib.counter.stamped_at
 local MS_DAY, civil_from_days = calendar.MS_DAY, calendar.civil_from_days
 local days_from_civil, days_in_month = calendar.days_from_civil, calendar.days_in_month
 
@@ -896,7 +951,8 @@ local function quota_period(p, nm)
   return start, e
 end
 
-local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+-- `debit`: as CL.COUNTER's.
+local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q, debit)
   local _, e = quota_period(p, nm)
   local cm, cu = 0, 0
   local live, moved = false, false
@@ -928,6 +984,15 @@ local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), e end
     return d
   end
+  if debit then
+    local km, ku = debited(cm, cu, qm, qu)
+    local d
+    if q > p.limit then d = reply(1, t_capped(km, ku))
+    elseif count + q > p.limit then d = reply(1, t_capped(km, ku), um, uu)
+    else d = reply(0, t_capped(km, ku)) end
+    d.eff, d.value, d.at = 'set', t_text(km, ku), e
+    return d
+  end
   if q > p.limit then return denied(reply(1, count)) end
   if count + q > p.limit then return denied(reply(1, count, um, uu)) end
   if q == 0 then return reply(0, count) end
@@ -942,14 +1007,17 @@ end)()
 -- ---- functions/src/bucket.lua
 lib.bucket = (function()
 -- CL.BUCKET: a token bucket refilled by whole intervals (core/src/bucket.rs). The key holds
--- minus the deficit and expires when the bucket is full; every instant is a whole ms.
+-- minus the deficit and expires when the bucket is full.
 
 local errors, integers, kinds = lib.errors, lib.integers, lib.kinds
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal
-local MAX_MS, MIN_M, MIN_U = integers.MAX_MS, integers.MIN_M, integers.MIN_U
-local div_ceil, div_floor, int_text = integers.div_ceil, integers.div_floor, integers.int_text
+local EXACT, M, MAX_M, MAX_MS = integers.EXACT, integers.M, integers.MAX_M, integers.MAX_MS
+local MAX_U, int_text = integers.MAX_U, integers.int_text
+local MIN_M, MIN_U, div_ceil, div_floor = integers.MIN_M, integers.MIN_U, integers.div_ceil, integers.div_floor
 local parse_i64, t_add, t_capped = integers.parse_i64, integers.t_add, integers.t_capped
-local t_divmod, t_sub = integers.t_divmod, integers.t_sub
+local t_divmod, t_fits, t_lt, t_mul = integers.t_divmod, integers.t_fits, integers.t_lt, integers.t_mul
+local t_mul_t, t_sub, t_text = integers.t_mul_t, integers.t_sub, integers.t_text
+local ceil_ms = lib.time.ceil_ms
 local decision, invalid, since = kinds.decision, kinds.invalid, kinds.since
 local stamped_at = lib.counter.stamped_at
 
@@ -962,60 +1030,220 @@ local function bucket_params(cm, cu, tm, tu, interval_ms)
   if qm >= 9007199254 or t_capped(qm, qu) * interval_ms > 1000000000000 then fail(fmt(ERR.span, BOUND.bucket_span)) end
   local capacity = t_capped(cm, cu)
   -- Tokens beyond 2^53 exceed every deficit: 2^53 refills the same.
-  return { capacity = capacity, tokens = t_capped(tm, tu), interval = interval_ms, refuse = refusal(capacity, 'capacity') }
+  -- (`plain`: tokens below 2^53, bucket_decide's plain numbers)
+  return {
+    capacity = capacity, tokens = t_capped(tm, tu), tm = tm, tu = tu, interval = interval_ms,
+    plain = tm < 9007199254, refuse = refusal(capacity, 'capacity'),
+  }
 end
 
-local function refills(p, d) return div_ceil(d, p.tokens) end
+-- A plain integer 0 <= v < 2^53 as T.
+local function T(v)
+  local m = floor(v / M)
+  return m, v - m * M
+end
 
-local function bucket_decide(p, stored, expiry_ms, nm, nu, q, held)
-  local full_at -- ms; nil: stamped beyond any ceiling
+-- Deficits are T: a debit leaves debt beyond the capacity, up to an i64 (and a bucket holding
+-- one is read as it is). Instants are ms, but for `next_refill` and what follows from it, T:
+-- a key without an expiry is full at the last instant an i64 of ns holds, not a whole ms.
+
+-- The refills making up a deficit (T > 0), ceil(d / tokens), as T.
+local function refills(p, dm, du)
+  local qm, qu, rm, ru = t_divmod(dm, du, p.tm, p.tu)
+  if rm ~= 0 or ru ~= 0 then qm, qu = t_add(qm, qu, 0, 1) end
+  return qm, qu
+end
+
+-- Whether a T value is at most `most` (T).
+local function at_most(xm, xu, mm, mu) return not t_lt(mm, mu, xm, xu) end
+
+local MAX_MS_M, MAX_MS_U = 9223372, 36854 -- MAX_MS as T
+
+-- bucket_decide's rules with every deficit T (see bucket_decide).
+local function bucket_exact(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit)
+  local I, capacity = p.interval, p.capacity
+  local CM, CU = T(capacity)
+  local dm, du = 0, 0 -- the deficit now
+  local had = false -- the stored bucket was not yet full
+  local stepped = false
+  local start = nm -- the refill clock starts on the whole ms at or before now
+  local rm, ru -- the next refill after now
+  if stored then
+    local vm, vu = parse_i64(stored)
+    -- -deficit with deficit >= 1
+    if not vm or vm >= 0 or (vm == MIN_M and vu < MIN_U + 1) then invalid('bucket', stored) end
+    local sm, su = t_sub(0, 0, vm, vu)
+    -- Full at its expiry: none (or beyond the ns range) reads as the last instant an i64 holds.
+    local fm, fu = stamped_at(expiry_ms), 0
+    if fm == nil then fm, fu = MAX_M, MAX_U end
+    had = t_lt(nm, nu, fm, fu)
+    -- A bucket is full at most ceil(deficit / tokens) refills after the clock's start (debt
+    -- included); a later full_at (the clock stepped back, the parameters were lowered, the key
+    -- lost its expiry) restarts the grid.
+    local nm_, nu_ = refills(p, sm, su)
+    local wm, wu = t_mul(nm_, nu_, I)
+    local cm, cu = t_add(wm, wu, T(start))
+    if at_most(wm, wu, MAX_MS_M, MAX_MS_U) and at_most(cm, cu, MAX_MS_M, MAX_MS_U) then
+      local ceiling = t_capped(cm, cu)
+      if t_lt(ceiling, 0, fm, fu) then fm, fu, stepped = ceiling, 0, true end
+    end
+    if t_lt(nm, nu, fm, fu) then
+      -- refills still ahead: ceil((full_at - now) / interval), a refill at now has happened
+      local xm, xu = t_sub(fm, fu, nm, nu)
+      local ahead = xu == 0 and div_ceil(xm, I) or div_floor(xm, I) + 1
+      local am, au = T(ahead)
+      if t_lt(nm_, nu_, am, au) then ahead, am, au = t_capped(nm_, nu_), nm_, nu_ end
+      -- deficit - (n - ahead) * tokens
+      local km, ku = t_sub(nm_, nu_, am, au)
+      km, ku = t_mul_t(km, ku, p.tm, p.tu)
+      dm, du = t_sub(sm, su, km, ku)
+      rm, ru = fm - (ahead - 1) * I, fu
+    else
+      stepped = false
+    end
+  end
+  local empty = dm == 0 and du == 0
+  if empty then
+    stepped = false
+    rm, ru = start + I, 0
+    if rm > MAX_MS then fail(ERR.too_large) end
+  end
+  -- The refill at which the deficit (T) is at most `target` (plain), nil meaning now.
+  local function covering(xm, xu, target)
+    local mm, mu = t_sub(xm, xu, T(target))
+    if mm < 0 or (mm == 0 and mu == 0) then return nil end
+    local km, ku = refills(p, mm, mu)
+    km, ku = t_sub(km, ku, 0, 1)
+    km, ku = t_mul(km, ku, I) -- the later refills, in ms
+    if not at_most(km, ku, MAX_MS_M, MAX_MS_U) then fail(ERR.too_large) end
+    local am, au = rm + t_capped(km, ku), ru
+    if not t_fits(am, au) then fail(ERR.too_large) end
+    return am, au
+  end
+  local function until_(am, au)
+    if am == nil then return 0, 0 end
+    return since(am, au, nm, nu)
+  end
+  local reset_m, reset_u = until_(covering(dm, du, 0))
+  local deficit = t_capped(dm, du) -- (for the reply: remaining is 0 beyond the capacity)
+  -- (A denied take stores a bucket pulled back; a peek, of a bucket in debt, stays pure.)
+  local function denied(d)
+    if stepped and not empty and q ~= 0 then d.eff, d.value, d.at = 'set', '-' .. t_text(dm, du), ceil_ms(covering(dm, du, 0)) end
+    return d
+  end
+  local function settle(xm, xu)
+    local am, au = covering(xm, xu, 0)
+    local sm, su = until_(am, au)
+    local d = decision(0, capacity, t_capped(xm, xu), nil, nil, sm, su)
+    if xm == 0 and xu == 0 then
+      if had then d.eff = 'del' end
+    else
+      d.eff, d.value, d.at = 'set', '-' .. t_text(xm, xu), ceil_ms(am, au)
+    end
+    return d
+  end
+
+  if q < 0 then
+    local um, uu = t_sub(0, 0, qm, qu) -- the units given back
+    if held then
+      -- HELD: at most the tokens the grid's refills from now to `held` would still add
+      -- (core's bucket::held_units); nothing once now is at `held`.
+      um, uu = 0, 0
+      if nm < held and not empty and not t_lt(held, 0, rm, ru) then
+        local xm = t_sub(held, 0, rm, ru)
+        local gm, gu = T(div_floor(xm, I) + 1)
+        local bm, bu = t_mul_t(gm, gu, p.tm, p.tu)
+        um, uu = t_sub(0, 0, qm, qu)
+        if t_lt(bm, bu, um, uu) then um, uu = bm, bu end
+        if t_lt(dm, du, um, uu) then um, uu = dm, du end
+      end
+      if um == 0 and uu == 0 then return decision(0, capacity, deficit, nil, nil, reset_m, reset_u) end
+    end
+    local xm, xu = t_sub(dm, du, um, uu)
+    if xm < 0 then xm, xu = 0, 0 end
+    return settle(xm, xu)
+  end
+  if debit then
+    -- The new deficit an i64 whose refills span a duration (10^12 ms).
+    local xm, xu = t_add(dm, du, debit[1], debit[2])
+    if not t_fits(xm, xu) then fail(fmt(ERR.span, BOUND.debit_bucket_span)) end
+    local wm, wu = refills(p, xm, xu)
+    wm, wu = t_mul(wm, wu, I)
+    if not at_most(wm, wu, 1000000, 0) then fail(fmt(ERR.span, BOUND.debit_bucket_span)) end
+    local d = settle(xm, xu)
+    if q > capacity then
+      d[1] = 1
+    elseif t_lt(CM, CU, xm, xu) then
+      -- until a draw of q would be admitted on the bucket after the debit
+      d[1], d.rm, d.ru = 1, until_(covering(xm, xu, capacity - q))
+    end
+    return d
+  end
+  if q > capacity then return denied(decision(1, capacity, deficit, nil, nil, reset_m, reset_u)) end
+  local xm, xu = t_add(dm, du, T(q))
+  if t_lt(CM, CU, xm, xu) then
+    local em, eu = until_(covering(dm, du, capacity - q))
+    return denied(decision(1, capacity, deficit, em, eu, reset_m, reset_u))
+  end
+  if q == 0 then return decision(0, capacity, deficit, nil, nil, reset_m, reset_u) end
+  return settle(xm, xu)
+end
+
+local function plain_refills(p, d) return div_ceil(d, p.tokens) end
+
+-- `qm, qu`: the quantity (T; `q` capped). `debit` (quantity above 0 with DEBIT): the tokens are
+-- drawn whatever the capacity says (the deficit may pass it: debt), `limited` telling whether
+-- the same draw would have been denied.
+-- In plain numbers (every deficit below 2^53, the key expiring at a whole ms, tokens below
+-- 2^53: any bucket a realistic rate leaves), else bucket_exact's T.
+local function bucket_decide(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit)
+  if not p.plain then return bucket_exact(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit) end
+  local full_at -- ms; nil: no expiry (or beyond the ns range)
   local deficit = 0
   local had = false -- the stored bucket was not yet full
   local stepped = false
   local start = nm -- the refill clock starts on the whole ms at or before now
+  local I, capacity = p.interval, p.capacity
   local next_refill
   if stored then
     local vm, vu = parse_i64(stored)
     -- -deficit with deficit >= 1
     if not vm or vm >= 0 or (vm == MIN_M and vu < MIN_U + 1) then invalid('bucket', stored) end
-    local dm, du = t_sub(0, 0, vm, vu)
+    if vm < -9007199254 then return bucket_exact(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit) end
+    local d = -(vm * M + vu)
     full_at = stamped_at(expiry_ms)
     had = full_at == nil or full_at > nm
-    local d = t_capped(dm, du)
-    -- A deficit above a lowered capacity is capped first. A bucket is full at most
-    -- ceil(deficit / tokens) refills after the clock's start; a later full_at (the clock
-    -- stepped back, the parameters were lowered, the key lost its expiry) restarts the grid.
-    if d > p.capacity then d = p.capacity end
-    local span = refills(p, d) * p.interval
+    -- A bucket is full at most ceil(deficit / tokens) refills after the clock's start (debt
+    -- included); a later full_at (the clock stepped back, the parameters were lowered, the key
+    -- lost its expiry) restarts the grid.
+    local span = plain_refills(p, d) * I
     local ceiling = start + span
-    if span > MAX_MS or ceiling > MAX_MS then ceiling = nil end
-    if ceiling and (full_at == nil or full_at > ceiling) then full_at, stepped = ceiling, true end
-    if full_at ~= nil and full_at > nm then
-      local n = refills(p, d)
+    if span <= MAX_MS and ceiling <= MAX_MS and (full_at == nil or full_at > ceiling) then
+      full_at, stepped = ceiling, true
+    end
+    if full_at == nil then return bucket_exact(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit) end
+    if full_at > nm then
+      local n = plain_refills(p, d)
       -- refills still ahead: ceil((full_at - now) / interval), a refill at now has happened
       local x = full_at - nm
-      local ahead = nu == 0 and div_ceil(x, p.interval) or div_floor(x - 1, p.interval) + 1
+      local ahead = nu == 0 and div_ceil(x, I) or div_floor(x - 1, I) + 1
       if ahead > n then ahead = n end
       deficit = d - (n - ahead) * p.tokens
-      next_refill = full_at - (ahead - 1) * p.interval
-    elseif full_at == nil then
-      -- Stamped beyond every ceiling, and no ceiling fits in i64: nothing refills in time.
-      deficit = d
-      next_refill = MAX_MS + 1
+      next_refill = full_at - (ahead - 1) * I
     else
       stepped = false
     end
   end
   if deficit == 0 then
     stepped = false
-    next_refill = start + p.interval
+    next_refill = start + I
     if next_refill > MAX_MS then fail(ERR.too_large) end
   end
   -- The refill at which the deficit is at most `target` (ms), nil meaning now.
   local function covering(def, target)
     local missing = def - target
     if missing <= 0 then return nil end
-    local at = next_refill + (refills(p, missing) - 1) * p.interval
+    local at = next_refill + (plain_refills(p, missing) - 1) * I
     if at > MAX_MS then fail(ERR.too_large) end
     return at
   end
@@ -1024,14 +1252,15 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q, held)
     return since(at, 0, nm, nu)
   end
   local reset_m, reset_u = until_(covering(deficit, 0))
+  -- (A denied take stores a bucket pulled back; a peek, of a bucket in debt, stays pure.)
   local function denied(d)
-    if stepped and deficit > 0 then d.eff, d.value, d.at = 'set', '-' .. int_text(deficit), covering(deficit, 0) end
+    if stepped and deficit > 0 and q ~= 0 then d.eff, d.value, d.at = 'set', '-' .. int_text(deficit), covering(deficit, 0) end
     return d
   end
   local function settle(def)
     local at = covering(def, 0)
     local sm, su = until_(at)
-    local d = decision(0, p.capacity, def, nil, nil, sm, su)
+    local d = decision(0, capacity, def, nil, nil, sm, su)
     if def == 0 then
       if had then d.eff = 'del' end
     else
@@ -1046,23 +1275,37 @@ local function bucket_decide(p, stored, expiry_ms, nm, nu, q, held)
       -- (core's bucket::held_units); nothing once now is at `held`.
       local bound = 0
       if nm < held and deficit > 0 and held >= next_refill then
-        bound = (div_floor(held - next_refill, p.interval) + 1) * p.tokens
+        bound = (div_floor(held - next_refill, I) + 1) * p.tokens
         if bound > -q then bound = -q end
         if bound > deficit then bound = deficit end
       end
-      if bound == 0 then return decision(0, p.capacity, deficit, nil, nil, reset_m, reset_u) end
+      if bound == 0 then return decision(0, capacity, deficit, nil, nil, reset_m, reset_u) end
       q = -bound
     end
     local def = deficit + q
     if def < 0 then def = 0 end
     return settle(def)
   end
-  if q > p.capacity then return denied(decision(1, p.capacity, deficit, nil, nil, reset_m, reset_u)) end
-  if deficit + q > p.capacity then
-    local rm, ru = until_(covering(deficit, p.capacity - q))
-    return denied(decision(1, p.capacity, deficit, rm, ru, reset_m, reset_u))
+  if debit then
+    local def = deficit + q
+    if def >= EXACT then return bucket_exact(p, stored, expiry_ms, nm, nu, qm, qu, q, held, debit) end
+    -- The refills covering the new deficit span a duration (10^12 ms).
+    if plain_refills(p, def) * I > 1000000000000 then fail(fmt(ERR.span, BOUND.debit_bucket_span)) end
+    local d = settle(def)
+    if q > capacity then
+      d[1] = 1
+    elseif def > capacity then
+      -- until a draw of q would be admitted on the bucket after the debit
+      d[1], d.rm, d.ru = 1, until_(covering(def, capacity - q))
+    end
+    return d
   end
-  if q == 0 then return decision(0, p.capacity, deficit, nil, nil, reset_m, reset_u) end
+  if q > capacity then return denied(decision(1, capacity, deficit, nil, nil, reset_m, reset_u)) end
+  if deficit + q > capacity then
+    local rm, ru = until_(covering(deficit, capacity - q))
+    return denied(decision(1, capacity, deficit, rm, ru, reset_m, reset_u))
+  end
+  if q == 0 then return decision(0, capacity, deficit, nil, nil, reset_m, reset_u) end
   return settle(deficit + q)
 end
 
@@ -1163,7 +1406,7 @@ local function whole(stored)
 end
 
 return {
-  RING_MAX_SLOTS = RING_MAX_SLOTS, window_params = window_params, verdict = verdict,
+  MAX_EXACT_LIMIT = MAX_EXACT_LIMIT, RING_MAX_SLOTS = RING_MAX_SLOTS, window_params = window_params, verdict = verdict,
   window_reply = window_reply, emptied = emptied, READ_WHOLE = READ_WHOLE, LONG = LONG,
   read_window = read_window, whole = whole,
 }
@@ -1178,8 +1421,9 @@ local EXACT, M, div_ceil = integers.EXACT, integers.M, integers.div_ceil
 local div_floor, le_t, le_u32 = integers.div_floor, integers.le_t, integers.le_u32
 local repeat_of, t_add, t_fits = integers.repeat_of, integers.t_add, integers.t_fits
 local t_le, t_lt, t_sub, u32_le = integers.t_le, integers.t_lt, integers.t_sub, integers.u32_le
-local ceil_ms = lib.time.ceil_ms
-local emptied, verdict, window_reply = window.emptied, window.verdict, window.window_reply
+local ceil_ms, since = lib.time.ceil_ms, lib.kinds.since
+local MAX_EXACT_LIMIT, emptied, verdict = window.MAX_EXACT_LIMIT, window.emptied, window.verdict
+local window_reply = window.window_reply
 
 -- A log is a string `s` (the whole value), or for a long stored value (see `read_window`) its
 -- first READ_WHOLE bytes with `key` set: the rest is read in ranges (GETRANGE) as the call
@@ -1582,7 +1826,9 @@ end
 -- decision is wanted for its reply only (CL.ALL before it knows every limiter admits): the
 -- bytes of a converted log are not built; `redo` instead finishes the decision when it is to
 -- be written (a function), or is true where the call must decide again (see ring_log_reply).
-local function exact_decide(p, log, nm, nu, q, ahead, dry)
+-- `debit` (quantity above 0 with DEBIT): the units are logged as an admission logs them (at
+-- most MAX_EXACT_LIMIT), whatever the limit says, `limited` telling whether they overdrew.
+local function exact_decide(p, log, nm, nu, q, ahead, dry, debit)
   dry = dry and log.converted
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
   local first = log_first_after(log, hm, hu)
@@ -1600,6 +1846,11 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
   end
 
   local v = verdict(q, used, p.limit)
+  if debit then
+    -- (A take logs at most its limit; a debit may log more, up to the same cap.)
+    if q > MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_long, MAX_EXACT_LIMIT)) end
+    v = 'admit'
+  end
   if v == 'refund' then
     local units = -q
     if units > in_window then units = in_window end
@@ -1617,8 +1868,25 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
+    if debit and (q > p.limit or used + q > p.limit) then
+      -- Overdrawn. Retry (a take of q after the debit, never for q above the limit): when the
+      -- oldest used + 2q - limit of the entries then live have left (the debit's own at now;
+      -- entries after now are logged at now).
+      d[1] = 1
+      if q <= p.limit then
+        local j = used + q - (p.limit - q) - 1
+        local rm, ru = nm, nu
+        if j < used then
+          rm, ru = log_at(log, first + j)
+          if t_lt(nm, nu, rm, ru) then rm, ru = nm, nu end
+        end
+        rm, ru = t_add(rm, ru, p.window, 0)
+        if not t_fits(rm, ru) then fail(ERR.too_large) end
+        d.rm, d.ru = since(rm, ru, nm, nu)
+      end
+    end
     if dry then
-      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead) end
+      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead, false, debit) end
       return d
     end
     local appended = t_le(nm, nu)
@@ -1665,10 +1933,12 @@ lib.window_buckets = (function()
 -- window_to_buckets.lua's and window_to_exact.lua's, the dispatch window_decide.lua's.
 
 local integers, window = lib.integers, lib.window
-local ERR, fail = lib.errors.ERR, lib.errors.fail
+local BOUND, ERR, fail = lib.errors.BOUND, lib.errors.ERR, lib.errors.fail
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, i64_array, int_le = integers.div_floor, integers.i64_array, integers.int_le
-local le_t, t_le = integers.le_t, integers.t_le
+local le_t, t_add, t_capped = integers.le_t, integers.t_add, integers.t_capped
+local t_fits, t_le = integers.t_fits, integers.t_le
+local since = lib.kinds.since
 local RING_MAX_SLOTS, emptied, verdict = window.RING_MAX_SLOTS, window.emptied, window.verdict
 local window_reply = window.window_reply
 
@@ -1837,7 +2107,9 @@ end
 -- regrouped from another precision), used as it is; `ahead` then says whether what it was
 -- built from was stamped ahead. `dry` (see exact_decide): a ring not stored as it
 -- is (converted, regrouped or new) is not written out; `redo` writes it.
-local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
+-- `debit` (quantity above 0 with DEBIT): the units go where an admission puts them, whatever
+-- the limit says, `limited` telling whether they overdrew.
+local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry, debit)
   local P, W = p.precision, p.window
   local spanned = div_ceil(W, P)
   local slots = spanned + 1
@@ -1860,7 +2132,8 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
   if converted and ring.used and q >= 0 and verdict(q, ring.used, p.limit) ~= 'denied' then
     -- A ring converted from a long log holds every live entry (log_to_ring says how many,
-    -- and the bucket of the newest): its counts are read here only by a refund or a denial.
+    -- and the bucket of the newest): its counts are read here only by a refund or a denial
+    -- (or a debit that overdraws: its retry time).
     used, newest_used = ring.used, ring.newest_used
   elseif src then
     -- (slot by slot from the oldest held, each count checked as ring_count checks it)
@@ -1889,6 +2162,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local fm = newest_used and leaves(newest_used)
 
   local v = verdict(q, used, p.limit)
+  if debit then v = 'admit' end
   if v == 'refund' then
     local units = -q
     -- The oldest units go first: the newest bucket in use, and the key's expiry, stay unless
@@ -1917,6 +2191,16 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
       k = k + 1
       edits[#edits + 1] = { k, 0 }
     end
+    if debit then
+      -- (A debit's sum must fit the bucket's i64, `debit` its quantity as T; the twin carries
+      -- none at 2^53, and refuses a limit it cannot reply first.)
+      local cm, cu = t_add(0, #edits > 0 and 0 or ring_count(ring, top), debit[1], debit[2])
+      if not t_fits(cm, cu) then fail(fmt(ERR.debit_too_large, BOUND.i64_max)) end
+      if p.refuse then fail(p.refuse) end
+      -- (the counts read are valid: the twin's own refusal, not `beyond`'s scan of every count)
+      if t_capped(cm, cu) >= EXACT or used + q >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+    end
+    -- (A take's sum is at most its limit; a debit's stays below 2^53, above.)
     if #edits > 0 then
       edits[#edits][2] = q
     else
@@ -1925,6 +2209,19 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
     local at = leaves(top)
     local d = window_reply(p, 0, used + q, nm, nu, at, 0)
     d.at = at
+    if debit and (q > p.limit or used + q > p.limit) then
+      -- Overdrawn. Retry (a take of q after the debit, never for q above the limit): when the
+      -- oldest buckets holding used + 2q - limit units then have left (q in top's).
+      d[1] = 1
+      if q <= p.limit then
+        local need, freed, rk = used + q - (p.limit - q), 0, top
+        for i = 0, held - 1 do
+          freed = freed + counts[i] + (k0 + i == top and q or 0)
+          if freed >= need then rk = k0 + i break end
+        end
+        d.rm, d.ru = since(leaves(rk), 0, nm, nu)
+      end
+    end
     if dry and not ring.stored then d.redo = function() return ring_patch(ring, top, edits, d) end return d end
     return ring_patch(ring, top, edits, d)
   end
@@ -2638,26 +2935,27 @@ local function window_held_units(p, stored, nm, nu, units, held)
 end
 
 -- `dry` (see exact_decide): no stored state is converted for a decision marked `redo`.
-local function window_decide(p, stored, nm, nu, q, dry, held)
+-- `debit`: see exact_decide and ring_decide (a debit converts as an admission does).
+local function window_decide(p, stored, nm, nu, q, dry, held, debit)
   if held and q < 0 then
     q = -window_held_units(p, stored, nm, nu, -q, held)
   end
   read_ring(nil)
   if stored == nil then
-    if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry) end
-    return exact_decide(p, EMPTY_LOG, nm, nu, q)
+    if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry, debit) end
+    return exact_decide(p, EMPTY_LOG, nm, nu, q, nil, nil, debit)
   end
   local version
   if type(stored) == 'table' then
     -- A long value: an exact call reads its log in ranges; anything else reads it whole.
     if byte(stored.s) == 1 then
       local log = log_parse(stored.s, stored)
-      if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
+      if log and not p.precision then return exact_decide(p, log, nm, nu, q, nil, nil, debit) end
       if log then
-        local d = log_as_ring_reply(p, log, nm, nu, q, dry)
+        local d = not debit and log_as_ring_reply(p, log, nm, nu, q, dry)
         if d then return d end
         local converted, ahead = log_to_ring(p, log, nm, nu, q)
-        return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
+        return ring_decide(p, converted, nm, nu, q, true, ahead, dry, debit)
       end
     end
     stored = whole(stored)
@@ -2672,26 +2970,26 @@ local function window_decide(p, stored, nm, nu, q, dry, held)
       local P, W = p.precision, p.window
       local slots, ahead = div_ceil(W, P) + 1, ring_is_ahead(ring, nm, W)
       if ring.pm == P and ring.pu == 0 and ring.slots == slots and not ahead then
-        return ring_decide(p, ring, nm, nu, q, nil, nil, dry)
+        return ring_decide(p, ring, nm, nu, q, nil, nil, dry, debit)
       end
       local current = div_floor(nm, P)
       local regrouped = ring_regroup(ring, P, slots, div_floor(nm - W, P), current, current + slots - 1)
-      return ring_decide(p, regrouped, nm, nu, q, true, ahead, dry)
+      return ring_decide(p, regrouped, nm, nu, q, true, ahead, dry, debit)
     end
     if log then
-      local d = log_as_ring_reply(p, log, nm, nu, q, dry)
+      local d = not debit and log_as_ring_reply(p, log, nm, nu, q, dry)
       if d then return d end
       local converted, ahead = log_to_ring(p, log, nm, nu, q)
-      return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
+      return ring_decide(p, converted, nm, nu, q, true, ahead, dry, debit)
     end
   else
-    if log then return exact_decide(p, log, nm, nu, q) end
+    if log then return exact_decide(p, log, nm, nu, q, nil, nil, debit) end
     if ring then
-      local converted, ahead = ring_to_log(p, ring, nm, nu, dry)
+      local converted, ahead = ring_to_log(p, ring, nm, nu, dry and not debit)
       if converted.counted then
         return ring_log_reply(p, ring, nm, nu, q, converted) or window_decide(p, stored, nm, nu, q)
       end
-      return exact_decide(p, converted, nm, nu, q, ahead, dry)
+      return exact_decide(p, converted, nm, nu, q, ahead, dry, debit)
     end
   end
   invalid('window', stored)
@@ -2815,9 +3113,9 @@ end
 -- The optional words of a single command (`[quantity] [MS] [PRECISION p] [SHADOW]`, any order,
 -- each at most once; a word not starting with a letter is the quantity) or of a CL.ALL spec
 -- (`[QUANTITY q] [PRECISION p]`; `spec` true). Returns the quantity (T, nil when absent),
--- MS, PRECISION's value (T, nil when absent) and SHADOW.
+-- MS, PRECISION's value (T, nil when absent), SHADOW, HELD's value (T) and DEBIT.
 local function tail(args, i, last, accepts_precision, spec)
-  local qm, qu, millis, pm, pu, shadow, hm, hu
+  local qm, qu, millis, pm, pu, shadow, hm, hu, debit
   while i <= last do
     local a = args[i]
     local b = byte(a)
@@ -2827,6 +3125,8 @@ local function tail(args, i, last, accepts_precision, spec)
       millis = true
     elseif not spec and not shadow and is_word(a, 'SHADOW') then
       shadow = true
+    elseif not spec and not debit and is_word(a, 'DEBIT') then
+      debit = true
     elseif spec and qm == nil and is_word(a, 'QUANTITY') then
       i = i + 1
       if i > last then fail(ERR.syntax) end
@@ -2844,7 +3144,7 @@ local function tail(args, i, last, accepts_precision, spec)
     end
     i = i + 1
   end
-  return qm, qu, millis, pm, pu, shadow, hm, hu
+  return qm, qu, millis, pm, pu, shadow, hm, hu, debit
 end
 
 -- `HELD t` (T, nil when absent) of a call with quantity (qm, qu): t in Unix milliseconds, a
@@ -2854,6 +3154,15 @@ local function held_of(hm, hu, qm, qu)
   if qm >= 0 then fail(ERR.held_refund) end
   if hm < 0 or hm > 9223372 or (hm == 9223372 and hu > 36854) then fail(fmt(ERR.range, 'held', '0', '9223372036854')) end
   return hm * M + hu
+end
+
+-- DEBIT (a charge counted whatever the limit says) takes a quantity of 0 or more (checked
+-- before HELD, as the module checks it). Returns whether the call debits: a debit of 0 is a
+-- pure check, decided as a peek.
+local function debit_of(debit, qm, qu)
+  if not debit then return false end
+  if qm < 0 then fail(ERR.debit_negative) end
+  return qm > 0 or qu > 0
 end
 
 local UNIT_NAME = { [false] = 'seconds', [true] = 'milliseconds' }
@@ -2952,8 +3261,9 @@ local function quota_anchor(word, millis)
 end
 
 -- The parameters; `words` args[first..last]: limit PER unit, then TZ, ANCHOR and the tail
--- (single: QUANTITY q, MS, SHADOW; spec: QUANTITY q). `millis`: the call's unit (spec only).
-local function quota_parse(args, first, last, spec, millis)
+-- (single: QUANTITY q, HELD t, MS, SHADOW, DEBIT; spec: QUANTITY q, HELD t). `millis` and
+-- `debit`: the call's unit and DEBIT (spec only).
+local function quota_parse(args, first, last, spec, millis, debit)
   local lm, lu = integer(args[first])
   if not is_word(args[first + 1], 'PER') then fail(ERR.quota_per) end
   local per = QUOTA_PER[args[first + 2]:upper()]
@@ -2973,7 +3283,7 @@ local function quota_parse(args, first, last, spec, millis)
       end
       i = i + 2
     else
-      if #rest >= 6 then fail(ERR.syntax) end
+      if #rest >= 7 then fail(ERR.syntax) end
       rest[#rest + 1] = a
       i = i + 1
     end
@@ -2992,6 +3302,7 @@ local function quota_parse(args, first, last, spec, millis)
       hm, hu = integer(rest[j])
     elseif not spec and not millis and is_word(a, 'MS') then millis = true
     elseif not spec and not shadow and is_word(a, 'SHADOW') then shadow = true
+    elseif not spec and not debit and is_word(a, 'DEBIT') then debit = true
     else fail(ERR.syntax) end
     j = j + 1
   end
@@ -3010,8 +3321,9 @@ local function quota_parse(args, first, last, spec, millis)
     pos = { ms = lc - days * MS_DAY, month = am, day = ad, weekday = (days + 3) % 7 }
   end
   if qm == nil then qm, qu = 0, 1 end
+  local debits = debit_of(debit, qm, qu)
   local held = held_of(hm, hu, qm, qu)
-  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false, held
+  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false, held, debits
 end
 
 -- Each command's table: its name, positional arguments and optional words (the most its tail
@@ -3019,14 +3331,14 @@ end
 -- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
 local COMMANDS = {
   throttle = {
-    name = 'cl.throttle', positional = 3, optional = 5, word = 'THROTTLE',
+    name = 'cl.throttle', positional = 3, optional = 6, word = 'THROTTLE',
     build = function(a, millis)
       local period = duration(a[5], a[6], millis, 'period')
       return gcra_params(a[1], a[2], a[3], a[4], period)
     end,
   },
   window = {
-    name = 'cl.window', positional = 2, optional = 7, word = 'WINDOW', precision = true,
+    name = 'cl.window', positional = 2, optional = 8, word = 'WINDOW', precision = true,
     build = function(a, millis, pm, pu)
       local window = duration(a[3], a[4], millis, 'window')
       local precision
@@ -3043,7 +3355,7 @@ local COMMANDS = {
     end,
   },
   bucket = {
-    name = 'cl.bucket', positional = 3, optional = 5, word = 'BUCKET',
+    name = 'cl.bucket', positional = 3, optional = 6, word = 'BUCKET',
     build = function(a, millis)
       local interval = duration(a[5], a[6], millis, 'interval')
       return bucket_params(a[1], a[2], a[3], a[4], interval)
@@ -3052,7 +3364,7 @@ local COMMANDS = {
   -- Its words are not all numbers (quota_parse reads them); `positional` counts `PER unit`.
   quota = { name = 'cl.quota', positional = 3, word = 'QUOTA', zone = true },
   counter = {
-    name = 'cl.counter', positional = 2, optional = 5, word = 'COUNTER',
+    name = 'cl.counter', positional = 2, optional = 6, word = 'COUNTER',
     build = function(a, millis)
       local window = duration(a[3], a[4], millis, 'window')
       return counter_params(a[1], a[2], window)
@@ -3069,27 +3381,29 @@ local function positional(command, args, first)
   return a
 end
 
--- Parses a single command's arguments after its key: its parameters, quantity (T), unit and
--- SHADOW.
+-- Parses a single command's arguments after its key: its parameters, quantity (T), unit,
+-- SHADOW, HELD (Unix ms) and whether it debits.
 local function parse(kind, args)
   if kind == 'quota' then
-    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, HELD t, MS and SHADOW.
-    if #args < 3 or #args > 13 then fail(fmt(ERR.arity, 'cl.quota')) end
+    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, HELD t, MS, SHADOW
+    -- and DEBIT.
+    if #args < 3 or #args > 14 then fail(fmt(ERR.arity, 'cl.quota')) end
     return quota_parse(args, 1, #args, false, false)
   end
   local command = COMMANDS[kind]
   local n = #args
   if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
   local a = positional(command, args, 1)
-  local qm, qu, millis, pm, pu, shadow, hm, hu = tail(args, command.positional + 1, n, command.precision, false)
+  local qm, qu, millis, pm, pu, shadow, hm, hu, debit = tail(args, command.positional + 1, n, command.precision, false)
   millis = millis or false
   if qm == nil then qm, qu = 0, 1 end
   local p = command.build(a, millis, pm, pu)
-  return p, qm, qu, millis, shadow or false, held_of(hm, hu, qm, qu)
+  local debits = debit_of(debit, qm, qu)
+  return p, qm, qu, millis, shadow or false, held_of(hm, hu, qm, qu), debits
 end
 
 return {
-  tail = tail, held_of = held_of, printable = printable, quota_parse = quota_parse,
+  tail = tail, held_of = held_of, debit_of = debit_of, printable = printable, quota_parse = quota_parse,
   COMMANDS = COMMANDS, positional = positional, parse = parse,
 }
 end)()
@@ -3131,19 +3445,23 @@ end
 -- `held` (Unix ms, with a refund only): the refund gives back at most what the limiter still
 -- holds of the units (core's Limiter::decide_held); a refund bounded to nothing answers as a
 -- peek, and no bounded refund reads as a denial.
--- `dry`: CL.ALL's first pass (see exact_decide).
-local function decide(kind, p, stored, expiry, nm, nu, qm, qu, held, dry)
+-- `dry`: CL.ALL's first pass (see exact_decide). `debit` (a quantity above 0 with DEBIT): the
+-- units are counted whatever the limit says, `limited` telling whether they overdrew; the
+-- algorithms get it as the quantity's T, { qm, qu }.
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu, held, dry, debit)
   local q = t_capped(qm, qu)
   if held and q < 0 and (kind == 'counter' or kind == 'quota') then
     -- Only while the window or period the units were counted in (the one ending at `held`) is open.
     if not (stored and expiry == held and nm < held) then qm, qu, q = 0, 0, 0 end
   end
+  -- (A debit carries its quantity as T: some bounds are checked on the exact sum.)
+  if debit then debit = { qm, qu } end
   local d
-  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q, held)
-  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry, held)
-  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q, held)
-  elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q)
-  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
+  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q, held, debit)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry, held, debit)
+  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, qm, qu, q, held, debit)
+  elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q, debit)
+  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q, debit) end
   -- (The call decided without an error the module would give: now the twin's own refusal.)
   if p.refuse then fail(p.refuse) end
   if held and kind ~= 'throttle' then d[1], d.rm = 0, nil end
@@ -3191,7 +3509,7 @@ local function five(d, millis)
 end
 
 -- SHADOW: a denial answered as an admission (`limited` 0, no retry time); the rest of the
--- reply, and what was stored, stay as decided.
+-- reply, and what was stored, stay as decided (a debit's effect is dropped by its caller).
 local function shadowed(d)
   if d[1] == 1 then d[1], d[4], d.rm = 0, -1, nil end
   return d
@@ -3211,13 +3529,13 @@ local function single(kind, keys, args)
   elseif n == 2 then ck = '2' .. args[1] .. ' ' .. args[2]
   else ck = n .. concat(args, ' ') end
   local hit = PARSED[kind][ck]
-  local p, qm, qu, millis, shadow, held
+  local p, qm, qu, millis, shadow, held, debit
   if hit then
-    p, qm, qu, millis, shadow, held = hit[1], hit[2], hit[3], hit[4], hit[5], hit[6]
+    p, qm, qu, millis, shadow, held, debit = hit[1], hit[2], hit[3], hit[4], hit[5], hit[6], hit[7]
   else
-    p, qm, qu, millis, shadow, held = parse(kind, args)
+    p, qm, qu, millis, shadow, held, debit = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
-    hit = { p, qm, qu, millis, shadow, held }
+    hit = { p, qm, qu, millis, shadow, held, debit }
     PARSED[kind][ck] = hit
     parsed_count = parsed_count + 1
   end
@@ -3225,8 +3543,9 @@ local function single(kind, keys, args)
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read_of(kind, key)
-  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held)
-  apply(key, d, stored)
+  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held, false, debit)
+  -- SHADOW on a debit writes nothing.
+  if not (shadow and debit) then apply(key, d, stored) end
   -- Only a call that consumes units (quantity > 0) can be denied.
   if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
   return five(d, millis)
@@ -3239,13 +3558,14 @@ return {
 end)()
 -- ---- functions/src/all.lua
 lib.all = (function()
--- CL.ALL numkeys key... spec... [MS] [DETAILS]: several limiters decided at one instant, all or
--- nothing (the module's core/src/all.rs). The keys are FCALL's keys.
+-- CL.ALL numkeys key... spec... [MS] [DETAILS] [SHADOW] [DEBIT]: several limiters decided at one
+-- instant, all or nothing (the module's core/src/all.rs); with DEBIT, every limiter counts its
+-- quantity, overdrawn or not. The keys are FCALL's keys.
 --   spec := THROTTLE max_burst count period [QUANTITY q] [HELD t]
 --         | WINDOW limit window [PRECISION p] [QUANTITY q] [HELD t]
 --         | BUCKET capacity tokens interval [QUANTITY q] [HELD t]
 --         | COUNTER limit window [QUANTITY q] [HELD t]
--- MS, DETAILS and SHADOW may come anywhere after the keys (they end a spec).
+-- MS, DETAILS, SHADOW and DEBIT may come anywhere after the keys (they end a spec).
 
 local arguments, store = lib.arguments, lib.store
 local ERR, fail = lib.errors.ERR, lib.errors.fail
@@ -3253,7 +3573,8 @@ local div_ceil, le_t = lib.integers.div_ceil, lib.integers.le_t
 local clock, reply_time = lib.time.clock, lib.time.reply_time
 local RING_MAX_SLOTS = lib.window.RING_MAX_SLOTS
 local RING_HEAD = lib.window_buckets.RING_HEAD
-local COMMANDS, held_of, positional = arguments.COMMANDS, arguments.held_of, arguments.positional
+local COMMANDS, debit_of, held_of = arguments.COMMANDS, arguments.debit_of, arguments.held_of
+local positional = arguments.positional
 local printable, quota_parse, tail = arguments.printable, arguments.quota_parse, arguments.tail
 local apply, decide, five, read_of = store.apply, store.decide, store.five, store.read_of
 local shadowed = store.shadowed
@@ -3274,30 +3595,34 @@ end
 
 -- Runs f(...) with its errors named after limiter i.
 local function as_limiter(i, f, ...)
-  local ok, r1, r2, r3, r4 = pcall(f, ...)
-  if ok then return r1, r2, r3, r4 end
+  local ok, r1, r2, r3, r4, r5 = pcall(f, ...)
+  if ok then return r1, r2, r3, r4, r5 end
   if r1 == failed then fail(in_limiter(i, r1)) end
   error(r1, 0)
 end
 
--- A spec's numbers and options: its parameters and quantity (T).
-local function parse_spec(spec, args, millis)
+-- A spec's numbers and options: its parameters, quantity (T), HELD and whether it debits (the
+-- call's DEBIT, `debit`).
+local function parse_spec(spec, args, millis, debit)
   if spec.kind == 'quota' then
-    local p, qm, qu, _, _, held = quota_parse(args, spec.first, spec.last, true, millis)
-    return p, qm, qu, held
+    local p, qm, qu, _, _, held, debits = quota_parse(args, spec.first, spec.last, true, millis, debit)
+    return p, qm, qu, held, debits
   end
   local command = COMMANDS[spec.kind]
   local a = positional(command, args, spec.first)
   local qm, qu, _, pm, pu, _, hm, hu = tail(args, spec.first + command.positional, spec.last, command.precision, true)
   if qm == nil then qm, qu = 0, 1 end
   local p = command.build(a, millis, pm, pu)
-  return p, qm, qu, held_of(hm, hu, qm, qu)
+  local debits = debit_of(debit, qm, qu)
+  return p, qm, qu, held_of(hm, hu, qm, qu), debits
 end
 
-local function all(keys, args)
+-- A call's keys and words: its limiters (parsed specs), then MS, DETAILS (CL.ALL's only),
+-- SHADOW and DEBIT. `name`: the command's, for the arity error.
+local function parse_call(keys, args, name)
   local nkeys = #keys
-  -- Redis's arity: CL.ALL numkeys key and the shortest spec, six words with the name.
-  if nkeys + #args < 4 then fail(fmt(ERR.arity, 'cl.all')) end
+  -- Redis's arity: numkeys key and the shortest spec, six words with the name.
+  if nkeys + #args < 4 then fail(fmt(ERR.arity, name)) end
   if nkeys < 1 or nkeys > ALL_MAX_KEYS then fail(ERR.numkeys) end
   for i = 2, nkeys do
     for j = 1, i - 1 do
@@ -3305,14 +3630,15 @@ local function all(keys, args)
     end
   end
   -- Split the specs (each its algorithm's word, its numbers, then the options it accepts with
-  -- their values) from the call's MS and DETAILS.
+  -- their values) from the call's own words.
+  local detailed = name == 'cl.all'
   local specs, calls = {}, {}
   local n, i = #args, 1
   local after_spec = false -- whether args[i] directly follows a spec (no call option between)
   while i <= n do
     local word = args[i]
     local upper = word:upper()
-    if upper == 'MS' or upper == 'DETAILS' or upper == 'SHADOW' then
+    if upper == 'MS' or (detailed and upper == 'DETAILS') or upper == 'SHADOW' or upper == 'DEBIT' then
       calls[#calls + 1] = upper
       i = i + 1
       after_spec = false
@@ -3341,26 +3667,33 @@ local function all(keys, args)
     end
   end
   if #specs ~= nkeys then fail(fmt(ERR.all_count, nkeys, #specs)) end
-  local millis, details, shadow = false, false, false
+  local millis, details, shadow, debit = false, false, false, false
   for c = 1, #calls do
     if calls[c] == 'MS' and not millis then millis = true
     elseif calls[c] == 'DETAILS' and not details then details = true
     elseif calls[c] == 'SHADOW' and not shadow then shadow = true
+    elseif calls[c] == 'DEBIT' and not debit then debit = true
     else fail(ERR.syntax) end
   end
   local parsed = {}
   for s = 1, nkeys do
-    local p, qm, qu, held = as_limiter(s, parse_spec, specs[s], args, millis)
-    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held }
+    local p, qm, qu, held, debits = as_limiter(s, parse_spec, specs[s], args, millis, debit)
+    parsed[s] = { kind = specs[s].kind, p = p, qm = qm, qu = qu, held = held, debit = debits }
   end
-  -- Every key is read before anything is decided; every limiter decides at one instant; the
-  -- effects are written only when all admit. The first pass decides for the replies alone
-  -- (`dry`): a window whose stored state is of another layout or precision is not converted;
-  -- only when every limiter admits is it decided again and converted, and the effects written.
+  return parsed, millis, details, shadow, debit
+end
+
+-- Every key read before anything is decided, every limiter decided at one instant: the keys'
+-- values and expiries, the decisions and the instant. `dry` (CL.ALL's first pass, whose
+-- effects are written only when all admit): decided for the replies alone, a window whose
+-- stored state is of another layout or precision not converted (see exact_decide); a debit
+-- is decided for writing at once. `name`: the function's, for the twin's own refusals.
+local function read_decide(keys, parsed, dry, name)
+  local nkeys = #keys
   local nm, nu = clock()
   local stored, expiries, decisions = {}, {}, {}
   for s = 1, nkeys do stored[s], expiries[s] = read_of(parsed[s].kind, keys[s]) end
-  -- The longest CL.WINDOW ring cl_all reads is the twin's own cap, 10,000 buckets (10,001
+  -- The longest CL.WINDOW ring cl_all (or cl_each) reads is the twin's own cap, 10,000 buckets (10,001
   -- slots). Reading a longer ring (the module's, under a raised `throttle.max-buckets`) is
   -- O(its buckets) in Lua, up to tens of ms each: 16 in one call would pass the twin's 100 ms.
   -- A cl_all that finds one (its header valid: an invalid one gets the module's error) is
@@ -3395,13 +3728,13 @@ local function all(keys, args)
     local it = parsed[s]
     local ok, d
     if it.kind == 'window' and ring_too_long(stored[s]) then
-      ok, d = false, fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5))
+      ok, d = false, (fmt(ERR.in_limiter, s, sub(ERR.twin_all_ring, 5)):gsub('cl_all', name))
       failed = d
     elseif converting[s] and conversions > 8 then
-      ok, d = false, fmt(ERR.twin_all_converts, conversions)
+      ok, d = false, (fmt(ERR.twin_all_converts, conversions):gsub('cl_all', name))
       failed = d
     else
-      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, true)
+      ok, d = pcall(as_limiter, s, decide, it.kind, it.p, stored[s], expiries[s], nm, nu, it.qm, it.qu, it.held, dry and not it.debit, it.debit)
     end
     if ok then
       decisions[s] = d
@@ -3412,6 +3745,14 @@ local function all(keys, args)
     end
   end
   if refused then fail(refused) end
+  return stored, expiries, decisions, nm, nu
+end
+
+-- CL.ALL: all admit and every effect is written, or none is (with DEBIT, every one is).
+local function all(keys, args)
+  local parsed, millis, details, shadow, debit = parse_call(keys, args, 'cl.all')
+  local nkeys = #keys
+  local stored, expiries, decisions, nm, nu = read_decide(keys, parsed, not debit, 'cl_all')
   local binding, denied = 1, false
   for s = 1, nkeys do
     local d = decisions[s]
@@ -3426,7 +3767,12 @@ local function all(keys, args)
       binding = s
     end
   end
-  if not denied then
+  if debit then
+    -- Every effect is written (a charge is never refused), but with SHADOW none.
+    if not shadow then
+      for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
+    end
+  elseif not denied then
     for s = 1, nkeys do
       local redo = decisions[s].redo
       if redo == true then
@@ -3462,7 +3808,27 @@ local function all(keys, args)
   return reply
 end
 
-return { all = all }
+-- CL.EACH numkeys key... spec... [MS] [DEBIT] [SHADOW] (issue 45; core/src/each.rs): CL.ALL's
+-- grammar, but each limiter decided on its own at one instant, as its single command decides:
+-- each admitted one (each refund, and every debit) writes its effect, a denied take none (but
+-- the repair its single command stores). The reply: each limiter's five integers, in key order.
+local function each(keys, args)
+  local parsed, millis, _, shadow, debit = parse_call(keys, args, 'cl.each')
+  local stored, _, decisions = read_decide(keys, parsed, false, 'cl_each')
+  local reply = {}
+  for s = 1, #keys do
+    local d, it = decisions[s], parsed[s]
+    -- (SHADOW with DEBIT writes nothing)
+    if not (shadow and debit) then apply(keys[s], d, stored[s]) end
+    -- SHADOW: a denial of a limiter consuming units reads as admitted.
+    if shadow and (it.qm > 0 or (it.qm == 0 and it.qu > 0)) then shadowed(d) end
+    d = five(d, millis)
+    reply[s] = { d[1], d[2], d[3], d[4], d[5] }
+  end
+  return reply
+end
+
+return { all = all, each = each }
 end)()
 -- ---- functions/src/hot.lua
 lib.hot = (function()
@@ -3500,7 +3866,7 @@ local REPLY = { 0, 0, 0, 0, 0 }
 -- tolerance of 2^52 ns or more), so that their next calls go to `single` at once.
 local function throttle_single(keys, args)
   local reply = single('throttle', keys, args)
-  local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
+  local p, qm, qu, millis, shadow, held, debit = lua_unpack(single_params, 1, 7)
   if hot_count >= 512 then HOT, hot_count = {}, 0 end
   local n = #args
   local node = HOT[n]
@@ -3510,7 +3876,7 @@ local function throttle_single(keys, args)
     if not next_node then next_node = {}; node[args[i]] = next_node end
     node = next_node
   end
-  node[args[n]] = p.tol and not p.refuse and not held and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
+  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and t_capped(qm, qu) > 0, p.fast_until } or false
   hot_count = hot_count + 1
   return reply
 end
@@ -3535,9 +3901,13 @@ local function cl_throttle(keys, args)
         elseif type(stored) == 'string' then
           am, au = tat_of(stored)
         end
+        local limit, millis = e[3], e[5]
+        local limited, remaining, retry, span, write
         if am or stored == false then
-          local limit, millis = e[3], e[5]
-          local limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+          -- (nil for a TAT far ahead: `single`)
+          limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+        end
+        if limited then
           -- (ns_t, t_add, instant_text and reply_time inlined: a Lua call costs more than each)
           local su = span % M
           local sm = (span - su) / M
@@ -3560,7 +3930,7 @@ local function cl_throttle(keys, args)
           -- rounded up; `unit` in ns.
           local unit, retry_after = millis and M or 1000000000, -1
           if limited == 1 and e[6] then
-            limited = 0 -- SHADOW: a denial replied as an admission (only a call consuming units is denied)
+            limited = 0 -- SHADOW: a denial replied as an admission (of a call consuming units)
           elseif retry then
             if not millis then retry = retry - retry % M end
             local rr = retry % unit
@@ -3861,10 +4231,10 @@ end
 -- throttle_single), or false where it takes none of their calls.
 local function hot_single(kind, keys, args)
   local reply = single(kind, keys, args)
-  local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
+  local p, qm, qu, millis, shadow, held, debit = lua_unpack(single_params, 1, 7)
   local q = t_capped(qm, qu)
   local e = false
-  if not p.refuse and not held and q >= 0 then
+  if not p.refuse and not held and not debit and q >= 0 then
     -- (SHADOW answers only a call that consumes units)
     e = { q = q, limit = p.limit, millis = millis, shadow = shadow and q > 0, W = p.window }
     if kind == 'counter' then
@@ -3937,7 +4307,7 @@ local errors, hot = lib.errors, lib.hot
 local ERR, fail, run = errors.ERR, errors.fail, errors.run
 local printable = lib.arguments.printable
 local single = lib.store.single
-local all = lib.all.all
+local all, each = lib.all.all, lib.all.each
 local cl_counter, cl_throttle, cl_window = hot.cl_counter, hot.cl_throttle, hot.cl_window
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
@@ -3946,6 +4316,7 @@ local function eval_dispatch(keys, argv)
   local name, args = argv[1], {}
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
+  if name == 'cl_each' then return each(keys, args) end
   local kind = EVAL_KINDS[name]
   if kind == nil then
     if name == 'cl_version' then return VERSION end
@@ -3963,6 +4334,7 @@ register('cl_window', cl_window)
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
 register('cl_counter', cl_counter)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
+register('cl_each', function(keys, args) return run(each, keys, args) end)
 register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
 -- The version loaders and clients compare with their own (FCALL_RO cl_version 0: no key, no
 -- write, so on any node and on read-only replicas).

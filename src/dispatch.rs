@@ -124,6 +124,8 @@ fn bytes_with<'a>(string_ptr_len: StringPtrLen, s: *const RedisModuleString) -> 
 pub enum Response {
     /// A limiter's five integers (the hot path: no allocation).
     Five([i64; 5]),
+    /// An array of several limiters' five integers (CL.EACH: no tree to build and free).
+    Fives(Vec<[i64; 5]>),
     /// Anything else: arrays of integers and strings.
     Tree(Node),
     /// Nothing now: the handler blocked the client, whose reply comes later (CL.PACE BLOCK).
@@ -201,13 +203,12 @@ pub fn run(
         Err(Error::Internal(what))
     });
     match outcome {
-        Ok(Response::Five(values)) => {
-            let api = api();
+        Ok(Response::Five(values)) => reply_five(ctx, values),
+        Ok(Response::Fives(each)) => {
             // SAFETY: `ctx` is the command's context, valid for the whole call.
-            unsafe { (api.reply_with_array)(ctx, 5) };
-            for v in values {
-                // SAFETY: as above.
-                unsafe { (api.reply_with_long_long)(ctx, v) };
+            unsafe { (api().reply_with_array)(ctx, each.len() as _) };
+            for values in each {
+                reply_five(ctx, values);
             }
         }
         Ok(Response::Tree(node)) => reply_node(ctx, &node),
@@ -218,6 +219,18 @@ pub fn run(
         }
     }
     raw::Status::Ok as c_int
+}
+
+/// A limiter's five integers.
+#[inline(always)]
+fn reply_five(ctx: *mut RedisModuleCtx, values: [i64; 5]) {
+    let api = api();
+    // SAFETY: `ctx` is the command's context, valid for the whole call.
+    unsafe { (api.reply_with_array)(ctx, 5) };
+    for v in values {
+        // SAFETY: as above.
+        unsafe { (api.reply_with_long_long)(ctx, v) };
+    }
 }
 
 pub(crate) fn reply_node(ctx: *mut RedisModuleCtx, node: &Node) {

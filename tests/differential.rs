@@ -94,6 +94,9 @@ struct Gen {
     /// The key's expiry (Unix ms) before the call, when it has one: what a bounded refund's
     /// `HELD t` is near.
     held: Option<i64>,
+    /// Whether the call being made has `DEBIT`: its quantities are then mostly charges, often
+    /// past the limit.
+    debit: bool,
 }
 
 impl Gen {
@@ -243,6 +246,9 @@ impl Gen {
     }
 
     fn quantity(&mut self, limit: Option<i64>) -> Option<String> {
+        if self.debit && self.chance(0.85) {
+            return self.charge(limit);
+        }
         if let Some(big) = limit.filter(|&l| l > 1000)
             && self.chance(0.4)
         {
@@ -270,6 +276,31 @@ impl Gen {
         })
     }
 
+    /// A `DEBIT`'s quantity: within the limit, past it (overdrawn), above it (never fits), a
+    /// pure check, a refund (an error), or at the edges of what each stored form holds.
+    fn charge(&mut self, limit: Option<i64>) -> Option<String> {
+        let limit = limit.unwrap_or(10).clamp(1, 1_000_000);
+        Some(match self.rng.random_range(0..100) {
+            0..=9 => return None,
+            10..=21 => "0".into(),
+            22..=51 => self.rng.random_range(1..=limit).to_string(),
+            52..=84 => self.rng.random_range(limit.min(999_999) + 1..=limit * 3 + 2).to_string(),
+            85..=89 => (-self.rng.random_range(1..=limit)).to_string(),
+            _ => self
+                .pick(&[
+                    "100000",
+                    "100001",
+                    "999999999999999999",
+                    "1000000000000000000",
+                    "9007199254740991",
+                    "9007199254740993",
+                    "4611686018427387904",
+                    "9223372036854775807",
+                ])
+                .to_string(),
+        })
+    }
+
     /// `HELD t` for a call of quantity `q`: mostly with a refund, `t` at or near the key's
     /// expiry (a bounded refund), now and then an argument error (not a refund, out of range).
     fn held_words(&mut self, q: Option<&str>) -> Option<Vec<String>> {
@@ -289,7 +320,12 @@ impl Gen {
     fn args(&mut self, l: &Limiter) -> Vec<String> {
         let mut args = l.positional.clone();
         let mut tail: Vec<Vec<String>> = Vec::new();
+        self.debit = self.chance(0.2);
+        if self.debit {
+            tail.push(vec![self.pick(&["DEBIT", "debit"]).to_string()]);
+        }
         let q = self.quantity(l.limit());
+        self.debit = false;
         if let Some(held) = self.held_words(q.as_deref()) {
             tail.push(held);
         }
@@ -313,10 +349,11 @@ impl Gen {
         args.extend(tail.into_iter().flatten());
         if self.chance(0.01) {
             // an unknown word, a repeated option, a missing PRECISION value, too many words
-            match self.rng.random_range(0..4) {
+            match self.rng.random_range(0..5) {
                 0 => args.push("BOGUS".into()),
                 1 => args.push("MS".into()),
                 2 => args.push("PRECISION".into()),
+                3 => args.push("DEBIT".into()),
                 _ => args.extend(["1".to_string(), "1".to_string(), "1".to_string()]),
             }
         }
@@ -397,8 +434,14 @@ impl Gen {
     /// and now and then a malformed call.
     fn all_args(&mut self, limiters: &[&Limiter]) -> Vec<String> {
         let millis = self.chance(0.4);
+        self.debit = self.chance(0.25);
+        let debit = self.debit;
         let mut parts: Vec<Vec<String>> = limiters.iter().map(|l| self.spec(l, millis)).collect();
+        self.debit = false;
         let mut options = Vec::new();
+        if debit {
+            options.push(self.pick(&["DEBIT", "debit"]).to_string());
+        }
         if millis {
             options.push(self.pick(&["MS", "ms"]).to_string());
         }
@@ -430,7 +473,7 @@ impl Gen {
             match kind {
                 0 => args.push("THROTTLE 1 1".into()),
                 1 => args.insert(0, "LIMITER".into()),
-                2 => args.push("MS".into()),
+                2 => args.push(self.pick(&["MS", "DEBIT"]).to_string()),
                 3 => args.push("DETAILS".into()),
                 4 => args.truncate(args.len().saturating_sub(1)),
                 _ => args.push(self.pick(&["COUNTER", "WINDOW 5"]).to_string()),
@@ -708,6 +751,17 @@ impl Rig {
         args: &[String],
         now_us: i64,
     ) -> (Vec<KeyState>, [Value; 3], Vec<Vec<KeyState>>) {
+        self.call_multi(("CL.ALL", "cl_all"), slots, args, now_us)
+    }
+
+    /// `call_all` of a command of CL.ALL's grammar (CL.ALL, CL.EACH) and its function.
+    fn call_multi(
+        &mut self,
+        (command, function): (&str, &str),
+        slots: &[usize],
+        args: &[String],
+        now_us: i64,
+    ) -> (Vec<KeyState>, [Value; 3], Vec<Vec<KeyState>>) {
         let sets: Vec<Vec<String>> =
             (0..3).map(|form| slots.iter().map(|&s| Rig::keys(s)[form].clone()).collect()).collect();
         let mut pipe = redis::pipe();
@@ -717,9 +771,9 @@ impl Rig {
         }
         pipe.cmd("CL.DEBUG").arg("CLOCK").arg(now_us).ignore();
         pipe.cmd("SET").arg(CLOCK_KEY).arg(now_us).ignore();
-        pipe.cmd("CL.ALL").arg(slots.len()).arg(&sets[0]).arg(args);
-        pipe.cmd("FCALL").arg("cl_all").arg(slots.len()).arg(&sets[1]).arg(args);
-        pipe.cmd("EVALSHA").arg(&self.sha).arg(slots.len()).arg(&sets[2]).arg("cl_all").arg(args);
+        pipe.cmd(command).arg(slots.len()).arg(&sets[0]).arg(args);
+        pipe.cmd("FCALL").arg(function).arg(slots.len()).arg(&sets[1]).arg(args);
+        pipe.cmd("EVALSHA").arg(&self.sha).arg(slots.len()).arg(&sets[2]).arg(function).arg(args);
         for set in &sets {
             for k in set {
                 pipe.cmd("GET").arg(k).cmd("PEXPIRETIME").arg(k);
@@ -734,21 +788,40 @@ impl Rig {
     }
 }
 
+/// The units the DEBIT of a call (`args` after `positional` words; CL.ALL's QUANTITY values)
+/// charges at most (1 by default), 0 without DEBIT.
+fn debited(args: &[String], positional: usize) -> u128 {
+    if !args.iter().any(|a| a.eq_ignore_ascii_case("DEBIT")) {
+        return 0;
+    }
+    let value = |(i, a): (usize, &String)| {
+        let after = |w: &str| i > 0 && args[i - 1].eq_ignore_ascii_case(w);
+        let counts = if positional == 0 { after("QUANTITY") } else { !after("HELD") && !after("PRECISION") };
+        (i >= positional && counts).then(|| a.parse::<u64>().ok()).flatten()
+    };
+    args.iter().enumerate().filter_map(value).map(u128::from).max().unwrap_or(1)
+}
+
 /// Whether the twin refused a call for a CL.WINDOW ring whose counts reach 2^53 (docs/src/guides/managed-redis.md,
 /// "What differs": a double cannot carry the sum), and the module's key before the call was
-/// one: a limit above 2^52 whose window changed on a live key can leave one.
-fn refused_ring_beyond_twin(twin_reply: &Value, before: &[KeyState]) -> bool {
+/// one, or a debit of `debit` units would make one: a limit above 2^52 whose window changed
+/// on a live key can leave one, and a debit can pass any limit.
+fn refused_ring_beyond_twin(twin_reply: &Value, before: &[KeyState], debit: u128) -> bool {
     let refused = server_error(twin_reply).is_some_and(|e| {
         e.contains("key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)")
     });
+    // (an exact log's entries are units too, when a debit converts it)
     let beyond = |v: &Value| match v {
         Value::BulkString(b) if b.len() >= 32 && b[0] == 2 && (b.len() - 24) % 8 == 0 => {
             let counts = b[24..].chunks(8).map(|c| u128::from(u64::from_le_bytes(c.try_into().unwrap())));
-            counts.sum::<u128>() >= 1 << 53
+            counts.sum::<u128>() + debit >= 1 << 53
+        }
+        Value::BulkString(b) if debit > 0 && b.len() >= 8 && b[0] == 1 => {
+            ((b.len() - 8) / 8) as u128 + debit >= 1 << 53
         }
         _ => false,
     };
-    refused && before.iter().any(|(v, _)| beyond(v))
+    refused && (debit >= 1 << 53 || before.iter().any(|(v, _)| beyond(v)))
 }
 
 /// The twin's answer for a call the module answered with a limit above 2^53 − 1.
@@ -782,7 +855,7 @@ fn the_twin_matches_the_module_call_for_call() {
     let calls: usize = std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12_000);
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={calls}");
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None, debit: false };
 
     // Pinned instants start a day ahead of the server's real clock, so no key the test writes
     // expires by real time while it runs (a key's expiry is absolute, in the server's ms).
@@ -820,10 +893,16 @@ fn the_twin_matches_the_module_call_for_call() {
             let chosen: Vec<&Limiter> = slots.iter().map(|&s| &limiters[s]).collect();
             let expiry: i64 = redis::cmd("PEXPIRETIME").arg(&Rig::keys(slots[0])[0]).query(&mut rig.c).unwrap();
             g.held = (expiry >= 0).then_some(expiry);
-            let args = g.all_args(&chosen);
-            let (before, replies, states) = rig.call_all(&slots, &args, now_us);
+            let mut args = g.all_args(&chosen);
+            // CL.EACH (its grammar CL.ALL's but DETAILS) or CL.ALL.
+            let each = g.chance(0.4);
+            if each {
+                args.retain(|w| !w.eq_ignore_ascii_case("DETAILS"));
+            }
+            let (command, function) = if each { ("CL.EACH", "cl_each") } else { ("CL.ALL", "cl_all") };
+            let (before, replies, states) = rig.call_multi((command, function), &slots, &args, now_us);
             let context = format!(
-                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, CL.ALL {} slots {slots:?} {}",
+                "step {step} (THROTTLE_DIFF_SEED={seed}): at {now_us} µs, {command} {} slots {slots:?} {}",
                 slots.len(),
                 args.join(" ")
             );
@@ -831,7 +910,7 @@ fn the_twin_matches_the_module_call_for_call() {
             {
                 continue; // (specs come from ordinary limiters: not reached)
             }
-            if refused_ring_beyond_twin(&replies[1], &before) {
+            if refused_ring_beyond_twin(&replies[1], &before, debited(&args, 0)) {
                 assert_eq!(replies[2], replies[1], "{context}");
                 assert!(states[1..].iter().all(|s| *s == before), "{context}: the twin wrote nothing");
                 tally.add("a ring counting 2^53 or more (refused by the twin)".into());
@@ -839,11 +918,35 @@ fn the_twin_matches_the_module_call_for_call() {
                 let _: () = redis::cmd("DEL").arg(&all).query(&mut rig.c).unwrap(); // the module's keys moved on alone
                 continue;
             }
-            assert_eq!(replies[1], replies[0], "FCALL cl_all differs from the module's CL.ALL: {context}");
-            assert_eq!(replies[2], replies[0], "EVALSHA cl_all differs from the module's CL.ALL: {context}");
-            assert_eq!(states[1], states[0], "FCALL cl_all stored bytes/expiry differ: {context}");
-            assert_eq!(states[2], states[0], "EVALSHA cl_all stored bytes/expiry differ: {context}");
+            assert_eq!(replies[1], replies[0], "FCALL {function} differs from the module's {command}: {context}");
+            assert_eq!(replies[2], replies[0], "EVALSHA {function} differs from the module's {command}: {context}");
+            assert_eq!(states[1], states[0], "FCALL {function} stored bytes/expiry differ: {context}");
+            assert_eq!(states[2], states[0], "EVALSHA {function} stored bytes/expiry differ: {context}");
+            let debit = args.iter().any(|a| a.eq_ignore_ascii_case("DEBIT"));
+            if each {
+                let outcome = match &replies[0] {
+                    Value::Array(items) => {
+                        let limited = items.iter().filter(|d| five_of(d).is_some_and(|d| d[0] == 1)).count();
+                        match (debit, limited) {
+                            (true, 0) => "DEBIT, every limiter fitted",
+                            (true, _) => "DEBIT, some overdrawn (every debit written)",
+                            (false, 0) => "every limiter admitted",
+                            (false, n) if n == items.len() => "every limiter denied",
+                            (false, _) => "some denied, the others written",
+                        }
+                    }
+                    Value::ServerError(e) if e.code() == "WRONGTYPE" => "WRONGTYPE",
+                    Value::ServerError(_) => "error",
+                    other => panic!("{context}: unexpected module reply {other:?}"),
+                };
+                tally.add(format!("CL.EACH: {outcome}"));
+                continue;
+            }
             let outcome = match &replies[0] {
+                Value::Array(items) if debit && matches!(items.first(), Some(Value::Int(1))) => {
+                    "DEBIT overdrawn (every debit written)"
+                }
+                Value::Array(_) if debit => "DEBIT fitted",
                 Value::Array(items) if matches!(items.first(), Some(Value::Int(1))) => "denied (nothing written)",
                 Value::Array(items) if items.len() == 7 => "admitted, DETAILS",
                 Value::Array(_) => "admitted",
@@ -930,7 +1033,11 @@ fn the_twin_matches_the_module_call_for_call() {
             let _: () = redis::cmd("DEL").arg(&keys).query(&mut rig.c).unwrap(); // the module's key moved on alone
             continue;
         }
-        if refused_ring_beyond_twin(&replies[1], std::slice::from_ref(&before)) {
+        if refused_ring_beyond_twin(
+            &replies[1],
+            std::slice::from_ref(&before),
+            debited(&args, limiter.positional.len()),
+        ) {
             assert_eq!(replies[2], replies[1], "{}", context());
             assert!(states[1..].iter().all(|s| *s == before), "{}: the twin wrote nothing", context());
             tally.add("a ring counting 2^53 or more (refused by the twin)".into());
@@ -965,6 +1072,13 @@ fn the_twin_matches_the_module_call_for_call() {
             Value::ServerError(e) if e.details().is_some_and(|d| d.contains("does not hold valid")) => "invalid state",
             Value::ServerError(_) => "argument error",
             other => panic!("{}: unexpected module reply {other:?}", context()),
+        };
+        let outcome = match outcome {
+            _ if !args.iter().any(|a| a.eq_ignore_ascii_case("DEBIT")) => outcome,
+            "denied" => "overdrawn (DEBIT)",
+            "admitted" => "fitted (DEBIT)",
+            "peek" => "check (DEBIT 0)",
+            other => other,
         };
         if matches!(outcome, "WRONGTYPE" | "invalid state") && g.chance(0.5) {
             // Let the slot's limiter start afresh (else one foreign value answers every call).
@@ -1003,10 +1117,29 @@ fn the_twin_matches_the_module_call_for_call() {
         "PRECISION",
         " MS",
         "HELD: refund",
+        "overdrawn (DEBIT)",
+        "fitted (DEBIT)",
+        "check (DEBIT 0)",
     ] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
-    for must in ["CL.ALL (1 limiters)", "CL.ALL (4 limiters)", "denied (nothing written)", "DETAILS"] {
+    for kind in ALGORITHMS {
+        let overdrawn = |w: &String| w.starts_with(kind.command()) && w.ends_with("overdrawn (DEBIT)");
+        assert!(tally.calls.keys().any(overdrawn), "the run covered a {} debit that overdrew", kind.command());
+    }
+    let ring_debit = |w: &String| w.starts_with("CL.WINDOW PRECISION") && w.ends_with("overdrawn (DEBIT)");
+    assert!(tally.calls.keys().any(ring_debit), "the run covered a debit that overdrew a ring");
+    for must in [
+        "CL.ALL (1 limiters)",
+        "CL.ALL (4 limiters)",
+        "denied (nothing written)",
+        "DETAILS",
+        "DEBIT overdrawn (every debit written)",
+        "DEBIT fitted",
+        "CL.EACH: some denied, the others written",
+        "CL.EACH: DEBIT, some overdrawn (every debit written)",
+        "CL.EACH: every limiter admitted",
+    ] {
         assert!(tally.calls.keys().any(|w| w.contains(must)), "the run covered `{must}`");
     }
 }
@@ -1310,6 +1443,33 @@ fn conversions_and_repairs_at_the_caps_match_the_module() {
     }
     let tens = Plant::Value(ring_bytes(360 * MS, now.div_euclid(360 * MS), &[10; 10_001]), expiry(now));
     check("a full 10,000-bucket ring read as a log", &tens, &s(&["100000", "3600"]));
+    // Debits at the caps: logged (or counted) past the limit, converted as an admission
+    // converts, the retry time read from the state the debit leaves.
+    let debit = |mut args: Vec<String>| {
+        args.push("DEBIT".into());
+        args
+    };
+    for args in [buckets("5"), buckets("0"), buckets("100001")] {
+        check("a debit on a full 100,000-entry log read as 10,000 buckets", &full, &debit(args));
+    }
+    for q in ["7", "100000", "0"] {
+        check("a debit on a full 100,000-entry log", &full, &debit(s(&["100000", "3600", q])));
+    }
+    check("a debit on a long log of random gaps read as buckets", &random, &debit(buckets("40000")));
+    check("a debit on a full log with 50,000 entries ahead", &ahead, &debit(s(&["100000", "3600", "3"])));
+    check("a debit on a 100,001-bucket ring of ones read as a log", &ones, &debit(s(&["100000", "3600", "5"])));
+    check("a debit on a 100,001-bucket ring of ones", &ones, &debit(buckets("9")));
+    check("a debit on a 100,001-bucket ring of 0-2 read as a log", &mixed, &debit(s(&["50000", "3600", "50000"])));
+    check("a debit on a full 10,000-bucket ring read as a log", &tens, &debit(s(&["100000", "3600", "2"])));
+    // More than an exact log takes in one call: the module's error, nothing written.
+    let keys = Rig::keys(0);
+    rig.plant(&keys, &full);
+    let args = debit(s(&["100000", "3600", "100001"]));
+    let (before, replies, states) = rig.call(Algorithm::Window, &keys, &args, now_us);
+    assert!(matches!(replies[0], Value::ServerError(_)), "an exact debit of 100,001: {:?}", replies[0]);
+    assert_eq!(replies[1], replies[0], "FCALL reply: an exact debit of 100,001");
+    assert_eq!(replies[2], replies[0], "EVALSHA reply: an exact debit of 100,001");
+    assert!(states.iter().all(|st| st.0 == before.0), "an exact debit of 100,001 wrote nothing");
     // A negative count among uneven ones: the module's error where a call reads it, none where
     // the limit is reached before it.
     let slot_of = |back: i64| (now.div_euclid(p) - back).rem_euclid(100_001) as usize;
@@ -1416,7 +1576,7 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         std::env::var("THROTTLE_DIFF_CALLS").ok().and_then(|v| v.parse().ok()).map_or(3_000, |n: usize| n / 4);
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * 4);
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None, debit: false };
     let real_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
     let mut now_us = real_us + 86_400_000_000;
     let mut rig = Rig::start();
@@ -2026,7 +2186,7 @@ fn stray_calls_match_the_module_and_never_over_admit() {
         .map_or(125, |n: usize| (n / ROUNDS).max(1));
     let seed: u64 = std::env::var("THROTTLE_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("THROTTLE_DIFF_SEED={seed} THROTTLE_DIFF_CALLS={}", calls * ROUNDS);
-    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None };
+    let mut g = Gen { rng: StdRng::seed_from_u64(seed), held: None, debit: false };
     let mut rig = Rig::start();
     let real_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     // A UTC day ahead of real time (no key expires by the server's own clock meanwhile).
@@ -2250,6 +2410,27 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     for (form, after) in states.iter().enumerate() {
         assert!(after == &before, "a denied cl_all left form {form}'s keys as they were (bytes and expiries)");
     }
+    // With DEBIT the same call (a charge, not a refund, on the fourth) writes every limiter's
+    // units, the counter's overdraft too: each key converted and written as the module writes it.
+    let mut charges = specs(true);
+    if let Some(i) = charges.iter().position(|w| w == "-5") {
+        charges[i] = "4".into();
+    }
+    charges.push("DEBIT".into());
+    let (_, replies, states) = rig.call_all(&[0, 1, 2, 3, 4], &charges, now_us);
+    assert!(
+        matches!(&replies[0], Value::Array(a) if a[0] == Value::Int(1) && a[5] == Value::Int(5)),
+        "the counter overdraws: {:?}",
+        replies[0]
+    );
+    assert_eq!(replies[1], replies[0], "FCALL cl_all DEBIT");
+    assert_eq!(replies[2], replies[0], "EVALSHA cl_all DEBIT");
+    assert!(states[0] != before, "the module wrote every debit");
+    assert!(states[1] == states[0] && states[2] == states[0], "cl_all DEBIT: the module's bytes and expiries");
+    for (i, plant) in plants.iter().enumerate() {
+        rig.plant(&Rig::keys(i), plant);
+    }
+    let _: () = redis::cmd("DEL").arg(&Rig::keys(4)[..]).query(&mut rig.c).unwrap();
     // The ring read as a log (its bytes would be built at once: thousands of runs) decides the
     // call itself: denied (the retry from the entry that must leave), never admittable, a peek;
     // its limit below the units it holds.
@@ -2362,4 +2543,101 @@ fn cl_all_over_converted_windows_matches_the_module_and_a_denial_writes_nothing(
     assert_eq!(replies[1], replies[0], "FCALL cl_window reads the ring alone");
     assert_eq!(replies[2], replies[0], "EVALSHA cl_window reads the ring alone");
     assert!(states[1] == states[0] && states[2] == states[0], "cl_window: the module's bytes and expiries");
+}
+
+/// Issue 41's sequence, per algorithm, on the module and both forms of the twin side by side at
+/// pinned instants: a check (DEBIT 0) admitted, a debit past the limit (counted, `limited` 1),
+/// a check refused, a take refused until its retry time (a millisecond before it still refused),
+/// admitted right at it; then the same inside one CL.ALL. Every reply, stored byte and expiry
+/// equal to the module's.
+#[test]
+fn a_debit_past_the_limit_is_refused_until_repaid_alike_on_the_module_and_the_twin() {
+    let (mut rig, start_us) = rig_tomorrow();
+    let start_us = start_us - start_us % 1_000; // (whole ms: retry times in ms are then exact)
+    let s = words;
+    let single: [(&str, &str, Vec<String>); 6] = [
+        ("CL.THROTTLE", "cl_throttle", s(&["4", "1", "10000"])),
+        ("CL.WINDOW", "cl_window", s(&["5", "60000"])),
+        ("CL.WINDOW", "cl_window", s(&["5", "60000", "PRECISION", "6000"])),
+        ("CL.BUCKET", "cl_bucket", s(&["5", "1", "10000"])),
+        ("CL.COUNTER", "cl_counter", s(&["5", "60000"])),
+        ("CL.QUOTA", "cl_quota", s(&["5", "PER", "MINUTE"])),
+    ];
+    for (i, (command, function, params)) in single.iter().enumerate() {
+        let keys = Rig::keys(100 + i);
+        let quota = *command == "CL.QUOTA";
+        let call = |rig: &mut Rig, q: &str, debit: bool, now_us: i64| -> [i64; 5] {
+            let mut args = params.clone();
+            if quota {
+                args.extend(s(&["QUANTITY", q]));
+            } else {
+                args.push(q.to_string());
+            }
+            args.push("MS".into());
+            if debit {
+                args.push("DEBIT".into());
+            }
+            let (_, replies, states) = rig.call_named((command, function), &keys, &args, now_us);
+            let what = format!("{command} {} at {now_us}", args.join(" "));
+            assert_eq!(replies[1], replies[0], "FCALL: {what}");
+            assert_eq!(replies[2], replies[0], "EVALSHA: {what}");
+            assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: {what}");
+            five_of(&replies[0]).unwrap_or_else(|| panic!("{what}: {:?}", replies[0]))
+        };
+        let now = start_us;
+        assert_eq!(call(&mut rig, "0", true, now)[0], 0, "{command}: a check of a full limiter is admitted");
+        let r = call(&mut rig, "8", true, now);
+        assert_eq!((r[0], r[2]), (1, 0), "{command}: a debit past the limit overdraws: {r:?}");
+        let r = call(&mut rig, "0", true, now + 1_000);
+        assert_eq!(r[0], 1, "{command}: a check of an overdrawn limiter is refused: {r:?}");
+        let r = call(&mut rig, "1", false, now + 2_000);
+        assert_eq!(r[0], 1, "{command}: a take is refused: {r:?}");
+        let at = now + 2_000 + r[3] * 1_000;
+        assert_eq!(call(&mut rig, "1", false, at - 1_000)[0], 1, "{command}: refused a ms before its retry time");
+        assert_eq!(call(&mut rig, "1", false, at)[0], 0, "{command}: admitted at its retry time");
+    }
+    // The same inside one CL.ALL (a quota's minute is a calendar minute: left out).
+    let slots: Vec<usize> = (200..205).collect();
+    let specs = |q: &str| {
+        let mut v = Vec::new();
+        for (word, params) in [
+            ("THROTTLE", &single[0].2),
+            ("WINDOW", &single[1].2),
+            ("WINDOW", &single[2].2),
+            ("BUCKET", &single[3].2),
+            ("COUNTER", &single[4].2),
+        ] {
+            v.push(word.to_string());
+            v.extend(params.iter().cloned());
+            v.extend(s(&["QUANTITY", q]));
+        }
+        v.extend(s(&["MS", "DETAILS"]));
+        v
+    };
+    let all = |rig: &mut Rig, q: &str, debit: bool, now_us: i64| -> (i64, i64, Vec<[i64; 5]>) {
+        let mut args = specs(q);
+        if debit {
+            args.push("DEBIT".into());
+        }
+        let (_, replies, states) = rig.call_all(&slots, &args, now_us);
+        let what = format!("CL.ALL {} at {now_us}", args.join(" "));
+        assert_eq!(replies[1], replies[0], "FCALL: {what}");
+        assert_eq!(replies[2], replies[0], "EVALSHA: {what}");
+        assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: {what}");
+        let Value::Array(items) = &replies[0] else { panic!("{what}: {:?}", replies[0]) };
+        let Some(Value::Array(each)) = items.get(6) else { panic!("{what}: {:?}", replies[0]) };
+        let five = five_of(&replies[0]).unwrap();
+        (five[0], five[3], each.iter().map(|d| five_of(d).unwrap()).collect())
+    };
+    let now = start_us;
+    assert_eq!(all(&mut rig, "0", true, now).0, 0, "CL.ALL: a check of full limiters is admitted");
+    let (limited, _, each) = all(&mut rig, "8", true, now);
+    assert_eq!(limited, 1, "CL.ALL: the debits overdraw");
+    assert!(each.iter().all(|d| d[0] == 1 && d[2] == 0), "CL.ALL: every limiter overdrawn: {each:?}");
+    assert_eq!(all(&mut rig, "0", true, now + 1_000).0, 1, "CL.ALL: a check is refused");
+    let (limited, retry, _) = all(&mut rig, "1", false, now + 2_000);
+    assert_eq!(limited, 1, "CL.ALL: a take is refused");
+    let at = now + 2_000 + retry * 1_000;
+    assert_eq!(all(&mut rig, "1", false, at - 1_000).0, 1, "CL.ALL: refused a ms before its retry time");
+    assert_eq!(all(&mut rig, "1", false, at).0, 0, "CL.ALL: admitted at its retry time");
 }

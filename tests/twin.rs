@@ -47,7 +47,7 @@ fn real_us() -> i64 {
 fn fcall_raw(c: &mut Connection, words: &str) -> redis::RedisResult<Value> {
     let w: Vec<&str> = words.split_whitespace().collect();
     let (function, rest) = w.split_first().unwrap();
-    if *function == "cl_all" {
+    if *function == "cl_all" || *function == "cl_each" {
         return redis::cmd("FCALL").arg(*function).arg(rest).query(c);
     }
     redis::cmd("FCALL").arg(*function).arg(1).arg(rest).query(c)
@@ -257,11 +257,11 @@ fn functions_are_declared_as_writes_without_allow_oom_and_keys_from_keys_only() 
     // No flag at all: the limiters may write (refused by FCALL_RO and on read-only replicas),
     // are refused under OOM (no allow-oom), and touch only their declared keys (no
     // allow-cross-slot-keys, no no-cluster). cl_version only reads (no-writes).
-    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_quota", "cl_all"] {
+    for f in ["cl_throttle", "cl_window", "cl_bucket", "cl_counter", "cl_quota", "cl_all", "cl_each"] {
         assert_eq!(flags.get(f), Some(&vec![]), "{f} is registered without flags: {flags:?}");
     }
     assert_eq!(flags.get("cl_version"), Some(&vec!["no-writes".to_string()]), "{flags:?}");
-    assert_eq!(flags.len(), 7, "{flags:?}");
+    assert_eq!(flags.len(), 8, "{flags:?}");
     let e = redis::cmd("FCALL_RO")
         .arg("cl_throttle")
         .arg(1)
@@ -352,7 +352,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     assert_eq!(
         e.detail(),
         Some(
-            "unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version"
+            "unknown function 'cl_nothing': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version"
         )
     );
     // A long or binary name is echoed as the module echoes words: 32 printable bytes at most.
@@ -361,7 +361,7 @@ fn the_eval_form_is_the_same_code_and_answers_the_same() {
     let echoed = format!("cl_?{}", "x".repeat(28));
     assert_eq!(
         e.detail(),
-        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version").as_str())
+        Some(format!("unknown function '{echoed}': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version").as_str())
     );
     let all: Reply = redis::cmd("EVALSHA")
         .arg(&sha)
@@ -507,9 +507,11 @@ fn semantics_issue_8_vectors() {
     let t = real_us() + 3_600_000_000;
     let t = t - t % 1_000_000 + 123_456; // 123.456 ms into a second
     pin(&mut c, t);
-    // Lowering a bucket's capacity caps the deficit first: full again in 5 refills, not 10.
+    // Lowering a bucket's capacity leaves the deficit above it as debt (a debit leaves such
+    // deficits too: forgiving them would over-admit): full again in 10 refills, a take of 1
+    // admitted after 6.
     assert_eq!(fcall(&mut c, "cl_bucket d 10 1 60 10"), [0, 10, 0, -1, 600]);
-    assert_eq!(fcall(&mut c, "cl_bucket d 5 1 60"), [1, 5, 0, 60, 300]);
+    assert_eq!(fcall(&mut c, "cl_bucket d 5 1 60"), [1, 5, 0, 360, 600]);
     // Clocks start on the whole ms at or before now: no reply time beyond the parameters.
     assert_eq!(fcall(&mut c, "cl_counter fc 5 2000 1 MS"), [0, 5, 4, -1, 2000]);
     assert_eq!(pexpiretime(&mut c, "fc"), t / 1000 + 2000);
@@ -565,6 +567,8 @@ fn a_replica_and_an_aof_reload_are_byte_identical_after_twin_calls() {
             4 => format!("cl_counter {key}c 9 600000 {q} MS"),
             _ => format!("cl_all 2 {key}a1 {key}a2 THROTTLE 5 3 600 QUANTITY {q} WINDOW 9 600"),
         };
+        // Now and then a debit (past the limit, as the units add up): written alike.
+        let words = if q >= 0 && i % 3 == 0 { format!("{words} DEBIT") } else { words };
         if i % 2 == 0 {
             fcall(&mut c, &words);
         } else {
@@ -703,7 +707,8 @@ fn the_shipped_clock_is_the_modules_clock() {
 #[test]
 fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
     let (_server, mut c) = pinned_twin();
-    pin(&mut c, real_us() + 3_600_000_000);
+    let now_us = real_us() + 3_600_000_000;
+    pin(&mut c, now_us);
     let too_large = |name: &str| {
         format!(
             "ERR parameters are too large for the Functions twin: a {name} above 9007199254740991 cannot be replied exactly (use the module)"
@@ -739,6 +744,62 @@ fn inputs_beyond_the_twins_exact_range_are_refused_never_misanswered() {
         "ERR key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"
     );
     assert_eq!(get(&mut c, "ring"), Some(ring), "left untouched");
+    // A bucket's deficit of 2^53 or more (debt), stored or left by a debit, is carried exactly
+    // (two numbers, as instants are); past the duration range, the module's error.
+    let _: () = redis::cmd("SET")
+        .arg("b")
+        .arg("-9007199254740993")
+        .arg("PXAT")
+        .arg(now_us / 1000 + 60_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(fcall(&mut c, "cl_bucket b 5 1000000000000 1"), [1, 5, 0, 60, 60]);
+    assert_eq!(fcall(&mut c, "cl_bucket d 5 1000000000000 1 9007199254740993 DEBIT"), [1, 5, 0, -1, 9008]);
+    assert_eq!(get(&mut c, "d"), Some(b"-9007199254740993".to_vec()));
+    assert_eq!(
+        fcall_err(&mut c, "cl_bucket e 5 1 1 9007199254740992 DEBIT"),
+        "ERR parameters are too large: interval * ceil(deficit / tokens) must be at most 1000000000 seconds (1000000000000 milliseconds)"
+    );
+    assert_eq!(get(&mut c, "e"), None, "nothing written");
+    // A debit bringing a ring's bucket to 2^53: refused; past an i64, the module's error.
+    assert_eq!(
+        fcall_err(&mut c, "cl_window w 5 10 PRECISION 1 9007199254740992 DEBIT"),
+        "ERR key holds CL.WINDOW state beyond what the Functions twin computes exactly (use the module)"
+    );
+    assert_eq!(fcall(&mut c, "cl_window w 5 10 PRECISION 1 DEBIT"), [0, 5, 4, -1, 11]);
+    assert_eq!(
+        fcall_err(&mut c, "cl_window w 5 10 PRECISION 1 9223372036854775807 DEBIT"),
+        "ERR DEBIT is too large: a count must stay at most 9223372036854775807"
+    );
+}
+
+#[test]
+fn cl_each_decides_each_limiter_on_its_own_and_debits_with_shadow_write_nothing() {
+    let (_server, mut c) = pinned_twin();
+    let t = real_us() + 3_600_000_000;
+    pin(&mut c, t - t % 1_000_000);
+    let each = |c: &mut Connection, words: &str| -> Vec<Reply> {
+        redis::FromRedisValue::from_redis_value(fcall_raw(c, words).unwrap_or_else(|e| panic!("{words}: {e}"))).unwrap()
+    };
+    // The counter denies and writes nothing; the others admit and write.
+    let r = each(&mut c, "cl_each 3 a b w THROTTLE 1 1 1 COUNTER 1 10 QUANTITY 2 WINDOW 2 10");
+    assert_eq!(r, [vec![0, 2, 1, -1, 1], vec![1, 1, 1, -1, 0], vec![0, 2, 1, -1, 10]]);
+    assert!(get(&mut c, "a").is_some() && get(&mut c, "b").is_none() && get(&mut c, "w").is_some());
+    // DEBIT: every limiter counts its quantity, overdrawn or not; with SHADOW nothing is written.
+    let before = (get(&mut c, "a"), get(&mut c, "w"));
+    let r = each(&mut c, "cl_each 2 a w THROTTLE 1 1 1 QUANTITY 3 WINDOW 2 10 QUANTITY 3 DEBIT SHADOW");
+    assert_eq!(r, [vec![0, 2, 0, -1, 4], vec![0, 2, 0, -1, 10]]);
+    assert_eq!((get(&mut c, "a"), get(&mut c, "w")), before, "SHADOW with DEBIT writes nothing");
+    let r = each(&mut c, "cl_each 2 a w THROTTLE 1 1 1 QUANTITY 2 WINDOW 2 10 QUANTITY 3 DEBIT");
+    assert_eq!(r, [vec![1, 2, 0, 3, 3], vec![1, 2, 0, -1, 10]]);
+    assert_eq!(each(&mut c, "cl_each 1 a THROTTLE 1 1 1 QUANTITY 0")[0], [1, 2, 0, 1, 3]);
+    // CL.ALL's grammar without DETAILS, its errors named for CL.EACH.
+    assert_eq!(fcall_err(&mut c, "cl_each 1 a THROTTLE 1 1 1 DETAILS"), "ERR syntax error");
+    assert_eq!(fcall_err(&mut c, "cl_each 1 a"), "ERR wrong number of arguments for 'cl.each' command");
+    assert_eq!(
+        fcall_err(&mut c, "cl_each 1 a THROTTLE 1 1 1 QUANTITY -1 DEBIT"),
+        "ERR limiter 1: DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)"
+    );
 }
 
 #[test]
@@ -1050,20 +1111,41 @@ fn the_shared_vectors_hold_on_the_module_and_the_twin() {
     let words = |v: &serde_json::Value| -> Vec<String> {
         v.as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
     };
+    fn json(v: &Value) -> serde_json::Value {
+        match v {
+            Value::Int(i) => (*i).into(),
+            Value::Array(items) => items.iter().map(json).collect(),
+            other => format!("{other:?}").into(),
+        }
+    }
     let (_server, mut c) = module_and_pinned_twin();
     let mut ran = 0;
     for case in read("algorithms.json")["cases"].as_array().unwrap() {
         for step in case["steps"].as_array().unwrap() {
             let call = words(&step["call"]);
-            let (command, key, args) = (&call[0], &call[1], call[2..].join(" "));
             let us = step["at_ms"].as_i64().unwrap() * 1000;
-            let (module, twin) = both_at(&mut c, us, command, (&format!("m:{key}"), &format!("t:{key}")), &args);
-            let want: Vec<i64> = serde_json::from_value(step["reply"].clone()).unwrap();
-            let as_ints = |v: &Value| -> Vec<i64> {
-                redis::FromRedisValue::from_redis_value(v.clone()).unwrap_or_else(|_| panic!("{call:?}: {v:?}"))
-            };
-            assert_eq!(as_ints(&module), want, "{}: the module: {call:?}", case["name"]);
-            assert_eq!(as_ints(&twin), want, "{}: the twin: {call:?}", case["name"]);
+            let _: () = redis::cmd("CL.DEBUG").arg("CLOCK").arg(us).query(&mut c).unwrap();
+            pin(&mut c, us);
+            // The module's keys and the twin's apart: `m:` and `t:` before each.
+            let (mut module, mut twin) = (redis::cmd(&call[0]), redis::cmd("FCALL"));
+            let function = format!("cl_{}", call[0].trim_start_matches("CL.").to_lowercase());
+            twin.arg(function);
+            let keys = if call[0] == "CL.ALL" { call[1].parse::<usize>().unwrap() } else { 1 };
+            let (key_words, rest) = if call[0] == "CL.ALL" { call[2..].split_at(keys) } else { call[1..].split_at(1) };
+            if call[0] == "CL.ALL" {
+                module.arg(keys);
+            }
+            twin.arg(keys);
+            for key in key_words {
+                module.arg(format!("m:{key}"));
+                twin.arg(format!("t:{key}"));
+            }
+            module.arg(rest);
+            twin.arg(rest);
+            let module: Value = module.query(&mut c).unwrap_or_else(|e| panic!("{call:?}: the module: {e}"));
+            let twin: Value = twin.query(&mut c).unwrap_or_else(|e| panic!("{call:?}: the twin: {e}"));
+            assert_eq!(json(&module), step["reply"], "{}: the module: {call:?}", case["name"]);
+            assert_eq!(json(&twin), step["reply"], "{}: the twin: {call:?}", case["name"]);
             ran += 1;
         }
     }

@@ -199,7 +199,17 @@ fn spec(
         for (slot, word) in values.iter_mut().zip(numbers) {
             *slot = crate::args::integer(word)?;
         }
-        let tail = Tail::parse(options, algorithm.options().chain([&Arg::QUANTITY_OPTION]))?;
+        // The common spec, its numbers and at most `QUANTITY q` (a gateway's every call), reads
+        // as the table's parse reads it, without the search through the options.
+        let tail = match options {
+            [] => Tail::EMPTY,
+            [word, q] if word.eq_ignore_ascii_case(b"QUANTITY") && crate::args::integer(q).is_ok() => {
+                let mut tail = Tail::EMPTY;
+                tail.quantity = crate::args::integer(q).ok();
+                tail
+            }
+            _ => Tail::parse(options, algorithm.options().chain([&Arg::QUANTITY_OPTION]))?,
+        };
         (algorithm.build(&values, &tail, unit, caps)?, tail)
     };
     let quantity = tail.quantity.unwrap_or(1);

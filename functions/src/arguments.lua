@@ -29,9 +29,9 @@ end
 -- The optional words of a single command (`[quantity] [MS] [PRECISION p] [SHADOW]`, any order,
 -- each at most once; a word not starting with a letter is the quantity) or of a CL.ALL spec
 -- (`[QUANTITY q] [PRECISION p]`; `spec` true). Returns the quantity (T, nil when absent),
--- MS, PRECISION's value (T, nil when absent) and SHADOW.
+-- MS, PRECISION's value (T, nil when absent), SHADOW, HELD's value (T) and DEBIT.
 local function tail(args, i, last, accepts_precision, spec)
-  local qm, qu, millis, pm, pu, shadow, hm, hu
+  local qm, qu, millis, pm, pu, shadow, hm, hu, debit
   while i <= last do
     local a = args[i]
     local b = byte(a)
@@ -41,6 +41,8 @@ local function tail(args, i, last, accepts_precision, spec)
       millis = true
     elseif not spec and not shadow and is_word(a, 'SHADOW') then
       shadow = true
+    elseif not spec and not debit and is_word(a, 'DEBIT') then
+      debit = true
     elseif spec and qm == nil and is_word(a, 'QUANTITY') then
       i = i + 1
       if i > last then fail(ERR.syntax) end
@@ -58,7 +60,7 @@ local function tail(args, i, last, accepts_precision, spec)
     end
     i = i + 1
   end
-  return qm, qu, millis, pm, pu, shadow, hm, hu
+  return qm, qu, millis, pm, pu, shadow, hm, hu, debit
 end
 
 -- `HELD t` (T, nil when absent) of a call with quantity (qm, qu): t in Unix milliseconds, a
@@ -68,6 +70,15 @@ local function held_of(hm, hu, qm, qu)
   if qm >= 0 then fail(ERR.held_refund) end
   if hm < 0 or hm > 9223372 or (hm == 9223372 and hu > 36854) then fail(fmt(ERR.range, 'held', '0', '9223372036854')) end
   return hm * M + hu
+end
+
+-- DEBIT (a charge counted whatever the limit says) takes a quantity of 0 or more (checked
+-- before HELD, as the module checks it). Returns whether the call debits: a debit of 0 is a
+-- pure check, decided as a peek.
+local function debit_of(debit, qm, qu)
+  if not debit then return false end
+  if qm < 0 then fail(ERR.debit_negative) end
+  return qm > 0 or qu > 0
 end
 
 local UNIT_NAME = { [false] = 'seconds', [true] = 'milliseconds' }
@@ -166,8 +177,9 @@ local function quota_anchor(word, millis)
 end
 
 -- The parameters; `words` args[first..last]: limit PER unit, then TZ, ANCHOR and the tail
--- (single: QUANTITY q, MS, SHADOW; spec: QUANTITY q). `millis`: the call's unit (spec only).
-local function quota_parse(args, first, last, spec, millis)
+-- (single: QUANTITY q, HELD t, MS, SHADOW, DEBIT; spec: QUANTITY q, HELD t). `millis` and
+-- `debit`: the call's unit and DEBIT (spec only).
+local function quota_parse(args, first, last, spec, millis, debit)
   local lm, lu = integer(args[first])
   if not is_word(args[first + 1], 'PER') then fail(ERR.quota_per) end
   local per = QUOTA_PER[args[first + 2]:upper()]
@@ -187,7 +199,7 @@ local function quota_parse(args, first, last, spec, millis)
       end
       i = i + 2
     else
-      if #rest >= 6 then fail(ERR.syntax) end
+      if #rest >= 7 then fail(ERR.syntax) end
       rest[#rest + 1] = a
       i = i + 1
     end
@@ -206,6 +218,7 @@ local function quota_parse(args, first, last, spec, millis)
       hm, hu = integer(rest[j])
     elseif not spec and not millis and is_word(a, 'MS') then millis = true
     elseif not spec and not shadow and is_word(a, 'SHADOW') then shadow = true
+    elseif not spec and not debit and is_word(a, 'DEBIT') then debit = true
     else fail(ERR.syntax) end
     j = j + 1
   end
@@ -224,8 +237,9 @@ local function quota_parse(args, first, last, spec, millis)
     pos = { ms = lc - days * MS_DAY, month = am, day = ad, weekday = (days + 3) % 7 }
   end
   if qm == nil then qm, qu = 0, 1 end
+  local debits = debit_of(debit, qm, qu)
   local held = held_of(hm, hu, qm, qu)
-  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false, held
+  return { limit = limit, per = per, offset = offset, pos = pos, refuse = zone_refusal or refusal(limit, 'limit') }, qm, qu, millis, shadow or false, held, debits
 end
 
 -- Each command's table: its name, positional arguments and optional words (the most its tail
@@ -233,14 +247,14 @@ end
 -- integers `a` (T pairs: a[1], a[2] the first, ...), the unit and PRECISION's value.
 local COMMANDS = {
   throttle = {
-    name = 'cl.throttle', positional = 3, optional = 5, word = 'THROTTLE',
+    name = 'cl.throttle', positional = 3, optional = 6, word = 'THROTTLE',
     build = function(a, millis)
       local period = duration(a[5], a[6], millis, 'period')
       return gcra_params(a[1], a[2], a[3], a[4], period)
     end,
   },
   window = {
-    name = 'cl.window', positional = 2, optional = 7, word = 'WINDOW', precision = true,
+    name = 'cl.window', positional = 2, optional = 8, word = 'WINDOW', precision = true,
     build = function(a, millis, pm, pu)
       local window = duration(a[3], a[4], millis, 'window')
       local precision
@@ -257,7 +271,7 @@ local COMMANDS = {
     end,
   },
   bucket = {
-    name = 'cl.bucket', positional = 3, optional = 5, word = 'BUCKET',
+    name = 'cl.bucket', positional = 3, optional = 6, word = 'BUCKET',
     build = function(a, millis)
       local interval = duration(a[5], a[6], millis, 'interval')
       return bucket_params(a[1], a[2], a[3], a[4], interval)
@@ -266,7 +280,7 @@ local COMMANDS = {
   -- Its words are not all numbers (quota_parse reads them); `positional` counts `PER unit`.
   quota = { name = 'cl.quota', positional = 3, word = 'QUOTA', zone = true },
   counter = {
-    name = 'cl.counter', positional = 2, optional = 5, word = 'COUNTER',
+    name = 'cl.counter', positional = 2, optional = 6, word = 'COUNTER',
     build = function(a, millis)
       local window = duration(a[3], a[4], millis, 'window')
       return counter_params(a[1], a[2], window)
@@ -283,26 +297,28 @@ local function positional(command, args, first)
   return a
 end
 
--- Parses a single command's arguments after its key: its parameters, quantity (T), unit and
--- SHADOW.
+-- Parses a single command's arguments after its key: its parameters, quantity (T), unit,
+-- SHADOW, HELD (Unix ms) and whether it debits.
 local function parse(kind, args)
   if kind == 'quota' then
-    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, HELD t, MS and SHADOW.
-    if #args < 3 or #args > 13 then fail(fmt(ERR.arity, 'cl.quota')) end
+    -- `limit PER unit` then at most TZ zone, ANCHOR instant, QUANTITY q, HELD t, MS, SHADOW
+    -- and DEBIT.
+    if #args < 3 or #args > 14 then fail(fmt(ERR.arity, 'cl.quota')) end
     return quota_parse(args, 1, #args, false, false)
   end
   local command = COMMANDS[kind]
   local n = #args
   if n < command.positional or n > command.positional + command.optional then fail(fmt(ERR.arity, command.name)) end
   local a = positional(command, args, 1)
-  local qm, qu, millis, pm, pu, shadow, hm, hu = tail(args, command.positional + 1, n, command.precision, false)
+  local qm, qu, millis, pm, pu, shadow, hm, hu, debit = tail(args, command.positional + 1, n, command.precision, false)
   millis = millis or false
   if qm == nil then qm, qu = 0, 1 end
   local p = command.build(a, millis, pm, pu)
-  return p, qm, qu, millis, shadow or false, held_of(hm, hu, qm, qu)
+  local debits = debit_of(debit, qm, qu)
+  return p, qm, qu, millis, shadow or false, held_of(hm, hu, qm, qu), debits
 end
 
 return {
-  tail = tail, held_of = held_of, printable = printable, quota_parse = quota_parse,
+  tail = tail, held_of = held_of, debit_of = debit_of, printable = printable, quota_parse = quota_parse,
   COMMANDS = COMMANDS, positional = positional, parse = parse,
 }

@@ -5,7 +5,7 @@ local errors, integers = lib.errors, lib.integers
 local BOUND, ERR, fail, refusal = errors.BOUND, errors.ERR, errors.fail, errors.refusal
 local M, MAX_M, MAX_MS, MAX_U = integers.M, integers.MAX_M, integers.MAX_MS, integers.MAX_U
 local int_text, parse_i64, t_capped = integers.int_text, integers.parse_i64, integers.t_capped
-local t_sub, t_text = integers.t_sub, integers.t_text
+local t_add, t_sub, t_text = integers.t_add, integers.t_sub, integers.t_text
 local decision, invalid = lib.kinds.decision, lib.kinds.invalid
 
 local COUNTER_MAX = 999999999999999999
@@ -31,7 +31,17 @@ local function refunded(cm, cu, qm, qu)
   return km, ku
 end
 
-local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+-- A count (T) plus the units a debit (quantity qm, qu > 0) counts, within the stored range
+-- (below 10^18: the stored forms stay disjoint).
+local function debited(cm, cu, qm, qu)
+  local km, ku = t_add(cm, cu, qm, qu)
+  if km > 999999999999 then fail(fmt(ERR.debit_too_large, BOUND.counter_limit)) end
+  return km, ku
+end
+
+-- `debit` (quantity above 0 with DEBIT): the units are counted whatever the limit says (the
+-- count may pass it), `limited` telling whether they overdrew.
+local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q, debit)
   local cm, cu -- the count, T
   local closes -- ms; nil: stamped beyond any ceiling (no expiry)
   local has = false
@@ -73,14 +83,26 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), expiry() end
     return d
   end
-  if q > p.limit then return denied(reply(1, count)) end
-  if count + q > p.limit then return denied(reply(1, count, um, uu)) end
-  if q == 0 then return reply(0, count) end
+  if not debit then
+    if q > p.limit then return denied(reply(1, count)) end
+    if count + q > p.limit then return denied(reply(1, count, um, uu)) end
+    if q == 0 then return reply(0, count) end
+  end
   if not open then
     local start = nm
     closes = start + p.window
     if closes > MAX_MS then fail(ERR.too_large) end
     um, uu = t_sub(closes, 0, nm, nu)
+  end
+  if debit then
+    -- Retry (a take of q after the debit): when the window closes; never for q above the limit.
+    local km, ku = debited(cm, cu, qm, qu)
+    local d
+    if q > p.limit then d = reply(1, t_capped(km, ku))
+    elseif count + q > p.limit then d = reply(1, t_capped(km, ku), um, uu)
+    else d = reply(0, t_capped(km, ku)) end
+    d.eff, d.value, d.at = 'set', t_text(km, ku), expiry()
+    return d
   end
   local c = count + q
   local d = reply(0, c)
@@ -89,6 +111,6 @@ local function counter_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
 end
 
 return {
-  counter_params = counter_params, stamped_at = stamped_at, refunded = refunded,
+  counter_params = counter_params, stamped_at = stamped_at, refunded = refunded, debited = debited,
   counter_decide = counter_decide,
 }

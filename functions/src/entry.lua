@@ -4,7 +4,7 @@ local errors, hot = lib.errors, lib.hot
 local ERR, fail, run = errors.ERR, errors.fail, errors.run
 local printable = lib.arguments.printable
 local single = lib.store.single
-local all = lib.all.all
+local all, each = lib.all.all, lib.all.each
 local cl_counter, cl_throttle, cl_window = hot.cl_counter, hot.cl_throttle, hot.cl_window
 
 -- The EVAL form's entry: EVALSHA <sha> <numkeys> <key>... <function> <arguments>...
@@ -13,6 +13,7 @@ local function eval_dispatch(keys, argv)
   local name, args = argv[1], {}
   for i = 2, #argv do args[i - 1] = argv[i] end
   if name == 'cl_all' then return all(keys, args) end
+  if name == 'cl_each' then return each(keys, args) end
   local kind = EVAL_KINDS[name]
   if kind == nil then
     if name == 'cl_version' then return VERSION end
@@ -30,6 +31,7 @@ register('cl_window', cl_window)
 register('cl_bucket', function(keys, args) return run(single, 'bucket', keys, args) end)
 register('cl_counter', cl_counter)
 register('cl_all', function(keys, args) return run(all, keys, args) end)
+register('cl_each', function(keys, args) return run(each, keys, args) end)
 register('cl_quota', function(keys, args) return run(single, 'quota', keys, args) end)
 -- The version loaders and clients compare with their own (FCALL_RO cl_version 0: no key, no
 -- write, so on any node and on read-only replicas).

@@ -10,6 +10,10 @@ local ERR = {
   integer = 'ERR value is not an integer or out of range',
   range = 'ERR %s must be an integer from %s to %s',
   held_refund = 'ERR HELD is valid only with a negative quantity (a refund)',
+  -- DEBIT (core/src/limiter.rs): a charge, never a refund; and its bounds.
+  debit_negative = 'ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)',
+  debit_too_large = 'ERR DEBIT is too large: a count must stay at most %s',
+  debit_too_long = 'ERR DEBIT is too large: an exact window logs at most %s units a call (use PRECISION for larger budgets)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
@@ -29,7 +33,7 @@ local ERR = {
   -- The twin's own: FCALL's key count, the EVAL form's function name, and what a double
   -- cannot carry exactly.
   one_key = 'ERR %s takes exactly one key: FCALL %s 1 <key> ...',
-  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all or cl_version",
+  eval_name = "ERR unknown function '%s': the first argument is cl_throttle, cl_window, cl_bucket, cl_counter, cl_quota, cl_all, cl_each or cl_version",
   twin_limit = 'ERR parameters are too large for the Functions twin: a %s above 9007199254740991 cannot be replied exactly (use the module)',
   twin_state = 'ERR key holds %s state beyond what the Functions twin computes exactly (use the module)',
   twin_all_ring = 'ERR key holds a CL.WINDOW ring of more than 10000 buckets (throttle.max-buckets raised for the module), which cl_all in the Functions twin does not read: call cl_window on that key alone, or use the module',
@@ -54,6 +58,8 @@ local BOUND = {
   exact_hint = 'use PRECISION for larger limits',
   throttle_span = '(max_burst + 1) * period / count',
   bucket_span = 'interval * ceil(capacity / tokens)',
+  debit_throttle_span = 'quantity * period / count',
+  debit_bucket_span = 'interval * ceil(deficit / tokens)',
 }
 -- @errors end
 

@@ -32,7 +32,7 @@ local REPLY = { 0, 0, 0, 0, 0 }
 -- tolerance of 2^52 ns or more), so that their next calls go to `single` at once.
 local function throttle_single(keys, args)
   local reply = single('throttle', keys, args)
-  local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
+  local p, qm, qu, millis, shadow, held, debit = lua_unpack(single_params, 1, 7)
   if hot_count >= 512 then HOT, hot_count = {}, 0 end
   local n = #args
   local node = HOT[n]
@@ -42,7 +42,7 @@ local function throttle_single(keys, args)
     if not next_node then next_node = {}; node[args[i]] = next_node end
     node = next_node
   end
-  node[args[n]] = p.tol and not p.refuse and not held and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow, p.fast_until } or false
+  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and t_capped(qm, qu) > 0, p.fast_until } or false
   hot_count = hot_count + 1
   return reply
 end
@@ -67,9 +67,13 @@ local function cl_throttle(keys, args)
         elseif type(stored) == 'string' then
           am, au = tat_of(stored)
         end
+        local limit, millis = e[3], e[5]
+        local limited, remaining, retry, span, write
         if am or stored == false then
-          local limit, millis = e[3], e[5]
-          local limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+          -- (nil for a TAT far ahead: `single`)
+          limited, remaining, retry, span, write = gcra_step(e[1], e[2], limit, am, au, nm, nu, e[4])
+        end
+        if limited then
           -- (ns_t, t_add, instant_text and reply_time inlined: a Lua call costs more than each)
           local su = span % M
           local sm = (span - su) / M
@@ -92,7 +96,7 @@ local function cl_throttle(keys, args)
           -- rounded up; `unit` in ns.
           local unit, retry_after = millis and M or 1000000000, -1
           if limited == 1 and e[6] then
-            limited = 0 -- SHADOW: a denial replied as an admission (only a call consuming units is denied)
+            limited = 0 -- SHADOW: a denial replied as an admission (of a call consuming units)
           elseif retry then
             if not millis then retry = retry - retry % M end
             local rr = retry % unit
@@ -393,10 +397,10 @@ end
 -- throttle_single), or false where it takes none of their calls.
 local function hot_single(kind, keys, args)
   local reply = single(kind, keys, args)
-  local p, qm, qu, millis, shadow, held = lua_unpack(single_params, 1, 6)
+  local p, qm, qu, millis, shadow, held, debit = lua_unpack(single_params, 1, 7)
   local q = t_capped(qm, qu)
   local e = false
-  if not p.refuse and not held and q >= 0 then
+  if not p.refuse and not held and not debit and q >= 0 then
     -- (SHADOW answers only a call that consumes units)
     e = { q = q, limit = p.limit, millis = millis, shadow = shadow and q > 0, W = p.window }
     if kind == 'counter' then

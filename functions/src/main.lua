@@ -1,16 +1,17 @@
 #!lua name=throttle
 --[[
 redis-throttle's Functions twin, version @VERSION@: CL.THROTTLE, CL.WINDOW, CL.BUCKET,
-CL.COUNTER, CL.QUOTA (UTC and fixed offsets) and CL.ALL as Redis Functions, for servers that
+CL.COUNTER, CL.QUOTA (UTC and fixed offsets), CL.ALL and CL.EACH as Redis Functions, for servers that
 cannot load modules (managed Redis and Valkey).
 
   Load (Redis 7.0+, Valkey 7.2+):  redis-cli -x FUNCTION LOAD REPLACE < functions/throttle.lua
-  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW]
-         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW]
-         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW]
-         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW]
+  Call:  FCALL cl_throttle 1 <key> <max_burst> <count> <period> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_window   1 <key> <limit> <window> [quantity] [HELD t] [MS] [PRECISION p] [SHADOW] [DEBIT]
+         FCALL cl_bucket   1 <key> <capacity> <tokens> <interval> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_counter  1 <key> <limit> <window> [quantity] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_quota    1 <key> <limit> PER <unit> [TZ offset] [ANCHOR instant] [QUANTITY q] [HELD t] [MS] [SHADOW] [DEBIT]
+         FCALL cl_all <numkeys> <key>... <spec>... [MS] [DETAILS] [SHADOW] [DEBIT]
+         FCALL cl_each <numkeys> <key>... <spec>... [MS] [SHADOW] [DEBIT]
          FCALL_RO cl_version 0    (the library's version, as a string; FCALL works too)
 
 Same replies, errors, stored bytes and absolute expiries as the module at the same instant, so

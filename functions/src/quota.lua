@@ -8,7 +8,7 @@ local integers, calendar = lib.integers, lib.calendar
 local div_floor, int_text, parse_i64 = integers.div_floor, integers.int_text, integers.parse_i64
 local t_capped, t_sub, t_text = integers.t_capped, integers.t_sub, integers.t_text
 local decision, invalid = lib.kinds.decision, lib.kinds.invalid
-local refunded, stamped_at = lib.counter.refunded, lib.counter.stamped_at
+local debited, refunded, stamped_at = lib.counter.debited, lib.counter.refunded, lib.counter.stamped_at
 local MS_DAY, civil_from_days = calendar.MS_DAY, calendar.civil_from_days
 local days_from_civil, days_in_month = calendar.days_from_civil, calendar.days_in_month
 
@@ -61,7 +61,8 @@ local function quota_period(p, nm)
   return start, e
 end
 
-local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
+-- `debit`: as CL.COUNTER's.
+local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q, debit)
   local _, e = quota_period(p, nm)
   local cm, cu = 0, 0
   local live, moved = false, false
@@ -91,6 +92,15 @@ local function quota_decide(p, stored, expiry_ms, nm, nu, qm, qu, q)
     local c = t_capped(km, ku)
     local d = reply(0, c)
     if c == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(km, ku), e end
+    return d
+  end
+  if debit then
+    local km, ku = debited(cm, cu, qm, qu)
+    local d
+    if q > p.limit then d = reply(1, t_capped(km, ku))
+    elseif count + q > p.limit then d = reply(1, t_capped(km, ku), um, uu)
+    else d = reply(0, t_capped(km, ku)) end
+    d.eff, d.value, d.at = 'set', t_text(km, ku), e
     return d
   end
   if q > p.limit then return denied(reply(1, count)) end

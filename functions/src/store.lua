@@ -34,19 +34,23 @@ end
 -- `held` (Unix ms, with a refund only): the refund gives back at most what the limiter still
 -- holds of the units (core's Limiter::decide_held); a refund bounded to nothing answers as a
 -- peek, and no bounded refund reads as a denial.
--- `dry`: CL.ALL's first pass (see exact_decide).
-local function decide(kind, p, stored, expiry, nm, nu, qm, qu, held, dry)
+-- `dry`: CL.ALL's first pass (see exact_decide). `debit` (a quantity above 0 with DEBIT): the
+-- units are counted whatever the limit says, `limited` telling whether they overdrew; the
+-- algorithms get it as the quantity's T, { qm, qu }.
+local function decide(kind, p, stored, expiry, nm, nu, qm, qu, held, dry, debit)
   local q = t_capped(qm, qu)
   if held and q < 0 and (kind == 'counter' or kind == 'quota') then
     -- Only while the window or period the units were counted in (the one ending at `held`) is open.
     if not (stored and expiry == held and nm < held) then qm, qu, q = 0, 0, 0 end
   end
+  -- (A debit carries its quantity as T: some bounds are checked on the exact sum.)
+  if debit then debit = { qm, qu } end
   local d
-  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q, held)
-  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry, held)
-  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, q, held)
-  elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q)
-  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q) end
+  if kind == 'throttle' then d = gcra_decide(p, stored, nm, nu, qm, qu, q, held, debit)
+  elseif kind == 'window' then d = window_decide(p, stored, nm, nu, q, dry, held, debit)
+  elseif kind == 'bucket' then d = bucket_decide(p, stored, expiry, nm, nu, qm, qu, q, held, debit)
+  elseif kind == 'quota' then d = quota_decide(p, stored, expiry, nm, nu, qm, qu, q, debit)
+  else d = counter_decide(p, stored, expiry, nm, nu, qm, qu, q, debit) end
   -- (The call decided without an error the module would give: now the twin's own refusal.)
   if p.refuse then fail(p.refuse) end
   if held and kind ~= 'throttle' then d[1], d.rm = 0, nil end
@@ -94,7 +98,7 @@ local function five(d, millis)
 end
 
 -- SHADOW: a denial answered as an admission (`limited` 0, no retry time); the rest of the
--- reply, and what was stored, stay as decided.
+-- reply, and what was stored, stay as decided (a debit's effect is dropped by its caller).
 local function shadowed(d)
   if d[1] == 1 then d[1], d[4], d.rm = 0, -1, nil end
   return d
@@ -114,13 +118,13 @@ local function single(kind, keys, args)
   elseif n == 2 then ck = '2' .. args[1] .. ' ' .. args[2]
   else ck = n .. concat(args, ' ') end
   local hit = PARSED[kind][ck]
-  local p, qm, qu, millis, shadow, held
+  local p, qm, qu, millis, shadow, held, debit
   if hit then
-    p, qm, qu, millis, shadow, held = hit[1], hit[2], hit[3], hit[4], hit[5], hit[6]
+    p, qm, qu, millis, shadow, held, debit = hit[1], hit[2], hit[3], hit[4], hit[5], hit[6], hit[7]
   else
-    p, qm, qu, millis, shadow, held = parse(kind, args)
+    p, qm, qu, millis, shadow, held, debit = parse(kind, args)
     if parsed_count >= 512 then PARSED, parsed_count = { throttle = {}, window = {}, bucket = {}, counter = {}, quota = {} }, 0 end
-    hit = { p, qm, qu, millis, shadow, held }
+    hit = { p, qm, qu, millis, shadow, held, debit }
     PARSED[kind][ck] = hit
     parsed_count = parsed_count + 1
   end
@@ -128,8 +132,9 @@ local function single(kind, keys, args)
   local key = keys[1]
   local nm, nu = clock()
   local stored, expiry = read_of(kind, key)
-  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held)
-  apply(key, d, stored)
+  local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held, false, debit)
+  -- SHADOW on a debit writes nothing.
+  if not (shadow and debit) then apply(key, d, stored) end
   -- Only a call that consumes units (quantity > 0) can be denied.
   if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
   return five(d, millis)

@@ -82,16 +82,16 @@ end
 -- One call in plain numbers, for a tolerance below 2^52 ns (the hot path of CL.THROTTLE):
 -- gcra_decide's rules, step for step, with every span relative to now. The TAT (am, au; am nil
 -- for none), now and the quantity q; returns limited (0/1), remaining, the retry span (nil when
--- none), the span from now to the TAT after the call, and whether that TAT is written.
+-- none), the span from now to the TAT after the call, and whether that TAT is written; or
+-- nothing for a TAT 2^52 ns or more ahead (a debt: the general path).
 local function gcra_step(tol, ei, limit, am, au, nm, nu, q)
-  local ttl, stepped = 0, false
+  local ttl = 0
   if am then
-    local dm = am - nm -- the TAT's offset from now, clamped to [0, tolerance]
-    if dm >= 4503599627 then
-      stepped, ttl = true, tol
-    elseif dm > -4503599627 then
+    local dm = am - nm -- the TAT's offset from now, at least 0
+    if dm >= 4503599627 then return nil end
+    if dm > -4503599627 then
       local off = dm * M + (au - nu)
-      if off > tol then stepped, ttl = true, tol elseif off > 0 then ttl = off end
+      if off > 0 then ttl = off end
     end
   end
   local limited, span, retry, write = 0, ttl, nil, false
@@ -99,21 +99,25 @@ local function gcra_step(tol, ei, limit, am, au, nm, nu, q)
     span, write = 0, true
     if -q * ei < ttl then span = ttl + q * ei end
   elseif q > limit then
-    limited, write = 1, stepped
+    limited = 1
   elseif ttl + ei * q > tol then
-    limited, write, retry = 1, stepped, ttl + ei * q - tol
+    limited, retry = 1, ttl + ei * q - tol
   else
     span, write = ttl + ei * q, q ~= 0
   end
-  -- remaining = floor((tolerance - span) / interval), within [0, limit] as tolerance = interval * limit
+  -- remaining = floor((tolerance - span) / interval), within [0, limit] as tolerance = interval
+  -- * limit; none when the TAT is beyond the tolerance (debt)
   local free = tol - span
+  if free < 0 then return limited, 0, retry, span, write end
   return limited, (free - free % ei) / ei, retry, span, write
 end
 
--- The fast path of gcra_decide (tolerance below 2^52 ns), as a decision.
+-- The fast path of gcra_decide (tolerance below 2^52 ns), as a decision; nil where it is not
+-- taken (see gcra_step).
 local function gcra_fast(p, am, au, nm, nu, q)
   local limit = p.limit
   local limited, remaining, retry, span, write = gcra_step(p.tol, p.ei, limit, am, au, nm, nu, q)
+  if not limited then return nil end
   local sm, su = ns_t(span)
   local d = decision(limited, limit, limit - remaining, nil, nil, sm, su)
   if retry then d.rm, d.ru = ns_t(retry) end
@@ -142,29 +146,27 @@ local function gcra_reply(p, limited, tlm, tlu, rm, ru)
   return d
 end
 
-local function gcra_decide(p, stored, nm, nu, qm, qu, q, held)
+-- A stored TAT is honoured however far ahead it lies (a debit leaves TATs beyond now +
+-- tolerance; a clock step and a debt cannot be told apart, and forgiving a debt over-admits).
+-- `debit` (quantity above 0 with DEBIT): the TAT moves on by the units whatever the limit says.
+local function gcra_decide(p, stored, nm, nu, qm, qu, q, held, debit)
   local am, au -- the TAT
   if stored then
     am, au = tat_of(stored)
     if not am then invalid('throttle', stored) end
   end
-  if p.tol and nm < p.fast_until and not held then return gcra_fast(p, am, au, nm, nu, q) end
-  -- A TAT beyond now + tolerance (the clock stepped back) reads as exactly empty.
-  local cm, cu = t_add(nm, nu, p.tm, p.tu)
-  if not t_fits(cm, cu) then cm, cu = MAX_M, MAX_U end
-  local stepped = am ~= nil and t_lt(cm, cu, am, au)
-  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
-  if t_lt(cm, cu, am, au) then am, au = cm, cu end
-  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
-  local function denied_effect(d)
-    if stepped and q ~= 0 then d.eff, d.value, d.at = 'set', t_text(am, au), ceil_ms(am, au) end
-    return d
+  if p.tol and nm < p.fast_until and not held and not debit then
+    local d = gcra_fast(p, am, au, nm, nu, q)
+    if d then return d end
   end
+  if am == nil or t_lt(am, au, nm, nu) then am, au = nm, nu end
+  local tlm, tlu = t_sub(am, au, nm, nu)          -- ttl
 
   if q < 0 then
-    -- A refund moves the TAT back by the units returned, stopping at now (full). Units beyond
-    -- 2^53 give back more than any tolerance, as the capped count does.
-    local bm, bu = t_mul(p.em, p.eu, -q)
+    -- A refund moves the TAT back by the units returned (exact: a debt may put the TAT
+    -- beyond any tolerance), stopping at now (full).
+    local bm, bu = t_sub(0, 0, qm, qu)
+    bm, bu = t_mul_t(p.em, p.eu, bm, bu)
     if held then
       -- HELD: back by at most what is left of the units' emission time, from the least the
       -- TAT can have been after the taking call (held - 1 ms + 1 ns) to now (core's
@@ -182,14 +184,38 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q, held)
     if sm == 0 and su == 0 then d.eff = 'del' else d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu) end
     return d
   end
-  if q > p.limit then return denied_effect(gcra_reply(p, 1, tlm, tlu)) end
+  if debit then
+    -- The increment (q * interval, exact for any q) within the duration range, the new TAT an
+    -- instant; limited when the same take would have been denied. Retry: when a take of q
+    -- would be admitted after the debit (never, for q above the limit).
+    local im, iu = t_mul_t(p.em, p.eu, qm, qu)
+    if im > 1000000000000 or (im == 1000000000000 and iu > 0) then fail(fmt(ERR.span, BOUND.debit_throttle_span)) end
+    local xm, xu = t_add(am, au, im, iu)
+    if not t_fits(xm, xu) then fail(ERR.too_large) end
+    local limited, rm, ru = 0, nil, nil
+    local wm, wu = t_sub(xm, xu, p.tm, p.tu)       -- allowed at, for this call
+    if q > p.limit then
+      limited = 1
+    elseif t_lt(nm, nu, wm, wu) then
+      rm, ru = t_add(xm, xu, im, iu)
+      if not t_fits(rm, ru) then fail(ERR.too_large) end
+      rm, ru = t_sub(rm, ru, p.tm, p.tu)
+      rm, ru = t_sub(rm, ru, nm, nu)
+      limited = 1
+    end
+    local sm, su = t_sub(xm, xu, nm, nu)
+    local d = gcra_reply(p, limited, sm, su, rm, ru)
+    d.eff, d.value, d.at = 'set', t_text(xm, xu), ceil_ms(xm, xu)
+    return d
+  end
+  if q > p.limit then return gcra_reply(p, 1, tlm, tlu) end
   local im, iu = t_mul(p.em, p.eu, q)              -- increment
   local xm, xu = t_add(am, au, im, iu)             -- new TAT
   if not t_fits(xm, xu) then fail(ERR.too_large) end
   local wm, wu = t_sub(xm, xu, p.tm, p.tu)         -- allowed at
   if t_lt(nm, nu, wm, wu) then
     local rm, ru = t_sub(wm, wu, nm, nu)
-    return denied_effect(gcra_reply(p, 1, tlm, tlu, rm, ru))
+    return gcra_reply(p, 1, tlm, tlu, rm, ru)
   end
   local sm, su = t_sub(xm, xu, nm, nu)
   local d = gcra_reply(p, 0, sm, su)

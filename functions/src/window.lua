@@ -91,7 +91,7 @@ local function whole(stored)
 end
 
 return {
-  RING_MAX_SLOTS = RING_MAX_SLOTS, window_params = window_params, verdict = verdict,
+  MAX_EXACT_LIMIT = MAX_EXACT_LIMIT, RING_MAX_SLOTS = RING_MAX_SLOTS, window_params = window_params, verdict = verdict,
   window_reply = window_reply, emptied = emptied, READ_WHOLE = READ_WHOLE, LONG = LONG,
   read_window = read_window, whole = whole,
 }

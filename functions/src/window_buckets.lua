@@ -5,10 +5,12 @@
 -- window_to_buckets.lua's and window_to_exact.lua's, the dispatch window_decide.lua's.
 
 local integers, window = lib.integers, lib.window
-local ERR, fail = lib.errors.ERR, lib.errors.fail
+local BOUND, ERR, fail = lib.errors.BOUND, lib.errors.ERR, lib.errors.fail
 local EXACT, M, MAX_MS, div_ceil = integers.EXACT, integers.M, integers.MAX_MS, integers.div_ceil
 local div_floor, i64_array, int_le = integers.div_floor, integers.i64_array, integers.int_le
-local le_t, t_le = integers.le_t, integers.t_le
+local le_t, t_add, t_capped = integers.le_t, integers.t_add, integers.t_capped
+local t_fits, t_le = integers.t_fits, integers.t_le
+local since = lib.kinds.since
 local RING_MAX_SLOTS, emptied, verdict = window.RING_MAX_SLOTS, window.emptied, window.verdict
 local window_reply = window.window_reply
 
@@ -177,7 +179,9 @@ end
 -- regrouped from another precision), used as it is; `ahead` then says whether what it was
 -- built from was stamped ahead. `dry` (see exact_decide): a ring not stored as it
 -- is (converted, regrouped or new) is not written out; `redo` writes it.
-local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
+-- `debit` (quantity above 0 with DEBIT): the units go where an admission puts them, whatever
+-- the limit says, `limited` telling whether they overdrew.
+local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry, debit)
   local P, W = p.precision, p.window
   local spanned = div_ceil(W, P)
   local slots = spanned + 1
@@ -200,7 +204,8 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local stored, src = ring.stored, ring.stored and ring.cs or ring.counts
   if converted and ring.used and q >= 0 and verdict(q, ring.used, p.limit) ~= 'denied' then
     -- A ring converted from a long log holds every live entry (log_to_ring says how many,
-    -- and the bucket of the newest): its counts are read here only by a refund or a denial.
+    -- and the bucket of the newest): its counts are read here only by a refund or a denial
+    -- (or a debit that overdraws: its retry time).
     used, newest_used = ring.used, ring.newest_used
   elseif src then
     -- (slot by slot from the oldest held, each count checked as ring_count checks it)
@@ -229,6 +234,7 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
   local fm = newest_used and leaves(newest_used)
 
   local v = verdict(q, used, p.limit)
+  if debit then v = 'admit' end
   if v == 'refund' then
     local units = -q
     -- The oldest units go first: the newest bucket in use, and the key's expiry, stay unless
@@ -257,6 +263,16 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
       k = k + 1
       edits[#edits + 1] = { k, 0 }
     end
+    if debit then
+      -- (A debit's sum must fit the bucket's i64, `debit` its quantity as T; the twin carries
+      -- none at 2^53, and refuses a limit it cannot reply first.)
+      local cm, cu = t_add(0, #edits > 0 and 0 or ring_count(ring, top), debit[1], debit[2])
+      if not t_fits(cm, cu) then fail(fmt(ERR.debit_too_large, BOUND.i64_max)) end
+      if p.refuse then fail(p.refuse) end
+      -- (the counts read are valid: the twin's own refusal, not `beyond`'s scan of every count)
+      if t_capped(cm, cu) >= EXACT or used + q >= EXACT then fail(fmt(ERR.twin_state, 'CL.WINDOW')) end
+    end
+    -- (A take's sum is at most its limit; a debit's stays below 2^53, above.)
     if #edits > 0 then
       edits[#edits][2] = q
     else
@@ -265,6 +281,19 @@ local function ring_decide(p, ring, nm, nu, q, converted, ahead, dry)
     local at = leaves(top)
     local d = window_reply(p, 0, used + q, nm, nu, at, 0)
     d.at = at
+    if debit and (q > p.limit or used + q > p.limit) then
+      -- Overdrawn. Retry (a take of q after the debit, never for q above the limit): when the
+      -- oldest buckets holding used + 2q - limit units then have left (q in top's).
+      d[1] = 1
+      if q <= p.limit then
+        local need, freed, rk = used + q - (p.limit - q), 0, top
+        for i = 0, held - 1 do
+          freed = freed + counts[i] + (k0 + i == top and q or 0)
+          if freed >= need then rk = k0 + i break end
+        end
+        d.rm, d.ru = since(leaves(rk), 0, nm, nu)
+      end
+    end
     if dry and not ring.stored then d.redo = function() return ring_patch(ring, top, edits, d) end return d end
     return ring_patch(ring, top, edits, d)
   end

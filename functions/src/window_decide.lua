@@ -54,26 +54,27 @@ local function window_held_units(p, stored, nm, nu, units, held)
 end
 
 -- `dry` (see exact_decide): no stored state is converted for a decision marked `redo`.
-local function window_decide(p, stored, nm, nu, q, dry, held)
+-- `debit`: see exact_decide and ring_decide (a debit converts as an admission does).
+local function window_decide(p, stored, nm, nu, q, dry, held, debit)
   if held and q < 0 then
     q = -window_held_units(p, stored, nm, nu, -q, held)
   end
   read_ring(nil)
   if stored == nil then
-    if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry) end
-    return exact_decide(p, EMPTY_LOG, nm, nu, q)
+    if p.precision then return ring_decide(p, nil, nm, nu, q, nil, nil, dry, debit) end
+    return exact_decide(p, EMPTY_LOG, nm, nu, q, nil, nil, debit)
   end
   local version
   if type(stored) == 'table' then
     -- A long value: an exact call reads its log in ranges; anything else reads it whole.
     if byte(stored.s) == 1 then
       local log = log_parse(stored.s, stored)
-      if log and not p.precision then return exact_decide(p, log, nm, nu, q) end
+      if log and not p.precision then return exact_decide(p, log, nm, nu, q, nil, nil, debit) end
       if log then
-        local d = log_as_ring_reply(p, log, nm, nu, q, dry)
+        local d = not debit and log_as_ring_reply(p, log, nm, nu, q, dry)
         if d then return d end
         local converted, ahead = log_to_ring(p, log, nm, nu, q)
-        return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
+        return ring_decide(p, converted, nm, nu, q, true, ahead, dry, debit)
       end
     end
     stored = whole(stored)
@@ -88,26 +89,26 @@ local function window_decide(p, stored, nm, nu, q, dry, held)
       local P, W = p.precision, p.window
       local slots, ahead = div_ceil(W, P) + 1, ring_is_ahead(ring, nm, W)
       if ring.pm == P and ring.pu == 0 and ring.slots == slots and not ahead then
-        return ring_decide(p, ring, nm, nu, q, nil, nil, dry)
+        return ring_decide(p, ring, nm, nu, q, nil, nil, dry, debit)
       end
       local current = div_floor(nm, P)
       local regrouped = ring_regroup(ring, P, slots, div_floor(nm - W, P), current, current + slots - 1)
-      return ring_decide(p, regrouped, nm, nu, q, true, ahead, dry)
+      return ring_decide(p, regrouped, nm, nu, q, true, ahead, dry, debit)
     end
     if log then
-      local d = log_as_ring_reply(p, log, nm, nu, q, dry)
+      local d = not debit and log_as_ring_reply(p, log, nm, nu, q, dry)
       if d then return d end
       local converted, ahead = log_to_ring(p, log, nm, nu, q)
-      return ring_decide(p, converted, nm, nu, q, true, ahead, dry)
+      return ring_decide(p, converted, nm, nu, q, true, ahead, dry, debit)
     end
   else
-    if log then return exact_decide(p, log, nm, nu, q) end
+    if log then return exact_decide(p, log, nm, nu, q, nil, nil, debit) end
     if ring then
-      local converted, ahead = ring_to_log(p, ring, nm, nu, dry)
+      local converted, ahead = ring_to_log(p, ring, nm, nu, dry and not debit)
       if converted.counted then
         return ring_log_reply(p, ring, nm, nu, q, converted) or window_decide(p, stored, nm, nu, q)
       end
-      return exact_decide(p, converted, nm, nu, q, ahead, dry)
+      return exact_decide(p, converted, nm, nu, q, ahead, dry, debit)
     end
   end
   invalid('window', stored)

@@ -6,8 +6,9 @@ local EXACT, M, div_ceil = integers.EXACT, integers.M, integers.div_ceil
 local div_floor, le_t, le_u32 = integers.div_floor, integers.le_t, integers.le_u32
 local repeat_of, t_add, t_fits = integers.repeat_of, integers.t_add, integers.t_fits
 local t_le, t_lt, t_sub, u32_le = integers.t_le, integers.t_lt, integers.t_sub, integers.u32_le
-local ceil_ms = lib.time.ceil_ms
-local emptied, verdict, window_reply = window.emptied, window.verdict, window.window_reply
+local ceil_ms, since = lib.time.ceil_ms, lib.kinds.since
+local MAX_EXACT_LIMIT, emptied, verdict = window.MAX_EXACT_LIMIT, window.emptied, window.verdict
+local window_reply = window.window_reply
 
 -- A log is a string `s` (the whole value), or for a long stored value (see `read_window`) its
 -- first READ_WHOLE bytes with `key` set: the rest is read in ranges (GETRANGE) as the call
@@ -410,7 +411,9 @@ end
 -- decision is wanted for its reply only (CL.ALL before it knows every limiter admits): the
 -- bytes of a converted log are not built; `redo` instead finishes the decision when it is to
 -- be written (a function), or is true where the call must decide again (see ring_log_reply).
-local function exact_decide(p, log, nm, nu, q, ahead, dry)
+-- `debit` (quantity above 0 with DEBIT): the units are logged as an admission logs them (at
+-- most MAX_EXACT_LIMIT), whatever the limit says, `limited` telling whether they overdrew.
+local function exact_decide(p, log, nm, nu, q, ahead, dry, debit)
   dry = dry and log.converted
   local hm, hu = t_sub(nm, nu, p.window, 0) -- horizon: now - window
   local first = log_first_after(log, hm, hu)
@@ -428,6 +431,11 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
   end
 
   local v = verdict(q, used, p.limit)
+  if debit then
+    -- (A take logs at most its limit; a debit may log more, up to the same cap.)
+    if q > MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_long, MAX_EXACT_LIMIT)) end
+    v = 'admit'
+  end
   if v == 'refund' then
     local units = -q
     if units > in_window then units = in_window end
@@ -445,8 +453,25 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry)
     if not t_fits(fm2, fu2) then fail(ERR.too_large) end
     local d = window_reply(p, 0, used + q, nm, nu, fm2, fu2)
     d.at = ceil_ms(fm2, fu2)
+    if debit and (q > p.limit or used + q > p.limit) then
+      -- Overdrawn. Retry (a take of q after the debit, never for q above the limit): when the
+      -- oldest used + 2q - limit of the entries then live have left (the debit's own at now;
+      -- entries after now are logged at now).
+      d[1] = 1
+      if q <= p.limit then
+        local j = used + q - (p.limit - q) - 1
+        local rm, ru = nm, nu
+        if j < used then
+          rm, ru = log_at(log, first + j)
+          if t_lt(nm, nu, rm, ru) then rm, ru = nm, nu end
+        end
+        rm, ru = t_add(rm, ru, p.window, 0)
+        if not t_fits(rm, ru) then fail(ERR.too_large) end
+        d.rm, d.ru = since(rm, ru, nm, nu)
+      end
+    end
     if dry then
-      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead) end
+      d.redo = function() return exact_decide(p, log, nm, nu, q, ahead, false, debit) end
       return d
     end
     local appended = t_le(nm, nu)

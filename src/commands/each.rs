@@ -5,7 +5,7 @@ use redis_throttle_core::{Charge, Result, each};
 
 use super::all::{read_keys, write_keys};
 use crate::counters::Class;
-use crate::dispatch::{Call, Node, Response};
+use crate::dispatch::{Call, Response};
 use crate::operate;
 use crate::register::{Registered, registered};
 use crate::{clock, config};
@@ -45,9 +45,5 @@ fn handler(call: &Call) -> Result<Response> {
             call.count_debit();
         }
     }
-    let reply = decisions
-        .iter()
-        .map(|d| Node::Array(d.reply.to_array(request.unit).map(Node::Integer).into_iter().collect()))
-        .collect();
-    Ok(Response::Tree(Node::Array(reply)))
+    Ok(Response::Fives(decisions.iter().map(|d| d.reply.to_array(request.unit)).collect()))
 }

@@ -130,17 +130,19 @@ pub fn map(args: &[&[u8]]) -> Vec<Vec<u8>> {
     let owned = || args.iter().map(|a| a.to_vec()).collect();
     let Some(form) = backend() else { return owned() };
     let Some((&name, rest)) = args.split_first() else { return owned() };
-    let (function, numkeys, rest): (&str, Vec<u8>, &[&[u8]]) = if name.eq_ignore_ascii_case(b"CL.ALL") {
-        match rest.split_first() {
-            Some((&n, rest)) => ("cl_all", n.to_vec(), rest),
-            None => ("cl_all", b"0".to_vec(), rest),
-        }
-    } else if let Some((_, f)) = SINGLE.iter().find(|(cmd, _)| name.eq_ignore_ascii_case(cmd)) {
-        let keys = if rest.is_empty() { b"0".to_vec() } else { b"1".to_vec() };
-        (*f, keys, rest)
-    } else {
-        return owned();
-    };
+    let multi = [(b"CL.ALL".as_slice(), "cl_all"), (b"CL.EACH".as_slice(), "cl_each")];
+    let (function, numkeys, rest): (&str, Vec<u8>, &[&[u8]]) =
+        if let Some((_, f)) = multi.iter().find(|(cmd, _)| name.eq_ignore_ascii_case(cmd)) {
+            match rest.split_first() {
+                Some((&n, rest)) => (*f, n.to_vec(), rest),
+                None => (*f, b"0".to_vec(), rest),
+            }
+        } else if let Some((_, f)) = SINGLE.iter().find(|(cmd, _)| name.eq_ignore_ascii_case(cmd)) {
+            let keys = if rest.is_empty() { b"0".to_vec() } else { b"1".to_vec() };
+            (*f, keys, rest)
+        } else {
+            return owned();
+        };
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(args.len() + 3);
     match form {
         Form::Library => {
