@@ -19,7 +19,7 @@
 #   microseconds).
 #
 #   bench/scale.sh                 (about 5 minutes on 2 shared cores)
-# Env: SCALE_KEYS (default "1000 100000 1000000"), CALLS (callgrind calls per row, default
+# Env: SCALE_KEYS (default "1000 100000 1000000"), SCALE_AOF=1 (an AOF instead of the replica), CALLS (callgrind calls per row, default
 # 20000), REQUESTS (timed calls per row, default 200000), ROUNDS (default 3), THROTTLE_SERVER, SCALE_RESULTS (a file:
 # the rows as TSV for the plots crate; `make plots-perf` writes docs/src/img/scale.tsv).
 set -euo pipefail
@@ -28,6 +28,11 @@ KEYS_LIST=${SCALE_KEYS:-1000 100000 1000000}
 CALLS=${CALLS:-20000}
 REQUESTS=${REQUESTS:-200000}
 ROUNDS=${ROUNDS:-3}
+# SCALE_AOF=1: an append-only file (appendfsync everysec) instead of the replica.
+AOF=${SCALE_AOF:-0}
+PERSIST="--appendonly no"
+WITH="a module-less replica attached"
+if [ "$AOF" = 1 ]; then PERSIST="--appendonly yes --appendfsync everysec"; WITH="an append-only file (everysec), no replica"; fi
 MODULE=${THROTTLE_MODULE:-$(pwd)/target/release/libredis_throttle.so}
 FLOOR=$(bench/floor.sh)
 SERVER=${THROTTLE_SERVER:-redis-server}
@@ -79,11 +84,11 @@ instructions() { # $1 subject, $2 N
   local port; port=$(free_port); PORTS+=("$port")
   local dir="$DIR/cg-$1-$2"; mkdir -p "$dir"
   valgrind --tool=callgrind --instr-atstart=no --toggle-collect=processCommand --callgrind-out-file="$dir/callgrind.out.%p" \
-    "$SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --enable-debug-command yes \
+    "$SERVER" --port "$port" --bind 127.0.0.1 --save "" $PERSIST --dir "$dir" --enable-debug-command yes \
     --loadmodule "$MODULE" --loadmodule "$FLOOR" >"$dir/valgrind.log" 2>&1 &
   local pid=$!
   wait_up "$port"
-  replica_of "$port" "$dir/replica"
+  [ "$AOF" = 1 ] || replica_of "$port" "$dir/replica"
   populate "$port" "$1" "$2"
   local cmd out=() sizes=() state
   cmd=$(subject_cmd "$1"); cmd=${cmd//__KEY__/bench:__rand_int__}
@@ -107,10 +112,10 @@ instructions() { # $1 subject, $2 N
 # Time per call (usec) of `subject` among N keys on the timing server, warm then reloaded.
 TPORT=$(free_port); PORTS+=("$TPORT")
 mkdir -p "$DIR/time"
-$SERVER --port "$TPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR/time" --enable-debug-command yes \
+$SERVER --port "$TPORT" --bind 127.0.0.1 --save "" $PERSIST --dir "$DIR/time" --enable-debug-command yes \
   --loadmodule "$MODULE" --loadmodule "$FLOOR" --daemonize yes --logfile "$DIR/time/server.log"
 wait_up "$TPORT"
-replica_of "$TPORT" "$DIR/time/replica"
+[ "$AOF" = 1 ] || replica_of "$TPORT" "$DIR/time/replica"
 usec_of() { redis-cli -p "$TPORT" INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
 timed_round() { # $1 subject, $2 N
   redis-cli -p "$TPORT" FLUSHALL >/dev/null
@@ -145,14 +150,14 @@ PY
 
 ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
 printf '\nCost at scale: CL.THROTTLE on random keys among N live limiters (%s: every call admitted and\n' "${LIMITER//__KEY__/key}"
-printf 'written), beside the floor (FLOOR.TOUCH) on as many live keys; a module-less replica attached.\n'
+printf 'written), beside the floor (FLOOR.TOUCH) on as many live keys; %s.\n' "$WITH"
 printf 'Instructions: callgrind from processCommand (whole commands), %s calls a row. Time: server usec\n' "$CALLS"
 printf 'per call (INFO commandstats), %s calls, 50 clients, pipeline 16, one server, medians of %s rounds.\n' "$REQUESTS" "$ROUNDS"
 printf '%-9s %-9s %9s %9s %10s %10s %7s %8s %8s %7s\n' keys state "DBSIZE" "floor DB" "module ir" "floor ir" xfloor "mod usec" "flr usec" xfloor
 if [ -n "${SCALE_RESULTS:-}" ]; then
   {
     echo "# command: make plots-perf (bench/scale.sh)"
-    echo "# method: callgrind from processCommand, $CALLS calls a row; time: INFO commandstats usec_per_call, $REQUESTS calls, 50 clients, pipeline 16, medians of $ROUNDS alternating rounds; a module-less replica attached"
+    echo "# method: callgrind from processCommand, $CALLS calls a row; time: INFO commandstats usec_per_call, $REQUESTS calls, 50 clients, pipeline 16, medians of $ROUNDS alternating rounds; $WITH"
     echo "# limiter: ${LIMITER//__KEY__/key}"
     echo "# date: $(date -u +%Y-%m-%d)"
     echo "# server: $($SERVER --version | sed -n 's/.* v=\([^ ]*\).*/Redis \1/p')"

@@ -532,13 +532,14 @@ impl<'a> Request<'a> {
     }
 
     /// The common shapes, without walking the table: the key, the positional integers, then
-    /// at most `MS` and a bare quantity, in either order. Gives what `Parsed::parse` gives for
-    /// them (the arity holds; the words are parsed in the same order, so the same error comes
-    /// first), or `None` for any other shape, which the table then parses.
+    /// at most `MS`, `DEBIT` and a bare quantity, in any order. Gives what `Parsed::parse` gives
+    /// for them (the arity holds; the words are parsed in the same order, so the same error
+    /// comes first, and a debit's quantity is checked after the parameters, as `charged` checks
+    /// it), or `None` for any other shape, which the table then parses.
     fn parse_common(algorithm: Algorithm, args: &[&'a [u8]], caps: &Caps) -> Result<Option<Request<'a>>> {
         let Some(count) = algorithm.positional_integers() else { return Ok(None) };
         let [key, words @ ..] = args else { return Ok(None) };
-        if !(count..=count + 2).contains(&words.len()) {
+        if !(count..=count + 3).contains(&words.len()) {
             return Ok(None);
         }
         let (fixed, tail) = words.split_at(count);
@@ -546,10 +547,12 @@ impl<'a> Request<'a> {
         for (slot, word) in values.iter_mut().zip(fixed) {
             *slot = crate::args::integer(word)?;
         }
-        let (mut unit, mut quantity) = (Unit::Seconds, None);
+        let (mut unit, mut quantity, mut charge) = (Unit::Seconds, None, Charge::Take);
         for &word in tail {
             if word.eq_ignore_ascii_case(b"MS") && unit == Unit::Seconds {
                 unit = Unit::Millis;
+            } else if word.eq_ignore_ascii_case(b"DEBIT") && charge == Charge::Take {
+                charge = Charge::Debit;
             } else if !word.first().is_some_and(u8::is_ascii_alphabetic) && quantity.is_none() {
                 quantity = Some(crate::args::integer(word)?);
             } else {
@@ -557,15 +560,11 @@ impl<'a> Request<'a> {
             }
         }
         let limiter = algorithm.build(&values, &Tail::EMPTY, unit, caps)?;
-        Ok(Some(Request {
-            key,
-            limiter,
-            quantity: quantity.unwrap_or(1),
-            unit,
-            held: None,
-            shadow: false,
-            charge: Charge::Take,
-        }))
+        let quantity = quantity.unwrap_or(1);
+        if charge == Charge::Debit && quantity < 0 {
+            return Err(Error::DebitRefund);
+        }
+        Ok(Some(Request { key, limiter, quantity, unit, held: None, shadow: false, charge }))
     }
 
     /// `SHADOW`: a denial is answered as an admission (read only when a call is denied).
@@ -741,12 +740,13 @@ mod tests {
     /// The common shapes parsed without the table give exactly what the table gives.
     #[test]
     fn common_shapes_parse_as_the_table_does() {
-        let by_table = |algorithm: Algorithm, s: &str| -> Result<(Limiter, i64, Unit, bool)> {
+        let by_table = |algorithm: Algorithm, s: &str| -> Result<(Limiter, i64, Unit, bool, Charge)> {
             let words = args(s);
             let parsed = Parsed::parse(algorithm.command(), &words)?;
             let values = [parsed.integer(0), parsed.integer(1), parsed.integer(2)];
             let limiter = algorithm.build(&values, &parsed.tail, parsed.tail.unit, &Caps::DEFAULT)?;
-            Ok((limiter, parsed.tail.quantity.unwrap_or(1), parsed.tail.unit, parsed.tail.has("SHADOW")))
+            let (quantity, _, charge) = charged(&parsed.tail)?;
+            Ok((limiter, quantity, parsed.tail.unit, parsed.tail.has("SHADOW"), charge))
         };
         let tails = [
             "",
@@ -767,6 +767,18 @@ mod tests {
             "05",
             "+3",
             "QUANTITY 3",
+            "DEBIT",
+            "debit",
+            "3 DEBIT MS",
+            "MS DEBIT 3",
+            "DEBIT 0",
+            "-2 DEBIT",
+            "DEBIT -2 MS",
+            "DEBIT DEBIT",
+            "DEBIT 1.5",
+            "DEBIT x",
+            "DEBIT MS SHADOW",
+            "DEBIT 3 3",
         ];
         for algorithm in [Algorithm::Throttle, Algorithm::Window, Algorithm::Bucket, Algorithm::Counter] {
             let count = algorithm.positional_integers().unwrap();
@@ -775,7 +787,7 @@ mod tests {
                 for tail in tails {
                     let s = format!("k {} {tail}", positional.join(" "));
                     let fast = Request::parse(algorithm, &args(&s), &Caps::DEFAULT)
-                        .map(|r| (r.limiter, r.quantity, r.unit, r.shadow));
+                        .map(|r| (r.limiter, r.quantity, r.unit, r.shadow, r.charge));
                     assert_eq!(fast, by_table(algorithm, &s), "{algorithm:?} {s}");
                 }
             }

@@ -1,6 +1,7 @@
-// Redis CPU per request (INFO commandstats) and requests per second of the same Express,
-// rate-limiter-flexible, NestJS and Fastify apps, with the Redis store each replaces and with
-// redis-throttle's (on the module, and on the Functions twin alone), in one run, per workload.
+// Redis CPU per request (INFO commandstats), instructions per request (callgrind) and requests
+// per second of the same Express, rate-limiter-flexible, NestJS and Fastify apps, with the Redis
+// store each replaces and with redis-throttle's (on the module, and on the Functions twin alone),
+// beside the floors, in one run, per workload.
 // Usage (bench/node.sh): node bench/run.mjs [requests per case]
 import 'reflect-metadata';
 import { createClient } from 'redis';
@@ -20,7 +21,8 @@ import { RateLimiterRedisThrottle } from 'redis-throttle-js/rate-limiter-flexibl
 import { RedisThrottleStorage } from 'redis-throttle-js/nestjs';
 import { redisThrottleStore } from 'redis-throttle-js/fastify';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startServer, stopServer } from '../test/harness.mjs';
@@ -178,26 +180,9 @@ const rewriting = (client, rewrite) =>
     },
   });
 
-const mod = await startServer({ kind: 'module', args: ['--loadmodule', floorModule] });
-const twin = await startServer({ kind: 'twin' });
-const rows = [];
-try {
-  const admin = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
-  const nr = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
-  for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
-  const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
-  await admin.twin.sendCommand([
-    'FUNCTION',
-    'LOAD',
-    'REPLACE',
-    readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8'),
-  ]);
-  const floor = {
-    module: rewriting(io.module, toFloor),
-    append: rewriting(io.module, toAppendFloor),
-    log: rewriting(io.twin, toLogFloor),
-  };
-  const cases = [
+// The cases of one pass, on its servers (a module server with the floor module loaded, a twin).
+function casesOf({ nr, io, floor }) {
+  return [
     [
       'express-rate-limit',
       'rate-limit-redis',
@@ -325,41 +310,121 @@ try {
       'module',
       () => fastifyApp({ store: redisThrottleStore(floor.module, { ...T, nameSpace: 'f-' }) }),
     ],
-  ];
-  // BENCH_ONLY=<text>: only the cases whose host library contains it (e.g. nestjs).
-  if (process.env.BENCH_ONLY)
-    cases.splice(0, cases.length, ...cases.filter(([host]) => host.includes(process.env.BENCH_ONLY)));
-  // Rounds over every case, keeping each case's lowest CPU and highest rate: on a shared machine
-  // the noise only ever adds time.
-  for (const [name, w] of Object.entries(WORKLOADS)) {
-    workload = w;
-    const first = rows.length;
-    for (const [host, store, server] of cases)
-      rows.push({ workload: name, host, store, server, cpu: Infinity, rps: 0 });
-    for (let round = 0; round < ROUNDS; round++) {
-      for (const [i, [host, store, server, make]] of cases.entries()) {
-        const app = await make();
-        await drive(app.url); // warm up (script loads, detection, JIT)
-        const before = await commandStats(admin[server]);
-        const rps = await drive(app.url);
-        const after = await commandStats(admin[server]);
-        const usec = usecOf(after) - usecOf(before);
-        if (process.env.BENCH_DETAIL) console.error(`  ${detail(before, after)}`);
-        await app.close();
-        const row = rows[first + i];
-        row.cpu = Math.min(row.cpu, usec / N);
-        row.rps = Math.max(row.rps, rps);
-        console.error(
-          `${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${(usec / N).toFixed(2)} us | ${rps.toFixed(0)} req/s`,
-        );
+  ].filter(([host]) => !process.env.BENCH_ONLY || host.includes(process.env.BENCH_ONLY));
+}
+
+/**
+ * One pass over every case and workload on fresh servers (a module server with the floor module,
+ * a twin), `rounds` times, each case's figure the lowest of its rounds: `cost(server, run)` runs
+ * one case's measured requests on that server and returns what they cost it per request.
+ * `wrap`: a command the servers run under (valgrind). Returns the rows (requests/s included).
+ */
+async function pass({ rounds, cost, wrap, label }) {
+  const mod = await startServer({ kind: 'module', args: ['--loadmodule', floorModule], wrap });
+  const twin = await startServer({ kind: 'twin', wrap });
+  const servers = { module: mod, twin };
+  const rows = [];
+  try {
+    const admin = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
+    const nr = { module: createClient({ url: mod.url }), twin: createClient({ url: twin.url }) };
+    for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.connect();
+    const io = { module: new IORedis(mod.port), twin: new IORedis(twin.port) };
+    await admin.twin.sendCommand([
+      'FUNCTION',
+      'LOAD',
+      'REPLACE',
+      readFileSync(path.join(benchDir, '../../../bench/floor.lua'), 'utf8'),
+    ]);
+    const floor = {
+      module: rewriting(io.module, toFloor),
+      append: rewriting(io.module, toAppendFloor),
+      log: rewriting(io.twin, toLogFloor),
+    };
+    const cases = casesOf({ nr, io, floor });
+    // Rounds over every case, keeping each case's lowest cost and highest rate: on a shared
+    // machine the noise only ever adds time.
+    for (const [name, w] of Object.entries(WORKLOADS)) {
+      workload = w;
+      const first = rows.length;
+      for (const [host, store, server] of cases)
+        rows.push({ workload: name, host, store, server, cost: Infinity, rps: 0 });
+      for (let round = 0; round < rounds; round++) {
+        for (const [i, [host, store, server, make]] of cases.entries()) {
+          const app = await make();
+          await drive(app.url); // warm up (script loads, detection, JIT)
+          let rps = 0;
+          const c = await cost({ server: servers[server], admin: admin[server] }, async () => {
+            rps = await drive(app.url);
+          });
+          await app.close();
+          const row = rows[first + i];
+          row.cost = Math.min(row.cost, c);
+          row.rps = Math.max(row.rps, rps);
+          console.error(`${name}, round ${round + 1}: ${host} | ${store} | ${server} | ${label(c, rps)}`);
+        }
       }
     }
+    for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.quit();
+    for (const c of Object.values(io)) c.disconnect();
+  } finally {
+    stopServer(mod);
+    stopServer(twin);
   }
-  for (const c of [...Object.values(admin), ...Object.values(nr)]) await c.quit();
-  for (const c of Object.values(io)) c.disconnect();
-} finally {
-  stopServer(mod);
-  stopServer(twin);
+  return rows;
+}
+
+// Redis CPU per request: the µs INFO commandstats adds up over the measured requests.
+const time = async ({ admin }, run) => {
+  const before = await commandStats(admin);
+  await run();
+  const after = await commandStats(admin);
+  if (process.env.BENCH_DETAIL) console.error(`  ${detail(before, after)}`);
+  return (usecOf(after) - usecOf(before)) / N;
+};
+
+// Instructions per request: the server runs under callgrind collecting inside processCommand
+// only (each command whole, from its lookup to its reply, a script's or a MULTI's commands
+// counted once, within it; no networking), as bench/instructions.sh's "(whole)" scenarios
+// count; zeroed before the measured requests and dumped after them. Unlike time, this does not
+// move with the machine's load, and it does not see caches: a command running with cold caches
+// (Redis idle between requests, as here) costs more time per instruction the more code and
+// data it touches.
+const callgrindDir = mkdtempSync(path.join(tmpdir(), 'rt-bench-cg-'));
+const CALLGRIND = [
+  'valgrind',
+  '--tool=callgrind',
+  '--collect-atstart=no',
+  '--toggle-collect=processCommand',
+  `--callgrind-out-file=${callgrindDir}/cg.%p`,
+];
+const control = (what, pid) => execFileSync('callgrind_control', [what, String(pid)], { stdio: 'ignore' });
+const instructions = async ({ server }, run) => {
+  control('-z', server.pid);
+  await run();
+  const before = new Set(readdirSync(callgrindDir));
+  control('-d', server.pid);
+  const dump = readdirSync(callgrindDir).find((f) => f.startsWith(`cg.${server.pid}.`) && !before.has(f));
+  if (!dump) throw new Error(`callgrind wrote no dump for ${server.pid}`);
+  const text = readFileSync(path.join(callgrindDir, dump), 'utf8');
+  const totals = /^(?:totals|summary): (\d+)/m.exec(text);
+  if (!totals) throw new Error(`no totals in ${dump}`);
+  return Number(totals[1]) / N;
+};
+
+const rows = await pass({
+  rounds: ROUNDS,
+  cost: time,
+  label: (c, rps) => `${c.toFixed(2)} us | ${rps.toFixed(0)} req/s`,
+});
+// BENCH_INSTRUCTIONS=0: the timing alone (no valgrind).
+const counted =
+  process.env.BENCH_INSTRUCTIONS === '0'
+    ? []
+    : await pass({ rounds: 1, cost: instructions, wrap: CALLGRIND, label: (c) => `${Math.round(c)} instructions` });
+rmSync(callgrindDir, { recursive: true, force: true });
+for (const [i, r] of rows.entries()) {
+  r.cpu = r.cost;
+  r.ir = counted[i]?.cost;
 }
 // Each of our rows beside the replaced store and beside the floor of the same command's place in
 // the same run (target: at most 1.1× that floor): FLOOR.TOUCH for the module's counter, GCRA and
@@ -374,17 +439,18 @@ const floorOf = (r) => {
   return same(window ? 'floor: FLOOR.APPEND (exact window)' : 'floor: FLOOR.TOUCH', 'module');
 };
 console.log(
-  `| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | requests/s |`,
+  `| workload | host library | store | server | Redis CPU per request | vs the replaced store | vs its floor | instructions per request | vs its floor | requests/s |`,
 );
-console.log(`|---|---|---|---|---|---|---|---|`);
+console.log(`|---|---|---|---|---|---|---|---|---|---|`);
 let base;
+const times = (a, b) => (a !== undefined && b !== undefined ? `${(a / b).toFixed(2)}×` : '—');
 for (const r of rows) {
   if (!r.store.startsWith('redis-throttle') && !r.store.startsWith('floor')) base = r;
-  const ratio = r === base ? '1' : `${(r.cpu / base.cpu).toFixed(2)}×`;
+  const ratio = r === base ? '1' : times(r.cpu, base.cpu);
   const floor = floorOf(r);
-  const vsFloor = floor ? `${(r.cpu / floor.cpu).toFixed(2)}×` : '—';
+  const ir = r.ir === undefined ? '—' : Math.round(r.ir).toLocaleString('en-US');
   console.log(
-    `| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${vsFloor} | ${r.rps.toFixed(0)} |`,
+    `| ${r.workload} | ${r.host} | ${r.store} | ${r.server === 'twin' ? 'twin only' : r === base ? 'its Lua script' : 'module'} | ${r.cpu.toFixed(2)} µs | ${ratio} | ${times(r.cpu, floor?.cpu)} | ${ir} | ${times(r.ir, floor?.ir)} | ${r.rps.toFixed(0)} |`,
   );
 }
 process.exit(0);

@@ -50,9 +50,10 @@ export async function freePort(cluster = false) {
 /**
  * Starts a redis-server. kind: 'module' (the module loaded), 'plain' (neither) or 'twin' (no module; the Functions
  * library loaded). cluster: a cluster-enabled node. args: more server arguments (the bench's
- * floor module).
+ * floor module). wrap: a command the server runs under, e.g. valgrind's (the bench's); it must
+ * run the server in its own process, as valgrind does, and is given more time to start.
  */
-export async function startServer({ kind = 'module', cluster = false, args: more = [] } = {}) {
+export async function startServer({ kind = 'module', cluster = false, args: more = [], wrap = [] } = {}) {
   if (kind === 'module' && !existsSync(modulePath))
     throw new Error(`the module is not built: ${modulePath} (cargo build --release --lib, or set THROTTLE_MODULE)`);
   const port = await freePort(cluster);
@@ -77,9 +78,10 @@ export async function startServer({ kind = 'module', cluster = false, args: more
   args.push(...more);
   if (cluster)
     args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000');
-  const child = spawn(serverBin, args, { stdio: 'ignore' });
+  const [bin, ...before] = [...wrap, serverBin];
+  const child = spawn(bin, [...before, ...args], { stdio: 'ignore' });
   const server = { port, pid: child.pid, child, dir, kind, url: `redis://127.0.0.1:${port}` };
-  const deadline = Date.now() + 10000;
+  const deadline = Date.now() + (wrap.length > 0 ? 120_000 : 10_000);
   for (;;) {
     if (child.exitCode !== null)
       throw new Error(`redis-server exited: ${readFileSync(path.join(dir, 'log'), 'utf8').slice(-2000)}`);
