@@ -686,8 +686,10 @@ impl Service {
         calls: &[(&Policy, &[u8], i64)],
         debits: &[bool],
     ) -> Result<Vec<Decision>, ServiceError> {
-        let _ = debits; // TODO(debit): the client's DEBIT
-        waiting.throttle.check_each(calls).await.map_err(client_error)
+        let debiting: Vec<Option<Policy>> = calls.iter().zip(debits).map(|(c, &d)| d.then(|| c.0.debiting())).collect();
+        let calls: Vec<(&Policy, &[u8], i64)> =
+            calls.iter().zip(&debiting).map(|(&(p, k, q), d)| (d.as_ref().unwrap_or(p), k, q)).collect();
+        waiting.throttle.check_each(&calls).await.map_err(client_error)
     }
 
     /// A degraded decision: with `FAILURE_MODE=error` the request fails with an error that says
