@@ -1,7 +1,7 @@
 //! Debits (`DEBIT`) from the client: a charge for units already used, counted whatever the limit
 //! says. Check (0) → debit past the limit → refused → admitted again once time has repaid the
-//! overdraft, on every algorithm, on the module and a cluster (one slot for `debit_all`, each
-//! slot for `check_each`), and the same decisions from the in-memory test kit; the deny cache
+//! overdraft, on every algorithm, on the module, the twin and a cluster (one slot for
+//! `debit_all`, each slot for `check_each`), and the same decisions from the in-memory test kit; the deny cache
 //! never answers a debit (but a debit's overdraw denies later takes); a call of several limiters
 //! debits them all or none; a debit dropped half-way leaves no state behind.
 
@@ -41,7 +41,8 @@ async fn overdraw_then_repay(client: &Throttle, policy: &Policy, key: &str, pass
         other => panic!("{what}: {other:?}"),
     };
     pass(wait + Duration::from_millis(5)).await;
-    assert!(client.check(policy, key).await.unwrap().allowed(), "{what}: repaid after {wait:?}");
+    let after = client.check(policy, key).await.unwrap();
+    assert!(after.allowed(), "{what}: repaid after {wait:?}: {after:?} (the overdraw: {over:?})");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,7 +50,10 @@ async fn debits_overdraw_and_are_repaid_by_time_on_every_algorithm() {
     let server = Server::start();
     let client = Throttle::connect(&server.url()).await.unwrap();
     for policy in policies().iter().filter(|p| !p.to_string().contains("quota")) {
-        overdraw_then_repay(&client, policy, &format!("debit:{policy}"), async |d| tokio::time::sleep(d).await).await;
+        overdraw_then_repay(&client, policy, &format!("debit:{policy}:{}", std::process::id()), async |d| {
+            tokio::time::sleep(d).await
+        })
+        .await;
     }
     // The test kit: the same decisions, by core's own arithmetic, on a manual clock (the quota
     // too: its minute passes at once).
@@ -63,6 +67,28 @@ async fn debits_overdraw_and_are_repaid_by_time_on_every_algorithm() {
     let budget = Policy::parse("100/m window debit").unwrap();
     assert!(client.check_n(&budget, "budget", 150).await.unwrap().verdict != Verdict::Allowed);
     assert!(!client.peek(&budget, "budget").await.unwrap().allowed(), "the 150 were counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_twin_the_same_debits() {
+    // A server without the module, the twin loaded by the crate itself.
+    let server = Server::with(harness::Options::default().without_module());
+    redis_throttle_client::load_twin(&redis::Client::open(server.url()).unwrap()).await.unwrap();
+    let client = Throttle::connect(&server.url()).await.unwrap();
+    assert_eq!(client.backend(), redis_throttle_client::Backend::Twin);
+    for policy in policies().iter().filter(|p| !p.to_string().contains("quota")) {
+        overdraw_then_repay(&client, policy, &format!("twin:{policy}"), async |d| tokio::time::sleep(d).await).await;
+    }
+    // Several at once (FCALL cl_all … DEBIT), and each on its own in one round trip.
+    let (a, b) = (Policy::parse("3/m counter").unwrap(), Policy::parse("50/m counter").unwrap());
+    let d = client.debit_all(&[(&a, b"{twin}:a", 5), (&b, b"{twin}:b", 5)]).await.unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.each[1].remaining, 45);
+    let d = client
+        .check_each(&[(&a, b"twin-each:a".as_slice(), 1), (&a.debiting(), b"twin-each:b".as_slice(), 9)])
+        .await
+        .unwrap();
+    assert!(d[0].allowed() && !d[1].allowed(), "{d:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,7 +101,9 @@ fn exact(state: &State, c: Call, q: i128, debit: bool) -> Outcome {
                     log.extend(std::iter::repeat_n(at, n.min(c.limit) as usize));
                 }
             }
-            let excess = log.len().saturating_sub(c.limit as usize);
+            // Only the newest `limit + 1` (the older would leave first; until they have, the
+            // log is over its limit, as the ring was).
+            let excess = log.len().saturating_sub(c.limit as usize + 1);
             log.drain(..excess);
             log
         }
