@@ -108,9 +108,6 @@ export class RedisThrottleStore {
    * its EXEC on different connections): its fixed window is CL.COUNTER's (FCALL cl_counter's).
    */
   readonly #cluster: boolean;
-  /** Denied calls took nothing, but express-rate-limit refunds failed (429) responses with skipFailedRequests. */
-  #owed = new Map<string, { count: number; until: number }>();
-  #trackOwed = false;
 
   constructor(options: RedisThrottleStoreOptions) {
     if (typeof options !== 'object' || options === null)
@@ -148,7 +145,7 @@ export class RedisThrottleStore {
   }
 
   /** express-rate-limit passes its options: `windowMs` and `limit`. */
-  init(options: { windowMs: number; limit?: unknown; max?: unknown; skipFailedRequests?: boolean }): void {
+  init(options: { windowMs: number; limit?: unknown; max?: unknown }): void {
     const w = options.windowMs;
     if (typeof w !== 'number' || Number.isNaN(w))
       throw new TypeError(`redis-throttle: express-rate-limit's windowMs must be a number of ms, got ${String(w)}`);
@@ -162,7 +159,6 @@ export class RedisThrottleStore {
         "redis-throttle: express-rate-limit's limit is a function: give RedisThrottleStore a number `limit` for algorithm 'window' or 'gcra'",
       );
     }
-    this.#trackOwed = options.skipFailedRequests === true;
     void this.#throttle.backend().catch(() => undefined);
   }
 
@@ -218,22 +214,14 @@ export class RedisThrottleStore {
       const h = await this.#count(key);
       return { totalHits: h.count, resetTime: this.#resetTime(h.ttlMs >= 0 ? h.ttlMs : this.#windowMs) };
     }
-    const d = await this.#throttle.decide(this.#limiter(key));
-    if (d.limited && this.#trackOwed) {
-      const now = Date.now();
-      const o = this.#owed.get(key);
-      const until = now + Math.max(d.resetAfterMs, d.retryAfterMs, 0);
-      this.#owed.set(
-        key,
-        o && o.until > now ? { count: o.count + 1, until: Math.max(until, o.until) } : { count: 1, until },
-      );
-    }
-    return this.#info(d);
+    // Every hit counted, refused or not (DEBIT), as MemoryStore and rate-limit-redis count: the
+    // decrement express-rate-limit sends for any response then gives back a hit that was counted.
+    return this.#info(await this.#throttle.decide({ ...this.#limiter(key), debit: true }));
   }
 
   #info(d: Decision): ClientRateLimitInfo {
     const ms = d.limited && d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
-    // A denial took nothing. express-rate-limit denies when totalHits > its limit: with a number
+    // A denial overdrew. express-rate-limit denies when totalHits > its limit: with a number
     // limit that is the server's (limit + 1 is above it); with a function, whatever it returns.
     const totalHits = !d.limited
       ? d.limit - d.remaining
@@ -252,21 +240,27 @@ export class RedisThrottleStore {
       if (c === undefined) return undefined;
       return { totalHits: c.count, resetTime: this.#resetTime(c.ttlMs) };
     }
-    const d = await this.#throttle.decide(this.#limiter(key, 0));
+    const l = this.#limiter(key, 0);
+    if (l.algorithm === 'counter') {
+      // A fixed window's state is its count, past the limit too (CL.COUNTER keeps every hit it
+      // was charged): read as MemoryStore answers it, by a GET and a PTTL sent at once (no MULTI,
+      // which a cluster client behind sendCommand could split across nodes).
+      const k = this.prefix + key;
+      const [v, ttl] = await Promise.all([
+        this.#throttle.command(k, ['GET', k]),
+        this.#throttle.command(k, ['PTTL', k]),
+      ]);
+      if (v == null) return undefined;
+      const hits = Number(v);
+      if (Number.isSafeInteger(hits)) return { totalHits: hits, resetTime: this.#resetTime(Number(ttl)) };
+    }
+    const d = await this.#throttle.decide(l);
     if (d.remaining >= d.limit && d.resetAfterMs === 0) return undefined;
     return { totalHits: d.limit - d.remaining, resetTime: new Date(Date.now() + d.resetAfterMs) };
   }
 
-  /** A refund of one unit (skipFailedRequests / skipSuccessfulRequests); a denied request's is absorbed (it took nothing). */
+  /** A refund of one hit (skipFailedRequests / skipSuccessfulRequests), admitted or refused: each was counted. */
   async decrement(key: string): Promise<void> {
-    const o = this.#owed.get(key);
-    if (o) {
-      if (o.until > Date.now() && o.count > 0) {
-        if (--o.count === 0) this.#owed.delete(key);
-        return;
-      }
-      this.#owed.delete(key);
-    }
     const mode = await this.#mode();
     if (mode === 'local') return;
     if (mode === 'count' && !plainCounter(COUNTER_MAX, this.#windowMs)) {
@@ -282,7 +276,6 @@ export class RedisThrottleStore {
   }
 
   async resetKey(key: string): Promise<void> {
-    this.#owed.delete(key);
     await this.#throttle.del(this.prefix + key);
   }
 }

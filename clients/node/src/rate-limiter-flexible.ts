@@ -262,7 +262,7 @@ export class RateLimiterRedisThrottle extends Abstract {
   static resOf(d: Decision, points: number): RateLimiterRes {
     const used = d.limit - d.remaining;
     const denied = d.limited;
-    // A denial took nothing; rate-limiter-flexible's consumedPoints then reads above `points`.
+    // A denial (counted by a debit, or refused by CL.ALL) reads above `points` in consumedPoints.
     const consumed = denied ? used + points : used;
     const ms = d.resetAfterMs < 0 ? -1 : denied && d.retryAfterMs >= 0 ? d.retryAfterMs : d.resetAfterMs;
     return new RateLimiterRes(denied ? 0 : d.remaining, ms, consumed, !denied && used === points);
@@ -348,15 +348,16 @@ export class RateLimiterRedisThrottle extends Abstract {
         over = h.count > this.points;
         crossed = this.#crossed(h.count, points);
       } else {
+        // Counted whether admitted or not (DEBIT), as RateLimiterRedis counts every consume.
         const l = this.limiterOf(key, points, options.customDuration);
-        const d = await this.#throttle.decide(l);
+        const d = await this.#throttle.decide({ ...l, debit: true });
         res = RateLimiterRedisThrottle.resOf(d, points);
         // More points than the limiter holds: as RateLimiterRedis reports it, the window's time.
         if (d.limited && d.retryAfterMs < 0 && d.resetAfterMs === 0)
           (res as { msBeforeNext: number }).msBeforeNext =
             (l as { windowMs?: number; periodMs?: number }).windowMs ?? (l as { periodMs: number }).periodMs;
         over = d.limited;
-        // A denial takes nothing, so the one that goes over is the first without a block in force.
+        // The one that goes over blocks, unless a block is in force (blockOnce).
         crossed = over;
       }
       return this.#afterConsume(key, rlKey, res, over, crossed, points, options);
@@ -446,7 +447,7 @@ export class RateLimiterRedisThrottle extends Abstract {
     this._inMemoryBlockedKeys.clear();
   }
 
-  /** Takes up to `points` whatever the limit (never beyond full). */
+  /** Takes `points` whatever the limit (past it too: DEBIT on the server's algorithms). */
   override penalty(key: string | number, pointsGiven: number = 1, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('penalty', [key, pointsGiven, options], async () => {
       const points = wholePoints(pointsGiven);
@@ -454,14 +455,12 @@ export class RateLimiterRedisThrottle extends Abstract {
         const h = await this.#hit(this.getKey(key), this.#windowMs(options), points);
         return this.#res(h.count, h.ttlMs, points);
       }
-      let d = await this.#throttle.decide(this.limiterOf(key, points, options.customDuration));
-      if (d.limited && d.remaining > 0)
-        d = await this.#throttle.decide(this.limiterOf(key, d.remaining, options.customDuration));
+      const d = await this.#throttle.decide({ ...this.limiterOf(key, points, options.customDuration), debit: true });
       return RateLimiterRedisThrottle.resOf({ ...d, limited: false }, points);
     });
   }
 
-  /** Gives `points` back (never beyond full). */
+  /** Gives `points` back (the fixed window's count goes below 0 too, as RateLimiterRedis's; the others stop at full). */
   override reward(key: string | number, pointsGiven: number = 1, options: Options = {}): Promise<RateLimiterRes> {
     return this.#insured('reward', [key, pointsGiven, options], async () => {
       const points = wholePoints(pointsGiven);

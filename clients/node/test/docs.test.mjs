@@ -3,7 +3,7 @@
 // against this cell's host libraries' own types (and the package's, as installed). The names a
 // snippet uses without defining are the few the guide's prose gives it (see PRELUDE): a connected
 // node-redis client `redis` and cluster `redisCluster`, an ioredis client `ioredis`, an Express `app`, a Fastify `fastify`,
-// a `user` and an Express `res`.
+// a `user`, an Express `res` and a model call `callModel` (the token-budgets guide's).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,6 +22,7 @@ declare global {
   const fastify: FastifyInstance;
   const user: string;
   const res: Response;
+  const callModel: (prompt: string) => Promise<{ text: string; usage: { total_tokens: number } }>;
 }
 export {};
 `;

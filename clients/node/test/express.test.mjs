@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import express from 'express';
-import { rateLimit } from 'express-rate-limit';
+import { MemoryStore, rateLimit } from 'express-rate-limit';
 import { RedisThrottleStore } from 'redis-throttle-js/express-rate-limit';
 import {
   KINDS,
@@ -102,6 +102,51 @@ for (const kind of KINDS) {
       assert.equal(info.totalHits, 3);
     });
 
+    test('a decrement never admits more than MemoryStore: every hit is counted, refused or not (skipFailedRequests, skipSuccessfulRequests, requestWasSuccessful)', async () => {
+      const client = await nodeRedis(kind);
+      const countsA429 = (_req, res) => res.statusCode < 400 || res.statusCode === 429;
+      const cases = [
+        // The issue's case: a 503 route, whose own 429s count as successes and are refunded.
+        [
+          '503 route; skipSuccessfulRequests; a 429 is a success',
+          503,
+          { skipSuccessfulRequests: true, requestWasSuccessful: countsA429 },
+        ],
+        ['200 route; skipFailedRequests', 200, { skipFailedRequests: true }],
+        ['503 route; skipFailedRequests', 503, { skipFailedRequests: true }],
+        ['200 route; skipSuccessfulRequests', 200, { skipSuccessfulRequests: true }],
+        ['503 route; skipSuccessfulRequests', 503, { skipSuccessfulRequests: true }],
+        [
+          '200 route; both; a 429 is a success',
+          200,
+          { skipFailedRequests: true, skipSuccessfulRequests: true, requestWasSuccessful: countsA429 },
+        ],
+      ];
+      const run = async (store, status, options) => {
+        const app = express();
+        app.use(rateLimit({ windowMs: 60_000, limit: 2, store, validate: false, ...options }));
+        app.get('/', (_req, res) => res.status(status).send('x'));
+        const url = await serve(app);
+        const seen = [];
+        for (let i = 0; i < 8; i++) {
+          const r = await fetch(url);
+          await r.arrayBuffer();
+          seen.push(r.status);
+          await new Promise((res) => setTimeout(res, 20)); // (the decrement runs when the response ends)
+        }
+        return seen;
+      };
+      for (const algorithm of ['counter', 'window', 'gcra']) {
+        for (const [name, status, options] of cases) {
+          const memory = await run(new MemoryStore(), status, options);
+          const ours = await run(storeFor(kind, client, { algorithm }), status, options);
+          assert.deepEqual(ours, memory, `${algorithm}, ${name}`);
+        }
+      }
+      // The issue's sequence: 503, 503, then 429 for ever (never 503 again).
+      assert.deepEqual(await run(storeFor(kind, client), 503, cases[0][2]), [503, 503, 429, 429, 429, 429, 429, 429]);
+    });
+
     test('limit 0 (and -1, 0.5) denies every request (200 at once), decided without Redis, with and without passOnStoreError', async () => {
       const real = await nodeRedis(kind);
       for (const pass of atLeast('express-rate-limit', '7.4.0') ? [true, false] : [false]) {
@@ -145,11 +190,16 @@ for (const kind of KINDS) {
         );
         // The fixed window keeps its whole length (counted with plain commands; through
         // sendCommandCluster, which sends no MULTI, CL.COUNTER's longest); the others the longest
-        // the commands take (10^12 ms).
-        assert.ok(
-          algorithm === 'counter' && kind !== 'cluster' ? pttl > 1e12 : pttl > 0.99e12 && pttl <= 1e12,
-          `${algorithm}: PTTL ${pttl}`,
-        );
+        // the commands take (10^12 ms; the exact window's newest entry, logged this millisecond,
+        // expires at the next whole one: + 1); GCRA's 20 hits, all counted, are repaid a third
+        // of that each.
+        const [low, high] =
+          algorithm === 'counter' && kind !== 'cluster'
+            ? [1e12, Infinity]
+            : algorithm === 'gcra'
+              ? [6.6e12, (20 * 1e12) / 3 + 1]
+              : [0.99e12, 1e12 + 1];
+        assert.ok(pttl > low && pttl <= high, `${algorithm}: PTTL ${pttl}`);
       }
     });
 
@@ -204,9 +254,10 @@ test('get() reads without counting; resetKey() starts the key afresh', async () 
   assert.deepEqual([(await fetch(url)).status, (await fetch(url)).status, (await fetch(url)).status], [200, 200, 429]);
   const ip = ['::ffff:127.0.0.1', '127.0.0.1'];
   const key = (await limiter.getKey(ip[0])) !== undefined ? ip[0] : ip[1];
+  // Every hit counted, the refused one too, as MemoryStore counts.
   const info = await limiter.getKey(key);
-  assert.equal(info.totalHits, 2);
-  assert.equal((await limiter.getKey(key)).totalHits, 2);
+  assert.equal(info.totalHits, 3);
+  assert.equal((await limiter.getKey(key)).totalHits, 3);
   assert.ok(info.resetTime.getTime() > Date.now());
   await limiter.resetKey(key);
   assert.equal((await fetch(url)).status, 200);

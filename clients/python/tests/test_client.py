@@ -28,8 +28,11 @@ from redis_throttle import (
 
 def async_client(request: pytest.FixtureRequest, backend: str):  # type: ignore[no-untyped-def]
     if backend == "cluster":
+        # A thousand tasks on one key's node: a pool as large as limits' own cluster storage's
+        # (python.md, "Timeouts and pools"), where redis-py 8's default, 100 a node, refuses
+        # the 101st connection (MaxConnectionsError) while Redis is slow to answer.
         node = request.getfixturevalue("cluster").nodes[0]
-        return redis.asyncio.RedisCluster(host="127.0.0.1", port=node.port)
+        return redis.asyncio.RedisCluster(host="127.0.0.1", port=node.port, max_connections=1000)
     # A thousand tasks at once: a blocking pool (python.md, "Timeouts and pools"), as redis-py 8's
     # default pool refuses the 101st connection (MaxConnectionsError) while Redis is slow to answer.
     port = request.getfixturevalue(f"{backend}_server").port

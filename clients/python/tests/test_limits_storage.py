@@ -541,7 +541,7 @@ def test_window_stats_follow_another_storages_clear_and_the_clock(make, mode: st
 
 def test_limits_async_implementation_option(module_server) -> None:  # type: ignore[no-untyped-def]
     uri = f"async+redis+throttle://127.0.0.1:{module_server.port}"
-    storage = storage_from_string(uri, implementation="redispy")
+    storage = storage_from_string(uri, implementation="redispy", key_prefix=f"impl{uuid.uuid4().hex[:8]}")
     assert type(storage) is rtl.AsyncRedisThrottleStorage
     for other in ("coredis", "valkey"):
         with pytest.raises(ConfigurationError, match=f"implementation='{other}'"):

@@ -40,13 +40,22 @@ _REDIRECTED = (AskError, TryAgainError, ClusterDownError)
 _NODE_LOST = (RedisConnectionError, RedisTimeoutError)
 
 
+# The error codes other than ERR a server replies with, which redis-py before ``status_code``
+# leaves in the message (it strips ERR): any other first word is the text of an ERR (the
+# module's "DEBIT takes …", "PRECISION …").
+_CODES = frozenset(
+    "WRONGTYPE CROSSSLOT MOVED ASK TRYAGAIN CLUSTERDOWN MASTERDOWN BUSY BUSYKEY NOSCRIPT LOADING "
+    "READONLY NOAUTH NOPERM WRONGPASS OOM EXECABORT NOREPLICAS MISCONF UNBLOCKED NOTBUSY NOPROTO".split()
+)
+
+
 def server_error(err: ResponseError) -> ThrottleError:
     """The server's own text back (redis-py strips the ``ERR`` code off the message)."""
     code = getattr(err, "status_code", None)
     text = str(err)
     if code and not text.startswith(f"{code} "):
         text = f"{code} {text}"
-    elif not code and (not text or not text.split(" ", 1)[0].isupper()):
+    elif not code and text.split(" ", 1)[0] not in _CODES:
         text = f"ERR {text}"
     return ThrottleError(text)
 

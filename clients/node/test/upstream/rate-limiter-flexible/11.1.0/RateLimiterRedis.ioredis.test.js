@@ -4,7 +4,7 @@ const { describe, it, beforeEach } = require('mocha');
 const { expect } = require('chai');
 const sinon = require('sinon');
 const RateLimiterRedis = require('../lib/RateLimiterRedis');
-const Redis = require('ioredis');
+const Redis = require("ioredis");
 
 describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   this.timeout(5500);
@@ -18,10 +18,10 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     // await redisMockClient.connect();
   });
 
-  afterEach(async () => {
+  afterEach(async ()=>{
     await redisMockClient.flushdb();
     await redisMockClient.disconnect();
-  });
+  })
 
   it('consume 1 point', (done) => {
     const testKey = 'consume1';
@@ -33,7 +33,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     rateLimiter
       .consume(testKey)
       .then(() => {
-        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
           expect(consumedPoints).to.equal('1');
           done();
         });
@@ -100,7 +100,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
           end \
         end \
         return {consumed, ttl} \
-        `,
+        `
       });
       rateLimiter
         .consume(testKey)
@@ -109,12 +109,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
             .consume(testKey)
             .then(() => {})
             .catch((rejRes) => {
-              expect(rejRes.msBeforeNext >= 5000).to.equal(true);
+              expect(rejRes.msBeforeNext >= 5000).to.equal(true);    
               rateLimiter
                 .consume(testKey)
                 .then(() => {})
                 .catch((rejRes2) => {
-                  expect(rejRes2.msBeforeNext >= 10000).to.equal(true);
+                  expect(rejRes2.msBeforeNext >= 10000).to.equal(true);    
                   done();
                 });
             });
@@ -146,21 +146,21 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
             end \
           end \
           return {consumed, ttl} \
-          `,
+          `
         });
         rateLimiter
-          .consume(testKey, 1, { customDuration: 1 })
+          .consume(testKey, 1, {customDuration: 1})
           .then(() => {
             rateLimiter
               .consume(testKey)
               .then(() => {})
               .catch((rejRes) => {
-                expect(rejRes.msBeforeNext >= 1000).to.equal(true);
+                expect(rejRes.msBeforeNext >= 1000).to.equal(true);    
                 rateLimiter
                   .consume(testKey)
                   .then(() => {})
                   .catch((rejRes2) => {
-                    expect(rejRes2.msBeforeNext >= 6000).to.equal(true);
+                    expect(rejRes2.msBeforeNext >= 6000).to.equal(true);    
                     done();
                   });
               });
@@ -178,7 +178,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       const rateLimiter = new RateLimiterRedis({
         storeClient: redisMockClient,
         points: 1,
-        duration: 5,
+        duration: 5
       });
 
       rateLimiter
@@ -187,7 +187,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
           done(new Error('must not'));
         })
         .catch((err) => {
-          expect(err.message).to.equal('Consuming decimal number of points is not supported by this package');
+          expect(err.message).to.equal('Consuming decimal number of points is not supported by this package')
           done();
         });
     });
@@ -204,7 +204,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       rateLimiter
         .consume(testKey, 2.0)
         .then(() => {
-          redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+          redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
             expect(consumedPoints).to.equal('2');
             done();
           });
@@ -224,14 +224,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 5,
       });
       rateLimiter
-        .consume(testKey, '2.0')
+        .consume(testKey, "2.0")
         .then(() => {
           done(new Error('must not'));
         })
         .catch((err) => {
-          expect(err.message).to.equal(
-            'Consuming string different than integer values is not supported by this package',
-          );
+          expect(err.message).to.equal('Consuming string different than integer values is not supported by this package')
           done();
         });
     });
@@ -246,9 +244,9 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 5,
       });
       rateLimiter
-        .consume(testKey, '2')
+        .consume(testKey, "2")
         .then(() => {
-          redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+          redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
             expect(consumedPoints).to.equal('2');
             done();
           });
@@ -335,7 +333,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .penalty(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('2');
               done();
             });
@@ -362,7 +360,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .reward(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('0');
               done();
             });
@@ -515,7 +513,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisMockClient.connect();
   });
 
-  it('consume using insuranceLimiter when RedisClient error', async () => {
+  it('consume using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserror2';
 
     const redisClientClosed = new Redis();
@@ -533,9 +531,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.disconnect();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey)
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
+      });
   });
 
   it('penalty using insuranceLimiter when RedisClient error', async () => {
@@ -555,8 +555,9 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.disconnect();
 
-    await rateLimiter.penalty(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+    await rateLimiter
+      .penalty(testKey);
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
@@ -580,15 +581,18 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
     await rateLimiter
       .consume(testKey, 2)
-      .then(() => {})
-      .catch(() => {});
-    await rateLimiter.reward(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+      .then(() => {
+      })
+      .catch(() => {
+      });
+    await rateLimiter
+      .reward(testKey)
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
 
-  it('block using insuranceLimiter when RedisClient error', async () => {
+  it('block using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserrorblock';
 
     const redisClientClosed = new Redis();
@@ -605,9 +609,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.disconnect();
 
-    await rateLimiter.block(testKey, 3).then((res) => {
-      expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
-    });
+    await rateLimiter
+      .block(testKey, 3)
+      .then((res) => {
+        expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
+      });
   });
 
   it('set using insuranceLimiter when RedisClient error', async () => {
@@ -627,10 +633,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.disconnect();
 
-    await rateLimiter.set(testKey, 3, 30).then((res) => {
-      expect(res.consumedPoints).to.equal(3);
-      expect(res.msBeforeNext).to.be.at.most(30000);
-    });
+    await rateLimiter
+      .set(testKey, 3, 30)
+      .then((res) => {
+        expect(res.consumedPoints).to.equal(3);
+        expect(res.msBeforeNext).to.be.at.most(30000);
+      });
 
     // Verify data was stored in insurance limiter
     const storedPoints = await redisMockClient.get(rateLimiter.getKey(testKey));
@@ -660,10 +668,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed2.disconnect();
 
     let rejected = false;
-    await rateLimiter.set(testKey, 3, 30).catch((err) => {
-      rejected = true;
-      expect(err).to.be.instanceOf(Error);
-    });
+    await rateLimiter
+      .set(testKey, 3, 30)
+      .catch((err) => {
+        rejected = true;
+        expect(err).to.be.instanceOf(Error);
+      });
 
     expect(rejected).to.equal(true);
   });
@@ -798,10 +808,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         points: 2,
         duration: 1,
       });
-      await redisMockClient.disconnect();
-      await rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.contains('closed');
-      });
+      await redisMockClient.disconnect()
+      await rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.contains('closed');
+        });
       await redisMockClient.connect();
     });
 
@@ -818,10 +830,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 1,
         rejectIfRedisNotReady: true,
       });
-      rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.equal('Redis connection is not ready');
-        done();
-      });
+      rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.equal('Redis connection is not ready');
+          done();
+        });
     });
 
     it('get throws error with disconnected node-redis', (done) => {
@@ -837,10 +851,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 1,
         rejectIfRedisNotReady: true,
       });
-      rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.equal('Redis connection is not ready');
-        done();
-      });
+      rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.equal('Redis connection is not ready');
+          done();
+        });
     });
   });
 
@@ -871,12 +887,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       points: 2,
       duration: 1,
     });
-    rateLimiter.consume(testKey).then(() => {
-      rateLimiter.delete(testKey).then((resDel) => {
-        expect(resDel).to.equal(true);
-        done();
+    rateLimiter
+      .consume(testKey)
+      .then(() => {
+        rateLimiter.delete(testKey)
+          .then((resDel) => {
+            expect(resDel).to.equal(true);
+            done();
+          });
       });
-    });
   });
 
   it('delete returns false, if there is no key', (done) => {
@@ -887,10 +906,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       points: 2,
       duration: 1,
     });
-    rateLimiter.delete(testKey).then((resDel) => {
-      expect(resDel).to.equal(false);
-      done();
-    });
+    rateLimiter.delete(testKey)
+      .then((resDel) => {
+        expect(resDel).to.equal(false);
+        done();
+      });
   });
 
   it('delete rejects on error', async () => {
@@ -902,7 +922,8 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       duration: 1,
     });
     await redisMockClient.disconnect();
-    await rateLimiter.delete(testKey).catch(() => {});
+    await rateLimiter.delete(testKey)
+      .catch(() => {});
     await redisMockClient.connect();
   });
 
@@ -960,9 +981,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.disconnect();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey, 1, { customDuration: 1 }).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey, 1, { customDuration: 1 })
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
+      });
   });
 
   it('block key in memory works with blockDuration on store', (done) => {
@@ -982,12 +1005,13 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
           .consume(testKey)
           .then(() => {})
           .catch((rejRes) => {
-            rateLimiter.get(testKey).then((getRes) => {
-              expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              // msBeforeNext more than 5000, so key was blocked in memory
-              expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((getRes) => {
+                expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                // msBeforeNext more than 5000, so key was blocked in memory
+                expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                done();
+              });
           });
       })
       .catch((rejRes) => {
@@ -998,17 +1022,16 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('does not expire key if duration set to 0', (done) => {
     const testKey = 'neverexpire';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 2, duration: 0 });
-    rateLimiter
-      .consume(testKey, 1)
+    rateLimiter.consume(testKey, 1)
       .then(() => {
-        rateLimiter
-          .consume(testKey, 1)
+        rateLimiter.consume(testKey, 1)
           .then(() => {
-            rateLimiter.get(testKey).then((res) => {
-              expect(res.consumedPoints).to.equal(2);
-              expect(res.msBeforeNext).to.equal(-1);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((res) => {
+                expect(res.consumedPoints).to.equal(2);
+                expect(res.msBeforeNext).to.equal(-1);
+                done();
+              });
           })
           .catch((err) => {
             done(err);
@@ -1022,15 +1045,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('block key forever, if secDuration is 0', (done) => {
     const testKey = 'neverexpire';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .block(testKey, 0)
+    rateLimiter.block(testKey, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(2);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(2);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 2000);
       })
       .catch((err) => {
@@ -1041,13 +1064,13 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('set points by key', (done) => {
     const testKey = 'set';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .set(testKey, 12)
+    rateLimiter.set(testKey, 12)
       .then(() => {
-        rateLimiter.get(testKey).then((res) => {
-          expect(res.consumedPoints).to.equal(12);
-          done();
-        });
+        rateLimiter.get(testKey)
+          .then((res) => {
+            expect(res.consumedPoints).to.equal(12);
+            done();
+          });
       })
       .catch((err) => {
         done(err);
@@ -1057,15 +1080,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('set points by key forever', (done) => {
     const testKey = 'setforever';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .set(testKey, 12, 0)
+    rateLimiter.set(testKey, 12, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(12);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(12);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 1100);
       })
       .catch((err) => {

@@ -122,15 +122,15 @@ describe('RateLimiterRedisNonAtomic with fixed window', function RateLimiterRedi
       points: 1,
       duration: 1,
     });
-    rateLimiter
-      .set(testKey, 12, 0)
+    rateLimiter.set(testKey, 12, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(12);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(12);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 1100);
       })
       .catch((err) => {

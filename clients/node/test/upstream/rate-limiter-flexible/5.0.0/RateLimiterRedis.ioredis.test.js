@@ -4,7 +4,7 @@ const { describe, it, beforeEach } = require('mocha');
 const { expect } = require('chai');
 const sinon = require('sinon');
 const RateLimiterRedis = require('../lib/RateLimiterRedis');
-const Redis = require('ioredis');
+const Redis = require("ioredis");
 
 describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   this.timeout(5500);
@@ -18,10 +18,10 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     // await redisMockClient.connect();
   });
 
-  afterEach(async () => {
+  afterEach(async ()=>{
     await redisMockClient.flushdb();
     await redisMockClient.disconnect();
-  });
+  })
 
   it('consume 1 point', (done) => {
     const testKey = 'consume1';
@@ -33,7 +33,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     rateLimiter
       .consume(testKey)
       .then(() => {
-        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
           expect(consumedPoints).to.equal('1');
           done();
         });
@@ -135,7 +135,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .penalty(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('2');
               done();
             });
@@ -162,7 +162,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .reward(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('0');
               done();
             });
@@ -313,7 +313,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisMockClient.connect();
   });
 
-  it('consume using insuranceLimiter when RedisClient error', async () => {
+  it('consume using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserror2';
 
     const redisClientClosed = new Redis();
@@ -331,9 +331,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.disconnect();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey)
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
+      });
   });
 
   it('penalty using insuranceLimiter when RedisClient error', async () => {
@@ -353,8 +355,9 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.disconnect();
 
-    await rateLimiter.penalty(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+    await rateLimiter
+      .penalty(testKey);
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
@@ -378,15 +381,18 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
     await rateLimiter
       .consume(testKey, 2)
-      .then(() => {})
-      .catch(() => {});
-    await rateLimiter.reward(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+      .then(() => {
+      })
+      .catch(() => {
+      });
+    await rateLimiter
+      .reward(testKey)
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
 
-  it('block using insuranceLimiter when RedisClient error', async () => {
+  it('block using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserrorblock';
 
     const redisClientClosed = new Redis();
@@ -403,9 +409,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.disconnect();
 
-    await rateLimiter.block(testKey, 3).then((res) => {
-      expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
-    });
+    await rateLimiter
+      .block(testKey, 3)
+      .then((res) => {
+        expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
+      });
   });
 
   it('use keyPrefix from options', () => {
@@ -538,10 +546,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         points: 2,
         duration: 1,
       });
-      await redisMockClient.disconnect();
-      await rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.contains('closed');
-      });
+      await redisMockClient.disconnect()
+      await rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.contains('closed');
+        });
       await redisMockClient.connect();
     });
 
@@ -558,10 +568,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 1,
         rejectIfRedisNotReady: true,
       });
-      rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.equal('Redis connection is not ready');
-        done();
-      });
+      rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.equal('Redis connection is not ready');
+          done();
+        });
     });
 
     it('get throws error with disconnected node-redis', (done) => {
@@ -577,10 +589,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 1,
         rejectIfRedisNotReady: true,
       });
-      rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.equal('Redis connection is not ready');
-        done();
-      });
+      rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.equal('Redis connection is not ready');
+          done();
+        });
     });
   });
 
@@ -611,12 +625,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       points: 2,
       duration: 1,
     });
-    rateLimiter.consume(testKey).then(() => {
-      rateLimiter.delete(testKey).then((resDel) => {
-        expect(resDel).to.equal(true);
-        done();
+    rateLimiter
+      .consume(testKey)
+      .then(() => {
+        rateLimiter.delete(testKey)
+          .then((resDel) => {
+            expect(resDel).to.equal(true);
+            done();
+          });
       });
-    });
   });
 
   it('delete returns false, if there is no key', (done) => {
@@ -627,10 +644,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       points: 2,
       duration: 1,
     });
-    rateLimiter.delete(testKey).then((resDel) => {
-      expect(resDel).to.equal(false);
-      done();
-    });
+    rateLimiter.delete(testKey)
+      .then((resDel) => {
+        expect(resDel).to.equal(false);
+        done();
+      });
   });
 
   it('delete rejects on error', async () => {
@@ -642,7 +660,8 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       duration: 1,
     });
     await redisMockClient.disconnect();
-    await rateLimiter.delete(testKey).catch(() => {});
+    await rateLimiter.delete(testKey)
+      .catch(() => {});
     await redisMockClient.connect();
   });
 
@@ -700,9 +719,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.disconnect();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey, 1, { customDuration: 1 }).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey, 1, { customDuration: 1 })
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
+      });
   });
 
   it('block key in memory works with blockDuration on store', (done) => {
@@ -722,12 +743,13 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
           .consume(testKey)
           .then(() => {})
           .catch((rejRes) => {
-            rateLimiter.get(testKey).then((getRes) => {
-              expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              // msBeforeNext more than 5000, so key was blocked in memory
-              expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((getRes) => {
+                expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                // msBeforeNext more than 5000, so key was blocked in memory
+                expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                done();
+              });
           });
       })
       .catch((rejRes) => {
@@ -738,17 +760,16 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('does not expire key if duration set to 0', (done) => {
     const testKey = 'neverexpire';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 2, duration: 0 });
-    rateLimiter
-      .consume(testKey, 1)
+    rateLimiter.consume(testKey, 1)
       .then(() => {
-        rateLimiter
-          .consume(testKey, 1)
+        rateLimiter.consume(testKey, 1)
           .then(() => {
-            rateLimiter.get(testKey).then((res) => {
-              expect(res.consumedPoints).to.equal(2);
-              expect(res.msBeforeNext).to.equal(-1);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((res) => {
+                expect(res.consumedPoints).to.equal(2);
+                expect(res.msBeforeNext).to.equal(-1);
+                done();
+              });
           })
           .catch((err) => {
             done(err);
@@ -762,15 +783,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('block key forever, if secDuration is 0', (done) => {
     const testKey = 'neverexpire';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .block(testKey, 0)
+    rateLimiter.block(testKey, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(2);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(2);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 2000);
       })
       .catch((err) => {
@@ -781,13 +802,13 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('set points by key', (done) => {
     const testKey = 'set';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .set(testKey, 12)
+    rateLimiter.set(testKey, 12)
       .then(() => {
-        rateLimiter.get(testKey).then((res) => {
-          expect(res.consumedPoints).to.equal(12);
-          done();
-        });
+        rateLimiter.get(testKey)
+          .then((res) => {
+            expect(res.consumedPoints).to.equal(12);
+            done();
+          });
       })
       .catch((err) => {
         done(err);
@@ -797,15 +818,15 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
   it('set points by key forever', (done) => {
     const testKey = 'setforever';
     const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1 });
-    rateLimiter
-      .set(testKey, 12, 0)
+    rateLimiter.set(testKey, 12, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(12);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(12);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 1100);
       })
       .catch((err) => {

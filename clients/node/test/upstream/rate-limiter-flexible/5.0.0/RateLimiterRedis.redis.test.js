@@ -4,7 +4,7 @@ const { describe, it, beforeEach } = require('mocha');
 const { expect } = require('chai');
 const sinon = require('sinon');
 const RateLimiterRedis = require('../lib/RateLimiterRedis');
-const redis = require('redis');
+const redis = require("redis");
 const redisOptions = require('./RedisOptions');
 
 describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
@@ -17,9 +17,9 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisMockClient.flushAll();
   });
 
-  afterEach(async () => {
+  afterEach(async ()=>{
     await redisMockClient.quit();
-  });
+  })
 
   it('consume 1 point', (done) => {
     const testKey = 'consume1';
@@ -31,7 +31,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     rateLimiter
       .consume(testKey)
       .then(() => {
-        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+        redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
           expect(consumedPoints).to.equal('1');
           done();
         });
@@ -137,7 +137,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .penalty(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('2');
               done();
             });
@@ -165,7 +165,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         rateLimiter
           .reward(testKey)
           .then(() => {
-            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+            redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
               expect(consumedPoints).to.equal('0');
               done();
             });
@@ -323,7 +323,7 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisMockClient.connect();
   });
 
-  it('consume using insuranceLimiter when RedisClient error', async () => {
+  it('consume using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserror2';
 
     const redisClientClosed = redis.createClient(redisOptions);
@@ -344,9 +344,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.quit();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey)
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext > 1000).to.equal(true);
+      });
   });
 
   it('penalty using insuranceLimiter when RedisClient error', async () => {
@@ -369,8 +371,9 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.quit();
 
-    await rateLimiter.penalty(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+    await rateLimiter
+      .penalty(testKey);
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
@@ -397,15 +400,18 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
     await rateLimiter
       .consume(testKey, 2)
-      .then(() => {})
-      .catch(() => {});
-    await rateLimiter.reward(testKey);
-    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints) => {
+      .then(() => {
+      })
+      .catch(() => {
+      });
+    await rateLimiter
+      .reward(testKey)
+    await redisMockClient.get(rateLimiter.getKey(testKey)).then((consumedPoints)=>{
       expect(consumedPoints).to.equal('1');
     });
   });
 
-  it('block using insuranceLimiter when RedisClient error', async () => {
+  it('block using insuranceLimiter when RedisClient error', async() => {
     const testKey = 'rediserrorblock';
 
     const redisClientClosed = redis.createClient(redisOptions);
@@ -425,9 +431,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     });
     await redisClientClosed.quit();
 
-    await rateLimiter.block(testKey, 3).then((res) => {
-      expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
-    });
+    await rateLimiter
+      .block(testKey, 3)
+      .then((res) => {
+        expect(res.msBeforeNext > 2000 && res.msBeforeNext <= 3000).to.equal(true);
+      });
   });
 
   it('use keyPrefix from options', () => {
@@ -566,10 +574,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         duration: 1,
         useRedisPackage: true,
       });
-      await redisMockClient.quit();
-      await rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.contains('closed');
-      });
+      await redisMockClient.quit()
+      await rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.contains('closed');
+        });
       await redisMockClient.connect();
     });
 
@@ -587,10 +597,12 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
         useRedisPackage: true,
         rejectIfRedisNotReady: true,
       });
-      rateLimiter.consume(testKey).catch((error) => {
-        expect(error.message).to.equal('Redis connection is not ready');
-        done();
-      });
+      rateLimiter
+        .consume(testKey)
+        .catch((error) => {
+          expect(error.message).to.equal('Redis connection is not ready');
+          done();
+        });
     });
   });
 
@@ -621,14 +633,17 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       storeClient: redisMockClient,
       points: 2,
       duration: 1,
-      useRedisPackage: true,
+      useRedisPackage: true
     });
-    rateLimiter.consume(testKey).then(() => {
-      rateLimiter.delete(testKey).then((resDel) => {
-        expect(resDel).to.equal(true);
-        done();
+    rateLimiter
+      .consume(testKey)
+      .then(() => {
+        rateLimiter.delete(testKey)
+          .then((resDel) => {
+            expect(resDel).to.equal(true);
+            done();
+          });
       });
-    });
   });
 
   it('delete returns false, if there is no key', (done) => {
@@ -640,10 +655,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       duration: 1,
       useRedisPackage: true,
     });
-    rateLimiter.delete(testKey).then((resDel) => {
-      expect(resDel).to.equal(false);
-      done();
-    });
+    rateLimiter.delete(testKey)
+      .then((resDel) => {
+        expect(resDel).to.equal(false);
+        done();
+      });
   });
 
   it('delete rejects on error', async () => {
@@ -656,7 +672,8 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
       useRedisPackage: true,
     });
     await redisMockClient.quit();
-    await rateLimiter.delete(testKey).catch(() => {});
+    await rateLimiter.delete(testKey)
+      .catch(() => {});
     await redisMockClient.connect();
   });
 
@@ -719,9 +736,11 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
     await redisClientClosed.quit();
 
     // Consume from insurance limiter with different options
-    await rateLimiter.consume(testKey, 1, { customDuration: 1 }).then((res) => {
-      expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
-    });
+    await rateLimiter
+      .consume(testKey, 1, { customDuration: 1 })
+      .then((res) => {
+        expect(res.remainingPoints === 1 && res.msBeforeNext <= 1000).to.equal(true);
+      });
   });
 
   it('block key in memory works with blockDuration on store', (done) => {
@@ -742,12 +761,13 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
           .consume(testKey)
           .then(() => {})
           .catch((rejRes) => {
-            rateLimiter.get(testKey).then((getRes) => {
-              expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              // msBeforeNext more than 5000, so key was blocked in memory
-              expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((getRes) => {
+                expect(getRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                // msBeforeNext more than 5000, so key was blocked in memory
+                expect(rejRes.msBeforeNext > 5000 && rejRes.remainingPoints === 0).to.equal(true);
+                done();
+              });
           });
       })
       .catch((rejRes) => {
@@ -757,23 +777,17 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
   it('does not expire key if duration set to 0', (done) => {
     const testKey = 'neverexpire';
-    const rateLimiter = new RateLimiterRedis({
-      storeClient: redisMockClient,
-      points: 2,
-      duration: 0,
-      useRedisPackage: true,
-    });
-    rateLimiter
-      .consume(testKey, 1)
+    const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 2, duration: 0, useRedisPackage: true });
+    rateLimiter.consume(testKey, 1)
       .then(() => {
-        rateLimiter
-          .consume(testKey, 1)
+        rateLimiter.consume(testKey, 1)
           .then(() => {
-            rateLimiter.get(testKey).then((res) => {
-              expect(res.consumedPoints).to.equal(2);
-              expect(res.msBeforeNext).to.equal(-1);
-              done();
-            });
+            rateLimiter.get(testKey)
+              .then((res) => {
+                expect(res.consumedPoints).to.equal(2);
+                expect(res.msBeforeNext).to.equal(-1);
+                done();
+              });
           })
           .catch((err) => {
             done(err);
@@ -786,21 +800,16 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
   it('block key forever, if secDuration is 0', (done) => {
     const testKey = 'neverexpire';
-    const rateLimiter = new RateLimiterRedis({
-      storeClient: redisMockClient,
-      points: 1,
-      duration: 1,
-      useRedisPackage: true,
-    });
-    rateLimiter
-      .block(testKey, 0)
+    const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1, useRedisPackage: true });
+    rateLimiter.block(testKey, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(2);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(2);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 2000);
       })
       .catch((err) => {
@@ -810,19 +819,14 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
   it('set points by key', (done) => {
     const testKey = 'set';
-    const rateLimiter = new RateLimiterRedis({
-      storeClient: redisMockClient,
-      points: 1,
-      duration: 1,
-      useRedisPackage: true,
-    });
-    rateLimiter
-      .set(testKey, 12)
+    const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1, useRedisPackage: true });
+    rateLimiter.set(testKey, 12)
       .then(() => {
-        rateLimiter.get(testKey).then((res) => {
-          expect(res.consumedPoints).to.equal(12);
-          done();
-        });
+        rateLimiter.get(testKey)
+          .then((res) => {
+            expect(res.consumedPoints).to.equal(12);
+            done();
+          });
       })
       .catch((err) => {
         done(err);
@@ -831,21 +835,16 @@ describe('RateLimiterRedis with fixed window', function RateLimiterRedisTest() {
 
   it('set points by key forever', (done) => {
     const testKey = 'setforever';
-    const rateLimiter = new RateLimiterRedis({
-      storeClient: redisMockClient,
-      points: 1,
-      duration: 1,
-      useRedisPackage: true,
-    });
-    rateLimiter
-      .set(testKey, 12, 0)
+    const rateLimiter = new RateLimiterRedis({ storeClient: redisMockClient, points: 1, duration: 1, useRedisPackage: true });
+    rateLimiter.set(testKey, 12, 0)
       .then(() => {
         setTimeout(() => {
-          rateLimiter.get(testKey).then((res) => {
-            expect(res.consumedPoints).to.equal(12);
-            expect(res.msBeforeNext).to.equal(-1);
-            done();
-          });
+          rateLimiter.get(testKey)
+            .then((res) => {
+              expect(res.consumedPoints).to.equal(12);
+              expect(res.msBeforeNext).to.equal(-1);
+              done();
+            });
         }, 1100);
       })
       .catch((err) => {
