@@ -219,6 +219,7 @@ impl Service {
                 "evacuateCount",
                 "expiredCount",
                 "overwriteCount",
+                "averageAccessTime",
             ]
             .iter()
             .map(|name| stats.gauge(&format!("ratelimit.localcache.{name}")))
@@ -234,6 +235,7 @@ impl Service {
                     load(&c.evacuated),
                     load(&c.expired),
                     load(&c.overwritten),
+                    c.average_access_time(),
                 ];
                 for (g, v) in gauges.iter().zip(values) {
                     g.set(v);

@@ -143,6 +143,9 @@ async fn basic_base_config(rls: &Rls, local: bool, stop: bool, what: &str) {
         }
     }
 
+    if local {
+        assert!(gauge("entryCount") >= 2 && gauge("averageAccessTime") > 1_700_000_000, "{what}: {:?}", rls.stats());
+    }
     // The reset counts down.
     let key4 = k("key4");
     let first = call(&mut c, ask("another", vec![descriptor(&[(&key4, "durTest")])], 1)).await;
