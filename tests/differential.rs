@@ -1645,6 +1645,14 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         if g.chance(0.1) {
             args.push("SHADOW".into());
         }
+        if g.chance(0.25) {
+            // A charge (issue 41): past the limit, and now and then up to the count's bound.
+            if g.chance(0.1) && !args.iter().any(|a| a == "QUANTITY") {
+                let q = 999_999_999_999_999_999 - g.rng.random_range(0..30i64);
+                args.extend(["QUANTITY".to_string(), q.to_string()]);
+            }
+            args.push(g.pick(&["DEBIT", "debit"]).to_string());
+        }
         if g.chance(0.2) {
             // The same quota as a CL.ALL spec (QUANTITY is the spec's; MS and SHADOW the call's).
             let (before, replies, states) = {
