@@ -1280,6 +1280,21 @@ fn long_states_the_last_instants_and_error_precedence_match_the_module() {
         check(&mut rig, "the last instants", Algorithm::Throttle, &Plant::Value(Vec::new(), None), &args, at_us);
         let _: () = redis::cmd("DEL").arg(&Rig::keys(0)[..]).query(&mut rig.c).unwrap();
     }
+    // A debit that overdraws onto the last instants: its new TAT fits, and so does its retry
+    // time (`new_TAT + q·EI − tolerance`, never past the new TAT), though `new_TAT + q·EI`
+    // would not: the module stores it, and so must the twin.
+    let at_us = last_us - 10_000;
+    let tat = at_us * 1000 + 5 * MS;
+    let plant = Plant::Value(tat.to_string().into_bytes(), Some(tat.div_euclid(MS) + 1));
+    let reply = check(
+        &mut rig,
+        "a debit onto the last instants",
+        Algorithm::Throttle,
+        &plant,
+        &s(&["0", "1", "5", "MS", "DEBIT"]),
+        at_us,
+    );
+    assert_eq!(five_of(&reply), Some([1, 1, 0, 10, 10]), "{reply:?}");
 
     // Error precedence: the module's error over the twin's own refusal.
     let huge = "9007199254740993"; // above 2^53 − 1: the twin refuses to reply it
@@ -1629,6 +1644,14 @@ fn the_twin_matches_the_module_on_calendar_quotas() {
         }
         if g.chance(0.1) {
             args.push("SHADOW".into());
+        }
+        if g.chance(0.25) {
+            // A charge (issue 41): past the limit, and now and then up to the count's bound.
+            if g.chance(0.1) && !args.iter().any(|a| a == "QUANTITY") {
+                let q = 999_999_999_999_999_999 - g.rng.random_range(0..30i64);
+                args.extend(["QUANTITY".to_string(), q.to_string()]);
+            }
+            args.push(g.pick(&["DEBIT", "debit"]).to_string());
         }
         if g.chance(0.2) {
             // The same quota as a CL.ALL spec (QUANTITY is the spec's; MS and SHADOW the call's).
@@ -2640,4 +2663,30 @@ fn a_debit_past_the_limit_is_refused_until_repaid_alike_on_the_module_and_the_tw
     let at = now + 2_000 + retry * 1_000;
     assert_eq!(all(&mut rig, "1", false, at - 1_000).0, 1, "CL.ALL: refused a ms before its retry time");
     assert_eq!(all(&mut rig, "1", false, at).0, 0, "CL.ALL: admitted at its retry time");
+}
+
+/// A debt on a ring read without `PRECISION` (a deployment dropping the option): the log it
+/// converts to stays over its limit until the ring's units would have left, so a check is
+/// refused and a debit adds to the debt, on the module and both forms of the twin alike.
+#[test]
+fn a_ring_in_debt_read_as_a_log_stays_in_debt_alike_on_the_module_and_the_twin() {
+    let (mut rig, now_us) = rig_tomorrow();
+    let keys = Rig::keys(300);
+    let mut call = |args: &[&str], at_us: i64| -> [i64; 5] {
+        let args = words(args);
+        let (_, replies, states) = rig.call_named(("CL.WINDOW", "cl_window"), &keys, &args, at_us);
+        let what = format!("CL.WINDOW {} at {at_us}", args.join(" "));
+        assert_eq!(replies[1], replies[0], "FCALL: {what}");
+        assert_eq!(replies[2], replies[0], "EVALSHA: {what}");
+        assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: {what}");
+        five_of(&replies[0]).unwrap_or_else(|| panic!("{what}: {:?}", replies[0]))
+    };
+    let r = call(&["5", "60000", "MS", "PRECISION", "6000", "100", "DEBIT"], now_us);
+    assert_eq!(r[..3], [1, 5, 0], "{r:?}");
+    let r = call(&["5", "60000", "MS", "0"], now_us + 1_000);
+    assert_eq!(r[..3], [1, 5, 0], "a check of the debt read as a log is refused: {r:?}");
+    let r = call(&["5", "60000", "MS", "2", "DEBIT"], now_us + 2_000);
+    assert_eq!(r[..3], [1, 5, 0], "a debit on it overdraws: {r:?}");
+    let r = call(&["5", "60000", "MS", "0"], now_us + 3_000);
+    assert_eq!(r[0], 1, "still in debt: {r:?}");
 }

@@ -184,10 +184,11 @@ fn adding_and_removing_precision_converts_a_live_key() {
     assert_eq!((log[0], log.len()), (1, 8 + 5 * 8), "an exact log of five entries");
     let r = throttle(&mut c, "CL.WINDOW w 5 10");
     assert!(r[..3] == [1, 5, 0] && r[3] <= 10 && r[4] <= 10, "{r:?}");
-    // A ring holding more than an exact log's limit keeps only the newest `limit` units.
+    // A ring holding more than an exact log's limit keeps only the newest `limit + 1` units:
+    // over its limit, a peek is refused too (as on the ring), and converts nothing either.
     throttle(&mut c, "CL.WINDOW big 1000000 60 5000 PRECISION 1");
     let r = throttle(&mut c, "CL.WINDOW big 3 60");
     assert!(r[..3] == [1, 3, 0] && r[3] <= 60, "{r:?}");
-    assert_eq!(throttle(&mut c, "CL.WINDOW big 3 60 0")[..3], [0, 3, 0], "a denial converts nothing either");
+    assert_eq!(throttle(&mut c, "CL.WINDOW big 3 60 0")[..3], [1, 3, 0], "a peek over the limit is refused");
     assert_eq!(get_bytes(&mut c, "big")[0], 2);
 }

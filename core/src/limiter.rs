@@ -828,6 +828,26 @@ mod tests {
     }
 
     #[test]
+    fn every_option_of_a_command_at_once_parses() {
+        // The longest call of each command: every option of its table, in any order.
+        for (algorithm, words) in [
+            (Algorithm::Throttle, "k 1 1 1 -1 HELD 5 MS SHADOW"),
+            (Algorithm::Window, "k 1 1 -1 HELD 5 MS SHADOW PRECISION 1"),
+            (Algorithm::Bucket, "k 1 1 1 -1 HELD 5 MS SHADOW"),
+            (Algorithm::Counter, "k 1 1 -1 HELD 5 MS SHADOW"),
+            (Algorithm::Quota, "k 1 PER DAY TZ +01:00 ANCHOR 0 QUANTITY -1 HELD 5 MS SHADOW"),
+        ] {
+            let r = parse(algorithm, words).unwrap_or_else(|e| panic!("{words}: {e}"));
+            assert_eq!((r.quantity, r.unit, r.shadow()), (-1, Unit::Millis, true), "{words}");
+            // DEBIT too: its own error for a refund, nothing else.
+            assert_eq!(parse(algorithm, &format!("{words} DEBIT")).map(|_| ()), Err(Error::DebitRefund), "{words}");
+            let charge = format!("{} DEBIT", words.replace("-1 HELD 5 ", "3 "));
+            let r = parse(algorithm, &charge).map(|r| (r.quantity, r.charge));
+            assert_eq!(r, Ok((3, Charge::Debit)), "{charge}");
+        }
+    }
+
+    #[test]
     fn the_largest_values_the_messages_state_are_accepted() {
         use Algorithm::*;
         for (algorithm, words) in [

@@ -67,12 +67,14 @@ pub struct Words<'a> {
     pub per: Per,
     pub zone: Option<&'a [u8]>,
     pub anchor: Option<&'a [u8]>,
-    /// The other words, in order (at most [`MAX_REST`]: longer than any tail a caller accepts).
+    /// The other words, in order (at most [`MAX_REST`]: as long as any tail a caller accepts).
     rest: [&'a [u8]; MAX_REST],
     rest_len: usize,
 }
 
-const MAX_REST: usize = 6;
+/// CL.QUOTA's longest tail: `QUANTITY q HELD t MS SHADOW DEBIT` (a longer one repeats a word,
+/// a syntax error either way).
+const MAX_REST: usize = 7;
 
 impl<'a> Words<'a> {
     /// Splits `words`; a missing `PER`, or `TZ`/`ANCHOR` without a value or given twice, is

@@ -64,8 +64,9 @@
 //! - exact log → buckets: each live entry `t` goes to bucket `⌊t / p⌋` (lossless);
 //! - buckets → exact log: bucket `k` holding `c` units becomes `c` entries at its last
 //!   instant `(k + 1)·p − 1`, or at `now` for a bucket not over yet; when they are more than
-//!   the limit, only the newest `limit` are kept (the others are older: they would leave
-//!   first, and until they had, a full log denies anyway).
+//!   the limit, only the newest `limit + 1` are kept (the others are older: they would leave
+//!   first, and until they had, a log over its limit denies every take and refuses a check
+//!   anyway).
 //!
 //! A call that writes stores the converted state; a peek or a denial leaves the key as it is
 //! (the next call converts it the same way).

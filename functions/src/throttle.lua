@@ -197,9 +197,10 @@ local function gcra_decide(p, stored, nm, nu, qm, qu, q, held, debit)
     if q > p.limit then
       limited = 1
     elseif t_lt(nm, nu, wm, wu) then
-      rm, ru = t_add(xm, xu, im, iu)
-      if not t_fits(rm, ru) then fail(ERR.too_large) end
-      rm, ru = t_sub(rm, ru, p.tm, p.tu)
+      -- `new_TAT − (tolerance − increment)`: the increment is within the tolerance (q within
+      -- the limit), so the retry instant is never past the new TAT and never overflows.
+      rm, ru = t_sub(p.tm, p.tu, im, iu)
+      rm, ru = t_sub(xm, xu, rm, ru)
       rm, ru = t_sub(rm, ru, nm, nu)
       limited = 1
     end

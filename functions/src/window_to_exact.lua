@@ -19,17 +19,17 @@ local EAGER_RUNS = 1024
 
 -- The log ring_to_log reads from a long ring (`cs`, not far ahead, P ms in ns below 2^53), its
 -- bytes built bucket by bucket: newest first, the counts read (and checked) as ring_to_log
--- reads them until the limit, then the entries oldest first, packed in C 128 at a time from
--- their 32-bit halves stepped by P, in pieces of PER entries as log_built makes them.
+-- reads them until one past the limit, then the entries oldest first, packed in C 128 at a
+-- time from their 32-bit halves stepped by P, in pieces of PER entries as log_built makes them.
 -- Counts are decoded in C 256 at a time as unsigned (`block`): a run of them within one block
 -- whose sum is below 2^53 holds only valid counts (a negative one reads as 2^63 or more), and
--- is taken whole when it keeps the total within the limit (and the limit was not reached
+-- is taken whole when it keeps the total within that (and it was not reached
 -- before it: then only the next count is read); any other is read count by count.
 -- `counted` (a dry call, see exact_decide): only the first part, its log's length and the
 -- oldest bucket it takes (and how many of that bucket's), as a table for ring_log_reply.
 local function ring_log_bytes(p, ring, nm, nu, hm, hu, k0, held, counted)
   local P, cs, slots, s = ring.pm, ring.cs, ring.slots, ring.s
-  local most, count = p.limit, 0
+  local most, count = p.limit + 1, 0
   local kn = k0 + held - 1
   local blocks = {}
   local function block(b) -- the counts of slots b.. (b a multiple of 256), from 1
@@ -175,7 +175,8 @@ end
 
 -- A ring read by a call without PRECISION: each bucket still counting under its own precision
 -- becomes as many entries at its last instant (k+1)p - 1 ns, or at now for a bucket not over
--- yet, newest first until the limit (the older would leave first); entries at or before
+-- yet, newest first until one past the limit (the older would leave first; until they have,
+-- the log is over its limit, as the ring is: a debt stays a debt); entries at or before
 -- now - window are dropped. Buckets are read newest first and only as far as needed, as the
 -- module reads them. Also whether the ring was stamped ahead.
 -- `dry` (see exact_decide): where the log's bytes would be built at once, only counted.
@@ -185,7 +186,7 @@ local function ring_to_log(p, ring, nm, nu, dry)
   local hm, hu = t_sub(nm, nu, p.window, 0)
   local k0, held = ring_from(ring, div_floor(hm, P))
   local far_ahead = ring.far and ring.far > 0
-  local most, count = p.limit, 0
+  local most, count = p.limit + 1, 0
   -- Runs, newest first: rb consecutive buckets of rn entries each, at rm + jP (T: rm, ru) for
   -- j = 0 .. rb - 1 (a run of one bucket: rn equal entries). A denial needs no entry's bytes,
   -- so the log is built (`log_built`) only when the call writes it.

@@ -17,12 +17,33 @@ struct Entry {
     until: Instant,
     /// The fewest hits the entry answers for (0: any).
     hits: u64,
+    /// When it was last stored or found (Unix seconds), for `averageAccessTime`.
+    accessed: u64,
 }
 
 #[derive(Default)]
 struct Map {
     entries: HashMap<Box<[u8]>, Entry>,
     bytes: usize,
+    /// The sum of the entries' `accessed`.
+    accessed: u64,
+}
+
+impl Map {
+    fn remove(&mut self, key: &[u8]) -> bool {
+        match self.entries.remove_entry(key) {
+            Some((k, e)) => {
+                self.bytes = self.bytes.saturating_sub(k.len() + ENTRY_OVERHEAD);
+                self.accessed = self.accessed.saturating_sub(e.accessed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// The cache and upstream's counters of it.
@@ -62,16 +83,19 @@ impl LocalCache {
     pub fn over(&self, key: &[u8], hits: u64, now: Instant) -> bool {
         self.lookups.fetch_add(1, Ordering::Relaxed);
         let mut map = self.lock();
-        let found = match map.entries.get(key) {
+        let found = match map.entries.get_mut(key) {
             Some(e) if now >= e.until => {
-                if let Some(k) = map.entries.remove_entry(key).map(|(k, _)| k) {
-                    map.bytes = map.bytes.saturating_sub(k.len() + ENTRY_OVERHEAD);
-                }
+                map.remove(key);
                 self.expired.fetch_add(1, Ordering::Relaxed);
                 false
             }
-            Some(e) => hits >= e.hits,
-            None => false,
+            Some(e) if hits >= e.hits => {
+                let (before, after) = (e.accessed, unix_now());
+                e.accessed = after;
+                map.accessed = map.accessed.saturating_sub(before).saturating_add(after);
+                true
+            }
+            _ => false,
         };
         drop(map);
         if found {
@@ -89,8 +113,7 @@ impl LocalCache {
             return;
         }
         let mut map = self.lock();
-        if let Some((k, _)) = map.entries.remove_entry(key) {
-            map.bytes = map.bytes.saturating_sub(k.len() + ENTRY_OVERHEAD);
+        if map.remove(key) {
             self.overwritten.fetch_add(1, Ordering::Relaxed);
         }
         if map.bytes + cost > self.max_bytes {
@@ -98,15 +121,23 @@ impl LocalCache {
             map.entries.retain(|_, e| e.until > now);
             self.expired.fetch_add((before - map.entries.len()) as u64, Ordering::Relaxed);
             map.bytes = map.entries.keys().map(|k| k.len() + ENTRY_OVERHEAD).sum();
+            map.accessed = map.entries.values().map(|e| e.accessed).sum();
         }
         while map.bytes + cost > self.max_bytes {
             let Some(victim) = map.entries.keys().next().cloned() else { break };
-            map.entries.remove(&victim);
-            map.bytes = map.bytes.saturating_sub(victim.len() + ENTRY_OVERHEAD);
+            map.remove(&victim);
             self.evacuated.fetch_add(1, Ordering::Relaxed);
         }
-        map.entries.insert(key.into(), Entry { until, hits });
+        let accessed = unix_now();
+        map.entries.insert(key.into(), Entry { until, hits, accessed });
         map.bytes += cost;
+        map.accessed = map.accessed.saturating_add(accessed);
+    }
+
+    /// freecache's `AverageAccessTime`: the mean of the entries' last access (Unix seconds).
+    pub fn average_access_time(&self) -> u64 {
+        let map = self.lock();
+        map.accessed.checked_div(map.entries.len() as u64).unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -132,6 +163,8 @@ mod tests {
         c.insert(b"five", 5, now + Duration::from_secs(1), now);
         assert!(c.over(b"k", 0, now) && c.over(b"k", 9, now));
         assert!(!c.over(b"five", 4, now) && c.over(b"five", 5, now));
+        let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        assert!(c.average_access_time().abs_diff(unix) <= 1, "{}", c.average_access_time());
         assert!(!c.over(b"k", 1, now + Duration::from_secs(1)), "expired");
         assert_eq!(
             (c.lookups.load(Ordering::Relaxed), c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed)),

@@ -219,6 +219,7 @@ impl Service {
                 "evacuateCount",
                 "expiredCount",
                 "overwriteCount",
+                "averageAccessTime",
             ]
             .iter()
             .map(|name| stats.gauge(&format!("ratelimit.localcache.{name}")))
@@ -234,6 +235,7 @@ impl Service {
                     load(&c.evacuated),
                     load(&c.expired),
                     load(&c.overwritten),
+                    c.average_access_time(),
                 ];
                 for (g, v) in gauges.iter().zip(values) {
                     g.set(v);
@@ -686,8 +688,10 @@ impl Service {
         calls: &[(&Policy, &[u8], i64)],
         debits: &[bool],
     ) -> Result<Vec<Decision>, ServiceError> {
-        let _ = debits; // TODO(debit): the client's DEBIT
-        waiting.throttle.check_each(calls).await.map_err(client_error)
+        let debiting: Vec<Option<Policy>> = calls.iter().zip(debits).map(|(c, &d)| d.then(|| c.0.debiting())).collect();
+        let calls: Vec<(&Policy, &[u8], i64)> =
+            calls.iter().zip(&debiting).map(|(&(p, k, q), d)| (d.as_ref().unwrap_or(p), k, q)).collect();
+        waiting.throttle.check_each(&calls).await.map_err(client_error)
     }
 
     /// A degraded decision: with `FAILURE_MODE=error` the request fails with an error that says

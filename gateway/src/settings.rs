@@ -249,7 +249,7 @@ const SATISFIED: &[(&str, &str)] = &[
     ("REDIS_PIPELINE_LIMIT", "deprecated and without effect, as in upstream since radix v4"),
     (
         "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-        "no request waits for a free connection here (every connection is shared); DECISION_DEADLINE bounds each decision",
+        "no request waits for a free connection here (every connection is shared); REDIS_TIMEOUT (or DECISION_DEADLINE) bounds each decision",
     ),
     (
         "REDIS_CLUSTER_PIPELINE_PARALLELISM",

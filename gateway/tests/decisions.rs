@@ -1,7 +1,8 @@
 //! `ShouldRateLimit` at a fixed clock, on the client crate's in-memory backend (the module's
 //! exact decisions): upstream's integration expectations (`testBasicBaseConfig`: unknown domain,
 //! one limit, 25 hits against 20/min, two descriptors with one over, the reset counting down),
-//! rewritten as our own, and what we add (refused hits never charge, all or nothing,
+//! rewritten as our own, and what we add (a fixed window counts every hit as upstream's does,
+//! our algorithms what they admit, all or nothing,
 //! hits_addend, refunds, shadow and quota modes, replaces, the block list, headers, metadata,
 //! the other algorithms).
 
@@ -158,24 +159,29 @@ async fn all_or_nothing_charges_nothing_when_one_descriptor_refuses() {
 }
 
 #[tokio::test]
-async fn refused_hits_never_charge_and_a_raised_limit_helps_at_once() {
-    // Upstream #185: 10 an hour, 50 calls, then the limit raised to 20: upstream's counter is at
-    // 50 and refuses until the hour ends; here it is at 10, and 10 more pass.
-    let ten = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
-    let f = fixture(&[ten], Options::default());
-    let admitted = {
-        let mut n = 0;
+async fn every_fixed_window_hit_counts_as_upstream_s_and_our_algorithms_count_what_they_admit() {
+    // Upstream #185: 10 an hour, 50 calls, then the limit raised to 20. A fixed window counts
+    // every hit, refused or not (upstream's meaning): its counter is at 50 and refuses until the
+    // hour ends. A sliding window counts what it admitted: 10, and 10 more pass.
+    let config = |n: u32| {
+        format!(
+            "domain: d\ndescriptors:\n  - {{key: user, rate_limit: {{unit: hour, requests_per_unit: {n}}}}}\n  - {{key: rolling, rate_limit: {{unit: hour, requests_per_unit: {n}, algorithm: sliding_window}}}}\n"
+        )
+    };
+    let f = fixture(&[&config(10)], Options::default());
+    for key in ["user", "rolling"] {
+        let mut admitted = 0;
         for _ in 0..50 {
-            if f.one("d", &[("user", "u1")]).await.overall_code == Code::Ok as i32 {
-                n += 1;
+            if f.one("d", &[(key, "u1")]).await.overall_code == Code::Ok as i32 {
+                admitted += 1;
             }
         }
-        n
-    };
-    assert_eq!(admitted, 10);
-    let twenty = ten.replace("10}", "20}");
-    f.service.set_config(config::load(&[("config.d".into(), twenty)], &f.service.stats, false).unwrap());
+        assert_eq!(admitted, 10, "{key}");
+    }
+    f.service.set_config(config::load(&[("d.yaml".into(), config(20))], &f.service.stats, false).unwrap());
     let r = f.one("d", &[("user", "u1")]).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::OverLimit as i32, 0), "51 counted of 20");
+    let r = f.one("d", &[("rolling", "u1")]).await;
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 9));
 }
 
@@ -211,12 +217,13 @@ async fn hits_addend_peeks_and_refunds() {
     refund.hits_addend = Some(UInt64Value { value: 3 });
     refund.is_negative_hits = true;
     let r = f.ask(&request("another", vec![refund], 1)).await;
-    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 18));
-    // More than remains is refused whole, and charges nothing.
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 18), "{r:?}");
+    // More than remains is over, and counted (upstream's meaning: 2 + 19 of 20): a peek, then,
+    // finds the window over its limit.
     let r = f.ask(&request("another", vec![descriptor(&[("key2", "h")])], 19)).await;
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     let r = f.ask(&request("another", vec![peek], 1)).await;
-    assert_eq!(r.statuses[0].limit_remaining, 18);
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::OverLimit as i32, 0));
 }
 
 const MODES: &str = r#"

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::{Cluster, Server};
+use rls::envoy::get;
 use rls::{CONFIG, Rls, host_port, runtime};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The upstream service: answers 200 "ok" to anything, counting what reached it.
 async fn upstream() -> (u16, Arc<AtomicU64>) {
@@ -145,30 +145,6 @@ impl Envoy {
     }
 }
 
-/// One request through Envoy on `port`: the status and the response's headers (lowercase names).
-async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, HashMap<String, String>) {
-    {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.unwrap();
-        let text = String::from_utf8_lossy(&out);
-        let head = text.split("\r\n\r\n").next().unwrap_or("");
-        let mut lines = head.lines();
-        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        (status, headers)
-    }
-}
-
 /// Every scenario that does not stop Redis.
 async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
     let before = upstream_hits.load(Ordering::Relaxed);
@@ -233,12 +209,14 @@ async fn scenarios(envoy: &Envoy, upstream_hits: &AtomicU64, rls: &Rls) {
         v
     };
     assert_eq!(replaced, vec![200, 200, 200, 429]);
-    // hits_addend from a request header: 10 an hour, costs 4, 7 (refused, nothing taken), 6.
+    // hits_addend from a request header (a descriptor's own: a charge, counted whatever the
+    // limit says, as upstream counts it): 10 an hour, costs 4, then 7 (over: 11 counted), then
+    // even 1 is over.
     let first = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "4")]).await;
     assert_eq!((first.0, first.1.get("x-ratelimit-remaining").map(String::as_str)), (200, Some("6")), "{first:?}");
     assert_eq!(envoy.get("/cost", &[("x-user", "c"), ("x-cost", "7")]).await.0, 429);
-    let (status, h) = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "6")]).await;
-    assert_eq!((status, h.get("x-ratelimit-remaining").map(String::as_str)), (200, Some("0")));
+    let (status, h) = envoy.get("/cost", &[("x-user", "c"), ("x-cost", "1")]).await;
+    assert_eq!((status, h.get("x-ratelimit-remaining").map(String::as_str)), (429, Some("0")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,11 +37,11 @@ async fn scenarios(rls: &Rls, mut redis_get: impl FnMut(&str) -> Option<i64>) {
         }
     }
     assert_eq!(ok, 3, "{}", rls.log());
-    // Upstream's key: domain_key_value_windowstart, holding the count (refused hits not counted).
+    // Upstream's key: domain_key_value_windowstart, holding the count (every hit, as upstream's).
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let key = format!("gw_three_u1_{}", now / 60 * 60);
     let other = format!("gw_three_u1_{}", (now / 60 - 1) * 60);
-    assert_eq!(redis_get(&key).or_else(|| redis_get(&other)), Some(3));
+    assert_eq!(redis_get(&key).or_else(|| redis_get(&other)), Some(50));
     assert_eq!(rls.stat("ratelimit.service.rate_limit.gw.three.total_hits"), 50);
     assert_eq!(rls.stat("ratelimit.service.rate_limit.gw.three.over_limit"), 47);
 
@@ -198,6 +198,11 @@ async fn on_a_cluster_all_or_nothing_across_slots() {
     let hour_key = format!("gw_hour_tenant-a_{}", now / 3600 * 3600);
     let held: Option<i64> = c.get(&hour_key).ok();
     assert_eq!(held, Some(3), "the hourly key holds the admitted requests only");
+    // Upstream's stop-increment: the key that went over is counted still (every hit of a fixed
+    // window is), only the others stop.
+    let minute = |t: i64| format!("gw_three_tenant-b_{}", t / 60 * 60);
+    let three: Option<i64> = c.get(minute(now)).ok().or_else(|| c.get(minute(now - 60)).ok());
+    assert_eq!(three, Some(6), "3 admitted and 3 over, all counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

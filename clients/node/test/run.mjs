@@ -62,9 +62,13 @@ function run(cmd, args, options) {
   return r.stdout;
 }
 
+/** The folder of the packed tarball (removed when the run ends). */
+let packDir;
+
 /** The package as npm publishes it (dist, README, package.json): a tarball. */
 function pack() {
   const dir = mkdtempSync(path.join(tmpdir(), 'rt-pack-'));
+  packDir = dir;
   const [{ filename }] = JSON.parse(
     run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: pkgDir }).replace(/^[^[]*/, ''),
   );
@@ -330,5 +334,6 @@ try {
   code = 1;
 } finally {
   for (const s of started) stopServer(s);
+  if (packDir) rmSync(packDir, { recursive: true, force: true });
 }
 process.exit(code);

@@ -238,6 +238,25 @@ impl Throttle {
         self.inner.local.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Charges `quantity` units already used to `key` under `policy` (`DEBIT`; see
+    /// [`Policy::debiting`]): counted whatever the limit says, the decision denied when they
+    /// overdrew (the limiter is then over its limit: later checks are refused until time has
+    /// repaid the overdraft). `quantity` 0 checks without writing. Never answered by the deny
+    /// cache: a charge always reaches the server (or, degraded, the failure policy).
+    pub async fn debit(&self, policy: &Policy, key: impl AsRef<[u8]>, quantity: u32) -> Result<Decision, Error> {
+        self.decide(&[(&policy.debiting(), key.as_ref(), i64::from(quantity))], false).await
+    }
+
+    /// Charges every `(policy, key, quantity)` at one instant (`CL.ALL … DEBIT`): every limiter
+    /// counts its units whether or not another overdrew; the decision is the binding one's (the
+    /// overdrawn one with the longest wait, else the one with the fewest remaining). In a
+    /// cluster every key must be in one hash slot.
+    pub async fn debit_all(&self, calls: &[(&Policy, &[u8], u32)]) -> Result<Decision, Error> {
+        let debiting: Vec<Policy> = calls.iter().map(|(p, _, _)| p.debiting()).collect();
+        let calls: Vec<Call<'_>> = calls.iter().zip(&debiting).map(|(&(_, k, q), p)| (p, k, i64::from(q))).collect();
+        self.decide(&calls, true).await
+    }
+
     /// One unit of `key` under `policy`.
     pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
         self.check_n(policy, key, 1).await
@@ -330,9 +349,10 @@ impl Throttle {
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let now = clock.now();
             let decision = memory_decision(&mut store, calls, now, all, Source::Server)?;
+            let charged = decision.allowed() || debits(calls);
             let held = calls
                 .iter()
-                .map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| decision.allowed()))
+                .map(|&(_, key, _)| store.get(key, now).and_then(|(_, expiry)| expiry).filter(|_| charged))
                 .collect();
             record(&decision);
             return Ok((decision, held));
@@ -362,7 +382,9 @@ impl Throttle {
                 } else {
                     Decision::new(Numbers::from_reply(five(&items[0])?), Source::Server)
                 };
-                let held = items[1..].iter().map(|v| integer(v).filter(|&ms| ms >= 0 && decision.allowed())).collect();
+                // A debit counts its units even when they overdrew.
+                let charged = !decision.is_degraded() && (decision.allowed() || debits(calls));
+                let held = items[1..].iter().map(|v| integer(v).filter(|&ms| ms >= 0 && charged)).collect();
                 (decision, held)
             }
             Ok(Value::Array(items)) if matches!(items.first(), Some(Value::ServerError(_))) => {
@@ -396,6 +418,9 @@ impl Throttle {
     async fn decide_unrecorded(&self, calls: &[Call<'_>], all: bool) -> Result<Decision, Error> {
         let inner = &*self.inner;
         let &(first_policy, first_key, quantity) = first_of(calls)?;
+        if all {
+            one_charge(calls)?;
+        }
         let Some(link) = inner.link.get() else {
             return self.fallback(calls, all, Reason::Connection(NOT_CONNECTED.into()));
         };
@@ -416,8 +441,10 @@ impl Throttle {
             )));
         }
         let single = calls.len() == 1 && !all;
+        // A debit is never answered by the deny cache: a charge always reaches the server.
         if single
             && quantity > 0
+            && !first_policy.debits()
             && let Some(cache) = &inner.cache
             && let Some(numbers) = cache.lookup(&first_policy.params(), first_key, quantity, std::time::Instant::now())
         {
@@ -670,13 +697,31 @@ pub(crate) fn memory_decision(
     source: Source,
 ) -> Result<Decision, Error> {
     let limiters: Vec<_> = calls.iter().map(|(p, k, q)| (p.limiter(), *k, *q)).collect();
-    let (numbers, binding) = store.decide(&limiters, now, all).map_err(Error::Memory)?;
+    // A refund is never a debit (DEBIT takes 0 or more); a call of several debits them all or
+    // none (checked before).
+    let charge = redis_throttle_core::Charge::of(debits(calls));
+    let (numbers, binding) = store.decide_charged(&limiters, &[], now, all, charge).map_err(Error::Memory)?;
     let mut decision = Decision::new(numbers[binding], source);
     if all {
         decision.binding = binding;
         decision.each = numbers;
     }
     Ok(decision)
+}
+
+/// Whether every limiter of a call debits (a refund never does).
+pub(crate) fn debits(calls: &[Call<'_>]) -> bool {
+    calls.iter().all(|(p, _, q)| p.debits() && *q >= 0)
+}
+
+/// `CL.ALL` takes `DEBIT` for the whole call: every policy debits, or none.
+pub(crate) fn one_charge(calls: &[Call<'_>]) -> Result<(), Error> {
+    if calls.iter().any(|(p, _, q)| p.debits() && *q >= 0) && !debits(calls) {
+        return Err(Error::Invalid(
+            "one call of several limiters either debits them all or takes from them all (CL.ALL's DEBIT is one word for the whole call): make every policy debit, or none, or use check_each".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The first limiter of a call, or why the call is refused before sending (none, or more than

@@ -50,7 +50,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             lease_max_hold: Duration::from_secs(600),
             connections: 1,
-            server_timeout: Duration::from_millis(100),
+            server_timeout: Duration::from_millis(250),
         }
     }
 }

@@ -46,6 +46,20 @@ async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>)
     .await
 }
 
+/// The commands of one slot's pipeline: its calls in order, cut where the charge changes (a
+/// debit or not: `DEBIT` is one word for a whole `CL.EACH`) and at `per_command` calls.
+fn commands(group: &[usize], calls: &[Call<'_>], per_command: usize) -> Vec<Vec<usize>> {
+    let debit = |j: usize| calls[j].0.debits() && calls[j].2 >= 0;
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for &j in group {
+        match out.last_mut() {
+            Some(last) if last.len() < per_command && debit(last[0]) == debit(j) => last.push(j),
+            _ => out.push(vec![j]),
+        }
+    }
+    out
+}
+
 /// Indices of `calls` grouped by hash slot (one group off a cluster), each group at most
 /// `max` long, in first-seen order.
 fn groups(calls: &[Call<'_>], cluster: bool, max: usize) -> Vec<Vec<usize>> {
@@ -65,9 +79,12 @@ impl Throttle {
     /// [`Throttle::peek`] (quantity 0) or [`Throttle::refund`] (negative) would, in one round
     /// trip per hash slot (slots in parallel): a decision per call, in order. With the module,
     /// one `CL.EACH` per slot (up to 16 limiters each, all decided at one instant; more make a
-    /// pipeline of them); with the Functions twin, a pipeline of single calls. The deny cache
-    /// answers a call it holds a denial for; a slot that cannot answer within the deadline gets
-    /// the failure policy's decisions.
+    /// pipeline of them); with the Functions twin, a pipeline of single calls. A policy that
+    /// debits ([`Policy::debiting`]) charges its units, as [`Throttle::debit`] does; takes,
+    /// peeks, refunds and debits mix freely (`DEBIT` being one word for a whole `CL.EACH`, a
+    /// slot's consecutive debits share one, and its other calls another, in the calls' order).
+    /// The deny cache answers a take it holds a denial for (never a debit); a slot that cannot
+    /// answer within the deadline gets the failure policy's decisions.
     pub async fn check_each(&self, calls: &[(&Policy, &[u8], i64)]) -> Result<Vec<Decision>, Error> {
         if calls.len() == 1 {
             return Ok(vec![self.decide(calls, false).await?]);
@@ -100,6 +117,7 @@ impl Throttle {
         let mut pending_at: Vec<usize> = Vec::with_capacity(calls.len());
         for (i, &(policy, key, quantity)) in calls.iter().enumerate() {
             if quantity > 0
+                && !policy.debits()
                 && let Some(cache) = &inner.cache
                 && let Some(numbers) = cache.lookup(&policy.params(), key, quantity, now)
             {
@@ -121,7 +139,7 @@ impl Throttle {
             .map(|group| {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
-                for part in group.chunks(per_command) {
+                for part in commands(group, &pending, per_command) {
                     let calls: Vec<Call<'_>> = part.iter().map(|&j| pending[j]).collect();
                     match (each, &calls[..]) {
                         (true, [_, _, ..]) => pipe.add_command(each_command(&calls)),
@@ -144,7 +162,8 @@ impl Throttle {
         let replies = join_all(sends).await;
         for (group, reply) in slots.iter().zip(replies) {
             // A CL.EACH reply (an array of five-integer arrays) stands for its limiters' replies.
-            let reply = reply.and_then(|value| flatten_each(value, group.len(), per_command, each));
+            let sizes: Vec<usize> = commands(group, &pending, per_command).iter().map(Vec::len).collect();
+            let reply = reply.and_then(|value| flatten_each(value, &sizes, each));
             match reply {
                 Ok(Value::Array(items)) if items.len() == group.len() => {
                     for (&j, item) in group.iter().zip(items) {
@@ -186,6 +205,7 @@ impl Throttle {
     /// The decision's `each` holds every limiter's numbers as its single command would have
     /// replied (as `CL.ALL … DETAILS` does), `binding` the index of the binding one.
     pub async fn check_all_slots(&self, calls: &[(&Policy, &[u8], i64)]) -> Result<Decision, Error> {
+        crate::client::one_charge(calls)?;
         let cluster = self.is_cluster();
         let parts = groups(calls, cluster, MAX_ALL);
         if parts.len() <= 1 {
@@ -207,7 +227,8 @@ impl Throttle {
         }
         let denied = decided.iter().any(|r| matches!(r, Ok((d, _)) if !d.allowed()));
         let failed = decided.iter().any(Result::is_err);
-        if denied || failed {
+        // Debits are charges, never refused: nothing is given back when one overdrew.
+        if (denied || failed) && !crate::client::debits(calls) {
             // Give back what the admitting parts took (and only that: their held instants).
             for (group, result) in parts.iter().zip(&decided) {
                 if let Ok((d, held)) = result
@@ -253,14 +274,13 @@ impl Throttle {
 /// A slot's pipeline reply as one reply per limiter: each `CL.EACH` reply (of a part of
 /// `per_command` limiters, the last maybe fewer; a part of one was a single command) replaced by
 /// its limiters' five-integer arrays. An error reply of a CL.EACH stands for each of its limiters.
-fn flatten_each(value: Value, limiters: usize, per_command: usize, each: bool) -> Result<Value, Failed> {
+fn flatten_each(value: Value, sizes: &[usize], each: bool) -> Result<Value, Failed> {
     let Value::Array(commands) = value else { return Ok(value) };
     if !each {
         return Ok(Value::Array(commands));
     }
-    let mut out = Vec::with_capacity(limiters);
-    let sizes = (0..limiters).step_by(per_command).map(|start| (limiters - start).min(per_command));
-    for (size, reply) in sizes.zip(commands) {
+    let mut out = Vec::with_capacity(sizes.iter().sum());
+    for (&size, reply) in sizes.iter().zip(commands) {
         match reply {
             Value::Array(replies) if size > 1 && replies.len() == size => out.extend(replies),
             Value::ServerError(e) if size > 1 => out.extend((0..size).map(|_| Value::ServerError(e.clone()))),

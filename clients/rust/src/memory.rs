@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_throttle_core::limiter::{Limiter, Stored, Write};
 use redis_throttle_core::time::{NANOS_PER_MILLI, Unit};
-use redis_throttle_core::{Effect, Instant};
+use redis_throttle_core::{Charge, Effect, Instant};
 
 use crate::decision::Numbers;
 
@@ -83,13 +83,14 @@ impl Store {
     /// Decides every limiter against its key at `now`, as CL.ALL does when `all` (all or
     /// nothing), else as the single command does (one call), applies the effects, and returns
     /// each one's numbers and the binding index.
+    #[cfg(test)]
     pub(crate) fn decide(
         &mut self,
         calls: &[(&Limiter, &[u8], i64)],
         now: Instant,
         all: bool,
     ) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
-        self.decide_held(calls, &[], now, all)
+        self.decide_charged(calls, &[], now, all, Charge::Take)
     }
 
     /// [`Store::decide`], each refund bounded by its `held` (`HELD t`), as the module bounds it.
@@ -100,6 +101,19 @@ impl Store {
         now: Instant,
         all: bool,
     ) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
+        self.decide_charged(calls, held, now, all, Charge::Take)
+    }
+
+    /// [`Store::decide_held`], the units charged as `charge` says (`DEBIT`: counted whatever
+    /// the limit says), with core's own decision, as the module makes it.
+    pub(crate) fn decide_charged(
+        &mut self,
+        calls: &[(&Limiter, &[u8], i64)],
+        held: &[Option<Instant>],
+        now: Instant,
+        all: bool,
+        charge: Charge,
+    ) -> Result<(Vec<Numbers>, usize), redis_throttle_core::Error> {
         let outcome = {
             let stored: Vec<Option<Stored<'_>>> = calls
                 .iter()
@@ -109,13 +123,19 @@ impl Store {
                 // The single command keeps the effect of a denial (a GCRA TAT clamped after its
                 // parameters changed); CL.ALL writes nothing when any limiter denies.
                 (false, [(limiter, _, quantity)], [stored]) => redis_throttle_core::all::Outcome {
-                    decisions: vec![limiter.decide_held(*stored, now, *quantity, held.first().copied().flatten())?],
+                    decisions: vec![limiter.decide_charge(
+                        *stored,
+                        now,
+                        *quantity,
+                        held.first().copied().flatten(),
+                        charge,
+                    )?],
                     binding: 0,
                 },
                 _ => {
                     let limiters: Vec<(Limiter, i64)> = calls.iter().map(|(l, _, q)| (**l, *q)).collect();
                     // Replies are in milliseconds (the client's calls use MS): ties are judged as replied.
-                    redis_throttle_core::all::decide_held(&limiters, held, &stored, now, Unit::Millis)?
+                    redis_throttle_core::all::decide_charge(&limiters, held, &stored, now, Unit::Millis, charge)?
                 }
             }
         };

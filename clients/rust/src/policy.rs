@@ -18,6 +18,8 @@
 //!                                               fixed offset (+05:30); default UTC
 //!            | anchor INSTANT                   quota only: the billing instant periods start
 //!                                               from, RFC 3339 (2026-01-31T09:00:00Z) or Unix ms
+//!            | debit                            calls charge what was used (`DEBIT`): counted
+//!                                               whatever the limit says, over when they overdraw
 //! ```
 //!
 //! A `w` is 7 days of 24 hours for the other algorithms; a `quota`'s period is one calendar
@@ -36,6 +38,7 @@
 //! | `100000/month quota` | calendar quota, per UTC month (`CL.QUOTA k 100000 PER MONTH … MS`) |
 //! | `1000/day quota tz Europe/Berlin` | per day from Berlin's midnight |
 //! | `1000/month quota anchor 2026-01-31T09:00:00Z` | per month from the 31st (the last day of shorter months), 09:00 UTC |
+//! | `100000/m window debit` | a token budget: each call charges its tokens (`CL.WINDOW k 100000 60000 Q MS DEBIT`) |
 //!
 //! Words are case-insensitive. An error names the word it could not use.
 
@@ -173,11 +176,13 @@ pub enum Params {
     Quota(Quota),
 }
 
-/// A validated policy. Two policies are equal exactly when their parameters are, and the deny
-/// cache keys on them: changing a policy's parameters changes its cache key.
+/// A validated policy. Two policies are equal exactly when their parameters (and whether they
+/// debit) are; the deny cache keys on the parameters: changing them changes its cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Policy {
     params: Params,
+    /// Calls charge what was used (`DEBIT`) instead of asking to be admitted.
+    debit: bool,
     #[doc(hidden)]
     limiter: LimiterKey,
 }
@@ -236,7 +241,22 @@ impl Policy {
         // of its own (narrower) caps.
         let request = Request::parse(algorithm, &args, &Caps::CEILING)
             .map_err(|e| PolicyError::Invalid(strip_code(&e.to_string())))?;
-        Ok(Policy { params, limiter: LimiterKey(request.limiter) })
+        Ok(Policy { params, debit: false, limiter: LimiterKey(request.limiter) })
+    }
+
+    /// This policy, its calls charging what was used (`DEBIT`, the spec word `debit`): a call's
+    /// units are counted whatever the limit says (the window logs them, the bucket goes into
+    /// debt, GCRA's TAT passes the burst, a counter or quota passes its limit); the decision is
+    /// denied when they overdrew, and later calls are refused until time has repaid the
+    /// overdraft. For a charge made after the fact: the tokens an LLM call used, bytes sent.
+    /// A refund (a negative quantity) is never a debit; a quantity of 0 checks, as a peek does.
+    pub fn debiting(self) -> Policy {
+        Policy { debit: true, ..self }
+    }
+
+    /// Whether calls with this policy charge what was used ([`Policy::debiting`]).
+    pub fn debits(&self) -> bool {
+        self.debit
     }
 
     /// A calendar quota (`CL.QUOTA`): `Policy::quota(Quota::per_month(100_000))`.
@@ -327,6 +347,11 @@ impl Policy {
     /// fixed window counter of `share / limit` periods at their longest (a day of 25 hours, a
     /// month of 31 days and an hour). The same algorithm otherwise, decided by `redis-throttle-core`.
     pub fn divided(&self, share: u32) -> Result<Policy, PolicyError> {
+        let debit = self.debit;
+        self.divided_params(share).map(|p| Policy { debit, ..p })
+    }
+
+    fn divided_params(&self, share: u32) -> Result<Policy, PolicyError> {
         let share = i64::from(share.max(1));
         // `amount` divided (at least 1), and `span_ms` stretched by `share · part / amount`,
         // rounded up: `share` instances then admit at most `amount` per `span_ms`.
@@ -514,6 +539,7 @@ impl FromStr for Policy {
         let mut precision_ms: Option<i64> = None;
         let mut zone: Option<(&str, Zone)> = None;
         let mut anchor: Option<(&str, i64)> = None;
+        let mut debit = false;
         while let Some(word) = words.next() {
             match word.to_ascii_lowercase().as_str() {
                 name @ ("throttle" | "gcra" | "window" | "bucket" | "counter" | "quota") => {
@@ -573,10 +599,16 @@ impl FromStr for Policy {
                         .map_err(|e| error(a, &strip_code(&e.to_string())))?;
                     anchor = Some((a, ms));
                 }
+                "debit" => {
+                    if debit {
+                        return Err(error(word, "given twice"));
+                    }
+                    debit = true;
+                }
                 _ => {
                     return Err(error(
                         word,
-                        "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor",
+                        "unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz, anchor or debit",
                     ));
                 }
             }
@@ -626,10 +658,11 @@ impl FromStr for Policy {
                 Params::Quota(quota)
             }
         };
-        Policy::from_params(params).map_err(|e| match e {
+        let policy = Policy::from_params(params).map_err(|e| match e {
             PolicyError::Invalid(text) => error("", &text),
             e => e,
-        })
+        })?;
+        Ok(if debit { policy.debiting() } else { policy })
     }
 }
 
@@ -654,6 +687,13 @@ fn period_text(ms: i64) -> String {
 impl fmt::Display for Policy {
     /// The policy as a spec string that parses back to it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_params(f)?;
+        if self.debit { f.write_str(" debit") } else { Ok(()) }
+    }
+}
+
+impl Policy {
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.params {
             Params::Throttle { max_burst, count, period_ms } => {
                 write!(f, "{count}/{}", period_text(period_ms))?;
@@ -753,11 +793,28 @@ mod tests {
     }
 
     #[test]
+    fn debit_is_a_word_of_the_grammar() {
+        let p = Policy::parse("100000/m window debit").unwrap();
+        assert!(p.debits());
+        assert_eq!(p, Policy::window(Rate::per_minute(100_000)).unwrap().debiting());
+        assert_ne!(p, Policy::window(Rate::per_minute(100_000)).unwrap(), "a debiting policy is another policy");
+        assert_eq!(p.params(), Policy::window(Rate::per_minute(100_000)).unwrap().params(), "the same limiter");
+        assert_eq!(p.to_string(), "100000/m window debit");
+        assert_eq!(Policy::parse(&p.to_string()).unwrap(), p);
+        assert_eq!(
+            Policy::parse("DEBIT 5/s").map_err(|e| e.to_string()),
+            Err(r#"policy "DEBIT 5/s": "DEBIT": expected a rate COUNT/UNIT such as 20/s or 1000/h"#.into())
+        );
+        assert!(Policy::parse("5/s debit debit").unwrap_err().to_string().contains("given twice"));
+        assert!(Policy::parse("5/s debit").unwrap().divided(2).unwrap().debits(), "a share debits too");
+    }
+
+    #[test]
     fn errors_name_the_bad_word() {
         let err = |spec: &str| Policy::parse(spec).unwrap_err().to_string();
         assert_eq!(
             err("20/s brust 5"),
-            r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz or anchor"#
+            r#"policy "20/s brust 5": "brust": unknown word: expected throttle, window, bucket, counter, quota, burst, precision, tz, anchor or debit"#
         );
         assert!(err("20/fortnight").contains(r#""20/fortnight": the period"#), "{}", err("20/fortnight"));
         assert!(err("x/s").contains(r#""x/s": the count"#));

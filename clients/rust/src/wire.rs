@@ -89,6 +89,10 @@ pub(crate) fn single_command(backend: Backend, policy: &Policy, key: &[u8], quan
         cmd.arg("QUANTITY");
     }
     cmd.arg(quantity).arg("MS");
+    // A refund is never a charge: DEBIT takes a quantity of 0 or more.
+    if policy.debits() && quantity >= 0 {
+        cmd.arg("DEBIT");
+    }
     cmd
 }
 
@@ -104,7 +108,8 @@ pub(crate) fn each_command(calls: &[Call<'_>]) -> Cmd {
     specs_command(Backend::Module, "CL.EACH", "cl_each", calls)
 }
 
-/// A command of CL.ALL's grammar: `numkeys`, the keys, one spec per key, then `MS`.
+/// A command of CL.ALL's grammar: `numkeys`, the keys, one spec per key, then `MS` (and `DEBIT`
+/// when every limiter debits).
 fn specs_command(backend: Backend, command: &str, function: &str, calls: &[Call<'_>]) -> Cmd {
     let mut cmd = match backend {
         Backend::Twin => {
@@ -124,6 +129,10 @@ fn specs_command(backend: Backend, command: &str, function: &str, calls: &[Call<
         cmd.arg("QUANTITY").arg(*quantity);
     }
     cmd.arg("MS");
+    // One word for the whole call (callers check that every policy debits, or none).
+    if calls.iter().all(|(p, _, q)| p.debits() && *q >= 0) {
+        cmd.arg("DEBIT");
+    }
     cmd
 }
 

@@ -128,6 +128,8 @@ fn config() -> Config {
         deadline: DEADLINE,
         failure: FailurePolicy::FailOpen,
         breaker: BreakerConfig { failures: 1, probe_interval: PROBE },
+        // A call unanswered within its deadline is the server's failure at once.
+        server_timeout: DEADLINE,
         ..Config::default()
     }
 }

@@ -627,6 +627,8 @@ async fn a_response_whose_lease_may_be_lost_is_cut() {
     let config = Config {
         deadline,
         breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) },
+        // A renewal unanswered within its deadline is the server's failure at once.
+        server_timeout: deadline,
         ..Config::default()
     };
     let throttle = Throttle::connect_with(&server.url(), config).await.unwrap();

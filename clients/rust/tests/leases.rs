@@ -169,6 +169,8 @@ async fn a_guard_whose_renewals_cannot_be_sent_knows_it_may_have_lost_its_slot()
     let config = Config {
         deadline: Duration::from_millis(30),
         breaker: BreakerConfig { failures: 1, probe_interval: Duration::from_secs(10) },
+        // A renewal unanswered within its deadline is the server's failure at once.
+        server_timeout: Duration::from_millis(30),
         ..Config::default()
     };
     let holder = Throttle::connect_with(&server.url(), config).await.unwrap();

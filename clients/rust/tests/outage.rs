@@ -81,6 +81,8 @@ fn config(failure: FailurePolicy) -> Config {
         deadline: DEADLINE,
         failure,
         breaker: BreakerConfig { failures: 3, probe_interval: PROBE },
+        // A silent server is found within two deadlines (overload is tests/overload.rs's).
+        server_timeout: DEADLINE * 2,
         ..Config::default()
     }
 }

@@ -1,6 +1,7 @@
 //! The test kit (`Throttle::in_memory`, `redis-throttle-core` with a manual clock) against the
 //! module: the same random calls (every algorithm, parameters changed on live keys, peeks,
-//! refunds, quantities above the limit, CL.ALL, calendar quotas in zones and from anchors) at
+//! refunds, quantities above the limit, debits (`DEBIT`: past the limit, 0 as a check), CL.ALL
+//! with and without `DEBIT`, calendar quotas in zones and from anchors) at
 //! the same instants give the same decisions, and the kit's keys hold the module's bytes and
 //! absolute expiries.
 //!
@@ -95,7 +96,11 @@ async fn the_test_kit_decides_exactly_as_the_module() {
             }
             let calls: Vec<(&Policy, &[u8], u32)> =
                 picked.iter().map(|(p, k)| (p, k.as_bytes(), rng.random_range(1..=2))).collect();
-            let (a, b) = (module.check_all(&calls).await, kit.check_all(&calls).await);
+            let (a, b) = if rng.random_bool(0.3) {
+                (module.debit_all(&calls).await, kit.debit_all(&calls).await)
+            } else {
+                (module.check_all(&calls).await, kit.check_all(&calls).await)
+            };
             match (a, b) {
                 (Ok(a), Ok(b)) => {
                     assert_eq!(
@@ -117,6 +122,11 @@ async fn the_test_kit_decides_exactly_as_the_module() {
                 2 => {
                     let n = u32::try_from(policy.limit()).unwrap() + 1;
                     (module.check_n(policy, key, n).await, kit.check_n(policy, key, n).await)
+                }
+                3 | 4 => {
+                    // A charge: up to two over the limit, 0 as a check.
+                    let n = rng.random_range(0..=u32::try_from(policy.limit()).unwrap() + 2);
+                    (module.debit(policy, key, n).await, kit.debit(policy, key, n).await)
                 }
                 _ => {
                     let n = rng.random_range(1..=2);

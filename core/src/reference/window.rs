@@ -96,10 +96,14 @@ fn exact(state: &State, c: Call, q: i128, debit: bool) -> Outcome {
             for (&k, &n) in counts {
                 let at = ((k + 1) * p - 1).min(c.now);
                 if (k + 1) * p > c.now - c.window && at > c.now - c.window {
-                    log.extend(std::iter::repeat_n(at, n as usize));
+                    // Only the newest `limit + 1` are kept (below), and a bucket's units share
+                    // one instant: more than `limit + 1` of them (a debit's) change nothing.
+                    log.extend(std::iter::repeat_n(at, n.min(c.limit + 1) as usize));
                 }
             }
-            let excess = log.len().saturating_sub(c.limit as usize);
+            // Only the newest `limit + 1` (the older would leave first; until they have, the
+            // log is over its limit, as the ring was).
+            let excess = log.len().saturating_sub(c.limit as usize + 1);
             log.drain(..excess);
             log
         }
@@ -246,4 +250,25 @@ fn buckets(state: &State, c: Call, p: i128, q: i128, debit: bool) -> Outcome {
     let top = current.max(newest);
     *counts.entry(top).or_insert(0) += q;
     (c.reply(false, used + q, Some(leaves(top)), None), store(top, counts, leaves(top)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Model;
+
+    /// A PRECISION bucket holding a debit far above the limit, read by a call without
+    /// PRECISION: the model converts it as the module does (the newest `limit + 1` units), without
+    /// building a log of every unit (a fuzzing seed once asked it for 2^60 entries).
+    #[test]
+    fn a_debited_bucket_converts_to_one_past_the_limit() {
+        const S: i128 = 1_000_000_000;
+        let now = 1_700_000_000 * S;
+        let mut model = Model::default();
+        let debited = model.call(now, 10, 60 * S, Some(S), 1 << 60, true);
+        assert_eq!(debited[0], 1, "the debit overdrew");
+        let reply = model.call(now + S, 10, 60 * S, None, 1, false);
+        assert_eq!(&reply[..3], &[1, 10, 0], "a take after it is refused");
+        let reply = model.call(now + S, 10, 60 * S, None, 0, false);
+        assert_eq!(&reply[..3], &[1, 10, 0], "and so is a check: the log is over its limit");
+    }
 }

@@ -178,15 +178,17 @@ impl<'a> Ring<'a> {
 /// The exact log (its stored bytes) of a call without `PRECISION` from a stored ring: each
 /// bucket `k` still counting at `now` (under the ring's own precision) becomes as many
 /// entries at its last instant `(k + 1)·p − 1`, or at `now` for a bucket not over yet, so
-/// that no unit leaves earlier than its bucket would have. Only the newest `limit` entries
-/// are kept: the rest are older, would leave first, and a full log denies until they have.
+/// that no unit leaves earlier than its bucket would have. Only the newest `limit + 1` entries
+/// are kept: the rest are older and would leave first; until they have, the log holds more
+/// than its limit, so a take is denied and a check (a debt: a debit, or a lowered limit) is
+/// refused, at the very instants the whole ring's units would say.
 /// Also whether the ring was stamped ahead (see `Ring::is_ahead`).
 pub(super) fn to_log(bytes: &[u8], now: Instant, params: &Params) -> Result<(Vec<u8>, bool)> {
     let ring = Ring::parse(bytes)?;
     let horizon = now.checked_sub(params.window)?.as_nanos();
     let oldest = horizon.div_euclid(ring.p);
     // `limit ≤ max-exact-limit ≤ Caps::CEILING` without PRECISION: a bounded allocation.
-    let most = usize::try_from(params.limit).map_err(|_| INVALID)?;
+    let most = usize::try_from(params.limit).map_err(|_| INVALID)?.checked_add(1).ok_or(INVALID)?;
     let mut newest_first: Vec<i64> = Vec::new();
     for entry in ring.from(oldest).rev() {
         let (k, count) = entry?;

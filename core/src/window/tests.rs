@@ -344,13 +344,16 @@ fn removing_precision_puts_each_bucket_at_its_last_instant() {
 }
 
 #[test]
-fn removing_precision_keeps_the_newest_limit_units() {
-    // A ring may hold more than an exact log's limit (its limit is unbounded): only the
-    // newest `limit` units become entries, and the log denies until the oldest kept leaves.
+fn removing_precision_keeps_the_newest_limit_plus_one_units() {
+    // A ring may hold more than an exact log's limit (its limit is unbounded, or a debit): only
+    // the newest `limit + 1` units become entries, and the log denies until the oldest kept
+    // leaves.
     let mut k = Key::default();
     k.run(at(0), &precise(1_000_000, secs(10), secs(1)), 1_000);
     k.run(at(4), &precise(1_000_000, secs(10), secs(1)), 1_000);
     let plain = exact(3, secs(10));
+    // Over its limit, the log refuses a check (a debt stays a debt), as the ring does.
+    assert_eq!(k.run(at(5), &plain, 0), [1, 3, 0, 10, 10]);
     assert_eq!(k.run(at(5), &plain, 1), [1, 3, 0, 10, 10]);
     assert_eq!(k.value.as_ref().unwrap()[0], 2, "a denial writes nothing");
     // They are the units of bucket [4 s, 5 s), at its last instant: gone at 15 s − 1 ns.

@@ -336,3 +336,114 @@ fn metadata_is_kept_as_json() {
         serde_json::json!({"service_with_quota": {"name": "service_2"}})
     );
 }
+
+/// upstream's test/config error table (config_test.go's `expectConfigPanic` cases), its files
+/// as our data under their names, each with upstream's exact message (a bad YAML's parser words
+/// after `yaml: line N:` are ours).
+#[test]
+fn upstream_s_config_error_table() {
+    const BASIC: &str =
+        "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
+    let one = |name: &str, yaml: &str| vec![(name.to_string(), yaml.to_string())];
+    // (the files, MERGE_DOMAIN_CONFIG, upstream's message)
+    type Case = (Vec<(String, String)>, bool, &'static str);
+    let cases: Vec<Case> = vec![
+        (one("empty_domain.yaml", "descriptors:\n"), false, "empty_domain.yaml: config file cannot have empty domain"),
+        (
+            vec![
+                ("basic_config.yaml".into(), BASIC.into()),
+                ("duplicate_domain.yaml".into(), "domain: test-domain\ndescriptors:\n".into()),
+            ],
+            false,
+            "duplicate_domain.yaml: duplicate domain 'test-domain' in config file",
+        ),
+        (
+            one("empty_key.yaml", "domain: test-domain\ndescriptors:\n  - value: value1\n"),
+            false,
+            "empty_key.yaml: descriptor has empty key",
+        ),
+        (
+            one(
+                "duplicate_key.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n",
+            ),
+            false,
+            "duplicate_key.yaml: duplicate descriptor composite key 'test-domain.key1_value1'",
+        ),
+        (
+            {
+                let merge = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
+                vec![("merge_domain_key1.yaml".into(), merge.into()), ("merge_domain_key1.yaml".into(), merge.into())]
+            },
+            true,
+            "merge_domain_key1.yaml: duplicate descriptor composite key 'test-domain.key1_value1'",
+        ),
+        (
+            one(
+                "bad_limit_unit.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: foo, requests_per_unit: 5}\n",
+            ),
+            false,
+            "bad_limit_unit.yaml: invalid rate limit unit 'foo'",
+        ),
+        (
+            one(
+                "replaces_self.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    descriptors:\n      - key: subkey1\n        rate_limit: {name: self, replaces: [{name: self}], unit: second, requests_per_unit: 5}\n",
+            ),
+            false,
+            "replaces_self.yaml: replaces should not contain name of same descriptor",
+        ),
+        (
+            one(
+                "replaces_empty.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    descriptors:\n      - key: subkey1\n        rate_limit:\n          name: self\n          replaces:\n            - name:\n          unit: second\n          requests_per_unit: 5\n",
+            ),
+            false,
+            "replaces_empty.yaml: should not have an empty replaces entry",
+        ),
+        (
+            one(
+                "misspelled_key.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    ratelimit: {unit: day, requests_per_unit: 5}\n",
+            ),
+            false,
+            "misspelled_key.yaml: config error, unknown key 'ratelimit'",
+        ),
+        (
+            one(
+                "misspelled_key2.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: day, requestsperunit: 5}\n",
+            ),
+            false,
+            "misspelled_key2.yaml: config error, unknown key 'requestsperunit'",
+        ),
+        (
+            one(
+                "non_string_key.yaml",
+                "0.25: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+            ),
+            false,
+            "non_string_key.yaml: config error, key is not of type string: 0.25",
+        ),
+        (
+            one("non_map_list.yaml", "domain: test-domain\ndescriptors:\n  - a\n  - b\n  - c\n"),
+            false,
+            "non_map_list.yaml: config error, yaml file contains list of type other than map: a",
+        ),
+        (
+            one(
+                "unlimited_with_unit.yaml",
+                "domain: test-domain\ndescriptors:\n  - key: foo\n    rate_limit: {unlimited: true, unit: day, requests_per_unit: 25}\n",
+            ),
+            false,
+            "unlimited_with_unit.yaml: should not specify rate limit unit when unlimited",
+        ),
+    ];
+    let stats = Stats::new();
+    for (docs, merge, want) in cases {
+        assert_eq!(load(&docs, &stats, merge).unwrap_err().0, want);
+    }
+    let bad = load(&[("bad_yaml.yaml".into(), "'''\n".into())], &stats, false).unwrap_err();
+    assert!(bad.0.starts_with("bad_yaml.yaml: error loading config file: yaml: line 2: "), "{bad}");
+}

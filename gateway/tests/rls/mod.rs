@@ -2,6 +2,8 @@
 //! runtime folder of YAML files, on free loopback ports (port 0: it logs what it bound).
 #![allow(dead_code)]
 
+pub mod envoy;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -188,6 +188,18 @@ def plain_counter_count(replies: Sequence[Any]) -> int:
     return int(replies[1])
 
 
+def plain_counter_figures(pttl: Any, value: Any) -> Figures:
+    """The fixed window as ``PTTL`` and ``GET`` (the value's bytes) read it on a server with only
+    the twin (a peek through ``FCALL cl_counter`` costs several times these two); a value that
+    is not a count is refused as CL.COUNTER refuses it."""
+    wall = time.time()
+    if value is None:
+        return Figures(wall, 0, None, wall)
+    if not (isinstance(value, bytes) and value.lstrip(b"-").isdigit() and len(value) <= 20):
+        raise plain_counter_refused(value[:1] if isinstance(value, bytes) else None)
+    return Figures(wall, int(value), None, wall + max(int(pttl), 0) / 1000)
+
+
 def counter_figures(d: Decision) -> Figures:
     wall = time.time()
     return Figures(wall, d.limit - d.remaining, None, wall + d.reset_after)

@@ -31,6 +31,7 @@ from redis.cluster import ClusterNode
 from redis.exceptions import RedisError, ResponseError
 
 from . import _storage as s
+from ._core import Backend
 from ._errors import ThrottleError
 from ._sync import Throttle, server_error
 from .asyncio import Throttle as AsyncThrottle
@@ -126,6 +127,8 @@ class RedisThrottleStorage(Storage, MovingWindowSupport, SlidingWindowCounterSup
         return server_error(err)
 
     def _counter(self, pk: str) -> s.Figures:
+        if self.throttle.backend is Backend.TWIN:
+            return s.plain_counter_figures(*self.throttle.pipelined(pk, ["PTTL", pk], ["GET", pk]))
         words = s.counter_words(self.throttle.backend, pk, s.PEEK_WINDOW, 0)
         return s.counter_figures(s.decide(self.throttle.execute(words, pk)))
 
@@ -320,7 +323,10 @@ class AsyncRedisThrottleStorage(AioStorage, AioMovingWindowSupport, AioSlidingWi
         return server_error(err)
 
     async def _counter(self, pk: str) -> s.Figures:
-        words = s.counter_words(await self.throttle.backend(), pk, s.PEEK_WINDOW, 0)
+        backend = await self.throttle.backend()
+        if backend is Backend.TWIN:
+            return s.plain_counter_figures(*await self.throttle.pipelined(pk, ["PTTL", pk], ["GET", pk]))
+        words = s.counter_words(backend, pk, s.PEEK_WINDOW, 0)
         return s.counter_figures(s.decide(await self.throttle.execute(words, pk)))
 
     async def get(self, key: str) -> int:
