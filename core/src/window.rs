@@ -197,8 +197,9 @@ pub fn held_units(stored: Option<&[u8]>, now: Instant, params: &Params, units: i
 /// How a call relates to the limit, once the units in the window are known: the part of
 /// deciding both layouts share.
 enum Verdict {
-    /// Give back up to this many units (a refund).
-    Refund(i64),
+    /// Give back up to this many units (a refund; `2^63` for `i64::MIN`: a ring's buckets may
+    /// together hold more than `i64::MAX` units).
+    Refund(u64),
     /// A peek, or a call that is denied (and whether it could ever be admitted): the reply
     /// only.
     Reply { limited: bool, admittable: bool },
@@ -210,7 +211,7 @@ enum Verdict {
 impl Verdict {
     fn of(quantity: i64, used: i64, params: &Params, charge: Charge) -> Verdict {
         if quantity < 0 {
-            Verdict::Refund(crate::limits::refunded(quantity))
+            Verdict::Refund(quantity.unsigned_abs())
         } else if charge == Charge::Debit && quantity > 0 {
             let fits = quantity <= params.limit && used.checked_add(quantity).is_some_and(|n| n <= params.limit);
             Verdict::Admit { quantity, overdrawn: !fits }

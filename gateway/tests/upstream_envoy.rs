@@ -263,7 +263,9 @@ async fn a_minute_later(envoy: &EnvoyProcess) {
 async fn burst(envoy: &EnvoyProcess, stage: usize, mock: &std::sync::atomic::AtomicU64) {
     inside_one_minute(12).await;
     let before = mock.load(std::sync::atomic::Ordering::Relaxed);
-    let user = format!("{}-{}", std::process::id(), now_s());
+    // (Each stage its own user: the stages share one Redis and domain, and may start within
+    // the same second.)
+    let user = format!("{}-{stage}-{}", std::process::id(), now_s());
     let port = envoy.port;
     let tasks: Vec<_> = (0..2000)
         .map(|_| {
@@ -271,11 +273,21 @@ async fn burst(envoy: &EnvoyProcess, stage: usize, mock: &std::sync::atomic::Ato
             tokio::spawn(async move { fetch(port, &path, &[("x-user", &user)]).await.0 })
         })
         .collect();
+    let started = std::time::Instant::now();
     let mut counts = std::collections::BTreeMap::new();
     for t in tasks {
         *counts.entry(t.await.unwrap()).or_insert(0) += 1;
     }
-    assert_eq!(counts, [(200, 100), (429, 1900)].into_iter().collect(), "stage {stage}: {}", envoy.log());
+    let want: std::collections::BTreeMap<u16, i32> = [(200, 100), (429, 1900)].into_iter().collect();
+    if counts != want {
+        let log = envoy.log();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "stage {stage}: {counts:?} in {:?} (want {want:?}); Envoy's last lines:\n{}",
+            started.elapsed(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
     assert_eq!(mock.load(std::sync::atomic::Ordering::Relaxed) - before, 100, "stage {stage}");
 }
 

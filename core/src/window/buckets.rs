@@ -271,31 +271,36 @@ pub(super) fn decide(
         leaves(Instant::from_nanos(end), params.window)
     };
 
-    let mut used = 0i64;
+    // Debits may leave the counting buckets summing past i64::MAX: the retry times below are
+    // decided on the exact sum (`used_exact`), the reply's `remaining` (0 past the limit
+    // anyway) on the saturated one.
+    let mut used_exact = 0i128;
     let mut newest_used = None;
     for entry in ring.from(oldest) {
         let (k, count) = entry?;
-        used = used.saturating_add(count);
+        used_exact += i128::from(count);
         if count > 0 {
             newest_used = Some(k);
         }
     }
+    let used = i64::try_from(used_exact).unwrap_or(i64::MAX);
     let full_at = newest_used.map(bucket_leaves).transpose()?;
 
     match verdict(used) {
         Verdict::Refund(units) => {
             // Give back the oldest units first (see `exact::decide`): the newest bucket in
             // use, and so the key's expiry, stays unless every unit is given back.
-            let (mut left, mut edits) = (units, Vec::new());
+            let (mut left, mut edits) = (i128::from(units), Vec::new());
             for entry in ring.from(oldest) {
                 let (k, count) = entry?;
                 if left == 0 {
                     break;
                 }
-                let taken = count.min(left);
+                // `taken ≤ count`: it fits an i64.
+                let taken = i128::from(count).min(left);
                 if taken > 0 {
                     left -= taken;
-                    edits.push((k, count - taken));
+                    edits.push((k, count - taken as i64));
                 }
             }
             let (Some(newest_used), Some(full_at)) = (newest_used, full_at) else {
@@ -304,7 +309,7 @@ pub(super) fn decide(
             if edits.last() == Some(&(newest_used, 0)) {
                 return Ok(emptied(now, params, true));
             }
-            let used = used.saturating_sub(units - left);
+            let used = i64::try_from(used_exact - (i128::from(units) - left)).unwrap_or(i64::MAX);
             let reply = params.reply(now, false, used, Some(full_at), None);
             let newest = ring.newest;
             Ok(Decision { reply, effect: Effect::Store { state: ring.patch(newest, &edits), expires_at: full_at } })
@@ -313,13 +318,12 @@ pub(super) fn decide(
             let retry_at = match admittable && limited {
                 true => {
                     // The bucket whose leaving frees enough units.
-                    // `quantity ≤ limit` here, so neither subtraction overflows.
-                    let need = used - (params.limit - quantity);
-                    let mut freed = 0i64;
+                    let need = used_exact - i128::from(params.limit - quantity);
+                    let mut freed = 0i128;
                     let mut freeing = None;
                     for entry in ring.from(oldest) {
                         let (k, count) = entry?;
-                        freed = freed.saturating_add(count);
+                        freed += i128::from(count);
                         if freed >= need {
                             freeing = Some(k);
                             break;
@@ -367,12 +371,12 @@ pub(super) fn decide(
             // units are in the newest, `top`).
             let retry_at = match overdrawn && quantity <= params.limit {
                 true => {
-                    let need = after - (params.limit - quantity);
-                    let mut freed = 0i64;
+                    let need = used_exact + i128::from(quantity) - i128::from(params.limit - quantity);
+                    let mut freed = 0i128;
                     let mut freeing = top;
                     for entry in ring.from(oldest) {
                         let (k, count) = entry?;
-                        freed = freed.saturating_add(count);
+                        freed += i128::from(count);
                         if freed >= need {
                             freeing = k;
                             break;
