@@ -173,3 +173,30 @@ fn a_debit_charges_every_limiter_and_shadow_writes_nothing() {
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).unwrap();
     assert_eq!(snapshot(&mut c), on_master, "an AOF replay holds the debits");
 }
+
+/// A denied limiter writes what its single command's denial writes: nothing, but for a key
+/// stamped further ahead than its algorithm leaves (a count that lost its expiry), which both
+/// store as they read it, so that it recovers from that call on.
+#[test]
+fn a_denied_limiter_writes_what_its_single_commands_denial_writes() {
+    let server = Server::start();
+    let mut c = server.client();
+    let full = harness::throttle(&mut c, "CL.COUNTER r:{1}:full 5 60 5");
+    assert_eq!(full[0], 0, "admitted");
+    let before = snapshot(&mut c);
+    let denied = each(&mut c, "CL.EACH 1 r:{1}:full COUNTER 5 60");
+    assert_eq!(denied[0][0], 1, "denied");
+    assert_eq!(snapshot(&mut c), before, "a denial of a well-stamped key writes nothing");
+
+    for key in ["r:{1}:single", "r:{1}:each"] {
+        let _: () = redis::cmd("SET").arg(key).arg("5").query(&mut c).unwrap();
+    }
+    let single = harness::throttle(&mut c, "CL.COUNTER r:{1}:single 5 60");
+    let each = each(&mut c, "CL.EACH 1 r:{1}:each COUNTER 5 60");
+    assert_eq!(each[0][..4], single[..4], "the same denial");
+    assert_eq!(harness::get_bytes(&mut c, "r:{1}:each"), harness::get_bytes(&mut c, "r:{1}:single"));
+    let (single_at, each_at) =
+        (harness::pexpiretime(&mut c, "r:{1}:single"), harness::pexpiretime(&mut c, "r:{1}:each"));
+    assert!(single_at > 0 && each_at > 0, "both stored the close they read: {single_at} {each_at}");
+    assert!((each_at - single_at).abs() <= 1_000, "one window from each call: {single_at} {each_at}");
+}

@@ -203,7 +203,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
     ("USE_DOG_STATSD", Some("false"), "DogStatsD is not supported: use USE_STATSD or USE_PROMETHEUS"),
     ("USE_DOG_STATSD_MOGRIFIERS", None, "DogStatsD is not supported"),
     ("EXTRA_TAGS", None, "stat tags are not supported"),
-    ("TRACING_ENABLED", Some("false"), "OpenTelemetry tracing is not supported"),
     (
         "GRPC_CLIENT_TLS_SAN",
         None,
@@ -421,7 +420,7 @@ fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
         }
     }
     for (name, value) in env.vars {
-        let refused_family = ["MEMCACHE_", "TRACING_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
+        let refused_family = ["MEMCACHE_", "DOG_STATSD_"].iter().any(|p| name.starts_with(p));
         // The xDS client's family: every name upstream reads is known; another is a typo.
         let xds_family = ["CONFIG_GRPC_XDS_", "XDS_CLIENT_"].iter().any(|p| name.starts_with(p));
         if xds_family && !XDS_VARIABLES.contains(&name.as_str()) {
@@ -430,10 +429,9 @@ fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
                 XDS_VARIABLES.join(", ")
             )));
         }
-        if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() && name != "TRACING_ENABLED"
-        {
+        if refused_family && !REFUSED.iter().any(|(n, ..)| n == name) && !value.is_empty() {
             return Err(SettingsError(format!(
-                "{name}={value} is not supported: it configures a feature this service does not have (memcache, tracing or DogStatsD)"
+                "{name}={value} is not supported: it configures a feature this service does not have (memcache or DogStatsD)"
             )));
         }
     }
@@ -448,6 +446,15 @@ fn satisfied(env: &Env<'_>) -> Result<Vec<String>, SettingsError> {
     for (name, meaning) in IGNORED_AS_UPSTREAM {
         if let Some(v) = env.get(name) {
             notices.push(format!("{name}={v}: {meaning}"));
+        }
+    }
+    // Tracing is observability, not a decision: a deployment that turns it on (Envoy Gateway
+    // does when its telemetry asks for traces) starts and limits as configured, and is told
+    // once that no span is exported, rather than crash-looping for want of traces.
+    for (name, value) in env.vars {
+        if ["TRACING_", "OTEL_"].iter().any(|p| name.starts_with(p)) && !value.is_empty() {
+            notices
+                .push(format!("{name}={value}: tracing is not exported by this service; rate limiting is unaffected"));
         }
     }
     for (name, meaning) in SATISFIED {
@@ -758,6 +765,25 @@ mod tests {
         assert_eq!(s.redis.urls(), vec!["unix:///var/run/nutcracker/ratelimit.sock".to_string()]);
     }
 
+    /// Envoy Gateway turns tracing on when its telemetry asks for traces: the service starts
+    /// and says once that it exports none.
+    #[test]
+    fn tracing_is_accepted_and_said_to_export_nothing() {
+        let s = Settings::from_vars(&vars(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_SERVICE_NAME", "envoy-ratelimit"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ]))
+        .unwrap();
+        for name in ["TRACING_ENABLED", "TRACING_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
+            assert!(
+                s.notices.iter().any(|n| n.starts_with(name) && n.contains("tracing is not exported")),
+                "{name}: {:?}",
+                s.notices
+            );
+        }
+    }
+
     #[test]
     fn what_cannot_mean_anything_here_is_refused_by_name() {
         for (name, value) in [
@@ -766,7 +792,6 @@ mod tests {
             ("BACKEND_TYPE", "memcache"),
             ("REDIS_PERSECOND", "true"),
             ("MEMCACHE_HOST_PORT", "localhost:11211"),
-            ("TRACING_ENABLED", "true"),
             ("REDIS_TYPE", "RING"),
             ("XDS_CLIENT_BACKOFF_JITTER", "sometimes"),
             ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1"),

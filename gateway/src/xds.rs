@@ -252,6 +252,7 @@ async fn stream(
         let outcome = documents(&response).and_then(|docs| apply.apply(docs));
         let reply = match outcome {
             Ok(()) => {
+                tracing::info!("xDS: ACK of version '{}': in force", response.version_info);
                 accepted.clone_from(&response.version_info);
                 request(accepted, &response.nonce, None)
             }

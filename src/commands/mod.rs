@@ -45,8 +45,8 @@ pub static DEBUG: &Registered = &debug::COMMAND;
 /// read the key, decide, apply, count, reply. Shadow mode changes only the reply of a denial:
 /// what is stored is what enforcing stores.
 fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
-    // Every single-limiter call fits the stack (CL.QUOTA's longest has 12 words); a longer one
-    // gets its arity error from the table.
+    // Every common call fits the stack; a longer one (CL.QUOTA's longest, with every option and
+    // DEBIT, has 15 words) is read onto the heap, and one past the table gets its arity error.
     let mut stack = [const { std::mem::MaybeUninit::uninit() }; 12];
     let heap;
     let words: &[&[u8]] = match call.args_in(&mut stack) {
