@@ -101,6 +101,7 @@ local ERR = {
   debit_negative = 'ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)',
   debit_too_large = 'ERR DEBIT is too large: a count must stay at most %s',
   debit_too_long = 'ERR DEBIT is too large: an exact window logs at most %s units a call (use PRECISION for larger budgets)',
+  debit_too_deep = 'ERR DEBIT is too large: an exact window holds at most %s units (use PRECISION for larger budgets)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',
@@ -1850,6 +1851,8 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry, debit)
   if debit then
     -- (A take logs at most its limit; a debit may log more, up to the same cap.)
     if q > MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_long, MAX_EXACT_LIMIT)) end
+    -- Nor may debits pile up past twice the cap (a log at its limit, then one debit at its cap).
+    if used + q > 2 * MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_deep, 2 * MAX_EXACT_LIMIT)) end
     v = 'admit'
   end
   if v == 'refund' then
@@ -2891,7 +2894,8 @@ local invalid = lib.kinds.invalid
 local whole = window.whole
 local EMPTY_LOG, exact_decide, log_at = window_exact.EMPTY_LOG, window_exact.exact_decide, window_exact.log_at
 local log_first_after, log_parse = window_exact.log_first_after, window_exact.log_parse
-local read_ring, ring_count, ring_decide = window_buckets.read_ring, window_buckets.ring_count, window_buckets.ring_decide
+local beyond, read_ring = window_buckets.beyond, window_buckets.read_ring
+local ring_count, ring_decide = window_buckets.ring_count, window_buckets.ring_decide
 local ring_is_ahead, ring_parse = window_buckets.ring_is_ahead, window_buckets.ring_parse
 local log_as_ring_reply, log_to_ring = lib.window_to_buckets.log_as_ring_reply, lib.window_to_buckets.log_to_ring
 local ring_regroup = lib.window_to_buckets.ring_regroup
@@ -2966,6 +2970,16 @@ local function window_decide(p, stored, nm, nu, q, dry, held, debit)
   local log = version == 1 and log_parse(stored) or nil
   local ring = version == 2 and ring_parse(stored) or nil
   read_ring(ring and stored)
+  if ring and q < 0 and not p.precision then
+    -- A refund on a ring read without PRECISION is decided on the ring, in its own precision
+    -- (its smallest multiple spanning the window in at most 100,000 buckets), and the ring
+    -- stays: a log would keep only the newest limit + 1 units to give back from (core's
+    -- window::decide and buckets::refund_precision).
+    if ring.pu ~= 0 then beyond() end
+    local P, W = ring.pm, p.window
+    if div_ceil(W, P) > 100000 then P = P * div_ceil(div_ceil(W, 100000), P) end
+    p = { limit = p.limit, window = W, precision = P, refuse = p.refuse }
+  end
   if p.precision then
     if ring then
       -- Another precision or length, or stamped ahead: regrouped into the call's own first.
@@ -3548,8 +3562,8 @@ local function single(kind, keys, args)
   local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held, false, debit)
   -- SHADOW on a debit writes nothing.
   if not (shadow and debit) then apply(key, d, stored) end
-  -- Only a call that consumes units (quantity > 0) can be denied.
-  if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
+  -- A refused take or check (quantity >= 0), or an overdrawn debit, is a denial; a refund never.
+  if shadow and qm >= 0 then shadowed(d) end
   return five(d, millis)
 end
 
@@ -3786,16 +3800,10 @@ local function all(keys, args)
     end
     for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
   end
-  -- SHADOW on a denial of a call that consumes units: every reply reads as admitted.
+  -- SHADOW on a denial (a refused take or check, an overdrawn debit; a refund is never
+  -- limited): every reply reads as admitted.
   if denied and shadow then
-    local consumes = false
-    for s = 1, nkeys do
-      local it = parsed[s]
-      consumes = consumes or it.qm > 0 or (it.qm == 0 and it.qu > 0)
-    end
-    if consumes then
-      for s = 1, nkeys do shadowed(decisions[s]) end
-    end
+    for s = 1, nkeys do shadowed(decisions[s]) end
   end
   local b = five(decisions[binding], millis)
   local reply = { b[1], b[2], b[3], b[4], b[5], binding }
@@ -3822,8 +3830,8 @@ local function each(keys, args)
     local d, it = decisions[s], parsed[s]
     -- (SHADOW with DEBIT writes nothing)
     if not (shadow and debit) then apply(keys[s], d, stored[s]) end
-    -- SHADOW: a denial of a limiter consuming units reads as admitted.
-    if shadow and (it.qm > 0 or (it.qm == 0 and it.qu > 0)) then shadowed(d) end
+    -- SHADOW: a denial (a refused take or check, an overdrawn debit) reads as admitted.
+    if shadow and it.qm >= 0 then shadowed(d) end
     d = five(d, millis)
     reply[s] = { d[1], d[2], d[3], d[4], d[5] }
   end
@@ -3878,7 +3886,7 @@ local function throttle_single(keys, args)
     if not next_node then next_node = {}; node[args[i]] = next_node end
     node = next_node
   end
-  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and t_capped(qm, qu) > 0, p.fast_until } or false
+  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and qm >= 0, p.fast_until } or false
   hot_count = hot_count + 1
   return reply
 end
@@ -3932,7 +3940,7 @@ local function cl_throttle(keys, args)
           -- rounded up; `unit` in ns.
           local unit, retry_after = millis and M or 1000000000, -1
           if limited == 1 and e[6] then
-            limited = 0 -- SHADOW: a denial replied as an admission (of a call consuming units)
+            limited = 0 -- SHADOW: a denial (a refused take or check) replied as an admission
           elseif retry then
             if not millis then retry = retry - retry % M end
             local rr = retry % unit
@@ -4237,8 +4245,8 @@ local function hot_single(kind, keys, args)
   local q = t_capped(qm, qu)
   local e = false
   if not p.refuse and not held and not debit and q >= 0 then
-    -- (SHADOW answers only a call that consumes units)
-    e = { q = q, limit = p.limit, millis = millis, shadow = shadow and q > 0, W = p.window }
+    -- (SHADOW answers a refused take or check; `q >= 0` here)
+    e = { q = q, limit = p.limit, millis = millis, shadow = shadow, W = p.window }
     if kind == 'counter' then
       e.run = counter_hot
     elseif p.precision and div_ceil(p.window, p.precision) + 1 <= HOT_SLOTS then

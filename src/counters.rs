@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub enum Class {
     /// Consumed units (quantity > 0) and was admitted.
     Admitted,
-    /// Consumed units and was denied, and answered so.
+    /// Was denied (a refused take, an overdrawn debit or a refused check), and answered so.
     Denied,
-    /// Consumed units and was denied, but answered as admitted (shadow mode or `SHADOW`).
+    /// Was denied, but answered as admitted (shadow mode or `SHADOW`).
     ShadowDenied,
-    /// Quantity 0: a read of the limiter, neither admitted nor denied.
+    /// Quantity 0 and not refused: a read of the limiter, neither admitted nor denied.
     Peek,
     /// Quantity < 0: units given back.
     Refund,
@@ -36,14 +36,14 @@ impl Class {
     ];
 
     /// The class of a successful call consuming `quantity` (CL.ALL: the call's) that was
-    /// `denied`, answered in `shadow`.
+    /// `denied` (a refused check too: see `Reply::denies`), answered in `shadow`.
     pub fn of(quantity: i64, denied: bool, shadow: bool) -> Class {
         match quantity {
+            _ if denied && shadow => Class::ShadowDenied,
+            _ if denied => Class::Denied,
             0 => Class::Peek,
             q if q < 0 => Class::Refund,
-            _ if !denied => Class::Admitted,
-            _ if shadow => Class::ShadowDenied,
-            _ => Class::Denied,
+            _ => Class::Admitted,
         }
     }
 }

@@ -381,3 +381,181 @@ fn the_module_matches_the_reference_models_with_debits() {
         assert_eq!(got, as_ms(want), "call {i} at +{} µs: {words}", now_us % 1_000_000_000);
     }
 }
+
+/// A call's reply as integers, and nested arrays (CL.EACH's) as their integers in order.
+fn integers(c: &mut Connection, words: &str) -> Vec<i64> {
+    fn flat(v: Value, out: &mut Vec<i64>) {
+        match v {
+            Value::Array(items) => items.into_iter().for_each(|i| flat(i, out)),
+            v => out.push(redis::from_redis_value(v).unwrap()),
+        }
+    }
+    let args: Vec<&[u8]> = words.split_whitespace().map(str::as_bytes).collect();
+    let mut out = Vec::new();
+    flat(harness::call(c, &args).unwrap_or_else(|e| panic!("{words}: {e}")), &mut out);
+    out
+}
+
+/// Check-then-debit: a check refused because the limiter is over its limit is the decision the
+/// caller acts on, so `SHADOW` answers it as admitted (limited 0, no retry time) in the single
+/// commands (each twice: the twin's hot path takes the second), CL.ALL and CL.EACH alike; a
+/// refund is never shadowed; without SHADOW the check is refused.
+#[test]
+fn shadow_answers_a_refused_check_as_admitted() {
+    let server = Server::start();
+    let mut c = server.client();
+    for (debit, check) in [
+        ("CL.COUNTER k1 5 60 9 DEBIT", "CL.COUNTER k1 5 60 0"),
+        ("CL.THROTTLE k2 4 1 60 9 DEBIT", "CL.THROTTLE k2 4 1 60 0"),
+        ("CL.WINDOW k3 5 60 9 DEBIT", "CL.WINDOW k3 5 60 0"),
+        ("CL.WINDOW k4 5 60 9 DEBIT PRECISION 6", "CL.WINDOW k4 5 60 0 PRECISION 6"),
+        ("CL.BUCKET k5 5 1 60 9 DEBIT", "CL.BUCKET k5 5 1 60 0"),
+        ("CL.QUOTA k6 5 PER DAY QUANTITY 9 DEBIT", "CL.QUOTA k6 5 PER DAY QUANTITY 0"),
+    ] {
+        assert_eq!(throttle(&mut c, debit)[..4], [1, 5, 0, -1], "{debit}");
+        let refused = throttle(&mut c, check);
+        assert_eq!((refused[0], refused[2]), (1, 0), "{check}: refused");
+        assert!(refused[3] > 0, "{check}: {refused:?}");
+        for _ in 0..2 {
+            let shadowed = throttle(&mut c, &format!("{check} SHADOW"));
+            assert_eq!(shadowed[..4], [0, 5, 0, -1], "{check} SHADOW: answered as admitted");
+            // (reset_after as decided: the same, but for a second passed meanwhile)
+            assert!((refused[4] - shadowed[4]).abs() <= 1, "{check} SHADOW: {shadowed:?} {refused:?}");
+            let shadowed = throttle(&mut c, &format!("{check} DEBIT SHADOW"));
+            assert_eq!(shadowed[..4], [0, 5, 0, -1], "{check} DEBIT SHADOW");
+        }
+        // A refund with SHADOW is answered as it is.
+        assert_eq!(throttle(&mut c, &format!("{} SHADOW", check.replace(" 0", " -1")))[0], 0);
+    }
+    // CL.ALL of checks only, one limiter over its limit: the call reads as admitted, its index
+    // still naming that limiter; CL.EACH: that limiter's reply reads as admitted.
+    throttle(&mut c, "CL.COUNTER {a}1 5 60 9 DEBIT");
+    let all = "CL.ALL 2 {a}1 {a}2 COUNTER 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY 0";
+    let refused = integers(&mut c, all);
+    assert_eq!((refused[0], refused[5]), (1, 1), "{refused:?}");
+    let shadowed = integers(&mut c, &format!("{all} SHADOW DETAILS"));
+    assert_eq!((shadowed[0], shadowed[3], shadowed[5]), (0, -1, 1), "{shadowed:?}");
+    assert_eq!((&shadowed[6..10], &shadowed[11..]), (&[0, 5, 0, -1][..], &[0, 5, 5, -1, 0][..]), "DETAILS");
+    let each = "CL.EACH 2 {a}1 {a}2 COUNTER 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY 0";
+    let refused = integers(&mut c, each);
+    assert_eq!((&refused[..3], &refused[5..]), (&[1, 5, 0][..], &[0, 5, 5, -1, 0][..]), "{refused:?}");
+    for words in [format!("{each} SHADOW"), format!("{each} DEBIT SHADOW")] {
+        let shadowed = integers(&mut c, &words);
+        assert_eq!((&shadowed[..4], &shadowed[5..]), (&[0, 5, 0, -1][..], &[0, 5, 5, -1, 0][..]), "{words}");
+    }
+}
+
+/// What only the module has: under `throttle.mode shadow` a refused check reads as admitted
+/// and counts as a shadow denial; under enforce it counts as denied (an admitted check stays a
+/// peek), is recorded for CL.TOP and announces `throttled`, in the single commands, CL.ALL and
+/// CL.EACH alike; a refund is never a denial.
+#[test]
+fn a_refused_check_is_a_denial_for_the_operator() {
+    if !module() {
+        return; // the mode, INFO throttle, CL.TOP and the keyspace event are the module's
+    }
+    let server = Server::start();
+    let mut c = server.client();
+    let set = |c: &mut Connection, name: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c).unwrap();
+    };
+    let field = |c: &mut Connection, name: &str| -> i64 {
+        let info: String = redis::cmd("INFO").arg("throttle").query(c).unwrap();
+        info.lines().find_map(|l| l.strip_prefix(&format!("throttle_{name}:"))).unwrap().trim().parse().unwrap()
+    };
+    // The repro.
+    set(&mut c, "throttle.mode", "shadow");
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 5 60 9 DEBIT")[..4], [0, 5, 0, -1]);
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 5 60 0")[..4], [0, 5, 0, -1], "a refused check, shadowed");
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 5 60 -1")[..4], [0, 5, 0, -1]);
+    let each = "CL.EACH 1 k COUNTER 5 60 QUANTITY 0";
+    assert_eq!(integers(&mut c, each)[..4], [0, 5, 0, -1]);
+    let all = "CL.ALL 2 {b}1 {b}2 COUNTER 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY 0";
+    throttle(&mut c, "CL.COUNTER {b}1 5 60 6 DEBIT");
+    assert_eq!(integers(&mut c, all)[..4], [0, 5, 0, -1]);
+    assert_eq!(
+        ["shadow_denied", "peeks", "refunds", "denied"].map(|f| field(&mut c, &format!("cl_counter_{f}"))),
+        [3, 0, 1, 0],
+        "the debit, the check, the debit of {{b}}1: shadow denials; the refund a refund"
+    );
+    assert_eq!(field(&mut c, "cl_each_shadow_denied"), 1);
+    assert_eq!(field(&mut c, "cl_all_shadow_denied"), 1);
+
+    set(&mut c, "throttle.mode", "enforce");
+    let _: () = redis::cmd("CL.TOP").arg("RESET").query(&mut c).unwrap();
+    set(&mut c, "notify-keyspace-events", "Ed");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("__keyevent@0__:throttled").unwrap();
+    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(throttle(&mut c, "CL.COUNTER fits 5 60 0")[0], 0, "an admitted check");
+    assert_eq!(throttle(&mut c, "CL.COUNTER k 5 60 0")[0], 1, "a refused check");
+    assert_eq!(integers(&mut c, each)[0], 1);
+    assert_eq!(integers(&mut c, all)[0], 1);
+    assert_eq!(integers(&mut c, "CL.ALL 2 {b}1 {b}2 COUNTER 5 60 QUANTITY 0 COUNTER 5 60 QUANTITY -1")[0], 1);
+    for _ in 0..2 {
+        assert_eq!(pubsub.get_message().unwrap().get_payload_bytes(), b"k", "the refused checks of k announced");
+    }
+    for _ in 0..2 {
+        assert_eq!(pubsub.get_message().unwrap().get_payload_bytes(), b"{b}1");
+    }
+    assert_eq!(
+        ["denied", "peeks", "shadow_denied"].map(|f| field(&mut c, &format!("cl_counter_{f}"))),
+        [1, 1, 3],
+        "a refused check denied, an admitted one a peek"
+    );
+    assert_eq!((field(&mut c, "cl_each_denied"), field(&mut c, "cl_all_denied")), (1, 2));
+    let top: Vec<Value> = redis::cmd("CL.TOP").arg(10).query(&mut c).unwrap();
+    let top: Vec<(String, i64)> = top
+        .chunks(2)
+        .map(|pair| {
+            (redis::from_redis_value(pair[0].clone()).unwrap(), redis::from_redis_value(pair[1].clone()).unwrap())
+        })
+        .collect();
+    assert_eq!(top, [("k".to_string(), 2), ("{b}1".to_string(), 2)], "recorded for CL.TOP");
+}
+
+/// A refund on a ring read without PRECISION gives back out of every unit the ring counts,
+/// never out of the `limit + 1` a log keeps (the repro: 97 of 100 units still count);
+/// and the reverse, a log read with PRECISION, likewise.
+#[test]
+fn a_refund_across_precision_never_forgives_the_rest_of_a_debt() {
+    let server = Server::start();
+    let mut c = server.client();
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 PRECISION 6 100 DEBIT")[..4], [1, 5, 0, -1]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 -3")[..4], [0, 5, 0, -1], "97 still count");
+    assert_eq!(harness::get_bytes(&mut c, "k")[0], 2, "the ring stays");
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 0")[..3], [1, 5, 0], "a check refused");
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 0 PRECISION 6")[..3], [1, 5, 0]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 -92")[..3], [0, 5, 0]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60 -1")[..3], [0, 5, 1], "down to the limit, then below");
+    assert_eq!(throttle(&mut c, "CL.WINDOW k 5 60")[..3], [0, 5, 0], "a take converts");
+    assert_eq!(harness::get_bytes(&mut c, "k")[0], 1);
+
+    assert_eq!(throttle(&mut c, "CL.WINDOW j 5 60 100 DEBIT")[..4], [1, 5, 0, -1]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW j 5 60 -3 PRECISION 6")[..4], [0, 5, 0, -1]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW j 5 60 0")[..3], [1, 5, 0]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW j 5 60 -94 PRECISION 6")[..3], [0, 5, 2]);
+}
+
+/// Debits never pile an exact log past twice `throttle.max-exact-limit` live units: the one
+/// that would is an error naming PRECISION, and nothing is written.
+#[test]
+fn debits_never_pile_an_exact_log_past_its_bound() {
+    let server = Server::start();
+    let mut c = server.client();
+    assert_eq!(throttle(&mut c, "CL.WINDOW d 5 60 100000 DEBIT")[..3], [1, 5, 0]);
+    assert_eq!(throttle(&mut c, "CL.WINDOW d 5 60 99999 DEBIT")[..3], [1, 5, 0]);
+    let state =
+        |c: &mut Connection| -> (i64, i64) { (redis::cmd("STRLEN").arg("d").query(c).unwrap(), pexpiretime(c, "d")) };
+    let before = state(&mut c);
+    assert_eq!(before.0, 8 + 8 * 199_999);
+    let deep = "ERR DEBIT is too large: an exact window holds at most 200000 units (use PRECISION for larger budgets)";
+    assert_eq!(harness::error_of(&mut c, &[b"CL.WINDOW", b"d", b"5", b"60", b"2", b"DEBIT"]), deep);
+    assert_eq!(state(&mut c), before, "nothing written");
+    assert_eq!(throttle(&mut c, "CL.WINDOW d 5 60 1 DEBIT")[0], 1, "up to the bound");
+    assert_eq!(harness::error_of(&mut c, &[b"CL.WINDOW", b"d", b"5", b"60", b"1", b"DEBIT"]), deep);
+    assert_eq!(throttle(&mut c, "CL.WINDOW d 5 60 0")[0], 1, "a check is no debit");
+    assert_eq!(throttle(&mut c, "CL.WINDOW d 5 60 5 DEBIT PRECISION 1")[0], 1, "PRECISION takes any budget");
+}

@@ -2690,3 +2690,84 @@ fn a_ring_in_debt_read_as_a_log_stays_in_debt_alike_on_the_module_and_the_twin()
     let r = call(&["5", "60000", "MS", "0"], now_us + 3_000);
     assert_eq!(r[0], 1, "still in debt: {r:?}");
 }
+
+/// A refused check answered as admitted with `SHADOW` (single commands, CL.EACH, CL.ALL), a
+/// refund across `PRECISION` giving back out of every unit (a ring read as a log, a log read as
+/// buckets), and the bound of an exact log's debits (an error, nothing written): on the module
+/// and both forms of the twin alike, replies, bytes and expiries.
+#[test]
+fn refused_checks_refunds_across_precision_and_the_exact_bound_match_the_module() {
+    let (mut rig, now_us) = rig_tomorrow();
+    let call = |rig: &mut Rig, slot: usize, command: (&str, &str), args: &[&str], at_us: i64| -> Value {
+        let args = words(args);
+        let (_, replies, states) = rig.call_named(command, &Rig::keys(slot), &args, at_us);
+        let what = format!("{} {} at {at_us}", command.0, args.join(" "));
+        assert_eq!(replies[1], replies[0], "FCALL: {what}");
+        assert_eq!(replies[2], replies[0], "EVALSHA: {what}");
+        assert!(states[1] == states[0] && states[2] == states[0], "stored bytes/expiry: {what}");
+        replies[0].clone()
+    };
+    let five = |v: Value| five_of(&v).unwrap_or_else(|| panic!("{v:?}"));
+    let window = ("CL.WINDOW", "cl_window");
+    // A ring in debt, a refund without PRECISION: 97 of 100 still count.
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "PRECISION", "6000", "100", "DEBIT"], now_us));
+    assert_eq!(r[..4], [1, 5, 0, -1]);
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "-3"], now_us + 1_000));
+    assert_eq!(r[..4], [0, 5, 0, -1], "{r:?}");
+    for at in [now_us + 1_000, now_us + 1_001] {
+        // (twice: the twin's hot path takes the second)
+        let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "0", "SHADOW"], at));
+        assert_eq!(r[..4], [0, 5, 0, -1], "a refused check, shadowed: {r:?}");
+    }
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "0"], now_us + 2_000));
+    assert_eq!(r[..3], [1, 5, 0], "{r:?}");
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "-93"], now_us + 2_000));
+    assert_eq!(r[..3], [0, 5, 1], "{r:?}");
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "1"], now_us + 3_000));
+    assert_eq!(r[..3], [0, 5, 0], "a take converts: {r:?}");
+    // An exact log: debits up to twice the cap, then an error; a refund read with PRECISION.
+    call(&mut rig, 500, window, &["5", "60000", "MS", "100000", "DEBIT"], now_us + 4_000);
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "99995", "DEBIT"], now_us + 5_000));
+    assert_eq!(r[..3], [1, 5, 0], "{r:?}");
+    let e = call(&mut rig, 500, window, &["5", "60000", "MS", "1", "DEBIT"], now_us + 5_000);
+    assert_eq!(
+        server_error(&e).as_deref(),
+        Some("ERR DEBIT is too large: an exact window holds at most 200000 units (use PRECISION for larger budgets)")
+    );
+    let r = five(call(&mut rig, 500, window, &["5", "60000", "MS", "-3", "PRECISION", "6000"], now_us + 6_000));
+    assert_eq!(r[..4], [0, 5, 0, -1], "{r:?}");
+    let r =
+        five(call(&mut rig, 500, window, &["5", "60000", "MS", "0", "PRECISION", "6000", "SHADOW"], now_us + 6_000));
+    assert_eq!(r[..4], [0, 5, 0, -1], "{r:?}");
+    // Every single command's refused check, shadowed.
+    for (i, (command, params)) in [
+        (("CL.THROTTLE", "cl_throttle"), &["4", "1", "10000"][..]),
+        (("CL.BUCKET", "cl_bucket"), &["5", "1", "10000"][..]),
+        (("CL.COUNTER", "cl_counter"), &["5", "60000"][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let with = |extra: &[&'static str]| -> Vec<&'static str> { [params, &["MS"][..], extra].concat() };
+        call(&mut rig, 510 + i, command, &with(&["8", "DEBIT"]), now_us);
+        for at in [now_us + 1_000, now_us + 1_001] {
+            let r = five(call(&mut rig, 510 + i, command, &with(&["0", "SHADOW"]), at));
+            assert_eq!(r[..4], [0, 5, 0, -1], "{}: {r:?}", command.0);
+        }
+        assert_eq!(five(call(&mut rig, 510 + i, command, &with(&["0"]), now_us + 1_000))[0], 1);
+    }
+    // CL.EACH and CL.ALL of checks, the first limiter overdrawn.
+    let specs = words(&["COUNTER", "5", "60000", "QUANTITY", "0", "WINDOW", "5", "60000", "QUANTITY", "0", "MS"]);
+    for command in [("CL.EACH", "cl_each"), ("CL.ALL", "cl_all")] {
+        let (_, replies, states) =
+            rig.call_multi(command, &[512, 520], &[specs.clone(), words(&["SHADOW"])].concat(), now_us + 2_000);
+        assert_eq!(replies[1], replies[0], "FCALL: {}", command.0);
+        assert_eq!(replies[2], replies[0], "EVALSHA: {}", command.0);
+        assert!(states[1] == states[0] && states[2] == states[0], "{}", command.0);
+        let first = match &replies[0] {
+            Value::Array(items) => five_of(&items[0]).or_else(|| five_of(&replies[0])),
+            v => panic!("{v:?}"),
+        };
+        assert_eq!(first.map(|r| (r[0], r[3])), Some((0, -1)), "{}: {:?}", command.0, replies[0]);
+    }
+}

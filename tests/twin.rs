@@ -1154,11 +1154,19 @@ fn the_shared_vectors_hold_on_the_module_and_the_twin() {
     for vector in read("errors.json")["errors"].as_array().unwrap() {
         let call = words(&vector["call"]);
         let function = format!("cl_{}", call[0].trim_start_matches("CL.").to_lowercase());
+        // The calls the error comes after, on the same keys (then removed).
+        for before in vector["before"].as_array().into_iter().flatten() {
+            let before = words(before);
+            let _: Value = redis::cmd(&before[0]).arg("m:err").arg(&before[2..]).query(&mut c).unwrap();
+            let _: Value =
+                redis::cmd("FCALL").arg(&function).arg(1).arg("t:err").arg(&before[2..]).query(&mut c).unwrap();
+        }
         let module = redis::cmd(&call[0]).arg("m:err").arg(&call[2..]).query::<Value>(&mut c).map_err(text);
         let twin =
             redis::cmd("FCALL").arg(function).arg(1).arg("t:err").arg(&call[2..]).query::<Value>(&mut c).map_err(text);
         let want = Err(vector["error"].as_str().unwrap().to_string());
         assert_eq!((&module, &twin), (&want, &want), "{call:?}: the module's, then the twin's error");
+        let _: () = redis::cmd("DEL").arg("m:err").arg("t:err").query(&mut c).unwrap();
         ran += 1;
     }
     assert!(ran > 40, "{ran} vectors");

@@ -247,6 +247,13 @@ impl Outcome {
         self.decisions.iter().all(|d| !d.reply.limited)
     }
 
+    /// Whether the call of these `limiters` (their quantities) is a denial: some limiter
+    /// denied a take, overdrew a debit or refused a check (see [`Reply::denies`]); then a call
+    /// without `DEBIT` wrote nothing, its refunds included.
+    pub fn denied(&self, limiters: &[(Limiter, i64)]) -> bool {
+        self.decisions.iter().zip(limiters).any(|(d, &(_, q))| d.reply.denies(q))
+    }
+
     /// The reply of the binding limiter.
     pub fn reply(&self) -> Reply {
         self.decisions[self.binding].reply

@@ -52,6 +52,12 @@ pub enum Error {
     #[error("ERR DEBIT is too large: an exact window logs at most {0} units a call (use PRECISION for larger budgets)")]
     DebitTooLong(i64),
 
+    /// A debit that would leave an exact window holding more than `most` live units (twice
+    /// `throttle.max-exact-limit`: a log at its limit plus one debit at its cap), so that the
+    /// log stays within its bytes per unit.
+    #[error("ERR DEBIT is too large: an exact window holds at most {0} units (use PRECISION for larger budgets)")]
+    DebitTooDeep(i64),
+
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
 

@@ -69,6 +69,15 @@ impl Reply {
         ]
     }
 
+    /// Whether this reply to a call of `quantity` units is a denial (counted, recorded and
+    /// shadowed as one): a refused take, a debit that overdrew, or a refused check (quantity
+    /// 0 on a limiter over its limit: the decision a check-then-debit caller acts on). A
+    /// refund is never one.
+    #[inline]
+    pub fn denies(&self, quantity: i64) -> bool {
+        self.limited && quantity >= 0
+    }
+
     /// This reply as shadow mode answers it: a denial reads as an admission (`limited` 0, no
     /// retry time); `limit`, `remaining` and `reset_after` stay what the limiter decided.
     pub fn shadowed(self) -> Reply {

@@ -524,7 +524,7 @@ fn algorithm_steps_are_the_models_and_the_core_decides_them() {
 // Error texts.
 
 /// Calls each refused with one error, the contract's documented texts first.
-const ERRORS: [(&str, Option<&str>); 14] = [
+const ERRORS: [(&str, Option<&str>); 16] = [
     ("CL.THROTTLE k 1.5 30 60", Some("ERR value is not an integer or out of range")),
     ("CL.THROTTLE k 0x10 30 60", Some("ERR value is not an integer or out of range")),
     ("CL.THROTTLE k 15 30 60 1 FOO", Some("ERR syntax error")),
@@ -539,19 +539,40 @@ const ERRORS: [(&str, Option<&str>); 14] = [
     ("CL.COUNTER k 0 60", None),
     ("CL.COUNTER k 1 1000000000001 MS", None),
     ("CL.QUOTA k 10 PER FORTNIGHT", None),
+    ("CL.WINDOW k 10 60 100001 DEBIT", None),
+    ("CL.COUNTER k 10 60 -1 DEBIT", None),
 ];
 
+/// Calls refused with an error only after others (`before`, at the same instant on the same
+/// fresh keys): the state they leave is what the error is about.
+const ERRORS_AFTER: [(&[&str], &str); 1] = [
+    // An exact log holds at most twice throttle.max-exact-limit units.
+    (&["CL.WINDOW k 10 60 100000 DEBIT", "CL.WINDOW k 10 60 100000 DEBIT"], "CL.WINDOW k 10 60 1 DEBIT"),
+];
+
+/// The error of `call` on fresh keys after the calls `before`.
+fn error_after(before: &[&str], call: &str) -> String {
+    let mut keys = Keys::default();
+    for b in before {
+        keys.call(b, START_MS).unwrap_or_else(|e| panic!("{b}: {e}"));
+    }
+    keys.call(call, START_MS).expect_err(call).to_string()
+}
+
 fn generated_errors() -> Vec<Value> {
-    ERRORS
-        .iter()
-        .map(|&(call, documented)| {
-            let error = Keys::default().call(call, START_MS).expect_err(call).to_string();
-            if let Some(text) = documented {
-                assert_eq!(error, text, "{call}: the core against the contract");
-            }
-            json!({"call": call.split(' ').collect::<Vec<_>>(), "error": error})
-        })
-        .collect()
+    let single = ERRORS.iter().map(|&(call, documented)| {
+        let error = error_after(&[], call);
+        if let Some(text) = documented {
+            assert_eq!(error, text, "{call}: the core against the contract");
+        }
+        json!({"call": call.split(' ').collect::<Vec<_>>(), "error": error})
+    });
+    let after = ERRORS_AFTER.iter().map(|&(before, call)| {
+        let error = error_after(before, call);
+        let before: Vec<Vec<&str>> = before.iter().map(|b| b.split(' ').collect()).collect();
+        json!({"before": before, "call": call.split(' ').collect::<Vec<_>>(), "error": error})
+    });
+    single.chain(after).collect()
 }
 
 #[test]
@@ -560,14 +581,16 @@ fn error_texts_are_the_cores() {
     if generating() {
         write(
             "errors.json",
-            "Calls refused with an error, and its text: the contract's documented texts, then the module's own (written by VECTORS_GEN=1 cargo test -p redis-throttle-core vectors from the core, checked by tests/twin.rs on the module and the twin). Read by core/src/vectors.rs, tests/twin.rs and the Python package's tests (the texts it gives before sending).",
+            "Calls refused with an error, and its text (after the calls `before`, if any, on the same fresh keys): the contract's documented texts, then the module's own (written by VECTORS_GEN=1 cargo test -p redis-throttle-core vectors from the core, checked by tests/twin.rs on the module and the twin). Read by core/src/vectors.rs, tests/twin.rs and the Python package's tests (the texts it gives before sending).",
             &[("errors", generated.clone())],
         );
     }
     let recorded = read("errors.json");
     for vector in recorded["errors"].as_array().expect("errors") {
         let call = call_text(vector);
-        let got = Keys::default().call(&call, START_MS).expect_err(&call).to_string();
+        let before: Vec<String> =
+            vector["before"].as_array().into_iter().flatten().map(|b| call_text(&json!({"call": b}))).collect();
+        let got = error_after(&before.iter().map(String::as_str).collect::<Vec<_>>(), &call);
         assert_eq!(got, vector["error"].as_str().unwrap(), "{call}");
     }
     assert_eq!(

@@ -69,7 +69,11 @@
 //!   anyway).
 //!
 //! A call that writes stores the converted state; a peek or a denial leaves the key as it is
-//! (the next call converts it the same way).
+//! (the next call converts it the same way). A refund without `PRECISION` on buckets is the
+//! exception: it is decided on the ring, in the ring's own precision (coarsened to a multiple
+//! of it only where the call's window would span more than `Caps::CEILING`'s buckets), and
+//! the ring stays, so that it gives back units out of the ring's whole count, never out of
+//! the `limit + 1` a log would keep.
 
 mod buckets;
 mod exact;
@@ -178,9 +182,17 @@ pub fn decide(
     charge: Charge,
 ) -> Result<Decision<Patch>> {
     let verdict = |used: i64| Verdict::of(quantity, used, params, charge);
-    match params.precision {
-        None => exact::decide(stored, now, params, quantity, verdict),
-        Some(precision) => buckets::decide(stored, now, params, precision, quantity, verdict),
+    match (params.precision, stored) {
+        // A refund on a ring read without PRECISION is decided in the ring's own layout and
+        // precision, and the ring stays (the next call that writes converts it): a log keeps
+        // only the newest `limit + 1` units, and a refund from those would forgive the rest.
+        (None, Some(bytes)) if quantity < 0 && bytes.first() == Some(&buckets::VERSION) => {
+            let precision = buckets::refund_precision(bytes, params.window)?;
+            let params = Params { precision: Some(precision), ..*params };
+            buckets::decide(stored, now, &params, precision, quantity, verdict)
+        }
+        (None, _) => exact::decide(stored, now, params, quantity, verdict),
+        (Some(precision), _) => buckets::decide(stored, now, params, precision, quantity, verdict),
     }
 }
 

@@ -224,16 +224,10 @@ local function all(keys, args)
     end
     for s = 1, nkeys do apply(keys[s], decisions[s], stored[s]) end
   end
-  -- SHADOW on a denial of a call that consumes units: every reply reads as admitted.
+  -- SHADOW on a denial (a refused take or check, an overdrawn debit; a refund is never
+  -- limited): every reply reads as admitted.
   if denied and shadow then
-    local consumes = false
-    for s = 1, nkeys do
-      local it = parsed[s]
-      consumes = consumes or it.qm > 0 or (it.qm == 0 and it.qu > 0)
-    end
-    if consumes then
-      for s = 1, nkeys do shadowed(decisions[s]) end
-    end
+    for s = 1, nkeys do shadowed(decisions[s]) end
   end
   local b = five(decisions[binding], millis)
   local reply = { b[1], b[2], b[3], b[4], b[5], binding }
@@ -260,8 +254,8 @@ local function each(keys, args)
     local d, it = decisions[s], parsed[s]
     -- (SHADOW with DEBIT writes nothing)
     if not (shadow and debit) then apply(keys[s], d, stored[s]) end
-    -- SHADOW: a denial of a limiter consuming units reads as admitted.
-    if shadow and (it.qm > 0 or (it.qm == 0 and it.qu > 0)) then shadowed(d) end
+    -- SHADOW: a denial (a refused take or check, an overdrawn debit) reads as admitted.
+    if shadow and it.qm >= 0 then shadowed(d) end
     d = five(d, millis)
     reply[s] = { d[1], d[2], d[3], d[4], d[5] }
   end

@@ -14,6 +14,7 @@ local ERR = {
   debit_negative = 'ERR DEBIT takes a quantity of 0 or more (a refund is a negative quantity without DEBIT)',
   debit_too_large = 'ERR DEBIT is too large: a count must stay at most %s',
   debit_too_long = 'ERR DEBIT is too large: an exact window logs at most %s units a call (use PRECISION for larger budgets)',
+  debit_too_deep = 'ERR DEBIT is too large: an exact window holds at most %s units (use PRECISION for larger budgets)',
   range_unit = 'ERR %s must be an integer from %s to %s (%s)',
   too_fast = 'ERR rate is too fast: period divided by count is less than one nanosecond',
   span = 'ERR parameters are too large: %s must be at most 1000000000 seconds (1000000000000 milliseconds)',

@@ -42,7 +42,7 @@ local function throttle_single(keys, args)
     if not next_node then next_node = {}; node[args[i]] = next_node end
     node = next_node
   end
-  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and t_capped(qm, qu) > 0, p.fast_until } or false
+  node[args[n]] = p.tol and not p.refuse and not held and not debit and { p.tol, p.ei, p.limit, t_capped(qm, qu), millis, shadow and qm >= 0, p.fast_until } or false
   hot_count = hot_count + 1
   return reply
 end
@@ -96,7 +96,7 @@ local function cl_throttle(keys, args)
           -- rounded up; `unit` in ns.
           local unit, retry_after = millis and M or 1000000000, -1
           if limited == 1 and e[6] then
-            limited = 0 -- SHADOW: a denial replied as an admission (of a call consuming units)
+            limited = 0 -- SHADOW: a denial (a refused take or check) replied as an admission
           elseif retry then
             if not millis then retry = retry - retry % M end
             local rr = retry % unit
@@ -401,8 +401,8 @@ local function hot_single(kind, keys, args)
   local q = t_capped(qm, qu)
   local e = false
   if not p.refuse and not held and not debit and q >= 0 then
-    -- (SHADOW answers only a call that consumes units)
-    e = { q = q, limit = p.limit, millis = millis, shadow = shadow and q > 0, W = p.window }
+    -- (SHADOW answers a refused take or check; `q >= 0` here)
+    e = { q = q, limit = p.limit, millis = millis, shadow = shadow, W = p.window }
     if kind == 'counter' then
       e.run = counter_hot
     elseif p.precision and div_ceil(p.window, p.precision) + 1 <= HOT_SLOTS then

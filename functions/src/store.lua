@@ -135,8 +135,8 @@ local function single(kind, keys, args)
   local d = decide(kind, p, stored, expiry, nm, nu, qm, qu, held, false, debit)
   -- SHADOW on a debit writes nothing.
   if not (shadow and debit) then apply(key, d, stored) end
-  -- Only a call that consumes units (quantity > 0) can be denied.
-  if shadow and (qm > 0 or (qm == 0 and qu > 0)) then shadowed(d) end
+  -- A refused take or check (quantity >= 0), or an overdrawn debit, is a denial; a refund never.
+  if shadow and qm >= 0 then shadowed(d) end
   return five(d, millis)
 end
 

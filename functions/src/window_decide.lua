@@ -8,7 +8,8 @@ local invalid = lib.kinds.invalid
 local whole = window.whole
 local EMPTY_LOG, exact_decide, log_at = window_exact.EMPTY_LOG, window_exact.exact_decide, window_exact.log_at
 local log_first_after, log_parse = window_exact.log_first_after, window_exact.log_parse
-local read_ring, ring_count, ring_decide = window_buckets.read_ring, window_buckets.ring_count, window_buckets.ring_decide
+local beyond, read_ring = window_buckets.beyond, window_buckets.read_ring
+local ring_count, ring_decide = window_buckets.ring_count, window_buckets.ring_decide
 local ring_is_ahead, ring_parse = window_buckets.ring_is_ahead, window_buckets.ring_parse
 local log_as_ring_reply, log_to_ring = lib.window_to_buckets.log_as_ring_reply, lib.window_to_buckets.log_to_ring
 local ring_regroup = lib.window_to_buckets.ring_regroup
@@ -83,6 +84,16 @@ local function window_decide(p, stored, nm, nu, q, dry, held, debit)
   local log = version == 1 and log_parse(stored) or nil
   local ring = version == 2 and ring_parse(stored) or nil
   read_ring(ring and stored)
+  if ring and q < 0 and not p.precision then
+    -- A refund on a ring read without PRECISION is decided on the ring, in its own precision
+    -- (its smallest multiple spanning the window in at most 100,000 buckets), and the ring
+    -- stays: a log would keep only the newest limit + 1 units to give back from (core's
+    -- window::decide and buckets::refund_precision).
+    if ring.pu ~= 0 then beyond() end
+    local P, W = ring.pm, p.window
+    if div_ceil(W, P) > 100000 then P = P * div_ceil(div_ceil(W, 100000), P) end
+    p = { limit = p.limit, window = W, precision = P, refuse = p.refuse }
+  end
   if p.precision then
     if ring then
       -- Another precision or length, or stamped ahead: regrouped into the call's own first.

@@ -434,6 +434,8 @@ local function exact_decide(p, log, nm, nu, q, ahead, dry, debit)
   if debit then
     -- (A take logs at most its limit; a debit may log more, up to the same cap.)
     if q > MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_long, MAX_EXACT_LIMIT)) end
+    -- Nor may debits pile up past twice the cap (a log at its limit, then one debit at its cap).
+    if used + q > 2 * MAX_EXACT_LIMIT then fail(fmt(ERR.debit_too_deep, 2 * MAX_EXACT_LIMIT)) end
     v = 'admit'
   end
   if v == 'refund' then

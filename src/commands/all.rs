@@ -28,9 +28,10 @@ fn handler(call: &Call) -> Result<Response> {
         write_keys(&mut keys, &outcome.decisions)?;
     }
 
-    // The call counts once, as a peek when every quantity is 0, a refund when none is
-    // positive, else admitted or denied (a debit that overdrew: denied). A denial counts
-    // (sketch, `throttled` event) each limiter that denied (or overdrew) on its own.
+    // The call counts once: denied when some limiter denied a take, overdrew a debit or
+    // refused a check (see `Outcome::denied`), else as a peek when every quantity is 0, a
+    // refund when none is positive, else admitted. A denial counts (sketch, `throttled`
+    // event) each limiter that denied on its own.
     let (mut consumes, mut refunds) = (false, false);
     for &(_, q) in &request.limiters {
         consumes |= q > 0;
@@ -41,13 +42,14 @@ fn handler(call: &Call) -> Result<Response> {
         (false, true) => -1,
         (false, false) => 0,
     };
-    let denied = quantity > 0 && !outcome.admitted();
+    let denied = outcome.denied(&request.limiters);
     let shadow = denied && (config::shadow() || request.shadow());
     if denied {
-        for (i, (_, key)) in
-            outcome.decisions.iter().zip(&request.keys).enumerate().filter(|(_, (d, _))| d.reply.limited)
-        {
-            operate::denied(call, 1 + i, key);
+        let limiters = outcome.decisions.iter().zip(&request.limiters).zip(&request.keys);
+        for (i, ((d, &(_, q)), key)) in limiters.enumerate() {
+            if d.reply.denies(q) {
+                operate::denied(call, 1 + i, key);
+            }
         }
     }
     call.count(Class::of(quantity, denied, shadow));

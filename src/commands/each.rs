@@ -28,11 +28,11 @@ fn handler(call: &Call) -> Result<Response> {
     }
 
     // Each limiter counts as a call of its own (a call of N limiters adds N to `calls`, and
-    // each debit of units to `debits`), and a denied one (or an overdrawn debit) is recorded as
-    // its single command's denial is (sketch, `throttled` event).
+    // each debit of units to `debits`), and a denied one (a refused take or check, an
+    // overdrawn debit) is recorded as its single command's denial is (sketch, `throttled`).
     let shadow_call = config::shadow() || request.shadow();
     for (i, (d, &(_, quantity))) in decisions.iter_mut().zip(&request.limiters).enumerate() {
-        let denied = d.reply.limited && quantity > 0;
+        let denied = d.reply.denies(quantity);
         let shadow = denied && shadow_call;
         if denied {
             operate::denied(call, 1 + i, request.keys[i]);

@@ -69,9 +69,8 @@ fn limiter(call: &Call, algorithm: Algorithm) -> Result<Response> {
         key.apply(prepared)?;
     }
     let mut reply = decision.reply;
-    // Only a call that consumes units can be denied (a peek or a refund is neither); a debit
-    // that overdrew counts as a denial.
-    let denied = reply.limited && request.quantity > 0;
+    // A refused take, an overdrawn debit and a refused check are denials; a refund never is.
+    let denied = reply.denies(request.quantity);
     let shadow = denied && (config::shadow() || request.shadow());
     if denied {
         operate::denied(call, 0, request.key);

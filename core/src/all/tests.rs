@@ -308,3 +308,47 @@ fn every_table_lists_its_positional_arguments_first() {
         );
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// A refund is never limited, a check is a denial exactly when it is refused, and so a
+    /// call of CL.ALL's grammar is a denial (counted, recorded and shadowed as one) exactly
+    /// when it is refused: a take denied, a debit overdrawn or a check refused, whatever the
+    /// limiters hold (takes and debits past their limits before it).
+    #[test]
+    fn a_call_is_a_denial_exactly_when_it_is_refused(
+        limiters in proptest::collection::vec(limiter(), 1..4),
+        history in proptest::collection::vec((0i64..3000, 0i64..8, any::<bool>()), 0..6),
+        quantities in proptest::collection::vec(-2i64..3, 4),
+        debit in any::<bool>(),
+    ) {
+        let mut keys = vec![Key::default(); limiters.len()];
+        let mut now = T0;
+        for (dt, q, debits) in history {
+            now += dt * NANOS_PER_MILLI;
+            for (l, key) in limiters.iter().zip(&mut keys) {
+                let at = Instant::from_nanos(now);
+                if let Ok(d) = l.decide_charge(key.stored(now), at, q, None, Charge::of(debits)) {
+                    key.apply(&d.effect);
+                }
+            }
+        }
+        let call: Vec<(Limiter, i64)> = limiters
+            .iter()
+            .zip(&quantities)
+            .map(|(&l, &q)| (l, if debit { q.abs() } else { q }))
+            .collect();
+        let stored: Vec<_> = keys.iter().map(|k| k.stored(now)).collect();
+        let outcome = decide_charge(&call, &[], &stored, Instant::from_nanos(now), Unit::Millis, Charge::of(debit));
+        let Ok(outcome) = outcome else { return Ok(()) };
+        for (d, &(_, q)) in outcome.decisions.iter().zip(&call) {
+            if q < 0 {
+                prop_assert!(!d.reply.limited && !d.reply.denies(q), "a refund is never a denial");
+            } else {
+                prop_assert_eq!(d.reply.denies(q), d.reply.limited);
+            }
+        }
+        prop_assert_eq!(outcome.denied(&call), !outcome.admitted());
+    }
+}

@@ -87,6 +87,16 @@ impl Model {
 type Outcome = ([i128; 5], Option<Option<(State, i128)>>);
 
 fn exact(state: &State, c: Call, q: i128, debit: bool) -> Outcome {
+    if let (State::Buckets { p, .. }, true) = (state, q < 0) {
+        // A refund on buckets is decided on them, in their own precision (or its smallest
+        // multiple spanning the window in at most 100,000 buckets), and they stay buckets: a
+        // log would keep only the newest `limit + 1` units to give back from.
+        let most = 100_000;
+        let spanned = (c.window + p - 1) / p;
+        let need = (c.window + most - 1) / most;
+        let p = if spanned <= most { *p } else { p * ((need + p - 1) / p) };
+        return buckets(state, c, p, q, false);
+    }
     let log: Vec<i128> = match state {
         State::Empty => Vec::new(),
         State::Log(log) => log.clone(),

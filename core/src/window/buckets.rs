@@ -205,6 +205,22 @@ pub(super) fn to_log(bytes: &[u8], now: Instant, params: &Params) -> Result<(Vec
     Ok((exact::image(&newest_first), ring.is_ahead(now, params.window)))
 }
 
+/// The precision a refund without `PRECISION` decides a stored ring in (see `super::decide`):
+/// the ring's own, or where the call's `window` would span more buckets than the largest cap
+/// allows, its smallest multiple that spans no more (regrouping into it loses no unit).
+pub(super) fn refund_precision(bytes: &[u8], window: Nanos) -> Result<Nanos> {
+    let own = Ring::parse(bytes)?.p;
+    let most = Caps::CEILING.max_buckets;
+    let p = Nanos::new(own).ok_or_else(|| INVALID)?;
+    if spanned(window, p) <= most {
+        return Ok(p);
+    }
+    // `own < window` here (else one bucket spans it), so the multiple is at most `2·window`.
+    let need = spanned(window, Nanos::new(most).ok_or_else(|| INVALID)?);
+    let coarse = own.checked_mul(need / own + i64::from(need % own != 0)).ok_or_else(|| INVALID)?;
+    Nanos::new(coarse).ok_or_else(|| INVALID)
+}
+
 /// How many units of a stored ring a bounded refund (`HELD`) may stand for: those of the
 /// bucket the taking call wrote (its end is `at − window`, `at` the key's expiry then), if it
 /// still counts and the ring has this call's precision, at most `units`.

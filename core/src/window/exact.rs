@@ -230,6 +230,12 @@ pub(super) fn decide(
             if quantity > params.max_exact_debit {
                 return Err(Error::DebitTooLong(params.max_exact_debit));
             }
+            // Nor may debits pile up past twice the cap (a log at its limit, then one debit
+            // at its cap): the string stays within 16 bytes per unit of that bound.
+            let most = params.max_exact_debit.saturating_mul(2);
+            if used.checked_add(quantity).is_none_or(|n| n > most) {
+                return Err(Error::DebitTooDeep(most));
+            }
             let stamp = newest.map_or(now, |newest| newest.max(now));
             // `quantity ≤ max-exact-limit ≤ Caps::CEILING`: a bounded allocation.
             let appended = stamp.as_nanos().to_le_bytes().repeat(quantity as usize);

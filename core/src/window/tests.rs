@@ -24,10 +24,14 @@ struct Key {
 impl Key {
     /// A call at `now`, after Redis has reclaimed the key if its millisecond expiry passed.
     fn call(&mut self, now: i64, p: &Params, q: i64) -> Result<Reply> {
+        self.charge(now, p, q, Charge::Take)
+    }
+
+    fn charge(&mut self, now: i64, p: &Params, q: i64, charge: Charge) -> Result<Reply> {
         if self.expires_at.is_some_and(|e| now.div_euclid(MS) > e.ceil_millis()) {
             *self = Key::default();
         }
-        let d = decide(self.value.as_deref(), Instant::from_nanos(now), p, q, Charge::Take)?;
+        let d = decide(self.value.as_deref(), Instant::from_nanos(now), p, q, charge)?;
         match d.effect {
             Effect::Store { state, expires_at } => {
                 assert!(expires_at > Instant::from_nanos(now), "a stored window is not yet empty");
@@ -360,6 +364,77 @@ fn removing_precision_keeps_the_newest_limit_plus_one_units() {
     assert_eq!(k.call(at(15) - 2, &plain, 1).unwrap().to_array(Unit::Millis), [1, 3, 0, 1, 1]);
     assert_eq!(k.run(at(15) - 1, &plain, 1), [0, 3, 2, -1, 10]);
     assert_eq!(k.log(), (0, vec![at(15) - 1]));
+}
+
+#[test]
+fn a_refund_without_precision_gives_back_out_of_the_rings_whole_count() {
+    // 100 units debited into a ring (limit 5), then 3 refunded by a call without PRECISION:
+    // 97 still count (a log of the newest `limit + 1` would have given back all but 3).
+    // (at(4) starts a bucket of 6 s: it ends at at(10), and leaves the window at at(70).)
+    let mut k = Key::default();
+    let fine = precise(5, secs(60), secs(6));
+    assert_eq!(k.charge(at(4), &fine, 100, Charge::Debit).unwrap().to_array(Unit::Seconds), [1, 5, 0, -1, 66]);
+    let plain = exact(5, secs(60));
+    assert_eq!(k.run(at(5), &plain, -3), [0, 5, 0, -1, 65]);
+    assert_eq!(ring_counts(k.value.as_ref().unwrap()), (6 * NANOS_PER_SEC, vec![(at(4) / (6 * NANOS_PER_SEC), 97)]));
+    // (Read as a log, the bucket not over yet is at now: see the conversion.)
+    assert_eq!(k.run(at(6), &plain, 0), [1, 5, 0, 60, 60], "a check is refused: 97 count");
+    // Refunds down to the limit, then a take: converted to a log at once, as before.
+    assert_eq!(k.run(at(6), &plain, -92), [0, 5, 0, -1, 64]);
+    assert_eq!(k.run(at(6), &plain, -1), [0, 5, 1, -1, 64]);
+    assert_eq!(k.run(at(7), &plain, 1), [0, 5, 0, -1, 60]);
+    assert_eq!(k.log(), (0, vec![at(7); 5]));
+    // The same against the reference model, call for call.
+    let mut model = Model::default();
+    let (w, p6) = (i128::from(60 * NANOS_PER_SEC), Some(i128::from(6 * NANOS_PER_SEC)));
+    model.call(at(4).into(), 5, w, p6, 100, true);
+    assert_eq!(model.call(at(5).into(), 5, w, None, -3, false)[..4], [0, 5, 0, -1]);
+    assert_eq!(model.call(at(6).into(), 5, w, None, 0, false)[..3], [1, 5, 0]);
+}
+
+#[test]
+fn a_refund_on_a_log_read_with_precision_gives_back_out_of_every_unit() {
+    let mut k = Key::default();
+    let plain = exact(5, secs(60));
+    assert_eq!(k.charge(at(0), &plain, 100, Charge::Debit).unwrap().to_array(Unit::Seconds), [1, 5, 0, -1, 60]);
+    let fine = precise(5, secs(60), secs(6));
+    assert_eq!(k.run(at(1), &fine, -3)[..4], [0, 5, 0, -1]);
+    assert_eq!(ring_counts(k.value.as_ref().unwrap()).1.iter().map(|&(_, c)| c).sum::<i64>(), 97);
+    assert_eq!(k.run(at(2), &fine, 0)[..3], [1, 5, 0], "a check is refused: 97 count");
+}
+
+#[test]
+fn a_refund_on_a_ring_spanning_too_many_buckets_coarsens_without_losing_a_unit() {
+    // A ring of 1 s buckets read without PRECISION by a call of a million-second window: its
+    // buckets would number a million, so the refund decides in 10 s ones (a multiple of 1 s).
+    let mut k = Key::default();
+    k.charge(at(0), &precise(5, secs(60), secs(1)), 50, Charge::Debit).unwrap();
+    k.charge(at(30), &precise(5, secs(60), secs(1)), 50, Charge::Debit).unwrap();
+    let wide = exact(5, secs(1_000_000));
+    assert_eq!(k.run(at(31), &wide, -1)[..4], [0, 5, 0, -1]);
+    let (p, counts) = ring_counts(k.value.as_ref().unwrap());
+    assert_eq!(p, 10 * NANOS_PER_SEC);
+    assert_eq!(counts.iter().map(|&(_, c)| c).sum::<i64>(), 99);
+    assert_eq!(k.value.as_ref().unwrap().len(), 24 + 8 * 100_001);
+}
+
+#[test]
+fn debits_never_pile_an_exact_log_past_twice_the_cap() {
+    let mut k = Key::default();
+    let p = exact(5, secs(60));
+    let debit = |k: &mut Key, now, q| k.charge(now, &p, q, Charge::Debit);
+    assert!(debit(&mut k, at(0), MAX_EXACT_LIMIT).unwrap().limited);
+    assert!(debit(&mut k, at(1), MAX_EXACT_LIMIT - 1).unwrap().limited);
+    let before = k.clone();
+    assert_eq!(debit(&mut k, at(2), 2), Err(Error::DebitTooDeep(2 * MAX_EXACT_LIMIT)));
+    assert_eq!(k.value, before.value, "nothing written");
+    assert!(debit(&mut k, at(2), 1).unwrap().limited, "up to the bound");
+    assert_eq!(debit(&mut k, at(2), 1), Err(Error::DebitTooDeep(2 * MAX_EXACT_LIMIT)));
+    // Once the oldest have left the window, debits count again.
+    assert!(debit(&mut k, at(60) + 1, 7).unwrap().limited);
+    // A check and a refund are never refused so.
+    assert_eq!(k.run(at(60) + 1, &p, 0)[0], 1);
+    assert_eq!(k.run(at(60) + 1, &p, -1)[0], 0);
 }
 
 #[test]
