@@ -21,7 +21,8 @@ all: build
 
 # Seconds, no servers: rustfmt, prettier and ruff format; clippy (warnings fail) and ruff check;
 # the core's unit and property tests and the shared vectors; tsc and mypy (scripts/check.sh).
-# The pinned tools are installed when missing (scripts/deps.sh check).
+# The system packages it needs are installed first (scripts/deps.sh check), the pinned tools
+# when missing while clippy builds (scripts/deps.sh tools, run by check.sh).
 check:
 	@scripts/deps.sh check
 	@scripts/check.sh

@@ -10,7 +10,8 @@
 #
 # Every step runs (the packages' at once with the core's tests); the check fails if any failed,
 # names it and shows the end of its output. The tools are the packages' pinned ones, installed
-# when missing by `scripts/deps.sh check` (make check runs it first).
+# when missing by `scripts/deps.sh tools`, which runs while rustfmt and clippy do (downloads and
+# unpacking, mostly: clippy's first build is the long part of a clean checkout's check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
@@ -35,8 +36,13 @@ in_dir() { (cd "$1" && shift && "$@"); }
 node() { PATH="$node_bin:$PATH" "$@"; }
 
 # The packages' steps, mostly one process each: at once with the core's tests, whose longest
-# test leaves a core idle for most of their run.
+# test leaves a core idle for most of their run, once their tools are in (`tools_rc`).
 packages() {
+  if [ "$tools_rc" != 0 ]; then
+    cat "$logs/tools"
+    echo "tools (scripts/deps.sh tools)" >>"$logs/failed"
+    return
+  fi
   step "prettier" in_dir clients/node node npm run --silent format:check
   step "tsc" in_dir clients/node node npm run --silent typecheck
   local py
@@ -53,9 +59,13 @@ packages() {
   step "python vectors" in_dir clients/python env PYTHONPATH=src "$bin/pytest" -q -p no:cacheprovider tests/test_vectors.py
 }
 
+scripts/deps.sh tools >"$logs/tools" 2>&1 &
+tools=$!
 {
   step "rustfmt" cargo fmt --all -- --check
   step "clippy" cargo clippy --workspace --all-targets -- -D warnings
+  tools_rc=0
+  wait "$tools" || tools_rc=$?
   packages >"$logs/packages.out" 2>&1 &
   step "core tests" cargo test -p redis-throttle-core
   wait

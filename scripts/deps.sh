@@ -37,10 +37,12 @@ NEED_python=(python3=python3 venv=python3-venv git=git openssl=openssl)
 # (dist_tools, after the system packages) those tools and the aarch64 standard library, and
 # (node_tools) the pinned Node.js whose npm packs and installs the npm tarball.
 NEED_dist=(python3=python3 venv=python3-venv git=git)
-# make check: clippy compiles the module (a C toolchain, libclang); then the packages' pinned tools
-# (check_tools, below: the newest Node.js cell's, the npm package's prettier and TypeScript, the
-# Python package's newest row with ruff and mypy).
+# make check: clippy compiles the module (a C toolchain, libclang); the packages' pinned tools
+# need python3 and its venv. `deps.sh tools` then installs those tools (check_tools, below: the
+# newest Node.js cell's, the npm package's prettier and TypeScript, the Python package's newest
+# row with ruff and mypy): scripts/check.sh runs it while clippy builds.
 NEED_check=(cc=build-essential libclang=libclang-dev python3=python3 venv=python3-venv)
+NEED_tools=(python3=python3 venv=python3-venv)
 
 # bindgen loads libclang.so or libclang-<N>.so (clang-sys); libclang-cpp.so.<N>, which some
 # images carry, is another library and does not count.
@@ -142,7 +144,7 @@ check_tools() {
 after_packages() {
   case " $* " in *" dist "*) dist_tools ;; esac
   case " $* " in *" node "*|*" dist "*) node_tools ;; esac
-  case " $* " in *" check "*) check_tools ;; esac
+  case " $* " in *" tools "*) check_tools ;; esac
 }
 
 [ ${#missing[@]} -eq 0 ] && { after_packages "$@"; exit 0; }
