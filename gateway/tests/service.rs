@@ -137,7 +137,7 @@ async fn on_the_module() {
     rls.wait_stat("ratelimit.service.config_load_error", 1);
     // Named as upstream names it: relative to the watched directory (here the app directory,
     // RUNTIME_WATCH_ROOT=false), the extension kept.
-    assert!(rls.log().contains("config.yaml: invalid rate limit unit 'fortnight'"), "{}", rls.log());
+    rls.wait_log("config.yaml: invalid rate limit unit 'fortnight'");
     let r =
         client.should_rate_limit(request("gw", vec![descriptor(&[("three", "reload")])])).await.unwrap().into_inner();
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (Code::Ok as i32, 3));

@@ -361,6 +361,16 @@ impl Rls {
         self.stats().get(name).copied().unwrap_or(0)
     }
 
+    /// Waits until the service's log holds `needle`: the log is read from its output by a
+    /// thread of its own, so a line written before an answer may arrive after it.
+    pub fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < deadline, "never logged {needle:?}:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until `name` reaches at least `n` (reloads are polled).
     pub fn wait_stat(&self, name: &str, n: u64) {
         let deadline = Instant::now() + Duration::from_secs(10);
